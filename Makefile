@@ -1,0 +1,32 @@
+# The few commands a person needs. The README's two commands are `make demo` and `make test`;
+# .ci/run calls `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/laneflow demo
+
+lint: $(STAMP)
+	$(BIN)/cfn-lint template.yaml
+	$(BIN)/statelint statemachines/*.asl.json
+
+test: $(STAMP) lint
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/local_engine.py
+
+clean:
+	rm -rf $(VENV) .laneflow .pytest_cache

@@ -1,0 +1,255 @@
+"""`laneflow`: run flows locally on the embedded engine and store, and inspect them.
+
+Exit codes: 0 a completed run (or a clean check), 1 a failed run (or a check with errors),
+2 bad input (workspace, flow, run input, flags), with one clear line on stderr.
+`--json` prints the record as JSON and nothing else on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import InvalidInput, LaneflowError, Problem
+from .models import Run, RunStatus, StepStatus
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+DEMO_WORKSPACE = "examples/newsroom"
+DEMO_FLOW = "brief"
+DEMO_INPUT = {"topics": ["tides", "coral reefs", "deep-sea vents", "kelp forests", "sea ice"]}
+
+
+def _err(message: str) -> None:
+    print(f"laneflow: {message}", file=sys.stderr)
+
+
+def parse_input(text: str | None) -> Any:
+    """`--input JSON` or `--input @FILE`."""
+    if text is None:
+        return {}
+    source = "--input"
+    if text.startswith("@"):
+        path = Path(text[1:])
+        source = f"--input file {path}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInput(f"{source}: cannot read it ({exc.strerror})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+
+
+def _services(args: argparse.Namespace):
+    from .services import Services
+    from .store import open_store
+
+    return Services.for_store(open_store(args.store))
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace, *, workspace: str | None = None, flow: str | None = None, run_input: Any = None) -> int:
+    from .engine.local import LocalEngine
+    from .progress import Progress
+    from .runs import create_run
+
+    svc = _services(args)
+    run_input = parse_input(args.input) if run_input is None else run_input
+    run = create_run(svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model)
+    progress = None if args.quiet else Progress()
+    last = [0.0]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if progress and now - last[0] >= 0.25:
+            last[0] = now
+            progress.update(svc.store.get_run(run.tenant, run.id, detail=False))
+
+    if not args.json and not args.quiet:
+        _err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
+    result = LocalEngine(svc).drive(run.tenant, run.id, on_tick=tick)
+    if progress:
+        progress.update(svc.store.get_run(run.tenant, run.id, detail=False))
+    final = svc.store.get_run(run.tenant, run.id, detail=True)
+    if args.json:
+        print(json.dumps(final.public(), ensure_ascii=False))
+    else:
+        print(summary(final))
+    if final.status == RunStatus.completed:
+        return EXIT_OK
+    _err(f"run {final.id} {final.status}: {final.error or result.error or 'no reason recorded'}")
+    return EXIT_FAILED
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .paths import project_root
+
+    root = project_root() / DEMO_WORKSPACE
+    return cmd_run(args, workspace=str(root), flow=DEMO_FLOW, run_input=DEMO_INPUT)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .flow import check_workspace
+
+    problems: list[Problem] = check_workspace(args.workspace, getattr(args, "account", None))
+    errors = [p for p in problems if p.severity == "error"]
+    if args.json:
+        print(json.dumps({"ok": not errors, "problems": [p.model_dump() for p in problems]}))
+    else:
+        for p in problems:
+            print(str(p))
+        warnings = len(problems) - len(errors)
+        if errors:
+            print(f"{args.workspace}: {len(errors)} error(s), {warnings} warning(s)", file=sys.stderr)
+        else:
+            print(f"{args.workspace}: ok" + (f" ({warnings} warning(s))" if warnings else ""))
+    return EXIT_FAILED if errors else EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    svc = _services(args)
+    runs = svc.store.list_runs(svc.settings.tenant, limit=args.limit)
+    if args.json:
+        print(json.dumps([r.public() for r in runs]))
+        return EXIT_OK
+    if not runs:
+        print("no runs yet")
+    for r in runs:
+        print(f"{r.id}  {r.status:<17} {r.workspace}/{r.flow:<16} ${r.cost_usd:<8.4f} {r.created_at}")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    svc = _services(args)
+    run = svc.store.get_run(svc.settings.tenant, args.run, detail=True)
+    if args.json:
+        print(json.dumps(run.public(), ensure_ascii=False))
+    else:
+        print(describe(run))
+    return EXIT_OK
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+
+def summary(run: Run) -> str:
+    counts: dict[str, int] = {}
+    for s in run.steps:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    parts = ", ".join(f"{n} {status}" for status, n in counts.items())
+    tokens = sum(c.tokens.cache_read for s in run.steps for c in s.calls)
+    line = f"{run.id}: {run.status} ({parts}); cost ${run.cost_usd:.4f}"
+    if tokens:
+        line += f"; {tokens} cache-read tokens"
+    return line + f"\n  see it: laneflow show {run.id}"
+
+
+def describe(run: Run) -> str:
+    from .progress import MARK, step_label
+
+    lines = [
+        f"run {run.id}  {run.status}",
+        f"  flow {run.workspace}/{run.flow}  revision {run.revision}",
+        f"  created {run.created_at}  driven {run.driven_at}  finished {run.finished_at}",
+        f"  drives {run.drives}  cost ${run.cost_usd:.4f}",
+    ]
+    if run.error:
+        lines.append(f"  error: {run.error}")
+    lines.append(f"  input: {json.dumps(run.input, ensure_ascii=False)[:200]}")
+    group = None
+    for s in run.steps:
+        if s.group != group:
+            group = s.group
+            lines.append(f"group {group}")
+        calls = len(s.calls)
+        tokens = sum(c.tokens.input + c.tokens.output for c in s.calls)
+        lines.append(
+            f"  {MARK[s.status]} {s.index}: {step_label(s)}  [{s.status}] model {s.model}, "
+            f"{s.attempts} attempt(s), {calls} call(s), {tokens} tokens, ${s.cost_usd:.4f}"
+        )
+        if s.error and s.status != StepStatus.completed:
+            lines.append(f"      error: {s.error}")
+        if s.skip_reason:
+            lines.append(f"      skipped: {s.skip_reason}")
+        if s.conclusion:
+            first = s.conclusion.strip().splitlines()[0] if s.conclusion.strip() else ""
+            lines.append(f"      → {first[:100]}")
+        if s.prompt_layers:
+            layers = " ".join(f"{l.name}{'*' if l.dynamic else ''}:{l.chars}" for l in s.prompt_layers)
+            lines.append(f"      layers: {layers}")
+    return "\n".join(lines)
+
+
+# -- the parser ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="laneflow", description="Run flows of AI-agent steps durably and cheaply.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--store", default=None, help="sqlite:///PATH (default sqlite:///.laneflow/laneflow.db)")
+        return p
+
+    def run_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", default=None, help="run every step on this model (e.g. stub)")
+        p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
+        p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    p = with_store(sub.add_parser("run", help="run a flow of a workspace"))
+    p.add_argument("workspace")
+    p.add_argument("flow")
+    p.add_argument("--input", default=None, help="the run's input: JSON, or @FILE")
+    run_flags(p)
+    p.set_defaults(func=cmd_run)
+
+    p = with_store(sub.add_parser("demo", help="run the example newsroom flow on the stub model"))
+    run_flags(p)
+    p.set_defaults(func=cmd_demo, input=None)
+
+    p = sub.add_parser("check", help="list every problem of a workspace")
+    p.add_argument("workspace")
+    p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
+
+    p = with_store(sub.add_parser("runs", help="list runs, newest first"))
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = with_store(sub.add_parser("show", help="show a run and its steps"))
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InvalidInput as exc:
+        head, *rest = str(exc).splitlines()
+        _err(head)
+        for line in rest:
+            print(line, file=sys.stderr)
+        return EXIT_INVALID
+    except LaneflowError as exc:
+        _err(str(exc).splitlines()[0])
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The decisions of a drive: what runs next, what a group's outcome means, how a run ends.
+
+The state machine only orders these; every decision is made here, from the store, so it is
+unit-testable without any engine and the same in both engines.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from .contracts import (
+    DriveRef,
+    EndRunRequest,
+    Lane,
+    LaneStep,
+    NextGroupRequest,
+    Plan,
+    RunEnded,
+    SettleGroupRequest,
+    Settlement,
+    StartDriveRequest,
+    StepCrashedRequest,
+    StepReport,
+)
+from .errors import AttemptEnded, Conflict
+from .flow import Flow
+from .models import AttemptRef, AttemptStatus, Event, RunStatus, Step, StepStatus, utcnow
+from .services import Services
+from .step import scrub_paths
+
+ACTIVE = (RunStatus.queued, RunStatus.running)
+
+
+def start_drive(svc: Services, req: StartDriveRequest) -> DriveRef:
+    """Claim a drive: the run becomes `running`, its drive count grows, `driven_at` is set
+    at the first pick-up. A run that already ended is left as it is (NextGroup ends it)."""
+    store = svc.store
+    run = store.get_run(req.tenant, req.run_id, steps=False)
+    if run.status not in ACTIVE:
+        return DriveRef(tenant=run.tenant, run_id=run.id, drive=run.drives)
+    changes: dict[str, object] = {"status": RunStatus.running, "execution": req.execution or None}
+    if run.driven_at is None:
+        changes["driven_at"] = utcnow()
+    try:
+        run = store.update_run(req.tenant, req.run_id, changes, expect_status=ACTIVE, add_drives=1)
+    except Conflict:
+        run = store.get_run(req.tenant, req.run_id, steps=False)
+    return DriveRef(tenant=run.tenant, run_id=run.id, drive=run.drives)
+
+
+def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool = False) -> list[Lane]:
+    """Group a launching group's steps into lanes keyed by (agent, model), in index order.
+
+    A lane's concurrency is the tightest `parallel:` among its entries (never more than
+    `max_parallel`, so the engine's threads stay bounded). With the gate on, a lane of two or
+    more steps has a lead (its first step) and siblings; a lone step has no gate."""
+    caps = {(e.index, slot): spec.parallel for e in flow.entries for slot, spec in enumerate(e.steps)}
+    lanes: "OrderedDict[tuple[str, str], list[Step]]" = OrderedDict()
+    for step in sorted(steps, key=lambda s: s.index):
+        lanes.setdefault((step.agent or "", step.model), []).append(step)
+    planned = []
+    for (agent, model), members in lanes.items():
+        limits = [caps.get((s.entry, s.slot)) for s in members]
+        parallel = min([c for c in limits if c] + [max_parallel, len(members)])
+        gated = gate and len(members) > 1
+        roles = ["lead"] + ["sibling"] * (len(members) - 1) if gated else ["solo"] * len(members)
+        planned.append(
+            Lane(
+                key=f"{agent}@{model}",
+                agent=agent,
+                model=model,
+                parallel=max(1, parallel),
+                steps=[LaneStep(index=s.index, role=role) for s, role in zip(members, roles)],
+            )
+        )
+    return planned
+
+
+def next_group(svc: Services, req: NextGroupRequest) -> Plan:
+    """The first group with a pending flow step runs next; none left means the run ends."""
+    store = svc.store
+    run = store.get_run(req.run.tenant, req.run.run_id, steps=False)
+    if run.status != RunStatus.running:
+        return Plan(action="end", reason=f"run is {run.status}")
+    if run.stop_requested:
+        return Plan(action="end", reason="stopped by a person")
+    steps = [s for s in store.get_steps(run.tenant, run.id) if s.rescue_of is None]
+    pending = [s for s in steps if s.status == StepStatus.pending]
+    if not pending:
+        return Plan(action="end")
+    group = min(s.group for s in pending)
+    launching = [s for s in pending if s.group == group]
+    if any(s.agent is None for s in launching):
+        reason = "approvals are not supported by this version yet"
+        store.update_run(run.tenant, run.id, {"error": reason}, expect_status=(RunStatus.running,))
+        return Plan(action="end", reason=reason)
+    flow = Flow.model_validate(run.flow_spec)
+    lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", False)))
+    cycle = max(s.cycle for s in launching)
+    return Plan(action="run", group=group, cycle=cycle, lanes=lanes)
+
+
+def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
+    """The Catch of RunStep: its worker failed in a way the handler could not record (a
+    crash, a Lambda timeout). End whatever attempt is still running, with the error's name,
+    so the step is not left `running` with nothing working on it."""
+    store, tenant, run_id, index = svc.store, req.run.tenant, req.run.run_id, req.step.index
+    error = str(req.error.get("Error") or "Error")
+    cause = str(req.error.get("Cause") or "")
+    reason = scrub_paths(f"the step's worker failed ({error})" + (f": {cause[:300]}" if cause else ""))
+    step = store.get_step(tenant, run_id, index)
+    if step.status == StepStatus.running:
+        for attempt in store.list_attempts(tenant, run_id, index):
+            if attempt.status == AttemptStatus.running:
+                try:
+                    store.end_attempt(
+                        AttemptRef.of(tenant, attempt),
+                        AttemptStatus.failed,
+                        reason=reason,
+                        step={"status": StepStatus.failed, "error": reason, "finished_at": utcnow()},
+                    )
+                except AttemptEnded:
+                    pass
+        step = store.get_step(tenant, run_id, index)
+    if step.status in (StepStatus.pending, StepStatus.running):
+        try:
+            step = store.update_step(
+                tenant,
+                run_id,
+                index,
+                {"status": StepStatus.failed, "error": reason, "finished_at": utcnow()},
+                expect_status=(StepStatus.pending, StepStatus.running),
+            )
+        except Conflict:
+            step = store.get_step(tenant, run_id, index)
+    store.add_event(tenant, run_id, index, Event(type="error", text=reason))
+    return StepReport(index=index, status=step.status, attempts=step.attempts)
+
+
+def _describe(step: Step) -> str:
+    item = f" ({step.item})" if step.item is not None and not isinstance(step.item, (dict, list)) else ""
+    return f"step {step.index} ({step.agent}{item})"
+
+
+def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
+    """A group's outcome: a required flow step that ended failed fails the run; an optional
+    one is recorded and the run goes on."""
+    store = svc.store
+    tenant, run_id = req.run.tenant, req.run.run_id
+    steps = [s for s in store.get_steps(tenant, run_id, group=req.group) if s.rescue_of is None]
+    for step in steps:
+        if step.status in (StepStatus.pending, StepStatus.running):
+            # Nothing is working on it any more (the group's Map has ended): say so.
+            step_crashed(
+                svc,
+                StepCrashedRequest(
+                    run=req.run,
+                    step=LaneStep(index=step.index),
+                    error={"Error": "NotRun", "Cause": "the group ended before this step finished"},
+                ),
+            )
+    steps = [s for s in store.get_steps(tenant, run_id, group=req.group) if s.rescue_of is None]
+    failed = [s for s in steps if s.status == StepStatus.failed and not s.optional]
+    if failed:
+        first = failed[0]
+        reason = f"{_describe(first)} failed: {first.error or 'no reason recorded'}"
+        if len(failed) > 1:
+            reason += f" (and {len(failed) - 1} more)"
+        try:
+            store.update_run(tenant, run_id, {"error": reason}, expect_status=(RunStatus.running,))
+        except Conflict:
+            pass
+        return Settlement(action="end", reason=reason)
+    return Settlement(action="next")
+
+
+def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
+    """Close the run: `failed` with its reason, or `completed`; `finished_at` set. A run that
+    already ended is left as it is."""
+    store = svc.store
+    run = store.get_run(req.run.tenant, req.run.run_id, steps=False)
+    if run.status.ended:
+        return RunEnded(run_id=run.id, status=run.status)
+    steps = store.get_steps(run.tenant, run.id)
+    error = run.error
+    if not error and run.stop_requested:
+        error = "stopped by a person"
+    if not error and any(s.status in (StepStatus.pending, StepStatus.running) and s.rescue_of is None for s in steps):
+        error = "the drive ended with steps not run"
+    status = RunStatus.failed if error else RunStatus.completed
+    try:
+        run = store.update_run(
+            run.tenant,
+            run.id,
+            {"status": status, "error": error, "finished_at": utcnow()},
+            expect_status=(RunStatus.running, RunStatus.queued),
+        )
+    except Conflict:
+        run = store.get_run(run.tenant, run.id, steps=False)
+    return RunEnded(run_id=run.id, status=run.status)

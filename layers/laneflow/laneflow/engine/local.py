@@ -1,0 +1,232 @@
+"""The embedded engine: the deployed state machine definition, executed by moto's ASL
+interpreter, with the Lambda Task states answered by the handlers in `functions/`, in-process.
+
+Why this shape (see ../shared/LOCAL-ENGINE.md):
+- moto's Step Functions backend is used directly, not through `mock_aws`: nothing in the
+  process is mocked, so a DynamoDB or S3 store behind the engine reaches its real endpoint
+  and the process's credentials are left alone.
+- The interpreter calls Lambda through `lambda_eval_utils._invoke_lambda_function`. That one
+  function is replaced by a direct call of the handler (2-3 ms per Task instead of building
+  a boto3 client per call). It is a moto internal, so moto is pinned exactly (pyproject) and
+  tests/unit/test_engine_patch.py fails if the hook moves.
+- One drive is one execution. The engine waits for it and, if it ended without closing the
+  run (a crashed definition), closes the run `failed` with the reason: no run is left
+  `running` with nothing working on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import secrets as _secrets
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from ..contracts import EndRunRequest, DriveRef, LaneStep, StepCrashedRequest
+from ..drive import end_run, step_crashed
+from ..errors import Conflict
+from ..models import Run, RunStatus, StepStatus
+from ..paths import project_root
+from ..services import Services, install
+from ..step import scrub_paths
+from .template import FunctionSpec, Template
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/laneflow-local"
+
+for _noisy in ("moto", "moto.stepfunctions"):
+    logging.getLogger(_noisy).setLevel(logging.CRITICAL)
+
+
+class LambdaContext:
+    """What a Lambda handler's `context` offers, for an in-process call."""
+
+    def __init__(self, function: FunctionSpec, timeout_s: float = 900.0):
+        self.function_name = function.logical_id
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function.logical_id}"
+        self.memory_limit_in_mb = 512
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{function.logical_id}"
+        self.log_stream_name = "local"
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class HandlerRegistry:
+    """The template's functions, their handler modules loaded from `functions/<name>/`."""
+
+    def __init__(self, template: Template):
+        self.functions = template.functions()
+        self._modules: dict[str, ModuleType] = {}
+        self._lock = threading.Lock()
+
+    def _handler(self, logical_id: str) -> Callable[[Any, Any], Any]:
+        spec = self.functions[logical_id]
+        module_name, attr = spec.handler.rsplit(".", 1)
+        with self._lock:
+            module = self._modules.get(logical_id)
+            if module is None:
+                path = spec.code_dir / (module_name.replace(".", "/") + ".py")
+                loader_spec = importlib.util.spec_from_file_location(f"laneflow_functions.{logical_id}", path)
+                assert loader_spec and loader_spec.loader, path
+                module = importlib.util.module_from_spec(loader_spec)
+                loader_spec.loader.exec_module(module)
+                self._modules[logical_id] = module
+        return getattr(module, attr)
+
+    def invoke(self, function_name: str, payload: Any) -> dict[str, Any]:
+        """Answer like the Lambda Invoke API: the handler's result, or a function error
+        `{errorType, errorMessage}` whose type the state machine retries and catches by."""
+        logical_id = function_name.rsplit(":", 1)[-1]
+        if logical_id not in self.functions:
+            return _function_error("ResourceNotFoundException", f"no function {logical_id} in template.yaml")
+        try:
+            result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
+        except Exception as exc:  # noqa: BLE001 - every error crosses as a Lambda function error
+            logging.getLogger("laneflow.engine").debug("handler %s raised", logical_id, exc_info=True)
+            return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc)[-5:])
+        return {"StatusCode": 200, "Payload": json.loads(json.dumps(result))}
+
+
+def _function_error(error_type: str, message: str, stack: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "StatusCode": 200,
+        "FunctionError": "Unhandled",
+        "Payload": {"errorType": error_type, "errorMessage": message, "stackTrace": stack or []},
+    }
+
+
+# -- the interpreter hook ------------------------------------------------------------------------
+
+_registry_lock = threading.Lock()
+_registry: HandlerRegistry | None = None
+
+
+def _invoke_in_process(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+    registry = _registry
+    if registry is None:
+        return _function_error("ServiceException", "the local engine is not running")
+    raw = parameters.get("Payload")
+    payload = json.loads(raw) if isinstance(raw, (bytes, str)) and raw else (raw or {})
+    return registry.invoke(parameters["FunctionName"], payload)
+
+
+def install_interpreter_hook() -> None:
+    """Point moto's Lambda integration at the in-process handlers (idempotent)."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    if not hasattr(lambda_eval_utils, "_invoke_lambda_function"):  # pragma: no cover - guarded by a test
+        raise RuntimeError("moto's Step Functions interpreter changed: lambda_eval_utils._invoke_lambda_function is gone")
+    lambda_eval_utils._invoke_lambda_function = _invoke_in_process
+
+
+def _backend() -> Any:
+    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+    return stepfunctions_parser_backends[ACCOUNT][REGION]
+
+
+@dataclass
+class DriveResult:
+    run: Run
+    execution_arn: str
+    execution_status: str
+    error: str | None = None
+    cause: str | None = None
+
+
+class LocalEngine:
+    """Runs drives of runs through the real definition, one execution per drive.
+
+    Only one engine drives at a time in a process (the handlers read the installed services);
+    a second `drive` call waits for the first to finish."""
+
+    _drive_lock = threading.Lock()
+    _machines: dict[str, str] = {}
+
+    def __init__(self, svc: Services, project: str | Path | None = None):
+        self.svc = svc
+        self.project = Path(project) if project else project_root()
+        self.template = Template.load(self.project / "template.yaml")
+        self.registry = HandlerRegistry(self.template)
+        self.definition = self.template.definition(lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}")
+
+    @property
+    def state_machine_arn(self) -> str:
+        digest = hashlib.sha256(self.definition.encode()).hexdigest()[:12]
+        with _registry_lock:
+            arn = self._machines.get(digest)
+            if arn is None:
+                machine = _backend().create_state_machine(name=f"laneflow-flow-{digest}", definition=self.definition, roleArn=ROLE)
+                arn = self._machines[digest] = machine.arn
+        return arn
+
+    def drive(self, tenant: str, run_id: str, *, on_tick: Callable[[], None] | None = None, tick_s: float = 0.1) -> DriveResult:
+        """Run one drive of a run to its end (blocking) and return the run as stored."""
+        global _registry
+        with self._drive_lock:
+            install_interpreter_hook()
+            install(self.svc)
+            _registry = self.registry
+            try:
+                backend = _backend()
+                name = f"{run_id}-{_secrets.token_hex(4)}"
+                execution = backend.start_execution(
+                    self.state_machine_arn, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id})
+                )
+                while execution.status == "RUNNING":
+                    if on_tick:
+                        on_tick()
+                    time.sleep(tick_s)
+                status = str(execution.status)
+                if status != "SUCCEEDED":
+                    self._close_after_failed_drive(tenant, run_id, str(execution.error or status), str(execution.cause or ""))
+                if on_tick:
+                    on_tick()
+                return DriveResult(
+                    run=self.svc.store.get_run(tenant, run_id),
+                    execution_arn=execution.execution_arn,
+                    execution_status=status,
+                    error=execution.error,
+                    cause=execution.cause,
+                )
+            finally:
+                _registry = None
+                install(None)
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        """The execution's history events, AWS-shaped (for tests and the store-cost benchmark)."""
+        return _backend().get_execution_history(execution_arn)["events"]
+
+    def _close_after_failed_drive(self, tenant: str, run_id: str, error: str, cause: str) -> None:
+        """The execution ended without EndRun: end what it left running, then the run."""
+        store = self.svc.store
+        reason = scrub_paths(f"the drive failed ({error})" + (f": {cause[:300]}" if cause else ""), str(self.project))
+        ref = DriveRef(tenant=tenant, run_id=run_id)
+        for step in store.get_steps(tenant, run_id):
+            if step.status == StepStatus.running:
+                step_crashed(self.svc, StepCrashedRequest(run=ref, step=LaneStep(index=step.index), error={"Error": error, "Cause": cause}))
+        run = store.get_run(tenant, run_id, steps=False)
+        if run.status in (RunStatus.queued, RunStatus.running):
+            try:
+                store.update_run(tenant, run_id, {"error": run.error or reason}, expect_status=(RunStatus.queued, RunStatus.running))
+            except Conflict:
+                return
+            end_run(self.svc, EndRunRequest(run=ref))
+
+
+def drive_run(svc: Services, tenant: str, run_id: str, **kwargs: Any) -> DriveResult:
+    """Convenience: one drive of a run on a fresh engine over `svc`."""
+    return LocalEngine(svc).drive(tenant, run_id, **kwargs)

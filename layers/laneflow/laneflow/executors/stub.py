@@ -1,0 +1,166 @@
+"""The stub executor: no model, answers from the agent's `stub:` (DESIGN section 8).
+
+An answer may open with header lines, in any order::
+
+    cost: 0.25        a pretend price for the attempt (budgets are testable)
+    ttft_ms: 300      simulated time to first token (per turn)
+    delay_ms: 800     simulated total latency (per turn)
+    fail: REASON      the attempt fails with that reason (after ttft_ms, before any reply)
+
+The rest is the reply. In it, `call: TOOL INPUT => OUTPUT` lines are pretend tool calls,
+recorded exactly as real ones, and a `===` line separates earlier turns from the final one.
+Every turn is recorded as a model-call span (model `stub`, its simulated times, tokens
+estimated from text lengths), so a stub run's record has the shape of a real one.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from ..errors import StepFailed
+from ..fill import fill
+from ..models import ModelCall, Tokens, utcnow
+from .base import ExecutionSink, StepJob, StepOutcome
+
+HEADERS = ("cost", "ttft_ms", "delay_ms", "fail")
+_HEADER = re.compile(r"^\s*(cost|ttft_ms|delay_ms|fail)\s*:\s*(.*?)\s*$")
+_CALL = re.compile(r"^\s*call:\s*(\S+)\s*(.*?)\s*(?:=>\s*(.*?))?\s*$")
+_TURN_BREAK = re.compile(r"^\s*===\s*$")
+
+
+@dataclass
+class StubCall:
+    tool: str
+    input: str
+    output: str
+
+
+@dataclass
+class StubTurn:
+    text: str
+    calls: list[StubCall] = field(default_factory=list)
+
+
+@dataclass
+class StubAnswer:
+    turns: list[StubTurn]
+    cost: float = 0.0
+    ttft_ms: int = 0
+    delay_ms: int = 0
+    fail: str | None = None
+
+
+def pick_answer(stub: str | list[str] | None, k: int, default: str) -> str:
+    """The k-th answer (0-based) of a step position; the last one repeats."""
+    if stub is None or stub == []:
+        return default
+    if isinstance(stub, str):
+        return stub
+    return stub[min(k, len(stub) - 1)]
+
+
+def parse_answer(text: str) -> StubAnswer:
+    """Split an answer into its headers and turns. Raises ValueError on a bad header value."""
+    lines = text.splitlines()
+    headers: dict[str, str] = {}
+    i = 0
+    while i < len(lines):
+        match = _HEADER.match(lines[i])
+        if not match or match.group(1) in headers:
+            break
+        headers[match.group(1)] = match.group(2)
+        i += 1
+    turns: list[StubTurn] = []
+    current: list[str] = []
+    calls: list[StubCall] = []
+    for line in lines[i:] + ["==="]:
+        if _TURN_BREAK.match(line):
+            turns.append(StubTurn(text="\n".join(current).strip(), calls=calls))
+            current, calls = [], []
+            continue
+        call = _CALL.match(line)
+        if call:
+            calls.append(StubCall(tool=call.group(1), input=call.group(2) or "", output=call.group(3) or ""))
+        else:
+            current.append(line)
+    try:
+        return StubAnswer(
+            turns=turns,
+            cost=float(headers.get("cost", 0) or 0),
+            ttft_ms=int(headers.get("ttft_ms", 0) or 0),
+            delay_ms=int(headers.get("delay_ms", 0) or 0),
+            fail=headers.get("fail") or None,
+        )
+    except ValueError as exc:
+        raise ValueError(f"stub answer header: {exc}") from None
+
+
+def _estimate_tokens(chars: int) -> int:
+    return max(1, (chars + 3) // 4) if chars else 0
+
+
+class StubExecutor:
+    """Answers from `stub:`; sleeps its simulated times in small slices so a stop is seen."""
+
+    name = "stub"
+
+    def __init__(self, slice_s: float = 0.05):
+        self._slice = slice_s
+
+    def _wait(self, ms: int, sink: ExecutionSink) -> None:
+        deadline = time.monotonic() + ms / 1000
+        while (left := deadline - time.monotonic()) > 0:
+            if sink.stopped():
+                raise StepFailed("stopped by a person", retryable=False)
+            time.sleep(min(self._slice, left))
+
+    def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
+        default = f"Done: {job.user.splitlines()[0] if job.user else job.agent}"
+        raw = pick_answer(job.stub, job.answer_index, default)
+        raw = fill(raw, item=job.item, run_input=job.run_input, has_item=job.item is not None)
+        try:
+            answer = parse_answer(raw)
+        except ValueError as exc:
+            raise StepFailed(f"the agent's stub answer is not valid: {exc}", retryable=False) from None
+
+        if answer.fail:
+            self._wait(answer.ttft_ms, sink)
+            raise StepFailed(answer.fail, retryable=True)
+
+        prompt_chars = len(job.system_stable) + len(job.system_dynamic) + len(job.user)
+        texts: list[str] = []
+        for number, turn in enumerate(answer.turns, start=1):
+            started = time.monotonic()
+            at = utcnow()
+            self._wait(answer.ttft_ms, sink)
+            if number == 1:
+                sink.first_event()
+            self._wait(max(0, answer.delay_ms - answer.ttft_ms), sink)
+            for call in turn.calls:
+                sink.tool_call(call.tool, call.input, call.output)
+            last = number == len(answer.turns)
+            out_chars = len(turn.text) + sum(len(c.tool) + len(c.input) for c in turn.calls)
+            sink.call(
+                ModelCall(
+                    id=f"stub-{uuid.uuid4().hex[:12]}",
+                    at=at,
+                    ms=int((time.monotonic() - started) * 1000),
+                    ttft_ms=answer.ttft_ms,
+                    model="stub",
+                    tokens=Tokens(input=_estimate_tokens(prompt_chars), output=_estimate_tokens(out_chars)),
+                    tools=len(turn.calls),
+                    stop="tool_use" if turn.calls and not last else "end_turn",
+                    cost_usd=answer.cost if last else 0.0,
+                )
+            )
+            # What the model saw grows with each turn: its own text and the tool results.
+            prompt_chars += out_chars + sum(len(c.output) for c in turn.calls)
+            if turn.text:
+                texts.append(turn.text)
+        conclusion = answer.turns[-1].text if answer.turns else ""
+        return StepOutcome(
+            result="\n\n".join(texts), conclusion=conclusion, cost_usd=answer.cost, turns=len(answer.turns)
+        )

@@ -1,0 +1,71 @@
+"""The one cached factory for what handlers need: store, captures, executors, settings.
+
+In Lambda it is built once per container from `Settings`. The local engine installs its own
+(the store the CLI opened) for as long as a drive runs, since the interpreter calls the
+handlers on its own threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .capture import CaptureSink, FolderCaptures
+from .errors import ModelNotConfigured
+from .executors.base import Executor
+from .executors.stub import StubExecutor
+from .settings import Settings, settings
+from .store import Store, open_store
+
+
+@dataclass
+class Services:
+    store: Store
+    captures: CaptureSink
+    settings: Settings
+    executors: dict[str, Executor] = field(default_factory=dict)
+
+    def executor(self, model: str) -> Executor:
+        """The executor for a model: `stub`, else the Claude executor."""
+        if model == "stub":
+            return self.executors.setdefault("stub", StubExecutor())
+        if "anthropic" in self.executors:
+            return self.executors["anthropic"]
+        raise ModelNotConfigured(f"model {model!r}: only the stub model is available in this build")
+
+    @classmethod
+    def for_store(cls, store: Store, cfg: Settings | None = None) -> "Services":
+        cfg = cfg or settings()
+        return cls(store=store, captures=FolderCaptures(capture_root(store, cfg)), settings=cfg)
+
+
+def capture_root(store: Store, cfg: Settings) -> Path:
+    """Captures live beside an SQLite store's file (or where LANEFLOW_CAPTURE_DIR says)."""
+    if cfg.capture_dir:
+        return Path(cfg.capture_dir)
+    db = getattr(store, "path", None)
+    if db and str(db) != ":memory:":
+        return Path(db).parent / "captures"
+    return Path(".laneflow") / "captures"
+
+
+_lock = threading.Lock()
+_current: Services | None = None
+
+
+def services() -> Services:
+    """The installed services, or ones built from the environment (first call in Lambda)."""
+    global _current
+    with _lock:
+        if _current is None:
+            cfg = settings()
+            _current = Services.for_store(open_store(cfg.store_url), cfg)
+        return _current
+
+
+def install(svc: Services | None) -> None:
+    """Make `svc` what every handler in this process uses (None: build from the environment)."""
+    global _current
+    with _lock:
+        _current = svc

@@ -1,0 +1,345 @@
+"""Running one step: claim an attempt, build the prompt, execute, record — fenced throughout.
+
+Every write after the claim names the attempt (`AttemptRef`); a write the store refuses
+means the attempt was ended by someone else (a stop, an interruption), and the runner stops
+writing. A failure after the claim and before the executor starts (an unreadable agent) ends
+the attempt with its reason, so no step is left `running` with nothing working on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets as _secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from .capture import STEP_CAPTURE_LIMIT, Redactor
+from .contracts import RunStepRequest, StepReport
+from .errors import AttemptEnded, Conflict, LaneflowError, StepFailed
+from .executors.base import StepJob, StepOutcome
+from .flow import Flow, StepSpec
+from .models import Attempt, AttemptRef, AttemptStatus, Event, ModelCall, Run, Step, StepStatus, utcnow
+from .prompt import build_system_prompt
+from .services import Services
+from .workspace import load_agent, load_workspace
+
+log = logging.getLogger("laneflow.step")
+
+_ABS_PATH = re.compile(r"(?<![\w.:/~-])(?:/[\w.@+-]+){2,}/?")
+
+
+def scrub_paths(text: str, *roots: str) -> str:
+    """A reason as it may be recorded: no local filesystem paths (DESIGN section 7)."""
+    for root in sorted((r for r in roots if r), key=len, reverse=True):
+        text = text.replace(root.rstrip("/") + "/", "").replace(root, "<workspace>")
+    return _ABS_PATH.sub("<path>", text)
+
+
+def step_spec(run: Run, step: Step) -> StepSpec:
+    flow = Flow.model_validate(run.flow_spec)
+    entry = next(e for e in flow.entries if e.index == step.entry)
+    return entry.steps[step.slot]
+
+
+# -- what the model is told ------------------------------------------------------------------
+
+
+def handoff_block(svc: Services, run: Run, step: Step, kind: str) -> str:
+    """The previous group's completed results (rescue records never count: a rescued step
+    carries its rescue's result). Approval groups are passed over."""
+    if kind == "none":
+        return ""
+    group = step.group - 1
+    while group >= 0:
+        previous = [s for s in svc.store.get_steps(run.tenant, run.id, group=group) if s.rescue_of is None]
+        if any(s.agent for s in previous):
+            break
+        group -= 1
+    else:
+        return ""
+    parts = []
+    for s in previous:
+        if s.status != StepStatus.completed or not s.agent:
+            continue
+        label = f"{s.agent}" + (f" — {json.dumps(s.item, ensure_ascii=False) if not isinstance(s.item, str) else s.item}" if s.item is not None else "")
+        if kind == "conclusions":
+            body = s.conclusion or ""
+        elif kind == "data":
+            body = json.dumps(s.data, ensure_ascii=False, indent=2)
+        else:
+            body = s.result or ""
+        parts.append(f"### {label} (step {s.index})\n{body.strip()}")
+    if not parts:
+        return ""
+    return "## Handoff from the previous group\n\n" + "\n\n".join(parts)
+
+
+def user_message(step: Step, spec: StepSpec, handoff: str, history: list[str]) -> str:
+    parts = [step.instruction.strip() or f"Do your part of the flow as {step.agent}."]
+    if handoff:
+        parts.append(handoff)
+    if spec.output == "json":
+        hint = "End your reply with the result as JSON in a ```json fenced block."
+        if spec.schema_:
+            hint += " It must match this JSON Schema:\n" + json.dumps(spec.schema_, indent=2)
+        parts.append(hint)
+    if history:
+        told = "\n".join(f"- attempt {n}: {reason}" for n, reason in enumerate(history, start=1))
+        parts.append(
+            f"This is attempt {len(history) + 1} at this step: the earlier attempts failed, not by your "
+            f"own choice:\n{told}\nThey may already have done part of the work: check what is there "
+            "before you redo it."
+        )
+    return "\n\n".join(parts)
+
+
+_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
+
+
+def extract_json(text: str) -> Any:
+    """The JSON of a reply: its last fenced block, else the whole text."""
+    blocks = _FENCE.findall(text)
+    candidate = blocks[-1] if blocks else text
+    try:
+        return json.loads(candidate)
+    except json.JSONDecodeError as exc:
+        raise StepFailed(f"the output is not valid JSON ({exc.msg} at line {exc.lineno})", retryable=True) from None
+
+
+def check_output(spec: StepSpec, outcome: StepOutcome) -> Any:
+    """`output: json`: the parsed data, validated against `schema:` when there is one."""
+    if spec.output != "json":
+        return None
+    data = extract_json(outcome.conclusion or outcome.result)
+    if spec.schema_:
+        validator = jsonschema.validators.validator_for(spec.schema_)(spec.schema_)
+        errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        if errors:
+            listed = "; ".join(f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors[:10])
+            raise StepFailed(f"the output does not match its schema: {listed}", retryable=True)
+    return data
+
+
+# -- the sink ----------------------------------------------------------------------------------
+
+
+@dataclass
+class StepRecorder:
+    """The `ExecutionSink` of one attempt: every write fenced by the attempt's identity."""
+
+    svc: Services
+    ref: AttemptRef
+    base_n: int
+    redact: Redactor
+    capture: bool = True
+    on_first_event: Any = None
+    cost_usd: float = 0.0
+    began: bool = False
+    _numbers: dict[str, int] = field(default_factory=dict)
+    _costs: dict[str, float] = field(default_factory=dict)
+    _captured: int = 0
+    _capture_full_noted: bool = False
+    _stop_checked: float = 0.0
+    _stopped: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def first_event(self) -> None:
+        with self._lock:
+            if self.began:
+                return
+            self.began = True
+        if self.on_first_event:
+            self.on_first_event()
+
+    def call(self, span: ModelCall) -> ModelCall:
+        with self._lock:
+            n = self._numbers.setdefault(span.id, self.base_n + len(self._numbers) + 1)
+            self.cost_usd += span.cost_usd - self._costs.get(span.id, 0.0)
+            self._costs[span.id] = span.cost_usd
+        span = span.model_copy(update={"n": n, "attempt": self.ref.n if self.ref.n > 1 else None})
+        self.svc.store.put_call(self.ref, span)
+        return span
+
+    def event(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
+        self.svc.store.add_event(
+            self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=self.redact(text), data=data), attempt=self.ref
+        )
+
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:
+        tool_input, tool_output = self.redact(tool_input), self.redact(tool_output)
+        data: dict[str, Any] = {"tool": name, "input_chars": len(tool_input), "output_chars": len(tool_output), "ms": ms}
+        size = len(tool_input) + len(tool_output)
+        if self.capture and self._captured + size <= STEP_CAPTURE_LIMIT:
+            self._captured += size
+            key = f"s{self.ref.index}-a{self.ref.n}-{_secrets.token_hex(4)}"
+            data["capture"] = self.svc.captures.put(
+                self.ref.tenant, self.ref.run_id, key, {"tool": name, "input": tool_input, "output": tool_output, "at": utcnow()}
+            )
+        elif self.capture and not self._capture_full_noted:
+            self._capture_full_noted = True
+            self.event("warning", f"capture limit of {STEP_CAPTURE_LIMIT:,} characters reached: later tool calls keep names, sizes and times only")
+        shown = tool_input if len(tool_input) <= 200 else tool_input[:200] + "…"
+        self.event("tool", f"{name} {shown}".strip(), data)
+
+    def stopped(self) -> bool:
+        now = time.monotonic()
+        if not self._stopped and now - self._stop_checked > 0.5:
+            self._stop_checked = now
+            run = self.svc.store.get_run(self.ref.tenant, self.ref.run_id, steps=False)
+            self._stopped = run.stop_requested
+        return self._stopped
+
+
+# -- the attempt loop ---------------------------------------------------------------------------
+
+
+class StepRunner:
+    """Runs a claimed step through its attempts: retries what was not its own fault, up to
+    `retries:` more attempts, telling each new attempt why the earlier ones failed."""
+
+    def __init__(self, svc: Services, run: Run, step: Step, attempt: Attempt):
+        self.svc, self.run, self.step, self.attempt = svc, run, step, attempt
+        self.spec = step_spec(run, step)
+        self.history: list[str] = []
+
+    @property
+    def ref(self) -> AttemptRef:
+        return AttemptRef.of(self.run.tenant, self.attempt)
+
+    def _note(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
+        self.svc.store.add_event(self.run.tenant, self.run.id, self.step.index, Event(type=type, text=text, data=data), attempt=self.ref)
+
+    def run_attempts(self) -> StepReport:
+        store = self.svc.store
+        while True:
+            recorder: StepRecorder | None = None
+            try:
+                self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}")
+                outcome, data, recorder = self._attempt()
+            except AttemptEnded:
+                return self._report()
+            except StepFailed as failure:
+                reason, retryable = failure.reason, failure.retryable
+            except LaneflowError as error:
+                reason, retryable = str(error).splitlines()[0], False
+            except Exception as error:  # a bug or an unexpected library error: end the attempt, say what
+                log.exception("step %s of %s: attempt %s crashed", self.step.index, self.run.id, self.attempt.n)
+                reason, retryable = f"{type(error).__name__}: {error}", False
+            else:
+                cost = recorder.cost_usd
+                try:
+                    store.end_attempt(
+                        self.ref,
+                        AttemptStatus.completed,
+                        step={
+                            "status": StepStatus.completed,
+                            "result": outcome.result,
+                            "conclusion": outcome.conclusion,
+                            "data": data,
+                            "error": None,
+                            "cost_usd": round(self.step.cost_usd + cost, 6),
+                            "finished_at": utcnow(),
+                        },
+                        run_cost=cost,
+                    )
+                except AttemptEnded:
+                    pass
+                return self._report()
+
+            reason = scrub_paths(reason, self.run.workspace_uri)
+            cost = recorder.cost_usd if recorder else 0.0
+            self.step.cost_usd = round(self.step.cost_usd + cost, 6)
+            retry = retryable and len(self.history) < self.spec.retries
+            try:
+                self._note("error", f"attempt {self.attempt.n} failed: {reason}")
+                changes: dict[str, Any] = {"error": reason, "cost_usd": self.step.cost_usd}
+                if not retry:
+                    changes.update(status=StepStatus.failed, finished_at=utcnow())
+                store.end_attempt(self.ref, AttemptStatus.failed, reason=reason, step=changes, run_cost=cost)
+            except AttemptEnded:
+                return self._report()
+            if not retry:
+                return self._report()
+            self.history.append(reason)
+            try:
+                self.attempt = store.claim_attempt(
+                    self.run.tenant,
+                    self.run.id,
+                    self.step.index,
+                    token=_secrets.token_hex(16),
+                    started_at=utcnow(),
+                    expect_status=(StepStatus.running,),
+                )
+            except Conflict:
+                return self._report()
+
+    def _attempt(self) -> tuple[StepOutcome, Any, StepRecorder]:
+        svc, run, step = self.svc, self.run, self.step
+        ws = load_workspace(run.workspace_uri)
+        agent = load_agent(ws, step.agent or "")
+        prompt = build_system_prompt(ws, agent)
+        svc.store.set_prompt_layers(self.ref, prompt.records())
+        handoff = handoff_block(svc, run, step, self.spec.handoff)
+        prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
+        recorder = StepRecorder(
+            svc=svc,
+            ref=self.ref,
+            base_n=len(prior.calls),
+            redact=Redactor({}),
+            capture=ws.settings.capture == "full",
+        )
+        job = StepJob(
+            tenant=run.tenant,
+            run_id=run.id,
+            index=step.index,
+            attempt=self.attempt.n,
+            agent=agent.name,
+            model=step.model,
+            item=step.item,
+            run_input=run.input,
+            system_stable=prompt.stable,
+            system_dynamic=prompt.dynamic,
+            user=user_message(step, self.spec, handoff, self.history),
+            tools=tuple(agent.settings.tools),
+            stub=agent.settings.stub,
+            answer_index=self.attempt.n - 1,
+            max_turns=agent.settings.max_turns,
+            timeout=agent.settings.timeout,
+            budget=agent.settings.budget,
+        )
+        outcome = svc.executor(step.model).execute(job, recorder)
+        data = check_output(self.spec, outcome)
+        return outcome, data, recorder
+
+    def _report(self) -> StepReport:
+        step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index)
+        return StepReport(index=step.index, status=step.status, attempts=step.attempts)
+
+
+def run_step(svc: Services, req: RunStepRequest) -> StepReport:
+    """Claim the step's next attempt and run it to its end. A step that already ended (a
+    re-delivered invocation) or is claimed by another worker is reported, not run again."""
+    tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
+    run = svc.store.get_run(tenant, run_id, steps=False)
+    step = svc.store.get_step(tenant, run_id, index)
+    if step.status != StepStatus.pending:
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    try:
+        attempt = svc.store.claim_attempt(
+            tenant,
+            run_id,
+            index,
+            token=_secrets.token_hex(16),
+            started_at=utcnow(),
+            op_id=req.op.op_id(group=req.group, cycle=req.cycle, index=index),
+        )
+    except Conflict:
+        step = svc.store.get_step(tenant, run_id, index)
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    return StepRunner(svc, run, step.model_copy(update={"status": StepStatus.running}), attempt).run_attempts()

@@ -1,0 +1,46 @@
+"""Where runs are kept: `open_store(url)` picks the implementation of `Store` a URL names."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import InvalidInput
+from .base import Store
+from .sqlite import SqliteStore
+
+__all__ = ["SqliteStore", "Store", "open_store"]
+
+_SQLITE = "sqlite:///"
+_DYNAMODB = "dynamodb://"
+_FORMS = "sqlite:///PATH (e.g. sqlite:///.laneflow/laneflow.db, sqlite:////abs/path.db) or dynamodb://TABLE"
+
+
+def open_store(url: str | None = None, *, default_dir: str | os.PathLike[str] = ".laneflow") -> Store:
+    """Open the store a URL names.
+
+    - `sqlite:///PATH`: the embedded store in one file. PATH is everything after the third
+      slash, so `sqlite:///runs.db` is relative to the current directory and
+      `sqlite:////var/laneflow.db` is absolute; `sqlite:///:memory:` is a private in-memory
+      database (for tests). The file's folder is created if missing.
+    - None: `sqlite:///<default_dir>/laneflow.db`, relative to the current directory.
+    - `dynamodb://TABLE`: the DynamoDB store (not available yet).
+
+    Anything else is `InvalidInput`.
+    """
+    if url is None:
+        os.makedirs(default_dir, exist_ok=True)
+        return SqliteStore(os.path.join(default_dir, "laneflow.db"))
+    if url.startswith(_SQLITE):
+        path = url[len(_SQLITE) :]
+        if not path:
+            raise InvalidInput(f"store URL {url!r} names no file; use {_FORMS}")
+        if path != ":memory:":
+            folder = os.path.dirname(os.path.expanduser(path))
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+        return SqliteStore(path)
+    if url.startswith(_DYNAMODB):
+        raise InvalidInput(
+            f"the DynamoDB store is not available yet (store URL {url!r}); use sqlite:///PATH for now"
+        )
+    raise InvalidInput(f"unknown store URL {url!r}; use {_FORMS}")

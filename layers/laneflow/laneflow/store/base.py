@@ -1,0 +1,201 @@
+"""The store interface: every durable fact about runs goes through it.
+
+Two implementations keep one contract (tests/integration/test_store_contract.py runs the
+same suite against each): `SqliteStore` (the embedded default) and, later, a DynamoDB one.
+
+The language of the interface is conditional writes:
+- Partial updates only. A save names the fields it changes; it can never put back a field
+  it did not name (so a late save cannot undo `stop_requested`).
+- `expect_status` makes a write conditional on the current status; a refused write raises
+  `Conflict` and changes nothing.
+- Every write about an attempt names its exact identity (`AttemptRef`). It lands only
+  while the stored attempt has that identity and is still running; otherwise it raises
+  `AttemptEnded` and changes nothing.
+- A write is whole or absent: nothing half-written when it fails.
+- Implementations are safe to call from many threads at once (the engine runs every Map
+  iteration on its own thread) and from several processes (a second terminal's `stop`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection
+from typing import Any
+
+from ..models import Attempt, AttemptRef, AttemptStatus, Event, ModelCall, PromptLayer, Run, RunStatus, Step, StepStatus
+
+# Fields of a run that `update_run` may change. `stop_requested` is not among them: only
+# `request_stop` sets it, and nothing clears it.
+RUN_FIELDS = frozenset(
+    {
+        "status",
+        "driven_at",
+        "finished_at",
+        "parked_at",
+        "revision",
+        "cost_usd",
+        "drives",
+        "error",
+        "execution",
+        "options",
+    }
+)
+
+# Fields of a step that `update_step` and `end_attempt(step=...)` may change.
+STEP_FIELDS = frozenset(
+    {
+        "status",
+        "attempts",
+        "cycle",
+        "instruction",
+        "result",
+        "conclusion",
+        "data",
+        "skip_reason",
+        "error",
+        "cost_usd",
+        "model",
+        "started_at",
+        "finished_at",
+    }
+)
+
+
+class Store(ABC):
+    """Runs, steps, attempts, events, spans and prompt layers, keyed by tenant first."""
+
+    url: str
+
+    # -- runs ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def create_run(self, run: Run) -> None:
+        """Write a new run with all of its steps, at once. `Conflict` if the id exists."""
+
+    @abstractmethod
+    def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True) -> Run:
+        """The run with its steps ordered by index. With `detail`, each step carries its
+        events (in order), calls (by `n`) and prompt layers. With `steps=False`, the run
+        alone (its `steps` empty): the cheap read a handler makes. `RunNotFound` if absent
+        (also when it belongs to another tenant)."""
+
+    @abstractmethod
+    def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
+        """The tenant's runs, newest first, without steps."""
+
+    @abstractmethod
+    def update_run(
+        self,
+        tenant: str,
+        run_id: str,
+        changes: dict[str, Any],
+        *,
+        expect_status: Collection[RunStatus] | None = None,
+        add_cost: float = 0.0,
+        add_drives: int = 0,
+    ) -> Run:
+        """Change the named fields (a subset of RUN_FIELDS), add to cost and drives, all at
+        once, only if the status is one of `expect_status` (when given). Returns the run
+        as written (without steps). `Conflict` when refused, `RunNotFound` when absent."""
+
+    @abstractmethod
+    def request_stop(self, tenant: str, run_id: str) -> bool:
+        """Set `stop_requested`. True if this call set it, False if it was already set."""
+
+    # -- steps --------------------------------------------------------------------------
+
+    @abstractmethod
+    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None) -> list[Step]:
+        """Steps ordered by index (without events, calls or layers), of one group if given."""
+
+    @abstractmethod
+    def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
+        """One step; with `detail`, its events, calls and prompt layers. `NotFound` if absent."""
+
+    @abstractmethod
+    def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:
+        """Append new step records (rescue records). `Conflict` if an index is taken."""
+
+    @abstractmethod
+    def update_step(
+        self,
+        tenant: str,
+        run_id: str,
+        index: int,
+        changes: dict[str, Any],
+        *,
+        expect_status: Collection[StepStatus] | None = None,
+    ) -> Step:
+        """Change the named fields (a subset of STEP_FIELDS) of a step not scoped to an
+        attempt (planning, skipping, loop resets). `Conflict` when the status is not one of
+        `expect_status`."""
+
+    # -- attempts -----------------------------------------------------------------------
+
+    @abstractmethod
+    def claim_attempt(
+        self,
+        tenant: str,
+        run_id: str,
+        index: int,
+        *,
+        token: str,
+        started_at: str,
+        op_id: str | None = None,
+        resumed_at: str | None = None,
+        expect_status: Collection[StepStatus] = (StepStatus.pending,),
+    ) -> Attempt:
+        """Claim the next attempt of a step, at once: a new attempt `n = step.attempts + 1`
+        (running), the step `running` with `attempts = n` and `started_at` set on its first
+        attempt. Only if the step's status is one of `expect_status` and it has no running
+        attempt; otherwise `Conflict`."""
+
+    @abstractmethod
+    def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
+        """One attempt. `NotFound` if absent."""
+
+    @abstractmethod
+    def list_attempts(self, tenant: str, run_id: str, index: int | None = None) -> list[Attempt]:
+        """Attempts of a run (or one step), ordered by index then n."""
+
+    @abstractmethod
+    def end_attempt(
+        self,
+        ref: AttemptRef,
+        status: AttemptStatus,
+        *,
+        reason: str | None = None,
+        step: dict[str, Any] | None = None,
+        run_cost: float = 0.0,
+    ) -> None:
+        """End a running attempt, and in the same write change its step (`step`, a subset of
+        STEP_FIELDS) and add `run_cost` to the run's cost. Fenced: `AttemptEnded` unless the
+        stored attempt has exactly `ref`'s identity and is running."""
+
+    @abstractmethod
+    def set_attempt_worker(self, ref: AttemptRef, worker: str) -> None:
+        """Record what is working on the attempt (a Lambda request, a task ARN, a pid).
+        Fenced like `end_attempt`."""
+
+    # -- trace --------------------------------------------------------------------------
+
+    @abstractmethod
+    def add_event(
+        self, tenant: str, run_id: str, index: int, event: Event, *, attempt: AttemptRef | None = None
+    ) -> None:
+        """Append a trace line to a step. With `attempt`, fenced like `end_attempt` (and the
+        event's `attempt` is set to its number)."""
+
+    @abstractmethod
+    def put_call(self, ref: AttemptRef, call: ModelCall) -> None:
+        """Insert a model-call span, or replace the one with the same `id` (a turn reported
+        twice). Fenced like `end_attempt`."""
+
+    @abstractmethod
+    def set_prompt_layers(self, ref: AttemptRef, layers: list[PromptLayer]) -> None:
+        """Replace the step's prompt layers with those this attempt was built from. Fenced."""
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:  # pragma: no cover - trivial default
+        """Release connections."""
