@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from laneflow.errors import FlowInvalid, RunInputInvalid, WorkspaceInvalid
-from laneflow.flow import check_workspace, load_flow, validate_input
+from laneflow.flow import Flow, check_workspace, load_flow, validate_input
 from laneflow.workspace import load_workspace
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -74,6 +74,14 @@ def test_design_example_flow_loads_with_every_shape():
     assert publisher.schema_["required"] == ["title", "body"]  # resolved from the file
     assert publisher.verify_judge == "Is the post faithful to the brief?"
     assert notifier.optional is True and notifier.instruction == ""
+
+
+def test_flow_survives_the_round_trip_a_run_record_makes():
+    # A run keeps the flow as JSON (by alias: `schema`) and reads it back on every drive.
+    flow = load_flow(load_workspace(WS_OK), "brief")
+    stored = flow.model_dump(mode="json", by_alias=True)
+    assert "schema" in stored["entries"][4]["steps"][0]
+    assert Flow.model_validate(stored) == flow
 
 
 def test_inline_each_list_and_inline_schema():

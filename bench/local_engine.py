@@ -1,0 +1,153 @@
+"""Benchmark: the embedded engine driving 10 groups x a fan-out of 100 stub steps (no delay).
+
+Every step goes through the real definition (Map states, Lambda Task states answered by the
+handlers in-process) and the real SQLite store, so the figure is laneflow's orchestration
+overhead per step. Writes bench/RESULTS.md's section (with --write) and prints a table, or
+one JSON object with --json.
+
+    python bench/local_engine.py [--groups 10] [--fanout 100] [--json] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from laneflow.engine.local import LocalEngine
+from laneflow.runs import create_run
+from laneflow.services import Services
+from laneflow.store import open_store
+
+HERE = Path(__file__).resolve().parent
+
+
+def make_workspace(root: Path, groups: int) -> Path:
+    ws = root / "bench-ws"
+    (ws / "agents" / "worker").mkdir(parents=True)
+    (ws / "flows").mkdir()
+    (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nBenchmark workspace.\n")
+    (ws / "agents" / "worker" / "agent.md").write_text(
+        "---\ndescription: does one item\nstub: \"Done with {item}.\"\n---\nYou do one item of work.\n"
+    )
+    entries = "".join(
+        f"  - agent: worker\n    each: input.items\n    instruction: \"Group {g}: handle {{item}}.\"\n"
+        for g in range(groups)
+    )
+    (ws / "flows" / "bench.yaml").write_text(
+        "description: benchmark\ninput:\n  type: object\n  properties:\n    items: {type: array}\nsteps:\n" + entries
+    )
+    return ws
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+
+
+def run_bench(groups: int, fanout: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ws = make_workspace(root, groups)
+        svc = Services.for_store(open_store(f"sqlite:///{root / 'bench.db'}"))
+        engine = LocalEngine(svc)
+        # Warm-up: the first execution in a process pays the interpreter's imports.
+        warm = create_run(svc, ws, "bench", {"items": ["a", "b"]})
+        engine.drive(warm.tenant, warm.id)
+
+        run = create_run(svc, ws, "bench", {"items": [f"item-{i}" for i in range(fanout)]})
+        started = time.perf_counter()
+        result = engine.drive(run.tenant, run.id)
+        wall = time.perf_counter() - started
+        steps = len(result.run.steps)
+        statuses = Counter(str(s.status) for s in result.run.steps)
+        history = engine.history(result.execution_arn)
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "benchmark": "local_engine",
+        "groups": groups,
+        "fanout": fanout,
+        "steps": steps,
+        "run_status": str(result.run.status),
+        "step_statuses": dict(statuses),
+        "wall_s": round(wall, 3),
+        "steps_per_s": round(steps / wall, 1),
+        "overhead_ms_per_step": round(wall * 1000 / steps, 2),
+        "history_events": len(history),
+        "history_events_per_step": round(len(history) / steps, 2),
+        "peak_rss_mib": round(rss_mib, 1),
+        "goal": "1,000 steps in under 20 s on 2 cores",
+        "goal_met": steps == groups * fanout and result.run.status == "completed" and wall < 20,
+        "machine": machine(),
+    }
+
+
+def markdown(r: dict) -> str:
+    return "\n".join(
+        [
+            "## local_engine — 10 groups x fan-out of 100, stub model, no delay",
+            "",
+            f"Machine: {r['machine']}. Command: `python bench/local_engine.py --write`.",
+            "",
+            "| figure | value |",
+            "|---|---|",
+            f"| steps | {r['steps']} ({r['groups']} groups x {r['fanout']}), run {r['run_status']} |",
+            f"| wall time | {r['wall_s']} s |",
+            f"| steps per second | {r['steps_per_s']} |",
+            f"| orchestration overhead per step | {r['overhead_ms_per_step']} ms |",
+            f"| Step Functions history events | {r['history_events']} ({r['history_events_per_step']} per step) |",
+            f"| peak memory (process RSS) | {r['peak_rss_mib']} MiB |",
+            f"| goal: {r['goal']} | {'met' if r['goal_met'] else 'NOT met'} |",
+            "",
+        ]
+    )
+
+
+def write_section(path: Path, name: str, text: str) -> None:
+    """Replace (or add) one benchmark's section of RESULTS.md, keeping the others."""
+    marker_start, marker_end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{marker_start}\n{text}{marker_end}\n"
+    current = path.read_text() if path.exists() else "# Benchmark results\n\nEach section is written by its benchmark script.\n\n"
+    if marker_start in current:
+        head, rest = current.split(marker_start, 1)
+        tail = rest.split(marker_end, 1)[1].lstrip("\n")
+        current = head + block + ("\n" + tail if tail else "")
+    else:
+        current = current.rstrip("\n") + "\n\n" + block
+    path.write_text(current)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=10)
+    parser.add_argument("--fanout", type=int, default=100)
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
+    args = parser.parse_args()
+    result = run_bench(args.groups, args.fanout)
+    if args.write:
+        write_section(HERE / "RESULTS.md", "local_engine", markdown(result))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(markdown(result))
+    return 0 if result["goal_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Shared fixtures: a fresh SQLite store per test, and a helper that runs a flow through the
+real state machine definition on the embedded engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laneflow.engine.local import DriveResult, LocalEngine
+from laneflow.runs import create_run
+from laneflow.services import Services
+from laneflow.settings import Settings
+from laneflow.store import open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Services:
+    store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
+    return Services.for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+
+
+@pytest.fixture
+def run_flow(svc: Services):
+    """run_flow(workspace, flow, input) -> DriveResult, through the real definition."""
+
+    engine = LocalEngine(svc)
+
+    def _run(workspace: str | Path, flow: str, run_input: Any = None, **kwargs: Any) -> DriveResult:
+        run = create_run(svc, workspace, flow, run_input, **kwargs)
+        return engine.drive(run.tenant, run.id, tick_s=0.02)
+
+    _run.engine = engine  # type: ignore[attr-defined]
+    return _run

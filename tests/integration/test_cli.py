@@ -1,0 +1,128 @@
+"""The `laneflow` command as a person uses it: exit codes, one clear line for bad input,
+nothing written for a refused run, machine-clean `--json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, FIXTURES, ROOT
+from laneflow.cli import main
+
+SEM = FIXTURES / "ws_semantics"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+def runs_in(store: str, capsys) -> list:
+    assert main(["runs", "--store", store, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_json_prints_only_the_record_and_exits_0(store, capsys):
+    code = main(["run", str(SEM), "handoff", "--input", '{"things": ["a"]}', "--store", store, "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    record = json.loads(out)  # the whole of stdout is one JSON document
+    assert record["status"] == "completed" and record["flow"] == "handoff"
+    for key in ("id", "tenant", "workspace", "stop_requested", "created_at", "driven_at", "finished_at",
+                "parked_at", "revision", "cost_usd", "drives", "steps"):
+        assert key in record
+    step = record["steps"][0]
+    for key in ("index", "group", "agent", "item", "model", "status", "attempts", "cycle", "instruction", "result",
+                "conclusion", "data", "rescue_of", "skip_reason", "cost_usd", "events", "calls", "prompt_layers"):
+        assert key in step
+    assert set(step["calls"][0]["tokens"]) == {"input", "output", "cache_read", "cache_write"}
+
+
+def test_a_failed_run_exits_1_with_the_reason_on_stderr(store, capsys):
+    code = main(["run", str(SEM), "required_fails", "--store", store, "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "failed: step 0 (failer) failed: cannot do this" in captured.err
+
+
+def test_a_missing_workspace_exits_2_naming_it(store, capsys, tmp_path):
+    missing = tmp_path / "nowhere"
+    code = main(["run", str(missing), "brief", "--store", store])
+    err = capsys.readouterr().err
+    assert code == 2 and "nowhere" in err.splitlines()[0]
+
+
+def test_an_invalid_flow_exits_2_lists_every_problem_and_writes_nothing(store, capsys):
+    code = main(["run", str(FIXTURES / "ws_broken"), "messy", "--store", store])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "flows/messy.yaml" in err and len([l for l in err.splitlines() if "messy.yaml:" in l]) >= 5
+    assert runs_in(store, capsys) == []
+
+
+def test_an_input_that_does_not_match_the_schema_exits_2_naming_the_field(store, capsys):
+    code = main(["run", str(SEM), "handoff", "--input", '{"things": [1]}', "--store", store])
+    err = capsys.readouterr().err
+    assert code == 2 and "things" in err
+    assert runs_in(store, capsys) == []
+
+
+@pytest.mark.parametrize("given, expected", [("{not json", "--input: not valid JSON"), ("@/no/such/file.json", "cannot read it")])
+def test_bad_input_flag_exits_2_with_one_clear_line(store, capsys, given, expected):
+    code = main(["run", str(SEM), "handoff", "--input", given, "--store", store])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err.splitlines()[0]
+
+
+def test_input_from_a_file(store, capsys, tmp_path):
+    path = tmp_path / "in.json"
+    path.write_text('{"things": ["from-file"]}')
+    assert main(["run", str(SEM), "handoff", "--input", f"@{path}", "--store", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"][0]["item"] == "from-file"
+
+
+def test_check_lists_every_problem_and_exits_1(capsys):
+    code = main(["check", str(FIXTURES / "ws_broken")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "agents/broken/agent.md:4" in out
+    assert len([l for l in out.splitlines() if l.startswith("flows/messy.yaml")]) >= 5
+
+
+def test_check_a_clean_workspace_exits_0(capsys):
+    assert main(["check", str(EXAMPLES / "newsroom")]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_show_and_runs_read_what_run_wrote(store, capsys):
+    main(["run", str(SEM), "handoff", "--input", '{"things": ["a"]}', "--store", store, "--json"])
+    run_id = json.loads(capsys.readouterr().out)["id"]
+    assert [r["id"] for r in runs_in(store, capsys)] == [run_id]
+    assert main(["show", run_id, "--store", store]) == 0
+    text = capsys.readouterr().out
+    assert run_id in text and "layers:" in text
+    assert main(["show", run_id, "--store", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == run_id
+
+
+def test_show_an_unknown_run_exits_2(store, capsys):
+    assert main(["show", "run-nope", "--store", store]) == 2
+    assert "run-nope" in capsys.readouterr().err
+
+
+def test_the_console_script_runs_the_demo_with_progress_on_stderr_only(tmp_path):
+    """The installed `laneflow demo` as a person runs it (a real process)."""
+    exe = Path(sys.executable).parent / "laneflow"
+    proc = subprocess.run(
+        [str(exe), "demo", "--json", "--store", f"sqlite:///{tmp_path / 'demo.db'}"],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path, env={**os.environ, "LANEFLOW_HOME": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["status"] == "completed" and len(record["steps"]) == 8
+    assert "group 0 step 0 researcher (tides): completed" in proc.stderr
