@@ -1,0 +1,96 @@
+"""The state machine that deploys is the one the engine runs: the template wires every
+substitution to a function whose handler exists, and the interpreter loads the definition."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+import pytest
+
+from conftest import ROOT
+from laneflow import contracts
+from laneflow.engine.template import Template
+
+TEMPLATE = Template.load(ROOT / "template.yaml")
+EVENT_MODELS = {
+    "start_drive": contracts.StartDriveRequest,
+    "next_group": contracts.NextGroupRequest,
+    "run_step": contracts.RunStepRequest,
+    "step_crashed": contracts.StepCrashedRequest,
+    "settle_group": contracts.SettleGroupRequest,
+    "end_run": contracts.EndRunRequest,
+}
+
+
+def _states(node):
+    for name, state in node["States"].items():
+        yield name, state
+        for key in ("ItemProcessor", "Iterator"):
+            if key in state:
+                yield from _states(state[key])
+        for branch in state.get("Branches", []):
+            yield from _states(branch)
+
+
+def test_every_substitution_in_the_definition_is_wired_to_a_template_function():
+    path, subs = TEMPLATE.state_machine()
+    used = set(re.findall(r"\$\{(\w+)\}", path.read_text()))
+    assert used == set(subs), "definition and DefinitionSubstitutions disagree"
+    functions = TEMPLATE.functions()
+    for name, value in subs.items():
+        assert value["Fn::GetAtt"][0] in functions, name
+
+
+def test_every_function_has_a_thin_handler_that_imports():
+    for spec in TEMPLATE.functions().values():
+        path = spec.code_dir / "app.py"
+        assert path.is_file(), path
+        module_spec = importlib.util.spec_from_file_location(f"check_{spec.logical_id}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        assert callable(module.handler)
+        assert len(path.read_text().splitlines()) < 20, f"{path} is not thin"
+
+
+def test_the_interpreter_loads_the_substituted_definition():
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    definition = TEMPLATE.definition(lambda lid: f"arn:aws:lambda:us-east-1:123456789012:function:{lid}")
+    AmazonStateLanguageParser.parse(definition)
+    doc = json.loads(definition)
+    for name, state in _states(doc):
+        if state["Type"] == "Map":
+            assert "MaxConcurrency" in state or "MaxConcurrencyPath" in state, f"{name}: unbounded threads"
+        if state["Type"] == "Task":
+            assert "Retry" in state, f"{name} retries nothing"
+
+
+def test_map_states_discard_their_outputs_so_no_state_nears_256_kb():
+    doc = json.loads((ROOT / "statemachines" / "flow.asl.json").read_text())
+    maps = [(n, s) for n, s in _states(doc) if s["Type"] == "Map"]
+    assert maps and all(s.get("ResultPath", "x") is None for _, s in maps)
+
+
+def test_a_definition_with_a_missing_substitution_is_refused(tmp_path):
+    (tmp_path / "statemachines").mkdir()
+    (tmp_path / "statemachines" / "flow.asl.json").write_text('{"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "${Nope}", "End": true}}}')
+    (tmp_path / "template.yaml").write_text(
+        "Resources:\n  FlowStateMachine:\n    Type: AWS::Serverless::StateMachine\n    Properties:\n"
+        "      DefinitionUri: statemachines/flow.asl.json\n      DefinitionSubstitutions: {}\n"
+    )
+    with pytest.raises(ValueError, match="Nope"):
+        Template.load(tmp_path / "template.yaml").definition(lambda lid: lid)
+
+
+@pytest.mark.parametrize("name", sorted(EVENT_MODELS))
+def test_every_sample_event_parses_into_its_handler_model(name):
+    event = json.loads((ROOT / "events" / f"{name}.json").read_text())
+    EVENT_MODELS[name].model_validate(event)
+    assert (ROOT / "functions" / name / "app.py").is_file()
+
+
+def test_there_is_a_sample_event_for_every_function():
+    dirs = {spec.code_dir.name for spec in TEMPLATE.functions().values()}
+    assert dirs == set(EVENT_MODELS) == {p.stem for p in (ROOT / "events").glob("*.json")}

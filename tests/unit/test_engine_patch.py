@@ -1,0 +1,46 @@
+"""The one moto internal the local engine replaces. If moto moves it, these fail loudly
+instead of the engine silently calling a real Lambda endpoint."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+
+from laneflow.engine import local
+
+
+def test_moto_is_the_exact_version_the_hook_was_written_for():
+    assert importlib.metadata.version("moto") == "5.2.5"
+
+
+def test_the_hooked_function_exists_with_the_expected_signature():
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    local.install_interpreter_hook()
+    assert lambda_eval_utils._invoke_lambda_function is local._invoke_in_process
+    params = list(inspect.signature(lambda_eval_utils.execute_lambda_function_integration).parameters)
+    assert params == ["env", "parameters", "region", "state_credentials"]
+    # the integration looks the function up at call time (a module global), so the hook is used
+    source = inspect.getsource(lambda_eval_utils.execute_lambda_function_integration)
+    assert "_invoke_lambda_function(" in source
+
+
+def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_class(tmp_path):
+    class Boom(Exception):
+        pass
+
+    registry = local.HandlerRegistry.__new__(local.HandlerRegistry)
+    registry.functions = {"F": local.FunctionSpec("F", tmp_path, "app.handler")}
+    registry._modules = {}
+    import threading
+
+    registry._lock = threading.Lock()
+
+    def raising(event, context):
+        raise Boom("it broke")
+
+    registry._handler = lambda logical_id: raising  # type: ignore[method-assign]
+    answer = registry.invoke("arn:aws:lambda:us-east-1:123456789012:function:F", {})
+    assert answer["FunctionError"] == "Unhandled"
+    assert answer["Payload"]["errorType"] == "Boom" and answer["Payload"]["errorMessage"] == "it broke"
+    assert registry.invoke("arn:aws:lambda:us-east-1:123456789012:function:Nope", {})["Payload"]["errorType"] == "ResourceNotFoundException"
