@@ -4,7 +4,8 @@ Tables (every key starts with the tenant; `idx` is a step's index, `n` an attemp
 
     runs           (tenant, id) PK. The Run's scalar fields as columns; `input`, `options`
                    and `flow_spec` as JSON text; `workspace_uri`. Indexed by
-                   (tenant, created_at DESC) for `list_runs`.
+                   (tenant, created_at DESC) for `list_runs`. A run id is unique within its
+                   tenant; another tenant's run of the same id is a different run.
     steps          (tenant, run_id, idx) PK. The Step's scalar fields as columns (`group` is
                    `grp`); `item` and `data` as JSON text.
     attempts       (tenant, run_id, idx, n) PK. token, started_at, resumed_at, status,
@@ -16,9 +17,13 @@ Tables (every key starts with the tenant; `idx` is a step's index, `n` an attemp
     calls          (tenant, run_id, idx, id) PK; n; body = the ModelCall as JSON. Read by n.
     prompt_layers  (tenant, run_id, idx) PK; layers = JSON list of PromptLayer.
 
-Events, spans and layers are rows of their own, never a growing column (DESIGN section 11),
-and a run is read with one query per table, grouped in Python, so a 1,000-step run reads in
-tens of milliseconds.
+Events, spans and layers are rows of their own, never a growing column (DESIGN section 11).
+
+Reading. Each query has SQLite render its rows as the model's JSON (`json_object`), the
+children are grouped by step in Python, and pydantic validates the assembled JSON in one
+call. A run is one query per table, so a 1,000-step run with 5 events, a span and layers
+per step reads in ~40 ms on a busy 2-core machine (building dicts in Python and validating
+those took ~55 ms; validation alone is ~20-25 ms of either).
 
 Concurrency. The file is in WAL mode (readers never block the writer), `synchronous=NORMAL`
 and `busy_timeout` 10 s (another process - a second terminal's `stop` - waits its turn
@@ -27,12 +32,15 @@ taken before the first read, so a read-check-write (a status condition, an attem
 cannot interleave with another writer, and any error rolls the whole write back.
 
 Within one process every call goes through ONE connection behind a lock. Measured on this
-project's workload (fenced event writes and claim/end pairs from 32 threads, see the report
-in the module's PR): one locked connection did ~2.5x the writes per second of a connection
-per thread, because writers on separate connections contend through SQLite's busy handler,
-which sleeps (1, 2, 5, 10 ... ms) instead of queueing, while a Python lock hands over in
-microseconds. Reads are short and serialise behind writes without visible cost at the
-engine's scale. It also makes `sqlite:///:memory:` (one connection = one database) work.
+project's workload (claim, worker, 20 fenced events, a span and end_attempt per step, on a
+2-core machine): from 32 threads one locked connection did ~12,600 writes/s, a connection
+per thread ~6,900, and per-thread connections with a process write lock ~8,300 (64 threads:
+10,300 / 8,700 / 9,200; 1-4 threads: within noise of each other). Writers on separate
+connections contend through SQLite's busy handler, which sleeps (1, 2, 5 ... ms) instead of
+queueing, while a Python lock hands over in microseconds. With reads mixed in, all three
+were within noise (the GIL, converting rows, is then the limit), so parallel readers buy
+nothing here. One connection also makes `sqlite:///:memory:` work and needs no per-thread
+connection bookkeeping for the engine's short-lived threads.
 
 Floats: costs are rounded to 6 decimals whenever they are stored or added to, so sums of
 many small costs do not show binary drift (0.1 + 0.2 is stored as 0.3).
@@ -44,6 +52,7 @@ import json
 import os
 import sqlite3
 import threading
+from collections import defaultdict
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -175,8 +184,9 @@ CREATE TABLE IF NOT EXISTS prompt_layers (
 ) WITHOUT ROWID;
 """
 
-# Model field -> (column, kind). Kinds say how a value is stored: as is, as 0/1, as JSON text,
-# as an enum's value, or as a rounded cost.
+# Model field -> (column, kind). The kind says how a value is written: as is ("plain"), as an
+# enum's value, as 0/1, as JSON text, or as a rounded cost. (Reading needs no kinds: 0/1 and
+# enum values validate as they are, and JSON columns are embedded with json().)
 _RUN_COLUMNS: dict[str, tuple[str, str]] = {
     "tenant": ("tenant", "plain"),
     "id": ("id", "plain"),
@@ -225,8 +235,53 @@ _STEP_COLUMNS: dict[str, tuple[str, str]] = {
 }
 _STEP_CHILDREN = ("events", "calls", "prompt_layers")  # kept in tables of their own
 
-_ATTEMPT_COLUMNS = ("run_id", "idx", "n", "token", "started_at", "resumed_at", "status", "ended_at", "reason", "worker", "op_id")
+_ATTEMPT_COLUMNS: dict[str, tuple[str, str]] = {
+    "run_id": ("run_id", "plain"),
+    "index": ("idx", "plain"),
+    "n": ("n", "plain"),
+    "token": ("token", "plain"),
+    "started_at": ("started_at", "plain"),
+    "resumed_at": ("resumed_at", "plain"),
+    "status": ("status", "plain"),
+    "ended_at": ("ended_at", "plain"),
+    "reason": ("reason", "plain"),
+    "worker": ("worker", "plain"),
+    "op_id": ("op_id", "plain"),
+}
 
+_EVENT_COLUMNS: dict[str, tuple[str, str]] = {
+    "t": ("t", "plain"),
+    "type": ("type", "plain"),
+    "text": ("text", "plain"),
+    "attempt": ("attempt", "plain"),
+    "data": ("data", "json"),
+}
+
+
+def _as_json(columns: dict[str, tuple[str, str]]) -> str:
+    """A SQL expression rendering one row as the JSON object of its model."""
+    members = (f"'{field}', " + (f"json({col})" if kind == "json" else col) for field, (col, kind) in columns.items())
+    return f"json_object({', '.join(members)})"
+
+
+_RUN_JSON = _as_json(_RUN_COLUMNS)
+_STEP_JSON = _as_json(_STEP_COLUMNS)
+_ATTEMPT_JSON = _as_json(_ATTEMPT_COLUMNS)
+_EVENT_JSON = _as_json(_EVENT_COLUMNS)
+
+_RUNS = TypeAdapter(list[Run])
+_STEPS = TypeAdapter(list[Step])
+_ATTEMPTS = TypeAdapter(list[Attempt])
+
+
+def _array(items: list[str]) -> str:
+    return "[" + ",".join(items) + "]"
+
+
+def _splice(obj: str, **members: str) -> str:
+    """A JSON object (as json_object() renders it: '{...}', never empty) with members, given
+    as JSON text, added before its closing brace."""
+    return obj[:-1] + "".join(f',"{name}":{value}' for name, value in members.items()) + "}"
 
 
 def _check_columns_cover_models() -> None:
@@ -247,33 +302,12 @@ def _to_db(kind: str, value: Any) -> Any:
     if kind == "json":
         return _dumps(value)
     if kind == "enum":
-        return value.value if hasattr(value, "value") else str(value)
+        return value.value
     if kind == "bool":
         return int(bool(value))
     if kind == "cost":
         return round(float(value), COST_DECIMALS)
     return value
-
-
-def _from_db(kind: str, value: Any) -> Any:
-    if kind == "json":
-        return json.loads(value)
-    if kind == "bool":
-        return bool(value)
-    return value
-
-
-def _row_dict(columns: dict[str, tuple[str, str]], row: tuple[Any, ...]) -> dict[str, Any]:
-    return {field: _from_db(kind, value) for (field, (_, kind)), value in zip(columns.items(), row)}
-
-
-def _select(columns: dict[str, tuple[str, str]]) -> str:
-    return ", ".join(column for column, _ in columns.values())
-
-
-_RUN_SELECT = _select(_RUN_COLUMNS)
-_STEP_SELECT = _select(_STEP_COLUMNS)
-_ATTEMPT_SELECT = ", ".join(_ATTEMPT_COLUMNS)
 
 
 @cache
@@ -299,7 +333,11 @@ def _validated_changes(model: type[Run] | type[Step], allowed: frozenset[str], c
 def _statuses(values: Collection[Any]) -> list[str]:
     if isinstance(values, str):  # one status given bare (a StrEnum is a str too)
         values = [values]
-    return [v.value if hasattr(v, "value") else str(v) for v in values]
+    return [str(getattr(v, "value", v)) for v in values]
+
+
+def _refuse_status(what: str, found: str, expected: Collection[Any]) -> Conflict:
+    return Conflict(f"{what} is {found}, not {' or '.join(_statuses(expected)) or 'any status'}")
 
 
 class SqliteStore(Store):
@@ -310,10 +348,13 @@ class SqliteStore(Store):
         path = os.fspath(path)
         self.path = path if path == ":memory:" else os.path.abspath(os.path.expanduser(path))
         self.url = f"sqlite:///{self.path}"
+        self._open()
+
+    def _open(self) -> None:
+        """Connect, set the pragmas, and create the tables if this is a new database."""
+        self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
+        self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -327,14 +368,28 @@ class SqliteStore(Store):
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
 
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
     # -- transactions -------------------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """The process's connection, held by this thread until the block ends."""
+        if self._pid != os.getpid():
+            # A forked child must not use its parent's connection (nor its lock, which a
+            # parent thread may have held at the fork): open its own. (`:memory:` is per
+            # process, so a child starts empty.)
+            self._open()
+        with self._lock:
+            yield self._conn
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: whole or absent. The write lock is taken up front
         (BEGIN IMMEDIATE) so reads inside it are the state the write is conditional on."""
-        with self._lock:
-            conn = self._conn
+        with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -347,8 +402,7 @@ class SqliteStore(Store):
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction: every query inside it sees the same snapshot."""
-        with self._lock:
-            conn = self._conn
+        with self._connection() as conn:
             conn.execute("BEGIN")
             try:
                 yield conn
@@ -356,26 +410,73 @@ class SqliteStore(Store):
                 if conn.in_transaction:
                     conn.execute("COMMIT")
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    # -- helpers ------------------------------------------------------------------------
+    # -- reading rows -------------------------------------------------------------------
 
     @staticmethod
     def _require_run(db: sqlite3.Connection, tenant: str, run_id: str) -> None:
         if db.execute("SELECT 1 FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone() is None:
             raise RunNotFound(run_id)
 
-    def _step_status(self, db: sqlite3.Connection, tenant: str, run_id: str, index: int) -> tuple[str, int]:
+    @staticmethod
+    def _run_json(db: sqlite3.Connection, tenant: str, run_id: str) -> str:
+        row = db.execute(f"SELECT {_RUN_JSON} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        return row[0]
+
+    @classmethod
+    def _step_status(cls, db: sqlite3.Connection, tenant: str, run_id: str, index: int) -> tuple[str, int]:
         """The step's (status, attempts); RunNotFound / NotFound when absent."""
         row = db.execute(
             "SELECT status, attempts FROM steps WHERE tenant = ? AND run_id = ? AND idx = ?", (tenant, run_id, index)
         ).fetchone()
         if row is None:
-            self._require_run(db, tenant, run_id)
+            cls._require_run(db, tenant, run_id)
             raise NotFound(f"no step {index} in run {run_id!r}")
         return row
+
+    @staticmethod
+    def _steps_json(
+        db: sqlite3.Connection,
+        tenant: str,
+        run_id: str,
+        *,
+        index: int | None = None,
+        group: int | None = None,
+        detail: bool = False,
+    ) -> list[str]:
+        """Steps of a run (or step `index`, or group `group`) as JSON, ordered by index. With
+        `detail`, each carries its events, calls and prompt layers: one query per table."""
+        where, args = "tenant = ? AND run_id = ?", [tenant, run_id]
+        if index is not None:
+            where, args = where + " AND idx = ?", args + [index]
+        only_group, group_args = ("", []) if group is None else (" AND grp = ?", [group])
+        steps = db.execute(
+            f"SELECT idx, {_STEP_JSON} FROM steps WHERE {where}{only_group} ORDER BY idx", args + group_args
+        ).fetchall()
+        if not detail:
+            return [step for _, step in steps]
+        events: dict[int, list[str]] = defaultdict(list)
+        for idx, event in db.execute(f"SELECT idx, {_EVENT_JSON} FROM events WHERE {where} ORDER BY idx, seq", args):
+            events[idx].append(event)
+        calls: dict[int, list[str]] = defaultdict(list)
+        for idx, call in db.execute(f"SELECT idx, body FROM calls WHERE {where} ORDER BY idx, n, id", args):
+            calls[idx].append(call)
+        layers = dict(db.execute(f"SELECT idx, layers FROM prompt_layers WHERE {where}", args).fetchall())
+        return [
+            _splice(step, events=_array(events[idx]), calls=_array(calls[idx]), prompt_layers=layers.get(idx, "[]"))
+            for idx, step in steps
+        ]
+
+    @classmethod
+    def _step(cls, db: sqlite3.Connection, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
+        found = cls._steps_json(db, tenant, run_id, index=index, detail=detail)
+        if not found:
+            cls._require_run(db, tenant, run_id)
+            raise NotFound(f"no step {index} in run {run_id!r}")
+        return Step.model_validate_json(found[0])
+
+    # -- fencing ------------------------------------------------------------------------
 
     @staticmethod
     def _fence(db: sqlite3.Connection, ref: AttemptRef) -> None:
@@ -395,86 +496,6 @@ class SqliteStore(Store):
             raise AttemptEnded(f"{what} is not the attempt named (its token or times differ); it is {row[1]}")
         raise AttemptEnded(f"{what} has ended ({row[1]})")
 
-    @staticmethod
-    def _check_ref_matches(ref: AttemptRef, tenant: str, run_id: str, index: int) -> None:
-        if (ref.tenant, ref.run_id, ref.index) != (tenant, run_id, index):
-            raise ValueError(
-                f"the attempt named (run {ref.run_id!r}, step {ref.index}) is not of run {run_id!r}, step {index}"
-            )
-
-    @staticmethod
-    def _insert_steps(db: sqlite3.Connection, tenant: str, run_id: str, steps: list[Step]) -> None:
-        """Insert step rows and whatever events, calls and layers the records carry."""
-        columns = ", ".join(["tenant", "run_id"] + [c for c, _ in _STEP_COLUMNS.values()])
-        marks = ", ".join("?" * (len(_STEP_COLUMNS) + 2))
-        rows, events, calls, layers = [], [], [], []
-        for step in steps:
-            rows.append(
-                (tenant, run_id, *(_to_db(kind, getattr(step, f)) for f, (_, kind) in _STEP_COLUMNS.items()))
-            )
-            events += [
-                (tenant, run_id, step.index, e.t, e.type, e.text, e.attempt, None if e.data is None else _dumps(e.data))
-                for e in step.events
-            ]
-            calls += [(tenant, run_id, step.index, c.id, c.n, c.model_dump_json()) for c in step.calls]
-            if step.prompt_layers:
-                layers.append((tenant, run_id, step.index, _dumps([p.model_dump() for p in step.prompt_layers])))
-        try:
-            db.executemany(f"INSERT INTO steps ({columns}) VALUES ({marks})", rows)
-        except sqlite3.IntegrityError:
-            taken = [s.index for s in steps]
-            raise Conflict(f"run {run_id!r}: a step index among {taken} is taken") from None
-        db.executemany(
-            "INSERT INTO events (tenant, run_id, idx, t, type, text, attempt, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            events,
-        )
-        db.executemany(
-            "INSERT OR REPLACE INTO calls (tenant, run_id, idx, id, n, body) VALUES (?, ?, ?, ?, ?, ?)", calls
-        )
-        db.executemany("INSERT INTO prompt_layers (tenant, run_id, idx, layers) VALUES (?, ?, ?, ?)", layers)
-
-    @staticmethod
-    def _run_row(db: sqlite3.Connection, tenant: str, run_id: str) -> dict[str, Any]:
-        row = db.execute(f"SELECT {_RUN_SELECT} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
-        if row is None:
-            raise RunNotFound(run_id)
-        return _row_dict(_RUN_COLUMNS, row)
-
-    @staticmethod
-    def _step_rows(db: sqlite3.Connection, tenant: str, run_id: str, group: int | None = None) -> list[dict[str, Any]]:
-        sql = f"SELECT {_STEP_SELECT} FROM steps WHERE tenant = ? AND run_id = ?"
-        args: tuple[Any, ...] = (tenant, run_id)
-        if group is not None:
-            sql += " AND grp = ?"
-            args += (group,)
-        return [_row_dict(_STEP_COLUMNS, r) for r in db.execute(sql + " ORDER BY idx", args)]
-
-    @staticmethod
-    def _attach_children(
-        db: sqlite3.Connection, tenant: str, run_id: str, steps: list[dict[str, Any]], *, index: int | None = None
-    ) -> None:
-        """Give step rows their events (by seq), calls (by n) and prompt layers: one query
-        per table for the whole run (or for step `index`), grouped here."""
-        by_index = {s["index"]: s for s in steps}
-        for s in steps:
-            s["events"], s["calls"], s["prompt_layers"] = [], [], []
-        where, args = "tenant = ? AND run_id = ?", (tenant, run_id)
-        if index is not None:
-            where, args = where + " AND idx = ?", args + (index,)
-        for idx, t, type_, text, attempt, data in db.execute(
-            f"SELECT idx, t, type, text, attempt, data FROM events WHERE {where} ORDER BY idx, seq", args
-        ):
-            if idx in by_index:
-                by_index[idx]["events"].append(
-                    {"t": t, "type": type_, "text": text, "attempt": attempt, "data": None if data is None else json.loads(data)}
-                )
-        for idx, body in db.execute(f"SELECT idx, body FROM calls WHERE {where} ORDER BY idx, n, id", args):
-            if idx in by_index:
-                by_index[idx]["calls"].append(json.loads(body))
-        for idx, layers in db.execute(f"SELECT idx, layers FROM prompt_layers WHERE {where}", args):
-            if idx in by_index:
-                by_index[idx]["prompt_layers"] = json.loads(layers)
-
     # -- runs ---------------------------------------------------------------------------
 
     def create_run(self, run: Run) -> None:
@@ -490,26 +511,20 @@ class SqliteStore(Store):
 
     def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True) -> Run:
         with self._read() as db:
-            record = self._run_row(db, tenant, run_id)
-            if steps:
-                record["steps"] = self._step_rows(db, tenant, run_id)
-                if detail:
-                    self._attach_children(db, tenant, run_id, record["steps"])
-        return Run.model_validate(record)
+            run = self._run_json(db, tenant, run_id)
+            step_list = self._steps_json(db, tenant, run_id, detail=detail) if steps else []
+        return Run.model_validate_json(_splice(run, steps=_array(step_list)))
 
     def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
-        sql = f"SELECT {_RUN_SELECT} FROM runs WHERE tenant = ?"
-        args: list[Any] = [tenant]
+        sql, args = f"SELECT {_RUN_JSON} FROM runs WHERE tenant = ?", [tenant]
         if status is not None:
             wanted = _statuses(status)
-            sql += f" AND status IN ({', '.join('?' * len(wanted))})"
-            args += wanted
+            sql, args = sql + f" AND status IN ({', '.join('?' * len(wanted))})", args + wanted
         # rowid breaks ties between runs created in the same millisecond: later insert first.
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        args.append(limit)
         with self._read() as db:
-            rows = db.execute(sql, args).fetchall()
-        return [Run.model_validate(_row_dict(_RUN_COLUMNS, r)) for r in rows]
+            rows = db.execute(sql, [*args, limit]).fetchall()
+        return _RUNS.validate_json(_array([run for (run,) in rows]))
 
     def update_run(
         self,
@@ -521,33 +536,35 @@ class SqliteStore(Store):
         add_cost: float = 0.0,
         add_drives: int = 0,
     ) -> Run:
-        columns = _validated_changes(Run, RUN_FIELDS, changes)
-        assignments = [f"{c} = ?" for c in columns]
-        args: list[Any] = list(columns.values())
-        if add_cost:
-            assignments.append(f"cost_usd = round(cost_usd + ?, {COST_DECIMALS})")
-            args.append(float(add_cost))
-        if add_drives:
-            assignments.append("drives = drives + ?")
-            args.append(int(add_drives))
+        # column -> (SQL expression, argument). An amount to add to a column that the same
+        # call also sets lands on the value set.
+        sets = {column: ("?", value) for column, value in _validated_changes(Run, RUN_FIELDS, changes).items()}
+        if add_cost and "cost_usd" in sets:
+            sets["cost_usd"] = ("?", round(sets["cost_usd"][1] + add_cost, COST_DECIMALS))
+        elif add_cost:
+            sets["cost_usd"] = (f"round(cost_usd + ?, {COST_DECIMALS})", float(add_cost))
+        if add_drives and "drives" in sets:
+            sets["drives"] = ("?", sets["drives"][1] + add_drives)
+        elif add_drives:
+            sets["drives"] = ("drives + ?", int(add_drives))
         with self._write() as db:
-            current = self._run_row(db, tenant, run_id)
-            if expect_status is not None and current["status"] not in _statuses(expect_status):
-                raise Conflict(
-                    f"run {run_id!r} is {current['status']}, not {' or '.join(_statuses(expect_status)) or 'any status'}"
-                )
-            if assignments:
+            found = db.execute("SELECT status FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
+            if found is None:
+                raise RunNotFound(run_id)
+            if expect_status is not None and found[0] not in _statuses(expect_status):
+                raise _refuse_status(f"run {run_id!r}", found[0], expect_status)
+            if sets:
                 db.execute(
-                    f"UPDATE runs SET {', '.join(assignments)} WHERE tenant = ? AND id = ?", (*args, tenant, run_id)
+                    f"UPDATE runs SET {', '.join(f'{c} = {expr}' for c, (expr, _) in sets.items())}"
+                    " WHERE tenant = ? AND id = ?",
+                    (*(arg for _, arg in sets.values()), tenant, run_id),
                 )
-                current = self._run_row(db, tenant, run_id)
-        return Run.model_validate(current)
+            run = self._run_json(db, tenant, run_id)
+        return Run.model_validate_json(run)
 
     def request_stop(self, tenant: str, run_id: str) -> bool:
         with self._write() as db:
-            row = db.execute(
-                "SELECT stop_requested FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)
-            ).fetchone()
+            row = db.execute("SELECT stop_requested FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
             if row is None:
                 raise RunNotFound(run_id)
             if row[0]:
@@ -560,26 +577,43 @@ class SqliteStore(Store):
     def get_steps(self, tenant: str, run_id: str, *, group: int | None = None) -> list[Step]:
         with self._read() as db:
             self._require_run(db, tenant, run_id)
-            rows = self._step_rows(db, tenant, run_id, group)
-        return [Step.model_validate(r) for r in rows]
+            steps = self._steps_json(db, tenant, run_id, group=group)
+        return _STEPS.validate_json(_array(steps))
 
     def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
         with self._read() as db:
-            row = db.execute(
-                f"SELECT {_STEP_SELECT} FROM steps WHERE tenant = ? AND run_id = ? AND idx = ?", (tenant, run_id, index)
-            ).fetchone()
-            if row is None:
-                self._require_run(db, tenant, run_id)
-                raise NotFound(f"no step {index} in run {run_id!r}")
-            record = _row_dict(_STEP_COLUMNS, row)
-            if detail:
-                self._attach_children(db, tenant, run_id, [record], index=index)
-        return Step.model_validate(record)
+            return self._step(db, tenant, run_id, index, detail=detail)
 
     def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:
         with self._write() as db:
             self._require_run(db, tenant, run_id)
             self._insert_steps(db, tenant, run_id, steps)
+
+    @staticmethod
+    def _insert_steps(db: sqlite3.Connection, tenant: str, run_id: str, steps: list[Step]) -> None:
+        """Insert step rows, with whatever events, calls and layers the records carry."""
+        columns = ", ".join(["tenant", "run_id"] + [c for c, _ in _STEP_COLUMNS.values()])
+        marks = ", ".join("?" * (len(_STEP_COLUMNS) + 2))
+        rows, events, calls, layers = [], [], [], []
+        for step in steps:
+            rows.append((tenant, run_id, *(_to_db(kind, getattr(step, f)) for f, (_, kind) in _STEP_COLUMNS.items())))
+            events += [
+                (tenant, run_id, step.index, e.t, e.type, e.text, e.attempt, None if e.data is None else _dumps(e.data))
+                for e in step.events
+            ]
+            calls += [(tenant, run_id, step.index, c.id, c.n, c.model_dump_json()) for c in step.calls]
+            if step.prompt_layers:
+                layers.append((tenant, run_id, step.index, _dumps([p.model_dump() for p in step.prompt_layers])))
+        try:
+            db.executemany(f"INSERT INTO steps ({columns}) VALUES ({marks})", rows)
+        except sqlite3.IntegrityError:
+            raise Conflict(f"run {run_id!r}: a step index among {[s.index for s in steps]} is taken") from None
+        db.executemany(
+            "INSERT INTO events (tenant, run_id, idx, t, type, text, attempt, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            events,
+        )
+        db.executemany("INSERT OR REPLACE INTO calls (tenant, run_id, idx, id, n, body) VALUES (?, ?, ?, ?, ?, ?)", calls)
+        db.executemany("INSERT INTO prompt_layers (tenant, run_id, idx, layers) VALUES (?, ?, ?, ?)", layers)
 
     def update_step(
         self,
@@ -591,22 +625,20 @@ class SqliteStore(Store):
         expect_status: Collection[StepStatus] | None = None,
     ) -> Step:
         columns = _validated_changes(Step, STEP_FIELDS, changes)
-        key = (tenant, run_id, index)
         with self._write() as db:
-            status, _ = self._step_status(db, *key)
+            status, _ = self._step_status(db, tenant, run_id, index)
             if expect_status is not None and status not in _statuses(expect_status):
-                raise Conflict(
-                    f"step {index} of run {run_id!r} is {status}, not {' or '.join(_statuses(expect_status)) or 'any status'}"
-                )
-            if columns:
-                db.execute(
-                    f"UPDATE steps SET {', '.join(f'{c} = ?' for c in columns)} WHERE tenant = ? AND run_id = ? AND idx = ?",
-                    (*columns.values(), *key),
-                )
-            row = db.execute(
-                f"SELECT {_STEP_SELECT} FROM steps WHERE tenant = ? AND run_id = ? AND idx = ?", key
-            ).fetchone()
-        return Step.model_validate(_row_dict(_STEP_COLUMNS, row))
+                raise _refuse_status(f"step {index} of run {run_id!r}", status, expect_status)
+            self._set_step(db, tenant, run_id, index, columns)
+            return self._step(db, tenant, run_id, index)
+
+    @staticmethod
+    def _set_step(db: sqlite3.Connection, tenant: str, run_id: str, index: int, columns: dict[str, Any]) -> None:
+        if columns:
+            db.execute(
+                f"UPDATE steps SET {', '.join(f'{c} = ?' for c in columns)} WHERE tenant = ? AND run_id = ? AND idx = ?",
+                (*columns.values(), tenant, run_id, index),
+            )
 
     # -- attempts -----------------------------------------------------------------------
 
@@ -626,9 +658,7 @@ class SqliteStore(Store):
         with self._write() as db:
             status, attempts = self._step_status(db, *key)
             if status not in _statuses(expect_status):
-                raise Conflict(
-                    f"step {index} of run {run_id!r} is {status}, not {' or '.join(_statuses(expect_status)) or 'any status'}"
-                )
+                raise _refuse_status(f"step {index} of run {run_id!r}", status, expect_status)
             running, last_n = db.execute(
                 "SELECT max(CASE WHEN status = 'running' THEN n END), max(n) FROM attempts"
                 " WHERE tenant = ? AND run_id = ? AND idx = ?",
@@ -636,8 +666,8 @@ class SqliteStore(Store):
             ).fetchone()
             if running is not None:
                 raise Conflict(f"step {index} of run {run_id!r} already has a running attempt ({running})")
-            # Normally step.attempts + 1. If a loop reset lowered `attempts`, numbers still go up:
-            # an attempt's number is part of its identity and is never reused.
+            # Normally step.attempts + 1. Should a loop reset lower `attempts`, numbers still go
+            # up: an attempt's number is part of its identity and is never reused.
             n = max(attempts, last_n or 0) + 1
             db.execute(
                 "INSERT INTO attempts (tenant, run_id, idx, n, token, started_at, resumed_at, status, op_id)"
@@ -653,32 +683,24 @@ class SqliteStore(Store):
             run_id=run_id, index=index, n=n, token=token, started_at=started_at, resumed_at=resumed_at, op_id=op_id
         )
 
-    @staticmethod
-    def _attempt(row: tuple[Any, ...]) -> Attempt:
-        record = dict(zip(_ATTEMPT_COLUMNS, row))
-        record["index"] = record.pop("idx")
-        return Attempt.model_validate(record)
-
     def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
         with self._read() as db:
             row = db.execute(
-                f"SELECT {_ATTEMPT_SELECT} FROM attempts WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",
+                f"SELECT {_ATTEMPT_JSON} FROM attempts WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",
                 (tenant, run_id, index, n),
             ).fetchone()
         if row is None:
             raise NotFound(f"no attempt {n} of step {index} in run {run_id!r}")
-        return self._attempt(row)
+        return Attempt.model_validate_json(row[0])
 
     def list_attempts(self, tenant: str, run_id: str, index: int | None = None) -> list[Attempt]:
-        sql = f"SELECT {_ATTEMPT_SELECT} FROM attempts WHERE tenant = ? AND run_id = ?"
-        args: tuple[Any, ...] = (tenant, run_id)
+        sql, args = f"SELECT {_ATTEMPT_JSON} FROM attempts WHERE tenant = ? AND run_id = ?", [tenant, run_id]
         if index is not None:
-            sql += " AND idx = ?"
-            args += (index,)
+            sql, args = sql + " AND idx = ?", args + [index]
         with self._read() as db:
             self._require_run(db, tenant, run_id)
             rows = db.execute(sql + " ORDER BY idx, n", args).fetchall()
-        return [self._attempt(r) for r in rows]
+        return _ATTEMPTS.validate_json(_array([a for (a,) in rows]))
 
     def end_attempt(
         self,
@@ -693,19 +715,14 @@ class SqliteStore(Store):
         if status is AttemptStatus.running:
             raise ValueError("an attempt cannot be ended as running")
         columns = _validated_changes(Step, STEP_FIELDS, step or {})
-        key = (ref.tenant, ref.run_id, ref.index)
         with self._write() as db:
             self._fence(db, ref)
             db.execute(
                 "UPDATE attempts SET status = ?, ended_at = ?, reason = ?"
                 " WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",
-                (status.value, utcnow(), reason, *key, ref.n),
+                (status.value, utcnow(), reason, ref.tenant, ref.run_id, ref.index, ref.n),
             )
-            if columns:
-                db.execute(
-                    f"UPDATE steps SET {', '.join(f'{c} = ?' for c in columns)} WHERE tenant = ? AND run_id = ? AND idx = ?",
-                    (*columns.values(), *key),
-                )
+            self._set_step(db, ref.tenant, ref.run_id, ref.index, columns)
             if run_cost:
                 db.execute(
                     f"UPDATE runs SET cost_usd = round(cost_usd + ?, {COST_DECIMALS}) WHERE tenant = ? AND id = ?",
@@ -725,13 +742,13 @@ class SqliteStore(Store):
     def add_event(
         self, tenant: str, run_id: str, index: int, event: Event, *, attempt: AttemptRef | None = None
     ) -> None:
-        if attempt is not None:
-            self._check_ref_matches(attempt, tenant, run_id, index)
+        if attempt is not None and (attempt.tenant, attempt.run_id, attempt.index) != (tenant, run_id, index):
+            raise ValueError(f"the attempt named (run {attempt.run_id!r}, step {attempt.index}) is not of run {run_id!r}, step {index}")
         with self._write() as db:
             if attempt is not None:
                 self._fence(db, attempt)
             else:
-                self._step_status(db, tenant, run_id, index)
+                self._step_status(db, tenant, run_id, index)  # the step must exist
             db.execute(
                 "INSERT INTO events (tenant, run_id, idx, t, type, text, attempt, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -741,7 +758,7 @@ class SqliteStore(Store):
                     event.t,
                     event.type,
                     event.text,
-                    attempt.n if attempt is not None else event.attempt,
+                    event.attempt if attempt is None else attempt.n,
                     None if event.data is None else _dumps(event.data),
                 ),
             )

@@ -1,0 +1,781 @@
+"""The store contract: one suite that every `Store` implementation must pass.
+
+Each test runs once per entry of `STORE_FACTORIES`. A factory takes pytest's `tmp_path`
+and returns a fresh, empty store whose `url` another process can open with `open_store`.
+Adding the DynamoDB store later means adding one factory (a moto-backed table) to the
+list; the tests do not change.
+
+Every refused write is checked twice: that it raises the right error, and that it changed
+nothing (the whole run, its steps, events, calls, layers and attempts read back equal).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from laneflow.errors import AttemptEnded, Conflict, InvalidInput, NotFound, RunNotFound
+from laneflow.models import (
+    Attempt,
+    AttemptRef,
+    AttemptStatus,
+    Event,
+    ModelCall,
+    PromptLayer,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+    Tokens,
+    utcnow,
+)
+from laneflow.store import Store, open_store
+from laneflow.store.sqlite import SqliteStore
+
+TENANT = "local"
+
+
+def sqlite_store(tmp_path: Path) -> Store:
+    return open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
+
+
+STORE_FACTORIES: list[Callable[[Path], Store]] = [sqlite_store]
+
+
+@pytest.fixture(params=STORE_FACTORIES, ids=lambda factory: factory.__name__.removesuffix("_store"))
+def store(request: pytest.FixtureRequest, tmp_path: Path):
+    s = request.param(tmp_path)
+    yield s
+    s.close()
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def new_run(store: Store, *, steps: int = 3, tenant: str = TENANT, **fields) -> Run:
+    run = Run(
+        id=fields.pop("id", f"run-{uuid.uuid4().hex[:10]}"),
+        tenant=tenant,
+        workspace="newsroom",
+        flow="brief",
+        steps=[Step(index=i, group=i // 2, agent="researcher", item=f"item-{i}") for i in range(steps)],
+        **fields,
+    )
+    store.create_run(run)
+    return run
+
+
+def claim(store: Store, run: Run, index: int = 0, **kwargs) -> tuple[Attempt, AttemptRef]:
+    attempt = store.claim_attempt(
+        run.tenant, run.id, index, token=uuid.uuid4().hex, started_at=kwargs.pop("started_at", utcnow()), **kwargs
+    )
+    return attempt, AttemptRef.of(run.tenant, attempt)
+
+
+def snapshot(store: Store, run: Run) -> tuple[Run, list[Attempt]]:
+    """Everything the store holds about a run, to prove a refused write changed nothing."""
+    return store.get_run(run.tenant, run.id), store.list_attempts(run.tenant, run.id)
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+def test_a_created_run_reads_back_with_every_field_its_steps_and_their_trace(store: Store):
+    # Given a run with a non-default value in every field, and steps carrying a trace
+    run = Run(
+        id="run-full",
+        tenant="acme",
+        workspace="newsroom",
+        flow="brief",
+        status=RunStatus.running,
+        input={"topic": "tides", "n": 3, "nested": {"a": [1, 2.5, None, "é"]}},
+        stop_requested=True,
+        created_at="2026-01-01T00:00:00.000Z",
+        driven_at="2026-01-01T00:00:01.000Z",
+        finished_at="2026-01-01T00:00:09.000Z",
+        parked_at="2026-01-01T00:00:05.000Z",
+        revision="sha256:abc",
+        cost_usd=0.123456,
+        drives=2,
+        error="boom",
+        model="claude-x",
+        options={"pool": 4},
+        execution="exec-1",
+        workspace_uri="file:///srv/newsroom",
+        flow_spec={"steps": [{"agent": "researcher"}]},
+        steps=[
+            Step(
+                index=0,
+                group=0,
+                entry=1,
+                slot=2,
+                agent="researcher",
+                item={"name": "tides"},
+                model="claude-x",
+                status=StepStatus.completed,
+                attempts=2,
+                cycle=1,
+                instruction="look",
+                result="found",
+                conclusion="done",
+                data={"score": 0.5},
+                skip_reason=None,
+                error=None,
+                optional=True,
+                cost_usd=0.01,
+                started_at="2026-01-01T00:00:02.000Z",
+                finished_at="2026-01-01T00:00:03.000Z",
+                events=[Event(text="one", t="2026-01-01T00:00:02.100Z"), Event(text="two", type="tool", data={"k": 1})],
+                calls=[ModelCall(id="c1", n=1, tokens=Tokens(input=5, output=7), tools=1, stop="end_turn", cost_usd=0.01)],
+                prompt_layers=[PromptLayer(name="persona", chars=10, sha256="3f2a", dynamic=False)],
+            ),
+            Step(index=1, group=1, rescue_of=0, status=StepStatus.skipped, skip_reason="run stopped"),
+        ],
+    )
+    # When it is created and read back
+    store.create_run(run)
+    # Then every field survives, internal ones included
+    assert store.get_run("acme", "run-full") == run
+
+
+def test_get_run_without_detail_has_steps_but_no_events_calls_or_layers(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.add_event(run.tenant, run.id, 0, Event(text="hello"), attempt=ref)
+    store.put_call(ref, ModelCall(id="c1"))
+    store.set_prompt_layers(ref, [PromptLayer(name="persona", chars=1, sha256="aa")])
+
+    light = store.get_run(run.tenant, run.id, detail=False)
+
+    assert [s.index for s in light.steps] == [0, 1, 2]
+    assert light.steps[0].status == StepStatus.running
+    assert all(not s.events and not s.calls and not s.prompt_layers for s in light.steps)
+
+
+def test_get_run_with_steps_false_is_the_run_alone(store: Store):
+    run = new_run(store)
+    alone = store.get_run(run.tenant, run.id, steps=False)
+    assert alone.steps == []
+    assert alone.model_copy(update={"steps": run.steps}) == run
+
+
+def test_creating_a_run_whose_id_exists_is_a_conflict_and_changes_nothing(store: Store):
+    run = new_run(store, id="run-dup")
+    before = snapshot(store, run)
+    with pytest.raises(Conflict, match="run-dup"):
+        store.create_run(run.model_copy(update={"flow": "other", "steps": [Step(index=9, group=0)]}))
+    assert snapshot(store, run) == before
+
+
+def test_list_runs_is_newest_first_without_steps_limited_and_filtered_by_status(store: Store):
+    old = new_run(store, created_at="2026-01-01T00:00:00.000Z")
+    mid = new_run(store, created_at="2026-01-02T00:00:00.000Z", status=RunStatus.completed)
+    new = new_run(store, created_at="2026-01-03T00:00:00.000Z")
+    new_run(store, tenant="other", created_at="2026-01-04T00:00:00.000Z")
+
+    listed = store.list_runs(TENANT)
+    assert [r.id for r in listed] == [new.id, mid.id, old.id]
+    assert all(r.steps == [] for r in listed)
+    assert [r.id for r in store.list_runs(TENANT, limit=2)] == [new.id, mid.id]
+    assert [r.id for r in store.list_runs(TENANT, status=[RunStatus.queued])] == [new.id, old.id]
+    assert [r.id for r in store.list_runs(TENANT, status=[RunStatus.completed, RunStatus.failed])] == [mid.id]
+
+
+def test_a_run_of_another_tenant_is_not_found_and_cannot_be_touched(store: Store):
+    run = new_run(store, tenant="acme")
+    before = snapshot(store, run)
+    other = "globex"
+    for call in (
+        lambda: store.get_run(other, run.id),
+        lambda: store.update_run(other, run.id, {"status": RunStatus.failed}),
+        lambda: store.request_stop(other, run.id),
+        lambda: store.get_steps(other, run.id),
+        lambda: store.get_step(other, run.id, 0),
+        lambda: store.add_steps(other, run.id, [Step(index=7, group=0)]),
+        lambda: store.update_step(other, run.id, 0, {"status": StepStatus.skipped}),
+        lambda: store.claim_attempt(other, run.id, 0, token="t", started_at=utcnow()),
+        lambda: store.list_attempts(other, run.id),
+        lambda: store.add_event(other, run.id, 0, Event(text="x")),
+    ):
+        with pytest.raises(RunNotFound):
+            call()
+    assert store.list_runs(other) == []
+    assert snapshot(store, run) == before
+
+
+def test_a_missing_run_is_run_not_found(store: Store):
+    with pytest.raises(RunNotFound):
+        store.get_run(TENANT, "run-nope")
+    with pytest.raises(RunNotFound):
+        store.update_run(TENANT, "run-nope", {})
+    with pytest.raises(RunNotFound):
+        store.request_stop(TENANT, "run-nope")
+
+
+def test_update_run_changes_only_the_named_fields_and_returns_the_run_as_written(store: Store):
+    run = new_run(store, revision="sha256:first", options={"keep": True})
+    written = store.update_run(run.tenant, run.id, {"status": "running", "driven_at": "2026-02-02T00:00:00.000Z"})
+
+    assert written.status == RunStatus.running
+    assert written.driven_at == "2026-02-02T00:00:00.000Z"
+    assert written.steps == []
+    expected = run.model_copy(update={"status": RunStatus.running, "driven_at": "2026-02-02T00:00:00.000Z"})
+    assert store.get_run(run.tenant, run.id) == expected
+
+
+def test_costs_added_by_update_run_and_end_attempt_accumulate_without_float_drift(store: Store):
+    # (Summed as plain floats, 100 x 0.1 is 9.99999999999998 and 100 x 0.07 is 7.000000000000009.)
+    run = new_run(store)
+    for _ in range(100):
+        written = store.update_run(run.tenant, run.id, {}, add_cost=0.1, add_drives=1)
+    assert (written.cost_usd, written.drives) == (10.0, 100)
+
+    other = new_run(store, steps=1)
+    for _ in range(100):
+        _, ref = claim(store, other, 0, expect_status=[StepStatus.pending, StepStatus.failed])
+        store.end_attempt(ref, AttemptStatus.failed, step={"status": StepStatus.failed}, run_cost=0.07)
+    assert store.get_run(other.tenant, other.id).cost_usd == 7.0
+
+
+def test_update_run_adds_an_amount_on_top_of_a_value_set_in_the_same_call(store: Store):
+    run = new_run(store)
+    written = store.update_run(run.tenant, run.id, {"cost_usd": 0.2, "drives": 1}, add_cost=0.1, add_drives=1)
+    assert (written.cost_usd, written.drives) == (0.3, 2)
+
+
+def test_update_run_rejects_fields_it_may_not_change_and_changes_nothing(store: Store):
+    run = new_run(store)
+    before = snapshot(store, run)
+    for changes in ({"stop_requested": False}, {"id": "run-x"}, {"status": "running", "colour": "red"}):
+        with pytest.raises(ValueError):
+            store.update_run(run.tenant, run.id, changes)
+    with pytest.raises(ValueError):  # a value that is not a run status
+        store.update_run(run.tenant, run.id, {"status": "exploded"})
+    assert snapshot(store, run) == before
+
+
+def test_update_run_refused_by_expect_status_is_a_conflict_naming_run_and_status_and_changes_nothing(store: Store):
+    run = new_run(store, id="run-cond")
+    before = snapshot(store, run)
+    with pytest.raises(Conflict, match=r"run-cond.*queued"):
+        store.update_run(
+            run.tenant, run.id, {"status": RunStatus.failed}, expect_status=[RunStatus.running], add_cost=1, add_drives=1
+        )
+    assert snapshot(store, run) == before
+    # The same write with a condition that holds lands.
+    written = store.update_run(run.tenant, run.id, {"status": RunStatus.running}, expect_status=[RunStatus.queued])
+    assert written.status == RunStatus.running
+
+
+def test_request_stop_is_one_way_and_no_later_update_undoes_it(store: Store):
+    run = new_run(store)
+    assert store.request_stop(run.tenant, run.id) is True
+    assert store.request_stop(run.tenant, run.id) is False
+    # A later save naming other fields (a worker that read the run before the stop) keeps it.
+    store.update_run(run.tenant, run.id, {"status": RunStatus.running, "error": None}, add_drives=1)
+    assert store.get_run(run.tenant, run.id).stop_requested is True
+
+
+# -- steps --------------------------------------------------------------------------------
+
+
+def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(store: Store):
+    run = new_run(store, steps=5)
+    store.add_event(run.tenant, run.id, 0, Event(text="x"))
+    steps = store.get_steps(run.tenant, run.id)
+    assert [s.index for s in steps] == [0, 1, 2, 3, 4]
+    assert steps[0].events == []
+    assert [s.index for s in store.get_steps(run.tenant, run.id, group=1)] == [2, 3]
+
+
+def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 1)
+    store.add_event(run.tenant, run.id, 1, Event(text="one"), attempt=ref)
+    store.put_call(ref, ModelCall(id="c1"))
+    store.set_prompt_layers(ref, [PromptLayer(name="task", chars=3, sha256="bb")])
+    store.add_event(run.tenant, run.id, 2, Event(text="elsewhere"))
+
+    plain = store.get_step(run.tenant, run.id, 1)
+    detailed = store.get_step(run.tenant, run.id, 1, detail=True)
+
+    assert plain.status == StepStatus.running and plain.events == [] and plain.calls == []
+    assert [e.text for e in detailed.events] == ["one"]
+    assert [c.id for c in detailed.calls] == ["c1"]
+    assert [p.name for p in detailed.prompt_layers] == ["task"]
+    with pytest.raises(NotFound):
+        store.get_step(run.tenant, run.id, 99)
+
+
+def test_add_steps_appends_records_and_a_taken_index_is_a_conflict_that_adds_none(store: Store):
+    run = new_run(store, steps=2)
+    store.add_steps(run.tenant, run.id, [Step(index=2, group=0, rescue_of=1, instruction="rescue")])
+    assert store.get_step(run.tenant, run.id, 2).rescue_of == 1
+
+    before = snapshot(store, run)
+    with pytest.raises(Conflict):
+        store.add_steps(run.tenant, run.id, [Step(index=3, group=0), Step(index=1, group=0)])
+    assert snapshot(store, run) == before
+
+
+def test_update_step_changes_only_the_named_fields_and_returns_the_step(store: Store):
+    run = new_run(store)
+    step = store.update_step(run.tenant, run.id, 1, {"instruction": "planned", "data": {"plan": [1, 2]}})
+    assert (step.instruction, step.data, step.agent, step.item) == ("planned", {"plan": [1, 2]}, "researcher", "item-1")
+    assert store.get_step(run.tenant, run.id, 1) == step
+
+
+def test_update_step_rejects_unknown_fields_and_changes_nothing(store: Store):
+    run = new_run(store)
+    before = snapshot(store, run)
+    for changes in ({"agent": "other"}, {"index": 5}, {"status": "skipped", "nonsense": 1}):
+        with pytest.raises(ValueError):
+            store.update_step(run.tenant, run.id, 0, changes)
+    assert snapshot(store, run) == before
+
+
+def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_status_and_changes_nothing(store: Store):
+    run = new_run(store, id="run-steps")
+    store.update_step(run.tenant, run.id, 2, {"status": StepStatus.completed})
+    before = snapshot(store, run)
+    with pytest.raises(Conflict, match=r"step 2 of run 'run-steps' is completed"):
+        store.update_step(
+            run.tenant, run.id, 2, {"status": StepStatus.skipped, "skip_reason": "run stopped"},
+            expect_status=[StepStatus.pending, StepStatus.awaiting_approval],
+        )
+    assert snapshot(store, run) == before
+
+
+# -- attempts -----------------------------------------------------------------------------
+
+
+def test_claim_creates_attempt_1_running_and_sets_the_step_running(store: Store):
+    run = new_run(store)
+    attempt, _ = claim(store, run, 0, started_at="2026-03-03T00:00:00.000Z", op_id="exec:Map:0:0")
+
+    assert (attempt.n, attempt.status, attempt.op_id) == (1, AttemptStatus.running, "exec:Map:0:0")
+    assert store.get_attempt(run.tenant, run.id, 0, 1) == attempt
+    assert store.list_attempts(run.tenant, run.id) == [attempt]
+    step = store.get_step(run.tenant, run.id, 0)
+    assert (step.status, step.attempts, step.started_at) == (StepStatus.running, 1, "2026-03-03T00:00:00.000Z")
+
+
+def test_a_second_claim_while_an_attempt_runs_is_a_conflict_and_changes_nothing(store: Store):
+    run = new_run(store)
+    claim(store, run, 0)
+    before = snapshot(store, run)
+    with pytest.raises(Conflict):
+        claim(store, run, 0, expect_status=[StepStatus.pending, StepStatus.running])
+    assert snapshot(store, run) == before
+
+
+def test_claim_is_refused_when_the_step_status_is_not_expected(store: Store):
+    run = new_run(store, id="run-done")
+    store.update_step(run.tenant, run.id, 0, {"status": StepStatus.completed})
+    before = snapshot(store, run)
+    with pytest.raises(Conflict, match=r"step 0 of run 'run-done' is completed"):
+        claim(store, run, 0)
+    assert snapshot(store, run) == before
+
+
+def test_a_missing_step_or_attempt_is_not_found(store: Store):
+    run = new_run(store)
+    with pytest.raises(NotFound):
+        claim(store, run, 42)
+    with pytest.raises(NotFound):
+        store.get_attempt(run.tenant, run.id, 0, 1)
+    with pytest.raises(NotFound):
+        store.add_event(run.tenant, run.id, 42, Event(text="x"))
+
+
+def test_end_attempt_with_the_exact_ref_ends_it_and_changes_step_and_run_cost_together(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.end_attempt(
+        ref,
+        AttemptStatus.completed,
+        reason="done",
+        step={"status": StepStatus.completed, "result": "the answer", "cost_usd": 0.25, "finished_at": "2026-04-04T00:00:00.000Z"},
+        run_cost=0.25,
+    )
+    attempt = store.get_attempt(run.tenant, run.id, 0, 1)
+    assert (attempt.status, attempt.reason) == (AttemptStatus.completed, "done")
+    assert attempt.ended_at is not None
+    after = store.get_run(run.tenant, run.id)
+    step = after.step(0)
+    assert (step.status, step.result, step.cost_usd, step.finished_at) == (
+        StepStatus.completed, "the answer", 0.25, "2026-04-04T00:00:00.000Z"
+    )
+    assert after.cost_usd == 0.25
+
+
+def test_ending_the_same_attempt_again_is_attempt_ended_and_changes_nothing(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed}, run_cost=0.1)
+    before = snapshot(store, run)
+    with pytest.raises(AttemptEnded):
+        store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed}, run_cost=0.1)
+    assert snapshot(store, run) == before
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        {"token": "not-the-token"},
+        {"started_at": "1999-01-01T00:00:00.000Z"},
+        {"resumed_at": "2026-05-05T00:00:00.000Z"},
+        {"n": 2},
+    ],
+    ids=["token", "started_at", "resumed_at", "n"],
+)
+def test_a_ref_differing_in_any_part_of_its_identity_is_attempt_ended_and_changes_nothing(store: Store, wrong: dict):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    bad = ref.model_copy(update=wrong)
+    before = snapshot(store, run)
+    with pytest.raises(AttemptEnded):
+        store.end_attempt(bad, AttemptStatus.completed, step={"status": StepStatus.completed}, run_cost=1.0)
+    with pytest.raises(AttemptEnded):
+        store.set_attempt_worker(bad, "pid:1")
+    with pytest.raises(AttemptEnded):
+        store.add_event(run.tenant, run.id, 0, Event(text="late"), attempt=bad)
+    with pytest.raises(AttemptEnded):
+        store.put_call(bad, ModelCall(id="c1"))
+    with pytest.raises(AttemptEnded):
+        store.set_prompt_layers(bad, [PromptLayer(name="persona", chars=1, sha256="aa")])
+    assert snapshot(store, run) == before
+
+
+def test_resumed_at_is_part_of_the_identity_compared_null_safely(store: Store):
+    # Given an attempt claimed as a resumption
+    run = new_run(store)
+    _, ref = claim(store, run, 0, resumed_at="2026-06-06T00:00:00.000Z")
+    # Then a ref without resumed_at (NULL != a time) does not match it
+    with pytest.raises(AttemptEnded):
+        store.set_attempt_worker(ref.model_copy(update={"resumed_at": None}), "pid:1")
+    # And the exact ref does
+    store.set_attempt_worker(ref, "pid:2")
+    assert store.get_attempt(run.tenant, run.id, 0, 1).worker == "pid:2"
+
+
+def test_fenced_writes_after_the_attempt_ended_are_attempt_ended_and_not_stored(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.end_attempt(ref, AttemptStatus.interrupted, reason="worker went away", step={"status": StepStatus.pending})
+    before = snapshot(store, run)
+
+    with pytest.raises(AttemptEnded):
+        store.add_event(run.tenant, run.id, 0, Event(text="late line"), attempt=ref)
+    with pytest.raises(AttemptEnded):
+        store.put_call(ref, ModelCall(id="late-call"))
+    with pytest.raises(AttemptEnded):
+        store.set_prompt_layers(ref, [PromptLayer(name="late", chars=1, sha256="cc")])
+    with pytest.raises(AttemptEnded):
+        store.set_attempt_worker(ref, "late-worker")
+
+    assert snapshot(store, run) == before
+
+
+def test_a_late_write_from_attempt_1_never_lands_on_attempt_2(store: Store):
+    # Given attempt 1 failed and attempt 2 claimed the step (a retry)
+    run = new_run(store)
+    first, ref1 = claim(store, run, 0, started_at="2026-07-07T00:00:00.000Z")
+    store.end_attempt(ref1, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed})
+    second, ref2 = claim(
+        store, run, 0, started_at="2026-07-07T00:01:00.000Z", expect_status=[StepStatus.pending, StepStatus.failed]
+    )
+    assert second.n == 2
+    before = snapshot(store, run)
+
+    # When attempt 1's worker, unaware, writes its ending, result and trace
+    with pytest.raises(AttemptEnded):
+        store.end_attempt(ref1, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "stale"}, run_cost=5)
+    with pytest.raises(AttemptEnded):
+        store.set_attempt_worker(ref1, "old-worker")
+    with pytest.raises(AttemptEnded):
+        store.add_event(run.tenant, run.id, 0, Event(text="stale"), attempt=ref1)
+    with pytest.raises(AttemptEnded):
+        store.put_call(ref1, ModelCall(id="stale"))
+    with pytest.raises(AttemptEnded):
+        store.set_prompt_layers(ref1, [PromptLayer(name="stale", chars=1, sha256="dd")])
+    # A ref naming attempt 2's number with attempt 1's token/times is not attempt 2 either.
+    with pytest.raises(AttemptEnded):
+        store.end_attempt(ref1.model_copy(update={"n": 2}), AttemptStatus.completed)
+
+    # Then nothing of it landed: attempt 2 still runs, untouched
+    assert snapshot(store, run) == before
+    assert store.get_attempt(run.tenant, run.id, 0, 2) == second
+    step = store.get_step(run.tenant, run.id, 0)
+    assert (step.status, step.attempts, step.started_at) == (StepStatus.running, 2, "2026-07-07T00:00:00.000Z")
+
+    # And attempt 2's own writes land
+    store.add_event(run.tenant, run.id, 0, Event(text="fresh"), attempt=ref2)
+    store.end_attempt(ref2, AttemptStatus.completed, step={"status": StepStatus.completed})
+    assert [e.attempt for e in store.get_step(run.tenant, run.id, 0, detail=True).events] == [2]
+
+
+def test_end_attempt_rejects_unknown_step_fields_and_the_attempt_keeps_running(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    before = snapshot(store, run)
+    with pytest.raises(ValueError):
+        store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "agent": "other"})
+    assert snapshot(store, run) == before
+    assert store.get_attempt(run.tenant, run.id, 0, 1).status == AttemptStatus.running
+
+
+def test_set_attempt_worker_records_what_works_on_the_attempt(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.set_attempt_worker(ref, "arn:aws:ecs:task/1")
+    assert store.get_attempt(run.tenant, run.id, 0, 1).worker == "arn:aws:ecs:task/1"
+
+
+# -- trace --------------------------------------------------------------------------------
+
+
+def test_events_are_kept_in_the_order_written(store: Store):
+    run = new_run(store)
+    texts = [f"line {i}" for i in range(12)]
+    for text in texts:
+        store.add_event(run.tenant, run.id, 1, Event(text=text, t="2026-01-01T00:00:00.000Z"))
+    assert [e.text for e in store.get_run(run.tenant, run.id).step(1).events] == texts
+
+
+def test_an_event_written_with_an_attempt_carries_its_number(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.add_event(run.tenant, run.id, 0, Event(text="tool call", type="tool", attempt=7, data={"tool": "search"}), attempt=ref)
+    (event,) = store.get_step(run.tenant, run.id, 0, detail=True).events
+    assert (event.attempt, event.type, event.data) == (1, "tool", {"tool": "search"})
+
+
+def test_put_call_twice_with_the_same_id_keeps_one_updated_span_and_spans_are_ordered_by_n(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.put_call(ref, ModelCall(id="turn-2", n=2, ms=10))
+    store.put_call(ref, ModelCall(id="turn-1", n=1, ms=100, tokens=Tokens(input=1)))
+    store.put_call(ref, ModelCall(id="turn-1", n=1, ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300), stop="end_turn"))
+
+    calls = store.get_step(run.tenant, run.id, 0, detail=True).calls
+    assert [c.id for c in calls] == ["turn-1", "turn-2"]
+    assert (calls[0].ms, calls[0].ttft_ms, calls[0].tokens.output, calls[0].stop) == (812, 390, 300, "end_turn")
+
+
+def test_set_prompt_layers_replaces_the_layers_of_the_step(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.set_prompt_layers(ref, [PromptLayer(name="persona", chars=1, sha256="aa"), PromptLayer(name="task", chars=2, sha256="bb")])
+    store.set_prompt_layers(ref, [PromptLayer(name="input", chars=3, sha256="cc", dynamic=True)])
+    assert store.get_step(run.tenant, run.id, 0, detail=True).prompt_layers == [
+        PromptLayer(name="input", chars=3, sha256="cc", dynamic=True)
+    ]
+
+
+def test_add_event_rejects_an_attempt_of_another_step(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    before = snapshot(store, run)
+    with pytest.raises(ValueError):
+        store.add_event(run.tenant, run.id, 1, Event(text="wrong step"), attempt=ref)
+    assert snapshot(store, run) == before
+
+
+# -- concurrency --------------------------------------------------------------------------
+
+
+def run_threads(count: int, work: Callable[[int], object]) -> list[object]:
+    """Run `work(i)` on `count` threads released at once; each result or raised error."""
+    start = threading.Barrier(count)
+    results: list[object] = [None] * count
+
+    def target(i: int) -> None:
+        start.wait()
+        try:
+            results[i] = work(i)
+        except Exception as error:  # noqa: BLE001 - the test inspects it
+            results[i] = error
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+def test_twenty_threads_each_claiming_and_ending_a_different_step_all_land(store: Store):
+    run = new_run(store, steps=20)
+
+    def work(i: int) -> None:
+        _, ref = claim(store, run, i)
+        store.set_attempt_worker(ref, f"thread-{i}")
+        store.add_event(run.tenant, run.id, i, Event(text=f"working {i}"), attempt=ref)
+        store.put_call(ref, ModelCall(id=f"c{i}", cost_usd=0.01))
+        store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "cost_usd": 0.01}, run_cost=0.01)
+
+    assert run_threads(20, work) == [None] * 20
+    after = store.get_run(run.tenant, run.id)
+    assert all(s.status == StepStatus.completed and s.attempts == 1 for s in after.steps)
+    assert all([e.text for e in s.events] == [f"working {s.index}"] and len(s.calls) == 1 for s in after.steps)
+    assert after.cost_usd == 0.2
+    attempts = store.list_attempts(run.tenant, run.id)
+    assert [(a.index, a.n, a.status, a.worker) for a in attempts] == [
+        (i, 1, AttemptStatus.completed, f"thread-{i}") for i in range(20)
+    ]
+
+
+def test_twenty_threads_racing_to_claim_the_same_step_yield_exactly_one_winner(store: Store):
+    run = new_run(store)
+    results = run_threads(20, lambda i: claim(store, run, 0)[0])
+
+    winners = [r for r in results if isinstance(r, Attempt)]
+    assert len(winners) == 1
+    assert all(isinstance(r, Conflict) for r in results if r is not winners[0])
+    assert store.list_attempts(run.tenant, run.id) == winners
+    step = store.get_step(run.tenant, run.id, 0)
+    assert (step.status, step.attempts) == (StepStatus.running, 1)
+
+
+def test_a_stop_requested_from_another_process_is_seen_by_this_one(store: Store):
+    # Given a run this process is working on (a thread keeps writing its trace)
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    writing = threading.Event()
+    done = threading.Event()
+    errors: list[Exception] = []
+
+    def keep_writing() -> None:
+        while not done.is_set():
+            try:
+                store.add_event(run.tenant, run.id, 0, Event(text="still working"), attempt=ref)
+            except Exception as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+                return
+            writing.set()
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    writing.wait(10)
+    # When a second process (a person's `laneflow stop`) opens the same store and stops it
+    try:
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from laneflow.store import open_store;"
+                "print(open_store(sys.argv[1]).request_stop(sys.argv[2], sys.argv[3]))",
+                store.url,
+                run.tenant,
+                run.id,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        done.set()
+        writer.join()
+    # Then it set the stop, this process sees it, and neither side's writes failed
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "True"
+    assert store.get_run(run.tenant, run.id).stop_requested is True
+    assert store.request_stop(run.tenant, run.id) is False
+    assert errors == []
+
+
+_CLAIM_IN_A_CHILD = """
+import os, sys, time, uuid
+from laneflow.errors import Conflict
+from laneflow.models import utcnow
+from laneflow.store import open_store
+url, tenant, run_id, go = sys.argv[1:]
+store = open_store(url)
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.001)
+try:
+    print("won", store.claim_attempt(tenant, run_id, 0, token=uuid.uuid4().hex, started_at=utcnow()).n)
+except Conflict:
+    print("conflict")
+"""
+
+
+def test_processes_racing_to_claim_the_same_step_yield_exactly_one_winner(store: Store, tmp_path: Path):
+    # Each process has its own connection, so only the database's transactions arbitrate.
+    run = new_run(store)
+    go = tmp_path / "go"
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CLAIM_IN_A_CHILD, store.url, run.tenant, run.id, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        for child in children:
+            assert child.stdout.readline().strip() == "ready"
+        go.touch()
+        outcomes = [child.communicate(timeout=60) for child in children]
+    finally:
+        for child in children:
+            child.kill()
+    said = sorted(out.strip() for out, _ in outcomes)
+    assert said == ["conflict", "conflict", "conflict", "won 1"], [err for _, err in outcomes]
+    assert [a.n for a in store.list_attempts(run.tenant, run.id)] == [1]
+
+
+# -- open_store: the URL forms ------------------------------------------------------------
+
+
+def test_open_store_without_a_url_uses_laneflow_db_under_the_default_dir_in_the_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = open_store()
+    try:
+        assert isinstance(store, SqliteStore)
+        assert (tmp_path / ".laneflow" / "laneflow.db").is_file()
+        assert store.url == f"sqlite:///{tmp_path / '.laneflow' / 'laneflow.db'}"
+    finally:
+        store.close()
+
+
+def test_open_store_takes_relative_absolute_and_memory_sqlite_urls(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for url, file in (
+        ("sqlite:///data/runs.db", tmp_path / "data" / "runs.db"),
+        (f"sqlite:///{tmp_path / 'abs.db'}", tmp_path / "abs.db"),
+    ):
+        store = open_store(url)
+        new_run(store, id="run-1")
+        store.close()
+        assert file.is_file()
+        reopened = open_store(url)
+        assert reopened.get_run(TENANT, "run-1").id == "run-1"
+        reopened.close()
+    memory = open_store("sqlite:///:memory:")
+    new_run(memory, id="run-mem")
+    assert memory.get_run(TENANT, "run-mem").id == "run-mem"
+    memory.close()
+
+
+@pytest.mark.parametrize("url", ["dynamodb://laneflow-runs"])
+def test_open_store_refuses_dynamodb_until_it_exists(url):
+    with pytest.raises(InvalidInput, match="DynamoDB store is not available yet"):
+        open_store(url)
+
+
+@pytest.mark.parametrize("url", ["postgres://db/runs", "sqlite://relative.db", "sqlite:///", "runs.db", ""])
+def test_open_store_refuses_other_urls_naming_the_url_and_the_accepted_forms(url):
+    with pytest.raises(InvalidInput) as refused:
+        open_store(url)
+    assert repr(url) in str(refused.value)
+    assert "sqlite:///PATH" in str(refused.value) and "dynamodb://TABLE" in str(refused.value)
