@@ -54,10 +54,10 @@ def test_each_fills_item_and_input_into_instructions(run_flow):
 
 def _user_message_of(svc, run, index: int) -> str:
     """What the step was told, reconstructed by the same function the runner uses."""
-    from laneflow.step import handoff_block, step_spec
+    from laneflow.step import handoff_for, step_spec
 
     step = run.step(index)
-    return handoff_block(svc, run, step, step_spec(run, step).handoff)
+    return handoff_for(svc, run, step, step_spec(run, step).handoff, group=step.group, cycle=step.cycle)
 
 
 def test_handoff_kinds_results_conclusions_and_none(svc, run_flow):

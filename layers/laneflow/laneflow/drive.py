@@ -26,7 +26,7 @@ from .errors import AttemptEnded, Conflict
 from .flow import Flow
 from .models import AttemptRef, AttemptStatus, Event, RunStatus, Step, StepStatus, utcnow
 from .services import Services
-from .step import scrub_paths
+from .step import prepare_handoffs, scrub_paths, step_spec
 
 ACTIVE = (RunStatus.queued, RunStatus.running)
 
@@ -97,6 +97,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     flow = Flow.model_validate(run.flow_spec)
     lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", False)))
     cycle = max(s.cycle for s in launching)
+    prepare_handoffs(svc, run, group, cycle, {step_spec(run, s).handoff for s in launching})
     return Plan(action="run", group=group, cycle=cycle, lanes=lanes)
 
 

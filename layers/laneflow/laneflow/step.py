@@ -50,34 +50,53 @@ def step_spec(run: Run, step: Step) -> StepSpec:
 # -- what the model is told ------------------------------------------------------------------
 
 
-def handoff_block(svc: Services, run: Run, step: Step, kind: str) -> str:
-    """The previous group's completed results (rescue records never count: a rescued step
-    carries its rescue's result). Approval groups are passed over."""
+def build_handoff(svc: Services, run: Run, group: int, kind: str) -> str:
+    """The handoff block for the steps of `group`: the previous group's completed results
+    (rescue records never count: a rescued step carries its rescue's result). Approval
+    groups are passed over."""
     if kind == "none":
         return ""
-    group = step.group - 1
+    previous: list[Step] = []
+    group -= 1
     while group >= 0:
         previous = [s for s in svc.store.get_steps(run.tenant, run.id, group=group) if s.rescue_of is None]
         if any(s.agent for s in previous):
             break
         group -= 1
-    else:
-        return ""
     parts = []
     for s in previous:
         if s.status != StepStatus.completed or not s.agent:
             continue
-        label = f"{s.agent}" + (f" — {json.dumps(s.item, ensure_ascii=False) if not isinstance(s.item, str) else s.item}" if s.item is not None else "")
+        item = "" if s.item is None else f" — {s.item if isinstance(s.item, str) else json.dumps(s.item, ensure_ascii=False)}"
         if kind == "conclusions":
             body = s.conclusion or ""
         elif kind == "data":
             body = json.dumps(s.data, ensure_ascii=False, indent=2)
         else:
             body = s.result or ""
-        parts.append(f"### {label} (step {s.index})\n{body.strip()}")
+        parts.append(f"### {s.agent}{item} (step {s.index})\n{body.strip()}")
     if not parts:
         return ""
     return "## Handoff from the previous group\n\n" + "\n\n".join(parts)
+
+
+def handoff_key(group: int, cycle: int, kind: str) -> str:
+    return f"g{group}c{cycle}:{kind}"
+
+
+def prepare_handoffs(svc: Services, run: Run, group: int, cycle: int, kinds: set[str]) -> None:
+    """Build each handoff block a launching group needs once, for all of its steps (a
+    fan-out of N would otherwise read the previous group N times)."""
+    for kind in sorted(kinds - {"none"}):
+        svc.store.put_handoff(run.tenant, run.id, handoff_key(group, cycle, kind), build_handoff(svc, run, group, kind))
+
+
+def handoff_for(svc: Services, run: Run, step: Step, kind: str, *, group: int, cycle: int) -> str:
+    """The block the planner prepared for this step's group, else built now."""
+    if kind == "none":
+        return ""
+    prepared = svc.store.get_handoff(run.tenant, run.id, handoff_key(group, cycle, kind))
+    return prepared if prepared is not None else build_handoff(svc, run, step.group, kind)
 
 
 def user_message(step: Step, spec: StepSpec, handoff: str, history: list[str]) -> str:
@@ -203,8 +222,8 @@ class StepRunner:
     """Runs a claimed step through its attempts: retries what was not its own fault, up to
     `retries:` more attempts, telling each new attempt why the earlier ones failed."""
 
-    def __init__(self, svc: Services, run: Run, step: Step, attempt: Attempt):
-        self.svc, self.run, self.step, self.attempt = svc, run, step, attempt
+    def __init__(self, svc: Services, run: Run, step: Step, attempt: Attempt, *, cycle: int = 0):
+        self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
         self.spec = step_spec(run, step)
         self.history: list[str] = []
 
@@ -285,7 +304,7 @@ class StepRunner:
         agent = load_agent(ws, step.agent or "")
         prompt = build_system_prompt(ws, agent)
         svc.store.set_prompt_layers(self.ref, prompt.records())
-        handoff = handoff_block(svc, run, step, self.spec.handoff)
+        handoff = handoff_for(svc, run, step, self.spec.handoff, group=step.group, cycle=self.cycle)
         prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
         recorder = StepRecorder(
             svc=svc,
@@ -342,4 +361,5 @@ def run_step(svc: Services, req: RunStepRequest) -> StepReport:
     except Conflict:
         step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
-    return StepRunner(svc, run, step.model_copy(update={"status": StepStatus.running}), attempt).run_attempts()
+    running = step.model_copy(update={"status": StepStatus.running})
+    return StepRunner(svc, run, running, attempt, cycle=req.cycle).run_attempts()

@@ -195,6 +195,17 @@ class Store(ABC):
     def set_prompt_layers(self, ref: AttemptRef, layers: list[PromptLayer]) -> None:
         """Replace the step's prompt layers with those this attempt was built from. Fenced."""
 
+    # -- handoffs ------------------------------------------------------------------------
+
+    @abstractmethod
+    def put_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
+        """Keep the handoff block a launching group's steps receive (written once by the
+        planner, read by every step of the group), replacing one with the same key."""
+
+    @abstractmethod
+    def get_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
+        """The handoff block under `key`, or None if none was written."""
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:  # pragma: no cover - trivial default

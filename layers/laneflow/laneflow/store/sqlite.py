@@ -77,7 +77,7 @@ from ..models import (
 )
 from .base import RUN_FIELDS, STEP_FIELDS, Store
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 10.0
 COST_DECIMALS = 6
 
@@ -173,6 +173,14 @@ CREATE TABLE IF NOT EXISTS calls (
     n       INTEGER NOT NULL,
     body    TEXT NOT NULL,
     PRIMARY KEY (tenant, run_id, idx, id)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS handoffs (
+    tenant  TEXT NOT NULL,
+    run_id  TEXT NOT NULL,
+    key     TEXT NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (tenant, run_id, key)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS prompt_layers (
@@ -772,6 +780,22 @@ class SqliteStore(Store):
                 " ON CONFLICT (tenant, run_id, idx, id) DO UPDATE SET n = excluded.n, body = excluded.body",
                 (ref.tenant, ref.run_id, ref.index, call.id, call.n, body),
             )
+
+    def put_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
+        with self._write() as db:
+            self._require_run(db, tenant, run_id)
+            db.execute(
+                "INSERT INTO handoffs (tenant, run_id, key, body) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (tenant, run_id, key) DO UPDATE SET body = excluded.body",
+                (tenant, run_id, key, text),
+            )
+
+    def get_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
+        with self._read() as db:
+            row = db.execute(
+                "SELECT body FROM handoffs WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
+            ).fetchone()
+        return None if row is None else row[0]
 
     def set_prompt_layers(self, ref: AttemptRef, layers: list[PromptLayer]) -> None:
         body = _dumps([layer.model_dump() for layer in layers])
