@@ -126,3 +126,32 @@ def test_the_console_script_runs_the_demo_with_progress_on_stderr_only(tmp_path)
     record = json.loads(proc.stdout)
     assert record["status"] == "completed" and len(record["steps"]) == 8
     assert "group 0 step 0 researcher (tides): completed" in proc.stderr
+
+
+def test_ctrl_c_on_a_running_run_leaves_nothing_running(tmp_path):
+    """A person interrupts `laneflow run`: the run is closed failed, no step stays running."""
+    import signal
+    import time
+
+    store = f"sqlite:///{tmp_path / 'int.db'}"
+    exe = Path(sys.executable).parent / "laneflow"
+    proc = subprocess.Popen(
+        [str(exe), "run", str(SEM), "parallel", "--store", store, "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )
+    from laneflow.store import open_store
+
+    db = open_store(store)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until a step is really running
+        runs = db.list_runs("local") if (tmp_path / "int.db").exists() else []
+        if runs and any(s.status == "running" for s in db.get_steps("local", runs[0].id)):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    run = db.get_run("local", db.list_runs("local")[0].id)
+    assert run.status == "failed" and "interrupted" in run.error
+    assert all(s.status != "running" for s in run.steps)
+    assert all(a.status != "running" for a in db.list_attempts("local", run.id))

@@ -141,3 +141,20 @@ def test_no_step_is_left_running_when_a_handler_crashes(svc, run_flow, monkeypat
     assert step.status == StepStatus.failed and "RuntimeError" in step.error
     attempts = svc.store.list_attempts(run.tenant, run.id)
     assert attempts and all(a.status != "running" for a in attempts)
+
+
+def test_a_drive_that_fails_outside_any_step_closes_the_run_failed(svc, run_flow, monkeypatch):
+    """A handler with no Catch (SettleGroup) failing makes the execution fail; the engine
+    then closes the run with the reason instead of leaving it `running`."""
+    import laneflow.drive as drive
+
+    def broken(svc, req):
+        raise RuntimeError("settle exploded")
+
+    monkeypatch.setattr(drive, "settle_group", broken)
+    result = run_flow(SEM, "noretry")
+    assert result.execution_status == "FAILED"
+    run = result.run
+    assert run.status == RunStatus.failed and run.finished_at
+    assert "the drive failed (RuntimeError)" in run.error and "settle exploded" in run.error
+    assert all(s.status != StepStatus.running for s in run.steps)

@@ -199,3 +199,22 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
     except Conflict:
         run = store.get_run(run.tenant, run.id, steps=False)
     return RunEnded(run_id=run.id, status=run.status)
+
+
+def close_run(svc: Services, tenant: str, run_id: str, *, error: str, cause: str = "") -> None:
+    """Close a run whose drive went away without ending it (a crashed definition, an
+    interrupted local runner): end the attempts it left running, then fail the run with the
+    reason, so nothing stays `running` with nothing working on it."""
+    store = svc.store
+    reason = scrub_paths(f"the drive failed ({error})" + (f": {cause[:300]}" if cause else ""))
+    ref = DriveRef(tenant=tenant, run_id=run_id)
+    for step in store.get_steps(tenant, run_id):
+        if step.status == StepStatus.running:
+            step_crashed(svc, StepCrashedRequest(run=ref, step=LaneStep(index=step.index), error={"Error": error, "Cause": cause}))
+    run = store.get_run(tenant, run_id, steps=False)
+    if run.status in ACTIVE:
+        try:
+            store.update_run(tenant, run_id, {"error": run.error or reason}, expect_status=ACTIVE)
+        except Conflict:
+            return
+        end_run(svc, EndRunRequest(run=ref))

@@ -30,13 +30,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from ..contracts import EndRunRequest, DriveRef, LaneStep, StepCrashedRequest
-from ..drive import end_run, step_crashed
-from ..errors import Conflict
-from ..models import Run, RunStatus, StepStatus
+from ..drive import close_run
+from ..models import Run
 from ..paths import project_root
 from ..services import Services, install
-from ..step import scrub_paths
 from .template import FunctionSpec, Template
 
 ACCOUNT = "123456789012"
@@ -186,13 +183,18 @@ class LocalEngine:
                 execution = backend.start_execution(
                     self.state_machine_arn, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id})
                 )
-                while execution.status == "RUNNING":
-                    if on_tick:
-                        on_tick()
-                    time.sleep(tick_s)
+                try:
+                    while execution.status == "RUNNING":
+                        if on_tick:
+                            on_tick()
+                        time.sleep(tick_s)
+                except KeyboardInterrupt:
+                    # The person ended the local runner: its workers go with it.
+                    close_run(self.svc, tenant, run_id, error="Interrupted", cause="the local runner was interrupted")
+                    raise
                 status = str(execution.status)
                 if status != "SUCCEEDED":
-                    self._close_after_failed_drive(tenant, run_id, str(execution.error or status), str(execution.cause or ""))
+                    close_run(self.svc, tenant, run_id, error=str(execution.error or status), cause=str(execution.cause or ""))
                 if on_tick:
                     on_tick()
                 return DriveResult(
@@ -209,22 +211,6 @@ class LocalEngine:
     def history(self, execution_arn: str) -> list[dict[str, Any]]:
         """The execution's history events, AWS-shaped (for tests and the store-cost benchmark)."""
         return _backend().get_execution_history(execution_arn)["events"]
-
-    def _close_after_failed_drive(self, tenant: str, run_id: str, error: str, cause: str) -> None:
-        """The execution ended without EndRun: end what it left running, then the run."""
-        store = self.svc.store
-        reason = scrub_paths(f"the drive failed ({error})" + (f": {cause[:300]}" if cause else ""), str(self.project))
-        ref = DriveRef(tenant=tenant, run_id=run_id)
-        for step in store.get_steps(tenant, run_id):
-            if step.status == StepStatus.running:
-                step_crashed(self.svc, StepCrashedRequest(run=ref, step=LaneStep(index=step.index), error={"Error": error, "Cause": cause}))
-        run = store.get_run(tenant, run_id, steps=False)
-        if run.status in (RunStatus.queued, RunStatus.running):
-            try:
-                store.update_run(tenant, run_id, {"error": run.error or reason}, expect_status=(RunStatus.queued, RunStatus.running))
-            except Conflict:
-                return
-            end_run(self.svc, EndRunRequest(run=ref))
 
 
 def drive_run(svc: Services, tenant: str, run_id: str, **kwargs: Any) -> DriveResult:
