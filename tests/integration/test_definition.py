@@ -19,6 +19,7 @@ EVENT_MODELS = {
     "next_group": contracts.NextGroupRequest,
     "run_step": contracts.RunStepRequest,
     "step_crashed": contracts.StepCrashedRequest,
+    "wait_for_lead": contracts.WaitForLeadRequest,
     "settle_group": contracts.SettleGroupRequest,
     "end_run": contracts.EndRunRequest,
 }

@@ -62,7 +62,8 @@ def cmd_run(args: argparse.Namespace, *, workspace: str | None = None, flow: str
 
     svc = _services(args)
     run_input = parse_input(args.input) if run_input is None else run_input
-    run = create_run(svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model)
+    options = {"gate": not args.no_gate}
+    run = create_run(svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, options=options)
     progress = None if args.quiet else Progress()
     last = [0.0]
 
@@ -202,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", default=None, help="run every step on this model (e.g. stub)")
         p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
         p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        p.add_argument("--no-gate", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: turn the warm gate off
 
     p = with_store(sub.add_parser("run", help="run a flow of a workspace"))
     p.add_argument("workspace")

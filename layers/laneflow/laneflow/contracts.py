@@ -84,6 +84,22 @@ class RunStepRequest(Contract):
     op: OpContext = Field(default_factory=OpContext)
 
 
+class WaitForLeadRequest(Contract):
+    """A sibling's WaitForLead task: its callback token ($$.Task.Token) and its lane."""
+
+    run: DriveRef
+    group: int
+    cycle: int = 0
+    lane: str
+    step: LaneStep
+    token: str
+
+
+class WaitForLeadReport(Contract):
+    index: int
+    waiting: bool
+
+
 class StepReport(Contract):
     index: int
     status: StepStatus
@@ -93,6 +109,9 @@ class StepReport(Contract):
 class StepCrashedRequest(Contract):
     run: DriveRef
     step: LaneStep
+    group: int = -1
+    cycle: int = 0
+    lane: str = ""
     error: dict[str, Any] = Field(default_factory=dict)  # the Catch's {Error, Cause}
 
 

@@ -24,11 +24,13 @@ from .contracts import (
 )
 from .errors import AttemptEnded, Conflict
 from .flow import Flow
+from .gate import open_gate
 from .models import AttemptRef, AttemptStatus, Event, RunStatus, Step, StepStatus, utcnow
 from .services import Services
 from .step import prepare_handoffs, scrub_paths, step_spec
 
 ACTIVE = (RunStatus.queued, RunStatus.running)
+STOPPED = "stopped by a person"
 
 
 def start_drive(svc: Services, req: StartDriveRequest) -> DriveRef:
@@ -83,7 +85,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     if run.status != RunStatus.running:
         return Plan(action="end", reason=f"run is {run.status}")
     if run.stop_requested:
-        return Plan(action="end", reason="stopped by a person")
+        return Plan(action="end", reason=STOPPED)
     steps = [s for s in store.get_steps(run.tenant, run.id) if s.rescue_of is None]
     pending = [s for s in steps if s.status == StepStatus.pending]
     if not pending:
@@ -95,7 +97,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         store.update_run(run.tenant, run.id, {"error": reason}, expect_status=(RunStatus.running,))
         return Plan(action="end", reason=reason)
     flow = Flow.model_validate(run.flow_spec)
-    lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", False)))
+    lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)))
     cycle = max(s.cycle for s in launching)
     prepare_handoffs(svc, run, group, cycle, {step_spec(run, s).handoff for s in launching})
     return Plan(action="run", group=group, cycle=cycle, lanes=lanes)
@@ -135,6 +137,8 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
         except Conflict:
             step = store.get_step(tenant, run_id, index)
     store.add_event(tenant, run_id, index, Event(type="error", text=reason))
+    if req.step.role == "lead":
+        open_gate(svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index, why="the lead's worker failed")
     return StepReport(index=index, status=step.status, attempts=step.attempts)
 
 
@@ -148,6 +152,8 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
     one is recorded and the run goes on."""
     store = svc.store
     tenant, run_id = req.run.tenant, req.run.run_id
+    if store.get_run(tenant, run_id, steps=False).stop_requested:
+        return Settlement(action="end", reason=STOPPED)
     steps = [s for s in store.get_steps(tenant, run_id, group=req.group) if s.rescue_of is None]
     for step in steps:
         if step.status in (StepStatus.pending, StepStatus.running):
@@ -184,8 +190,18 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
         return RunEnded(run_id=run.id, status=run.status)
     steps = store.get_steps(run.tenant, run.id)
     error = run.error
-    if not error and run.stop_requested:
-        error = "stopped by a person"
+    if run.stop_requested:
+        error = error or STOPPED
+        for step in steps:
+            if step.status in (StepStatus.pending, StepStatus.awaiting_approval):
+                try:
+                    store.update_step(
+                        run.tenant, run.id, step.index, {"status": StepStatus.skipped, "skip_reason": "run stopped"},
+                        expect_status=(StepStatus.pending, StepStatus.awaiting_approval),
+                    )
+                except Conflict:
+                    pass
+        steps = store.get_steps(run.tenant, run.id)
     if not error and any(s.status in (StepStatus.pending, StepStatus.running) and s.rescue_of is None for s in steps):
         error = "the drive ended with steps not run"
     status = RunStatus.failed if error else RunStatus.completed

@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .callbacks import StepFunctionsCallbacks, TaskCallbacks
 from .capture import CaptureSink, FolderCaptures
 from .errors import ModelNotConfigured
 from .executors.base import Executor
@@ -25,6 +26,7 @@ class Services:
     captures: CaptureSink
     settings: Settings
     executors: dict[str, Executor] = field(default_factory=dict)
+    callbacks: TaskCallbacks = field(default_factory=StepFunctionsCallbacks)
 
     def executor(self, model: str) -> Executor:
         """The executor for a model: `stub`, else the Claude executor."""

@@ -8,6 +8,7 @@ the attempt with its reason, so no step is left `running` with nothing working o
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -15,7 +16,7 @@ import secrets as _secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import jsonschema
 
@@ -24,6 +25,7 @@ from .contracts import RunStepRequest, StepReport
 from .errors import AttemptEnded, Conflict, LaneflowError, StepFailed
 from .executors.base import StepJob, StepOutcome
 from .flow import Flow, StepSpec
+from .gate import open_gate
 from .models import Attempt, AttemptRef, AttemptStatus, Event, ModelCall, Run, Step, StepStatus, utcnow
 from .prompt import build_system_prompt
 from .services import Services
@@ -222,8 +224,11 @@ class StepRunner:
     """Runs a claimed step through its attempts: retries what was not its own fault, up to
     `retries:` more attempts, telling each new attempt why the earlier ones failed."""
 
-    def __init__(self, svc: Services, run: Run, step: Step, attempt: Attempt, *, cycle: int = 0):
+    def __init__(
+        self, svc: Services, run: Run, step: Step, attempt: Attempt, *, cycle: int = 0, open_gate: Callable[[str], int] | None = None
+    ):
         self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
+        self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
         self.spec = step_spec(run, step)
         self.history: list[str] = []
 
@@ -285,6 +290,9 @@ class StepRunner:
                 return self._report()
             if not retry:
                 return self._report()
+            if self.open_gate:
+                # Siblings do not wait through the lead's retries: they start and write the prefix themselves.
+                self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
             self.history.append(reason)
             try:
                 self.attempt = store.claim_attempt(
@@ -312,6 +320,7 @@ class StepRunner:
             base_n=len(prior.calls),
             redact=Redactor({}),
             capture=ws.settings.capture == "full",
+            on_first_event=(lambda: self.open_gate("the lead's reply began")) if self.open_gate else None,
         )
         job = StepJob(
             tenant=run.tenant,
@@ -341,13 +350,40 @@ class StepRunner:
         return StepReport(index=step.index, status=step.status, attempts=step.attempts)
 
 
+WAITED_TO_START = "run stopped by a person while this step waited to start"
+
+
 def run_step(svc: Services, req: RunStepRequest) -> StepReport:
     """Claim the step's next attempt and run it to its end. A step that already ended (a
-    re-delivered invocation) or is claimed by another worker is reported, not run again."""
+    re-delivered invocation) or is claimed by another worker is reported, not run again; a
+    step reached after a stop is skipped, never started. A lane's lead opens its gate when
+    its reply begins, and on every way out without one."""
+    tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
+    opener = None
+    if req.step.role == "lead":
+        opener = functools.partial(
+            open_gate, svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index
+        )
+    try:
+        return _run_step(svc, req, opener)
+    finally:
+        if opener:
+            opener(why="the lead ended without a reply")
+
+
+def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
     run = svc.store.get_run(tenant, run_id, steps=False)
     step = svc.store.get_step(tenant, run_id, index)
     if step.status != StepStatus.pending:
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    if run.stop_requested or run.status.ended:
+        try:
+            step = svc.store.update_step(
+                tenant, run_id, index, {"status": StepStatus.skipped, "skip_reason": WAITED_TO_START}, expect_status=(StepStatus.pending,)
+            )
+        except Conflict:
+            step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
     try:
         attempt = svc.store.claim_attempt(
@@ -362,4 +398,5 @@ def run_step(svc: Services, req: RunStepRequest) -> StepReport:
         step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
     running = step.model_copy(update={"status": StepStatus.running})
-    return StepRunner(svc, run, running, attempt, cycle=req.cycle).run_attempts()
+    lead_opener = (lambda why: opener(why=why)) if opener else None
+    return StepRunner(svc, run, running, attempt, cycle=req.cycle, open_gate=lead_opener).run_attempts()

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from ..callbacks import TokenGone
 from ..drive import close_run
 from ..models import Run
 from ..paths import project_root
@@ -135,6 +136,24 @@ def _backend() -> Any:
     return stepfunctions_parser_backends[ACCOUNT][REGION]
 
 
+class LocalCallbacks:
+    """Completes callback tokens on the in-process interpreter (the gate's rendezvous)."""
+
+    def _call(self, method: str, *args: Any) -> None:
+        from moto.stepfunctions.parser.api import InvalidToken, TaskDoesNotExist, TaskTimedOut
+
+        try:
+            getattr(_backend(), method)(*args)
+        except (InvalidToken, TaskDoesNotExist, TaskTimedOut) as exc:
+            raise TokenGone(type(exc).__name__) from None
+
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
+        self._call("send_task_success", token, json.dumps(output))
+
+    def fail(self, token: str, error: str, cause: str) -> None:
+        self._call("send_task_failure", token, error, cause)
+
+
 @dataclass
 class DriveResult:
     run: Run
@@ -155,6 +174,7 @@ class LocalEngine:
 
     def __init__(self, svc: Services, project: str | Path | None = None):
         self.svc = svc
+        svc.callbacks = LocalCallbacks()  # tokens are completed on this process's interpreter
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
         self.registry = HandlerRegistry(self.template)

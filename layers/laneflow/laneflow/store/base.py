@@ -206,6 +206,20 @@ class Store(ABC):
     def get_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
         """The handoff block under `key`, or None if none was written."""
 
+    # -- the warm gate ---------------------------------------------------------------------
+
+    @abstractmethod
+    def gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
+        """A sibling arrives at its lane's gate with its callback token. At once: if the gate
+        is open, return True (the caller completes its own token); otherwise keep the token
+        for the lead and return False. Together with `gate_open` this is a rendezvous:
+        whichever arrives second completes the token, so no sibling waits forever."""
+
+    @abstractmethod
+    def gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
+        """Open the gate (idempotent) and hand back, at once, the tokens kept so far; a token
+        is handed back only once. A second call returns []."""
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:  # pragma: no cover - trivial default

@@ -77,7 +77,7 @@ from ..models import (
 )
 from .base import RUN_FIELDS, STEP_FIELDS, Store
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 10.0
 COST_DECIMALS = 6
 
@@ -173,6 +173,15 @@ CREATE TABLE IF NOT EXISTS calls (
     n       INTEGER NOT NULL,
     body    TEXT NOT NULL,
     PRIMARY KEY (tenant, run_id, idx, id)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS gates (
+    tenant    TEXT NOT NULL,
+    run_id    TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    opened_at TEXT,
+    tokens    TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (tenant, run_id, key)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS handoffs (
@@ -780,6 +789,36 @@ class SqliteStore(Store):
                 " ON CONFLICT (tenant, run_id, idx, id) DO UPDATE SET n = excluded.n, body = excluded.body",
                 (ref.tenant, ref.run_id, ref.index, call.id, call.n, body),
             )
+
+    def gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
+        with self._write() as db:
+            row = db.execute(
+                "SELECT opened_at, tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                return True
+            tokens = json.loads(row[1]) if row else []
+            tokens.append(token)
+            db.execute(
+                "INSERT INTO gates (tenant, run_id, key, opened_at, tokens) VALUES (?, ?, ?, NULL, ?)"
+                " ON CONFLICT (tenant, run_id, key) DO UPDATE SET tokens = excluded.tokens",
+                (tenant, run_id, key, _dumps(tokens)),
+            )
+            return False
+
+    def gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
+        with self._write() as db:
+            row = db.execute(
+                "SELECT opened_at, tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                return []
+            db.execute(
+                "INSERT INTO gates (tenant, run_id, key, opened_at, tokens) VALUES (?, ?, ?, ?, '[]')"
+                " ON CONFLICT (tenant, run_id, key) DO UPDATE SET opened_at = excluded.opened_at, tokens = '[]'",
+                (tenant, run_id, key, utcnow()),
+            )
+            return json.loads(row[1]) if row else []
 
     def put_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
         with self._write() as db:

@@ -1,0 +1,142 @@
+"""The warm gate (DESIGN section 5) through the real definition on the embedded engine.
+
+Times come from the record: a step's `started_at` is its claim, the lead's release is the
+gate event it writes when its stream's first event arrives (stub `ttft_ms`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import pytest
+
+from conftest import FIXTURES
+from laneflow.gate import waiting_line
+from laneflow.models import RunStatus, StepStatus
+from laneflow.runs import create_run
+from laneflow.step import WAITED_TO_START
+
+GATE = FIXTURES / "ws_gate"
+
+
+def ts(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def released_at(step) -> dt.datetime:
+    [event] = [e for e in step.events if e.type == "gate" and "released" in e.text]
+    return ts(event.t)
+
+
+def test_the_lead_starts_first_and_no_sibling_starts_before_its_first_stream_event(run_flow):
+    run = run_flow(GATE, "fanout").run
+    assert run.status == RunStatus.completed
+    lead, *siblings = run.steps
+    first_event = ts(lead.started_at) + dt.timedelta(milliseconds=250)  # the stub's ttft_ms
+    assert released_at(lead) >= first_event
+    for sibling in siblings:
+        assert ts(sibling.started_at) >= first_event, f"step {sibling.index} started before the lead's reply began"
+        assert ts(sibling.started_at) - released_at(lead) < dt.timedelta(milliseconds=500)
+
+
+def test_each_waiting_sibling_says_so_in_its_trace(run_flow):
+    run = run_flow(GATE, "fanout").run
+    lead, *siblings = run.steps
+    assert not any(e.text == waiting_line("quick") for e in lead.events)
+    for sibling in siblings:
+        gate_lines = [e for e in sibling.events if e.type == "gate"]
+        assert [e.text for e in gate_lines] == [
+            "prompt cache: waiting for the first quick step's reply before starting, so this one reads its prefix"
+        ]
+        assert ts(gate_lines[0].t) <= ts(sibling.started_at)
+    assert "released 3 waiting sibling(s): the lead's reply began" in [e.text for e in lead.events if e.type == "gate"][0]
+
+
+def test_a_lead_that_fails_before_replying_releases_its_siblings(run_flow):
+    run = run_flow(GATE, "lead_fails").run
+    assert run.status == RunStatus.completed  # everyone recovers on the retry
+    lead, *siblings = run.steps
+    release = [e.text for e in lead.events if e.type == "gate"]
+    assert release == ["prompt cache: released 2 waiting sibling(s): the lead's attempt 1 failed before its reply began"]
+    # released at the lead's first failure, not after its retry
+    for sibling in siblings:
+        assert ts(sibling.started_at) < ts(lead.finished_at)
+
+
+def test_a_stop_while_siblings_wait_skips_them_never_started(svc, run_flow):
+    engine = run_flow.engine
+    run = create_run(svc, GATE, "stop")
+
+    def stop_once_siblings_wait():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            steps = svc.store.get_run(run.tenant, run.id).steps
+            if all(any(e.type == "gate" for e in s.events) for s in steps[1:3]):
+                svc.store.request_stop(run.tenant, run.id)
+                return
+            time.sleep(0.05)
+
+    stopper = threading.Thread(target=stop_once_siblings_wait)
+    stopper.start()
+    started = time.monotonic()
+    result = engine.drive(run.tenant, run.id, tick_s=0.02)
+    stopper.join()
+    assert time.monotonic() - started < 15, "the stop did not end the slow lead"
+    final = result.run
+    assert final.status == RunStatus.failed and final.finished_at and final.stop_requested
+    lead, s1, s2, later = final.steps
+    assert lead.status == StepStatus.failed and lead.error == "stopped by a person"
+    for sibling in (s1, s2):
+        assert sibling.status == StepStatus.skipped and sibling.skip_reason == WAITED_TO_START
+        assert sibling.attempts == 0 and sibling.started_at is None
+    assert later.status == StepStatus.skipped and later.skip_reason == "run stopped"
+
+
+def test_two_lanes_in_one_group_proceed_independently(run_flow):
+    run = run_flow(GATE, "two_lanes").run
+    quick = [s for s in run.steps if s.agent == "quick"]
+    slow = [s for s in run.steps if s.agent == "slow"]
+    slow_release = released_at(slow[0])
+    quick_release = released_at(quick[0])
+    assert quick_release < slow_release - dt.timedelta(milliseconds=500)
+    for sibling in quick[1:]:
+        assert ts(sibling.started_at) < slow_release, "a quick sibling waited for the slow lane's lead"
+    for sibling in slow[1:]:
+        assert ts(sibling.started_at) >= slow_release
+
+
+def test_parallel_still_caps_a_gated_lane(run_flow):
+    run = run_flow(GATE, "capped").run
+    assert run.status == RunStatus.completed
+    spans = sorted((s.started_at, s.finished_at) for s in run.steps)
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) == 2
+
+
+def test_a_lone_step_has_no_gate(run_flow):
+    run = run_flow(GATE, "lone").run
+    assert run.status == RunStatus.completed
+    assert not any(e.type == "gate" for s in run.steps for e in s.events)
+
+
+def test_the_gate_can_be_turned_off_for_comparison(run_flow):
+    run = run_flow(GATE, "fanout", options={"gate": False}).run
+    assert run.status == RunStatus.completed
+    assert not any(e.type == "gate" for s in run.steps for e in s.events)
+    starts = sorted(ts(s.started_at) for s in run.steps)
+    assert starts[-1] - starts[0] < dt.timedelta(milliseconds=200)  # all started together
+
+
+def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc, tmp_path):
+    """The store handshake: sibling first (kept, later handed to the lead) or lead first
+    (the sibling is told the gate is open); a token is handed back only once."""
+    run = create_run(svc, GATE, "fanout")
+    store, t, r = svc.store, run.tenant, run.id
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-1") is False
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-2") is False
+    assert store.gate_open(t, r, "g0c0:quick@stub") == ["tok-1", "tok-2"]
+    assert store.gate_open(t, r, "g0c0:quick@stub") == []
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-3") is True
+    assert store.gate_open(t, r, "g0c0:quick@stub") == []
+    # another lane's gate is its own
+    assert store.gate_wait(t, r, "g0c0:other@stub", "tok-4") is False
