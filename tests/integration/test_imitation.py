@@ -17,7 +17,7 @@ from anthropic import Stream
 
 from laneflow.imitation import MessagesImitation, Reply, default_responder
 
-MODEL = "claude-sonnet-4-5-20250929"  # minimum cacheable prefix: 1024 tokens
+MODEL = "claude-sonnet-4-6"  # minimum cacheable prefix: 2048 tokens
 BIG = "x" * 20_000  # 5,000 tokens at 4 chars per token
 
 
@@ -36,7 +36,8 @@ def cached_system(text: str = BIG, **cc) -> list[dict]:
 
 
 def ask(client, system=None, content="Hello", model=MODEL, **kw):
-    args = dict(model=model, max_tokens=1024, messages=[{"role": "user", "content": content}], **kw)
+    args = dict(model=model, max_tokens=1024, messages=[{"role": "user", "content": content}])
+    args.update(kw)
     if system is not None:
         args["system"] = system
     return client.messages.create(**args)
@@ -82,7 +83,7 @@ def test_streaming_through_the_sdk_accumulates_the_message(server):
         message = s.get_final_message()
     assert "".join(pieces) == "Reply to: Hi\nTurn 1."
     assert message.content[0].text == "Reply to: Hi\nTurn 1."
-    assert message.stop_reason == "end_turn" and message.usage.output_tokens == 6
+    assert message.stop_reason == "end_turn" and message.usage.output_tokens == 5  # 20 chars
 
 
 def test_non_streaming_message_and_usage(server):
@@ -103,8 +104,8 @@ def test_validation_names_the_missing_field(server):
         del body[missing]
         with pytest.raises(anthropic.BadRequestError) as exc:
             client.post("/v1/messages", body=body, cast_to=object)
-        assert exc.value.body["type"] == "invalid_request_error"
-        assert missing in exc.value.body["message"]
+        assert exc.value.body["error"]["type"] == "invalid_request_error"
+        assert missing in exc.value.body["error"]["message"]
 
 
 def test_max_tokens_cuts_the_reply(server):
@@ -129,16 +130,20 @@ def test_a_cached_system_block_is_written_then_read(server):
 
 def test_a_prefix_below_the_model_minimum_neither_writes_nor_reads(server):
     client = client_for(server)
-    small = cached_system("y" * 4000)  # 1,000 tokens < 1,024
+    small = cached_system("y" * 4000)  # 1,000 tokens < 2,048
     for _ in range(2):
         u = ask(client, system=small).usage
         assert (u.cache_creation_input_tokens, u.cache_read_input_tokens, u.input_tokens) == (0, 0, 1002)
-    # 3,000 tokens: cacheable on sonnet 4.5 (1,024) but not on opus 4.5 (4,096)
+    # 3,000 tokens: cacheable on sonnet 4.6 (2,048) but not on opus 4.6 (4,096)
     mid = cached_system("z" * 12_000)
-    assert ask(client, system=mid, model="claude-opus-4-5-20251101").usage.cache_creation_input_tokens == 0
+    assert ask(client, system=mid, model="claude-opus-4-6").usage.cache_creation_input_tokens == 0
     assert ask(client, system=mid).usage.cache_creation_input_tokens == 3000
     assert server.min_cacheable_for("claude-3-5-haiku-20241022") == 2048
+    assert server.min_cacheable_for("claude-sonnet-4-5-20250929") == 1024  # dated ids match by prefix
+    assert server.min_cacheable_for("claude-opus-4-20250514") == 1024
     assert server.min_cacheable_for("some-other-model") == 1024
+    with MessagesImitation(min_cacheable={"claude-sonnet-4-6": 100}) as tuned:
+        assert ask(client_for(tuned), system=small).usage.cache_creation_input_tokens == 1000
 
 
 def test_concurrent_requests_both_write_and_a_later_one_reads_once_the_first_began():
@@ -204,6 +209,12 @@ def test_one_hour_entries_outlive_the_five_minute_ttl():
         assert u.cache_creation.ephemeral_1h_input_tokens == 5000 and u.cache_creation.ephemeral_5m_input_tokens == 0
         time.sleep(0.3)
         assert ask(client, system=hour).usage.cache_read_input_tokens == 5000
+        five_then_hour = [
+            {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "b", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+        ]
+        with pytest.raises(anthropic.BadRequestError):  # longer TTLs must come first, as in the real API
+            ask(client, system=five_then_hour)
 
 
 def test_more_than_four_breakpoints_is_a_bad_request(server):
@@ -289,6 +300,9 @@ def test_a_bad_key_is_an_authentication_error():
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(req)
         assert missing.value.code == 401
+        body = json.dumps({"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).encode()
+        req = urllib.request.Request(server.url + "/v1/messages", data=body, headers={"x-api-key": "right"})
+        assert json.load(urllib.request.urlopen(req))["content"][0]["text"].startswith("Reply to: hi")
 
 
 def test_fail_next_answers_the_real_error_types(server):
@@ -297,7 +311,8 @@ def test_fail_next_answers_the_real_error_types(server):
     with pytest.raises(anthropic.APIStatusError) as overloaded:
         ask(client)
     assert overloaded.value.status_code == 529
-    assert overloaded.value.body["type"] == "overloaded_error"
+    assert overloaded.value.body["error"]["type"] == "overloaded_error"
+    assert isinstance(overloaded.value, anthropic.OverloadedError)
     with pytest.raises(anthropic.RateLimitError) as limited:
         ask(client, stream=True)
     assert limited.value.response.headers["retry-after"] == "0"

@@ -13,7 +13,7 @@ import logging
 
 from .callbacks import TokenGone
 from .contracts import WaitForLeadRequest, WaitForLeadReport
-from .models import Event
+from .models import Event, utcnow
 from .services import Services
 
 log = logging.getLogger("laneflow.gate")
@@ -41,7 +41,9 @@ def wait_for_lead(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport:
     return WaitForLeadReport(index=req.step.index, waiting=True)
 
 
-def open_gate(svc: Services, tenant: str, run_id: str, *, group: int, cycle: int, lane: str, lead: int, why: str) -> int:
+def open_gate(
+    svc: Services, tenant: str, run_id: str, *, group: int, cycle: int, lane: str, lead: int, why: str, at: str | None = None
+) -> int:
     """The lead's reply began, or it ended (or will not run) without one: release every
     sibling waiting so far; later arrivals find the gate open. Idempotent. Returns how many
     waiting siblings this call released."""
@@ -54,5 +56,8 @@ def open_gate(svc: Services, tenant: str, run_id: str, *, group: int, cycle: int
         except TokenGone:
             log.info("gate %s: a sibling's token was already gone", lane)
     if tokens:
-        svc.store.add_event(tenant, run_id, lead, Event(type="gate", text=f"prompt cache: released {released} waiting sibling(s): {why}"))
+        data = {"opened_at": at or utcnow(), "released": released}
+        svc.store.add_event(
+            tenant, run_id, lead, Event(type="gate", text=f"prompt cache: released {released} waiting sibling(s): {why}", data=data)
+        )
     return released

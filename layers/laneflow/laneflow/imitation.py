@@ -27,6 +27,9 @@ Approximations (documented, deterministic):
 * Output tokens are counted the same way over the reply's text and tool-use inputs; a
   reply longer than ``max_tokens`` is cut there with ``stop_reason: "max_tokens"``.
 
+Auth: the key comes in ``x-api-key`` or, as SDK 2.x sends ``api_key``, in
+``Authorization: Bearer``; a missing key (or one not in ``api_keys``) is a 401.
+
 Stdlib only. Loopback only (binds 127.0.0.1). Run it standalone with
 ``python -m laneflow.imitation --port 8765 --ttft-ms 400 --token-ms 5``.
 """
@@ -372,6 +375,18 @@ def _new_counts() -> dict[str, int]:
     }
 
 
+def _api_key_of(headers: Any) -> str | None:
+    """The caller's key: ``x-api-key``, or an ``Authorization: Bearer`` token (what SDK 2.x
+    sends for ``api_key``)."""
+    key = (headers.get("x-api-key") or "").strip()
+    if key:
+        return key
+    auth = (headers.get("Authorization") or "").strip()
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return None
+
+
 def _new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(12)
 
@@ -631,7 +646,6 @@ class MessagesImitation:
             body = json.loads(raw.decode("utf-8")) if raw else None
         except (UnicodeDecodeError, json.JSONDecodeError):
             body = None
-            model = None
         if isinstance(body, dict) and isinstance(body.get("model"), str):
             model = body["model"]
 
@@ -645,7 +659,7 @@ class MessagesImitation:
         if forced is not None:
             fail(forced)
             return
-        key = h.headers.get("x-api-key")
+        key = _api_key_of(h.headers)
         if not key or (self.api_keys is not None and key not in self.api_keys):
             fail(401, "invalid x-api-key")
             return

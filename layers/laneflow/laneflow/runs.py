@@ -12,7 +12,6 @@ import secrets as _secrets
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelNotConfigured
 from .fill import fill, lookup_input
 from .flow import Flow, StepSpec, load_flow, validate_input
 from .models import Run, Step
@@ -91,10 +90,7 @@ def prepare_run(
     validate_input(flow, run_input)
     steps = expand_steps(flow, ws, run_input, override=model, default_model=svc.settings.default_model)
     for used in sorted({s.model for s in steps if s.agent}):
-        if used != "stub":
-            svc.executor(used)  # raises ModelNotConfigured with a clear line
-            if not svc.settings.anthropic_api_key_set:
-                raise ModelNotConfigured(f"model {used!r} needs ANTHROPIC_API_KEY (or run with --model stub)")
+        svc.executor(used)  # a model without what it needs: ModelNotConfigured, before anything is written
     return Run(
         id=new_run_id(),
         tenant=tenant or svc.settings.tenant,

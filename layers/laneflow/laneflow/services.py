@@ -20,6 +20,9 @@ from .settings import Settings, settings
 from .store import Store, open_store
 
 
+_lock = threading.RLock()
+
+
 @dataclass
 class Services:
     store: Store
@@ -29,12 +32,25 @@ class Services:
     callbacks: TaskCallbacks = field(default_factory=StepFunctionsCallbacks)
 
     def executor(self, model: str) -> Executor:
-        """The executor for a model: `stub`, else the Claude executor."""
-        if model == "stub":
-            return self.executors.setdefault("stub", StubExecutor())
-        if "anthropic" in self.executors:
+        """The executor for a model: `stub`, else the Claude executor (one shared client)."""
+        with _lock:
+            if model == "stub":
+                return self.executors.setdefault("stub", StubExecutor())
+            if "anthropic" not in self.executors:
+                if not self.settings.anthropic_api_key_set:
+                    raise ModelNotConfigured(f"model {model!r} needs ANTHROPIC_API_KEY (or run with --model stub)")
+                from .executors.anthropic import AnthropicExecutor
+
+                key = self.settings.anthropic_api_key
+                self.executors["anthropic"] = AnthropicExecutor(
+                    api_key=key.get_secret_value() if key else None, base_url=self.settings.anthropic_base_url
+                )
             return self.executors["anthropic"]
-        raise ModelNotConfigured(f"model {model!r}: only the stub model is available in this build")
+
+    def secret_values(self) -> dict[str, str]:
+        """Values that must never be recorded (replaced by their names wherever recorded)."""
+        key = self.settings.anthropic_api_key
+        return {"ANTHROPIC_API_KEY": key.get_secret_value()} if key else {}
 
     @classmethod
     def for_store(cls, store: Store, cfg: Settings | None = None) -> "Services":
@@ -52,7 +68,6 @@ def capture_root(store: Store, cfg: Settings) -> Path:
     return Path(".laneflow") / "captures"
 
 
-_lock = threading.Lock()
 _current: Services | None = None
 
 

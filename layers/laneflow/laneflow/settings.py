@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 
 class Settings(BaseModel):
@@ -16,14 +16,21 @@ class Settings(BaseModel):
     tenant: str = "local"  # LANEFLOW_TENANT
     capture_dir: str | None = None  # LANEFLOW_CAPTURE_DIR (local captures; default beside the store)
     default_model: str = "stub"  # LANEFLOW_MODEL: the model when neither flow nor agent names one
-    anthropic_api_key_set: bool = False  # whether ANTHROPIC_API_KEY is present (never its value)
+    anthropic_api_key: SecretStr | None = None  # ANTHROPIC_API_KEY (never printed: SecretStr)
+    anthropic_base_url: str | None = None  # ANTHROPIC_BASE_URL (a local imitation, a proxy)
     max_lane_parallel: int = 100  # the most steps of one lane in flight when `parallel:` is unset
+
+    @property
+    def anthropic_api_key_set(self) -> bool:
+        return bool(self.anthropic_api_key and self.anthropic_api_key.get_secret_value())
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {"anthropic_api_key_set": bool(env.get("ANTHROPIC_API_KEY"))}
+        values: dict[str, object] = {}
         for field, name in (
+            ("anthropic_api_key", "ANTHROPIC_API_KEY"),
+            ("anthropic_base_url", "ANTHROPIC_BASE_URL"),
             ("store_url", "LANEFLOW_STORE"),
             ("tenant", "LANEFLOW_TENANT"),
             ("capture_dir", "LANEFLOW_CAPTURE_DIR"),

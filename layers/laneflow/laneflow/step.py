@@ -276,7 +276,7 @@ class StepRunner:
                     pass
                 return self._report()
 
-            reason = scrub_paths(reason, self.run.workspace_uri)
+            reason = Redactor(self.svc.secret_values())(scrub_paths(reason, self.run.workspace_uri))
             cost = recorder.cost_usd if recorder else 0.0
             self.step.cost_usd = round(self.step.cost_usd + cost, 6)
             retry = retryable and len(self.history) < self.spec.retries
@@ -318,9 +318,9 @@ class StepRunner:
             svc=svc,
             ref=self.ref,
             base_n=len(prior.calls),
-            redact=Redactor({}),
+            redact=Redactor(svc.secret_values()),
             capture=ws.settings.capture == "full",
-            on_first_event=(lambda: self.open_gate("the lead's reply began")) if self.open_gate else None,
+            on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
         )
         job = StepJob(
             tenant=run.tenant,
@@ -335,6 +335,8 @@ class StepRunner:
             system_dynamic=prompt.dynamic,
             user=user_message(step, self.spec, handoff, self.history),
             tools=tuple(agent.settings.tools),
+            workspace_root=str(ws.root),
+            agent_path=agent.path,
             stub=agent.settings.stub,
             answer_index=self.attempt.n - 1,
             max_turns=agent.settings.max_turns,
@@ -398,5 +400,5 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
         step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
     running = step.model_copy(update={"status": StepStatus.running})
-    lead_opener = (lambda why: opener(why=why)) if opener else None
+    lead_opener = (lambda why, at=None: opener(why=why, at=at)) if opener else None
     return StepRunner(svc, run, running, attempt, cycle=req.cycle, open_gate=lead_opener).run_attempts()

@@ -28,6 +28,8 @@ class StepJob:
     system_dynamic: str  # what changes between runs, after the cache breakpoint
     user: str  # the instruction, the handoff block and what earlier attempts taught
     tools: tuple[str, ...] = ()
+    workspace_root: str = ""  # where the step's file tools may reach (never sent to the model)
+    agent_path: str = ""  # the agent's folder, relative to the workspace
     stub: str | list[str] | None = None
     answer_index: int = 0  # which stub answer: attempts at this step position so far
     max_turns: int | None = None

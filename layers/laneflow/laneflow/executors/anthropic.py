@@ -1,0 +1,248 @@
+"""The Claude executor: the Messages API through the anthropic SDK, streaming (DESIGN 8).
+
+- The stable prompt layers are one cached system block (`cache_control` at its end); the
+  dynamic layers follow it, uncached. Tools are sent in a stable order, so they are part of
+  the cached prefix.
+- The stream's first event opens the warm gate (`sink.first_event`).
+- A tool-use loop over the step's file tools, each call recorded as a tool event.
+- Every turn is a model-call span with usage (input, output, cache read and write), time to
+  first token and cost from the price catalog; a turn is reported when it starts and
+  updated when it ends (one span).
+- Rate limits, 5xx and overloaded answers are retried with backoff; an authentication
+  refusal is a clear step failure that says so; `max_turns` and `timeout` are honoured.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import anthropic
+
+from ..errors import StepFailed
+from ..models import ModelCall, Tokens, utcnow
+from ..prices import PriceCatalog, catalog
+from ..tools import FileTools, ToolError
+from .base import ExecutionSink, StepJob, StepOutcome
+
+DEFAULT_MAX_TURNS = 16
+DEFAULT_MAX_TOKENS = 4096
+RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError)
+
+
+@dataclass
+class Turn:
+    id: str = ""
+    text: list[str] = field(default_factory=list)
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    stop: str | None = None
+    tokens: Tokens = field(default_factory=Tokens)
+    ttft_ms: int | None = None
+
+    @property
+    def tool_uses(self) -> list[dict[str, Any]]:
+        return [b for b in self.blocks if b["type"] == "tool_use"]
+
+
+class AnthropicExecutor:
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        prices: PriceCatalog | None = None,
+        api_retries: int = 4,
+        backoff_s: float = 0.5,
+        client_factory: Callable[[], anthropic.Anthropic] | None = None,
+    ):
+        self._api_key, self._base_url = api_key, base_url
+        self.prices = prices or catalog()
+        self.api_retries, self.backoff_s = api_retries, backoff_s
+        self._factory = client_factory
+        self._client: anthropic.Anthropic | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> anthropic.Anthropic:
+        with self._lock:
+            if self._client is None:
+                if self._factory:
+                    self._client = self._factory()
+                else:
+                    self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+            return self._client
+
+    # -- one attempt ---------------------------------------------------------------------
+
+    def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
+        tools = FileTools(job.workspace_root, job.agent_path) if job.workspace_root else None
+        tool_defs = tools.definitions(tuple(job.tools) or None) if tools else []
+        system: list[dict[str, Any]] = [{"type": "text", "text": job.system_stable, "cache_control": {"type": "ephemeral"}}]
+        if job.system_dynamic:
+            system.append({"type": "text", "text": job.system_dynamic})
+        messages: list[dict[str, Any]] = [{"role": "user", "content": job.user}]
+        deadline = time.monotonic() + job.timeout if job.timeout else None
+        max_turns = job.max_turns or DEFAULT_MAX_TURNS
+        price = self.prices.price(job.model)
+        if price is None:
+            sink.event("warning", f"no price for model {job.model} in the catalog: its spend is counted as 0")
+        texts: list[str] = []
+        cost = 0.0
+        for number in range(1, max_turns + 1):
+            params: dict[str, Any] = {"model": job.model, "max_tokens": DEFAULT_MAX_TOKENS, "system": system, "messages": messages}
+            if tool_defs:
+                params["tools"] = tool_defs
+            turn = self._turn_with_retries(params, sink, job, deadline, price)
+            cost += price.cost(turn.tokens) if price else 0.0
+            if turn.text:
+                texts.append("".join(turn.text).strip())
+            messages.append({"role": "assistant", "content": turn.blocks})
+            if turn.stop != "tool_use" or not turn.tool_uses:
+                return StepOutcome(result="\n\n".join(t for t in texts if t), conclusion="".join(turn.text).strip(), cost_usd=cost, turns=number)
+            results = []
+            for use in turn.tool_uses:
+                started = time.monotonic()
+                try:
+                    if tools is None:
+                        raise ToolError("this step has no tools")
+                    output, is_error = tools.run(use["name"], use["input"]), False
+                except ToolError as exc:
+                    output, is_error = str(exc), True
+                sink.tool_call(use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000))
+                results.append({"type": "tool_result", "tool_use_id": use["id"], "content": output, "is_error": is_error})
+            messages.append({"role": "user", "content": results})
+        raise StepFailed(f"reached max_turns ({max_turns}) before a final reply", retryable=False)
+
+    # -- one turn, with retries of what is not the step's fault ---------------------------
+
+    def _turn_with_retries(self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any) -> Turn:
+        for tried in range(self.api_retries + 1):
+            try:
+                return self._turn(params, sink, job, deadline, price)
+            except anthropic.AuthenticationError:
+                raise StepFailed("the model API refused the credentials (authentication failed): check ANTHROPIC_API_KEY", retryable=False) from None
+            except anthropic.PermissionDeniedError:
+                raise StepFailed("the model API refused this request (permission denied)", retryable=False) from None
+            except anthropic.NotFoundError:
+                raise StepFailed(f"the model API does not know model {job.model!r}", retryable=False) from None
+            except anthropic.BadRequestError as exc:
+                raise StepFailed(f"the model API rejected the request: {_message(exc)}", retryable=False) from None
+            except RETRYABLE as exc:
+                what = _describe(exc)
+                if tried == self.api_retries:
+                    raise StepFailed(f"the model API failed {tried + 1} times: {what}", retryable=True) from None
+                wait = _retry_after(exc) or self.backoff_s * (2**tried)
+                if deadline and time.monotonic() + wait > deadline:
+                    raise StepFailed(f"timed out after {job.timeout:g} s (the model API was busy: {what})", retryable=False) from None
+                sink.event("warning", f"model API busy ({what}); retrying in {wait:.1f} s")
+                self._sleep(wait, sink)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _sleep(seconds: float, sink: ExecutionSink) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            if sink.stopped():
+                raise StepFailed("stopped by a person", retryable=False)
+            time.sleep(min(0.1, left))
+
+    def _turn(self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any) -> Turn:
+        timeout = None
+        if deadline:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False)
+        turn = Turn()
+        started, at = time.monotonic(), utcnow()
+        json_parts: dict[int, list[str]] = {}
+
+        def span() -> ModelCall:
+            return ModelCall(
+                id=turn.id or f"turn-{at}",
+                at=at,
+                ms=int((time.monotonic() - started) * 1000),
+                ttft_ms=turn.ttft_ms,
+                model=params["model"],
+                tokens=turn.tokens,
+                tools=len(turn.tool_uses),
+                stop=turn.stop,
+                cost_usd=round(price.cost(turn.tokens), 8) if price else 0.0,
+            )
+
+        try:
+            stream = self.client.messages.create(**params, stream=True, timeout=timeout)
+            with stream:
+                for event in stream:
+                    kind = event.type
+                    if kind == "message_start":
+                        sink.first_event()
+                        usage = event.message.usage
+                        turn.id = event.message.id
+                        turn.tokens = Tokens(
+                            input=usage.input_tokens or 0,
+                            output=usage.output_tokens or 0,
+                            cache_read=getattr(usage, "cache_read_input_tokens", 0) or 0,
+                            cache_write=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+                        )
+                        sink.call(span())
+                    elif kind == "content_block_start":
+                        block = event.content_block
+                        if block.type == "tool_use":
+                            turn.blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": {}})
+                            json_parts[event.index] = []
+                        else:
+                            turn.blocks.append({"type": "text", "text": ""})
+                    elif kind == "content_block_delta":
+                        if turn.ttft_ms is None:
+                            turn.ttft_ms = int((time.monotonic() - started) * 1000)
+                        delta = event.delta
+                        if delta.type == "text_delta":
+                            turn.text.append(delta.text)
+                            turn.blocks[-1]["text"] += delta.text
+                        elif delta.type == "input_json_delta":
+                            json_parts.setdefault(event.index, []).append(delta.partial_json)
+                    elif kind == "content_block_stop":
+                        if event.index in json_parts and turn.blocks and turn.blocks[-1]["type"] == "tool_use":
+                            raw = "".join(json_parts.pop(event.index))
+                            turn.blocks[-1]["input"] = json.loads(raw) if raw.strip() else {}
+                    elif kind == "message_delta":
+                        turn.stop = event.delta.stop_reason
+                        if event.usage and event.usage.output_tokens is not None:
+                            turn.tokens = turn.tokens.model_copy(update={"output": event.usage.output_tokens})
+                    if sink.stopped():
+                        raise StepFailed("stopped by a person", retryable=False)
+        except anthropic.APITimeoutError:
+            if deadline and time.monotonic() >= deadline - 0.05:
+                raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False) from None
+            raise
+        # Text blocks that stayed empty are not sent back.
+        turn.blocks = [b for b in turn.blocks if b["type"] != "text" or b["text"]]
+        if turn.id:
+            sink.call(span())
+        return turn
+
+
+def _message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    return str(error.get("message") or exc.message)[:300]
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, anthropic.APIStatusError):
+        return f"{exc.status_code} {_message(exc)}"
+    return type(exc).__name__
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
