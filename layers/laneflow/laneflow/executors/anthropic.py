@@ -22,6 +22,11 @@ from typing import Any, Callable
 
 import anthropic
 
+try:  # the transport the SDK streams over (httpx2 from anthropic 2.x, httpx before)
+    import httpx2 as _http
+except ImportError:  # pragma: no cover
+    import httpx as _http
+
 from ..errors import StepFailed
 from ..models import ModelCall, Tokens, utcnow
 from ..prices import PriceCatalog, catalog
@@ -30,7 +35,9 @@ from .base import ExecutionSink, StepJob, StepOutcome
 
 DEFAULT_MAX_TURNS = 16
 DEFAULT_MAX_TOKENS = 4096
-RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError)
+# A read or connection error mid-stream surfaces as the transport's own exception.
+RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError, _http.TransportError)
+TIMEOUTS = (anthropic.APITimeoutError, _http.TimeoutException)
 
 
 @dataclass
@@ -216,7 +223,7 @@ class AnthropicExecutor:
                             turn.tokens = turn.tokens.model_copy(update={"output": event.usage.output_tokens})
                     if sink.stopped():
                         raise StepFailed("stopped by a person", retryable=False)
-        except anthropic.APITimeoutError:
+        except TIMEOUTS:
             if deadline and time.monotonic() >= deadline - 0.05:
                 raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False) from None
             raise

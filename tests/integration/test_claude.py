@@ -1,0 +1,171 @@
+"""The Claude executor through the real anthropic SDK against the local Messages API
+imitation (real HTTP, streaming, prompt-cache semantics), driven by the real definition."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from laneflow.engine.local import LocalEngine
+from laneflow.errors import ModelNotConfigured
+from laneflow.executors.anthropic import AnthropicExecutor
+from laneflow.imitation import MessagesImitation
+from laneflow.models import RunStatus, StepStatus
+from laneflow.prices import catalog
+from laneflow.runs import create_run
+from laneflow.services import Services
+from laneflow.settings import Settings
+from laneflow.store import open_store
+
+KEY = "sk-test-0123456789abcdef"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_claude", root)
+    return root
+
+
+@pytest.fixture
+def api():
+    with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={KEY}) as server:
+        yield server
+
+
+def services(tmp_path: Path, api: MessagesImitation, key: str = KEY) -> Services:
+    settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+    svc = Services.for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
+    svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
+    return svc
+
+
+def drive(svc: Services, ws: Path, flow: str, **kwargs):
+    run = create_run(svc, ws, flow, **kwargs)
+    return LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+
+
+def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path, ws, api):
+    run = drive(services(tmp_path, api), ws, "fanout")
+    assert run.status == RunStatus.completed, run.error
+    stats = api.stats()
+    assert stats["cache_writes"] == 1 and stats["cache_reads"] == 3
+    lead, *siblings = run.steps
+    written = lead.calls[0].tokens.cache_write
+    assert written > 2048 and lead.calls[0].tokens.cache_read == 0
+    for sibling in siblings:
+        first = sibling.calls[0].tokens
+        assert first.cache_read == written and first.cache_write == 0
+    assert stats["cache_write_tokens"] == written and stats["cache_read_tokens"] == 3 * written
+
+
+def test_without_the_gate_every_step_of_the_fan_out_writes_the_prefix(tmp_path, ws, api):
+    run = drive(services(tmp_path, api), ws, "fanout", options={"gate": False})
+    assert run.status == RunStatus.completed
+    stats = api.stats()
+    assert stats["cache_writes"] == 4 and stats["cache_reads"] == 0
+
+
+def test_lanes_are_keyed_by_agent_one_cold_prefix_each(tmp_path, ws, api):
+    run = drive(services(tmp_path, api), ws, "two_lanes")
+    assert run.status == RunStatus.completed, run.error
+    assert api.stats()["cache_writes"] == 2 and api.stats()["cache_reads"] == 4
+    assert {s.model for s in run.steps if s.agent == "reviewer"} == {"claude-haiku-4-5"}
+
+
+def test_lanes_are_keyed_by_model_one_cold_prefix_each(tmp_path, ws, api):
+    run = drive(services(tmp_path, api), ws, "same_agent_two_models")
+    assert run.status == RunStatus.completed, run.error
+    by_model = api.stats()["by_model"]
+    assert by_model["claude-sonnet-4-6"]["cache_writes"] == 1 and by_model["claude-sonnet-4-6"]["cache_reads"] == 1
+    assert by_model["claude-haiku-4-5"]["cache_writes"] == 1 and by_model["claude-haiku-4-5"]["cache_reads"] == 1
+
+
+def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path, ws, api):
+    run = drive(services(tmp_path, api), ws, "fanout")
+    step = run.steps[1]
+    [call] = step.calls
+    assert call.id.startswith("msg_") and call.model == "claude-sonnet-4-6" and call.stop == "end_turn"
+    assert call.ttft_ms >= 250 and call.ms >= call.ttft_ms
+    assert call.tokens.input > 0 and call.tokens.output > 0
+    price = catalog().price("claude-sonnet-4-6")
+    assert call.cost_usd == pytest.approx(price.cost(call.tokens), rel=1e-6)
+    # the store keeps costs to the micro-dollar
+    assert step.cost_usd == pytest.approx(call.cost_usd, abs=1e-6)
+    assert run.cost_usd == pytest.approx(sum(s.cost_usd for s in run.steps), abs=1e-6)
+
+
+def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path, ws, api):
+    seen = []
+    original = api.responder
+
+    def spy(body):
+        seen.append(body)
+        return original(body)
+
+    api.responder = spy
+    drive(services(tmp_path, api), ws, "tools")
+    body = seen[0]
+    assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert "Today is" not in body["system"][0]["text"]  # the clock is dynamic, after the breakpoint
+    assert "Today is" in body["system"][1]["text"] and "cache_control" not in body["system"][1]
+    names = [t["name"] for t in body["tools"]]
+    assert names == sorted(names)
+
+
+def test_a_tool_use_loop_writes_files_and_records_each_call(tmp_path, ws, api):
+    run = drive(services(tmp_path, api), ws, "tools")
+    assert run.status == RunStatus.completed, run.error
+    step = run.steps[0]
+    assert (ws / "storage" / "note.md").read_text() == "tides are long waves"
+    tools = [e for e in step.events if e.type == "tool"]
+    assert [e.data["tool"] for e in tools] == ["write_file", "read_file"]
+    capture = json.loads((tmp_path / "captures" / tools[1].data["capture"]).read_text())
+    assert capture["output"] == "tides are long waves"
+    assert [c.stop for c in step.calls] == ["tool_use", "tool_use", "end_turn"]
+    assert [c.n for c in step.calls] == [1, 2, 3] and len({c.id for c in step.calls}) == 3
+    assert step.conclusion == "The note is written."
+
+
+def test_max_turns_is_honoured(tmp_path, ws, api):
+    run = drive(services(tmp_path, api), ws, "too_many_turns")
+    step = run.steps[0]
+    assert step.status == StepStatus.failed and step.error == "reached max_turns (4) before a final reply"
+    assert len(step.calls) == 4
+
+
+def test_overloaded_and_rate_limited_answers_are_retried_with_backoff(tmp_path, ws, api):
+    api.fail_next(529, 429)
+    run = drive(services(tmp_path, api), ws, "tools")
+    assert run.status == RunStatus.completed, run.error
+    warnings = [e.text for e in run.steps[0].events if e.type == "warning"]
+    assert len(warnings) == 2 and "529" in warnings[0] and "429" in warnings[1]
+    assert run.steps[0].attempts == 1
+
+
+def test_an_authentication_refusal_is_a_clear_failure_that_is_not_retried_and_keeps_the_key_secret(tmp_path, ws, api):
+    bad = "sk-wrong-key-abcdefghijklmnop"
+    run = drive(services(tmp_path, api, key=bad), ws, "fanout")
+    assert run.status == RunStatus.failed
+    lead = run.steps[0]
+    assert lead.attempts == 1 and "authentication failed" in lead.error and "ANTHROPIC_API_KEY" in lead.error
+    assert bad not in json.dumps(run.public())
+
+
+def test_a_step_timeout_is_honoured(tmp_path, ws):
+    with MessagesImitation(ttft_ms=3000, api_keys={KEY}) as slow:
+        (ws / "agents" / "toolsmith" / "agent.md").write_text("---\ntimeout: 1\n---\nYou are slow.\n")
+        run = drive(services(tmp_path, slow), ws, "tools")
+    step = run.steps[0]
+    assert step.status == StepStatus.failed and step.error == "timed out after 1 s"
+
+
+def test_a_non_stub_model_without_an_api_key_is_refused_before_the_run_starts(tmp_path, ws):
+    svc = Services.for_store(open_store(f"sqlite:///{tmp_path / 'nokey.db'}"), Settings())
+    with pytest.raises(ModelNotConfigured, match="ANTHROPIC_API_KEY"):
+        create_run(svc, ws, "fanout")
+    assert svc.store.list_runs("local") == []
