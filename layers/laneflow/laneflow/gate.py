@@ -56,7 +56,7 @@ def open_gate(
         except TokenGone:
             log.info("gate %s: a sibling's token was already gone", lane)
     if tokens:
-        data = {"opened_at": at or utcnow(), "released": released}
+        data = {"opened_at": at or utcnow(), "released_at": utcnow(), "released": released}
         svc.store.add_event(
             tenant, run_id, lead, Event(type="gate", text=f"prompt cache: released {released} waiting sibling(s): {why}", data=data)
         )

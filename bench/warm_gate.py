@@ -1,0 +1,226 @@
+"""Benchmark: what the warm gate saves, against the local Messages API imitation.
+
+For fan-outs of N = 5, 20 and 100 steps of one agent (a stable prefix of 4,096+ tokens,
+time to first token 400 ms), each run once with the gate on and once off, through the real
+definition, the Claude executor and the real anthropic SDK over HTTP:
+- cache-write and cache-read tokens (from the imitation's totals),
+- the prefix cost, gate off / gate on, next to the theoretical limit
+  1.25N / (1.25 + 0.1(N - 1)): what N cold prefixes cost against one cold and N - 1 warm,
+- the delay between the lead's first stream event and each sibling's start (median, max),
+- wall time.
+
+    python bench/warm_gate.py [--sizes 5 20 100] [--json] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import subprocess
+import sys
+import urllib.request
+import tempfile
+import time
+from pathlib import Path
+
+from local_engine import machine, write_section
+
+from laneflow.engine.local import LocalEngine
+from laneflow.executors.anthropic import AnthropicExecutor
+from laneflow.runs import create_run
+from laneflow.services import Services
+from laneflow.settings import Settings
+from laneflow.store import open_store
+
+HERE = Path(__file__).resolve().parent
+MODEL = "claude-sonnet-4-6"
+TTFT_MS = 400
+KEY = "sk-bench-not-a-real-key"
+
+
+class RemoteImitation:
+    """The imitation in a process of its own, as the real API is remote: its streaming
+    threads do not share the engine's interpreter lock."""
+
+    def __init__(self, ttft_ms: int, token_ms: float):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "laneflow.imitation", "--port", "0", "--ttft-ms", str(ttft_ms),
+             "--token-ms", str(token_ms), "--api-key", KEY],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http://127.0.0.1:"):
+            self.proc.kill()
+            raise RuntimeError("the imitation server did not start")
+
+    def _call(self, method: str, path: str) -> dict:
+        req = urllib.request.Request(self.url + path, method=method, data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            body = resp.read()
+        return json.loads(body) if body else {}
+
+    def stats(self) -> dict:
+        return self._call("GET", "/stats")
+
+    def reset(self) -> None:
+        self._call("POST", "/stats/reset")
+
+    def __enter__(self) -> "RemoteImitation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def make_workspace(root: Path) -> Path:
+    ws = root / "gate-ws"
+    (ws / "agents" / "analyst").mkdir(parents=True)
+    (ws / "flows").mkdir()
+    (ws / "knowledge").mkdir()
+    (ws / "AGENTS.md").write_text(f"---\nmodel: {MODEL}\n---\nBenchmark workspace for the warm gate.\n")
+    (ws / "agents" / "analyst" / "agent.md").write_text(
+        "---\ndescription: analyses one item\ntools: [read_file]\n---\nYou are an analyst. Answer from the primer.\n"
+    )
+    facts = [f"Fact {i}: the reference value of item {i} is {i * 37 % 101} units, measured twice." for i in range(400)]
+    (ws / "knowledge" / "primer.md").write_text("# Primer\n\n" + "\n".join(facts) + "\n")
+    (ws / "flows" / "fanout.yaml").write_text(
+        "description: fan-out\ninput:\n  type: object\n  properties:\n    items: {type: array}\n"
+        "steps:\n  - agent: analyst\n    each: input.items\n    instruction: \"Analyse {item}.\"\n"
+    )
+    return ws
+
+
+def ts(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def one_run(svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, n: int, gate: bool) -> dict:
+    api.reset()
+    run = create_run(svc, ws, "fanout", {"items": [f"item-{i}" for i in range(n)]}, options={"gate": gate})
+    started = time.perf_counter()
+    final = engine.drive(run.tenant, run.id, tick_s=0.02).run
+    wall = time.perf_counter() - started
+    stats = api.stats()
+    out = {
+        "n": n,
+        "gate": gate,
+        "status": str(final.status),
+        "wall_s": round(wall, 3),
+        "cache_writes": stats["cache_writes"],
+        "cache_reads": stats["cache_reads"],
+        "cache_write_tokens": stats["cache_write_tokens"],
+        "cache_read_tokens": stats["cache_read_tokens"],
+    }
+    if gate:
+        lead, siblings = final.steps[0], final.steps[1:]
+        opened = [e for e in lead.events if e.type == "gate" and e.data and "opened_at" in e.data]
+        if opened:
+            first_event = ts(opened[0].data["opened_at"])
+            out["tokens_released_ms"] = round((ts(opened[0].data["released_at"]) - first_event).total_seconds() * 1000, 1)
+            delays = sorted((ts(s.started_at) - first_event).total_seconds() * 1000 for s in siblings)
+            out["release_ms_median"] = round(statistics.median(delays), 1)
+            out["release_ms_max"] = round(delays[-1], 1)
+            out["release_ms_p90"] = round(delays[int(0.9 * (len(delays) - 1))], 1)
+            out["siblings_before_first_event"] = sum(1 for d in delays if d < 0)
+    return out
+
+
+def prefix_cost(r: dict, prefix_tokens: int) -> float:
+    """The prefix's cost in units of one uncached prefix: writes at 1.25, reads at 0.1."""
+    return (1.25 * r["cache_write_tokens"] + 0.1 * r["cache_read_tokens"]) / prefix_tokens
+
+
+def run_bench(sizes: list[int]) -> dict:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, RemoteImitation(ttft_ms=TTFT_MS, token_ms=1) as api:
+        root = Path(tmp)
+        ws = make_workspace(root)
+        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(root / "captures"))
+        svc = Services.for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
+        svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url)
+        engine = LocalEngine(svc)
+        one_run(svc, engine, api, ws, 2, True)  # warm-up: imports, the interpreter, the HTTP pool
+        for n in sizes:
+            on = one_run(svc, engine, api, ws, n, True)
+            off = one_run(svc, engine, api, ws, n, False)
+            prefix = on["cache_write_tokens"]  # the gate on writes the prefix exactly once
+            theory = 1.25 * n / (1.25 + 0.1 * (n - 1))
+            ratio = prefix_cost(off, prefix) / prefix_cost(on, prefix)
+            # What N copies started together pay (N cold prefixes) against the gate as measured.
+            ideal = 1.25 * n / prefix_cost(on, prefix)
+            rows.append(
+                {
+                    "n": n,
+                    "prefix_tokens": prefix,
+                    "gate_on": on,
+                    "gate_off": off,
+                    "cost_ratio": round(ratio, 3),
+                    "cold_baseline_ratio": round(ideal, 3),
+                    "theoretical_ratio": round(theory, 3),
+                    "ratio_vs_limit_pct": round(100 * (ratio - theory) / theory, 2),
+                    "cold_baseline_vs_limit_pct": round(100 * (ideal - theory) / theory, 2),
+                }
+            )
+    goals = {
+        "one_cold_prefix_per_lane": all(r["gate_on"]["cache_writes"] == 1 for r in rows),
+        "gate_on_cost_within_1pct_of_limit": all(abs(r["cold_baseline_vs_limit_pct"]) <= 1.0 for r in rows),
+        "measured_off_on_ratio_within_1pct_of_limit": {r["n"]: abs(r["ratio_vs_limit_pct"]) <= 1.0 for r in rows},
+        "tokens_released_within_100ms": all(r["gate_on"].get("tokens_released_ms", 1e9) <= 100 for r in rows),
+        "siblings_started_within_100ms": {r["n"]: r["gate_on"].get("release_ms_max", 1e9) <= 100 for r in rows},
+        "no_sibling_before_the_lead_replied": all(r["gate_on"].get("siblings_before_first_event", 1) == 0 for r in rows),
+    }
+    return {"benchmark": "warm_gate", "model": MODEL, "ttft_ms": TTFT_MS, "rows": rows, "goals": goals, "machine": machine()}
+
+
+def markdown(r: dict) -> str:
+    lines = [
+        f"## warm_gate — fan-outs of one agent on the Messages API imitation (ttft {r['ttft_ms']} ms, {r['model']})",
+        "",
+        f"Machine: {r['machine']}. Command: `python bench/warm_gate.py --write`.",
+        "",
+        "| N | prefix tokens | gate | cache writes | write tokens | cache reads | read tokens | wall s | tokens released after the lead's first event, ms | sibling starts after it: median / p90 / max ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in r["rows"]:
+        for key in ("gate_on", "gate_off"):
+            g = row[key]
+            delay = f"{g['release_ms_median']} / {g['release_ms_p90']} / {g['release_ms_max']}" if "release_ms_median" in g else "—"
+            lines.append(
+                f"| {row['n']} | {row['prefix_tokens']} | {'on' if g['gate'] else 'off'} | {g['cache_writes']} | {g['cache_write_tokens']} "
+                f"| {g['cache_reads']} | {g['cache_read_tokens']} | {g['wall_s']} | {g.get('tokens_released_ms', '—')} | {delay} |"
+            )
+    lines += [
+        "",
+        "| N | prefix cost, measured gate off / gate on | N cold prefixes / gate on | theoretical limit 1.25N/(1.25+0.1(N-1)) | measured vs limit | cold baseline vs limit |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in r["rows"]:
+        lines.append(
+            f"| {row['n']} | {row['cost_ratio']} | {row['cold_baseline_ratio']} | {row['theoretical_ratio']} "
+            f"| {row['ratio_vs_limit_pct']:+.2f}% | {row['cold_baseline_vs_limit_pct']:+.2f}% |"
+        )
+    lines += ["", "| goal | met |", "|---|---|"]
+    for name, ok in r["goals"].items():
+        shown = ", ".join(f"N={n}: {'yes' if v else 'NO'}" for n, v in ok.items()) if isinstance(ok, dict) else ("yes" if ok else "NO")
+        lines.append(f"| {name.replace('_', ' ')} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5, 20, 100])
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
+    args = parser.parse_args()
+    result = run_bench(args.sizes)
+    if args.write:
+        write_section(HERE / "RESULTS.md", "warm_gate", markdown(result))
+    print(json.dumps(result) if args.json else markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
