@@ -155,3 +155,18 @@ def test_ctrl_c_on_a_running_run_leaves_nothing_running(tmp_path):
     assert run.status == "failed" and "interrupted" in run.error
     assert all(s.status != "running" for s in run.steps)
     assert all(a.status != "running" for a in db.list_attempts("local", run.id))
+
+
+def test_the_demo_on_the_messages_api_imitation_shows_cache_reads(store, capsys):
+    """`laneflow demo --imitate`: Claude's executor through the SDK against the local
+    imitation; the lead writes the prefix once, every researcher sibling reads it."""
+    assert main(["demo", "--imitate", "--json", "--store", store]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["status"] == "completed"
+    researchers = [s for s in record["steps"] if s["agent"] == "researcher"]
+    assert all(s["model"] == "claude-sonnet-4-6" for s in researchers)
+    assert researchers[0]["calls"][0]["tokens"]["cache_write"] > 2048
+    assert all(s["calls"][0]["tokens"]["cache_read"] > 2048 for s in researchers[1:])
+    assert record["steps"][-1]["data"]["slug"] == "ocean-records"
+    assert main(["show", record["id"], "--store", store]) == 0
+    assert "tokens read, 0 written" in capsys.readouterr().out

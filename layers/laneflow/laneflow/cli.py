@@ -18,9 +18,6 @@ from .errors import InvalidInput, LaneflowError, Problem
 from .models import Run, RunStatus, StepStatus
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-DEMO_WORKSPACE = "examples/newsroom"
-DEMO_FLOW = "brief"
-DEMO_INPUT = {"topics": ["tides", "coral reefs", "deep-sea vents", "kelp forests", "sea ice"]}
 
 
 def _err(message: str) -> None:
@@ -45,22 +42,24 @@ def parse_input(text: str | None) -> Any:
         raise InvalidInput(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
 
 
-def _services(args: argparse.Namespace):
+def _services(args: argparse.Namespace, settings=None):
     from .services import Services
     from .store import open_store
 
-    return Services.for_store(open_store(args.store))
+    return Services.for_store(open_store(args.store), settings)
 
 
 # -- commands --------------------------------------------------------------------------------
 
 
-def cmd_run(args: argparse.Namespace, *, workspace: str | None = None, flow: str | None = None, run_input: Any = None) -> int:
+def cmd_run(
+    args: argparse.Namespace, *, workspace: str | None = None, flow: str | None = None, run_input: Any = None, settings=None
+) -> int:
     from .engine.local import LocalEngine
     from .progress import Progress
     from .runs import create_run
 
-    svc = _services(args)
+    svc = _services(args, settings)
     run_input = parse_input(args.input) if run_input is None else run_input
     options = {"gate": not args.no_gate}
     run = create_run(svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, options=options)
@@ -90,10 +89,22 @@ def cmd_run(args: argparse.Namespace, *, workspace: str | None = None, flow: str
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo
     from .paths import project_root
+    from .settings import settings
 
-    root = project_root() / DEMO_WORKSPACE
-    return cmd_run(args, workspace=str(root), flow=DEMO_FLOW, run_input=DEMO_INPUT)
+    root = str(project_root() / demo.WORKSPACE)
+    if not args.imitate:
+        return cmd_run(args, workspace=root, flow=demo.FLOW, run_input=demo.INPUT)
+    # The Claude executor, through the real SDK, against a local imitation of the API.
+    with demo.imitation() as api:
+        from pydantic import SecretStr
+
+        cfg = settings().model_copy(update={"anthropic_api_key": SecretStr(demo.IMITATION_KEY), "anthropic_base_url": api.url})
+        args.model = args.model or demo.IMITATION_MODEL
+        if not args.json and not args.quiet:
+            _err(f"Messages API imitation at {api.url} (model {args.model}); nothing leaves this machine")
+        return cmd_run(args, workspace=root, flow=demo.FLOW, run_input=demo.INPUT, settings=cfg)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -175,6 +186,9 @@ def describe(run: Run) -> str:
             f"  {MARK[s.status]} {s.index}: {step_label(s)}  [{s.status}] model {s.model}, "
             f"{s.attempts} attempt(s), {calls} call(s), {tokens} tokens, ${s.cost_usd:.4f}"
         )
+        read, written = sum(c.tokens.cache_read for c in s.calls), sum(c.tokens.cache_write for c in s.calls)
+        if read or written:
+            lines.append(f"      prompt cache: {read} tokens read, {written} written")
         if s.error and s.status != StepStatus.completed:
             lines.append(f"      error: {s.error}")
         if s.skip_reason:
@@ -214,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_store(sub.add_parser("demo", help="run the example newsroom flow on the stub model"))
     run_flags(p)
+    p.add_argument("--imitate", action="store_true", help="run it on Claude's executor against a local imitation of the Messages API")
     p.set_defaults(func=cmd_demo, input=None)
 
     p = sub.add_parser("check", help="list every problem of a workspace")
