@@ -169,3 +169,18 @@ def test_a_non_stub_model_without_an_api_key_is_refused_before_the_run_starts(tm
     with pytest.raises(ModelNotConfigured, match="ANTHROPIC_API_KEY"):
         create_run(svc, ws, "fanout")
     assert svc.store.list_runs("local") == []
+
+
+def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(tmp_path, ws, api):
+    """The analyst's first turn writes a 5,000-token prefix (at the cache-write price); a cap
+    below that cost stops the step as soon as the stream reports its usage."""
+    agent = ws / "agents" / "analyst" / "agent.md"
+    agent.write_text(agent.read_text().replace("tools: [read_file, list_files]", "tools: [read_file, list_files]\nbudget: 0.005"))
+    run = drive(services(tmp_path, api), ws, "fanout", options={"gate": False})
+    step = run.steps[0]
+    assert step.status == StepStatus.failed and step.error.startswith("stopped at its budget")
+    [call] = step.calls
+    assert call.tokens.cache_write > 4000 and call.tokens.output <= 1
+    price = catalog().price("claude-sonnet-4-6")
+    assert call.cost_usd == pytest.approx(price.cost(call.tokens), rel=1e-6) and call.cost_usd > 0.005
+    assert step.cost_usd == pytest.approx(call.cost_usd, abs=1e-6) and step.attempts == 1

@@ -170,3 +170,66 @@ def test_the_demo_on_the_messages_api_imitation_shows_cache_reads(store, capsys)
     assert record["steps"][-1]["data"]["slug"] == "ocean-records"
     assert main(["show", record["id"], "--store", store]) == 0
     assert "tokens read, 0 written" in capsys.readouterr().out
+
+
+CTRL = FIXTURES / "ws_control"
+
+
+def _laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / "laneflow"
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path):
+    """One process runs a slow flow; a second `laneflow stop` ends it; a third says so."""
+    import time
+
+    store = f"sqlite:///{tmp_path / 'stop.db'}"
+    exe = Path(sys.executable).parent / "laneflow"
+    runner = subprocess.Popen([str(exe), "run", str(CTRL), "stop", "--store", store, "--quiet", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    from laneflow.store import open_store
+
+    db = open_store(store)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = db.list_runs("local") if (tmp_path / "stop.db").exists() else []
+        if runs and db.get_steps("local", runs[0].id)[0].status == "running":
+            break
+        time.sleep(0.05)
+    run_id = db.list_runs("local")[0].id
+    first = _laneflow("stop", run_id, "--store", store, cwd=tmp_path)
+    again = _laneflow("stop", run_id, "--store", store, cwd=tmp_path)
+    out, err = runner.communicate(timeout=60)
+    assert first.returncode == 0 and "stop requested" in first.stdout
+    assert again.returncode == 0 and ("already stopping" in again.stdout or "already ended" in again.stdout)
+    assert runner.returncode == 1 and "stopped by a person" in err
+    record = json.loads(out)
+    assert record["status"] == "failed" and record["stop_requested"] and record["finished_at"]
+    assert [s["status"] for s in record["steps"]] == ["failed", "skipped"]
+    after = _laneflow("stop", run_id, "--store", store, cwd=tmp_path)
+    assert after.stdout.strip() == f"run {run_id} already ended (failed)"
+
+
+def test_approve_from_a_second_terminal_continues_a_parked_run(tmp_path):
+    store = f"sqlite:///{tmp_path / 'approve.db'}"
+    parked = _laneflow("run", str(CTRL), "approval", "--store", store, "--json", cwd=tmp_path)
+    assert parked.returncode == 0 and "waiting for a person: Publish this draft?" in parked.stderr
+    run_id = json.loads(parked.stdout)["id"]
+    shown = _laneflow("show", run_id, "--store", store, cwd=tmp_path)
+    assert "awaiting-approval" in shown.stdout
+    approved = _laneflow("approve", run_id, "--store", store, "--json", cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
+    record = json.loads(approved.stdout)
+    assert record["status"] == "completed" and record["drives"] == 2
+    again = _laneflow("approve", run_id, "--store", store, cwd=tmp_path)
+    assert again.returncode == 2 and "not waiting for an approval (it is completed)" in again.stderr
+
+
+def test_reject_from_a_second_terminal_fails_the_run(tmp_path):
+    store = f"sqlite:///{tmp_path / 'reject.db'}"
+    run_id = json.loads(_laneflow("run", str(CTRL), "approval", "--store", store, "--json", cwd=tmp_path).stdout)["id"]
+    rejected = _laneflow("approve", run_id, "--reject", "--store", store, cwd=tmp_path)
+    assert rejected.returncode == 0 and "rejected" in rejected.stdout
+    record = json.loads(_laneflow("show", run_id, "--store", store, "--json", cwd=tmp_path).stdout)
+    assert record["status"] == "failed" and record["error"] == "rejected by a person"

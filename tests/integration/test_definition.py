@@ -22,6 +22,7 @@ EVENT_MODELS = {
     "wait_for_lead": contracts.WaitForLeadRequest,
     "settle_group": contracts.SettleGroupRequest,
     "end_run": contracts.EndRunRequest,
+    "park_run": contracts.ParkRequest,
 }
 
 

@@ -55,14 +55,22 @@ def _services(args: argparse.Namespace, settings=None):
 def cmd_run(
     args: argparse.Namespace, *, workspace: str | None = None, flow: str | None = None, run_input: Any = None, settings=None
 ) -> int:
-    from .engine.local import LocalEngine
-    from .progress import Progress
     from .runs import create_run
 
     svc = _services(args, settings)
     run_input = parse_input(args.input) if run_input is None else run_input
     options = {"gate": not args.no_gate}
     run = create_run(svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, options=options)
+    if not args.json and not args.quiet:
+        _err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+def drive_and_report(svc, tenant: str, run_id: str, args: argparse.Namespace) -> int:
+    """One drive of the run on the embedded engine, with progress; then the record."""
+    from .engine.local import LocalEngine
+    from .progress import Progress
+
     progress = None if args.quiet else Progress()
     last = [0.0]
 
@@ -70,22 +78,53 @@ def cmd_run(
         now = time.monotonic()
         if progress and now - last[0] >= 0.25:
             last[0] = now
-            progress.update(svc.store.get_run(run.tenant, run.id, detail=False))
+            progress.update(svc.store.get_run(tenant, run_id, detail=False))
 
-    if not args.json and not args.quiet:
-        _err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
-    result = LocalEngine(svc).drive(run.tenant, run.id, on_tick=tick)
+    result = LocalEngine(svc).drive(tenant, run_id, on_tick=tick)
     if progress:
-        progress.update(svc.store.get_run(run.tenant, run.id, detail=False))
-    final = svc.store.get_run(run.tenant, run.id, detail=True)
+        progress.update(svc.store.get_run(tenant, run_id, detail=False))
+    final = svc.store.get_run(tenant, run_id, detail=True)
     if args.json:
         print(json.dumps(final.public(), ensure_ascii=False))
     else:
         print(summary(final))
     if final.status == RunStatus.completed:
         return EXIT_OK
+    if final.status == RunStatus.awaiting_approval:
+        question = next((s.instruction for s in final.steps if s.status == StepStatus.awaiting_approval), "")
+        _err(f"run {final.id} is waiting for a person: {question}")
+        _err(f"  answer it: laneflow approve {final.id}   (or --reject)")
+        return EXIT_OK
     _err(f"run {final.id} {final.status}: {final.error or result.error or 'no reason recorded'}")
     return EXIT_FAILED
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from .actions import answer_approval
+
+    svc = _services(args)
+    run = answer_approval(svc, svc.settings.tenant, args.run, approve=not args.reject)
+    if args.reject:
+        if args.json:
+            print(json.dumps(svc.store.get_run(run.tenant, run.id).public(), ensure_ascii=False))
+        else:
+            print(f"run {run.id} rejected: {run.status}")
+        return EXIT_OK
+    if not args.json and not args.quiet:
+        _err(f"run {run.id} approved: continuing it in a new drive")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from .actions import stop_run
+
+    svc = _services(args)
+    outcome = stop_run(svc, svc.settings.tenant, args.run)
+    if args.json:
+        print(json.dumps({"message": outcome.message, "run": outcome.run.public()}, ensure_ascii=False))
+    else:
+        print(outcome.message)
+    return EXIT_OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -236,6 +275,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)
+
+    p = with_store(sub.add_parser("stop", help="stop a run (one-way); from any terminal"))
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stop)
+
+    p = with_store(sub.add_parser("approve", help="answer a parked run's approval: continue it, or --reject it"))
+    p.add_argument("run")
+    p.add_argument("--reject", action="store_true", help="reject: the run fails with 'rejected by a person'")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_approve)
 
     p = with_store(sub.add_parser("runs", help="list runs, newest first"))
     p.add_argument("--limit", type=int, default=20)

@@ -52,10 +52,11 @@ class NextGroupRequest(Contract):
 
 
 class Plan(Contract):
-    """NextGroup's answer: run a group, park for a person, end the run, or continue the run
-    in a fresh execution."""
+    """NextGroup's answer: run a group, settle a group an earlier drive left unsettled (a
+    failure, a leftover rescue), park for a person, end the run, or continue the run in a
+    fresh execution."""
 
-    action: Literal["run", "park", "end", "continue"]
+    action: Literal["run", "settle", "park", "end", "continue"]
     group: int = -1
     cycle: int = 0
     lanes: list[Lane] = Field(default_factory=list)
@@ -122,8 +123,17 @@ class SettleGroupRequest(Contract):
 
 
 class Settlement(Contract):
-    action: Literal["next", "end"]
+    """SettleGroup's answer: the next group, rescues to run first, a loop back to an
+    earlier group (a new cycle), or the end of the run."""
+
+    action: Literal["next", "rescue", "loop", "end"]
     reason: str | None = None
+    rescues: list[LaneStep] = Field(default_factory=list)
+
+
+class ParkRequest(Contract):
+    run: DriveRef
+    group: int
 
 
 class EndRunRequest(Contract):

@@ -23,6 +23,7 @@ from .contracts import (
     StepReport,
 )
 from .errors import AttemptEnded, Conflict
+from .control import STOPPED, Settler, budget_spent
 from .flow import Flow
 from .gate import open_gate
 from .models import AttemptRef, AttemptStatus, Event, RunStatus, Step, StepStatus, utcnow
@@ -30,7 +31,6 @@ from .services import Services
 from .step import prepare_handoffs, scrub_paths, step_spec
 
 ACTIVE = (RunStatus.queued, RunStatus.running)
-STOPPED = "stopped by a person"
 
 
 def start_drive(svc: Services, req: StartDriveRequest) -> DriveRef:
@@ -86,21 +86,40 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         return Plan(action="end", reason=f"run is {run.status}")
     if run.stop_requested:
         return Plan(action="end", reason=STOPPED)
-    steps = [s for s in store.get_steps(run.tenant, run.id) if s.rescue_of is None]
-    pending = [s for s in steps if s.status == StepStatus.pending]
+    every = store.get_steps(run.tenant, run.id)
+    unsettled = unsettled_group(every)
+    if unsettled is not None:
+        group, cycle = unsettled
+        return Plan(action="settle", group=group, cycle=cycle, reason="an earlier drive left this group unsettled")
+    steps = [s for s in every if s.rescue_of is None]
+    pending = [s for s in steps if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
     if not pending:
         return Plan(action="end")
+    spent = budget_spent(run)
+    if spent:
+        store.update_run(run.tenant, run.id, {"error": spent}, expect_status=(RunStatus.running,))
+        return Plan(action="end", reason=spent)
     group = min(s.group for s in pending)
     launching = [s for s in pending if s.group == group]
     if any(s.agent is None for s in launching):
-        reason = "approvals are not supported by this version yet"
-        store.update_run(run.tenant, run.id, {"error": reason}, expect_status=(RunStatus.running,))
-        return Plan(action="end", reason=reason)
+        return Plan(action="park", group=group, reason="an approval")
     flow = Flow.model_validate(run.flow_spec)
     lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)))
     cycle = max(s.cycle for s in launching)
     prepare_handoffs(svc, run, group, cycle, {step_spec(run, s).handoff for s in launching})
     return Plan(action="run", group=group, cycle=cycle, lanes=lanes)
+
+
+def unsettled_group(steps: list[Step]) -> tuple[int, int] | None:
+    """The earliest group an earlier drive left unsettled: a rescue not finished, or a
+    required flow step that failed (its group's settlement never ran). (group, cycle)."""
+    found = [
+        (s.group, s.cycle)
+        for s in steps
+        if (s.rescue_of is not None and s.status in (StepStatus.pending, StepStatus.running))
+        or (s.rescue_of is None and s.status == StepStatus.failed and not s.optional)
+    ]
+    return min(found) if found else None
 
 
 def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
@@ -142,43 +161,17 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
     return StepReport(index=index, status=step.status, attempts=step.attempts)
 
 
-def _describe(step: Step) -> str:
-    item = f" ({step.item})" if step.item is not None and not isinstance(step.item, (dict, list)) else ""
-    return f"step {step.index} ({step.agent}{item})"
-
-
 def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
-    """A group's outcome: a required flow step that ended failed fails the run; an optional
-    one is recorded and the run goes on."""
-    store = svc.store
-    tenant, run_id = req.run.tenant, req.run.run_id
-    if store.get_run(tenant, run_id, steps=False).stop_requested:
-        return Settlement(action="end", reason=STOPPED)
-    steps = [s for s in store.get_steps(tenant, run_id, group=req.group) if s.rescue_of is None]
-    for step in steps:
-        if step.status in (StepStatus.pending, StepStatus.running):
-            # Nothing is working on it any more (the group's Map has ended): say so.
-            step_crashed(
-                svc,
-                StepCrashedRequest(
-                    run=req.run,
-                    step=LaneStep(index=step.index),
-                    error={"Error": "NotRun", "Cause": "the group ended before this step finished"},
-                ),
-            )
-    steps = [s for s in store.get_steps(tenant, run_id, group=req.group) if s.rescue_of is None]
-    failed = [s for s in steps if s.status == StepStatus.failed and not s.optional]
-    if failed:
-        first = failed[0]
-        reason = f"{_describe(first)} failed: {first.error or 'no reason recorded'}"
-        if len(failed) > 1:
-            reason += f" (and {len(failed) - 1} more)"
+    """What a finished group means for the run (control.py): the next group, rescues,
+    a loop back, or the end (its reason kept on the run)."""
+    run = svc.store.get_run(req.run.tenant, req.run.run_id, steps=False)
+    settled = Settler(svc, run, req.group).settle()
+    if settled.action == "end" and settled.reason and settled.reason != STOPPED:
         try:
-            store.update_run(tenant, run_id, {"error": reason}, expect_status=(RunStatus.running,))
+            svc.store.update_run(run.tenant, run.id, {"error": settled.reason}, expect_status=(RunStatus.running,))
         except Conflict:
             pass
-        return Settlement(action="end", reason=reason)
-    return Settlement(action="next")
+    return settled
 
 
 def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
@@ -210,7 +203,7 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
             run.tenant,
             run.id,
             {"status": status, "error": error, "finished_at": utcnow()},
-            expect_status=(RunStatus.running, RunStatus.queued),
+            expect_status=(RunStatus.running, RunStatus.queued, RunStatus.awaiting_approval),
         )
     except Conflict:
         run = store.get_run(run.tenant, run.id, steps=False)

@@ -92,6 +92,13 @@ class StepFailed(LaneflowError):
         self.retryable = retryable
 
 
+class StepStopped(StepFailed):
+    """The run was stopped by a person while this attempt ran: it ends, and says so."""
+
+    def __init__(self, reason: str = "stopped by a person"):
+        super().__init__(reason, retryable=False)
+
+
 class TransientError(LaneflowError):
     """An infrastructure error worth retrying the whole Task for (the state machine retries
     it by name)."""

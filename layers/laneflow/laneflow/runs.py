@@ -91,6 +91,10 @@ def prepare_run(
     steps = expand_steps(flow, ws, run_input, override=model, default_model=svc.settings.default_model)
     for used in sorted({s.model for s in steps if s.agent}):
         svc.executor(used)  # a model without what it needs: ModelNotConfigured, before anything is written
+    options = dict(options or {})
+    budget = flow.budget or ws.settings.budget
+    if budget:
+        options.setdefault("budget", budget)  # the run's budget is fixed as it starts
     return Run(
         id=new_run_id(),
         tenant=tenant or svc.settings.tenant,
@@ -98,7 +102,7 @@ def prepare_run(
         flow=flow.name,
         input=run_input,
         model=model,
-        options=options or {},
+        options=options,
         revision=workspace_revision(ws.root),
         workspace_uri=str(Path(ws.root).resolve()),
         flow_spec=flow.model_dump(mode="json", by_alias=True),

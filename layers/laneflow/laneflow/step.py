@@ -22,7 +22,7 @@ import jsonschema
 
 from .capture import STEP_CAPTURE_LIMIT, Redactor
 from .contracts import RunStepRequest, StepReport
-from .errors import AttemptEnded, Conflict, LaneflowError, StepFailed
+from .errors import AttemptEnded, Conflict, LaneflowError, StepFailed, StepStopped
 from .executors.base import StepJob, StepOutcome
 from .flow import Flow, StepSpec
 from .gate import open_gate
@@ -86,6 +86,11 @@ def handoff_key(group: int, cycle: int, kind: str) -> str:
     return f"g{group}c{cycle}:{kind}"
 
 
+def feedback_key(group: int, cycle: int) -> str:
+    """Where a loop keeps what its checking step said, for the group the new cycle starts at."""
+    return f"feedback:g{group}c{cycle}"
+
+
 def prepare_handoffs(svc: Services, run: Run, group: int, cycle: int, kinds: set[str]) -> None:
     """Build each handoff block a launching group needs once, for all of its steps (a
     fan-out of N would otherwise read the previous group N times)."""
@@ -94,11 +99,14 @@ def prepare_handoffs(svc: Services, run: Run, group: int, cycle: int, kinds: set
 
 
 def handoff_for(svc: Services, run: Run, step: Step, kind: str, *, group: int, cycle: int) -> str:
-    """The block the planner prepared for this step's group, else built now."""
-    if kind == "none":
-        return ""
-    prepared = svc.store.get_handoff(run.tenant, run.id, handoff_key(group, cycle, kind))
-    return prepared if prepared is not None else build_handoff(svc, run, step.group, kind)
+    """The block the planner prepared for this step's group (else built now), and, in a new
+    loop cycle, what the checking step said about the last one (whatever the handoff kind)."""
+    block = ""
+    if kind != "none":
+        prepared = svc.store.get_handoff(run.tenant, run.id, handoff_key(group, cycle, kind))
+        block = prepared if prepared is not None else build_handoff(svc, run, step.group, kind)
+    feedback = svc.store.get_handoff(run.tenant, run.id, feedback_key(group, cycle)) if cycle else None
+    return "\n\n".join(part for part in (block, feedback) if part)
 
 
 def user_message(step: Step, spec: StepSpec, handoff: str, history: list[str]) -> str:
@@ -229,6 +237,7 @@ class StepRunner:
     ):
         self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
         self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
+        self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
         self.spec = step_spec(run, step)
         self.history: list[str] = []
 
@@ -242,19 +251,21 @@ class StepRunner:
     def run_attempts(self) -> StepReport:
         store = self.svc.store
         while True:
-            recorder: StepRecorder | None = None
+            self.recorder = None
             try:
-                self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}")
+                told = {"told": list(self.history)} if self.history else None  # why the earlier attempts failed
+                self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}", told)
                 outcome, data, recorder = self._attempt()
             except AttemptEnded:
                 return self._report()
             except StepFailed as failure:
                 reason, retryable = failure.reason, failure.retryable
+                stopped = isinstance(failure, StepStopped)
             except LaneflowError as error:
-                reason, retryable = str(error).splitlines()[0], False
+                reason, retryable, stopped = str(error).splitlines()[0], False, False
             except Exception as error:  # a bug or an unexpected library error: end the attempt, say what
                 log.exception("step %s of %s: attempt %s crashed", self.step.index, self.run.id, self.attempt.n)
-                reason, retryable = f"{type(error).__name__}: {error}", False
+                reason, retryable, stopped = f"{type(error).__name__}: {error}", False, False
             else:
                 cost = recorder.cost_usd
                 try:
@@ -277,7 +288,7 @@ class StepRunner:
                 return self._report()
 
             reason = Redactor(self.svc.secret_values())(scrub_paths(reason, self.run.workspace_uri))
-            cost = recorder.cost_usd if recorder else 0.0
+            cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
             self.step.cost_usd = round(self.step.cost_usd + cost, 6)
             retry = retryable and len(self.history) < self.spec.retries
             try:
@@ -285,7 +296,8 @@ class StepRunner:
                 changes: dict[str, Any] = {"error": reason, "cost_usd": self.step.cost_usd}
                 if not retry:
                     changes.update(status=StepStatus.failed, finished_at=utcnow())
-                store.end_attempt(self.ref, AttemptStatus.failed, reason=reason, step=changes, run_cost=cost)
+                ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
+                store.end_attempt(self.ref, ended, reason=reason, step=changes, run_cost=cost)
             except AttemptEnded:
                 return self._report()
             if not retry:
@@ -314,7 +326,12 @@ class StepRunner:
         svc.store.set_prompt_layers(self.ref, prompt.records())
         handoff = handoff_for(svc, run, step, self.spec.handoff, group=step.group, cycle=self.cycle)
         prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
-        recorder = StepRecorder(
+        budget = None
+        if agent.settings.budget is not None:
+            budget = agent.settings.budget - self.step.cost_usd
+            if budget <= 0:
+                raise StepFailed(f"its budget of ${agent.settings.budget:.2f} is spent", retryable=False)
+        self.recorder = recorder = StepRecorder(
             svc=svc,
             ref=self.ref,
             base_n=len(prior.calls),
@@ -341,11 +358,42 @@ class StepRunner:
             answer_index=self.attempt.n - 1,
             max_turns=agent.settings.max_turns,
             timeout=agent.settings.timeout,
-            budget=agent.settings.budget,
+            budget=budget,
         )
         outcome = svc.executor(step.model).execute(job, recorder)
         data = check_output(self.spec, outcome)
+        if self.spec.verify_judge:
+            self._judge(ws, job, outcome, recorder)
         return outcome, data, recorder
+
+    def _judge(self, ws: Any, job: StepJob, outcome: StepOutcome, recorder: "StepRecorder") -> None:
+        """`verify: judge:` asks the judge model (AGENTS.md `judge:`, workspace over account,
+        field by field; the run's `--model` wins). A failing verdict fails the attempt with the
+        judge's reason, and the next attempt is told it."""
+        settings = ws.settings.judge or {}
+        model = self.run.model or settings.get("model") or self.step.model
+        question = self.spec.verify_judge or ""
+        verdict_job = StepJob(
+            tenant=job.tenant,
+            run_id=job.run_id,
+            index=job.index,
+            attempt=job.attempt,
+            agent="judge",
+            model=model,
+            item=job.item,
+            run_input=job.run_input,
+            system_stable=JUDGE_SYSTEM + (f" Think with {settings['effort']} effort." if settings.get("effort") else ""),
+            system_dynamic="",
+            user=f"Question: {question}\n\nThe step was asked:\n{self.step.instruction}\n\nIts output:\n{outcome.result}",
+            stub=settings.get("stub") or "PASS",
+            answer_index=job.attempt - 1,
+            timeout=job.timeout,
+        )
+        reply = self.svc.executor(model).execute(verdict_job, recorder)
+        passed, reason = parse_verdict(reply.conclusion or reply.result)
+        recorder.event("judge", f"judge ({model}): {'PASS' if passed else 'FAIL: ' + reason}")
+        if not passed:
+            raise StepFailed(f"the judge failed it: {reason}", retryable=True)
 
     def _report(self) -> StepReport:
         step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index)
@@ -353,6 +401,22 @@ class StepRunner:
 
 
 WAITED_TO_START = "run stopped by a person while this step waited to start"
+JUDGE_SYSTEM = (
+    "You are a strict judge of another agent's work. Answer the question about the output you are "
+    "shown. Open your reply with PASS, or with FAIL: and the reason in one sentence."
+)
+
+
+def parse_verdict(text: str) -> tuple[bool, str]:
+    """PASS, or FAIL: reason, on the first line that says anything; anything else fails."""
+    first = next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
+    head = first.lstrip("*#_ ").upper()
+    if head.startswith("PASS"):
+        return True, ""
+    if head.startswith("FAIL"):
+        reason = first.split(":", 1)[1].strip() if ":" in first else "no reason given"
+        return False, reason or "no reason given"
+    return False, f"the verdict was neither PASS nor FAIL: {first[:200]!r}"
 
 
 def run_step(svc: Services, req: RunStepRequest) -> StepReport:

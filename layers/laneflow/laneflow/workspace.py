@@ -84,7 +84,7 @@ class WorkspaceSettings(BaseModel):
     locale: str | None = None
 
 
-JUDGE_FIELDS = ("model", "effort")
+JUDGE_FIELDS = ("model", "effort", "stub")  # stub: the judge's answers on the stub model
 
 
 class Doc(BaseModel):

@@ -27,7 +27,7 @@ try:  # the transport the SDK streams over (httpx2 from anthropic 2.x, httpx bef
 except ImportError:  # pragma: no cover
     import httpx as _http
 
-from ..errors import StepFailed
+from ..errors import StepFailed, StepStopped
 from ..models import ModelCall, Tokens, utcnow
 from ..prices import PriceCatalog, catalog
 from ..tools import FileTools, ToolError
@@ -104,7 +104,10 @@ class AnthropicExecutor:
             params: dict[str, Any] = {"model": job.model, "max_tokens": DEFAULT_MAX_TOKENS, "system": system, "messages": messages}
             if tool_defs:
                 params["tools"] = tool_defs
-            turn = self._turn_with_retries(params, sink, job, deadline, price)
+            if job.budget is not None and cost >= job.budget:
+                raise StepFailed(_over_budget(cost, job.budget), retryable=False)
+            left = job.budget - cost if job.budget is not None else None
+            turn = self._turn_with_retries(params, sink, job, deadline, price, left)
             cost += price.cost(turn.tokens) if price else 0.0
             if turn.text:
                 texts.append("".join(turn.text).strip())
@@ -127,10 +130,12 @@ class AnthropicExecutor:
 
     # -- one turn, with retries of what is not the step's fault ---------------------------
 
-    def _turn_with_retries(self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any) -> Turn:
+    def _turn_with_retries(
+        self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any, left: float | None
+    ) -> Turn:
         for tried in range(self.api_retries + 1):
             try:
-                return self._turn(params, sink, job, deadline, price)
+                return self._turn(params, sink, job, deadline, price, left)
             except anthropic.AuthenticationError:
                 raise StepFailed("the model API refused the credentials (authentication failed): check ANTHROPIC_API_KEY", retryable=False) from None
             except anthropic.PermissionDeniedError:
@@ -155,10 +160,12 @@ class AnthropicExecutor:
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
             if sink.stopped():
-                raise StepFailed("stopped by a person", retryable=False)
+                raise StepStopped()
             time.sleep(min(0.1, left))
 
-    def _turn(self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any) -> Turn:
+    def _turn(
+        self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any, left: float | None
+    ) -> Turn:
         timeout = None
         if deadline:
             timeout = deadline - time.monotonic()
@@ -167,6 +174,7 @@ class AnthropicExecutor:
         turn = Turn()
         started, at = time.monotonic(), utcnow()
         json_parts: dict[int, list[str]] = {}
+        out_chars = 0
 
         def span() -> ModelCall:
             return ModelCall(
@@ -197,6 +205,8 @@ class AnthropicExecutor:
                             cache_write=getattr(usage, "cache_creation_input_tokens", 0) or 0,
                         )
                         sink.call(span())
+                        if left is not None and price and price.cost(turn.tokens) >= left:
+                            raise StepFailed(_over_budget(price.cost(turn.tokens), left), retryable=False)
                     elif kind == "content_block_start":
                         block = event.content_block
                         if block.type == "tool_use":
@@ -211,8 +221,16 @@ class AnthropicExecutor:
                         if delta.type == "text_delta":
                             turn.text.append(delta.text)
                             turn.blocks[-1]["text"] += delta.text
+                            out_chars += len(delta.text)
                         elif delta.type == "input_json_delta":
                             json_parts.setdefault(event.index, []).append(delta.partial_json)
+                            out_chars += len(delta.partial_json)
+                        if left is not None and price:
+                            # Mid-turn: the output so far, estimated at 4 characters a token.
+                            so_far = turn.tokens.model_copy(update={"output": max(turn.tokens.output, out_chars // 4)})
+                            if price.cost(so_far) >= left:
+                                turn.tokens = so_far
+                                raise StepFailed(_over_budget(price.cost(so_far), left), retryable=False)
                     elif kind == "content_block_stop":
                         if event.index in json_parts and turn.blocks and turn.blocks[-1]["type"] == "tool_use":
                             raw = "".join(json_parts.pop(event.index))
@@ -222,7 +240,11 @@ class AnthropicExecutor:
                         if event.usage and event.usage.output_tokens is not None:
                             turn.tokens = turn.tokens.model_copy(update={"output": event.usage.output_tokens})
                     if sink.stopped():
-                        raise StepFailed("stopped by a person", retryable=False)
+                        raise StepStopped()
+        except StepFailed:
+            if turn.id:
+                sink.call(span())  # what the turn spent until it was stopped
+            raise
         except TIMEOUTS:
             if deadline and time.monotonic() >= deadline - 0.05:
                 raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False) from None
@@ -232,6 +254,10 @@ class AnthropicExecutor:
         if turn.id:
             sink.call(span())
         return turn
+
+
+def _over_budget(spent: float, left: float) -> str:
+    return f"stopped at its budget: ${left:.4f} was left for this step and the model had spent ${spent:.4f}"
 
 
 def _message(exc: anthropic.APIStatusError) -> str:

@@ -20,7 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ..errors import StepFailed
+from ..errors import StepFailed, StepStopped
 from ..fill import fill
 from ..models import ModelCall, Tokens, utcnow
 from .base import ExecutionSink, StepJob, StepOutcome
@@ -114,7 +114,7 @@ class StubExecutor:
         deadline = time.monotonic() + ms / 1000
         while (left := deadline - time.monotonic()) > 0:
             if sink.stopped():
-                raise StepFailed("stopped by a person", retryable=False)
+                raise StepStopped()
             time.sleep(min(self._slice, left))
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
@@ -143,6 +143,7 @@ class StubExecutor:
                 sink.tool_call(call.tool, call.input, call.output)
             last = number == len(answer.turns)
             out_chars = len(turn.text) + sum(len(c.tool) + len(c.input) for c in turn.calls)
+            over_budget = last and job.budget is not None and answer.cost > job.budget
             sink.call(
                 ModelCall(
                     id=f"stub-{uuid.uuid4().hex[:12]}",
@@ -156,6 +157,10 @@ class StubExecutor:
                     cost_usd=answer.cost if last else 0.0,
                 )
             )
+            if over_budget:
+                raise StepFailed(
+                    f"stopped at its budget: this attempt cost ${answer.cost:.4f}, ${job.budget:.4f} was left", retryable=False
+                )
             # What the model saw grows with each turn: its own text and the tool results.
             prompt_chars += out_chars + sum(len(c.output) for c in turn.calls)
             if turn.text:
