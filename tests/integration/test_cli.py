@@ -202,13 +202,13 @@ def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path):
     again = _laneflow("stop", run_id, "--store", store, cwd=tmp_path)
     out, err = runner.communicate(timeout=60)
     assert first.returncode == 0 and "stop requested" in first.stdout
-    assert again.returncode == 0 and ("already stopping" in again.stdout or "already ended" in again.stdout)
+    assert again.returncode == 0 and "already stopped" in again.stdout
     assert runner.returncode == 1 and "stopped by a person" in err
     record = json.loads(out)
     assert record["status"] == "failed" and record["stop_requested"] and record["finished_at"]
     assert [s["status"] for s in record["steps"]] == ["failed", "skipped"]
     after = _laneflow("stop", run_id, "--store", store, cwd=tmp_path)
-    assert after.stdout.strip() == f"run {run_id} already ended (failed)"
+    assert after.stdout.strip() == f"run {run_id} already stopped (failed)"
 
 
 def test_approve_from_a_second_terminal_continues_a_parked_run(tmp_path):

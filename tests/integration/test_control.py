@@ -221,7 +221,10 @@ def test_a_second_stop_answers_already_and_a_stop_after_the_end_says_so(svc, run
     assert stop_run(svc, run.tenant, run.id).message == f"run {run.id} stopped"
     stopped = svc.store.get_run(run.tenant, run.id, steps=False)
     assert stopped.status == RunStatus.failed and stopped.stop_requested
-    assert stop_run(svc, run.tenant, run.id).message == f"run {run.id} already ended (failed)"
+    assert stop_run(svc, run.tenant, run.id).message == f"run {run.id} already stopped (failed)"
+    finished = create_run(svc, CTRL, "rescue")
+    LocalEngine(svc).drive(finished.tenant, finished.id, tick_s=0.02)
+    assert stop_run(svc, finished.tenant, finished.id).message == f"run {finished.id} already ended (completed)"
 
 
 def test_stopping_a_parked_run_closes_it_nothing_stays_parked(svc, run_flow):

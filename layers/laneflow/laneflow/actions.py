@@ -63,14 +63,15 @@ def stop_run(svc: Services, tenant: str, run_id: str) -> StopOutcome:
     store = svc.store
     run = store.get_run(tenant, run_id, steps=False)
     if run.status.ended:
-        return StopOutcome(run, f"run {run_id} already ended ({run.status})")
+        already = "already stopped" if run.stop_requested else "already ended"
+        return StopOutcome(run, f"run {run_id} {already} ({run.status})")
     newly = store.request_stop(tenant, run_id)
     run = store.get_run(tenant, run_id, steps=False)
     if run.status in (RunStatus.awaiting_approval, RunStatus.queued):
         run = _close(svc, run)
         return StopOutcome(run, f"run {run_id} stopped")
     if not newly:
-        return StopOutcome(run, f"run {run_id} is already stopping")
+        return StopOutcome(run, f"run {run_id} already stopped: it is ending")
     return StopOutcome(run, f"run {run_id}: stop requested; its running steps end at their next check")
 
 
