@@ -2,8 +2,9 @@
 
 from laneflow.contracts import RunStepRequest
 from laneflow.services import services
+from laneflow.workers import current_worker
 from laneflow.step import run_step
 
 
 def handler(event, context):
-    return run_step(services(), RunStepRequest.model_validate(event)).model_dump(mode="json")
+    return run_step(services(), RunStepRequest.model_validate(event), worker=current_worker(context)).model_dump(mode="json")

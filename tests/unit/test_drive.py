@@ -107,6 +107,10 @@ def test_end_run_completes_a_run_with_every_step_done_and_leaves_an_ended_run_al
 
 def test_a_retried_attempt_is_told_why_the_earlier_ones_failed():
     spec = StepSpec(agent="a", output="json", schema={"type": "object"})
-    text = user_message(Step(index=0, group=0, agent="a", instruction="Do it."), spec, "", ["the output does not match its schema: title: 5 is not of type 'string'"])
+    text = user_message(
+        Step(index=0, group=0, agent="a", instruction="Do it."), spec, "",
+        [(1, "the output does not match its schema: title: 5 is not of type 'string'"), (2, "interrupted: its worker went away")],
+    )
     assert text.startswith("Do it.")
-    assert "attempt 2" in text and "title: 5 is not of type 'string'" in text and "JSON Schema" in text
+    assert "- attempt 1: the output does not match its schema: title: 5 is not of type 'string'" in text
+    assert "- attempt 2: interrupted: its worker went away" in text and "part of the work" in text and "JSON Schema" in text

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .contracts import DriveRef, EndRunRequest, ParkRequest, RunEnded
+from .crash import crashpoint
 from .drive import end_run
 from .errors import Conflict, LaneflowError
 from .models import Event, Run, RunStatus, StepStatus, utcnow
@@ -36,13 +37,14 @@ def park_run(svc: Services, req: ParkRequest) -> RunEnded:
             store.add_event(tenant, run_id, step.index, Event(text=f"waiting for a person: {step.instruction}"))
     try:
         run = store.update_run(
-            tenant, run_id, {"status": RunStatus.awaiting_approval, "parked_at": utcnow(), "execution": None},
+            tenant, run_id, {"status": RunStatus.awaiting_approval, "parked_at": utcnow(), "execution": None, "driver": None},
             expect_status=(RunStatus.running,),
         )
     except Conflict:
         run = store.get_run(tenant, run_id, steps=False)
     if store.get_run(tenant, run_id, steps=False).stop_requested:
         run = _close(svc, run)  # a stop came while parking: nothing stays parked
+    crashpoint("parked")
     return RunEnded(run_id=run.id, status=run.status)
 
 

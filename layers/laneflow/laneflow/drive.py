@@ -6,6 +6,7 @@ unit-testable without any engine and the same in both engines.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 
 from .contracts import (
@@ -28,19 +29,26 @@ from .flow import Flow
 from .gate import open_gate
 from .models import AttemptRef, AttemptStatus, Event, RunStatus, Step, StepStatus, utcnow
 from .services import Services
+from .crash import crashpoint
 from .step import prepare_handoffs, scrub_paths, step_spec
+from .workers import current_worker, dumps
 
+log = logging.getLogger("laneflow.drive")
 ACTIVE = (RunStatus.queued, RunStatus.running)
 
 
-def start_drive(svc: Services, req: StartDriveRequest) -> DriveRef:
+def start_drive(svc: Services, req: StartDriveRequest, worker: dict | None = None) -> DriveRef:
     """Claim a drive: the run becomes `running`, its drive count grows, `driven_at` is set
-    at the first pick-up. A run that already ended is left as it is (NextGroup ends it)."""
+    at the first pick-up, and the run records what drives it (its execution in the cloud,
+    the local process locally) so reconcile can tell when the drive is gone. A run that
+    already ended is left as it is (NextGroup ends it)."""
     store = svc.store
     run = store.get_run(req.tenant, req.run_id, steps=False)
     if run.status not in ACTIVE:
         return DriveRef(tenant=run.tenant, run_id=run.id, drive=run.drives)
-    changes: dict[str, object] = {"status": RunStatus.running, "execution": req.execution or None}
+    worker = worker or current_worker()
+    driver = {"kind": "sfn", "execution": req.execution} if worker.get("kind") == "lambda" else worker
+    changes: dict[str, object] = {"status": RunStatus.running, "execution": req.execution or None, "driver": dumps(driver)}
     if run.driven_at is None:
         changes["driven_at"] = utcnow()
     try:
@@ -103,6 +111,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     launching = [s for s in pending if s.group == group]
     if any(s.agent is None for s in launching):
         return Plan(action="park", group=group, reason="an approval")
+    crashpoint("group-transition")
     flow = Flow.model_validate(run.flow_spec)
     lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)))
     cycle = max(s.cycle for s in launching)
@@ -198,15 +207,23 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
     if not error and any(s.status in (StepStatus.pending, StepStatus.running) and s.rescue_of is None for s in steps):
         error = "the drive ended with steps not run"
     status = RunStatus.failed if error else RunStatus.completed
+    # Settle the cost: the run's spend is what its steps (and their rescues) spent.
+    spent = round(sum(s.cost_usd for s in steps), 6)
     try:
         run = store.update_run(
             run.tenant,
             run.id,
-            {"status": status, "error": error, "finished_at": utcnow()},
+            {"status": status, "error": error, "finished_at": utcnow(), "cost_usd": spent, "driver": None},
             expect_status=(RunStatus.running, RunStatus.queued, RunStatus.awaiting_approval),
         )
     except Conflict:
         run = store.get_run(run.tenant, run.id, steps=False)
+        return RunEnded(run_id=run.id, status=run.status)
+    if svc.on_end:
+        try:
+            svc.on_end(run)
+        except Exception:  # noqa: BLE001 - the run has ended; a hook's failure must not undo that
+            log.exception("on-end hook failed for run %s", run.id)
     return RunEnded(run_id=run.id, status=run.status)
 
 

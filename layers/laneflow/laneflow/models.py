@@ -109,7 +109,8 @@ class Attempt(Record):
     status: AttemptStatus = AttemptStatus.running
     ended_at: str | None = None
     reason: str | None = None
-    worker: str | None = None
+    worker: str | None = None  # what works on it: {"kind": "local"|"lambda"|"fargate", ...} as JSON
+    heartbeat_at: str | None = None
     op_id: str | None = None
 
 
@@ -135,6 +136,30 @@ class AttemptRef(Record):
             started_at=attempt.started_at,
             resumed_at=attempt.resumed_at,
         )
+
+
+class JournalStatus(StrEnum):
+    pending = "pending"  # the claim was asked for; whether it landed is not yet known
+    completed = "completed"  # the claim landed: `attempt` is what it got
+    cancelled = "cancelled"  # the claim never landed (settled after a crash)
+
+
+class JournalEntry(Record):
+    """One claim of the claim journal, keyed by the operation id the orchestrator's context
+    gives (execution, state, map index, retry count): a re-delivered invocation presents the
+    same id and gets what the first one got."""
+
+    tenant: str
+    run_id: str
+    op_id: str
+    index: int
+    status: JournalStatus = JournalStatus.pending
+    attempt: int | None = None  # the attempt number the claim got (completed)
+    token: str | None = None
+    started_at: str | None = None
+    resumed_at: str | None = None
+    created_at: str = Field(default_factory=utcnow)
+    expires_at: int = 0  # epoch seconds (a DynamoDB TTL)
 
 
 class Step(Record):
@@ -183,6 +208,7 @@ class Run(Record):
     model: str | None = None  # a run-wide model override (`--model`)
     options: dict[str, Any] = Field(default_factory=dict)
     execution: str | None = None  # the current drive's execution id
+    driver: str | None = None  # what drives it now: {"kind": "local", pid...} or {"kind": "sfn", execution} as JSON
     steps: list[Step] = Field(default_factory=list)
     # Internal: where the workspace is, and the flow as parsed when the run started.
     workspace_uri: str = Field(default="", exclude=True)

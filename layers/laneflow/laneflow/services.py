@@ -14,6 +14,7 @@ from pathlib import Path
 from .callbacks import StepFunctionsCallbacks, TaskCallbacks
 from .capture import CaptureSink, FolderCaptures
 from .errors import ModelNotConfigured
+from .hooks import EventBridgeOnEnd, LocalOnEnd, OnEnd
 from .executors.base import Executor
 from .executors.stub import StubExecutor
 from .settings import Settings, settings
@@ -30,6 +31,7 @@ class Services:
     settings: Settings
     executors: dict[str, Executor] = field(default_factory=dict)
     callbacks: TaskCallbacks = field(default_factory=StepFunctionsCallbacks)
+    on_end: OnEnd | None = None  # told about every run that ends
 
     def executor(self, model: str) -> Executor:
         """The executor for a model: `stub`, else the Claude executor (one shared client)."""
@@ -55,7 +57,11 @@ class Services:
     @classmethod
     def for_store(cls, store: Store, cfg: Settings | None = None) -> "Services":
         cfg = cfg or settings()
-        return cls(store=store, captures=FolderCaptures(capture_root(store, cfg)), settings=cfg)
+        root = capture_root(store, cfg)
+        on_end: OnEnd = (
+            EventBridgeOnEnd(cfg.event_bus) if cfg.event_bus else LocalOnEnd(root.parent / "events.jsonl", cfg.on_end_command)
+        )
+        return cls(store=store, captures=FolderCaptures(root), settings=cfg, on_end=on_end)
 
 
 def capture_root(store: Store, cfg: Settings) -> Path:

@@ -25,14 +25,17 @@ from .contracts import RunStepRequest, StepReport
 from .errors import AttemptEnded, Conflict, LaneflowError, StepFailed, StepStopped
 from .executors.base import StepJob, StepOutcome
 from .flow import Flow, StepSpec
+from .crash import crashpoint
 from .gate import open_gate
 from .models import Attempt, AttemptRef, AttemptStatus, Event, ModelCall, Run, Step, StepStatus, utcnow
 from .prompt import build_system_prompt
 from .services import Services
+from .workers import current_worker, dumps
 from .workspace import load_agent, load_workspace
 
 log = logging.getLogger("laneflow.step")
 
+HEARTBEAT_S = 60.0
 _ABS_PATH = re.compile(r"(?<![\w.:/~-])(?:/[\w.@+-]+){2,}/?")
 
 
@@ -109,7 +112,7 @@ def handoff_for(svc: Services, run: Run, step: Step, kind: str, *, group: int, c
     return "\n\n".join(part for part in (block, feedback) if part)
 
 
-def user_message(step: Step, spec: StepSpec, handoff: str, history: list[str]) -> str:
+def user_message(step: Step, spec: StepSpec, handoff: str, history: list[tuple[int, str]]) -> str:
     parts = [step.instruction.strip() or f"Do your part of the flow as {step.agent}."]
     if handoff:
         parts.append(handoff)
@@ -119,10 +122,10 @@ def user_message(step: Step, spec: StepSpec, handoff: str, history: list[str]) -
             hint += " It must match this JSON Schema:\n" + json.dumps(spec.schema_, indent=2)
         parts.append(hint)
     if history:
-        told = "\n".join(f"- attempt {n}: {reason}" for n, reason in enumerate(history, start=1))
+        told = "\n".join(f"- attempt {n}: {reason}" for n, reason in history)
         parts.append(
-            f"This is attempt {len(history) + 1} at this step: the earlier attempts failed, not by your "
-            f"own choice:\n{told}\nThey may already have done part of the work: check what is there "
+            "This step was tried before and did not finish, not by your own choice:\n"
+            f"{told}\nThose attempts may already have done part of the work: check what is there "
             "before you redo it."
         )
     return "\n\n".join(parts)
@@ -176,6 +179,7 @@ class StepRecorder:
     _capture_full_noted: bool = False
     _stop_checked: float = 0.0
     _stopped: bool = False
+    _beat: float = field(default_factory=time.monotonic)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def first_event(self) -> None:
@@ -183,6 +187,7 @@ class StepRecorder:
             if self.began:
                 return
             self.began = True
+        crashpoint("mid-model-call")
         if self.on_first_event:
             self.on_first_event()
 
@@ -222,6 +227,9 @@ class StepRecorder:
             self._stop_checked = now
             run = self.svc.store.get_run(self.ref.tenant, self.ref.run_id, steps=False)
             self._stopped = run.stop_requested
+            if now - self._beat > HEARTBEAT_S:
+                self._beat = now
+                self.svc.store.heartbeat(self.ref, utcnow())  # AttemptEnded: someone ended it
         return self._stopped
 
 
@@ -239,7 +247,13 @@ class StepRunner:
         self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
         self.spec = step_spec(run, step)
-        self.history: list[str] = []
+        # What earlier attempts of this step ended with (a retry, or a resume after a crash):
+        # each new attempt is told the truth about why it runs again.
+        self.history: list[tuple[int, str]] = [
+            (a.n, a.reason)
+            for a in svc.store.list_attempts(run.tenant, run.id, step.index)
+            if a.n < attempt.n and a.reason and a.status in (AttemptStatus.failed, AttemptStatus.interrupted)
+        ]
 
     @property
     def ref(self) -> AttemptRef:
@@ -253,7 +267,7 @@ class StepRunner:
         while True:
             self.recorder = None
             try:
-                told = {"told": list(self.history)} if self.history else None  # why the earlier attempts failed
+                told = {"told": [reason for _, reason in self.history]} if self.history else None
                 self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}", told)
                 outcome, data, recorder = self._attempt()
             except AttemptEnded:
@@ -285,6 +299,7 @@ class StepRunner:
                     )
                 except AttemptEnded:
                     pass
+                crashpoint("after-result")
                 return self._report()
 
             reason = Redactor(self.svc.secret_values())(scrub_paths(reason, self.run.workspace_uri))
@@ -305,7 +320,7 @@ class StepRunner:
             if self.open_gate:
                 # Siblings do not wait through the lead's retries: they start and write the prefix themselves.
                 self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
-            self.history.append(reason)
+            self.history.append((self.attempt.n, reason))
             try:
                 self.attempt = store.claim_attempt(
                     self.run.tenant,
@@ -360,6 +375,7 @@ class StepRunner:
             timeout=agent.settings.timeout,
             budget=budget,
         )
+        crashpoint("rescue-running" if step.rescue_of is not None else "executor-started")
         outcome = svc.executor(step.model).execute(job, recorder)
         data = check_output(self.spec, outcome)
         if self.spec.verify_judge:
@@ -419,7 +435,7 @@ def parse_verdict(text: str) -> tuple[bool, str]:
     return False, f"the verdict was neither PASS nor FAIL: {first[:200]!r}"
 
 
-def run_step(svc: Services, req: RunStepRequest) -> StepReport:
+def run_step(svc: Services, req: RunStepRequest, worker: dict | None = None) -> StepReport:
     """Claim the step's next attempt and run it to its end. A step that already ended (a
     re-delivered invocation) or is claimed by another worker is reported, not run again; a
     step reached after a stop is skipped, never started. A lane's lead opens its gate when
@@ -431,13 +447,13 @@ def run_step(svc: Services, req: RunStepRequest) -> StepReport:
             open_gate, svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index
         )
     try:
-        return _run_step(svc, req, opener)
+        return _run_step(svc, req, opener, worker or current_worker())
     finally:
         if opener:
             opener(why="the lead ended without a reply")
 
 
-def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None) -> StepReport:
+def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None, worker: dict) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
     run = svc.store.get_run(tenant, run_id, steps=False)
     step = svc.store.get_step(tenant, run_id, index)
@@ -451,18 +467,26 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
         except Conflict:
             step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
+    op_id = req.op.op_id(group=req.group, cycle=req.cycle, index=index)
+    svc.store.journal_begin(tenant, run_id, op_id, index)
+    crashpoint("after-journal")
+    token = _secrets.token_hex(16)
     try:
-        attempt = svc.store.claim_attempt(
-            tenant,
-            run_id,
-            index,
-            token=_secrets.token_hex(16),
-            started_at=utcnow(),
-            op_id=req.op.op_id(group=req.group, cycle=req.cycle, index=index),
-        )
+        attempt = svc.store.claim_attempt(tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id)
     except Conflict:
         step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
+    if attempt.token != token:
+        # A re-delivered invocation: the journal gave back what the first one claimed. That
+        # attempt is its worker's, not ours: report, never run it twice.
+        step = svc.store.get_step(tenant, run_id, index)
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    try:
+        svc.store.set_attempt_worker(AttemptRef.of(tenant, attempt), dumps(worker))
+    except AttemptEnded:
+        step = svc.store.get_step(tenant, run_id, index)
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    crashpoint("after-claim")
     running = step.model_copy(update={"status": StepStatus.running})
     lead_opener = (lambda why, at=None: opener(why=why, at=at)) if opener else None
     return StepRunner(svc, run, running, attempt, cycle=req.cycle, open_gate=lead_opener).run_attempts()

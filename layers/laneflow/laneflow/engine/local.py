@@ -48,6 +48,8 @@ for _noisy in ("moto", "moto.stepfunctions"):
 class LambdaContext:
     """What a Lambda handler's `context` offers, for an in-process call."""
 
+    local = True  # the worker is this process (laneflow.workers)
+
     def __init__(self, function: FunctionSpec, timeout_s: float = 900.0):
         self.function_name = function.logical_id
         self.function_version = "$LATEST"

@@ -22,7 +22,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import Any
 
-from ..models import Attempt, AttemptRef, AttemptStatus, Event, ModelCall, PromptLayer, Run, RunStatus, Step, StepStatus
+from ..models import (
+    Attempt,
+    AttemptRef,
+    AttemptStatus,
+    Event,
+    JournalEntry,
+    ModelCall,
+    PromptLayer,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+)
 
 # Fields of a run that `update_run` may change. `stop_requested` is not among them: only
 # `request_stop` sets it, and nothing clears it.
@@ -37,6 +49,7 @@ RUN_FIELDS = frozenset(
         "drives",
         "error",
         "execution",
+        "driver",
         "options",
     }
 )
@@ -144,11 +157,18 @@ class Store(ABC):
         op_id: str | None = None,
         resumed_at: str | None = None,
         expect_status: Collection[StepStatus] = (StepStatus.pending,),
+        journal_ttl_s: int = 7 * 24 * 3600,
     ) -> Attempt:
         """Claim the next attempt of a step, at once: a new attempt `n = step.attempts + 1`
         (running), the step `running` with `attempts = n` and `started_at` set on its first
         attempt. Only if the step's status is one of `expect_status` and it has no running
-        attempt; otherwise `Conflict`."""
+        attempt; otherwise `Conflict`.
+
+        With `op_id`, the claim and its journal entry are written together: the entry (made
+        here if `journal_begin` did not) becomes `completed` with the attempt's identity. If
+        the journal already holds a `completed` entry for `op_id`, nothing is claimed: the
+        attempt that entry names is returned (a re-delivered invocation gets what the first
+        one got, whatever the step's status now). An entry `cancelled` is a `Conflict`."""
 
     @abstractmethod
     def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
@@ -176,6 +196,44 @@ class Store(ABC):
     def set_attempt_worker(self, ref: AttemptRef, worker: str) -> None:
         """Record what is working on the attempt (a Lambda request, a task ARN, a pid).
         Fenced like `end_attempt`."""
+
+    @abstractmethod
+    def heartbeat(self, ref: AttemptRef, at: str) -> None:
+        """The attempt's worker is alive at `at`. Fenced like `end_attempt`."""
+
+    @abstractmethod
+    def running_attempts(self, tenant: str | None = None) -> list[tuple[str, Attempt]]:
+        """(tenant, attempt) for every attempt still `running`, of one tenant or all, read
+        from what is active only (a sparse index), never by scanning every run."""
+
+    # -- the claim journal ---------------------------------------------------------------
+
+    @abstractmethod
+    def journal_begin(self, tenant: str, run_id: str, op_id: str, index: int, *, ttl_s: int = 7 * 24 * 3600) -> JournalEntry:
+        """Record that a claim for `op_id` is about to be asked for (`pending`), unless an
+        entry exists: then return that entry as it is (a replay)."""
+
+    @abstractmethod
+    def journal_get(self, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
+        """The journal entry of an operation, or None."""
+
+    @abstractmethod
+    def journal_pending(self, tenant: str | None = None) -> list[JournalEntry]:
+        """Entries still `pending` (a crash came between asking for a claim and getting it),
+        read from what is active only."""
+
+    @abstractmethod
+    def journal_settle(self, tenant: str, run_id: str, op_id: str) -> JournalEntry:
+        """Settle a `pending` entry: `completed` with the attempt if a claim with this
+        `op_id` landed, else `cancelled`. An entry already settled is returned as it is."""
+
+    # -- active runs ----------------------------------------------------------------------
+
+    @abstractmethod
+    def active_runs(self, tenant: str | None = None) -> list[Run]:
+        """Runs `queued`, `running` or `awaiting-approval` (without steps), of one tenant or
+        all, read from a sparse index of what is active: the cost grows with active runs,
+        not with all runs."""
 
     # -- trace --------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -67,6 +68,8 @@ from ..models import (
     AttemptRef,
     AttemptStatus,
     Event,
+    JournalEntry,
+    JournalStatus,
     ModelCall,
     PromptLayer,
     Run,
@@ -77,7 +80,10 @@ from ..models import (
 )
 from .base import RUN_FIELDS, STEP_FIELDS, Store
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+# Columns added after a table was first shipped: (table, column, declaration). A database
+# made by an older version gets them on open.
+_ADDED_COLUMNS = (("runs", "driver", "TEXT"), ("attempts", "heartbeat_at", "TEXT"))
 BUSY_TIMEOUT_S = 10.0
 COST_DECIMALS = 6
 
@@ -101,6 +107,7 @@ CREATE TABLE IF NOT EXISTS runs (
     model          TEXT,
     options        TEXT NOT NULL,
     execution      TEXT,
+    driver         TEXT,
     workspace_uri  TEXT NOT NULL DEFAULT '',
     flow_spec      TEXT NOT NULL,
     PRIMARY KEY (tenant, id)
@@ -146,9 +153,28 @@ CREATE TABLE IF NOT EXISTS attempts (
     ended_at    TEXT,
     reason      TEXT,
     worker      TEXT,
+    heartbeat_at TEXT,
     op_id       TEXT,
     PRIMARY KEY (tenant, run_id, idx, n)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS attempts_running ON attempts (status) WHERE status = 'running';
+CREATE INDEX IF NOT EXISTS runs_active ON runs (status) WHERE status IN ('queued', 'running', 'awaiting-approval');
+
+CREATE TABLE IF NOT EXISTS journal (
+    tenant     TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    op_id      TEXT NOT NULL,
+    idx        INTEGER NOT NULL,
+    status     TEXT NOT NULL,
+    attempt    INTEGER,
+    token      TEXT,
+    started_at TEXT,
+    resumed_at TEXT,
+    created_at TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, run_id, op_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS journal_pending ON journal (status) WHERE status = 'pending';
 CREATE UNIQUE INDEX IF NOT EXISTS attempts_one_running
     ON attempts (tenant, run_id, idx) WHERE status = 'running';
 
@@ -223,6 +249,7 @@ _RUN_COLUMNS: dict[str, tuple[str, str]] = {
     "model": ("model", "plain"),
     "options": ("options", "json"),
     "execution": ("execution", "plain"),
+    "driver": ("driver", "plain"),
     "workspace_uri": ("workspace_uri", "plain"),
     "flow_spec": ("flow_spec", "json"),
 }
@@ -263,6 +290,7 @@ _ATTEMPT_COLUMNS: dict[str, tuple[str, str]] = {
     "ended_at": ("ended_at", "plain"),
     "reason": ("reason", "plain"),
     "worker": ("worker", "plain"),
+    "heartbeat_at": ("heartbeat_at", "plain"),
     "op_id": ("op_id", "plain"),
 }
 
@@ -353,6 +381,10 @@ def _statuses(values: Collection[Any]) -> list[str]:
     return [str(getattr(v, "value", v)) for v in values]
 
 
+def _expiry(ttl_s: int) -> int:
+    return int(time.time()) + ttl_s
+
+
 def _refuse_status(what: str, found: str, expected: Collection[Any]) -> Conflict:
     return Conflict(f"{what} is {found}, not {' or '.join(_statuses(expected)) or 'any status'}")
 
@@ -377,6 +409,11 @@ class SqliteStore(Store):
         self._conn.execute("PRAGMA synchronous = NORMAL")
         with self._write() as db:
             if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                for table, column, decl in _ADDED_COLUMNS:
+                    exists = db.execute(f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}'").fetchone()
+                    have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                    if exists and column not in have:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
@@ -670,9 +707,17 @@ class SqliteStore(Store):
         op_id: str | None = None,
         resumed_at: str | None = None,
         expect_status: Collection[StepStatus] = (StepStatus.pending,),
+        journal_ttl_s: int = 7 * 24 * 3600,
     ) -> Attempt:
         key = (tenant, run_id, index)
         with self._write() as db:
+            if op_id is not None:
+                entry = self._journal_row(db, tenant, run_id, op_id)
+                if entry is not None and entry.status == JournalStatus.completed:
+                    # A re-delivered invocation: it gets what the first one got, nothing new.
+                    return self._attempt_row(db, tenant, run_id, entry.index, entry.attempt or 0)
+                if entry is not None and entry.status == JournalStatus.cancelled:
+                    raise Conflict(f"operation {op_id!r} was cancelled: its claim never landed")
             status, attempts = self._step_status(db, *key)
             if status not in _statuses(expect_status):
                 raise _refuse_status(f"step {index} of run {run_id!r}", status, expect_status)
@@ -696,9 +741,124 @@ class SqliteStore(Store):
                 " WHERE tenant = ? AND run_id = ? AND idx = ?",
                 (n, started_at, *key),
             )
+            if op_id is not None:
+                # The claim and its journal entry, in the same transaction.
+                db.execute(
+                    "INSERT INTO journal (tenant, run_id, op_id, idx, status, attempt, token, started_at, resumed_at,"
+                    " created_at, expires_at) VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (tenant, run_id, op_id) DO UPDATE SET status = 'completed', attempt = excluded.attempt,"
+                    " token = excluded.token, started_at = excluded.started_at, resumed_at = excluded.resumed_at",
+                    (tenant, run_id, op_id, index, n, token, started_at, resumed_at, utcnow(), _expiry(journal_ttl_s)),
+                )
         return Attempt(
             run_id=run_id, index=index, n=n, token=token, started_at=started_at, resumed_at=resumed_at, op_id=op_id
         )
+
+    @staticmethod
+    def _attempt_row(db: sqlite3.Connection, tenant: str, run_id: str, index: int, n: int) -> Attempt:
+        row = db.execute(
+            f"SELECT {_ATTEMPT_JSON} FROM attempts WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",
+            (tenant, run_id, index, n),
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no attempt {n} of step {index} of run {run_id!r}")
+        return Attempt.model_validate_json(row[0])
+
+    def heartbeat(self, ref: AttemptRef, at: str) -> None:
+        with self._write() as db:
+            self._fence(db, ref)
+            db.execute(
+                "UPDATE attempts SET heartbeat_at = ? WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",
+                (at, ref.tenant, ref.run_id, ref.index, ref.n),
+            )
+
+    def running_attempts(self, tenant: str | None = None) -> list[tuple[str, Attempt]]:
+        query = f"SELECT tenant, {_ATTEMPT_JSON} FROM attempts WHERE status = 'running'"
+        args: tuple[Any, ...] = ()
+        if tenant is not None:
+            query += " AND tenant = ?"
+            args = (tenant,)
+        with self._read() as db:
+            rows = db.execute(query + " ORDER BY tenant, run_id, idx, n", args).fetchall()
+        return [(row[0], Attempt.model_validate_json(row[1])) for row in rows]
+
+    # -- the claim journal ----------------------------------------------------------------
+
+    @staticmethod
+    def _journal_row(db: sqlite3.Connection, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
+        row = db.execute(
+            "SELECT op_id, idx, status, attempt, token, started_at, resumed_at, created_at, expires_at FROM journal"
+            " WHERE tenant = ? AND run_id = ? AND op_id = ?",
+            (tenant, run_id, op_id),
+        ).fetchone()
+        if row is None:
+            return None
+        keys = ("op_id", "index", "status", "attempt", "token", "started_at", "resumed_at", "created_at", "expires_at")
+        return JournalEntry(tenant=tenant, run_id=run_id, **dict(zip(keys, row)))
+
+    def journal_begin(self, tenant: str, run_id: str, op_id: str, index: int, *, ttl_s: int = 7 * 24 * 3600) -> JournalEntry:
+        with self._write() as db:
+            self._require_run(db, tenant, run_id)
+            entry = self._journal_row(db, tenant, run_id, op_id)
+            if entry is not None:
+                return entry
+            db.execute(
+                "INSERT INTO journal (tenant, run_id, op_id, idx, status, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+                (tenant, run_id, op_id, index, utcnow(), _expiry(ttl_s)),
+            )
+            return self._journal_row(db, tenant, run_id, op_id)  # type: ignore[return-value]
+
+    def journal_get(self, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
+        with self._read() as db:
+            return self._journal_row(db, tenant, run_id, op_id)
+
+    def journal_pending(self, tenant: str | None = None) -> list[JournalEntry]:
+        query = "SELECT tenant, run_id, op_id FROM journal WHERE status = 'pending'"
+        args: tuple[Any, ...] = ()
+        if tenant is not None:
+            query += " AND tenant = ?"
+            args = (tenant,)
+        with self._read() as db:
+            keys = db.execute(query + " ORDER BY created_at", args).fetchall()
+            return [e for k in keys if (e := self._journal_row(db, *k)) is not None]
+
+    def journal_settle(self, tenant: str, run_id: str, op_id: str) -> JournalEntry:
+        with self._write() as db:
+            entry = self._journal_row(db, tenant, run_id, op_id)
+            if entry is None:
+                raise NotFound(f"no journal entry {op_id!r} in run {run_id!r}")
+            if entry.status != JournalStatus.pending:
+                return entry
+            landed = db.execute(
+                "SELECT n, token, started_at, resumed_at FROM attempts WHERE tenant = ? AND run_id = ? AND op_id = ?"
+                " ORDER BY n LIMIT 1",
+                (tenant, run_id, op_id),
+            ).fetchone()
+            if landed:
+                db.execute(
+                    "UPDATE journal SET status = 'completed', attempt = ?, token = ?, started_at = ?, resumed_at = ?"
+                    " WHERE tenant = ? AND run_id = ? AND op_id = ?",
+                    (*landed, tenant, run_id, op_id),
+                )
+            else:
+                db.execute(
+                    "UPDATE journal SET status = 'cancelled' WHERE tenant = ? AND run_id = ? AND op_id = ?",
+                    (tenant, run_id, op_id),
+                )
+            return self._journal_row(db, tenant, run_id, op_id)  # type: ignore[return-value]
+
+    # -- active runs --------------------------------------------------------------------
+
+    def active_runs(self, tenant: str | None = None) -> list[Run]:
+        query = f"SELECT {_RUN_JSON} FROM runs WHERE status IN ('queued', 'running', 'awaiting-approval')"
+        args: tuple[Any, ...] = ()
+        if tenant is not None:
+            query += " AND tenant = ?"
+            args = (tenant,)
+        with self._read() as db:
+            rows = db.execute(query + " ORDER BY created_at", args).fetchall()
+        return [Run.model_validate_json(row[0]) for row in rows]
 
     def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
         with self._read() as db:
