@@ -58,6 +58,7 @@ def cmd_run(
     from .runs import create_run
 
     svc = _services(args, settings)
+    _reconcile_quietly(svc, args)
     run_input = parse_input(args.input) if run_input is None else run_input
     options = {"gate": not args.no_gate}
     run = create_run(svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, options=options)
@@ -97,6 +98,38 @@ def drive_and_report(svc, tenant: str, run_id: str, args: argparse.Namespace) ->
         return EXIT_OK
     _err(f"run {final.id} {final.status}: {final.error or result.error or 'no reason recorded'}")
     return EXIT_FAILED
+
+
+def _reconcile_quietly(svc, args: argparse.Namespace) -> None:
+    """At the start of `run`: settle what crashed runs left behind (journal, attempts whose
+    worker is gone, stopped runs); say which runs need a re-drive, without driving them."""
+    from .reconcile import reconcile
+    from .workers import Liveness
+
+    report = reconcile(svc, Liveness(), redrive=None)
+    if report.to_redrive and not args.json and not args.quiet:
+        _err(f"{len(report.to_redrive)} earlier run(s) were interrupted; `laneflow reconcile` resumes them")
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from .engine.local import LocalEngine
+    from .reconcile import reconcile
+    from .workers import Liveness
+
+    svc = _services(args)
+    engine = LocalEngine(svc)
+
+    def redrive(run) -> None:
+        if not args.json:
+            _err(f"re-driving {run.id} (drive {run.drives + 1})")
+        engine.drive(run.tenant, run.id)
+
+    report = reconcile(svc, Liveness(), redrive=redrive)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print("\n".join(report.lines()))
+    return EXIT_OK
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -287,6 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_approve)
+
+    p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_reconcile)
 
     p = with_store(sub.add_parser("runs", help="list runs, newest first"))
     p.add_argument("--limit", type=int, default=20)

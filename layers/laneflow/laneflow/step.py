@@ -249,11 +249,12 @@ class StepRunner:
         self.spec = step_spec(run, step)
         # What earlier attempts of this step ended with (a retry, or a resume after a crash):
         # each new attempt is told the truth about why it runs again.
+        earlier = [a for a in svc.store.list_attempts(run.tenant, run.id, step.index) if a.n < attempt.n and a.reason]
         self.history: list[tuple[int, str]] = [
-            (a.n, a.reason)
-            for a in svc.store.list_attempts(run.tenant, run.id, step.index)
-            if a.n < attempt.n and a.reason and a.status in (AttemptStatus.failed, AttemptStatus.interrupted)
+            (a.n, a.reason) for a in earlier if a.status in (AttemptStatus.failed, AttemptStatus.interrupted)
         ]
+        # `retries:` counts failures; an interruption (the worker went away) is not one.
+        self.failures = sum(1 for a in earlier if a.status == AttemptStatus.failed)
 
     @property
     def ref(self) -> AttemptRef:
@@ -305,7 +306,7 @@ class StepRunner:
             reason = Redactor(self.svc.secret_values())(scrub_paths(reason, self.run.workspace_uri))
             cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
             self.step.cost_usd = round(self.step.cost_usd + cost, 6)
-            retry = retryable and len(self.history) < self.spec.retries
+            retry = retryable and self.failures < self.spec.retries
             try:
                 self._note("error", f"attempt {self.attempt.n} failed: {reason}")
                 changes: dict[str, Any] = {"error": reason, "cost_usd": self.step.cost_usd}
@@ -321,6 +322,7 @@ class StepRunner:
                 # Siblings do not wait through the lead's retries: they start and write the prefix themselves.
                 self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
             self.history.append((self.attempt.n, reason))
+            self.failures += 1
             try:
                 self.attempt = store.claim_attempt(
                     self.run.tenant,
