@@ -114,3 +114,16 @@ def test_a_retried_attempt_is_told_why_the_earlier_ones_failed():
     assert text.startswith("Do it.")
     assert "- attempt 1: the output does not match its schema: title: 5 is not of type 'string'" in text
     assert "- attempt 2: interrupted: its worker went away" in text and "part of the work" in text and "JSON Schema" in text
+
+
+def test_a_gated_lane_runs_its_lead_plus_at_most_parallel_minus_one_siblings():
+    flow = flow_of([StepSpec(agent="a", parallel=3)])
+    [lane] = plan_lanes([step(i, "a") for i in range(6)], flow, 100, gate=True)
+    assert [s.index for s in lane.starters] == [0] and [s.index for s in lane.siblings] == [1, 2, 3, 4, 5]
+    assert (lane.parallel, lane.sibling_parallel) == (3, 2)
+
+
+def test_a_lane_capped_at_one_at_a_time_has_no_gate():
+    flow = flow_of([StepSpec(agent="a", parallel=1)])
+    [lane] = plan_lanes([step(i, "a") for i in range(3)], flow, 100, gate=True)
+    assert [s.role for s in lane.starters] == ["solo"] * 3 and lane.siblings == []

@@ -38,13 +38,23 @@ class LaneStep(Contract):
 
 
 class Lane(Contract):
-    """The steps of a group that share one agent and one model (so one prompt prefix)."""
+    """The steps of a group that share one agent and one model (so one prompt prefix).
+
+    `starters` start at once (a gated lane's lead, or every step of an ungated lane), at
+    most `parallel` at a time; `siblings` wait for the lead's reply, at most
+    `sibling_parallel` at a time, so the lane never runs more than `parallel` at once."""
 
     key: str  # "<agent>@<model>"
     agent: str
     model: str
-    parallel: int  # Map MaxConcurrency for this lane
-    steps: list[LaneStep]
+    parallel: int
+    starters: list[LaneStep]
+    siblings: list[LaneStep] = Field(default_factory=list)
+    sibling_parallel: int = 1
+
+    @property
+    def steps(self) -> list[LaneStep]:
+        return self.starters + self.siblings
 
 
 class NextGroupRequest(Contract):

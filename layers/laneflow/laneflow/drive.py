@@ -63,7 +63,9 @@ def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool =
 
     A lane's concurrency is the tightest `parallel:` among its entries (never more than
     `max_parallel`, so the engine's threads stay bounded). With the gate on, a lane of two or
-    more steps has a lead (its first step) and siblings; a lone step has no gate."""
+    more steps has a lead (its first step) and siblings, which run at most `parallel - 1`
+    at a time beside the lead; a lone step, or a lane capped at one at a time (whose
+    siblings start only after the lead ends anyway), has no gate."""
     caps = {(e.index, slot): spec.parallel for e in flow.entries for slot, spec in enumerate(e.steps)}
     lanes: "OrderedDict[tuple[str, str], list[Step]]" = OrderedDict()
     for step in sorted(steps, key=lambda s: s.index):
@@ -72,15 +74,22 @@ def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool =
     for (agent, model), members in lanes.items():
         limits = [caps.get((s.entry, s.slot)) for s in members]
         parallel = min([c for c in limits if c] + [max_parallel, len(members)])
-        gated = gate and len(members) > 1
-        roles = ["lead"] + ["sibling"] * (len(members) - 1) if gated else ["solo"] * len(members)
+        parallel = max(1, parallel)
+        gated = gate and len(members) > 1 and parallel > 1
+        if gated:
+            starters = [LaneStep(index=members[0].index, role="lead")]
+            siblings = [LaneStep(index=s.index, role="sibling") for s in members[1:]]
+        else:
+            starters, siblings = [LaneStep(index=s.index, role="solo") for s in members], []
         planned.append(
             Lane(
                 key=f"{agent}@{model}",
                 agent=agent,
                 model=model,
-                parallel=max(1, parallel),
-                steps=[LaneStep(index=s.index, role=role) for s, role in zip(members, roles)],
+                parallel=parallel,
+                starters=starters,
+                siblings=siblings,
+                sibling_parallel=max(1, parallel - 1),
             )
         )
     return planned

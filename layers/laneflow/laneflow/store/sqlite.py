@@ -951,7 +951,13 @@ class SqliteStore(Store):
             )
 
     def gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
-        with self._write() as db:
+        with self._read() as db:  # most siblings arrive after the lead's reply began: no write
+            row = db.execute(
+                "SELECT opened_at FROM gates WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
+            ).fetchone()
+        if row is not None and row[0] is not None:
+            return True
+        with self._write() as db:  # re-checked inside the write: the rendezvous stays exact
             row = db.execute(
                 "SELECT opened_at, tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
             ).fetchone()
