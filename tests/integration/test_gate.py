@@ -72,7 +72,8 @@ def test_a_stop_while_siblings_wait_skips_them_never_started(svc, run_flow):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             steps = svc.store.get_run(run.tenant, run.id).steps
-            if all(any(e.type == "gate" for e in s.events) for s in steps[1:3]):
+            lead_running = steps[0].status == StepStatus.running
+            if lead_running and all(any(e.type == "gate" for e in s.events) for s in steps[1:3]):
                 svc.store.request_stop(run.tenant, run.id)
                 return
             time.sleep(0.05)
