@@ -141,3 +141,32 @@ def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc
     assert store.gate_open(t, r, "g0c0:quick@stub") == []
     # another lane's gate is its own
     assert store.gate_wait(t, r, "g0c0:other@stub", "tok-4") is False
+
+
+def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
+    """The run is stopped while the lead waits to start: the lead is skipped, never started,
+    and still releases the sibling already waiting, so no sibling waits forever."""
+    from laneflow.contracts import DriveRef, LaneStep, RunStepRequest, StartDriveRequest, WaitForLeadRequest
+    from laneflow.drive import start_drive
+    from laneflow.gate import wait_for_lead
+    from laneflow.step import run_step
+
+    completed: list[str] = []
+
+    class Callbacks:
+        def succeed(self, token, output):
+            completed.append(token)
+
+        def fail(self, token, error, cause):  # pragma: no cover - not expected
+            raise AssertionError(error)
+
+    svc.callbacks = Callbacks()
+    run = create_run(svc, GATE, "fanout")
+    ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id))
+    lane = "quick@stub"
+    waiting = wait_for_lead(svc, WaitForLeadRequest(run=ref, group=0, lane=lane, step=LaneStep(index=1, role="sibling"), token="tok-1"))
+    assert waiting.waiting and completed == []
+    svc.store.request_stop(run.tenant, run.id)
+    report = run_step(svc, RunStepRequest(run=ref, group=0, lane=lane, step=LaneStep(index=0, role="lead")))
+    assert report.status == StepStatus.skipped and report.attempts == 0
+    assert completed == ["tok-1"]
