@@ -132,6 +132,14 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_init_store(args: argparse.Namespace) -> int:
+    from .store.provision import init_store
+
+    for line in init_store(args.store or "sqlite:///.laneflow/laneflow.db"):
+        print(line)
+    return EXIT_OK
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     from .actions import answer_approval
 
@@ -324,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reconcile)
+
+    p = with_store(sub.add_parser("init-store", help="create a DynamoDB store's table (and bucket) from template.yaml"))
+    p.set_defaults(func=cmd_init_store)
 
     p = with_store(sub.add_parser("runs", help="list runs, newest first"))
     p.add_argument("--limit", type=int, default=20)

@@ -23,6 +23,7 @@ from .runs import resolve_model
 from .services import Services
 from .step import feedback_key
 from .workspace import load_agent, load_workspace
+from .workspaces import local_path
 
 STOPPED = "stopped by a person"
 SUPERSEDED = "superseded on resume"
@@ -230,7 +231,7 @@ class Settler:
 
     def _new_rescue(self, step: Step, spec: StepSpec) -> Step:
         agent = spec.on_fail or ""
-        ws = load_workspace(self.run.workspace_uri)
+        ws = load_workspace(local_path(self.run.workspace_uri))
         agent_model = load_agent(ws, agent).settings.model
         rescue_spec = spec.model_copy(update={"model": None})
         model = resolve_model(rescue_spec, agent_model, ws, override=self.run.model, default=self.svc.settings.default_model)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from .callbacks import StepFunctionsCallbacks, TaskCallbacks
 from .capture import CaptureSink, FolderCaptures
+from .drives import DriveStarter, StepFunctionsDrives
+from .workspaces import FolderWorkspaces, S3Workspaces, WorkspaceSource
 from .errors import ModelNotConfigured
 from .hooks import EventBridgeOnEnd, LocalOnEnd, OnEnd
 from .executors.base import Executor
@@ -32,6 +34,8 @@ class Services:
     executors: dict[str, Executor] = field(default_factory=dict)
     callbacks: TaskCallbacks = field(default_factory=StepFunctionsCallbacks)
     on_end: OnEnd | None = None  # told about every run that ends
+    drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
+    workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
 
     def executor(self, model: str) -> Executor:
         """The executor for a model: `stub`, else the Claude executor (one shared client)."""
@@ -61,7 +65,17 @@ class Services:
         on_end: OnEnd = (
             EventBridgeOnEnd(cfg.event_bus) if cfg.event_bus else LocalOnEnd(root.parent / "events.jsonl", cfg.on_end_command)
         )
-        return cls(store=store, captures=FolderCaptures(root), settings=cfg, on_end=on_end)
+        drives = StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None
+        return cls(store=store, captures=FolderCaptures(root), settings=cfg, on_end=on_end, drives=drives, workspaces=workspace_source(cfg))
+
+
+def workspace_source(cfg: Settings) -> WorkspaceSource | None:
+    if not cfg.workspaces:
+        return None
+    if cfg.workspaces.startswith("s3://"):
+        bucket, _, prefix = cfg.workspaces[5:].partition("/")
+        return S3Workspaces(bucket, prefix or "workspaces")
+    return FolderWorkspaces(cfg.workspaces)
 
 
 def capture_root(store: Store, cfg: Settings) -> Path:

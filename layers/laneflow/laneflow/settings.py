@@ -22,6 +22,8 @@ class Settings(BaseModel):
     max_drives: int = 5  # LANEFLOW_MAX_DRIVES: reconcile closes a run failed after this many drives
     on_end_command: str | None = None  # LANEFLOW_ON_END_COMMAND: run with "run finished" JSON on stdin
     event_bus: str | None = None  # LANEFLOW_EVENT_BUS: EventBridge bus for "run finished" (cloud)
+    state_machine_arn: str | None = None  # LANEFLOW_STATE_MACHINE_ARN: drives start executions of it (cloud)
+    workspaces: str | None = None  # LANEFLOW_WORKSPACES: a folder of workspaces, or s3://bucket/prefix
 
     @property
     def anthropic_api_key_set(self) -> bool:
@@ -42,6 +44,8 @@ class Settings(BaseModel):
             ("max_drives", "LANEFLOW_MAX_DRIVES"),
             ("on_end_command", "LANEFLOW_ON_END_COMMAND"),
             ("event_bus", "LANEFLOW_EVENT_BUS"),
+            ("state_machine_arn", "LANEFLOW_STATE_MACHINE_ARN"),
+            ("workspaces", "LANEFLOW_WORKSPACES"),
         ):
             if env.get(name):
                 values[field] = env[name]

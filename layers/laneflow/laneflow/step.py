@@ -32,6 +32,7 @@ from .prompt import build_system_prompt
 from .services import Services
 from .workers import current_worker, dumps
 from .workspace import load_agent, load_workspace
+from .workspaces import local_path
 
 log = logging.getLogger("laneflow.step")
 
@@ -337,7 +338,7 @@ class StepRunner:
 
     def _attempt(self) -> tuple[StepOutcome, Any, StepRecorder]:
         svc, run, step = self.svc, self.run, self.step
-        ws = load_workspace(run.workspace_uri)
+        ws = load_workspace(local_path(run.workspace_uri))
         agent = load_agent(ws, step.agent or "")
         prompt = build_system_prompt(ws, agent)
         svc.store.set_prompt_layers(self.ref, prompt.records())

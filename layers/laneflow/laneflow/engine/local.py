@@ -235,6 +235,33 @@ class LocalEngine:
         return _backend().get_execution_history(execution_arn)["events"]
 
 
+class LocalDrives:
+    """Starts drives on threads of this process (`laneflow serve`): each runs the embedded
+    engine to the drive's end. Drives of one process run one at a time (the handlers read
+    the installed services), in the order they were started."""
+
+    def __init__(self, svc: Services):
+        self.svc = svc
+        self.threads: list[threading.Thread] = []
+
+    def start(self, tenant: str, run_id: str) -> str:
+        name = f"local-drive-{run_id}"
+        thread = threading.Thread(target=self._drive, args=(tenant, run_id), name=name, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+        return name
+
+    def _drive(self, tenant: str, run_id: str) -> None:
+        try:
+            LocalEngine(self.svc).drive(tenant, run_id)
+        except Exception:  # noqa: BLE001 - reconcile picks up a drive that failed to run
+            logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
+
+    def join(self, timeout: float | None = None) -> None:
+        for thread in list(self.threads):
+            thread.join(timeout)
+
+
 def drive_run(svc: Services, tenant: str, run_id: str, **kwargs: Any) -> DriveResult:
     """Convenience: one drive of a run on a fresh engine over `svc`."""
     return LocalEngine(svc).drive(tenant, run_id, **kwargs)
