@@ -1,9 +1,14 @@
-"""Park: the run waits for a person at an approval; this drive ends."""
+"""ParkRun: The run waits for a person at an approval; this drive ends. (thin handler: parse, one domain call, shape)."""
 
-from laneflow.actions import park_run
+from aws_lambda_powertools.utilities.parser import event_parser
+
 from laneflow.contracts import ParkRequest
+from laneflow.actions import park_run
+from laneflow.observability import lambda_handler
 from laneflow.services import services
 
 
-def handler(event, context):
-    return park_run(services(), ParkRequest.model_validate(event)).model_dump(mode="json")
+@lambda_handler
+@event_parser(model=ParkRequest)
+def handler(event: ParkRequest, context):
+    return park_run(services(), event).model_dump(mode="json")

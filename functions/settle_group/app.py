@@ -1,9 +1,14 @@
-"""SettleGroup: what a finished group means for the run (next group, or end)."""
+"""SettleGroup: What a finished group means for the run: next, rescues, a loop, or the end. (thin handler: parse, one domain call, shape)."""
+
+from aws_lambda_powertools.utilities.parser import event_parser
 
 from laneflow.contracts import SettleGroupRequest
 from laneflow.drive import settle_group
+from laneflow.observability import lambda_handler
 from laneflow.services import services
 
 
-def handler(event, context):
-    return settle_group(services(), SettleGroupRequest.model_validate(event)).model_dump(mode="json")
+@lambda_handler
+@event_parser(model=SettleGroupRequest)
+def handler(event: SettleGroupRequest, context):
+    return settle_group(services(), event).model_dump(mode="json")

@@ -1,9 +1,14 @@
-"""StepCrashed: the Catch of RunStep; ends the attempt its failed worker left running."""
+"""StepCrashed: The Catch of a step: ends the attempt its failed worker left running. (thin handler: parse, one domain call, shape)."""
+
+from aws_lambda_powertools.utilities.parser import event_parser
 
 from laneflow.contracts import StepCrashedRequest
 from laneflow.drive import step_crashed
+from laneflow.observability import lambda_handler
 from laneflow.services import services
 
 
-def handler(event, context):
-    return step_crashed(services(), StepCrashedRequest.model_validate(event)).model_dump(mode="json")
+@lambda_handler
+@event_parser(model=StepCrashedRequest)
+def handler(event: StepCrashedRequest, context):
+    return step_crashed(services(), event).model_dump(mode="json")

@@ -97,6 +97,12 @@ def services() -> Services:
     with _lock:
         if _current is None:
             cfg = settings()
+            if cfg.anthropic_secret and not cfg.anthropic_api_key_set:
+                # The model's key lives in Secrets Manager (cached by Powertools Parameters).
+                from aws_lambda_powertools.utilities import parameters
+                from pydantic import SecretStr
+
+                cfg = cfg.model_copy(update={"anthropic_api_key": SecretStr(str(parameters.get_secret(cfg.anthropic_secret)))})
             _current = Services.for_store(open_store(cfg.store_url), cfg)
         return _current
 

@@ -24,6 +24,8 @@ class Settings(BaseModel):
     event_bus: str | None = None  # LANEFLOW_EVENT_BUS: EventBridge bus for "run finished" (cloud)
     state_machine_arn: str | None = None  # LANEFLOW_STATE_MACHINE_ARN: drives start executions of it (cloud)
     workspaces: str | None = None  # LANEFLOW_WORKSPACES: a folder of workspaces, or s3://bucket/prefix
+    in_lambda: bool = False  # AWS_LAMBDA_FUNCTION_NAME is set: Powertools logging, tracing, metrics
+    anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud)
 
     @property
     def anthropic_api_key_set(self) -> bool:
@@ -32,7 +34,7 @@ class Settings(BaseModel):
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
+        values: dict[str, object] = {"in_lambda": bool(env.get("AWS_LAMBDA_FUNCTION_NAME"))}
         for field, name in (
             ("anthropic_api_key", "ANTHROPIC_API_KEY"),
             ("anthropic_base_url", "ANTHROPIC_BASE_URL"),
@@ -46,6 +48,7 @@ class Settings(BaseModel):
             ("event_bus", "LANEFLOW_EVENT_BUS"),
             ("state_machine_arn", "LANEFLOW_STATE_MACHINE_ARN"),
             ("workspaces", "LANEFLOW_WORKSPACES"),
+            ("anthropic_secret", "LANEFLOW_ANTHROPIC_SECRET"),
         ):
             if env.get(name):
                 values[field] = env[name]

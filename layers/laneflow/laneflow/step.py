@@ -8,6 +8,7 @@ the attempt with its reason, so no step is left `running` with nothing working o
 
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 import json
 import logging
@@ -20,6 +21,7 @@ from typing import Any, Callable
 
 import jsonschema
 
+from . import observability
 from .capture import STEP_CAPTURE_LIMIT, Redactor
 from .contracts import RunStepRequest, StepReport
 from .errors import AttemptEnded, Conflict, LaneflowError, StepFailed, StepStopped
@@ -265,9 +267,26 @@ class StepRunner:
         self.svc.store.add_event(self.run.tenant, self.run.id, self.step.index, Event(type=type, text=text, data=data), attempt=self.ref)
 
     def run_attempts(self) -> StepReport:
+        try:
+            return self._run_attempts()
+        finally:
+            self._metrics()
+
+    def _metrics(self) -> None:
+        step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index, detail=True)
+        started = step.started_at and _dt.datetime.fromisoformat(step.started_at.replace("Z", "+00:00"))
+        waited = [e for e in step.events if e.type == "gate" and "waiting" in e.text]
+        gate_wait = None
+        if waited and started:
+            gate_wait = (started - _dt.datetime.fromisoformat(waited[0].t.replace("Z", "+00:00"))).total_seconds() * 1000
+        spent = sum(c.ms for c in step.calls)
+        observability.step_metrics(cost_usd=step.cost_usd, duration_ms=spent, calls=step.calls, gate_wait_ms=gate_wait)
+
+    def _run_attempts(self) -> StepReport:
         store = self.svc.store
         while True:
             self.recorder = None
+            observability.bind(attempt=self.attempt.n)
             try:
                 told = {"told": [reason for _, reason in self.history]} if self.history else None
                 self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}", told)

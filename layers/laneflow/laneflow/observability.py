@@ -1,0 +1,85 @@
+"""The one place that creates the Logger, Tracer and Metrics (CONVENTIONS 6).
+
+In Lambda, handlers are wrapped by `lambda_handler`: Powertools' Logger (JSON, with the
+Lambda context and the run id, step and attempt of what is being handled), Tracer (X-Ray)
+and Metrics (EMF). The domain's own loggers (`laneflow.*`) are routed through the same
+Logger. Locally (the embedded engine calls the same handlers from many threads, and the
+CLI's stdout belongs to `--json`) all of it stays off: logs go to stderr, no EMF is printed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from typing import Any, Callable
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+
+from .settings import settings
+
+SERVICE = "laneflow"
+NAMESPACE = "laneflow"
+IN_LAMBDA = settings().in_lambda
+
+logger = Logger(
+    service=SERVICE,
+    level="INFO" if IN_LAMBDA else "WARNING",
+    logger_handler=logging.StreamHandler(sys.stdout if IN_LAMBDA else sys.stderr),
+)
+tracer = Tracer(service=SERVICE, disabled=not IN_LAMBDA)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+if IN_LAMBDA:
+    copy_config_to_registered_loggers(source_logger=logger, include={"laneflow"})
+
+
+def _keys_of(event: Any) -> dict[str, Any]:
+    """The run id, step and tenant an event is about (every log line carries them)."""
+    if not isinstance(event, dict):
+        return {}
+    run = event.get("run") if isinstance(event.get("run"), dict) else event
+    keys = {"run_id": run.get("run_id"), "tenant": run.get("tenant")}
+    step = event.get("step")
+    if isinstance(step, dict):
+        keys["step"] = step.get("index")
+    return {k: v for k, v in keys.items() if v is not None}
+
+
+def lambda_handler(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """Wrap a thin handler with Powertools in Lambda; leave it as it is locally."""
+    if not IN_LAMBDA:
+        return fn
+
+    @functools.wraps(fn)
+    def keyed(event: Any, context: Any) -> Any:
+        logger.append_keys(**_keys_of(event))
+        return fn(event, context)
+
+    wrapped = metrics.log_metrics(tracer.capture_lambda_handler(keyed))
+    return logger.inject_lambda_context(clear_state=True)(wrapped)
+
+
+def bind(**keys: Any) -> None:
+    """Add keys (e.g. the attempt, once claimed) to every later log line of this invocation."""
+    if IN_LAMBDA:
+        logger.append_keys(**keys)
+
+
+def metric(name: str, unit: MetricUnit, value: float) -> None:
+    if IN_LAMBDA:
+        metrics.add_metric(name=name, unit=unit, value=value)
+
+
+def step_metrics(*, cost_usd: float, duration_ms: float, calls: list[Any], gate_wait_ms: float | None) -> None:
+    """What one step attempt cost and how the prompt cache served it."""
+    if not IN_LAMBDA:
+        return
+    metric("StepCostUSD", MetricUnit.NoUnit, cost_usd)
+    metric("StepDuration", MetricUnit.Milliseconds, duration_ms)
+    metric("CacheReadTokens", MetricUnit.Count, sum(c.tokens.cache_read for c in calls))
+    metric("CacheWriteTokens", MetricUnit.Count, sum(c.tokens.cache_write for c in calls))
+    metric("ColdPrefixesWritten", MetricUnit.Count, sum(1 for c in calls[:1] if c.tokens.cache_write))
+    if gate_wait_ms is not None:
+        metric("GateWait", MetricUnit.Milliseconds, gate_wait_ms)
