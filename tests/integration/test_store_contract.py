@@ -1,9 +1,9 @@
 """The store contract: one suite that every `Store` implementation must pass.
 
-Each test runs once per entry of `STORE_FACTORIES`. A factory takes pytest's `tmp_path`
-and returns a fresh, empty store whose `url` another process can open with `open_store`.
-Adding the DynamoDB store later means adding one factory (a moto-backed table) to the
-list; the tests do not change.
+Each test runs once per entry of `STORE_FACTORIES`. A factory is a context manager that
+takes pytest's `tmp_path` and yields a fresh, empty store whose `url` another process can
+open with `open_store`: a SQLite file, or a DynamoDB table under moto built from
+template.yaml's own RunsTable (so the tests cannot drift from what is deployed).
 
 Every refused write is checked twice: that it raises the right error, and that it changed
 nothing (the whole run, its steps, events, calls, layers and attempts read back equal).
@@ -11,15 +11,24 @@ nothing (the whole run, its steps, events, calls, layers and attempts read back 
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from unittest import mock
 
+import boto3
 import pytest
+from moto import mock_aws
+from moto.dynamodb.responses import DynamoHandler
+from moto.server import ThreadedMotoServer
 
 from laneflow.errors import AttemptEnded, Conflict, InvalidInput, NotFound, RunNotFound
 from laneflow.models import (
@@ -27,6 +36,7 @@ from laneflow.models import (
     AttemptRef,
     AttemptStatus,
     Event,
+    JournalStatus,
     ModelCall,
     PromptLayer,
     Run,
@@ -37,23 +47,96 @@ from laneflow.models import (
     utcnow,
 )
 from laneflow.store import Store, open_store
+from laneflow.store.dynamodb import DynamoStore, ItemTooLarge
+from laneflow.store.provision import table_spec
 from laneflow.store.sqlite import SqliteStore
 
 TENANT = "local"
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+TABLE, BUCKET, REGION = "laneflow-runs", "laneflow-blobs", "us-east-1"
+BIG = 200 * 1024  # over the DynamoDB store's 64 KB blob threshold
 
 
-def sqlite_store(tmp_path: Path) -> Store:
-    return open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
+@contextmanager
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
+    try:
+        yield store
+    finally:
+        store.close()
 
 
-STORE_FACTORIES: list[Callable[[Path], Store]] = [sqlite_store]
+_MOTO_LOCK = threading.RLock()
+
+
+@contextmanager
+def _moto_serialized() -> Iterator[None]:
+    """moto's DynamoDB is not thread-safe (a refused transaction restores a deep copy of the
+    whole table it took before, undoing other threads' writes meanwhile). DynamoDB itself
+    serializes the writes to an item, so moto's request handling is serialized here."""
+    handle = DynamoHandler.call_action
+
+    def call_action(self):  # type: ignore[no-untyped-def]
+        with _MOTO_LOCK:
+            return handle(self)
+
+    with mock.patch.object(DynamoHandler, "call_action", call_action):
+        yield
+
+
+@functools.cache
+def _moto_server_url() -> str:
+    """An in-process moto server sharing the mock's state, for the tests' child processes
+    (a second terminal's `stop`, racing claimers): they reach it through AWS_ENDPOINT_URL."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return f"http://{host}:{port}"
+
+
+@functools.cache
+def _session() -> boto3.session.Session:
+    return boto3.session.Session()  # one for the whole run: a new one parses service models again
+
+
+def create_runs_table() -> None:
+    """The table as template.yaml's RunsTable declares it (key schema, indexes, billing), and
+    the blob bucket."""
+    _session().client("dynamodb", region_name=REGION).create_table(TableName=TABLE, **table_spec(TEMPLATE))
+    _session().client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+
+
+@contextmanager
+def dynamodb_store(tmp_path: Path, *, reachable_from_children: bool = True) -> Iterator[Store]:
+    with mock.patch.dict(os.environ), mock_aws(), _moto_serialized():
+        for k in [k for k in os.environ if k.startswith("AWS_") and k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]:
+            del os.environ[k]  # no profile, region or endpoint of the person running the tests
+        os.environ["AWS_DEFAULT_REGION"] = REGION
+        create_runs_table()
+        store = open_store(f"dynamodb://{TABLE}?bucket={BUCKET}")
+        if reachable_from_children:
+            # This process's clients are made: from here on the variable only reaches children.
+            os.environ["AWS_ENDPOINT_URL"] = _moto_server_url()
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+STORE_FACTORIES: list[Callable[[Path], AbstractContextManager[Store]]] = [sqlite_store, dynamodb_store]
 
 
 @pytest.fixture(params=STORE_FACTORIES, ids=lambda factory: factory.__name__.removesuffix("_store"))
 def store(request: pytest.FixtureRequest, tmp_path: Path):
-    s = request.param(tmp_path)
-    yield s
-    s.close()
+    with request.param(tmp_path) as s:
+        yield s
+
+
+@pytest.fixture
+def dynamo(tmp_path: Path):
+    """The DynamoDB store alone, for what only it has (S3 blobs, its indexes, capacity)."""
+    with dynamodb_store(tmp_path, reachable_from_children=False) as s:
+        yield s
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -768,10 +851,25 @@ def test_open_store_takes_relative_absolute_and_memory_sqlite_urls(tmp_path, mon
     memory.close()
 
 
-@pytest.mark.parametrize("url", ["dynamodb://laneflow-runs"])
-def test_open_store_refuses_dynamodb_until_it_exists(url):
-    with pytest.raises(InvalidInput, match="DynamoDB store is not available yet"):
+def test_open_store_opens_a_dynamodb_table_with_boto3s_own_configuration(dynamo: DynamoStore):
+    # The region comes from the environment as boto3 reads it; the URL's region overrides it.
+    plain = open_store(f"dynamodb://{TABLE}")
+    assert isinstance(plain, DynamoStore)
+    assert (plain.table, plain.bucket, plain.region) == (TABLE, None, REGION)
+    new_run(plain, id="run-plain")
+    assert dynamo.get_run(TENANT, "run-plain").id == "run-plain"
+    named = open_store(f"dynamodb://{TABLE}?bucket={BUCKET}&region=eu-west-1")
+    assert (named.bucket, named.region) == (BUCKET, "eu-west-1")
+    assert named.url == f"dynamodb://{TABLE}?bucket={BUCKET}&region=eu-west-1"
+
+
+@pytest.mark.parametrize(
+    "url", ["dynamodb://", "dynamodb://t/extra", "dynamodb://t?colour=red", "dynamodb://t?bucket=b&endpoint=http://x"]
+)
+def test_open_store_refuses_a_malformed_dynamodb_url_naming_the_accepted_forms(url):
+    with pytest.raises(InvalidInput) as refused:
         open_store(url)
+    assert repr(url) in str(refused.value) and "dynamodb://TABLE?bucket=BUCKET&region=REGION" in str(refused.value)
 
 
 @pytest.mark.parametrize("url", ["postgres://db/runs", "sqlite://relative.db", "sqlite:///", "runs.db", ""])
@@ -828,3 +926,310 @@ def test_the_gate_rendezvous_hands_every_token_back_exactly_once_under_a_race(st
             th.join()
         assert sorted(told_open + handed) == sorted(f"tok-{n}" for n in range(20))
         assert store.gate_open(TENANT, run.id, key) == []
+
+
+# -- heartbeats, running attempts and active runs ------------------------------------------
+
+
+def test_heartbeat_records_when_the_worker_was_last_alive_and_is_fenced(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.heartbeat(ref, "2026-08-08T00:00:00.000Z")
+    store.heartbeat(ref, "2026-08-08T00:01:00.000Z")
+    assert store.get_attempt(run.tenant, run.id, 0, 1).heartbeat_at == "2026-08-08T00:01:00.000Z"
+
+    before = snapshot(store, run)
+    with pytest.raises(AttemptEnded):
+        store.heartbeat(ref.model_copy(update={"token": "not-the-token"}), "2026-08-08T00:02:00.000Z")
+    assert snapshot(store, run) == before
+
+    store.end_attempt(ref, AttemptStatus.interrupted, reason="worker went away", step={"status": StepStatus.pending})
+    before = snapshot(store, run)
+    with pytest.raises(AttemptEnded):
+        store.heartbeat(ref, "2026-08-08T00:03:00.000Z")
+    assert snapshot(store, run) == before
+
+
+def test_running_attempts_are_the_attempts_still_running_of_one_tenant_or_all(store: Store):
+    acme, globex = new_run(store, tenant="acme"), new_run(store, tenant="globex")
+    a0, _ = claim(store, acme, 0)
+    _, a1_ref = claim(store, acme, 1)
+    b0, b0_ref = claim(store, globex, 0)
+    store.end_attempt(a1_ref, AttemptStatus.completed, step={"status": StepStatus.completed})
+    store.heartbeat(b0_ref, "2026-08-08T00:00:00.000Z")
+
+    assert store.running_attempts("acme") == [("acme", a0)]
+    assert store.running_attempts("initech") == []
+    everyone = store.running_attempts()
+    assert sorted((t, a.run_id, a.index, a.n) for t, a in everyone) == [("acme", acme.id, 0, 1), ("globex", globex.id, 0, 1)]
+    assert dict(everyone)["globex"] == b0.model_copy(update={"heartbeat_at": "2026-08-08T00:00:00.000Z"})
+
+    store.end_attempt(b0_ref, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed})
+    assert store.running_attempts() == [("acme", a0)]
+
+
+def test_active_runs_are_the_queued_running_and_parked_runs_and_a_run_leaves_when_it_ends(store: Store):
+    queued = new_run(store, tenant="acme", created_at="2026-01-01T00:00:00.000Z")
+    running = new_run(store, tenant="acme", status=RunStatus.running, created_at="2026-01-02T00:00:00.000Z")
+    parked = new_run(store, tenant="globex", status=RunStatus.awaiting_approval, created_at="2026-01-03T00:00:00.000Z")
+    done = new_run(store, tenant="acme", status=RunStatus.completed, created_at="2026-01-04T00:00:00.000Z")
+    new_run(store, tenant="acme", status=RunStatus.failed, created_at="2026-01-05T00:00:00.000Z")
+
+    assert [r.id for r in store.active_runs("acme")] == [queued.id, running.id]
+    assert [r.id for r in store.active_runs()] == [queued.id, running.id, parked.id]
+    assert store.active_runs("acme")[0] == store.get_run("acme", queued.id, steps=False)
+    assert store.active_runs("initech") == []
+
+    # When one ends and an ended one is driven again (a re-drive)
+    store.update_run("acme", running.id, {"status": RunStatus.failed, "finished_at": utcnow()})
+    store.update_run("acme", done.id, {"status": RunStatus.running})
+    # Then the active runs follow
+    assert [r.id for r in store.active_runs("acme")] == [queued.id, done.id]
+    # And a write that does not change the status does not change what is active
+    store.update_run("acme", queued.id, {"error": "slow"}, add_cost=0.5)
+    assert [r.id for r in store.active_runs("acme")] == [queued.id, done.id]
+
+
+# -- the claim journal ----------------------------------------------------------------------
+
+
+def test_journal_begin_records_a_pending_claim_once_and_a_replay_gets_the_same_entry(store: Store):
+    run = new_run(store)
+    entry = store.journal_begin(TENANT, run.id, "exec-1:RunStep:0:0", 0, ttl_s=3600)
+
+    assert (entry.tenant, entry.run_id, entry.op_id, entry.index) == (TENANT, run.id, "exec-1:RunStep:0:0", 0)
+    assert (entry.status, entry.attempt, entry.token) == (JournalStatus.pending, None, None)
+    assert abs(entry.expires_at - (time.time() + 3600)) < 60
+    assert store.journal_begin(TENANT, run.id, "exec-1:RunStep:0:0", 0) == entry
+    assert store.journal_get(TENANT, run.id, "exec-1:RunStep:0:0") == entry
+    assert store.journal_get(TENANT, run.id, "exec-1:RunStep:9:0") is None
+    assert store.journal_pending(TENANT) == [entry]
+    assert store.journal_pending() == [entry]
+    assert store.journal_pending("globex") == []
+
+
+def test_journal_begin_for_a_missing_run_is_run_not_found(store: Store):
+    run = new_run(store, tenant="acme")
+    with pytest.raises(RunNotFound):
+        store.journal_begin("globex", run.id, "op-1", 0)
+    assert store.journal_pending() == []
+
+
+def test_a_claim_with_an_op_id_completes_its_journal_entry_in_the_same_write(store: Store):
+    run = new_run(store)
+    store.journal_begin(TENANT, run.id, "op-0", 0)
+    attempt, _ = claim(store, run, 0, op_id="op-0", resumed_at="2026-06-06T00:00:00.000Z")
+
+    entry = store.journal_get(TENANT, run.id, "op-0")
+    assert entry is not None
+    assert (entry.status, entry.index, entry.attempt, entry.token, entry.started_at, entry.resumed_at) == (
+        JournalStatus.completed, 0, 1, attempt.token, attempt.started_at, "2026-06-06T00:00:00.000Z"
+    )
+    assert store.journal_pending() == []
+
+    # Without journal_begin, the claim makes the entry itself.
+    other, _ = claim(store, run, 1, op_id="op-1")
+    entry = store.journal_get(TENANT, run.id, "op-1")
+    assert entry is not None
+    assert (entry.status, entry.index, entry.attempt, entry.token) == (JournalStatus.completed, 1, 1, other.token)
+
+
+def test_a_repeated_op_id_gets_what_the_first_claim_got_and_claims_nothing(store: Store):
+    run = new_run(store)
+    first, ref = claim(store, run, 0, op_id="op-0")
+    # A re-delivered invocation, while the first still runs
+    assert store.claim_attempt(TENANT, run.id, 0, token="another", started_at=utcnow(), op_id="op-0") == first
+    # And after it ended and its step completed
+    store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed})
+    before = snapshot(store, run)
+    replay = store.claim_attempt(TENANT, run.id, 0, token="another", started_at=utcnow(), op_id="op-0")
+    assert (replay.n, replay.token, replay.status) == (1, first.token, AttemptStatus.completed)
+    assert snapshot(store, run) == before
+
+
+def test_settling_a_pending_entry_whose_claim_never_landed_cancels_it_and_its_claim_is_refused(store: Store):
+    # Given a crash between asking for a claim and getting it
+    run = new_run(store)
+    store.journal_begin(TENANT, run.id, "op-lost", 0)
+    # When reconcile settles it
+    settled = store.journal_settle(TENANT, run.id, "op-lost")
+    # Then it is cancelled, no longer pending, and stays as it is
+    assert (settled.status, settled.attempt, settled.token) == (JournalStatus.cancelled, None, None)
+    assert store.journal_pending() == []
+    assert store.journal_settle(TENANT, run.id, "op-lost") == settled
+    # And the late claim of that operation is refused and changes nothing
+    before = snapshot(store, run)
+    with pytest.raises(Conflict, match="op-lost"):
+        claim(store, run, 0, op_id="op-lost")
+    assert snapshot(store, run) == before
+
+
+def test_settling_an_entry_whose_claim_landed_returns_it_completed(store: Store):
+    run = new_run(store)
+    store.journal_begin(TENANT, run.id, "op-0", 0)
+    attempt, _ = claim(store, run, 0, op_id="op-0")
+    settled = store.journal_settle(TENANT, run.id, "op-0")
+    assert (settled.status, settled.attempt, settled.token) == (JournalStatus.completed, 1, attempt.token)
+    with pytest.raises(NotFound):
+        store.journal_settle(TENANT, run.id, "op-unknown")
+
+
+# -- large values ---------------------------------------------------------------------------
+
+
+def big_text(size: int = BIG, seed: str = "") -> str:
+    """Text of `size` characters, not all ASCII (so bytes and characters differ)."""
+    unit = f"{seed}tides é ✓ 潮汐 {uuid.uuid4().hex} "
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def test_large_values_round_trip_exactly(store: Store):
+    # Given a run whose input, instruction, result, conclusion, data, trace, handoff and
+    # attempt reason are each larger than a blob threshold
+    big = {name: big_text(seed=name) for name in ("input", "event", "row", "stop", "handoff", "result", "conclusion", "reason", "instruction")}
+    data = {"rows": [big["row"]]}
+    run = new_run(store, input={"document": big["input"]}, steps=2)
+    _, ref = claim(store, run, 0)
+    store.add_event(TENANT, run.id, 0, Event(text=big["event"], data=data), attempt=ref)
+    store.put_call(ref, ModelCall(id="turn-1", stop=big["stop"]))
+    store.put_handoff(TENANT, run.id, "g1c0:results", big["handoff"])
+    store.end_attempt(
+        ref,
+        AttemptStatus.completed,
+        reason=big["reason"],
+        step={"status": StepStatus.completed, "result": big["result"], "conclusion": big["conclusion"], "data": data},
+        run_cost=0.5,
+    )
+    store.update_step(TENANT, run.id, 1, {"instruction": big["instruction"]})
+
+    # When it is read back, every value is exactly what was written
+    after = store.get_run(TENANT, run.id)
+    step = after.step(0)
+    assert after.input == {"document": big["input"]}
+    assert (step.result, step.conclusion, step.data) == (big["result"], big["conclusion"], data)
+    assert (step.events[0].text, step.events[0].data, step.calls[0].stop) == (big["event"], data, big["stop"])
+    assert after.step(1).instruction == store.get_step(TENANT, run.id, 1).instruction == big["instruction"]
+    assert store.get_handoff(TENANT, run.id, "g1c0:results") == big["handoff"]
+    assert store.get_attempt(TENANT, run.id, 0, 1).reason == big["reason"]
+
+
+def test_a_run_of_more_steps_than_one_write_holds_is_created_whole_and_its_id_still_conflicts(store: Store):
+    run = new_run(store, id="run-wide", steps=150)
+    assert [s.index for s in store.get_steps(TENANT, run.id)] == list(range(150))
+    assert [r.id for r in store.list_runs(TENANT)] == ["run-wide"]
+    with pytest.raises(Conflict, match="run-wide"):
+        store.create_run(run)
+
+
+# -- DynamoDB only: where values live, which index is read, what a step costs ---------------
+
+
+def raw_items() -> list[dict]:
+    return _session().client("dynamodb", region_name=REGION).scan(TableName=TABLE)["Items"]
+
+
+def blob(pointer: str) -> str:
+    bucket, _, key = pointer.removeprefix("s3://").partition("/")
+    return _session().client("s3", region_name=REGION).get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+
+
+def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_400_kb(dynamo: DynamoStore):
+    # Given a result over the 64 KB threshold, and a conclusion and data under it
+    run = new_run(dynamo, input={"document": big_text()}, steps=2)
+    _, ref = claim(dynamo, run, 0)
+    result, conclusion, data = big_text(seed="result"), big_text(50_000, seed="c"), big_text(50_000, seed="d")
+    dynamo.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": result, "conclusion": conclusion, "data": data})
+
+    # Then the result is a pointer to its text under the run's own prefix; the others stay
+    (step,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000000"]
+    pointer = step["result"]["M"]["s3"]["S"]
+    assert pointer.startswith(f"s3://{BUCKET}/{TENANT}/{run.id}/")
+    assert blob(pointer) == result
+    assert step["conclusion"]["S"] == conclusion
+    assert dynamo.get_step(TENANT, run.id, 0).result == result
+
+    # When values under the threshold would together pass ~350 KB, the largest go to S3 too
+    roomy = DynamoStore(TABLE, bucket=BUCKET, region=REGION, blob_threshold=10**9)
+    sizes = {"instruction": 150_000, "result": 140_000, "conclusion": 130_000}
+    texts = {field: big_text(size, seed=field) for field, size in sizes.items()}
+    roomy.update_step(TENANT, run.id, 1, texts)
+    (fresh,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000001"]
+    assert "M" in fresh["instruction"] and "S" in fresh["conclusion"]
+    # And when what an item already holds would take it past 400 KB, the write moves its own
+    # large values to S3 and lands
+    roomy.update_step(TENANT, run.id, 0, texts)
+    assert all(len(json.dumps(item)) < 400 * 1024 for item in raw_items())
+    for index in (0, 1):
+        read = roomy.get_step(TENANT, run.id, index)
+        assert (read.instruction, read.result, read.conclusion) == (texts["instruction"], texts["result"], texts["conclusion"])
+
+
+def test_dynamodb_without_a_bucket_refuses_what_cannot_fit_an_item_and_keeps_what_can(dynamo: DynamoStore):
+    plain = DynamoStore(TABLE, region=REGION)
+    run = new_run(plain)
+    _, ref = claim(plain, run, 0)
+    before = snapshot(plain, run)
+    with pytest.raises(ItemTooLarge, match=r"bucket=BUCKET.*result"):
+        plain.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "x" * 500_000})
+    with pytest.raises(ItemTooLarge):
+        new_run(plain, input={"document": "x" * 500_000})
+    assert snapshot(plain, run) == before
+    assert plain.get_attempt(TENANT, run.id, 0, 1).status == AttemptStatus.running
+    # Over the blob threshold but within an item: kept in the item
+    plain.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "y" * 100_000})
+    assert plain.get_step(TENANT, run.id, 0).result == "y" * 100_000
+
+
+def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: DynamoStore):
+    session = boto3.session.Session(region_name=REGION)
+    requests: list[tuple[str, str | None]] = []
+    session.events.register(
+        "before-parameter-build.dynamodb", lambda model, params, **_: requests.append((model.name, params.get("IndexName")))
+    )
+    watched = DynamoStore(TABLE, bucket=BUCKET, session=session)
+    # Given live and ended runs, attempts and journal entries
+    live, ended = new_run(dynamo, steps=2), new_run(dynamo, status=RunStatus.completed)
+    dynamo.journal_begin(TENANT, live.id, "op-pending", 1)
+    _, running = claim(dynamo, live, 0, op_id="op-0")
+    _, done = claim(dynamo, ended, 0)
+    dynamo.end_attempt(done, AttemptStatus.completed, step={"status": StepStatus.completed})
+
+    # When the live things are asked for, of one tenant and of all
+    assert [r.id for r in watched.active_runs(TENANT)] == [r.id for r in watched.active_runs()] == [live.id]
+    assert [a.n for _, a in watched.running_attempts(TENANT)] == [a.n for _, a in watched.running_attempts()] == [1]
+    assert [e.op_id for e in watched.journal_pending(TENANT)] == [e.op_id for e in watched.journal_pending()] == ["op-pending"]
+
+    # Then only the live index was queried or scanned (and the items it named read by key)
+    assert {name for name, _ in requests} == {"Query", "Scan", "BatchGetItem"}
+    assert all(index == "live" for name, index in requests if name in ("Query", "Scan"))
+    # And the index holds exactly what is live
+    index = _session().client("dynamodb", region_name=REGION).scan(TableName=TABLE, IndexName="live")["Items"]
+    assert sorted(i["sk"]["S"] for i in index) == ["A#00000000#000001", "J#op-pending", "RUN"]
+
+
+def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: DynamoStore):
+    # Given a step run the way a worker runs it (small items, as the stub model makes them)
+    run = new_run(dynamo, steps=1)
+    dynamo.consumed(reset=True)
+    dynamo.journal_begin(TENANT, run.id, "exec-1:RunStep:0:0", 0)
+    _, ref = claim(dynamo, run, 0, op_id="exec-1:RunStep:0:0")
+    dynamo.set_attempt_worker(ref, json.dumps({"kind": "lambda", "request": uuid.uuid4().hex, "deadline": utcnow()}))
+    dynamo.set_prompt_layers(ref, [PromptLayer(name=n, chars=812, sha256="3f2a9c1d0b7e", dynamic=n == "input") for n in ("persona", "shared", "task", "input")])
+    dynamo.add_event(TENANT, run.id, 0, Event(type="tool", text="search tides of the north sea", data={"tool": "search"}), attempt=ref)
+    dynamo.put_call(ref, ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn"))
+    dynamo.heartbeat(ref, utcnow())
+    dynamo.end_attempt(
+        ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "the answer", "cost_usd": 0.01, "finished_at": utcnow()}, run_cost=0.01
+    )
+    # Then each costs what the item layout promises: one conditional write where one item
+    # carries the condition, a transaction (2x per item) where it cannot, plus index entries
+    assert dynamo.consumed()["write"] == {
+        "journal_begin": 2,  # the entry + its live-index entry
+        "claim_attempt": 8,  # transaction: step, attempt, journal entry (3 x 2); attempt enters, entry leaves the index
+        "set_attempt_worker": 1,
+        "set_prompt_layers": 1,  # on the attempt's own item: no transaction
+        "add_event": 4,  # transaction: the attempt's ConditionCheck + the event
+        "put_call": 4,  # the same for the span
+        "heartbeat": 1,
+        "end_attempt": 7,  # transaction: attempt, step, run cost (3 x 2); the attempt leaves the index
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import InvalidInput
 from .base import Store
@@ -12,7 +13,11 @@ __all__ = ["SqliteStore", "Store", "open_store"]
 
 _SQLITE = "sqlite:///"
 _DYNAMODB = "dynamodb://"
-_FORMS = "sqlite:///PATH (e.g. sqlite:///.laneflow/laneflow.db, sqlite:////abs/path.db) or dynamodb://TABLE"
+_FORMS = (
+    "sqlite:///PATH (e.g. sqlite:///.laneflow/laneflow.db, sqlite:////abs/path.db)"
+    " or dynamodb://TABLE (optionally dynamodb://TABLE?bucket=BUCKET&region=REGION)"
+)
+_DYNAMODB_OPTIONS = ("bucket", "region")
 
 
 def open_store(url: str | None = None, *, default_dir: str | os.PathLike[str] = ".laneflow") -> Store:
@@ -23,7 +28,10 @@ def open_store(url: str | None = None, *, default_dir: str | os.PathLike[str] = 
       `sqlite:////var/laneflow.db` is absolute; `sqlite:///:memory:` is a private in-memory
       database (for tests). The file's folder is created if missing.
     - None: `sqlite:///<default_dir>/laneflow.db`, relative to the current directory.
-    - `dynamodb://TABLE`: the DynamoDB store (not available yet).
+    - `dynamodb://TABLE`, `dynamodb://TABLE?bucket=BUCKET&region=REGION`: the DynamoDB store
+      (large values go to the S3 bucket). Credentials, region and endpoints come from boto3's
+      usual configuration (AWS_REGION, AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB,
+      AWS_ENDPOINT_URL_S3, ...); `region` overrides the region.
 
     Anything else is `InvalidInput`.
     """
@@ -40,7 +48,12 @@ def open_store(url: str | None = None, *, default_dir: str | os.PathLike[str] = 
                 os.makedirs(folder, exist_ok=True)
         return SqliteStore(path)
     if url.startswith(_DYNAMODB):
-        raise InvalidInput(
-            f"the DynamoDB store is not available yet (store URL {url!r}); use sqlite:///PATH for now"
-        )
+        parts = urlsplit(url)
+        options = dict(parse_qsl(parts.query, keep_blank_values=True))
+        unknown = sorted(set(options) - set(_DYNAMODB_OPTIONS))
+        if not parts.netloc or parts.path or unknown:
+            raise InvalidInput(f"store URL {url!r} is not a DynamoDB table URL; use {_FORMS}")
+        from .dynamodb import DynamoStore  # boto3 is only imported by whoever uses DynamoDB
+
+        return DynamoStore(parts.netloc, **{k: v for k, v in options.items() if v})
     raise InvalidInput(f"unknown store URL {url!r}; use {_FORMS}")
