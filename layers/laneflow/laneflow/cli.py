@@ -132,6 +132,26 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .engine.local import LocalDrives
+    from .paths import project_root
+    from .reconcile import reconcile
+    from .serve import serve
+    from .workers import Liveness
+    from .workspaces import FolderWorkspaces
+
+    svc = _services(args)
+    svc.workspaces = FolderWorkspaces(args.workspaces or project_root() / "examples")
+    svc.drives = LocalDrives(svc)
+    report = reconcile(svc, Liveness(), redrive=lambda run: svc.drives.start(run.tenant, run.id))
+    for line in report.lines():
+        if line != "nothing to reconcile":
+            _err(f"reconcile: {line}")
+    _err(f"serving http://{args.host}:{args.port}/  (workspaces in {svc.workspaces.root}; Ctrl-C to stop)")
+    serve(svc, args.host, args.port)
+    return EXIT_OK
+
+
 def cmd_init_store(args: argparse.Namespace) -> int:
     from .store.provision import init_store
 
@@ -332,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reconcile)
+
+    p = with_store(sub.add_parser("serve", help="serve the HTTP API and the run viewer on this machine"))
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--workspaces", default=None, help="a folder of workspaces (default: the project's examples/)")
+    p.set_defaults(func=cmd_serve)
 
     p = with_store(sub.add_parser("init-store", help="create a DynamoDB store's table (and bucket) from template.yaml"))
     p.set_defaults(func=cmd_init_store)

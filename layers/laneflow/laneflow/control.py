@@ -245,13 +245,16 @@ class Settler:
         return rescue
 
     def budget_spent(self) -> str | None:
-        return budget_spent(self.store.get_run(self.run.tenant, self.run.id, steps=False))
+        spent = sum(s.cost_usd for s in self.store.get_steps(self.run.tenant, self.run.id))
+        return budget_spent(self.run, spent)
 
 
-def budget_spent(run: Run) -> str | None:
-    """The reason no group may start: the run's spend has reached its budget."""
+def budget_spent(run: Run, spent: float | None = None) -> str | None:
+    """The reason no group may start: the run's spend (its steps', when given) has reached
+    its budget."""
     budget = run.options.get("budget")
-    if budget and run.cost_usd >= float(budget):
-        return f"budget spent: ${run.cost_usd:.4f} of ${float(budget):.2f}"
+    spent = run.cost_usd if spent is None else spent
+    if budget and spent >= float(budget):
+        return f"budget spent: ${spent:.4f} of ${float(budget):.2f}"
     return None
 

@@ -112,7 +112,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     pending = [s for s in steps if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
     if not pending:
         return Plan(action="end")
-    spent = budget_spent(run)
+    spent = budget_spent(run, sum(s.cost_usd for s in every))
     if spent:
         store.update_run(run.tenant, run.id, {"error": spent}, expect_status=(RunStatus.running,))
         return Plan(action="end", reason=spent)
@@ -183,6 +183,13 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
     """What a finished group means for the run (control.py): the next group, rescues,
     a loop back, or the end (its reason kept on the run)."""
     run = svc.store.get_run(req.run.tenant, req.run.run_id, steps=False)
+    # The run's cost is settled once per group (steps carry their own as they end).
+    spent = round(sum(s.cost_usd for s in svc.store.get_steps(run.tenant, run.id)), 6)
+    if spent != run.cost_usd:
+        try:
+            run = svc.store.update_run(run.tenant, run.id, {"cost_usd": spent}, expect_status=(RunStatus.running,))
+        except Conflict:
+            pass
     settled = Settler(svc, run, req.group).settle()
     if settled.action == "end" and settled.reason and settled.reason != STOPPED:
         try:

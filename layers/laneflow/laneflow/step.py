@@ -39,6 +39,7 @@ from .workspaces import local_path
 log = logging.getLogger("laneflow.step")
 
 HEARTBEAT_S = 60.0
+FLUSH_S = 30.0
 _ABS_PATH = re.compile(r"(?<![\w.:/~-])(?:/[\w.@+-]+){2,}/?")
 
 
@@ -183,6 +184,8 @@ class StepRecorder:
     _stop_checked: float = 0.0
     _stopped: bool = False
     _beat: float = field(default_factory=time.monotonic)
+    _flushed: float = field(default_factory=time.monotonic)
+    spans: dict[str, ModelCall] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def first_event(self) -> None:
@@ -195,12 +198,19 @@ class StepRecorder:
             self.on_first_event()
 
     def call(self, span: ModelCall) -> ModelCall:
+        """Spans are kept here and written with the attempt's end (one write); a long attempt
+        writes them as it goes, at most every FLUSH_S, so a running step shows its turns."""
         with self._lock:
             n = self._numbers.setdefault(span.id, self.base_n + len(self._numbers) + 1)
             self.cost_usd += span.cost_usd - self._costs.get(span.id, 0.0)
             self._costs[span.id] = span.cost_usd
-        span = span.model_copy(update={"n": n, "attempt": self.ref.n if self.ref.n > 1 else None})
-        self.svc.store.put_call(self.ref, span)
+            span = span.model_copy(update={"n": n, "attempt": self.ref.n if self.ref.n > 1 else None})
+            self.spans[span.id] = span
+            due = time.monotonic() - self._flushed > FLUSH_S
+            if due:
+                self._flushed = time.monotonic()
+        if due:
+            self.svc.store.put_call(self.ref, span)
         return span
 
     def event(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
@@ -248,6 +258,7 @@ class StepRunner:
     ):
         self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
         self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
+        self.prepared: tuple[Any, Any, Any] | None = None  # (workspace, agent, prompt) of the first attempt
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
         self.spec = step_spec(run, step)
         # What earlier attempts of this step ended with (a retry, or a resume after a crash):
@@ -288,8 +299,9 @@ class StepRunner:
             self.recorder = None
             observability.bind(attempt=self.attempt.n)
             try:
-                told = {"told": [reason for _, reason in self.history]} if self.history else None
-                self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}", told)
+                if self.history:  # the first attempt's start is its record; a later one says why it runs
+                    told = {"told": [reason for _, reason in self.history]}
+                    self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}", told)
                 outcome, data, recorder = self._attempt()
             except AttemptEnded:
                 return self._report()
@@ -316,7 +328,7 @@ class StepRunner:
                             "cost_usd": round(self.step.cost_usd + cost, 6),
                             "finished_at": utcnow(),
                         },
-                        run_cost=cost,
+                        calls=list(recorder.spans.values()),
                     )
                 except AttemptEnded:
                     pass
@@ -333,7 +345,8 @@ class StepRunner:
                 if not retry:
                     changes.update(status=StepStatus.failed, finished_at=utcnow())
                 ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
-                store.end_attempt(self.ref, ended, reason=reason, step=changes, run_cost=cost)
+                spans = list(self.recorder.spans.values()) if self.recorder else []
+                store.end_attempt(self.ref, ended, reason=reason, step=changes, calls=spans)
             except AttemptEnded:
                 return self._report()
             if not retry:
@@ -351,16 +364,19 @@ class StepRunner:
                     token=_secrets.token_hex(16),
                     started_at=utcnow(),
                     expect_status=(StepStatus.running,),
+                    worker=self.attempt.worker,
                 )
             except Conflict:
                 return self._report()
 
     def _attempt(self) -> tuple[StepOutcome, Any, StepRecorder]:
         svc, run, step = self.svc, self.run, self.step
-        ws = load_workspace(local_path(run.workspace_uri))
-        agent = load_agent(ws, step.agent or "")
-        prompt = build_system_prompt(ws, agent)
-        svc.store.set_prompt_layers(self.ref, prompt.records())
+        if self.prepared is not None:  # built before the claim, layers written with it
+            ws, agent, prompt = self.prepared
+            self.prepared = None
+        else:
+            ws, agent, prompt = prepare(run, step)
+            svc.store.set_prompt_layers(self.ref, prompt.records())
         handoff = handoff_for(svc, run, step, self.spec.handoff, group=step.group, cycle=self.cycle)
         prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
         budget = None
@@ -439,6 +455,13 @@ class StepRunner:
 
 
 WAITED_TO_START = "run stopped by a person while this step waited to start"
+
+
+def prepare(run: Run, step: Step) -> tuple[Any, Any, Any]:
+    """Read the workspace and the agent afresh and build the step's system prompt."""
+    ws = load_workspace(local_path(run.workspace_uri))
+    agent = load_agent(ws, step.agent or "")
+    return ws, agent, build_system_prompt(ws, agent)
 JUDGE_SYSTEM = (
     "You are a strict judge of another agent's work. Answer the question about the output you are "
     "shown. Open your reply with PASS, or with FAIL: and the reason in one sentence."
@@ -489,12 +512,22 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
         except Conflict:
             step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
+    # Read the workspace and build the prompt before claiming, so its layers are written
+    # with the claim. If that fails, the attempt is still claimed and then ended with the
+    # reason (the runner meets the same failure): no step stays pending or running silently.
+    try:
+        prepared: tuple[Any, Any, Any] | None = prepare(run, step)
+    except Exception:  # noqa: BLE001 - reported through the attempt below
+        prepared = None
     op_id = req.op.op_id(group=req.group, cycle=req.cycle, index=index)
     svc.store.journal_begin(tenant, run_id, op_id, index)
     crashpoint("after-journal")
     token = _secrets.token_hex(16)
     try:
-        attempt = svc.store.claim_attempt(tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id)
+        attempt = svc.store.claim_attempt(
+            tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id, worker=dumps(worker),
+            layers=prepared[2].records() if prepared else None,
+        )
     except Conflict:
         step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
@@ -503,12 +536,9 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
         # attempt is its worker's, not ours: report, never run it twice.
         step = svc.store.get_step(tenant, run_id, index)
         return StepReport(index=index, status=step.status, attempts=step.attempts)
-    try:
-        svc.store.set_attempt_worker(AttemptRef.of(tenant, attempt), dumps(worker))
-    except AttemptEnded:
-        step = svc.store.get_step(tenant, run_id, index)
-        return StepReport(index=index, status=step.status, attempts=step.attempts)
     crashpoint("after-claim")
     running = step.model_copy(update={"status": StepStatus.running})
     lead_opener = (lambda why, at=None: opener(why=why, at=at)) if opener else None
-    return StepRunner(svc, run, running, attempt, cycle=req.cycle, open_gate=lead_opener).run_attempts()
+    runner = StepRunner(svc, run, running, attempt, cycle=req.cycle, open_gate=lead_opener)
+    runner.prepared = prepared
+    return runner.run_attempts()

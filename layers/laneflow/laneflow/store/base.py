@@ -158,6 +158,8 @@ class Store(ABC):
         resumed_at: str | None = None,
         expect_status: Collection[StepStatus] = (StepStatus.pending,),
         journal_ttl_s: int = 7 * 24 * 3600,
+        worker: str | None = None,
+        layers: list[PromptLayer] | None = None,
     ) -> Attempt:
         """Claim the next attempt of a step, at once: a new attempt `n = step.attempts + 1`
         (running), the step `running` with `attempts = n` and `started_at` set on its first
@@ -168,7 +170,10 @@ class Store(ABC):
         here if `journal_begin` did not) becomes `completed` with the attempt's identity. If
         the journal already holds a `completed` entry for `op_id`, nothing is claimed: the
         attempt that entry names is returned (a re-delivered invocation gets what the first
-        one got, whatever the step's status now). An entry `cancelled` is a `Conflict`."""
+        one got, whatever the step's status now). An entry `cancelled` is a `Conflict`.
+
+        `worker` and `layers`, when given, are written with the claim (as `set_attempt_worker`
+        and `set_prompt_layers` would, but in the same write)."""
 
     @abstractmethod
     def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
@@ -187,10 +192,12 @@ class Store(ABC):
         reason: str | None = None,
         step: dict[str, Any] | None = None,
         run_cost: float = 0.0,
+        calls: list[ModelCall] | None = None,
     ) -> None:
         """End a running attempt, and in the same write change its step (`step`, a subset of
-        STEP_FIELDS) and add `run_cost` to the run's cost. Fenced: `AttemptEnded` unless the
-        stored attempt has exactly `ref`'s identity and is running."""
+        STEP_FIELDS), add `run_cost` to the run's cost and record `calls` (spans, inserted or
+        replaced by id, as `put_call` would). Fenced: `AttemptEnded` unless the stored
+        attempt has exactly `ref`'s identity and is running."""
 
     @abstractmethod
     def set_attempt_worker(self, ref: AttemptRef, worker: str) -> None:

@@ -708,6 +708,8 @@ class SqliteStore(Store):
         resumed_at: str | None = None,
         expect_status: Collection[StepStatus] = (StepStatus.pending,),
         journal_ttl_s: int = 7 * 24 * 3600,
+        worker: str | None = None,
+        layers: list[PromptLayer] | None = None,
     ) -> Attempt:
         key = (tenant, run_id, index)
         with self._write() as db:
@@ -732,10 +734,16 @@ class SqliteStore(Store):
             # up: an attempt's number is part of its identity and is never reused.
             n = max(attempts, last_n or 0) + 1
             db.execute(
-                "INSERT INTO attempts (tenant, run_id, idx, n, token, started_at, resumed_at, status, op_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                (*key, n, token, started_at, resumed_at, op_id),
+                "INSERT INTO attempts (tenant, run_id, idx, n, token, started_at, resumed_at, status, op_id, worker)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+                (*key, n, token, started_at, resumed_at, op_id, worker),
             )
+            if layers is not None:
+                db.execute(
+                    "INSERT INTO prompt_layers (tenant, run_id, idx, layers) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (tenant, run_id, idx) DO UPDATE SET layers = excluded.layers",
+                    (*key, _dumps([layer.model_dump() for layer in layers])),
+                )
             db.execute(
                 "UPDATE steps SET status = 'running', attempts = ?, started_at = coalesce(started_at, ?)"
                 " WHERE tenant = ? AND run_id = ? AND idx = ?",
@@ -751,7 +759,8 @@ class SqliteStore(Store):
                     (tenant, run_id, op_id, index, n, token, started_at, resumed_at, utcnow(), _expiry(journal_ttl_s)),
                 )
         return Attempt(
-            run_id=run_id, index=index, n=n, token=token, started_at=started_at, resumed_at=resumed_at, op_id=op_id
+            run_id=run_id, index=index, n=n, token=token, started_at=started_at, resumed_at=resumed_at, op_id=op_id,
+            worker=worker,
         )
 
     @staticmethod
@@ -887,6 +896,7 @@ class SqliteStore(Store):
         reason: str | None = None,
         step: dict[str, Any] | None = None,
         run_cost: float = 0.0,
+        calls: list[ModelCall] | None = None,
     ) -> None:
         status = AttemptStatus(status)
         if status is AttemptStatus.running:
@@ -894,6 +904,12 @@ class SqliteStore(Store):
         columns = _validated_changes(Step, STEP_FIELDS, step or {})
         with self._write() as db:
             self._fence(db, ref)
+            for call in calls or []:
+                db.execute(
+                    "INSERT INTO calls (tenant, run_id, idx, id, n, body) VALUES (?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (tenant, run_id, idx, id) DO UPDATE SET n = excluded.n, body = excluded.body",
+                    (ref.tenant, ref.run_id, ref.index, call.id, call.n, call.model_dump_json()),
+                )
             db.execute(
                 "UPDATE attempts SET status = ?, ended_at = ?, reason = ?"
                 " WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",

@@ -1,0 +1,11 @@
+"""Api: the HTTP API behind API Gateway (thin handler: the event goes to the one resolver,
+laneflow/api.py, over this container's services)."""
+
+from laneflow.api import resolve
+from laneflow.observability import lambda_handler
+from laneflow.services import services
+
+
+@lambda_handler
+def handler(event, context):
+    return resolve(event, context, services())
