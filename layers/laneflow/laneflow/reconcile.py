@@ -193,3 +193,27 @@ def interrupt(svc: Services, tenant: str, run: Run, attempt: Attempt, reason: st
 def reconcile(svc: Services, liveness: Liveness, **kwargs) -> ReconcileReport:
     return Reconciler(svc, liveness, **kwargs).run()
 
+
+
+def execution_alive(client=None):
+    """Step Functions' answer to "is this drive still running?" (the cloud liveness)."""
+
+    def alive(arn: str) -> bool | None:
+        nonlocal client
+        if client is None:
+            import boto3
+
+            client = boto3.client("stepfunctions")
+        try:
+            return client.describe_execution(executionArn=arn)["status"] == "RUNNING"
+        except client.exceptions.ExecutionDoesNotExist:
+            return False
+
+    return alive
+
+
+def reconcile_cloud(svc: Services) -> ReconcileReport:
+    """The scheduled reconcile: drives are Step Functions executions, re-driven by starting
+    a new one."""
+    redrive = (lambda run: svc.drives.start(run.tenant, run.id)) if svc.drives else None
+    return Reconciler(svc, Liveness(execution_alive=execution_alive()), redrive=redrive).run()

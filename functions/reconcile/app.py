@@ -1,0 +1,11 @@
+"""Reconcile (scheduled): settle the journal, interrupt attempts whose worker is gone,
+re-drive or close runs whose drive is gone (thin handler)."""
+
+from laneflow.observability import lambda_handler
+from laneflow.reconcile import reconcile_cloud
+from laneflow.services import services
+
+
+@lambda_handler
+def handler(event, context):
+    return reconcile_cloud(services()).as_dict()
