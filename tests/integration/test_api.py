@@ -166,19 +166,19 @@ def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc
         ({**START, "idempotency_key": ""}, "idempotency_key"),  # too short
     ],
 )
-def test_a_start_that_does_not_fit_its_model_is_a_422_naming_the_field_and_writes_nothing(api_svc, body, field):
+def test_a_start_that_does_not_fit_its_model_is_a_400_naming_the_field_and_writes_nothing(api_svc, body, field):
     status, payload, _ = call(api_svc, "POST", "/runs", body)
 
-    assert status == 422
+    assert status == 400
     assert field in problem_fields(payload) and field in payload["message"]
     assert api_svc.drives.started == [] and api_svc.store.list_runs("acme") == []
     assert "globex" not in json.dumps(payload)  # the offending value is not echoed
 
 
-def test_a_body_that_is_not_json_is_a_422_saying_so(api_svc):
+def test_a_malformed_body_is_a_400_saying_so(api_svc):
     status, payload, _ = call(api_svc, "POST", "/runs", raw_body="{workspace: ")
 
-    assert status == 422 and payload["problems"][0]["in"] == "body" and "JSON" in payload["problems"][0]["message"]
+    assert status == 400 and payload["problems"][0]["in"] == "body" and "JSON" in payload["problems"][0]["message"]
 
 
 def test_an_invalid_flow_is_a_400_listing_every_problem_with_its_file_and_no_local_path(api_svc):
@@ -245,10 +245,10 @@ def test_list_shows_the_callers_runs_newest_first_up_to_the_limit_and_get_shows_
     assert [(s["index"], s["status"]) for s in run["steps"]] == [(0, "pending"), (1, "pending"), (2, "pending")]
 
 
-def test_a_limit_that_is_not_a_positive_number_is_a_422_naming_it(api_svc):
+def test_a_limit_that_is_not_a_positive_number_is_a_400_naming_it(api_svc):
     for bad in ("abc", "0"):
         status, payload, _ = call(api_svc, "GET", "/runs", query={"limit": bad})
-        assert status == 422 and problem_fields(payload) == {"limit"}
+        assert status == 400 and problem_fields(payload) == {"limit"}
 
 
 def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_and_approval(api_svc):
@@ -353,7 +353,7 @@ def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc):
 def test_an_approval_answer_must_be_a_boolean(api_svc):
     for body in ({}, {"approve": "yes"}, {"approve": True, "note": "x"}):
         status, payload, _ = call(api_svc, "POST", "/runs/run-x/approval", body)
-        assert status == 422 and problem_fields(payload) & {"approve", "note"}
+        assert status == 400 and problem_fields(payload) & {"approve", "note"}
 
 
 # -- the document and the viewer ---------------------------------------------------------------
@@ -482,9 +482,9 @@ def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(ap
     status, stopped, _ = http(served, "POST", f"/runs/{run['id']}/stop")
     assert status == 200 and stopped["run"]["status"] == "failed"
 
-    assert http(served, "POST", "/runs", {**START, "tenant": "acme"})[0] == 422
+    assert http(served, "POST", "/runs", {**START, "tenant": "acme"})[0] == 400
     assert http(served, "POST", "/runs", START, content_type=None)[0] == 201  # a JSON body labelled as a form
-    assert http(served, "POST", "/runs", raw=b"\xff\xfe not json")[0] == 422
+    assert http(served, "POST", "/runs", raw=b"\xff\xfe not json")[0] == 400
     assert http(served, "GET", "/runs/run-none")[0] == 404
     assert http(served, "GET", "/no/such/route")[0] == 404
     status, document, _ = http(served, "GET", "/openapi.json")

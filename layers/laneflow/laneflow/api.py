@@ -6,7 +6,7 @@ Gateway (functions/api/app.py) and behind `laneflow serve` (laneflow/serve.py).
   Another tenant's run is answered exactly like a missing one (404).
 - Errors are types, mapped to status codes here and only here (the `exception_handler`s
   below): a `LaneflowError` answers its `http_status` (an `InvalidInput` lists its
-  problems); a request that does not fit its model is a 422 naming the fields; anything
+  problems); a request that does not fit its model is a 400 naming the fields; anything
   else is a 500 with a generic message (the details go to the log, never to the caller).
 - Starting a run with an `idempotency_key` derives the run id from (tenant, key), so a
   repeated start finds the run it made instead of making another, and starts no second
@@ -135,7 +135,7 @@ def _request_invalid(exc: RequestValidationError) -> Response:
             field = ""  # its "field" is a character position
         problems.append({"in": where, "field": field or None, "message": e.get("msg", "invalid")})
     named = ", ".join(sorted({p["field"] or p["in"] for p in problems}))
-    return _error(422, f"the request does not fit: {named}", problems)
+    return _error(400, f"the request does not fit: {named}", problems)
 
 
 @app.exception_handler(ServiceError)
@@ -187,11 +187,10 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
 
 def _errors(*statuses: int) -> dict[int, dict[str, Any]]:
     said = {
-        400: "the workspace, flow or input cannot be used (every problem listed)",
         401: "no identity to take a tenant from",
         404: "no such run (or workspace) for this tenant",
         409: "the run is not in a state that allows this, or an idempotency key was reused",
-        422: "the request does not fit its model (every field named)",
+        400: "bad input: the request does not fit its model (every field named), or the flow or its input is not valid",
         503: "this deployment cannot do this",
     }
     return {s: {"description": said[s], "content": {"application/json": {"model": ErrorBody}}} for s in statuses}
@@ -248,7 +247,7 @@ def _replayed(svc: Services, tenant: str, run_id: str, request: StartRun) -> Res
     responses={
         201: {"description": "the run, queued; a drive of it has started", "content": {"application/json": {"model": Run}}},
         200: {"description": "the run this idempotency_key started before (nothing new started)", "content": {"application/json": {"model": Run}}},
-        **_errors(400, 401, 404, 409, 422, 503),
+        **_errors(400, 401, 404, 409, 503),
     },
 )
 def start_run(body: Annotated[StartRun, Body()], tenant: Tenant, svc: Svc) -> Response[dict[str, Any]]:
@@ -287,7 +286,7 @@ class RunList(BaseModel):
     "/runs",
     summary="List runs, newest first",
     tags=["runs"],
-    responses={200: {"description": "the caller's runs", "content": {"application/json": {"model": RunList}}}, **_errors(401, 422)},
+    responses={200: {"description": "the caller's runs", "content": {"application/json": {"model": RunList}}}, **_errors(400, 401)},
 )
 def list_runs(
     tenant: Tenant,
@@ -301,7 +300,7 @@ def list_runs(
     "/runs/<run_id>",
     summary="A run and its steps",
     tags=["runs"],
-    responses={200: {"description": "the run record (DESIGN section 4)", "content": {"application/json": {"model": Run}}}, **_errors(401, 404, 422)},
+    responses={200: {"description": "the run record (DESIGN section 4)", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404)},
 )
 def get_run(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
     return svc.store.get_run(tenant, run_id).public()
@@ -319,7 +318,7 @@ class Stopped(BaseModel):
     "/runs/<run_id>/stop",
     summary="Stop a run (one-way)",
     tags=["runs"],
-    responses={200: {"description": "what the stop did", "content": {"application/json": {"model": Stopped}}}, **_errors(401, 404, 422)},
+    responses={200: {"description": "what the stop did", "content": {"application/json": {"model": Stopped}}}, **_errors(400, 401, 404)},
 )
 def stop(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
     outcome = stop_run(svc, tenant, run_id)
@@ -338,7 +337,7 @@ class Approval(BaseModel):
     "/runs/<run_id>/approval",
     summary="Answer the approval a run waits for",
     tags=["runs"],
-    responses={200: {"description": "the run, queued (approved) or failed (rejected)", "content": {"application/json": {"model": Run}}}, **_errors(401, 404, 409, 422, 503)},
+    responses={200: {"description": "the run, queued (approved) or failed (rejected)", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404, 409, 503)},
 )
 def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, svc: Svc) -> dict[str, Any]:
     if body.approve and svc.drives is None:
