@@ -393,6 +393,9 @@ def test_the_viewer_page_is_one_self_contained_page_that_escapes_what_it_shows(a
 # -- sample events -----------------------------------------------------------------------------
 
 
+SAMPLE_TENANT = "123456789012"  # the sample events' caller: an IAM identity, its account is its tenant
+
+
 @pytest.mark.parametrize(
     ("name", "status"),
     [("api_start_run", 201), ("api_list_runs", 200), ("api_get_run", 200), ("api_stop_run", 200), ("api_answer_approval", 409)],
@@ -404,7 +407,7 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
     assert parsed.httpMethod == proxy.http_method and parsed.path == proxy.path
     # Given the run the events name, of the tenant their caller belongs to (and examples/),
     svc.workspaces, svc.drives = FolderWorkspaces(EXAMPLES), RecordingDrives()
-    run = prepare_run(svc, FIXTURES / "ws_control", "approval", tenant="acme")
+    run = prepare_run(svc, FIXTURES / "ws_control", "approval", tenant=SAMPLE_TENANT)
     run.id = "run-20261130-090000-abc123"
     svc.store.create_run(run)
 
@@ -413,9 +416,9 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
 
     assert out["statusCode"] == status, payload
     if name == "api_start_run":
-        assert payload["tenant"] == "acme" and svc.drives.started == [("acme", payload["id"])]
+        assert payload["tenant"] == SAMPLE_TENANT and svc.drives.started == [(SAMPLE_TENANT, payload["id"])]
     if name == "api_list_runs":  # an IAM caller: its account is its tenant
-        assert payload == {"runs": []}
+        assert [r["id"] for r in payload["runs"]] == [run.id]
     if name == "api_get_run":
         assert payload["id"] == run.id and len(payload["steps"]) == 3
     if name == "api_stop_run":

@@ -29,7 +29,7 @@ logger = Logger(
     level="INFO" if IN_LAMBDA else "WARNING",
     logger_handler=logging.StreamHandler(sys.stdout if IN_LAMBDA else sys.stderr),
 )
-tracer = Tracer(service=SERVICE, disabled=not IN_LAMBDA)
+tracer = Tracer(service=SERVICE, disabled=True if not IN_LAMBDA else None)  # in Lambda: POWERTOOLS_TRACE_DISABLED decides
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 if IN_LAMBDA:
     copy_config_to_registered_loggers(source_logger=logger, include={"laneflow"})
@@ -55,7 +55,9 @@ def lambda_handler(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     @functools.wraps(fn)
     def keyed(event: Any, context: Any) -> Any:
         logger.append_keys(**_keys_of(event))
-        return fn(event, context)
+        result = fn(event, context)
+        logger.info("handled", extra={"outcome": result.get("status") if isinstance(result, dict) else None})
+        return result
 
     wrapped = metrics.log_metrics(tracer.capture_lambda_handler(keyed))
     return logger.inject_lambda_context(clear_state=True)(wrapped)

@@ -107,6 +107,12 @@ def services() -> Services:
         return _current
 
 
+def installed() -> Services | None:
+    """The services installed now (None: handlers would build them from the environment)."""
+    with _lock:
+        return _current
+
+
 def install(svc: Services | None) -> None:
     """Make `svc` what every handler in this process uses (None: build from the environment)."""
     global _current

@@ -34,7 +34,7 @@ from ..callbacks import TokenGone
 from ..drive import close_run
 from ..models import Run
 from ..paths import project_root
-from ..services import Services, install
+from ..services import Services, install, installed
 from .template import FunctionSpec, Template
 
 ACCOUNT = "123456789012"
@@ -187,6 +187,9 @@ class LocalEngine:
         digest = hashlib.sha256(self.definition.encode()).hexdigest()[:12]
         with _registry_lock:
             arn = self._machines.get(digest)
+            # moto's backends are reset when a `mock_aws` context exits: make it again then.
+            if arn is not None and not any(m.arn == arn for m in _backend().state_machines):
+                arn = None
             if arn is None:
                 machine = _backend().create_state_machine(name=f"laneflow-flow-{digest}", definition=self.definition, roleArn=ROLE)
                 arn = self._machines[digest] = machine.arn
@@ -197,6 +200,7 @@ class LocalEngine:
         global _registry
         with self._drive_lock:
             install_interpreter_hook()
+            before = installed()
             install(self.svc)
             _registry = self.registry
             try:
@@ -228,7 +232,7 @@ class LocalEngine:
                 )
             finally:
                 _registry = None
-                install(None)
+                install(before)
 
     def history(self, execution_arn: str) -> list[dict[str, Any]]:
         """The execution's history events, AWS-shaped (for tests and the store-cost benchmark)."""

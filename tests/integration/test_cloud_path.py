@@ -1,0 +1,154 @@
+"""The cloud path, proven under moto: the table and bucket from template.yaml, the workspace
+in S3, a run started through the API handler with an API Gateway event, driven through the
+deployed definition (substitutions resolved) by the same handlers, on the DynamoDB and S3
+stores; the record read back through the API. Plus the handlers under Powertools, as in
+Lambda."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from conftest import EXAMPLES, ROOT, moto_dynamodb_serialized
+from laneflow.engine.local import LocalEngine
+from laneflow.hooks import EventBridgeOnEnd
+from laneflow.services import Services, install
+from laneflow.settings import Settings
+from laneflow.store import open_store
+from laneflow.store.provision import init_store
+from laneflow.workspaces import S3Workspaces
+
+URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
+
+
+def handler(name: str):
+    spec = importlib.util.spec_from_file_location(f"cloud_{name}", ROOT / "functions" / name / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.handler
+
+
+class SyncDrives:
+    """Starts a drive as StartExecution would, and waits for it (the test's clock)."""
+
+    def __init__(self, svc: Services):
+        self.svc, self.started = svc, []
+
+    def start(self, tenant: str, run_id: str) -> str:
+        self.started.append(run_id)
+        return LocalEngine(self.svc).drive(tenant, run_id, tick_s=0.02).execution_arn
+
+
+@pytest.fixture
+def cloud(monkeypatch, tmp_path):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    with mock_aws(), moto_dynamodb_serialized():
+        assert "created" in " ".join(init_store(URL))
+        s3 = boto3.client("s3", region_name="us-east-1")
+        for path in (EXAMPLES / "newsroom").rglob("*"):
+            if path.is_file():
+                s3.upload_file(str(path), "laneflow-blobs", f"workspaces/newsroom/{path.relative_to(EXAMPLES / 'newsroom').as_posix()}")
+        events = boto3.client("events", region_name="us-east-1")
+        events.create_event_bus(Name="laneflow-runs")
+        svc = Services.for_store(open_store(URL), Settings(store_url=URL, tenant="123456789012"))
+        svc.workspaces = S3Workspaces("laneflow-blobs")
+        svc.drives = SyncDrives(svc)
+        told = []
+        bus = EventBridgeOnEnd("laneflow-runs", client=events)
+        svc.on_end = lambda run: (told.append(run.id), bus(run))
+        svc.told = told
+        install(svc)
+        yield svc
+        install(None)
+
+
+def api_event(name: str, **changes) -> dict:
+    event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
+    event.update(changes)
+    return event
+
+
+def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
+    api = handler("api")
+    body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides", "reefs", "vents"]}}
+    started = api(api_event("start_run", body=json.dumps(body)), None)
+    assert started["statusCode"] == 201, started["body"]
+    run_id = json.loads(started["body"])["id"]
+    assert cloud.drives.started == [run_id]
+
+    got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
+    record = json.loads(got["body"])
+    assert got["statusCode"] == 200, got["body"][:300]
+    assert record["status"] == "completed", record.get("error")
+    assert len(record["steps"]) == 6 and all(s["status"] == "completed" and s["prompt_layers"] and s["calls"] for s in record["steps"])
+    assert record["steps"][-1]["data"]["slug"] == "ocean-records"
+    assert record["tenant"] == "123456789012"  # from the caller's identity
+
+    # The record is in DynamoDB (a fresh store reads it), the workspace came from S3.
+    fresh = open_store(URL).get_run("123456789012", run_id)
+    assert fresh.status == "completed" and fresh.workspace_uri == "s3://laneflow-blobs/workspaces/newsroom/"
+    assert cloud.told == [run_id]  # "run finished" went to the bus
+
+
+def test_another_tenants_run_is_a_404_and_a_malformed_body_a_400(cloud):
+    api = handler("api")
+    body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides"]}}
+    run_id = json.loads(api(api_event("start_run", body=json.dumps(body)), None)["body"])["id"]
+    other = api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}")
+    other["requestContext"]["identity"]["accountId"] = "999999999999"
+    assert api(other, None)["statusCode"] == 404
+    bad = api(api_event("start_run", body="{not json"), None)
+    assert bad["statusCode"] == 400
+
+
+def test_the_handlers_run_under_powertools_as_in_lambda(tmp_path):
+    """In Lambda (AWS_LAMBDA_FUNCTION_NAME set) the RunStep handler logs JSON lines carrying
+    the run id, step and attempt, and flushes EMF metrics (step cost, cache tokens); its
+    output is the contract's."""
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT / 'functions' / 'run_step')!r})
+from laneflow.services import Services, install
+from laneflow.settings import Settings
+from laneflow.store import open_store
+from laneflow.runs import create_run
+from laneflow.drive import start_drive
+from laneflow.contracts import StartDriveRequest
+svc = Services.for_store(open_store("sqlite:///{tmp_path / 'p.db'}"), Settings())
+run = create_run(svc, {str(ROOT / 'tests' / 'fixtures' / 'ws_control')!r}, "rescue")
+start_drive(svc, StartDriveRequest(tenant="local", run_id=run.id))
+install(svc)
+import app
+class Ctx:
+    function_name = "RunStepFunction"; memory_limit_in_mb = 1024; aws_request_id = "req-1"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:RunStepFunction"
+    def get_remaining_time_in_millis(self): return 60000
+out = app.handler({{"run": {{"tenant": "local", "run_id": run.id, "drive": 1}}, "group": 0, "lane": "researcher@stub",
+                   "step": {{"index": 0, "role": "solo"}}, "op": {{"execution": "e", "state": "RunStarter"}}}}, Ctx())
+print("RESULT " + json.dumps(out))
+"""
+    env = {**os.environ, "AWS_LAMBDA_FUNCTION_NAME": "RunStepFunction", "POWERTOOLS_TRACE_DISABLED": "1",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    result = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    assert result == {"index": 0, "status": "completed", "attempts": 1}
+    logs = [l for l in lines if l.get("message") == "handled"]
+    assert logs and logs[0]["run_id"] and logs[0]["step"] == 0 and logs[0]["attempt"] == 1
+    assert logs[0]["function_name"] == "RunStepFunction" and logs[0]["level"] == "INFO"
+    emf = [l for l in lines if "_aws" in l]
+    names = {m["Name"] for m in emf[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "laneflow"
+    assert {"StepCostUSD", "StepDuration", "CacheReadTokens", "CacheWriteTokens", "ColdPrefixesWritten"} <= names
+    assert emf[0]["StepCostUSD"] == [0.01] or emf[0]["StepCostUSD"] == 0.01
