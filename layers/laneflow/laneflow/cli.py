@@ -147,7 +147,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for line in report.lines():
         if line != "nothing to reconcile":
             _err(f"reconcile: {line}")
-    _err(f"serving http://{args.host}:{args.port}/  (workspaces in {svc.workspaces.root}; Ctrl-C to stop)")
+    _err(f"workspaces in {svc.workspaces.root}")
     serve(svc, args.host, args.port)
     return EXIT_OK
 
