@@ -39,24 +39,6 @@ def run_flow(svc: Services):
     return _run
 
 
-_MOTO_LOCK = __import__("threading").RLock()
 
-
-@__import__("contextlib").contextmanager
-def moto_dynamodb_serialized():
-    """moto's DynamoDB is not thread-safe (a refused transaction restores a deep copy of the
-    whole table it took before, undoing other threads' writes meanwhile). DynamoDB itself
-    serializes the writes to an item, so moto's request handling is serialized here, for
-    tests that drive the engine's threads against a DynamoDB store."""
-    from unittest import mock
-
-    from moto.dynamodb.responses import DynamoHandler
-
-    handle = DynamoHandler.call_action
-
-    def call_action(self):  # type: ignore[no-untyped-def]
-        with _MOTO_LOCK:
-            return handle(self)
-
-    with mock.patch.object(DynamoHandler, "call_action", call_action):
-        yield
+# The engine's threads against moto's DynamoDB (see laneflow/engine/moto_support.py).
+from laneflow.engine.moto_support import serialized_dynamodb as moto_dynamodb_serialized  # noqa: E402,F401
