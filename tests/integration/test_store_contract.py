@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -622,6 +623,105 @@ def test_set_attempt_worker_records_what_works_on_the_attempt(store: Store):
     assert store.get_attempt(run.tenant, run.id, 0, 1).worker == "arn:aws:ecs:task/1"
 
 
+def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: Store):
+    # Given a step created with prompt layers of its own
+    created = [PromptLayer(name="persona", chars=1, sha256="00")]
+    run = new_run(store, steps=1)
+    store.add_steps(run.tenant, run.id, [Step(index=1, group=0, prompt_layers=created)])
+    layers = [PromptLayer(name="persona", chars=10, sha256="aa"), PromptLayer(name="input", chars=3, sha256="bb", dynamic=True)]
+    # When attempts are claimed with a worker and layers
+    first, ref = claim(store, run, 1, worker='{"kind": "lambda"}', layers=layers, op_id="op-1")
+    # Then both are there at once, as set_attempt_worker and set_prompt_layers would leave them
+    assert first.worker == '{"kind": "lambda"}'
+    assert store.get_attempt(run.tenant, run.id, 1, 1) == first
+    assert store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers == layers
+    assert store.get_run(run.tenant, run.id).step(1).prompt_layers == layers
+    # And a claim without them leaves the step's layers as they are, its attempt without a worker
+    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step={"error": "model error"})
+    second, ref2 = claim(store, run, 1, expect_status=[StepStatus.running])
+    assert second.worker is None and store.get_attempt(run.tenant, run.id, 1, 2).worker is None
+    assert store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers == layers
+    # And later layers replace them
+    store.set_prompt_layers(ref2, [PromptLayer(name="task", chars=2, sha256="cc")])
+    assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]
+    # And a replayed op_id writes neither
+    replay = store.claim_attempt(
+        run.tenant, run.id, 1, token="other", started_at=utcnow(), op_id="op-1", worker="other", layers=created
+    )
+    assert replay.n == 1 and replay.worker == '{"kind": "lambda"}'
+    assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]
+
+
+def test_a_refused_claim_writes_neither_worker_nor_layers(store: Store):
+    run = new_run(store)
+    claim(store, run, 0, layers=[PromptLayer(name="persona", chars=1, sha256="aa")])
+    store.update_step(run.tenant, run.id, 1, {"status": StepStatus.completed})
+    before = snapshot(store, run)
+    with pytest.raises(Conflict):  # an attempt runs
+        claim(store, run, 0, expect_status=[StepStatus.running], worker="w", layers=[PromptLayer(name="x", chars=1, sha256="bb")])
+    with pytest.raises(Conflict):  # not an expected status
+        claim(store, run, 1, worker="w", layers=[PromptLayer(name="x", chars=1, sha256="bb")])
+    assert snapshot(store, run) == before
+
+
+def test_end_attempt_records_its_calls_in_the_same_write_replacing_spans_by_id(store: Store):
+    # Given an attempt that wrote a span as it went
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.put_call(ref, ModelCall(id="turn-1", n=1, ms=10))
+    # When it ends with every span it made, the first one updated
+    calls = [
+        ModelCall(id="turn-2", n=2, ms=20, stop="end_turn"),
+        ModelCall(id="turn-1", n=1, ms=812, tokens=Tokens(input=120, output=300), stop="tool_use"),
+    ]
+    store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "r"}, calls=calls)
+    # Then the step holds each span once, as last written, ordered by n
+    step = store.get_step(run.tenant, run.id, 0, detail=True)
+    assert step.calls == [calls[1], calls[0]]
+    assert store.get_run(run.tenant, run.id).step(0).calls == [calls[1], calls[0]]
+    # And a second attempt's spans join them, replacing none but their own
+    _, ref2 = claim(store, run, 0, expect_status=[StepStatus.completed])
+    again = ModelCall(id="turn-3", n=3, attempt=2)
+    store.end_attempt(ref2, AttemptStatus.completed, step={"status": StepStatus.completed}, calls=[again])
+    assert [c.id for c in store.get_step(run.tenant, run.id, 0, detail=True).calls] == ["turn-1", "turn-2", "turn-3"]
+
+
+def test_a_refused_end_writes_none_of_its_calls(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.put_call(ref, ModelCall(id="turn-1", ms=1))
+    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed})
+    _, ref2 = claim(store, run, 0, expect_status=[StepStatus.failed])
+    before = snapshot(store, run)
+    for stale in (ref, ref.model_copy(update={"n": 2}), ref2.model_copy(update={"token": "not-the-token"})):
+        with pytest.raises(AttemptEnded):
+            store.end_attempt(
+                stale, AttemptStatus.completed, step={"status": StepStatus.completed},
+                calls=[ModelCall(id="turn-1", ms=999), ModelCall(id="stale", n=2)],
+            )
+    assert snapshot(store, run) == before
+
+
+def test_many_spans_of_a_long_attempt_are_all_kept(store: Store):
+    # More spans than a step record keeps in itself, some written as the attempt went, all
+    # written again with its end, one of them too large to keep inline
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    calls = [ModelCall(id=f"turn-{i:02d}", n=i, ms=i) for i in range(1, 31)]
+    for call in calls[:12]:
+        store.put_call(ref, call)
+    calls[3] = calls[3].model_copy(update={"stop": "x" * 5000})
+    calls[20] = calls[20].model_copy(update={"ms": 2020})
+    store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed}, calls=calls)
+    assert store.get_step(run.tenant, run.id, 0, detail=True).calls == calls
+    # And a smaller version of the large one replaces it
+    _, ref2 = claim(store, run, 0, expect_status=[StepStatus.completed])
+    calls[3] = calls[3].model_copy(update={"stop": "end_turn"})
+    store.put_call(ref2, calls[3])
+    store.end_attempt(ref2, AttemptStatus.completed, step={"status": StepStatus.completed}, calls=[calls[3]])
+    assert store.get_run(run.tenant, run.id).step(0).calls == calls
+
+
 # -- trace --------------------------------------------------------------------------------
 
 
@@ -1074,6 +1174,66 @@ def test_settling_an_entry_whose_claim_landed_returns_it_completed(store: Store)
         store.journal_settle(TENANT, run.id, "op-unknown")
 
 
+def test_a_step_claimed_many_times_keeps_every_attempt_span_and_journal_entry(store: Store):
+    # Given a step failed and claimed again more times than a record keeps in itself
+    run = new_run(store)
+    claimed = []
+    for i in range(1, 9):
+        store.journal_begin(TENANT, run.id, f"op-{i}", 0)
+        attempt, ref = claim(store, run, 0, op_id=f"op-{i}", expect_status=[StepStatus.pending, StepStatus.failed], worker=f"w{i}")
+        assert attempt.n == i
+        store.heartbeat(ref, f"2026-01-01T00:00:0{i}.000Z")
+        store.put_call(ref, ModelCall(id=f"turn-{i}", n=i))
+        store.end_attempt(
+            ref, AttemptStatus.failed, reason=f"reason {i}", step={"status": StepStatus.failed}, calls=[ModelCall(id=f"turn-{i}", n=i, ms=i)]
+        )
+        claimed.append((attempt, ref))
+    # Then every attempt reads back, as it ended
+    attempts = store.list_attempts(TENANT, run.id, 0)
+    assert [(a.n, a.status, a.reason, a.worker, a.op_id, a.heartbeat_at) for a in attempts] == [
+        (i, AttemptStatus.failed, f"reason {i}", f"w{i}", f"op-{i}", f"2026-01-01T00:00:0{i}.000Z") for i in range(1, 9)
+    ]
+    assert store.list_attempts(TENANT, run.id) == attempts
+    assert [store.get_attempt(TENANT, run.id, 0, i) for i in range(1, 9)] == attempts
+    assert [(c.id, c.ms) for c in store.get_step(TENANT, run.id, 0, detail=True).calls] == [(f"turn-{i}", i) for i in range(1, 9)]
+    for i, (attempt, ref) in enumerate(claimed, 1):
+        # And every journal entry, completed with its attempt
+        entry = store.journal_get(TENANT, run.id, f"op-{i}")
+        assert entry is not None
+        assert (entry.status, entry.index, entry.attempt, entry.token, entry.started_at) == (
+            JournalStatus.completed, 0, i, attempt.token, attempt.started_at
+        )
+        # And a re-delivered invocation of any of them gets what it got and claims nothing
+        assert store.journal_begin(TENANT, run.id, f"op-{i}", 0) == entry
+        assert store.journal_settle(TENANT, run.id, f"op-{i}") == entry
+        replay = store.claim_attempt(TENANT, run.id, 0, token="again", started_at=utcnow(), op_id=f"op-{i}", expect_status=[StepStatus.failed])
+        assert replay == attempts[i - 1]
+        # And its late writes never land
+        with pytest.raises(AttemptEnded):
+            store.heartbeat(ref, utcnow())
+    assert store.list_attempts(TENANT, run.id, 0) == attempts
+    assert store.journal_pending() == []
+
+
+def test_an_entry_left_pending_while_another_claims_attempt_runs_stays_pending_after_it_ends(store: Store):
+    # Given a claim whose attempt runs, and a second invocation journaled while it does (refused)
+    run = new_run(store)
+    store.journal_begin(TENANT, run.id, "op-a", 0)
+    _, ref = claim(store, run, 0, op_id="op-a")
+    store.journal_begin(TENANT, run.id, "op-b", 0)
+    with pytest.raises(Conflict):
+        claim(store, run, 0, op_id="op-b", expect_status=[StepStatus.pending, StepStatus.running])
+    assert [e.op_id for e in store.journal_pending(TENANT)] == ["op-b"]
+    # When the attempt ends
+    store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed})
+    # Then the entry is still pending, until it is settled
+    assert store.running_attempts(TENANT) == []
+    assert [e.op_id for e in store.journal_pending(TENANT)] == ["op-b"]
+    assert store.journal_settle(TENANT, run.id, "op-b").status == JournalStatus.cancelled
+    assert store.journal_pending() == []
+    assert store.journal_get(TENANT, run.id, "op-a").status == JournalStatus.completed  # type: ignore[union-attr]
+
+
 # -- large values ---------------------------------------------------------------------------
 
 
@@ -1202,13 +1362,63 @@ def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: Dyn
     # Then only the live index was queried or scanned (and the items it named read by key)
     assert {name for name, _ in requests} == {"Query", "Scan", "BatchGetItem"}
     assert all(index == "live" for name, index in requests if name in ("Query", "Scan"))
-    # And the index holds exactly what is live
-    index = _session().client("dynamodb", region_name=REGION).scan(TableName=TABLE, IndexName="live")["Items"]
-    assert sorted(i["sk"]["S"] for i in index) == ["A#00000000#000001", "J#op-pending", "RUN"]
+    # And the index holds exactly what is live: the run, the step with a running attempt, the
+    # step with a pending journal entry
+    def live_index() -> list[str]:
+        return sorted(i["sk"]["S"] for i in _session().client("dynamodb", region_name=REGION).scan(TableName=TABLE, IndexName="live")["Items"])
+
+    assert live_index() == ["RUN", "S#00000000", "S#00000001"]
+    # And a step leaves it with the last live thing it has
+    dynamo.end_attempt(running, AttemptStatus.completed, step={"status": StepStatus.completed})
+    assert live_index() == ["RUN", "S#00000001"]
+    dynamo.journal_settle(TENANT, live.id, "op-pending")
+    assert live_index() == ["RUN"]
+
+
+def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: DynamoStore):
+    from laneflow.store.dynamodb import ATTEMPTS_ON_STEP, CALLS_ON_STEP, JOURNAL_ON_STEP
+
+    # Given a step claimed many times, each attempt with spans, one journal entry expiring at once
+    run = new_run(dynamo)
+    for i in range(1, 11):
+        dynamo.journal_begin(TENANT, run.id, f"op-{i}", 0, ttl_s=-1 if i == 1 else 3600)
+        _, ref = claim(dynamo, run, 0, op_id=f"op-{i}", expect_status=[StepStatus.pending, StepStatus.failed])
+        calls = [ModelCall(id=f"turn-{i}-{k}", n=3 * i + k) for k in range(3)]
+        dynamo.end_attempt(ref, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed}, calls=calls)
+    # Then the step item keeps only its latest attempts, settled entries and a few spans
+    (step,) = [i for i in raw_items() if i["pk"]["S"].endswith(run.id) and i["sk"]["S"] == "S#00000000"]
+    assert {k for k in step if re.fullmatch(r"A\d+", k)} == {f"A{n}" for n in range(11 - ATTEMPTS_ON_STEP, 11)}
+    assert len([k for k in step if re.fullmatch(r"J[0-9a-f]{16}", k)]) == JOURNAL_ON_STEP
+    assert len(step["calls"]["M"]) == CALLS_ON_STEP
+    assert len(json.dumps(step)) < 3000
+    # And the rest are items of their own, read back whole
+    assert [a.n for a in dynamo.list_attempts(TENANT, run.id)] == list(range(1, 11))
+    assert len(dynamo.get_step(TENANT, run.id, 0, detail=True).calls) == 30
+    # And a settled entry past its expiry is gone, as DynamoDB's TTL would make it
+    assert dynamo.journal_get(TENANT, run.id, "op-1") is None
+    assert dynamo.journal_get(TENANT, run.id, "op-2").attempt == 2  # type: ignore[union-attr]
+
+
+def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dynamo: DynamoStore):
+    def live_index() -> list[str]:
+        return sorted(i["sk"]["S"] for i in _session().client("dynamodb", region_name=REGION).scan(TableName=TABLE, IndexName="live")["Items"])
+
+    run = new_run(dynamo, status=RunStatus.completed)
+    dynamo.journal_begin(TENANT, run.id, "op-a", 0)
+    _, ref = claim(dynamo, run, 0, op_id="op-a")
+    dynamo.journal_begin(TENANT, run.id, "op-b", 0)
+    assert live_index() == ["S#00000000"]
+    dynamo.consumed(reset=True)
+    dynamo.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed})
+    assert live_index() == ["S#00000000"]  # op-b is still pending
+    # (its cheap form, leaving the index, was refused; the form that stays wrote no index entry)
+    assert dynamo.consumed()["write"]["end_attempt"] == 1
+    dynamo.journal_settle(TENANT, run.id, "op-b")
+    assert live_index() == []
 
 
 def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: DynamoStore):
-    # Given a step run the way a worker runs it (small items, as the stub model makes them)
+    # Given a step run with every attempt-scoped write (small items, as the stub model makes them)
     run = new_run(dynamo, steps=1)
     dynamo.consumed(reset=True)
     dynamo.journal_begin(TENANT, run.id, "exec-1:RunStep:0:0", 0)
@@ -1221,15 +1431,84 @@ def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: Dy
     dynamo.end_attempt(
         ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "the answer", "cost_usd": 0.01, "finished_at": utcnow()}, run_cost=0.01
     )
-    # Then each costs what the item layout promises: one conditional write where one item
-    # carries the condition, a transaction (2x per item) where it cannot, plus index entries
+    # Then each costs what the item layout promises: one conditional write of the step item
+    # (billed on the whole item: past 1 KB once it holds layers, worker and a span), a
+    # transaction (2x per item) where one item cannot carry it, plus index entries
     assert dynamo.consumed()["write"] == {
-        "journal_begin": 2,  # the entry + its live-index entry
-        "claim_attempt": 8,  # transaction: step, attempt, journal entry (3 x 2); attempt enters, entry leaves the index
+        "journal_begin": 2,  # the entry on the step item + the step's live-index entry
+        "claim_attempt": 1,  # the step item alone; its live-index entry stays as it is
         "set_attempt_worker": 1,
-        "set_prompt_layers": 1,  # on the attempt's own item: no transaction
-        "add_event": 4,  # transaction: the attempt's ConditionCheck + the event
-        "put_call": 4,  # the same for the span
-        "heartbeat": 1,
-        "end_attempt": 7,  # transaction: attempt, step, run cost (3 x 2); the attempt leaves the index
+        "set_prompt_layers": 1,
+        "add_event": 4,  # transaction: the step's ConditionCheck + the event
+        "put_call": 2,  # into the step item (now over 1 KB)
+        "heartbeat": 2,
+        "end_attempt": 5,  # transaction: step and run cost (2 x 2, the step's size a lower bound); the step leaves the index
     }
+
+
+STEP_OP = "exec-1:RunStep:0:0"
+
+
+def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, dict[str, float]]]:
+    """The store calls the domain makes for one single-turn step (step.py): journal_begin,
+    the claim with its worker and layers, the end with its span (and, with `retry`, an
+    attempt that failed first and a second claim). Each call's write units, by operation."""
+    run = new_run(dynamo, steps=1)
+    worker = json.dumps({"kind": "lambda", "request_id": str(uuid.uuid4()), "deadline": time.time() + 900})
+    layers = [PromptLayer(name=n, chars=812, sha256="3f2a9c1d0b7e", dynamic=n == "input") for n in ("persona", "shared", "task", "input")]
+    span = ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn", cost_usd=0.01)
+    done = {"status": StepStatus.completed, "result": "the answer", "conclusion": "done", "data": None, "error": None}
+    costs: list[tuple[str, dict[str, float]]] = []
+
+    def measured(label: str, call: Callable[[], object]) -> object:
+        dynamo.consumed(reset=True)
+        out = call()
+        costs.append((label, dynamo.consumed()["write"]))
+        return out
+
+    measured("journal_begin", lambda: dynamo.journal_begin(TENANT, run.id, STEP_OP, 0))
+    _, ref = measured("claim", lambda: claim(dynamo, run, 0, op_id=STEP_OP, worker=worker, layers=layers))  # type: ignore[misc]
+    if retry:
+        error = "model error: overloaded"
+        measured("end failed", lambda: dynamo.end_attempt(ref, AttemptStatus.failed, reason=error, step={"error": error, "cost_usd": 0.01}, calls=[span]))
+        _, ref = measured("claim again", lambda: claim(dynamo, run, 0, expect_status=[StepStatus.running], worker=worker))  # type: ignore[misc]
+        span = span.model_copy(update={"id": "turn-2", "n": 2, "attempt": 2})
+    step = {**done, "cost_usd": 0.02 if retry else 0.01, "finished_at": utcnow()}
+    measured("end", lambda: dynamo.end_attempt(ref, AttemptStatus.completed, step=step, run_cost=0, calls=[span]))
+    # What was written is what the step reads back as
+    read = dynamo.get_step(TENANT, run.id, 0, detail=True)
+    assert (read.status, read.result, read.prompt_layers, read.calls[-1]) == (StepStatus.completed, "the answer", layers, span)
+    assert dynamo.journal_get(TENANT, run.id, STEP_OP).status == JournalStatus.completed  # type: ignore[union-attr]
+    assert dynamo.running_attempts(TENANT) == [] and dynamo.journal_pending(TENANT) == []
+    for label, units in costs:
+        print(f"{label:>14}: {sum(units.values()):g} WCU {units}")
+    print(f"{'step':>14}: {sum(sum(u.values()) for _, u in costs):g} WCU")
+    return costs
+
+
+def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item_writes(dynamo: DynamoStore):
+    # (Before the step item carried its attempt, journal entry, layers and spans: 2 + 8 + 7 =
+    # 17, the claim and the end each a transaction over the step, attempt, journal or span items.)
+    requests: list[str] = []
+    dynamo._db.meta.events.register("before-parameter-build.dynamodb", lambda model, **_: requests.append(model.name))
+    costs = drive_a_small_step(dynamo, retry=False)
+    assert [(label, sum(units.values())) for label, units in costs] == [
+        ("journal_begin", 2),  # the entry + the step's live-index entry
+        ("claim", 1),  # the step item (< 1 KB with worker and layers); the index entry stays
+        ("end", 3),  # the step item (now 1.1 KB: 2) + the step leaves the live index
+    ]
+    assert sum(sum(units.values()) for _, units in costs) <= 6
+    writes = [name for name in requests if name in ("PutItem", "UpdateItem", "TransactWriteItems", "BatchWriteItem", "DeleteItem")]
+    assert writes[-3:] == ["UpdateItem"] * 3  # (the first are the run's creation)
+
+
+def test_dynamodb_a_small_step_with_one_retry_writes_twelve_units(dynamo: DynamoStore):
+    # (Before: 2 + 8 + 7 + 5 + 7 = 29.)
+    costs = drive_a_small_step(dynamo, retry=True)
+    assert [(label, sum(units.values())) for label, units in costs] == [
+        ("journal_begin", 2),
+        ("claim", 1),
+        ("end failed", 3),  # the step item (1.1 KB) + it leaves the live index: nothing of it is live
+        ("claim again", 3),  # the step item (1.4 KB) + it enters the index again
+        ("end", 3),
+    ]

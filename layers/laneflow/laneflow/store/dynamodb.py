@@ -7,44 +7,68 @@ digits, `n` an attempt number padded to 6, so keys sort in index order):
 |-----------------|--------------------|----------------------------|-----------------------------------------|
 | run             | T#<tenant>#R#<run> | RUN                        | every Run field but input and flow_spec |
 | run input       | T#<tenant>#R#<run> | RUN#INPUT                  | input, flow_spec (JSON; never change)   |
-| step            | T#<tenant>#R#<run> | S#<idx>                    | the Step's fields; live_n, last_n       |
-| attempt         | T#<tenant>#R#<run> | A#<idx>#<n>                | the Attempt's fields; layers            |
+| step            | T#<tenant>#R#<run> | S#<idx>                    | the Step's fields, and (below) its      |
+|                 |                    |                            | latest attempts, journal, layers, spans |
+| older attempt   | T#<tenant>#R#<run> | A#<idx>#<n>                | an ended Attempt moved off its step     |
+| older journal   | T#<tenant>#R#<run> | J#<sha(op_id)>             | a settled entry moved off its step;     |
+|                 |                    |                            | expires_at is the TTL                   |
 | event           | T#<tenant>#R#<run> | T#<idx>#E#<time ns><rand>  | t, type, text, attempt, data            |
-| model-call span | T#<tenant>#R#<run> | T#<idx>#C#<call id>        | n, body (the ModelCall as JSON)         |
-| prompt layers   | T#<tenant>#R#<run> | T#<idx>#L                  | layers a record was created with        |
-| journal entry   | T#<tenant>#R#<run> | J#<op_id>                  | the JournalEntry; expires_at is the TTL |
+| model-call span | T#<tenant>#R#<run> | T#<idx>#C#<call id>        | n, body: a span its step did not keep   |
 | handoff         | T#<tenant>#R#<run> | H#<key>                    | text                                    |
 | gate            | T#<tenant>#R#<run> | G#<key>                    | opened_at                               |
 | gate token      | T#<tenant>#R#<run> | GT#<sha(key)>#<sha(token)> | token (one item per waiting sibling)    |
 
+What a step's attempts write lives on the step item, so each write of a step's happy path
+is one conditional write of one item:
+- `A<n>`: attempt n, a map (t token, s started_at, r resumed_at, st status, e ended_at,
+  why reason, w worker, hb heartbeat_at, op op_id). `live_n` names the running one (a claim
+  needs it absent); `last_n` keeps attempt numbers from ever repeating. A step keeps its
+  latest ATTEMPTS_ON_STEP; a claim that would keep more first copies the oldest to `A#`
+  items (an ended attempt never changes again, so a copy is never stale).
+- `J<sha(op_id)>`: the claim journal's entries of the step, a map (s status, c created_at,
+  x expires_at; op while pending, n once completed); `jp` counts the pending ones. A
+  claim drops settled entries past their expiry (what TTL did) and moves those past
+  JOURNAL_ON_STEP to `J#` items (`jm` counts them), so the item never grows with time.
+  An op_id names one step: `journal_get` and `journal_settle`, which are not told which,
+  find it with a filtered Query of the run's steps.
+- `layers`: the step's prompt layers (created with, replaced by a claim's or
+  `set_prompt_layers`).
+- `calls`: spans by id, a map of at most CALLS_ON_STEP spans of at most CALL_INLINE_MAX
+  bytes each; other spans are items of their own. The map wins over an item of the same id,
+  and a write that puts a span's item removes its id from the map in the same write.
 Everything of a run is one partition. Everything at or after `RUN` is what `get_run`
 shows, so a run reads in one Query: `RUN`..`S#~` is the run and its steps (no trace),
-`RUN`..end adds the trace. Events and spans are items of their own, never a growing list.
+`RUN`..end adds the trace. Events are items of their own, never a growing list.
 
 Indexes (both in template.yaml's RunsTable, which the contract test builds the table from):
 - `by-tenant` (lpk = `T#<tenant>#RUNS`, lsk = `<created_at>#<seq>`, projects `status`): every
   run, for `list_runs` newest first.
-- `live` (vpk, vsk; keys only) is sparse: `vpk` is set only while a run is queued, running
-  or awaiting approval (`T#<tenant>#LIVE#RUN`), an attempt is running (`...#LIVE#ATTEMPT`),
-  or a journal entry is pending (`...#LIVE#JOURNAL`), and removed by the write that ends
-  it. `active_runs`, `running_attempts` and `journal_pending` Query it for one tenant;
+- `live` (vpk, vsk; keys only) is sparse: `vpk` is set only on a run queued, running or
+  awaiting approval (`T#<tenant>#LIVE#RUN`), and on a step with a running attempt or a
+  pending journal entry (`...#LIVE#STEP`), and removed by the write that ends the last of
+  them. `active_runs`, `running_attempts` and `journal_pending` Query it for one tenant;
   for all tenants (reconcile) they Scan it - it holds only what is live, so the cost
   grows with live things, never with the table. Keeping every index key tenant-first means
-  a tenant-scoped IAM policy (`dynamodb:LeadingKeys`) covers the indexes too.
+  a tenant-scoped IAM policy (`dynamodb:LeadingKeys`) covers the indexes too. A step's
+  entry is made by `journal_begin` (or a claim without one) and kept, unchanged, by the
+  claim: a step's happy path writes the index twice.
 
-Writes. Every conditional write is a ConditionExpression; where one item cannot carry the
-condition, a TransactWriteItems: `claim_attempt` (step + attempt + journal entry),
-`end_attempt` (attempt + step + run cost), fenced events and spans (a ConditionCheck on the
-attempt + the new item), `create_run`, `add_steps`, `gate_wait`. A refused write raises the
-domain error (`Conflict`, `AttemptEnded`, `RunNotFound`, `NotFound`) and changed nothing.
-A write about an attempt is conditional on the attempt item's exact identity (token,
-started_at, resumed_at - attribute_not_exists when None) and `status = running`. Writes
-that fit one item stay single conditional updates (1 WCU for a small item, where a
-transaction costs 2 per item): worker, heartbeat, prompt layers - which is why an
-attempt's prompt layers live on its own item (the step shows those of its latest attempt
-that set any, else those it was created with). Costs are added with ADD, exactly, as
-decimals rounded to 6 places. `last_n` on the step keeps attempt numbers from ever
-repeating; `live_n` says which attempt runs (a claim needs it absent).
+Writes. Every conditional write is a ConditionExpression. A step's happy path is
+`journal_begin` (the entry pending, the step into the live index), `claim_attempt` (the
+attempt running, the entry completed, its worker and the step's layers) and `end_attempt`
+(the attempt ended, the step's changes, the spans, the step out of the live index): three
+UpdateItems of the step item. A write about an attempt is conditional on the step item's
+`A<n>` having the ref's exact identity (token, started_at, resumed_at - absent when None),
+status running and `live_n = n`. Worker, heartbeat, prompt layers and spans that fit are
+single updates of the step item too; an event (an item of its own) is a TransactWriteItems
+of a ConditionCheck on the step item and the put. Transactions are left for what one item
+cannot carry: `end_attempt` with a run cost (+ the run item) or spans the step cannot keep
+(+ their items), `create_run`, `add_steps`, `gate_wait`. A refused write raises the domain
+error (`Conflict`, `AttemptEnded`, `RunNotFound`, `NotFound`) and changed nothing. Where a
+write's cheap form depends on what the item holds (room for spans, other pending journal
+entries), it is conditional on that too, and a refusal that found the attempt still
+running is retried in the form the item it found calls for. Costs are added with ADD,
+exactly, as decimals rounded to 6 places.
 
 Large values. A text or JSON attribute (input, flow_spec, instruction, result, conclusion,
 data, item, error, reason, event text and data, span body, handoff text, layers...) over
@@ -63,10 +87,11 @@ items at once, in one transaction.
 Capacity. `consumed()` returns read and write units by operation, counted from item sizes
 by DynamoDB's rules (1 WCU per KB written, 1 RCU per 4 KB read strongly, half that for
 index reads, transactions twice, a ConditionCheck as a 1 KB transactional write, an
-index entry written or removed 1 WCU). An update is counted on the size of what it
-writes, or of the item after it when the store knows it (DynamoDB bills the larger of the
-item before and after, which the store does not read): a lower bound for updates of large
-items. moto reports no real capacity, so the count is the store's own.
+index entry written or removed 1 WCU; a write that leaves an index key as it was writes no
+index entry). An update is counted on the size of the whole item after it (DynamoDB bills
+the larger of before and after) where the store knows it - it asks for the item back, or
+read it just before - else on the size of what it writes: a lower bound for updates of
+large items. moto reports no real capacity, so the count is the store's own.
 """
 
 from __future__ import annotations
@@ -75,6 +100,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import secrets
 import threading
 import time
@@ -119,6 +145,12 @@ TRANSACTION_BYTES = 4 * 1024 * 1024 - 64 * 1024
 BY_TENANT_INDEX = "by-tenant"
 LIVE_INDEX = "live"
 
+# What a step item keeps of its own (see the module docstring); the rest moves to items.
+ATTEMPTS_ON_STEP = 3  # attempt records: the running one and the latest ended
+JOURNAL_ON_STEP = 3  # settled claim journal entries
+CALLS_ON_STEP = 4  # model-call spans
+CALL_INLINE_MAX = 1024  # bytes of a span kept in the step item
+
 RUN_SK = "RUN"
 INPUT_SK = "RUN#INPUT"
 STEPS_END = "S#~"  # after every `S#<idx>`, before `T#`
@@ -132,12 +164,19 @@ _RUN_BODY = ("input", "flow_spec")  # written once; kept apart so per-step cost 
 _RUN_HEAD = tuple(f for f in Run.model_fields if f not in {"steps", *_RUN_BODY})
 _STEP_FIELDS = tuple(f for f in Step.model_fields if f not in {"events", "calls", "prompt_layers"})
 _ATTEMPT_FIELDS = tuple(Attempt.model_fields)
-_JOURNAL_FIELDS = tuple(JournalEntry.model_fields)
+# An attempt's record on its step item: field -> the short name it is kept under.
+_RECORD = {
+    "token": "t", "started_at": "s", "resumed_at": "r", "status": "st", "ended_at": "e",
+    "reason": "why", "worker": "w", "heartbeat_at": "hb", "op_id": "op",
+}
+_RECORD_FIELD = {short: field for field, short in _RECORD.items()}
+_ATTEMPT_ATTR = re.compile(r"A(\d+)")
+_JOURNAL_ATTR = re.compile(r"J[0-9a-f]{16}")
 # Attributes that may move to S3 (never keys, identities or statuses: conditions read those).
 _BLOBBABLE = frozenset(
     {
         "input", "flow_spec", "options", "item", "data", "instruction", "result", "conclusion",
-        "error", "skip_reason", "reason", "worker", "layers", "text", "body",
+        "error", "skip_reason", "reason", "worker", "layers", "text", "body", "why", "w",
     }
 )
 
@@ -249,16 +288,27 @@ def _call_sk(index: int, call_id: str) -> str:
     return f"{_trace_prefix(index)}C#{call_id}"
 
 
-def _layers_sk(index: int) -> str:
-    return f"{_trace_prefix(index)}L"
-
-
-def _journal_sk(op_id: str) -> str:
-    return f"J#{op_id}"
-
-
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _attempt_attr(n: int) -> str:
+    return f"A{n}"
+
+
+def _journal_attr(op_id: str) -> str:
+    """The step item's attribute of an op_id's journal entry."""
+    return "J" + _digest(op_id)[:16]
+
+
+def _moved_journal_sk(op_id: str) -> str:
+    """Where an op_id's settled entry goes once its step has kept enough."""
+    return "J#" + _digest(op_id)[:16]
+
+
+def _tenant_run(pk: str) -> tuple[str, str]:
+    tenant, _, run_id = pk.removeprefix("T#").partition("#R#")
+    return tenant, run_id
 
 
 def _gate_token_prefix(key: str) -> str:
@@ -273,7 +323,11 @@ def _live_pk(tenant: str, kind: str) -> str:
     return f"T#{tenant}#LIVE#{kind}"
 
 
-_LIVE_KINDS = {"RUN": RUN_SK, "ATTEMPT": "A#", "JOURNAL": "J#"}  # kind -> the sk its items start with
+def _live_sk(run_id: str, index: int) -> str:
+    return f"{run_id}#{index:08d}"
+
+
+_LIVE_KINDS = {"RUN": RUN_SK, "STEP": "S#"}  # kind -> the sk its items start with
 
 
 class _Sequence:
@@ -298,6 +352,9 @@ _SEQUENCE = _Sequence()
 # -- expressions ---------------------------------------------------------------------------
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+
+
 class _Expr:
     """The names and values of one request's expressions. Every name is aliased: many of
     ours (status, index, group, data, token, text) are DynamoDB reserved words."""
@@ -305,25 +362,33 @@ class _Expr:
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
         self.values: dict[str, dict[str, Any]] = {}
+        self._aliases: dict[str, str] = {}  # names an alias cannot spell (span ids) -> #_<k>
 
     def n(self, name: str) -> str:
-        alias = f"#{name}"
+        if _PLAIN_NAME.fullmatch(name):
+            alias = f"#{name}"
+        else:
+            alias = self._aliases.setdefault(name, f"#_{len(self._aliases)}")
         self.names[alias] = name
         return alias
+
+    def p(self, path: "str | tuple[str, ...]") -> str:
+        """An attribute, or a path into a map attribute given as a tuple of names."""
+        return self.n(path) if isinstance(path, str) else ".".join(self.n(part) for part in path)
 
     def v(self, value: Any) -> str:
         alias = f":v{len(self.values)}"
         self.values[alias] = _av(value)
         return alias
 
-    def exists(self, name: str) -> str:
-        return f"attribute_exists({self.n(name)})"
+    def exists(self, name: "str | tuple[str, ...]") -> str:
+        return f"attribute_exists({self.p(name)})"
 
-    def absent(self, name: str) -> str:
-        return f"attribute_not_exists({self.n(name)})"
+    def absent(self, name: "str | tuple[str, ...]") -> str:
+        return f"attribute_not_exists({self.p(name)})"
 
-    def eq(self, name: str, value: Any) -> str:
-        return self.absent(name) if value is None else f"{self.n(name)} = {self.v(value)}"
+    def eq(self, name: "str | tuple[str, ...]", value: Any) -> str:
+        return self.absent(name) if value is None else f"{self.p(name)} = {self.v(value)}"
 
     def one_of(self, name: str, values: Iterable[str]) -> str:
         aliases = [self.v(v) for v in values]
@@ -353,12 +418,12 @@ class _Update(_Expr):
         self._remove: list[str] = []
         self.assigned: dict[str, str] = {}  # value alias -> the attribute it is set to
 
-    def set(self, name: str, value: Any) -> "_Update":
+    def set(self, name: "str | tuple[str, ...]", value: Any) -> "_Update":
         if value is None:
             return self.remove(name)
         alias = self.v(value)
-        self.assigned[alias] = name
-        self._set.append(f"{self.n(name)} = {alias}")
+        self.assigned[alias] = name if isinstance(name, str) else name[-1]
+        self._set.append(f"{self.p(name)} = {alias}")
         return self
 
     def set_default(self, name: str, value: Any) -> "_Update":
@@ -370,8 +435,8 @@ class _Update(_Expr):
         self._add.append(f"{self.n(name)} {self.v(value)}")
         return self
 
-    def remove(self, name: str) -> "_Update":
-        self._remove.append(self.n(name))
+    def remove(self, name: "str | tuple[str, ...]") -> "_Update":
+        self._remove.append(self.p(name))
         return self
 
     def __bool__(self) -> bool:
@@ -389,30 +454,78 @@ class _Update(_Expr):
 
 
 def _fence(e: _Expr, ref: AttemptRef) -> str:
-    """The condition that the stored attempt is exactly `ref`'s and still running."""
+    """The condition that the step item's attempt `ref.n` is exactly `ref`'s and running."""
+    record = _attempt_attr(ref.n)
     return " AND ".join(
         [
-            e.eq("token", ref.token),
-            e.eq("started_at", ref.started_at),
-            e.eq("resumed_at", ref.resumed_at),
-            e.eq("status", AttemptStatus.running.value),
+            e.eq((record, "t"), ref.token),
+            e.eq((record, "s"), ref.started_at),
+            e.eq((record, "r"), ref.resumed_at),
+            e.eq((record, "st"), AttemptStatus.running.value),
+            e.eq("live_n", ref.n),
         ]
+    )
+
+
+def _record_of(item: dict[str, Any] | None, n: int) -> dict[str, Any] | None:
+    """Attempt n's record on a step item (its AttributeValue map), if the item keeps it."""
+    if item is None:
+        return None
+    return item.get(_attempt_attr(n), {}).get("M")
+
+
+def _fence_holds(item: dict[str, Any] | None, ref: AttemptRef) -> bool:
+    """What `_fence` asks, of a step item as read."""
+    record = _record_of(item, ref.n)
+    if record is None or item is None:
+        return False
+    return (
+        record.get("t", {}).get("S") == ref.token
+        and record.get("s", {}).get("S") == ref.started_at
+        and record.get("r", {}).get("S") == ref.resumed_at
+        and record.get("st", {}).get("S") == AttemptStatus.running.value
+        and item.get("live_n", {}).get("N") == str(ref.n)
     )
 
 
 def _attempt_ended(ref: AttemptRef, found: dict[str, Any] | None) -> AttemptEnded:
     what = f"attempt {ref.n} of step {ref.index} of run {ref.run_id!r}"
-    if found is None:
-        return AttemptEnded(f"{what} does not exist")
-    status = found.get("status", {}).get("S", "?")
+    record = _record_of(found, ref.n)
+    if record is None:
+        last = int(found["last_n"]["N"]) if found is not None and "last_n" in found else 0
+        return AttemptEnded(f"{what} has ended" if ref.n <= last else f"{what} does not exist")
+    status = record.get("st", {}).get("S", "?")
     same = (
-        found.get("token", {}).get("S") == ref.token
-        and found.get("started_at", {}).get("S") == ref.started_at
-        and found.get("resumed_at", {}).get("S") == ref.resumed_at
+        record.get("t", {}).get("S") == ref.token
+        and record.get("s", {}).get("S") == ref.started_at
+        and record.get("r", {}).get("S") == ref.resumed_at
     )
     if not same:
         return AttemptEnded(f"{what} is not the attempt named (its token or times differ); it is {status}")
     return AttemptEnded(f"{what} has ended ({status})")
+
+
+def _pending_journal(item: dict[str, Any]) -> int:
+    return int(item["jp"]["N"]) if "jp" in item else 0
+
+
+def _setting(path: "str | tuple[str, ...]", value: Any) -> Callable[[_Update, list[str], dict[str, Any] | None], int]:
+    """An attempt write (see `DynamoStore._attempt_write`) that sets one attribute or path."""
+
+    def build(u: _Update, condition: list[str], found: dict[str, Any] | None) -> int:
+        u.set(path, value)
+        return 0
+
+    return build
+
+
+def _no_changes(u: _Update, condition: list[str], found: dict[str, Any] | None) -> int:
+    return 0
+
+
+def _plain(**values: Any) -> dict[str, Any]:
+    """A map's values, those that are None left out."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _validated(model: type[Run] | type[Step], allowed: frozenset[str], changes: dict[str, Any]) -> dict[str, Any]:
@@ -645,12 +758,15 @@ class DynamoStore(Store):
         condition: str | None = None,
         *,
         returns: str = "NONE",
-        indexes: int = 0,
+        indexes: "int | Callable[[dict[str, Any]], int]" = 0,
         blobs: "_Blobs | None" = None,
+        size: int = 0,
     ) -> dict[str, Any] | None:
         """One UpdateItem. If the item would pass 400 KB with what it already holds (the
         store sees only what it writes) and `blobs` can take them, the write's large values go
-        to S3 and it is made once more."""
+        to S3 and it is made once more. Counted on the larger of `size` (the item as read
+        before) and the item after it (ALL_NEW) or what it writes; `indexes` may be decided
+        from the item after it."""
         extra: dict[str, Any] = {}
         if condition:
             extra = {"ConditionExpression": condition, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
@@ -665,8 +781,9 @@ class DynamoStore(Store):
                 raise
             reply = request()
         item = reply.get("Attributes")
-        size = _item_size(item) if item and returns == "ALL_NEW" else _item_size(key) + u.payload()
-        self._count(write=_write_units(size) + indexes)
+        written = _item_size(item) if item and returns == "ALL_NEW" else _item_size(key) + u.payload()
+        index_writes = indexes(item or {}) if callable(indexes) else indexes
+        self._count(write=_write_units(max(size, written)) + index_writes)
         return item
 
     def _transact(
@@ -781,15 +898,27 @@ class DynamoStore(Store):
         return {f: v for f in fields if (v := _to_attr(f, getattr(model, f))) is not None}
 
     def _step_items(self, blobs: "_Blobs", tenant: str, run_id: str, step: Step) -> list[dict[str, Any]]:
-        """A step record with whatever events, calls and layers it carries."""
+        """A step record with whatever events, calls and layers it carries (the layers and
+        the spans that fit in the step item, the rest as items)."""
         pk = {"pk": _pk(tenant, run_id)}
-        items = [blobs.item({**pk, "sk": _step_sk(step.index), **self._attrs(step, _STEP_FIELDS)})]
+        head = {**pk, "sk": _step_sk(step.index), **self._attrs(step, _STEP_FIELDS)}
+        if step.prompt_layers:
+            head["layers"] = _layers_json(step.prompt_layers)
+        inline: dict[str, str] = {}
+        spans: dict[str, dict[str, Any]] = {}
+        for call in step.calls:
+            body = call.model_dump_json()
+            if len(body.encode()) <= CALL_INLINE_MAX and (call.id in inline or len(inline) < CALLS_ON_STEP):
+                inline[call.id] = body
+                spans.pop(call.id, None)
+            else:
+                spans[call.id] = {**pk, "sk": _call_sk(step.index, call.id), "n": call.n, "body": body}
+                inline.pop(call.id, None)
+        head["calls"] = inline  # always there, so a span can be set into it by path
+        items = [blobs.item(head)]
         for event in step.events:
             items.append(blobs.item({**pk, "sk": _event_sk(step.index, _SEQUENCE.next()), **self._event_attrs(event, event.attempt)}))
-        for call in step.calls:
-            items.append(blobs.item({**pk, "sk": _call_sk(step.index, call.id), "n": call.n, "body": call.model_dump_json()}))
-        if step.prompt_layers:
-            items.append(blobs.item({**pk, "sk": _layers_sk(step.index), "layers": _layers_json(step.prompt_layers)}))
+        items += [blobs.item(span) for span in spans.values()]
         return items
 
     @staticmethod
@@ -813,32 +942,93 @@ class DynamoStore(Store):
     def _attempt_of(self, item: dict[str, Any]) -> Attempt:
         return Attempt.model_validate(self._fields(item, _ATTEMPT_FIELDS))
 
-    def _entry_of(self, item: dict[str, Any]) -> JournalEntry:
-        return JournalEntry.model_validate(self._fields(item, _JOURNAL_FIELDS))
-
-    def _with_trace(self, steps: dict[int, dict[str, Any]], trace: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> None:
-        """Attach events (in key order: the order written), calls (by n) and prompt layers
-        (the latest attempt's that set any, else the record's own) to step dicts."""
-        for step in steps.values():
-            step.update(events=[], calls=[], prompt_layers=[])
+    def _with_trace(self, steps: dict[int, dict[str, Any]], raw: dict[int, dict[str, Any]], trace: list[dict[str, Any]]) -> None:
+        """Attach events (in key order: the order written), calls (by n: the step item's,
+        then span items of ids it does not hold) and prompt layers to step dicts."""
+        events: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
+        spans: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
         for item in trace:
             sk = item["sk"]["S"]
             index, kind = int(sk[2:10]), sk[11]
-            step = steps.get(index)
-            if step is None:
-                continue
             if kind == "E":
-                step["events"].append(self._fields(item, ("t", "type", "text", "attempt", "data")))
+                events[index].append(self._fields(item, ("t", "type", "text", "attempt", "data")))
             elif kind == "C":
-                step["calls"].append(json.loads(self._text(item["body"])))
-            elif kind == "L":
-                step["prompt_layers"] = json.loads(self._text(item["layers"]))
-        for item in attempts:  # ordered by (index, n): a later attempt's layers win
-            step = steps.get(_number(item["index"]["N"]))
-            if step is not None and "layers" in item:
-                step["prompt_layers"] = json.loads(self._text(item["layers"]))
-        for step in steps.values():
-            step["calls"].sort(key=lambda c: (c.get("n", 1), c["id"]))
+                spans[index].append(item)
+        for index, step in steps.items():
+            item = raw[index]
+            calls = {call_id: json.loads(self._text(av)) for call_id, av in item.get("calls", {}).get("M", {}).items()}
+            for span in spans[index]:
+                call_id = span["sk"]["S"][len(_call_sk(index, "")) :]
+                if call_id not in calls:
+                    calls[call_id] = json.loads(self._text(span["body"]))
+            step["events"] = events[index]
+            step["calls"] = sorted(calls.values(), key=lambda c: (c.get("n", 1), c["id"]))
+            step["prompt_layers"] = json.loads(self._text(item["layers"])) if "layers" in item else []
+
+    # -- attempts and journal entries on a step item -------------------------------------------
+
+    def _record_attempt(self, run_id: str, index: int, n: int, record: dict[str, Any]) -> Attempt:
+        fields = {_RECORD_FIELD[short]: self._text(av) for short, av in record.items() if short in _RECORD_FIELD}
+        return Attempt(run_id=run_id, index=index, n=n, **fields)
+
+    def _records(self, item: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        """The attempt records a step item keeps, by n."""
+        return {int(m.group(1)): av["M"] for name, av in item.items() if (m := _ATTEMPT_ATTR.fullmatch(name))}
+
+    def _attempts_on(self, item: dict[str, Any]) -> list[Attempt]:
+        _, run_id = _tenant_run(item["pk"]["S"])
+        index = int(item["index"]["N"])
+        return [self._record_attempt(run_id, index, n, record) for n, record in sorted(self._records(item).items())]
+
+    def _attempt_at(self, tenant: str, run_id: str, index: int, n: int, item: dict[str, Any] | None = None) -> Attempt:
+        """Attempt n: from its step item (read here unless given) or, moved, its own item."""
+        if item is None:
+            item = self._get(_key(tenant, run_id, _step_sk(index)))
+        record = _record_of(item, n)
+        if record is not None:
+            return self._record_attempt(run_id, index, n, record)
+        moved = self._get(_key(tenant, run_id, _attempt_sk(index, n)))
+        if moved is None:
+            raise NotFound(f"no attempt {n} of step {index} in run {run_id!r}")
+        return self._attempt_of(moved)
+
+    def _entry_on(self, tenant: str, run_id: str, op_id: str, item: dict[str, Any]) -> JournalEntry | None:
+        """The journal entry of `op_id` a step item keeps, if it does."""
+        av = item.get(_journal_attr(op_id))
+        if av is None:
+            return None
+        m, index = av["M"], int(item["index"]["N"])
+        entry = JournalEntry(
+            tenant=tenant, run_id=run_id, op_id=op_id, index=index, status=m["s"]["S"], created_at=m["c"]["S"], expires_at=int(m["x"]["N"])
+        )
+        if entry.status == JournalStatus.completed:
+            got = self._attempt_at(tenant, run_id, index, int(m["n"]["N"]), item)
+            identity = {"attempt": got.n, "token": got.token, "started_at": got.started_at, "resumed_at": got.resumed_at}
+            entry = entry.model_copy(update=identity)
+        return entry
+
+    def _moved_entry(self, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
+        """The journal entry of `op_id` moved off its step, if it was."""
+        item = self._get(_key(tenant, run_id, _moved_journal_sk(op_id)))
+        if item is None:
+            return None
+        fields = self._fields(item, ("index", "status", "attempt", "created_at", "expires_at"))
+        entry = JournalEntry(tenant=tenant, run_id=run_id, op_id=op_id, **fields)
+        if entry.attempt is not None:
+            got = self._attempt_at(tenant, run_id, entry.index, entry.attempt)
+            entry = entry.model_copy(update={"token": got.token, "started_at": got.started_at, "resumed_at": got.resumed_at})
+        return entry
+
+    def _journal_step(self, tenant: str, run_id: str, op_id: str) -> dict[str, Any] | None:
+        """The step item keeping `op_id`'s journal entry: a Query of the run's steps, filtered
+        (the journal is not told which step an op_id names)."""
+        e = _Expr()
+        items = self._query(
+            KeyConditionExpression=f"{e.n('pk')} = {e.v(_pk(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}",
+            FilterExpression=e.exists(_journal_attr(op_id)),
+            **e.params(),
+        )
+        return items[0] if items else None
 
     def _require_run(self, tenant: str, run_id: str) -> dict[str, Any]:
         head = self._get(_key(tenant, run_id, RUN_SK))
@@ -917,6 +1107,7 @@ class DynamoStore(Store):
             items = self._query_range(pk, RUN_SK)
         head = body = None
         step_items: dict[int, dict[str, Any]] = {}
+        raw: dict[int, dict[str, Any]] = {}
         trace = []
         for item in items:
             sk = item["sk"]["S"]
@@ -927,12 +1118,13 @@ class DynamoStore(Store):
             elif sk.startswith("S#"):
                 step = self._step_of(item)
                 step_items[step["index"]] = step
+                raw[step["index"]] = item
             elif sk.startswith("T#"):
                 trace.append(item)
         if head is None or "hidden" in head:
             raise RunNotFound(run_id)
         if detail and steps:
-            self._with_trace(step_items, trace, self._query_prefix(pk, "A#"))
+            self._with_trace(step_items, raw, trace)
         return self._run_of(head, body, [step_items[i] for i in sorted(step_items)])
 
     @_operation
@@ -1048,11 +1240,10 @@ class DynamoStore(Store):
 
     @_operation
     def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
-        step = self._step_of(self._require_step(tenant, run_id, index))
+        item = self._require_step(tenant, run_id, index)
+        step = self._step_of(item)
         if detail:
-            pk = _pk(tenant, run_id)
-            steps = {index: step}
-            self._with_trace(steps, self._query_prefix(pk, _trace_prefix(index)), self._query_prefix(pk, f"A#{index:08d}#"))
+            self._with_trace({index: step}, {index: item}, self._query_prefix(_pk(tenant, run_id), _trace_prefix(index)))
         return Step.model_validate(step)
 
     @_operation
@@ -1127,96 +1318,134 @@ class DynamoStore(Store):
         resumed_at: str | None = None,
         expect_status: Collection[StepStatus] = (StepStatus.pending,),
         journal_ttl_s: int = 7 * 24 * 3600,
+        worker: str | None = None,
+        layers: list[PromptLayer] | None = None,
     ) -> Attempt:
         expected = _statuses(expect_status)
         what = f"step {index} of run {run_id!r}"
-        for _ in range(20):  # another writer changed the step between our read and our write
-            entry = None
-            if op_id is not None:
-                entry = self._get(_key(tenant, run_id, _journal_sk(op_id)))
-                status = entry["status"]["S"] if entry else None
-                if status == JournalStatus.completed.value:
-                    # A re-delivered invocation: it gets what the first one got, nothing new.
-                    got = self._entry_of(entry)  # type: ignore[arg-type]
-                    return self.get_attempt(tenant, run_id, got.index, got.attempt or 0)
-                if status == JournalStatus.cancelled.value:
-                    raise Conflict(f"operation {op_id!r} was cancelled: its claim never landed")
-            found = self._require_step(tenant, run_id, index)
-            status = found["status"]["S"]
-            if status not in expected:
-                raise _refuse_status(what, status, expect_status)
-            if "live_n" in found:
-                raise Conflict(f"{what} already has a running attempt ({found['live_n']['N']})")
-            attempts = _number(found["attempts"]["N"]) if "attempts" in found else 0
-            last_n = _number(found["last_n"]["N"]) if "last_n" in found else None
-            # Normally attempts + 1. Should a loop reset lower `attempts`, numbers still go up:
-            # an attempt's number is part of its identity and is never reused.
-            n = max(attempts, last_n or 0) + 1
-            step = _Update().set("status", StepStatus.running.value).set("attempts", n).set("last_n", n).set("live_n", n)
-            step.set_default("started_at", started_at)
-            step_condition = " AND ".join(
-                [step.one_of("status", expected), step.absent("live_n"), step.eq("attempts", attempts), step.eq("last_n", last_n)]
-            )
-            attempt = {
-                "pk": _pk(tenant, run_id),
-                "sk": _attempt_sk(index, n),
-                "tenant": tenant,
-                "run_id": run_id,
-                "index": index,
-                "n": n,
-                "token": token,
-                "started_at": started_at,
-                "status": AttemptStatus.running.value,
-                "vpk": _live_pk(tenant, "ATTEMPT"),
-                "vsk": f"{run_id}#{index:08d}#{n:06d}",
-            }
-            for name, value in (("resumed_at", resumed_at), ("op_id", op_id)):
-                if value is not None:
-                    attempt[name] = value
-            new = _Expr()
-            actions = [
-                self._tx_update(_key(tenant, run_id, _step_sk(index)), step, step_condition, size=_item_size(found) + step.payload()),
-                self._tx_put(_encode(attempt), new.absent("pk"), new),
-            ]
-            indexes = 1
-            if op_id is not None:
-                actions.append(self._journal_claimed(tenant, run_id, op_id, index, n, token, started_at, resumed_at, journal_ttl_s))
-                indexes += 1 if entry is not None else 0  # a pending entry leaves the live index
-            try:
-                self._transact(actions, indexes=indexes)
-            except _Refused:
-                continue  # read again: the refusal's reason is what the step or journal now says
-            return Attempt(run_id=run_id, index=index, n=n, token=token, started_at=started_at, resumed_at=resumed_at, op_id=op_id)
+        sk = _step_sk(index)
+        key = _key(tenant, run_id, sk)
+        journal = _journal_attr(op_id) if op_id is not None else None
+        with self._blobs(tenant, run_id) as blobs:
+            kept = blobs.attrs(sk, {"w": worker, "layers": None if layers is None else _layers_json(layers)})
+            for _ in range(20):  # another writer changed the step between our read and our write
+                found = self._require_step(tenant, run_id, index)
+                entry = None
+                if op_id is not None:
+                    entry = self._entry_on(tenant, run_id, op_id, found)
+                    if entry is None and "jm" in found:
+                        entry = self._moved_entry(tenant, run_id, op_id)
+                    if entry is not None and entry.status == JournalStatus.completed:
+                        # A re-delivered invocation: it gets what the first one got, nothing new.
+                        return self._attempt_at(tenant, run_id, index, entry.attempt or 0, found)
+                    if entry is not None and entry.status == JournalStatus.cancelled:
+                        raise Conflict(f"operation {op_id!r} was cancelled: its claim never landed")
+                status = found["status"]["S"]
+                if status not in expected:
+                    raise _refuse_status(what, status, expect_status)
+                if "live_n" in found:
+                    raise Conflict(f"{what} already has a running attempt ({found['live_n']['N']})")
+                attempts = _number(found["attempts"]["N"]) if "attempts" in found else 0
+                last_n = _number(found["last_n"]["N"]) if "last_n" in found else None
+                # Normally attempts + 1. Should a loop reset lower `attempts`, numbers still go up:
+                # an attempt's number is part of its identity and is never reused.
+                n = max(attempts, last_n or 0) + 1
+                u = _Update().set("status", StepStatus.running.value).set("attempts", n).set("last_n", n).set("live_n", n)
+                u.set_default("started_at", started_at)
+                running = AttemptStatus.running.value
+                u.set(_attempt_attr(n), _plain(t=token, s=started_at, r=resumed_at, st=running, w=kept["w"], op=op_id))
+                if layers is not None:
+                    u.set("layers", kept["layers"])
+                # The step's live entry: made by journal_begin (then this leaves it as it is) or here.
+                u.set("vpk", _live_pk(tenant, "STEP")).set("vsk", _live_sk(run_id, index))
+                condition = [u.one_of("status", expected), u.absent("live_n"), u.eq("attempts", attempts), u.eq("last_n", last_n)]
+                if journal is not None:
+                    if entry is None:  # no journal_begin: the claim makes its entry
+                        created, expires = utcnow(), int(time.time()) + journal_ttl_s
+                        condition += [u.absent(journal), u.eq("jm", _number(found["jm"]["N"]) if "jm" in found else None)]
+                    else:  # pending: completed now, no longer counted as pending
+                        created, expires = entry.created_at, entry.expires_at
+                        condition.append(u.eq((journal, "s"), JournalStatus.pending.value))
+                        u.add("jp", -1)
+                    u.set(journal, {"s": JournalStatus.completed.value, "n": n, "c": created, "x": expires})
+                self._keep_step_small(tenant, run_id, index, found, u, journal)
+                try:
+                    self._update(
+                        key, u, " AND ".join(condition), returns="ALL_NEW", size=_item_size(found),
+                        indexes=0 if "vpk" in found else 1, blobs=blobs,
+                    )
+                except _Refused:
+                    continue  # read again: the refusal's reason is what the step now says
+                return Attempt(
+                    run_id=run_id, index=index, n=n, token=token, started_at=started_at, resumed_at=resumed_at, op_id=op_id,
+                    worker=worker,
+                )
         raise Conflict(f"{what} kept changing while it was claimed; try again")
 
-    def _journal_claimed(
-        self, tenant: str, run_id: str, op_id: str, index: int, n: int, token: str, started_at: str, resumed_at: str | None, ttl_s: int
-    ) -> tuple[dict[str, Any], int]:
-        """The journal entry of `op_id` as `completed` with this attempt: made here if
-        `journal_begin` did not make it, and only if nothing settled it meanwhile."""
-        u = _Update()
-        for name, value in (("tenant", tenant), ("run_id", run_id), ("op_id", op_id), ("index", index)):
-            u.set(name, value)
-        u.set("status", JournalStatus.completed.value).set("attempt", n).set("token", token).set("started_at", started_at)
-        u.set("resumed_at", resumed_at)
-        u.set_default("created_at", utcnow()).set_default("expires_at", int(time.time()) + ttl_s)
-        u.set_default("vsk", f"{utcnow()}#{_SEQUENCE.next()}").remove("vpk")
-        condition = f"{u.absent('pk')} OR {u.eq('status', JournalStatus.pending.value)}"
-        return self._tx_update(_key(tenant, run_id, _journal_sk(op_id)), u, condition)
+    def _keep_step_small(
+        self, tenant: str, run_id: str, index: int, found: dict[str, Any], u: _Update, journal: str | None
+    ) -> None:
+        """Before a claim adds an attempt record (and a journal entry) to a step item: copy
+        the oldest records and settled entries past what a step keeps to items of their own
+        (they never change again, so a copy left by a refused claim is never stale) and
+        remove them in the claim; drop settled entries past their expiry, as TTL would."""
+        pk = {"S": _pk(tenant, run_id)}
+        records = self._records(found)
+        for n in sorted(records)[: max(0, len(records) + 1 - ATTEMPTS_ON_STEP)]:
+            moved = {"pk": pk, "sk": {"S": _attempt_sk(index, n)}, "run_id": {"S": run_id}, "index": {"N": str(index)}, "n": {"N": str(n)}}
+            moved.update({_RECORD_FIELD[short]: av for short, av in records[n].items() if short in _RECORD_FIELD})
+            self._put(moved)
+            u.remove(_attempt_attr(n))
+        now = int(time.time())
+        settled = []
+        for name, av in found.items():
+            if not _JOURNAL_ATTR.fullmatch(name) or name == journal or av["M"]["s"]["S"] == JournalStatus.pending.value:
+                continue
+            if int(av["M"]["x"]["N"]) < now:
+                u.remove(name)
+            else:
+                settled.append((av["M"]["c"]["S"], name, av["M"]))
+        moving = sorted(settled)[: max(0, len(settled) - (JOURNAL_ON_STEP - (journal is not None)))]
+        for _, name, m in moving:
+            moved = {
+                "pk": pk, "sk": {"S": "J#" + name[1:]}, "index": {"N": str(index)}, "status": m["s"], "created_at": m["c"],
+                "expires_at": m["x"],
+            }
+            if "n" in m:
+                moved["attempt"] = m["n"]
+            self._put(moved)
+            u.remove(name)
+        if moving:
+            u.add("jm", len(moving))
 
     @_operation
     def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
-        item = self._get(_key(tenant, run_id, _attempt_sk(index, n)))
+        item = self._get(_key(tenant, run_id, _step_sk(index)))
         if item is None:
             raise NotFound(f"no attempt {n} of step {index} in run {run_id!r}")
-        return self._attempt_of(item)
+        return self._attempt_at(tenant, run_id, index, n, item)
 
     @_operation
     def list_attempts(self, tenant: str, run_id: str, index: int | None = None) -> list[Attempt]:
-        items = self._query_prefix(_pk(tenant, run_id), "A#" if index is None else f"A#{index:08d}#")
-        if not items:
+        pk = _pk(tenant, run_id)
+        if index is None:
+            steps = self._query_range(pk, "S#", STEPS_END)
+        else:
+            item = self._get(_key(tenant, run_id, _step_sk(index)))
+            steps = [item] if item is not None else []
+        if not steps:
             self._require_run(tenant, run_id)
-        return [self._attempt_of(i) for i in items]
+            return []
+        found: dict[tuple[int, int], Attempt] = {}
+        # Attempts moved off their step (only a step that does not keep all of its numbers has any)
+        if any(len(self._records(i)) < _number(i["last_n"]["N"]) for i in steps if "last_n" in i):
+            for moved in self._query_prefix(pk, "A#" if index is None else f"A#{index:08d}#"):
+                attempt = self._attempt_of(moved)
+                found[(attempt.index, attempt.n)] = attempt
+        for item in steps:
+            for attempt in self._attempts_on(item):
+                found[(attempt.index, attempt.n)] = attempt
+        return [found[k] for k in sorted(found)]
 
     @_operation
     def end_attempt(
@@ -1227,50 +1456,203 @@ class DynamoStore(Store):
         reason: str | None = None,
         step: dict[str, Any] | None = None,
         run_cost: float = 0.0,
+        calls: list[ModelCall] | None = None,
     ) -> None:
         status = AttemptStatus(status)
         if status is AttemptStatus.running:
             raise ValueError("an attempt cannot be ended as running")
         values = _validated(Step, STEP_FIELDS, step or {})
+        sk = _step_sk(ref.index)
         with self._blobs(ref.tenant, ref.run_id) as blobs:
-            attempt = _Update().set("status", status.value).set("ended_at", utcnow()).remove("vpk")
-            attempt.set("reason", blobs.attrs(_attempt_sk(ref.index, ref.n), {"reason": reason})["reason"])
-            changes = _Update()
-            for field, value in blobs.attrs(_step_sk(ref.index), {f: _to_attr(f, v) for f, v in values.items()}).items():
-                changes.set(field, value)
-            changes.remove("live_n")
-            actions = [
-                self._tx_update(_key(ref.tenant, ref.run_id, _attempt_sk(ref.index, ref.n)), attempt, _fence(attempt, ref)),
-                self._tx_update(_key(ref.tenant, ref.run_id, _step_sk(ref.index)), changes, changes.exists("pk")),
-            ]
-            if run_cost:
-                cost = _Update().add("cost_usd", _cost(run_cost))
-                actions.append(self._tx_update(_key(ref.tenant, ref.run_id, RUN_SK), cost, cost.exists("pk")))
-            try:
-                squeeze = [(_attempt_sk(ref.index, ref.n), attempt), (_step_sk(ref.index), changes)]
-                self._transact(actions, indexes=1, squeeze=(blobs, squeeze))
-            except _Refused as refused:
-                raise _attempt_ended(ref, refused.found(0)) from None
+            changes = blobs.attrs(sk, {f: _to_attr(f, v) for f, v in values.items()})
+            why = blobs.attrs(sk, {"why": reason})["why"]
 
-    def _fenced_update(self, ref: AttemptRef, u: _Update) -> None:
-        try:
-            self._update(_key(ref.tenant, ref.run_id, _attempt_sk(ref.index, ref.n)), u, _fence(u, ref))
-        except _Refused as refused:
-            raise _attempt_ended(ref, refused.found(0)) from None
+            def build(u: _Update, condition: list[str], found: dict[str, Any] | None) -> int:
+                record = _attempt_attr(ref.n)
+                u.set((record, "st"), status.value).set((record, "e"), utcnow())
+                if why is not None:
+                    u.set((record, "why"), why)
+                u.remove("live_n")
+                for field, value in changes.items():
+                    u.set(field, value)
+                # The step leaves the live index with its attempt, unless a journal entry is pending.
+                if found is None or _pending_journal(found) < 1:
+                    u.remove("vpk").remove("vsk").remove("jp")
+                    condition.append(f"({u.absent('jp')} OR {u.n('jp')} < {u.v(1)})")
+                    return 1
+                condition.append(f"{u.n('jp')} >= {u.v(1)}")
+                return 0
+
+            self._attempt_write(ref, blobs, build, calls=calls, run_cost=run_cost)
+
+    def _attempt_write(
+        self,
+        ref: AttemptRef,
+        blobs: "_Blobs",
+        build: Callable[[_Update, list[str], dict[str, Any] | None], int],
+        *,
+        calls: list[ModelCall] | None = None,
+        run_cost: float = 0.0,
+    ) -> None:
+        """One fenced write to `ref`'s step item. `build` adds the write's changes and
+        conditions for the item as a refused try found it (None at first: the cheap form) and
+        returns the index entries it writes. Spans go into the step item while it has room,
+        else to items of their own; those, or a run cost, make it a transaction. A refusal
+        that found the attempt gone is `AttemptEnded`; one that found it running is tried
+        again in the form the item calls for."""
+        key = _key(ref.tenant, ref.run_id, _step_sk(ref.index))
+        spans = self._span_bodies(blobs, ref, calls or [])
+        found: dict[str, Any] | None = None
+        for _ in range(10):
+            u = _Update()
+            condition = [_fence(u, ref)]
+            indexes = build(u, condition, found)
+            puts = self._place_spans(ref, u, condition, spans, found)
+            size = _item_size(found) if found is not None else 0
+            try:
+                if not puts and not run_cost:
+                    self._update(key, u, " AND ".join(condition), returns="ALL_NEW", indexes=indexes, blobs=blobs, size=size)
+                else:
+                    self._fenced_transact(ref, key, u, " AND ".join(condition), puts, run_cost, indexes, blobs, size)
+                return
+            except _Refused as refused:
+                if not refused.failed(0):
+                    raise RunNotFound(ref.run_id) from None  # the run item (a cost) is gone
+                found = refused.found(0) or self._get(key)
+                if not _fence_holds(found, ref):
+                    raise _attempt_ended(ref, found) from None
+        raise Conflict(f"step {ref.index} of run {ref.run_id!r} kept changing while attempt {ref.n} wrote to it; try again")
+
+    def _fenced_transact(
+        self,
+        ref: AttemptRef,
+        key: dict[str, Any],
+        u: _Update,
+        condition: str,
+        puts: list[dict[str, Any]],
+        run_cost: float,
+        indexes: int,
+        blobs: "_Blobs",
+        size: int,
+    ) -> None:
+        """The step item's fenced update (or a ConditionCheck, when it changes nothing), a run
+        cost and span items, in one transaction. Spans past what one transaction holds (an
+        attempt of hundreds of turns) are put first, each batch fenced on its own."""
+        step = self._tx_update(key, u, condition, size=size + u.payload() if size else None) if u else self._tx_check(key, u, condition)
+        actions = [step]
+        if run_cost:
+            cost = _Update().add("cost_usd", _cost(run_cost))
+            actions.append(self._tx_update(_key(ref.tenant, ref.run_id, RUN_SK), cost, cost.exists("pk")))
+        batches: list[list[dict[str, Any]]] = [[]]
+        for item in reversed(puts):  # the last batch goes with the write itself
+            limit = TRANSACTION_ITEMS - (len(actions) if len(batches) == 1 else 1)
+            if len(batches[-1]) >= limit or sum(map(_item_size, batches[-1])) + _item_size(item) > TRANSACTION_BYTES // 2:
+                batches.append([])
+            batches[-1].append(item)
+        for batch in reversed(batches[1:]):
+            e = _Expr()
+            self._transact([self._tx_check(key, e, _fence(e, ref))] + [self._tx_put(i) for i in batch])
+        self._transact(actions + [self._tx_put(i) for i in batches[0]], indexes=indexes, squeeze=(blobs, [(key["sk"]["S"], u)]))
+
+    def _span_bodies(self, blobs: "_Blobs", ref: AttemptRef, calls: list[ModelCall]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+        """Spans by id (a later one of the same id wins): the body, and the item of one too
+        large to keep in the step item."""
+        spans: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        for call in calls:
+            body = call.model_dump_json()
+            item = None
+            if len(body.encode()) > CALL_INLINE_MAX:
+                span = {"pk": _pk(ref.tenant, ref.run_id), "sk": _call_sk(ref.index, call.id), "n": call.n, "body": body}
+                item = _encode(blobs.item(span))
+            spans[call.id] = (body, item)
+        return spans
+
+    def _place_spans(
+        self,
+        ref: AttemptRef,
+        u: _Update,
+        condition: list[str],
+        spans: dict[str, tuple[str, dict[str, Any] | None]],
+        found: dict[str, Any] | None,
+    ) -> list[dict[str, Any]]:
+        """Put spans into the step item's `calls` map where they fit; return the items the
+        others need. Without `found`, the cheap form: every small span into the map,
+        conditional on its room. With it: replace those the map holds, add while it has
+        room, the rest to items (removed from the map: the map wins over an item)."""
+        if not spans:
+            return []
+        small = [i for i, (_, item) in spans.items() if item is None]
+        large = [i for i, (_, item) in spans.items() if item is not None]
+        if found is None:
+            if small:
+                condition.append(f"({u.exists('calls')} AND size({u.n('calls')}) <= {u.v(CALLS_ON_STEP - len(small))})")
+            for i in small:
+                u.set(("calls", i), spans[i][0])
+            condition += [u.absent(("calls", i)) for i in large]  # else the map's older version would win
+            return [spans[i][1] for i in large]  # type: ignore[misc]
+        held = found.get("calls", {}).get("M")
+        room = CALLS_ON_STEP - len(held or {})
+        inline, out = [], list(large)
+        for i in small:
+            if held is not None and i in held:
+                inline.append(i)
+            elif room > 0:
+                inline.append(i)
+                room -= 1
+            else:
+                out.append(i)
+        if held is None:
+            condition.append(u.absent("calls"))
+            if inline:
+                u.set("calls", {i: spans[i][0] for i in inline})
+        else:
+            condition.append(f"({u.exists('calls')} AND size({u.n('calls')}) = {u.v(len(held))})")
+            for i in inline:
+                u.set(("calls", i), spans[i][0])
+            for i in out:
+                if i in held:
+                    u.remove(("calls", i))
+        overflow = [i for i in out if spans[i][1] is None]
+        stored = self._stored_spans(ref) if overflow else {}
+        items = []
+        for i in out:
+            body, item = spans[i]
+            if item is None:
+                if stored.get(i) == body:
+                    continue  # kept as it is already (the spans an attempt wrote as it went, written again with its end)
+                item = _encode({"pk": _pk(ref.tenant, ref.run_id), "sk": _call_sk(ref.index, i), "n": json.loads(body)["n"], "body": body})
+            items.append(item)
+        return items
+
+    def _stored_spans(self, ref: AttemptRef) -> dict[str, str]:
+        """The bodies of a step's span items, by id (those kept in S3 left out)."""
+        prefix = _call_sk(ref.index, "")
+        items = self._query_prefix(_pk(ref.tenant, ref.run_id), prefix)
+        return {i["sk"]["S"][len(prefix) :]: i["body"]["S"] for i in items if "S" in i["body"]}
 
     @_operation
     def set_attempt_worker(self, ref: AttemptRef, worker: str) -> None:
         with self._blobs(ref.tenant, ref.run_id) as blobs:
-            self._fenced_update(ref, _Update().set("worker", blobs.attrs(_attempt_sk(ref.index, ref.n), {"worker": worker})["worker"]))
+            kept = blobs.attrs(_step_sk(ref.index), {"w": worker})["w"]
+            self._attempt_write(ref, blobs, _setting((_attempt_attr(ref.n), "w"), kept))
 
     @_operation
     def heartbeat(self, ref: AttemptRef, at: str) -> None:
-        self._fenced_update(ref, _Update().set("heartbeat_at", at))
+        with self._blobs(ref.tenant, ref.run_id) as blobs:
+            self._attempt_write(ref, blobs, _setting((_attempt_attr(ref.n), "hb"), at))
 
     @_operation
     def running_attempts(self, tenant: str | None = None) -> list[tuple[str, Attempt]]:
-        items = [i for i in self._live("ATTEMPT", tenant) if i.get("status", {}).get("S") == AttemptStatus.running.value]
-        found = [(i["tenant"]["S"], self._attempt_of(i)) for i in items]
+        found = []
+        for item in self._live("STEP", tenant):
+            if "live_n" not in item:
+                continue
+            n = _number(item["live_n"]["N"])
+            record = _record_of(item, n)  # type: ignore[arg-type]
+            if record is None or record.get("st", {}).get("S") != AttemptStatus.running.value:
+                continue
+            owner, run_id = _tenant_run(item["pk"]["S"])
+            found.append((owner, self._record_attempt(run_id, _number(item["index"]["N"]), n, record)))  # type: ignore[arg-type]
         return sorted(found, key=lambda ta: (ta[0], ta[1].run_id, ta[1].index, ta[1].n))
 
     def _live(self, kind: str, tenant: str | None) -> list[dict[str, Any]]:
@@ -1296,62 +1678,89 @@ class DynamoStore(Store):
         items = self._batch_get([{"pk": k["pk"], "sk": k["sk"]} for k in keys])
         return [i for i in items if "vpk" in i]
 
-    # -- the claim journal --------------------------------------------------------------------
+    # -- the claim journal --------------------------------------------------------------
 
     @_operation
     def journal_begin(self, tenant: str, run_id: str, op_id: str, index: int, *, ttl_s: int = 7 * 24 * 3600) -> JournalEntry:
-        self._require_run(tenant, run_id)
-        created = utcnow()
         entry = JournalEntry(
-            tenant=tenant, run_id=run_id, op_id=op_id, index=index, created_at=created, expires_at=int(time.time()) + ttl_s
+            tenant=tenant, run_id=run_id, op_id=op_id, index=index, created_at=utcnow(), expires_at=int(time.time()) + ttl_s
         )
-        item = {
-            "pk": _pk(tenant, run_id),
-            "sk": _journal_sk(op_id),
-            **self._attrs(entry, _JOURNAL_FIELDS),
-            "vpk": _live_pk(tenant, "JOURNAL"),
-            "vsk": f"{created}#{_SEQUENCE.next()}",
-        }
-        e = _Expr()
-        try:
-            self._put(_encode(item), e.absent("pk"), e, indexes=1)
-        except _Refused as refused:
-            found = refused.found(0) or self._get(_key(tenant, run_id, _journal_sk(op_id)))
-            return self._entry_of(found)  # type: ignore[arg-type]
-        return entry
+        journal = _journal_attr(op_id)
+        moved: int | None = None  # how many entries the step had moved off when last read
+        for _ in range(10):
+            u = _Update().set(journal, {"s": entry.status.value, "op": op_id, "c": entry.created_at, "x": entry.expires_at})
+            u.add("jp", 1).set("vpk", _live_pk(tenant, "STEP")).set("vsk", _live_sk(run_id, index))
+            condition = " AND ".join([u.exists("pk"), u.absent(journal), u.eq("jm", moved)])
+            try:
+                # The step enters the live index unless it is there already (an attempt runs, or
+                # another entry is pending): setting the same key writes no index entry.
+                self._update(
+                    _key(tenant, run_id, _step_sk(index)), u, condition, returns="ALL_NEW",
+                    indexes=lambda new: int("live_n" not in new and _pending_journal(new) == 1),
+                )
+                return entry
+            except _Refused as refused:
+                found = refused.found(0) or self._get(_key(tenant, run_id, _step_sk(index)))
+            if found is None:
+                self._require_run(tenant, run_id)
+                raise NotFound(f"no step {index} in run {run_id!r}")
+            existing = self._entry_on(tenant, run_id, op_id, found)
+            if existing is None and "jm" in found:
+                existing = self._moved_entry(tenant, run_id, op_id)
+                moved = _number(found["jm"]["N"])  # type: ignore[assignment]
+            if existing is not None:
+                return existing
+        raise Conflict(f"step {index} of run {run_id!r} kept changing while {op_id!r} was journaled; try again")
 
     @_operation
     def journal_get(self, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
-        item = self._get(_key(tenant, run_id, _journal_sk(op_id)))
-        return None if item is None else self._entry_of(item)
+        item = self._journal_step(tenant, run_id, op_id)
+        if item is not None:
+            return self._entry_on(tenant, run_id, op_id, item)
+        return self._moved_entry(tenant, run_id, op_id)
 
     @_operation
     def journal_pending(self, tenant: str | None = None) -> list[JournalEntry]:
-        entries = [self._entry_of(i) for i in self._live("JOURNAL", tenant)]
-        return sorted((e for e in entries if e.status == JournalStatus.pending), key=lambda e: e.created_at)
+        entries = []
+        for item in self._live("STEP", tenant):
+            owner, run_id = _tenant_run(item["pk"]["S"])
+            for name, av in item.items():
+                if _JOURNAL_ATTR.fullmatch(name) and av["M"]["s"]["S"] == JournalStatus.pending.value:
+                    entries.append(self._entry_on(owner, run_id, av["M"]["op"]["S"], item))
+        return sorted((e for e in entries if e is not None), key=lambda e: e.created_at)
 
     @_operation
     def journal_settle(self, tenant: str, run_id: str, op_id: str) -> JournalEntry:
-        key = _key(tenant, run_id, _journal_sk(op_id))
-        item = self._get(key)
-        if item is None:
-            raise NotFound(f"no journal entry {op_id!r} in run {run_id!r}")
-        entry = self._entry_of(item)
-        if entry.status != JournalStatus.pending:
-            return entry
-        landed = self._query_prefix(_pk(tenant, run_id), f"A#{entry.index:08d}#", where=lambda e: e.eq("op_id", op_id))
-        u = _Update().remove("vpk")
-        if landed:
-            first = self._attempt_of(landed[0])
-            u.set("status", JournalStatus.completed.value).set("attempt", first.n).set("token", first.token)
-            u.set("started_at", first.started_at).set("resumed_at", first.resumed_at)
-        else:
-            u.set("status", JournalStatus.cancelled.value)
-        try:
-            settled = self._update(key, u, u.eq("status", JournalStatus.pending.value), returns="ALL_NEW", indexes=1)
-            return self._entry_of(settled)  # type: ignore[arg-type]
-        except _Refused as refused:  # settled (or claimed) meanwhile: it is what it is now
-            return self._entry_of(refused.found(0) or self._get(key))  # type: ignore[arg-type]
+        journal = _journal_attr(op_id)
+        item = self._journal_step(tenant, run_id, op_id)
+        for _ in range(10):
+            if item is None:
+                moved = self._moved_entry(tenant, run_id, op_id)
+                if moved is None:
+                    raise NotFound(f"no journal entry {op_id!r} in run {run_id!r}")
+                return moved
+            entry = self._entry_on(tenant, run_id, op_id, item)
+            assert entry is not None
+            if entry.status != JournalStatus.pending:
+                return entry
+            key = {"pk": item["pk"], "sk": item["sk"]}
+            landed = [n for n, record in sorted(self._records(item).items()) if record.get("op", {}).get("S") == op_id]
+            settled = {"s": JournalStatus.cancelled.value, "c": entry.created_at, "x": entry.expires_at}
+            if landed:
+                settled.update(s=JournalStatus.completed.value, n=landed[0])
+            u = _Update().set(journal, settled).add("jp", -1)
+            live = "live_n" in item
+            condition = [u.eq((journal, "s"), JournalStatus.pending.value), u.eq("jp", _pending_journal(item))]
+            condition.append(u.exists("live_n") if live else u.absent("live_n"))
+            leaves = not live and _pending_journal(item) <= 1  # the last live thing of the step
+            if leaves:
+                u.remove("vpk").remove("vsk")
+            try:
+                new = self._update(key, u, " AND ".join(condition), returns="ALL_NEW", size=_item_size(item), indexes=int(leaves))
+                return self._entry_on(tenant, run_id, op_id, new)  # type: ignore[arg-type,return-value]
+            except _Refused as refused:  # claimed, settled or joined meanwhile: look again
+                item = refused.found(0) or self._get(key)
+        raise Conflict(f"the journal entry {op_id!r} of run {run_id!r} kept changing while it was settled; try again")
 
     # -- active runs ----------------------------------------------------------------------------
 
@@ -1382,9 +1791,9 @@ class DynamoStore(Store):
 
     def _fenced_put(self, ref: AttemptRef, item: dict[str, Any]) -> None:
         """Put an item only while `ref` is the stored, running attempt: one transaction of a
-        ConditionCheck on the attempt and the put."""
+        ConditionCheck on the step item and the put."""
         e = _Expr()
-        check = self._tx_check(_key(ref.tenant, ref.run_id, _attempt_sk(ref.index, ref.n)), e, _fence(e, ref))
+        check = self._tx_check(_key(ref.tenant, ref.run_id, _step_sk(ref.index)), e, _fence(e, ref))
         try:
             self._transact([check, self._tx_put(item)])
         except _Refused as refused:
@@ -1393,15 +1802,13 @@ class DynamoStore(Store):
     @_operation
     def put_call(self, ref: AttemptRef, call: ModelCall) -> None:
         with self._blobs(ref.tenant, ref.run_id) as blobs:
-            span = {"pk": _pk(ref.tenant, ref.run_id), "sk": _call_sk(ref.index, call.id), "n": call.n, "body": call.model_dump_json()}
-            item = blobs.item(span)
-            self._fenced_put(ref, _encode(item))
+            self._attempt_write(ref, blobs, _no_changes, calls=[call])
 
     @_operation
     def set_prompt_layers(self, ref: AttemptRef, layers: list[PromptLayer]) -> None:
         with self._blobs(ref.tenant, ref.run_id) as blobs:
-            kept = blobs.attrs(_attempt_sk(ref.index, ref.n), {"layers": _layers_json(layers)})["layers"]
-            self._fenced_update(ref, _Update().set("layers", kept))
+            kept = blobs.attrs(_step_sk(ref.index), {"layers": _layers_json(layers)})["layers"]
+            self._attempt_write(ref, blobs, _setting("layers", kept))
 
     # -- handoffs ----------------------------------------------------------------------------
 
