@@ -27,8 +27,9 @@ from unittest import mock
 
 import boto3
 import pytest
+
+from laneflow.engine.moto_support import serialized_dynamodb
 from moto import mock_aws
-from moto.dynamodb.responses import DynamoHandler
 from moto.server import ThreadedMotoServer
 
 from laneflow.errors import AttemptEnded, Conflict, InvalidInput, NotFound, RunNotFound
@@ -67,22 +68,7 @@ def sqlite_store(tmp_path: Path) -> Iterator[Store]:
         store.close()
 
 
-_MOTO_LOCK = threading.RLock()
-
-
-@contextmanager
-def _moto_serialized() -> Iterator[None]:
-    """moto's DynamoDB is not thread-safe (a refused transaction restores a deep copy of the
-    whole table it took before, undoing other threads' writes meanwhile). DynamoDB itself
-    serializes the writes to an item, so moto's request handling is serialized here."""
-    handle = DynamoHandler.call_action
-
-    def call_action(self):  # type: ignore[no-untyped-def]
-        with _MOTO_LOCK:
-            return handle(self)
-
-    with mock.patch.object(DynamoHandler, "call_action", call_action):
-        yield
+_moto_serialized = serialized_dynamodb  # the engine's threads against moto's DynamoDB
 
 
 @functools.cache
