@@ -233,3 +233,36 @@ def test_reject_from_a_second_terminal_fails_the_run(tmp_path):
     assert rejected.returncode == 0 and "rejected" in rejected.stdout
     record = json.loads(_laneflow("show", run_id, "--store", store, "--json", cwd=tmp_path).stdout)
     assert record["status"] == "failed" and record["error"] == "rejected by a person"
+
+
+def test_a_dynamodb_store_behind_the_local_engine_really_persists(tmp_path):
+    """`laneflow init-store` and `laneflow run --store dynamodb://...` in processes of their
+    own, against a DynamoDB endpoint (moto's server): the run is there for a fresh reader,
+    so nothing the engine does intercepts the store's calls."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x",
+               "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
+        store = "dynamodb://cli-runs?bucket=cli-blobs"
+        exe = str(Path(sys.executable).parent / "laneflow")
+        made = subprocess.run([exe, "init-store", "--store", store], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+        assert made.returncode == 0 and "created from template.yaml" in made.stdout, made.stderr
+        ran = subprocess.run([exe, "run", str(SEM), "handoff", "--input", '{"things": ["a", "b"]}', "--store", store, "--json"],
+                             capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr
+        run_id = json.loads(ran.stdout)["id"]
+        import boto3
+
+        client = boto3.client("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                              aws_access_key_id="x", aws_secret_access_key="x")
+        assert "cli-runs" in client.list_tables()["TableNames"]
+        shown = subprocess.run([exe, "show", run_id, "--store", store, "--json"], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+        record = json.loads(shown.stdout)
+        assert record["status"] == "completed" and [s["status"] for s in record["steps"]] == ["completed"] * 5
+        assert not (tmp_path / ".laneflow" / "laneflow.db").exists()  # nothing went to the default SQLite store
+    finally:
+        server.stop()
