@@ -284,6 +284,8 @@ class StepRunner:
             self._metrics()
 
     def _metrics(self) -> None:
+        if not observability.IN_LAMBDA:  # metrics are off locally: no read for them
+            return
         step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index, detail=True)
         started = step.started_at and _dt.datetime.fromisoformat(step.started_at.replace("Z", "+00:00"))
         waited = [e for e in step.events if e.type == "gate" and "waiting" in e.text]
