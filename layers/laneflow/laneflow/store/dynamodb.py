@@ -1827,16 +1827,28 @@ class DynamoStore(Store):
 
     @_operation
     def gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
-        # Each waiting token is an item of its own (a lane may have hundreds of siblings, and a
-        # callback token is ~1 KB), put only while the gate is closed.
+        # The rendezvous without a transaction. Each waiting token is an item of its own (a
+        # lane may have hundreds of siblings, and a callback token is ~1 KB). A sibling keeps
+        # its token, then looks at the gate (strongly consistent reads throughout); the lead
+        # marks the gate open, then takes the tokens kept. A token is handed back by whoever
+        # deletes it (a conditional delete), so exactly once: a sibling that finds the gate
+        # opened after it kept its token takes it back itself unless the lead already did.
+        gate_key = _key(tenant, run_id, f"G#{key}")
+        gate = self._get(gate_key)
+        if gate is not None and "opened_at" in gate:
+            return True  # the lead's reply has begun: nothing to keep
+        item = _encode({"pk": _pk(tenant, run_id), "sk": _gate_token_prefix(key) + _digest(token), "token": token})
+        self._put(item)
+        gate = self._get(gate_key)
+        if gate is None or "opened_at" not in gate:
+            return False  # kept: the lead will complete it
         e = _Expr()
-        closed = self._tx_check(_key(tenant, run_id, f"G#{key}"), e, e.absent("opened_at"))
-        item = {"pk": _pk(tenant, run_id), "sk": _gate_token_prefix(key) + _digest(token), "token": token}
         try:
-            self._transact([closed, self._tx_put(_encode(item))])
+            self._request("delete_item", Key={"pk": item["pk"], "sk": item["sk"]}, ConditionExpression=e.exists("pk"), **e.params())
         except _Refused:
-            return True
-        return False
+            return False  # the lead took it first: the lead completes it
+        self._count(write=_write_units(_item_size(item)))
+        return True
 
     @_operation
     def gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
