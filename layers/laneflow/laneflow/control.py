@@ -35,11 +35,6 @@ def ends_with_marker(reply: str | None, marker: str) -> bool:
     return bool(reply) and reply.rstrip(_TRAILING).endswith(marker.rstrip(_TRAILING))
 
 
-def spec_of(flow: Flow, step: Step) -> StepSpec:
-    entry = next(e for e in flow.entries if e.index == step.entry)
-    return entry.steps[step.slot]
-
-
 def loop_target_group(flow: Flow, checker: Step, agent: str) -> int:
     """The group of the `loop:` agent: the latest entry at or before the checker's naming it."""
     for group in range(checker.group, -1, -1):
@@ -133,7 +128,7 @@ class Settler:
         for step in self.steps():
             if step.rescue_of is not None or step.status != StepStatus.completed:
                 continue
-            spec = spec_of(self.flow, step)
+            spec = self.flow.spec(step.entry, step.slot)
             if not spec.until or not spec.loop or ends_with_marker(step.conclusion or step.result, spec.until):
                 continue
             max_cycles = spec.max_cycles or 3
@@ -173,7 +168,7 @@ class Settler:
         for step in steps:
             if step.rescue_of is not None or step.status != StepStatus.failed or step.optional:
                 continue
-            spec = spec_of(self.flow, step)
+            spec = self.flow.spec(step.entry, step.slot)
             mine = [r for r in rescues if r.rescue_of == step.index and r.cycle == step.cycle]
             if not spec.on_fail or any(r.status in (StepStatus.completed, StepStatus.failed) for r in mine):
                 failed.append(step)  # no rescue, or its one rescue already ended without saving it

@@ -30,7 +30,7 @@ from .gate import open_gate
 from .models import AttemptRef, AttemptStatus, Event, RunStatus, Step, StepStatus, utcnow
 from .services import Services
 from .crash import crashpoint
-from .step import prepare_handoffs, scrub_paths, step_spec
+from .step import prepare_handoffs, scrub_paths
 from .workers import current_worker, dumps
 
 log = logging.getLogger("laneflow.drive")
@@ -124,7 +124,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     flow = Flow.model_validate(run.flow_spec)
     lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)))
     cycle = max(s.cycle for s in launching)
-    prepare_handoffs(svc, run, group, cycle, {step_spec(run, s).handoff for s in launching})
+    prepare_handoffs(svc, run, group, cycle, {flow.spec(s.entry, s.slot).handoff for s in launching})
     return Plan(action="run", group=group, cycle=cycle, lanes=lanes)
 
 

@@ -121,6 +121,10 @@ class Flow(BaseModel):
     input_schema: dict[str, Any] | None = None
     entries: list[Entry]
 
+    def spec(self, entry: int, slot: int) -> StepSpec:
+        """The flow settings of the step at an entry's slot (what a run step was made from)."""
+        return next(e for e in self.entries if e.index == entry).steps[slot]
+
 
 # --------------------------------------------------------------------------- checking
 

@@ -51,9 +51,7 @@ def scrub_paths(text: str, *roots: str) -> str:
 
 
 def step_spec(run: Run, step: Step) -> StepSpec:
-    flow = Flow.model_validate(run.flow_spec)
-    entry = next(e for e in flow.entries if e.index == step.entry)
-    return entry.steps[step.slot]
+    return Flow.model_validate(run.flow_spec).spec(step.entry, step.slot)
 
 
 # -- what the model is told ------------------------------------------------------------------

@@ -266,6 +266,3 @@ class LocalDrives:
             thread.join(timeout)
 
 
-def drive_run(svc: Services, tenant: str, run_id: str, **kwargs: Any) -> DriveResult:
-    """Convenience: one drive of a run on a fresh engine over `svc`."""
-    return LocalEngine(svc).drive(tenant, run_id, **kwargs)
