@@ -1,4 +1,4 @@
-"""The one place laneflow reads its environment (CONVENTIONS: one settings model)."""
+"""The one place laneflow reads its environment: one settings model."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ class Settings(BaseModel):
     state_machine_arn: str | None = None  # LANEFLOW_STATE_MACHINE_ARN: drives start executions of it (cloud)
     workspaces: str | None = None  # LANEFLOW_WORKSPACES: a folder of workspaces, or s3://bucket/prefix
     in_lambda: bool = False  # AWS_LAMBDA_FUNCTION_NAME is set: Powertools logging, tracing, metrics
-    anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud)
+    anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud, step runners only)
+    anthropic_enabled: bool = False  # LANEFLOW_ANTHROPIC_ENABLED: the stack holds a key its step runners read (the API accepts Claude runs)
 
     @property
     def anthropic_api_key_set(self) -> bool:
@@ -49,6 +50,7 @@ class Settings(BaseModel):
             ("state_machine_arn", "LANEFLOW_STATE_MACHINE_ARN"),
             ("workspaces", "LANEFLOW_WORKSPACES"),
             ("anthropic_secret", "LANEFLOW_ANTHROPIC_SECRET"),
+            ("anthropic_enabled", "LANEFLOW_ANTHROPIC_ENABLED"),
         ):
             if env.get(name):
                 values[field] = env[name]
