@@ -1,4 +1,4 @@
-"""The one place that creates the Logger, Tracer and Metrics (CONVENTIONS 6).
+"""The one place that creates the Logger, Tracer and Metrics.
 
 In Lambda, handlers are wrapped by `lambda_handler`: Powertools' Logger (JSON, with the
 Lambda context and the run id, step and attempt of what is being handled), Tracer (X-Ray)
@@ -23,10 +23,13 @@ from .settings import settings
 SERVICE = "laneflow"
 NAMESPACE = "laneflow"
 IN_LAMBDA = settings().in_lambda
+# POWERTOOLS_LOG_LEVEL wins (and, in Lambda, the function's own log-level control over it);
+# unset, Lambda logs INFO and a local process WARNING (stderr belongs to the person).
+LOG_LEVEL = settings().log_level or (None if IN_LAMBDA else "WARNING")
 
 logger = Logger(
     service=SERVICE,
-    level="INFO" if IN_LAMBDA else "WARNING",
+    level=LOG_LEVEL,
     logger_handler=logging.StreamHandler(sys.stdout if IN_LAMBDA else sys.stderr),
 )
 tracer = Tracer(service=SERVICE, disabled=True if not IN_LAMBDA else None)  # in Lambda: POWERTOOLS_TRACE_DISABLED decides

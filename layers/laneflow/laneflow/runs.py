@@ -90,7 +90,7 @@ def prepare_run(
     validate_input(flow, run_input)
     steps = expand_steps(flow, ws, run_input, override=model, default_model=svc.settings.default_model)
     for used in sorted({s.model for s in steps if s.agent}):
-        svc.executor(used)  # a model without what it needs: ModelNotConfigured, before anything is written
+        svc.check_model(used)  # a model without what it needs: ModelNotConfigured, before anything is written
     options = dict(options or {})
     budget = flow.budget or ws.settings.budget
     if budget:

@@ -7,9 +7,13 @@ handlers on its own threads.
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import SecretStr
 
 from .callbacks import StepFunctionsCallbacks, TaskCallbacks
 from .capture import CaptureSink, FolderCaptures
@@ -24,6 +28,7 @@ from .store import Store, open_store
 
 
 _lock = threading.RLock()
+log = logging.getLogger("laneflow.services")
 
 
 @dataclass
@@ -37,26 +42,58 @@ class Services:
     drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
 
+    def check_model(self, model: str) -> None:
+        """Refuse a model this deployment cannot call (`ModelNotConfigured`), without reading
+        its key: a function that only starts or plans runs is never given the key."""
+        if model == "stub":
+            return
+        cfg = self.settings
+        if not (cfg.anthropic_api_key_set or cfg.anthropic_secret or cfg.anthropic_enabled):
+            raise ModelNotConfigured(f"model {model!r} needs ANTHROPIC_API_KEY (or run with --model stub)")
+
     def executor(self, model: str) -> Executor:
-        """The executor for a model: `stub`, else the Claude executor (one shared client)."""
+        """The executor for a model: `stub`, else the Claude executor (one shared client),
+        whose key is read the first time it is needed."""
         with _lock:
             if model == "stub":
                 return self.executors.setdefault("stub", StubExecutor())
             if "anthropic" not in self.executors:
-                if not self.settings.anthropic_api_key_set:
-                    raise ModelNotConfigured(f"model {model!r} needs ANTHROPIC_API_KEY (or run with --model stub)")
+                self.check_model(model)
+                key = self._model_key()
+                if key is None:
+                    raise ModelNotConfigured(f"model {model!r}: the model's key is read only where steps run, not here")
                 from .executors.anthropic import AnthropicExecutor
 
-                key = self.settings.anthropic_api_key
-                self.executors["anthropic"] = AnthropicExecutor(
-                    api_key=key.get_secret_value() if key else None, base_url=self.settings.anthropic_base_url
-                )
+                self.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=self.settings.anthropic_base_url)
             return self.executors["anthropic"]
 
+    def _model_key(self) -> str | None:
+        """The model's key: from the settings, else read from Secrets Manager once and kept
+        for the life of this container. Only the functions that run steps are given the
+        secret's name (and the right to read it); the others never ask."""
+        with _lock:
+            if self.settings.anthropic_api_key_set:
+                return self.settings.anthropic_api_key.get_secret_value()  # type: ignore[union-attr]
+            name = self.settings.anthropic_secret
+            if not name:
+                return None
+            key = read_model_key(name)
+            self.settings = self.settings.model_copy(update={"anthropic_api_key": SecretStr(key)})
+            return key
+
     def secret_values(self) -> dict[str, str]:
-        """Values that must never be recorded (replaced by their names wherever recorded)."""
-        key = self.settings.anthropic_api_key
-        return {"ANTHROPIC_API_KEY": key.get_secret_value()} if key else {}
+        """Values that must never be recorded (replaced by their names wherever recorded).
+
+        Where a step runs with the model's key in Secrets Manager, this is what reads it
+        first: what the step records is redacted from its first line, before the model is
+        called. A key that cannot be read is not in memory, so it cannot leak; the model
+        call that needs it fails with the reason."""
+        try:
+            key = self._model_key()
+        except ModelNotConfigured as error:
+            log.warning("%s", error)
+            key = None
+        return {"ANTHROPIC_API_KEY": key} if key else {}
 
     @classmethod
     def for_store(cls, store: Store, cfg: Settings | None = None) -> "Services":
@@ -92,19 +129,41 @@ _current: Services | None = None
 
 
 def services() -> Services:
-    """The installed services, or ones built from the environment (first call in Lambda)."""
+    """The installed services, or ones built from the environment (first call in Lambda).
+    Building them reads no secret: the model's key is read when a step first needs it."""
     global _current
     with _lock:
         if _current is None:
             cfg = settings()
-            if cfg.anthropic_secret and not cfg.anthropic_api_key_set:
-                # The model's key lives in Secrets Manager (cached by Powertools Parameters).
-                from aws_lambda_powertools.utilities import parameters
-                from pydantic import SecretStr
-
-                cfg = cfg.model_copy(update={"anthropic_api_key": SecretStr(str(parameters.get_secret(cfg.anthropic_secret)))})
             _current = Services.for_store(open_store(cfg.store_url), cfg)
         return _current
+
+
+def read_model_key(name: str) -> str:
+    """The model's key from the Secrets Manager secret `name`: its SecretString, or the
+    `ANTHROPIC_API_KEY` field of a JSON secret (what the console's key/value form writes).
+    Raises `ModelNotConfigured` naming the secret and the error code, never the value."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        value = boto3.client("secretsmanager").get_secret_value(SecretId=name).get("SecretString") or ""
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "error")
+        raise ModelNotConfigured(f"the model's key could not be read from Secrets Manager secret {name!r}: {code}") from None
+    except BotoCoreError as error:
+        raise ModelNotConfigured(f"the model's key could not be read from Secrets Manager secret {name!r}: {type(error).__name__}") from None
+    value = value.strip()
+    if value.startswith("{"):
+        try:
+            fields = json.loads(value)
+        except ValueError:
+            fields = None
+        if isinstance(fields, dict):
+            value = str(fields.get("ANTHROPIC_API_KEY") or "").strip()
+    if not value:
+        raise ModelNotConfigured(f"Secrets Manager secret {name!r} holds no model key (a string, or JSON with ANTHROPIC_API_KEY)")
+    return value
 
 
 def installed() -> Services | None:

@@ -1,11 +1,12 @@
-"""The one place laneflow reads its environment (CONVENTIONS: one settings model)."""
+"""The one place laneflow reads its environment: one settings model."""
 
 from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import Literal
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr, field_validator
 
 
 class Settings(BaseModel):
@@ -25,7 +26,14 @@ class Settings(BaseModel):
     state_machine_arn: str | None = None  # LANEFLOW_STATE_MACHINE_ARN: drives start executions of it (cloud)
     workspaces: str | None = None  # LANEFLOW_WORKSPACES: a folder of workspaces, or s3://bucket/prefix
     in_lambda: bool = False  # AWS_LAMBDA_FUNCTION_NAME is set: Powertools logging, tracing, metrics
-    anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud)
+    anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud, step runners only)
+    anthropic_enabled: bool = False  # LANEFLOW_ANTHROPIC_ENABLED: the stack holds a key its step runners read (the API accepts Claude runs)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_name(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @property
     def anthropic_api_key_set(self) -> bool:
@@ -49,6 +57,8 @@ class Settings(BaseModel):
             ("state_machine_arn", "LANEFLOW_STATE_MACHINE_ARN"),
             ("workspaces", "LANEFLOW_WORKSPACES"),
             ("anthropic_secret", "LANEFLOW_ANTHROPIC_SECRET"),
+            ("anthropic_enabled", "LANEFLOW_ANTHROPIC_ENABLED"),
+            ("log_level", "POWERTOOLS_LOG_LEVEL"),
         ):
             if env.get(name):
                 values[field] = env[name]

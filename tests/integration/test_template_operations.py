@@ -1,0 +1,214 @@
+"""What the stack deploys to be operated, read from template.yaml itself: log groups with
+retention for every function, the state machine and the API's access logs; alarms whose
+metrics name the stack's own resources and notify a topic only when one is given; the
+reconcile schedule's retries and dead-letter queue; no phantom "Stage" stage; the log level
+from a parameter that the code lets win; and a build that needs no python3.12 on PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from conftest import ROOT
+from laneflow.engine.template import Template
+
+TEMPLATE = Template.load(ROOT / "template.yaml")
+RESOURCES = TEMPLATE.resources
+FUNCTIONS = {k: v for k, v in RESOURCES.items() if v["Type"] == "AWS::Serverless::Function"}
+ALARMS = {k: v["Properties"] for k, v in RESOURCES.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
+RETENTION = {"Ref": "LogRetentionDays"}
+
+
+def _log_groups() -> dict[str, dict]:
+    return {k: v["Properties"] for k, v in RESOURCES.items() if v["Type"] == "AWS::Logs::LogGroup"}
+
+
+def _target(value) -> tuple[str, str] | None:
+    """(resource logical id, attribute or "Ref") that a Ref or GetAtt names."""
+    if isinstance(value, dict) and "Ref" in value:
+        return value["Ref"], "Ref"
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return value["Fn::GetAtt"][0], value["Fn::GetAtt"][1]
+    return None
+
+
+def _metrics(alarm: dict) -> list[dict]:
+    """Every metric an alarm reads: itself, or each MetricStat of its metric math."""
+    if "MetricName" in alarm:
+        return [{"Namespace": alarm["Namespace"], "MetricName": alarm["MetricName"], "Dimensions": alarm["Dimensions"]}]
+    return [q["MetricStat"]["Metric"] for q in alarm["Metrics"] if "MetricStat" in q]
+
+
+def test_every_function_has_a_log_group_of_its_own_with_the_retention_parameter():
+    groups = _log_groups()
+    named = {props["LogGroupName"]["Fn::Sub"]: props for props in groups.values() if isinstance(props["LogGroupName"], dict)}
+    assert FUNCTIONS
+    for logical_id in FUNCTIONS:
+        props = named.get(f"/aws/lambda/${{{logical_id}}}")
+        assert props is not None, f"{logical_id} has no log group /aws/lambda/${{{logical_id}}}"
+        assert props["RetentionInDays"] == RETENTION, logical_id
+    default = TEMPLATE.body["Parameters"]["LogRetentionDays"]["Default"]
+    assert 1 <= int(default) <= 90  # logs are kept a while, not forever
+
+
+def test_the_state_machine_the_api_and_the_sandbox_log_to_groups_with_the_same_retention():
+    groups = _log_groups()
+    [destination] = RESOURCES["FlowStateMachine"]["Properties"]["Logging"]["Destinations"]
+    state_machine_group, _ = _target(destination["CloudWatchLogsLogGroup"]["LogGroupArn"])
+    access = RESOURCES["LaneflowApi"]["Properties"]["AccessLogSetting"]
+    api_group, attribute = _target(access["DestinationArn"])
+    assert attribute == "Arn"
+    for logical_id in (state_machine_group, api_group, "SandboxLogGroup"):
+        assert groups[logical_id]["RetentionInDays"] == RETENTION, logical_id
+    assert all(props["RetentionInDays"] == RETENTION for props in groups.values())
+
+
+def test_the_api_stage_writes_one_json_line_per_request_without_bodies_or_headers():
+    api = RESOURCES["LaneflowApi"]
+    line = api["Properties"]["AccessLogSetting"]["Format"]
+    fields = json.loads(line)  # the format itself is one JSON object of $context variables
+    assert fields["requestId"] == "$context.requestId" and fields["status"] == "$context.status"
+    assert {"ip", "caller", "httpMethod", "resourcePath", "responseLatency", "error"} <= set(fields)
+    assert not re.search(r"\$(input|context\.authorizer|method\.request)", line)  # no body, no token, no header
+    # API Gateway writes access logs through the account's CloudWatch role, set before the API.
+    assert api["DependsOn"] == "ApiGatewayAccount"
+    role, _ = _target(RESOURCES["ApiGatewayAccount"]["Properties"]["CloudWatchRoleArn"])
+    assert RESOURCES[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "apigateway.amazonaws.com"}
+
+
+def test_sam_makes_no_phantom_stage_because_globals_set_the_openapi_version():
+    assert TEMPLATE.body["Globals"]["Api"]["OpenApiVersion"] == "3.0.1"
+    assert RESOURCES["LaneflowApi"]["Properties"]["StageName"] == "v1"
+
+
+# What each required alarm watches: (namespace, metric, dimension, resource type, attribute).
+REQUIRED = {
+    "failed drives": ("AWS/States", "ExecutionsFailed", "StateMachineArn", "AWS::Serverless::StateMachine", "Ref", "FlowStateMachine"),
+    "reconcile errors": ("AWS/Lambda", "Errors", "FunctionName", "AWS::Serverless::Function", "Ref", "ReconcileFunction"),
+    "step runner throttles": ("AWS/Lambda", "Throttles", "FunctionName", "AWS::Serverless::Function", "Ref", "RunStepFunction"),
+    "table throttles": ("AWS/DynamoDB", "ThrottledRequests", "TableName", "AWS::DynamoDB::Table", "Ref", "RunsTable"),
+    "undelivered reconciles": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "AWS::SQS::Queue", "QueueName", "ReconcileDeadLetterQueue"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(REQUIRED))
+def test_each_alarm_watches_the_metric_of_the_real_resource(what):
+    namespace, metric, dimension, resource_type, attribute, resource = REQUIRED[what]
+    watching = [
+        name for name, alarm in ALARMS.items()
+        if any(m["Namespace"] == namespace and m["MetricName"] == metric
+               and any(d["Name"] == dimension and _target(d["Value"]) == (resource, attribute) for d in m["Dimensions"])
+               for m in _metrics(alarm))
+    ]
+    assert watching, f"no alarm on {namespace} {metric} of {resource}"
+    assert RESOURCES[resource]["Type"] == resource_type
+    for name in watching:
+        alarm = ALARMS[name]
+        assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold" and alarm["Threshold"] == 1, name
+        assert alarm["TreatMissingData"] == "notBreaching", name  # no traffic is not an incident
+
+
+def test_every_alarm_dimension_names_a_resource_of_this_stack():
+    for name, alarm in ALARMS.items():
+        for metric in _metrics(alarm):
+            for dimension in metric["Dimensions"]:
+                if dimension["Name"] == "Operation":
+                    continue
+                target = _target(dimension["Value"])
+                assert target and target[0] in RESOURCES, f"{name}: {dimension}"
+
+
+def test_the_table_throttle_alarm_sums_every_operation_the_dynamodb_store_calls():
+    alarm = ALARMS["TableThrottlesAlarm"]
+    [watched] = [q for q in alarm["Metrics"] if q.get("ReturnData")]
+    assert watched["Expression"] == "SUM(METRICS())"
+    operations = {d["Value"] for m in _metrics(alarm) for d in m["Dimensions"] if d["Name"] == "Operation"}
+    source = (ROOT / "layers" / "laneflow" / "laneflow" / "store" / "dynamodb.py").read_text()
+    api_names = boto3.client("dynamodb", region_name="us-east-1").meta.method_to_api_mapping
+    # The store calls the client directly (self._db.batch_get_item(...)) or through one helper
+    # (self._request("get_item", ...)).
+    names = set(re.findall(r"\._db\.(\w+)\(", source)) | set(re.findall(r"\._request\(\s*\"(\w+)\"", source))
+    called = {api_names[name] for name in names if name in api_names}
+    called -= {"CreateTable", "DescribeTable", "UpdateTimeToLive"}  # provisioning, not a run's traffic
+    assert called and called <= operations, f"not watched: {sorted(called - operations)}"
+
+
+def test_alarms_notify_the_topic_parameter_only_when_one_is_given():
+    assert TEMPLATE.body["Parameters"]["AlarmTopicArn"]["Default"] == ""
+    assert TEMPLATE.body["Conditions"]["HasAlarmTopic"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]}
+    notify = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+    assert len(ALARMS) >= len(REQUIRED)
+    for name, alarm in ALARMS.items():
+        assert alarm["AlarmActions"] == notify and alarm["OKActions"] == notify, name
+
+
+def test_the_reconcile_schedule_retries_and_keeps_what_it_could_not_deliver():
+    [(event_id, event)] = RESOURCES["ReconcileFunction"]["Properties"]["Events"].items()
+    assert event["Type"] == "Schedule"
+    props = event["Properties"]
+    assert props["RetryPolicy"]["MaximumRetryAttempts"] >= 1
+    assert 60 <= props["RetryPolicy"]["MaximumEventAgeInSeconds"] <= 300  # not older than the next reconcile
+    queue, attribute = _target(props["DeadLetterConfig"]["Arn"])
+    assert (RESOURCES[queue]["Type"], attribute) == ("AWS::SQS::Queue", "Arn")
+    # EventBridge may write to the queue only for this rule (SAM names it function + event).
+    [policy] = [r["Properties"] for r in RESOURCES.values()
+                if r["Type"] == "AWS::SQS::QueuePolicy" and {"Ref": queue} in r["Properties"]["Queues"]]
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "events.amazonaws.com"} and statement["Action"] == "sqs:SendMessage"
+    assert _target(statement["Resource"]) == (queue, "Arn")
+    assert _target(statement["Condition"]["ArnEquals"]["aws:SourceArn"]) == (f"ReconcileFunction{event_id}", "Arn")
+
+
+def test_the_log_level_is_a_parameter_given_to_every_function():
+    env = TEMPLATE.body["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["POWERTOOLS_LOG_LEVEL"] == {"Ref": "LogLevel"} and "LOG_LEVEL" not in env
+    assert TEMPLATE.body["Parameters"]["LogLevel"]["Default"] == "INFO"
+    for logical_id, resource in FUNCTIONS.items():
+        assert "POWERTOOLS_LOG_LEVEL" not in resource["Properties"].get("Environment", {}).get("Variables", {}), logical_id
+
+
+def _logger_level(env: dict[str, str]) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in ("POWERTOOLS_LOG_LEVEL", "LOG_LEVEL", "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_LOG_LEVEL")}
+    code = "import logging; from laneflow.observability import logger; print(logging.getLevelName(logger.log_level))"
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.strip()
+
+
+def test_powertools_log_level_from_the_environment_wins_in_lambda_and_locally():
+    in_lambda = {"AWS_LAMBDA_FUNCTION_NAME": "RunStepFunction", "POWERTOOLS_TRACE_DISABLED": "1"}
+    assert _logger_level({**in_lambda, "POWERTOOLS_LOG_LEVEL": "DEBUG"}) == "DEBUG"
+    assert _logger_level({**in_lambda, "POWERTOOLS_LOG_LEVEL": "error"}) == "ERROR"
+    assert _logger_level(in_lambda) == "INFO"
+    assert _logger_level({"POWERTOOLS_LOG_LEVEL": "INFO"}) == "INFO"
+    assert _logger_level({}) == "WARNING"  # a person's terminal: warnings only, unless asked
+
+
+def test_sam_builds_the_layer_and_every_handler_with_make_so_python312_need_not_be_on_path(tmp_path):
+    runtime = TEMPLATE.body["Globals"]["Function"]["Runtime"]
+    [arch] = TEMPLATE.body["Globals"]["Function"]["Architectures"]
+    assert (runtime, arch) == ("python3.12", "arm64")
+    layer = RESOURCES["LaneflowLayer"]
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
+    makefile = ROOT / layer["Properties"]["ContentUri"] / "Makefile"
+    plan = subprocess.run(["make", "-n", "-f", str(makefile), "build-LaneflowLayer", f"ARTIFACTS_DIR={tmp_path / 'layer'}"],
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "--platform manylinux2014_aarch64" in plan and "--python-version 3.12" in plan and "--only-binary=:all:" in plan
+    assert f"--target \"{tmp_path / 'layer'}/python\"" in plan  # a Python layer's modules go under python/
+    for logical_id, resource in FUNCTIONS.items():
+        assert resource["Metadata"]["BuildMethod"] == "makefile", logical_id
+        source = ROOT / resource["Properties"]["CodeUri"]
+        out = tmp_path / logical_id
+        out.mkdir()
+        # As sam build runs it: in a scratch copy, with the function's target and ARTIFACTS_DIR.
+        scratch = tmp_path / f"{logical_id}-scratch"
+        scratch.mkdir()
+        subprocess.run(["make", "-f", str(source / "Makefile"), f"build-{logical_id}", f"ARTIFACTS_DIR={out}"],
+                       cwd=scratch, capture_output=True, text=True, timeout=60, check=True)
+        assert (out / "app.py").read_bytes() == (source / "app.py").read_bytes(), logical_id
