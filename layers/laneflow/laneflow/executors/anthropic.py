@@ -1,4 +1,4 @@
-"""The Claude executor: the Messages API through the anthropic SDK, streaming (DESIGN 8).
+"""The Claude executor: the Messages API through the anthropic SDK, streaming.
 
 - The stable prompt layers are one cached system block (`cache_control` at its end); the
   dynamic layers follow it, uncached. Tools are sent in a stable order, so they are part of
