@@ -137,19 +137,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .engine.local import LocalDrives
     from .paths import project_root
     from .reconcile import reconcile
-    from .serve import serve
+    from .serve import make_server, serve
     from .workers import Liveness
     from .workspaces import FolderWorkspaces
 
     svc = _services(args)
     svc.workspaces = FolderWorkspaces(args.workspaces or project_root() / "examples")
     svc.drives = LocalDrives(svc)
-    report = reconcile(svc, Liveness(), redrive=lambda run: svc.drives.start(run.tenant, run.id))
+    # Listen first: a port in use (exit 2) is said before this process re-drives any run.
+    server = make_server(svc, args.host, args.port, quiet=False)
+    try:
+        report = reconcile(svc, Liveness(), redrive=lambda run: svc.drives.start(run.tenant, run.id))
+    except BaseException:
+        server.server_close()
+        raise
     for line in report.lines():
         if line != "nothing to reconcile":
             _err(f"reconcile: {line}")
     _err(f"workspaces in {svc.workspaces.root}")
-    serve(svc, args.host, args.port)
+    serve(svc, server=server)
     return EXIT_OK
 
 

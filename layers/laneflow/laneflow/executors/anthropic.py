@@ -1,4 +1,4 @@
-"""The Claude executor: the Messages API through the anthropic SDK, streaming (DESIGN 8).
+"""The Claude executor: the Messages API through the anthropic SDK, streaming.
 
 - The stable prompt layers are one cached system block (`cache_control` at its end); the
   dynamic layers follow it, uncached. Tools are sent in a stable order, so they are part of
@@ -38,6 +38,7 @@ DEFAULT_MAX_TOKENS = 4096
 # A read or connection error mid-stream surfaces as the transport's own exception.
 RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError, _http.TransportError)
 TIMEOUTS = (anthropic.APITimeoutError, _http.TimeoutException)
+UNREADABLE_INPUT = "unreadable_input"  # the key a tool_use input that was not a JSON object is kept under
 
 
 @dataclass
@@ -120,8 +121,10 @@ class AnthropicExecutor:
                 try:
                     if tools is None:
                         raise ToolError("this step has no tools")
+                    if UNREADABLE_INPUT in use["input"]:
+                        raise ToolError(f"the input of this {use['name']} call is not a JSON object; call it again with one")
                     output, is_error = tools.run(use["name"], use["input"]), False
-                except ToolError as exc:
+                except ToolError as exc:  # a tool's own failure is the model's to hear, never a crashed step
                     output, is_error = str(exc), True
                 sink.tool_call(use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000))
                 results.append({"type": "tool_result", "tool_use_id": use["id"], "content": output, "is_error": is_error})
@@ -234,7 +237,7 @@ class AnthropicExecutor:
                     elif kind == "content_block_stop":
                         if event.index in json_parts and turn.blocks and turn.blocks[-1]["type"] == "tool_use":
                             raw = "".join(json_parts.pop(event.index))
-                            turn.blocks[-1]["input"] = json.loads(raw) if raw.strip() else {}
+                            turn.blocks[-1]["input"] = _tool_input(raw)
                     elif kind == "message_delta":
                         turn.stop = event.delta.stop_reason
                         if event.usage and event.usage.output_tokens is not None:
@@ -254,6 +257,19 @@ class AnthropicExecutor:
         if turn.id:
             sink.call(span())
         return turn
+
+
+def _tool_input(raw: str) -> dict[str, Any]:
+    """A tool_use block's input from its streamed JSON. What is not a JSON object (a list,
+    a stream cut short) is kept under UNREADABLE_INPUT: the block can still be sent back as
+    the object the API requires, and the tool loop answers the call with an error."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {UNREADABLE_INPUT: raw[:2000]}
 
 
 def _over_budget(spent: float, left: float) -> str:
