@@ -2,7 +2,8 @@
 Gateway (functions/api/app.py) and behind `laneflow serve` (laneflow/serve.py).
 
 - The tenant always comes from the caller's identity, never from a body: the Cognito
-  authorizer's `custom:tenant` claim, else the IAM caller's account id; neither is a 401.
+  authorizer's `custom:tenant` claim, else the IAM caller's account id; neither is a 401,
+  and a name no tenant can have (`#`, `/`, a control character, empty, too long) is a 400.
   Another tenant's run is answered exactly like a missing one (404).
 - Errors are types, mapped to status codes here and only here (the `exception_handler`s
   below): a `LaneflowError` answers its `http_status` (an `InvalidInput` lists its
@@ -38,6 +39,7 @@ from .models import Run
 from .runs import prepare_run
 from .services import Services
 from .step import scrub_paths
+from .tenants import check_tenant
 from .workspaces import CACHE, FolderWorkspaces, local_path
 
 log = logging.getLogger("laneflow.api")
@@ -161,7 +163,7 @@ def caller_tenant(request: Request) -> str:
     tenant = claims.get("custom:tenant") or (context.get("identity") or {}).get("accountId")
     if not tenant or not isinstance(tenant, str):
         raise Unauthenticated("this request carries no identity to take a tenant from")
-    return tenant
+    return check_tenant(tenant, source="the caller's tenant")  # a 400 naming it, before any store key is built
 
 
 def bound_services() -> Services:

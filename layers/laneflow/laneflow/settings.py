@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr, field_validator
+
+from .tenants import check_tenant
 
 
 class Settings(BaseModel):
@@ -26,6 +28,11 @@ class Settings(BaseModel):
     workspaces: str | None = None  # LANEFLOW_WORKSPACES: a folder of workspaces, or s3://bucket/prefix
     in_lambda: bool = False  # AWS_LAMBDA_FUNCTION_NAME is set: Powertools logging, tracing, metrics
     anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud)
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_is_valid(cls, tenant: str) -> str:
+        return check_tenant(tenant)  # TenantInvalid (bad input), never a pydantic error
 
     @property
     def anthropic_api_key_set(self) -> bool:
@@ -52,6 +59,8 @@ class Settings(BaseModel):
         ):
             if env.get(name):
                 values[field] = env[name]
+        if "tenant" in values:
+            check_tenant(values["tenant"], source="LANEFLOW_TENANT")
         return cls.model_validate(values)
 
 
