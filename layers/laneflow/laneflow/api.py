@@ -40,7 +40,7 @@ from .runs import prepare_run
 from .services import Services
 from .step import scrub_paths
 from .tenants import check_tenant
-from .workspaces import CACHE, FolderWorkspaces, local_path
+from .workspaces import ATTEMPTS, CACHE, FolderWorkspaces, local_path
 
 log = logging.getLogger("laneflow.api")
 
@@ -106,7 +106,7 @@ def _error(status: int, message: str, problems: list[dict[str, Any]] | None = No
 def _scrub(text: str) -> str:
     """What a caller may read: no local paths (a workspace folder becomes its name)."""
     svc = app.context.get("services")
-    roots = [str(CACHE)]
+    roots = [str(CACHE), str(ATTEMPTS)]
     if svc is not None and isinstance(svc.workspaces, FolderWorkspaces):
         roots.append(str(svc.workspaces.root))
     return scrub_paths(text, *roots)
@@ -260,7 +260,7 @@ def start_run(body: Annotated[StartRun, Body()], tenant: Tenant, svc: Svc) -> Re
     run_id = idempotent_run_id(tenant, body.idempotency_key) if body.idempotency_key else None
     if run_id and (replay := _replayed(svc, tenant, run_id, body)):
         return replay
-    uri = svc.workspaces.locate(body.workspace)
+    uri = svc.workspaces.locate(tenant, body.workspace)  # the caller's own workspace, never another tenant's
     run = prepare_run(svc, local_path(uri), body.flow, body.input, tenant=tenant, model=body.model)
     run.workspace_uri = uri  # where every later reader finds it (an S3 URI in the cloud)
     if run_id:
