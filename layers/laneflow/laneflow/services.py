@@ -7,12 +7,13 @@ handlers on its own threads.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .callbacks import StepFunctionsCallbacks, TaskCallbacks
-from .capture import CaptureSink, FolderCaptures
+from .capture import CaptureSink, FolderCaptures, S3Captures
 from .drives import DriveStarter, StepFunctionsDrives
 from .workspaces import FolderWorkspaces, S3Workspaces, WorkspaceSource
 from .errors import ModelNotConfigured
@@ -61,12 +62,11 @@ class Services:
     @classmethod
     def for_store(cls, store: Store, cfg: Settings | None = None) -> "Services":
         cfg = cfg or settings()
-        root = capture_root(store, cfg)
         on_end: OnEnd = (
-            EventBridgeOnEnd(cfg.event_bus) if cfg.event_bus else LocalOnEnd(root.parent / "events.jsonl", cfg.on_end_command)
+            EventBridgeOnEnd(cfg.event_bus) if cfg.event_bus else LocalOnEnd(local_folder(store, cfg) / "events.jsonl", cfg.on_end_command)
         )
         drives = StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None
-        return cls(store=store, captures=FolderCaptures(root), settings=cfg, on_end=on_end, drives=drives, workspaces=workspace_source(cfg))
+        return cls(store=store, captures=capture_sink(store, cfg), settings=cfg, on_end=on_end, drives=drives, workspaces=workspace_source(cfg))
 
 
 def workspace_source(cfg: Settings) -> WorkspaceSource | None:
@@ -78,14 +78,28 @@ def workspace_source(cfg: Settings) -> WorkspaceSource | None:
     return FolderWorkspaces(cfg.workspaces)
 
 
-def capture_root(store: Store, cfg: Settings) -> Path:
-    """Captures live beside an SQLite store's file (or where LANEFLOW_CAPTURE_DIR says)."""
+def capture_sink(store: Store, cfg: Settings) -> CaptureSink:
+    """Where tool calls are captured: the folder LANEFLOW_CAPTURE_DIR names, else the bucket
+    LANEFLOW_CAPTURE_BUCKET names or the store's own bucket (the cloud: a DynamoDB store
+    with a bucket), else a folder beside the store (`local_folder`)."""
     if cfg.capture_dir:
-        return Path(cfg.capture_dir)
+        return FolderCaptures(cfg.capture_dir)
+    bucket = cfg.capture_bucket or getattr(store, "bucket", None)
+    if bucket:
+        return S3Captures(bucket, region=getattr(store, "region", None))
+    return FolderCaptures(local_folder(store, cfg) / "captures")
+
+
+def local_folder(store: Store, cfg: Settings) -> Path:
+    """Where local files of the store's go (captures, the on-end log): beside an SQLite
+    store's file, else beside LANEFLOW_CAPTURE_DIR, else a folder under the temp folder.
+    Never the working folder: Lambda's (/var/task) is read-only, and a person's is theirs."""
+    if cfg.capture_dir:
+        return Path(cfg.capture_dir).parent
     db = getattr(store, "path", None)
     if db and str(db) != ":memory:":
-        return Path(db).parent / "captures"
-    return Path(".laneflow") / "captures"
+        return Path(db).parent
+    return Path(tempfile.gettempdir()) / "laneflow"
 
 
 _current: Services | None = None

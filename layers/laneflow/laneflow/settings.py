@@ -17,6 +17,7 @@ class Settings(BaseModel):
     store_url: str | None = None  # LANEFLOW_STORE: sqlite:///PATH or dynamodb://TABLE
     tenant: str = "local"  # LANEFLOW_TENANT
     capture_dir: str | None = None  # LANEFLOW_CAPTURE_DIR (local captures; default beside the store)
+    capture_bucket: str | None = None  # LANEFLOW_CAPTURE_BUCKET: captures in S3 (default: the store's bucket)
     default_model: str = "stub"  # LANEFLOW_MODEL: the model when neither flow nor agent names one
     anthropic_api_key: SecretStr | None = None  # ANTHROPIC_API_KEY (never printed: SecretStr)
     anthropic_base_url: str | None = None  # ANTHROPIC_BASE_URL (a local imitation, a proxy)
@@ -48,6 +49,7 @@ class Settings(BaseModel):
             ("store_url", "LANEFLOW_STORE"),
             ("tenant", "LANEFLOW_TENANT"),
             ("capture_dir", "LANEFLOW_CAPTURE_DIR"),
+            ("capture_bucket", "LANEFLOW_CAPTURE_BUCKET"),
             ("default_model", "LANEFLOW_MODEL"),
             ("max_lane_parallel", "LANEFLOW_MAX_LANE_PARALLEL"),
             ("max_drives", "LANEFLOW_MAX_DRIVES"),
