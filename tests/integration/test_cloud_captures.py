@@ -82,11 +82,13 @@ def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only
     assert json.loads((temp / "laneflow" / "events.jsonl").read_text().splitlines()[-1])["run_id"] == run_id
 
 
-def test_captures_follow_the_capture_folder_else_the_capture_bucket_else_the_stores_bucket_else_beside_the_store(tmp_path):
+def test_captures_follow_the_capture_folder_else_a_bucket_named_or_in_use_else_beside_the_store(tmp_path):
     sqlite = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
     assert isinstance(capture_sink(sqlite, Settings(capture_dir=str(tmp_path / "c"))), FolderCaptures)
     named = capture_sink(sqlite, Settings(capture_bucket="captures-bucket"))
     assert isinstance(named, S3Captures) and named.bucket == "captures-bucket"
+    from_workspaces = capture_sink(sqlite, Settings(workspaces="s3://workspaces-bucket/workspaces"))
+    assert isinstance(from_workspaces, S3Captures) and from_workspaces.bucket == "workspaces-bucket"
     beside = capture_sink(sqlite, Settings())
     assert isinstance(beside, FolderCaptures) and beside.root == tmp_path / "captures"
     with mock_aws():

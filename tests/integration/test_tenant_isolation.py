@@ -205,6 +205,15 @@ def test_each_tenants_step_reads_and_writes_only_its_own_workspace_files(cloud):
     assert requests.calls and foreign(requests.calls, B) == []
 
 
+def test_a_cloud_run_records_the_workspaces_name_not_its_sync_folders(cloud):
+    svc, _, _ = cloud
+    started = start(A)
+    assert started["workspace"] == "desk"
+    assert svc.store.get_run(A, started["id"], steps=False).workspace == "desk"
+    status, listed = call("list_runs", A)
+    assert status == 200 and [r["workspace"] for r in listed["runs"]] == ["desk"]
+
+
 def test_captures_are_under_each_tenants_own_prefix(cloud):
     svc, s3, _ = cloud
     runs = {A: start(A)["id"], B: start(B)["id"]}

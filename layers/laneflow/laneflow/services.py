@@ -69,22 +69,30 @@ class Services:
         return cls(store=store, captures=capture_sink(store, cfg), settings=cfg, on_end=on_end, drives=drives, workspaces=workspace_source(cfg))
 
 
+def _s3_location(url: str | None) -> tuple[str, str] | None:
+    """(bucket, prefix) of an `s3://bucket/prefix` setting; None for anything else."""
+    if not url or not url.startswith("s3://"):
+        return None
+    bucket, _, prefix = url[5:].partition("/")
+    return bucket, prefix
+
+
 def workspace_source(cfg: Settings) -> WorkspaceSource | None:
     if not cfg.workspaces:
         return None
-    if cfg.workspaces.startswith("s3://"):
-        bucket, _, prefix = cfg.workspaces[5:].partition("/")
-        return S3Workspaces(bucket, prefix or "workspaces")
+    if s3 := _s3_location(cfg.workspaces):
+        return S3Workspaces(s3[0], s3[1] or "workspaces")
     return FolderWorkspaces(cfg.workspaces)
 
 
 def capture_sink(store: Store, cfg: Settings) -> CaptureSink:
-    """Where tool calls are captured: the folder LANEFLOW_CAPTURE_DIR names, else the bucket
-    LANEFLOW_CAPTURE_BUCKET names or the store's own bucket (the cloud: a DynamoDB store
-    with a bucket), else a folder beside the store (`local_folder`)."""
+    """Where tool calls are captured: the folder LANEFLOW_CAPTURE_DIR names, else S3 in the
+    bucket LANEFLOW_CAPTURE_BUCKET names, or the store's own bucket (the cloud: a DynamoDB
+    store with a bucket), or the bucket of S3 workspaces; else a folder beside the store."""
     if cfg.capture_dir:
         return FolderCaptures(cfg.capture_dir)
-    bucket = cfg.capture_bucket or getattr(store, "bucket", None)
+    workspaces = _s3_location(cfg.workspaces)
+    bucket = cfg.capture_bucket or getattr(store, "bucket", None) or (workspaces[0] if workspaces else None)
     if bucket:
         return S3Captures(bucket, region=getattr(store, "region", None))
     return FolderCaptures(local_folder(store, cfg) / "captures")
