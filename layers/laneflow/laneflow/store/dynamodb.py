@@ -261,8 +261,6 @@ def _read_units(size: int) -> int:
 
 # Every key naming a tenant is built by one of these three, so each checks the tenant: a `#`
 # in it would run into the next part of the key (TenantInvalid, a 400, never a 500).
-
-
 def _pk(tenant: str, run_id: str) -> str:
     return f"T#{check_tenant(tenant)}#R#{run_id}"
 
