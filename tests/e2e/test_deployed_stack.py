@@ -1,6 +1,6 @@
 """Against a deployed stack (`sam deploy`): set LANEFLOW_E2E_API to the stack's ApiUrl output
 (with AWS credentials of the account, and examples/newsroom synced to
-s3://BUCKET/workspaces/newsroom/). Skipped without one."""
+s3://BUCKET/workspaces/ACCOUNT_ID/newsroom/, the caller's tenant). Skipped without one."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def cloud(monkeypatch, tmp_path):
         s3 = boto3.client("s3", region_name="us-east-1")
         for path in (EXAMPLES / "newsroom").rglob("*"):
             if path.is_file():
-                s3.upload_file(str(path), "laneflow-blobs", f"workspaces/newsroom/{path.relative_to(EXAMPLES / 'newsroom').as_posix()}")
+                s3.upload_file(str(path), "laneflow-blobs", f"workspaces/123456789012/newsroom/{path.relative_to(EXAMPLES / 'newsroom').as_posix()}")
         events = boto3.client("events", region_name="us-east-1")
         events.create_event_bus(Name="laneflow-runs")
         svc = Services.for_store(open_store(URL), Settings(store_url=URL, tenant="123456789012"))
@@ -96,7 +96,7 @@ def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
 
     # The record is in DynamoDB (a fresh store reads it), the workspace came from S3.
     fresh = open_store(URL).get_run("123456789012", run_id)
-    assert fresh.status == "completed" and fresh.workspace_uri == "s3://laneflow-blobs/workspaces/newsroom/"
+    assert fresh.status == "completed" and fresh.workspace_uri == "s3://laneflow-blobs/workspaces/123456789012/newsroom/"
     assert cloud.told == [run_id]  # "run finished" went to the bus
 
 

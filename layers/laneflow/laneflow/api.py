@@ -2,7 +2,8 @@
 Gateway (functions/api/app.py) and behind `laneflow serve` (laneflow/serve.py).
 
 - The tenant always comes from the caller's identity, never from a body: the Cognito
-  authorizer's `custom:tenant` claim, else the IAM caller's account id; neither is a 401.
+  authorizer's `custom:tenant` claim, else the IAM caller's account id; neither is a 401,
+  and a name no tenant can have (`#`, `/`, a control character, empty, too long) is a 400.
   Another tenant's run is answered exactly like a missing one (404).
 - Errors are types, mapped to status codes here and only here (the `exception_handler`s
   below): a `LaneflowError` answers its `http_status` (an `InvalidInput` lists its
@@ -38,7 +39,8 @@ from .models import Run
 from .runs import prepare_run
 from .services import Services
 from .step import scrub_paths
-from .workspaces import CACHE, FolderWorkspaces, local_path
+from .tenants import check_tenant
+from .workspaces import ATTEMPTS, CACHE, FolderWorkspaces, local_path
 
 log = logging.getLogger("laneflow.api")
 
@@ -104,7 +106,7 @@ def _error(status: int, message: str, problems: list[dict[str, Any]] | None = No
 def _scrub(text: str) -> str:
     """What a caller may read: no local paths (a workspace folder becomes its name)."""
     svc = app.context.get("services")
-    roots = [str(CACHE)]
+    roots = [str(CACHE), str(ATTEMPTS)]
     if svc is not None and isinstance(svc.workspaces, FolderWorkspaces):
         roots.append(str(svc.workspaces.root))
     return scrub_paths(text, *roots)
@@ -161,7 +163,7 @@ def caller_tenant(request: Request) -> str:
     tenant = claims.get("custom:tenant") or (context.get("identity") or {}).get("accountId")
     if not tenant or not isinstance(tenant, str):
         raise Unauthenticated("this request carries no identity to take a tenant from")
-    return tenant
+    return check_tenant(tenant, source="the caller's tenant")  # a 400 naming it, before any store key is built
 
 
 def bound_services() -> Services:
@@ -258,7 +260,7 @@ def start_run(body: Annotated[StartRun, Body()], tenant: Tenant, svc: Svc) -> Re
     run_id = idempotent_run_id(tenant, body.idempotency_key) if body.idempotency_key else None
     if run_id and (replay := _replayed(svc, tenant, run_id, body)):
         return replay
-    uri = svc.workspaces.locate(body.workspace)
+    uri = svc.workspaces.locate(tenant, body.workspace)  # the caller's own workspace, never another tenant's
     run = prepare_run(svc, local_path(uri), body.flow, body.input, tenant=tenant, model=body.model)
     run.workspace_uri = uri  # where every later reader finds it (an S3 URI in the cloud)
     if run_id:

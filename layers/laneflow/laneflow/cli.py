@@ -45,9 +45,11 @@ def parse_input(text: str | None) -> Any:
 
 def _services(args: argparse.Namespace, settings=None):
     from .services import Services
+    from .settings import settings as from_env
     from .store import open_store
 
-    return Services.for_store(open_store(args.store), settings)
+    cfg = settings or from_env()  # first: a bad LANEFLOW_TENANT is refused before a store is made
+    return Services.for_store(open_store(args.store), cfg)
 
 
 # -- commands --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from .callbacks import StepFunctionsCallbacks, TaskCallbacks
-from .capture import CaptureSink, FolderCaptures
+from .capture import CaptureSink, FolderCaptures, S3Captures
 from .drives import DriveStarter, StepFunctionsDrives
 from .workspaces import FolderWorkspaces, S3Workspaces, WorkspaceSource
 from .errors import ModelNotConfigured
@@ -98,31 +99,52 @@ class Services:
     @classmethod
     def for_store(cls, store: Store, cfg: Settings | None = None) -> "Services":
         cfg = cfg or settings()
-        root = capture_root(store, cfg)
         on_end: OnEnd = (
-            EventBridgeOnEnd(cfg.event_bus) if cfg.event_bus else LocalOnEnd(root.parent / "events.jsonl", cfg.on_end_command)
+            EventBridgeOnEnd(cfg.event_bus) if cfg.event_bus else LocalOnEnd(local_folder(store, cfg) / "events.jsonl", cfg.on_end_command)
         )
         drives = StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None
-        return cls(store=store, captures=FolderCaptures(root), settings=cfg, on_end=on_end, drives=drives, workspaces=workspace_source(cfg))
+        return cls(store=store, captures=capture_sink(store, cfg), settings=cfg, on_end=on_end, drives=drives, workspaces=workspace_source(cfg))
+
+
+def _s3_location(url: str | None) -> tuple[str, str] | None:
+    """(bucket, prefix) of an `s3://bucket/prefix` setting; None for anything else."""
+    if not url or not url.startswith("s3://"):
+        return None
+    bucket, _, prefix = url[5:].partition("/")
+    return bucket, prefix
 
 
 def workspace_source(cfg: Settings) -> WorkspaceSource | None:
     if not cfg.workspaces:
         return None
-    if cfg.workspaces.startswith("s3://"):
-        bucket, _, prefix = cfg.workspaces[5:].partition("/")
-        return S3Workspaces(bucket, prefix or "workspaces")
+    if s3 := _s3_location(cfg.workspaces):
+        return S3Workspaces(s3[0], s3[1] or "workspaces")
     return FolderWorkspaces(cfg.workspaces)
 
 
-def capture_root(store: Store, cfg: Settings) -> Path:
-    """Captures live beside an SQLite store's file (or where LANEFLOW_CAPTURE_DIR says)."""
+def capture_sink(store: Store, cfg: Settings) -> CaptureSink:
+    """Where tool calls are captured: the folder LANEFLOW_CAPTURE_DIR names, else S3 in the
+    bucket LANEFLOW_CAPTURE_BUCKET names, or the store's own bucket (the cloud: a DynamoDB
+    store with a bucket), or the bucket of S3 workspaces; else a folder beside the store."""
     if cfg.capture_dir:
-        return Path(cfg.capture_dir)
+        return FolderCaptures(cfg.capture_dir)
+    workspaces = _s3_location(cfg.workspaces)
+    bucket = cfg.capture_bucket or getattr(store, "bucket", None) or (workspaces[0] if workspaces else None)
+    if bucket:
+        return S3Captures(bucket, region=getattr(store, "region", None))
+    return FolderCaptures(local_folder(store, cfg) / "captures")
+
+
+def local_folder(store: Store, cfg: Settings) -> Path:
+    """Where local files of the store's go (captures, the on-end log): beside an SQLite
+    store's file, else beside LANEFLOW_CAPTURE_DIR, else a folder under the temp folder.
+    Never the working folder: Lambda's (/var/task) is read-only, and a person's is theirs."""
+    if cfg.capture_dir:
+        return Path(cfg.capture_dir).parent
     db = getattr(store, "path", None)
     if db and str(db) != ":memory:":
-        return Path(db).parent / "captures"
-    return Path(".laneflow") / "captures"
+        return Path(db).parent
+    return Path(tempfile.gettempdir()) / "laneflow"
 
 
 _current: Services | None = None

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, SecretStr, field_validator
 
+from .tenants import check_tenant
+
 
 class Settings(BaseModel):
     """Process-wide settings. Locally the CLI fills most of these from its flags; in Lambda
@@ -16,6 +18,7 @@ class Settings(BaseModel):
     store_url: str | None = None  # LANEFLOW_STORE: sqlite:///PATH or dynamodb://TABLE
     tenant: str = "local"  # LANEFLOW_TENANT
     capture_dir: str | None = None  # LANEFLOW_CAPTURE_DIR (local captures; default beside the store)
+    capture_bucket: str | None = None  # LANEFLOW_CAPTURE_BUCKET: captures in S3 (default: the store's bucket)
     default_model: str = "stub"  # LANEFLOW_MODEL: the model when neither flow nor agent names one
     anthropic_api_key: SecretStr | None = None  # ANTHROPIC_API_KEY (never printed: SecretStr)
     anthropic_base_url: str | None = None  # ANTHROPIC_BASE_URL (a local imitation, a proxy)
@@ -35,6 +38,11 @@ class Settings(BaseModel):
     def _level_name(cls, value: object) -> object:
         return value.strip().upper() if isinstance(value, str) else value
 
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_is_valid(cls, tenant: str) -> str:
+        return check_tenant(tenant)  # TenantInvalid (bad input), never a pydantic error
+
     @property
     def anthropic_api_key_set(self) -> bool:
         return bool(self.anthropic_api_key and self.anthropic_api_key.get_secret_value())
@@ -49,6 +57,7 @@ class Settings(BaseModel):
             ("store_url", "LANEFLOW_STORE"),
             ("tenant", "LANEFLOW_TENANT"),
             ("capture_dir", "LANEFLOW_CAPTURE_DIR"),
+            ("capture_bucket", "LANEFLOW_CAPTURE_BUCKET"),
             ("default_model", "LANEFLOW_MODEL"),
             ("max_lane_parallel", "LANEFLOW_MAX_LANE_PARALLEL"),
             ("max_drives", "LANEFLOW_MAX_DRIVES"),
@@ -62,6 +71,8 @@ class Settings(BaseModel):
         ):
             if env.get(name):
                 values[field] = env[name]
+        if "tenant" in values:
+            check_tenant(values["tenant"], source="LANEFLOW_TENANT")
         return cls.model_validate(values)
 
 

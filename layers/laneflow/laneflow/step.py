@@ -34,7 +34,7 @@ from .prompt import build_system_prompt
 from .services import Services
 from .workers import current_worker, dumps
 from .workspace import load_agent, load_workspace
-from .workspaces import local_path
+from .workspaces import WorkingCopy, checkout
 
 log = logging.getLogger("laneflow.step")
 
@@ -256,7 +256,8 @@ class StepRunner:
     ):
         self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
         self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
-        self.prepared: tuple[Any, Any, Any] | None = None  # (workspace, agent, prompt) of the first attempt
+        self.prepared: tuple[Any, Any, Any, WorkingCopy] | None = None  # (workspace, agent, prompt, copy) of the first attempt
+        self.copy: WorkingCopy | None = None  # the folder the current attempt works in
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
         self.spec = step_spec(run, step)
         # What earlier attempts of this step ended with (a retry, or a resume after a crash):
@@ -334,6 +335,8 @@ class StepRunner:
                     pass
                 crashpoint("after-result")
                 return self._report()
+            finally:
+                self._discard()  # however the attempt ended, its copy of the workspace goes
 
             reason = Redactor(self.svc.secret_values())(scrub_paths(reason, self.run.workspace_uri))
             cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
@@ -372,10 +375,10 @@ class StepRunner:
     def _attempt(self) -> tuple[StepOutcome, Any, StepRecorder]:
         svc, run, step = self.svc, self.run, self.step
         if self.prepared is not None:  # built before the claim, layers written with it
-            ws, agent, prompt = self.prepared
+            ws, agent, prompt, self.copy = self.prepared
             self.prepared = None
         else:
-            ws, agent, prompt = prepare(run, step)
+            ws, agent, prompt, self.copy = prepare(run, step)
             svc.store.set_prompt_layers(self.ref, prompt.records())
         handoff = handoff_for(svc, run, step, self.spec.handoff, group=step.group, cycle=self.cycle)
         prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
@@ -418,7 +421,29 @@ class StepRunner:
         data = check_output(self.spec, outcome)
         if self.spec.verify_judge:
             self._judge(ws, job, outcome, recorder)
+        self._keep(agent, recorder)
         return outcome, data, recorder
+
+    def _keep(self, agent: Any, recorder: "StepRecorder") -> None:
+        """The attempt completed: what it wrote that outlives it goes back to the workspace
+        (the tenant's S3 prefix in the cloud), and only while this attempt is still the
+        running one, so an attempt a stop or an interruption ended meanwhile keeps nothing."""
+        kept = self.copy.changed(agent.path) if self.copy is not None else []
+        if not kept:
+            return
+        self.svc.store.heartbeat(self.ref, utcnow())  # AttemptEnded if it was ended meanwhile
+        try:
+            self.copy.keep(kept)  # type: ignore[union-attr] - there is something to keep
+        except Exception as error:  # noqa: BLE001 - S3 or disk: the attempt did not complete
+            log.warning("step %s of %s: keeping its files failed: %s", self.step.index, self.run.id, error)
+            raise StepFailed(f"what it wrote could not be kept in the workspace ({type(error).__name__})", retryable=True) from None
+        recorder.event("info", f"kept in the workspace: {', '.join(kept)}", {"kept": kept})
+
+    def _discard(self) -> None:
+        """Remove the current attempt's working copy (a local workspace is left as it is)."""
+        if self.copy is not None:
+            self.copy.discard()
+            self.copy = None
 
     def _judge(self, ws: Any, job: StepJob, outcome: StepOutcome, recorder: "StepRecorder") -> None:
         """`verify: judge:` asks the judge model (AGENTS.md `judge:`, workspace over account,
@@ -457,11 +482,18 @@ class StepRunner:
 WAITED_TO_START = "run stopped by a person while this step waited to start"
 
 
-def prepare(run: Run, step: Step) -> tuple[Any, Any, Any]:
-    """Read the workspace and the agent afresh and build the step's system prompt."""
-    ws = load_workspace(local_path(run.workspace_uri))
-    agent = load_agent(ws, step.agent or "")
-    return ws, agent, build_system_prompt(ws, agent)
+def prepare(run: Run, step: Step) -> tuple[Any, Any, Any, WorkingCopy]:
+    """Give the attempt its own working copy of the workspace (`checkout`), read the
+    workspace and the agent from it afresh and build the step's system prompt. The copy is
+    the caller's to discard; if reading fails it is discarded here."""
+    copy = checkout(run.workspace_uri)
+    try:
+        ws = load_workspace(copy.root)
+        agent = load_agent(ws, step.agent or "")
+        return ws, agent, build_system_prompt(ws, agent), copy
+    except BaseException:
+        copy.discard()
+        raise
 JUDGE_SYSTEM = (
     "You are a strict judge of another agent's work. Answer the question about the output you are "
     "shown. Open your reply with PASS, or with FAIL: and the reason in one sentence."
@@ -516,9 +548,21 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
     # with the claim. If that fails, the attempt is still claimed and then ended with the
     # reason (the runner meets the same failure): no step stays pending or running silently.
     try:
-        prepared: tuple[Any, Any, Any] | None = prepare(run, step)
+        prepared: tuple[Any, Any, Any, WorkingCopy] | None = prepare(run, step)
     except Exception:  # noqa: BLE001 - reported through the attempt below
         prepared = None
+    try:
+        return _claim_and_run(svc, req, run, step, prepared, opener, worker)
+    finally:
+        if prepared:
+            prepared[3].discard()  # if no attempt took it (the claim went elsewhere, a crash)
+
+
+def _claim_and_run(
+    svc: Services, req: RunStepRequest, run: Run, step: Step, prepared: tuple[Any, Any, Any, WorkingCopy] | None,
+    opener: Callable[..., int] | None, worker: dict,
+) -> StepReport:
+    tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
     op_id = req.op.op_id(group=req.group, cycle=req.cycle, index=index)
     svc.store.journal_begin(tenant, run_id, op_id, index)
     crashpoint("after-journal")

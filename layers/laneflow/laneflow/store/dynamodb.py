@@ -133,6 +133,7 @@ from ..models import (
     StepStatus,
     utcnow,
 )
+from ..tenants import check_tenant
 from .base import RUN_FIELDS, STEP_FIELDS, Store
 
 # Store-neutral helpers the SQLite store defines (the same messages and validation on both).
@@ -258,10 +259,10 @@ def _read_units(size: int) -> int:
 # -- keys ----------------------------------------------------------------------------------
 
 
+# Every key naming a tenant is built by one of these three, so each checks the tenant: a `#`
+# in it would run into the next part of the key (TenantInvalid, a 400, never a 500).
 def _pk(tenant: str, run_id: str) -> str:
-    if not tenant or "#" in tenant:
-        raise ValueError(f"a tenant name cannot be empty or contain '#': {tenant!r}")
-    return f"T#{tenant}#R#{run_id}"
+    return f"T#{check_tenant(tenant)}#R#{run_id}"
 
 
 def _key(tenant: str, run_id: str, sk: str) -> dict[str, Any]:
@@ -316,11 +317,11 @@ def _gate_token_prefix(key: str) -> str:
 
 
 def _runs_pk(tenant: str) -> str:
-    return f"T#{tenant}#RUNS"
+    return f"T#{check_tenant(tenant)}#RUNS"
 
 
 def _live_pk(tenant: str, kind: str) -> str:
-    return f"T#{tenant}#LIVE#{kind}"
+    return f"T#{check_tenant(tenant)}#LIVE#{kind}"
 
 
 def _live_sk(run_id: str, index: int) -> str:

@@ -78,6 +78,7 @@ from ..models import (
     StepStatus,
     utcnow,
 )
+from ..tenants import check_tenant
 from .base import RUN_FIELDS, STEP_FIELDS, Store
 
 SCHEMA_VERSION = 4
@@ -552,7 +553,12 @@ class SqliteStore(Store):
 
     # -- runs ---------------------------------------------------------------------------
 
+    # The runs' entry points check the tenant (check_tenant), as the DynamoDB store's keys do,
+    # so both stores refuse the same names the same way; steps and attempts are only reached
+    # through a run.
+
     def create_run(self, run: Run) -> None:
+        check_tenant(run.tenant)
         columns = ", ".join(c for c, _ in _RUN_COLUMNS.values())
         marks = ", ".join("?" * len(_RUN_COLUMNS))
         values = tuple(_to_db(kind, getattr(run, f)) for f, (_, kind) in _RUN_COLUMNS.items())
@@ -564,12 +570,14 @@ class SqliteStore(Store):
             self._insert_steps(db, run.tenant, run.id, run.steps)
 
     def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True) -> Run:
+        check_tenant(tenant)
         with self._read() as db:
             run = self._run_json(db, tenant, run_id)
             step_list = self._steps_json(db, tenant, run_id, detail=detail) if steps else []
         return Run.model_validate_json(_splice(run, steps=_array(step_list)))
 
     def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
+        check_tenant(tenant)
         sql, args = f"SELECT {_RUN_JSON} FROM runs WHERE tenant = ?", [tenant]
         if status is not None:
             wanted = _statuses(status)
@@ -590,6 +598,7 @@ class SqliteStore(Store):
         add_cost: float = 0.0,
         add_drives: int = 0,
     ) -> Run:
+        check_tenant(tenant)
         # column -> (SQL expression, argument). An amount to add to a column that the same
         # call also sets lands on the value set.
         sets = {column: ("?", value) for column, value in _validated_changes(Run, RUN_FIELDS, changes).items()}
@@ -617,6 +626,7 @@ class SqliteStore(Store):
         return Run.model_validate_json(run)
 
     def request_stop(self, tenant: str, run_id: str) -> bool:
+        check_tenant(tenant)
         with self._write() as db:
             row = db.execute("SELECT stop_requested FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
             if row is None:

@@ -1,0 +1,53 @@
+"""Tenant names: one check (laneflow.tenants.check_tenant) for every entrance."""
+
+from __future__ import annotations
+
+import pytest
+
+from laneflow.errors import InvalidInput
+from laneflow.settings import Settings
+from laneflow.tenants import TenantInvalid, check_tenant
+
+
+@pytest.mark.parametrize("tenant", ["local", "123456789012", "acme-corp.eu", "ana@example.com", "T_1", "x" * 64])
+def test_an_account_id_a_slug_or_an_email_is_a_tenant(tenant):
+    assert check_tenant(tenant) == tenant
+
+
+@pytest.mark.parametrize(
+    "tenant, said",
+    [
+        ("acme#RUNS", "cannot contain '#'"),
+        ("acme/../globex", "cannot contain '/'"),
+        ("line\nbreak", "cannot contain '\\n'"),
+        ("nul\x00", "cannot contain '\\x00'"),
+        ("tab\there", "cannot contain '\\t'"),
+        (".hidden", "cannot start with '.'"),
+        ("", "is empty"),
+        ("t" * 65, "is 65 characters long"),
+    ],
+)
+def test_a_tenant_no_key_can_hold_is_refused_naming_it_and_why(tenant, said):
+    with pytest.raises(TenantInvalid) as refused:
+        check_tenant(tenant, source="the caller's tenant")
+    message = str(refused.value)
+    assert message.startswith("the caller's tenant") and said in message
+    if tenant:
+        assert repr(tenant[:40])[:-1] in message  # named, control characters escaped
+    assert isinstance(refused.value, InvalidInput)  # bad input: a 400, exit code 2
+    assert "\n" not in message and "\x00" not in message
+
+
+def test_a_very_long_tenant_is_shown_cut_short():
+    with pytest.raises(TenantInvalid) as refused:
+        check_tenant("t" * 10_000)
+    assert len(str(refused.value)) < 300
+
+
+def test_a_bad_LANEFLOW_TENANT_is_refused_naming_the_variable():
+    with pytest.raises(TenantInvalid, match=r"^LANEFLOW_TENANT 'a#b' cannot contain '#'"):
+        Settings.from_env({"LANEFLOW_TENANT": "a#b"})
+    with pytest.raises(TenantInvalid):
+        Settings(tenant="a/b")
+    assert Settings.from_env({"LANEFLOW_TENANT": "acme"}).tenant == "acme"
+    assert Settings.from_env({}).tenant == "local"
