@@ -109,7 +109,7 @@ def cloud(monkeypatch, tmp_path, api):
         s3 = boto3.client("s3")
         for path in ws.rglob("*"):
             if path.is_file():
-                s3.upload_file(str(path), "laneflow-blobs", f"workspaces/claude/{path.relative_to(ws).as_posix()}")
+                s3.upload_file(str(path), "laneflow-blobs", f"workspaces/{TENANT}/claude/{path.relative_to(ws).as_posix()}")
         yield reads
         install(None)
     settings.cache_clear()
