@@ -123,7 +123,7 @@ def test_a_value_that_contains_itself_or_expands_past_the_size_bound_is_refused_
 # -- frontmatter -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key, shown", [("5", "int '5'"), ("~", "null '~'"), ("true", "bool 'true'")])
+@pytest.mark.parametrize("key, shown", [("5", "a number (5)"), ("~", "null (~)"), ("true", "true/false (true)")])
 def test_a_frontmatter_key_that_is_not_text_is_an_error_naming_file_and_line(tmp_path, key, shown):
     problems = agent_problems(tmp_path, f"---\nmodel: stub\n{key}: x\n---\nYou are a.")
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import jsonsafe
 from .errors import FlowInvalid, Problem, RunInputInvalid, WorkspaceInvalid
-from .workspace import StrictLoader, UnfitValue, Workspace, _read_workspace, has_agent, load_agent
+from .workspace import StrictLoader, UnfitValue, Workspace, _read_workspace, has_agent, load_agent, yaml_error_at
 
 __all__ = [
     "StepSpec",
@@ -608,21 +608,22 @@ def load_flow(ws: Workspace, name: str) -> Flow:
     except UnicodeDecodeError as e:
         raise FlowInvalid(f"flow {name!r} is not valid",
                           [Problem(file=rel, message=f"not UTF-8 text (byte {e.start})")]) from None
-    loader = StrictLoader(text)
+    loader: StrictLoader | None = None
     try:
+        loader = StrictLoader(text)  # reads the text at once: a control character fails here
         root = loader.get_single_node()
         checker = _FlowChecker(ws, name, rel, loader)
         parts = checker.check(root)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        what = getattr(e, "problem", None) or str(e)
+        at, what = yaml_error_at(e, text)
         message = what if isinstance(e, UnfitValue) else f"YAML does not parse: {what}"
         raise FlowInvalid(
             f"flow {name!r} is not valid",
-            [Problem(file=rel, line=mark.line + 1 if mark else None, message=message)],
+            [Problem(file=rel, line=at + 1 if at is not None else None, message=message)],
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     # In file order: the flow's own problems by line, then those of its schema files.
     problems = sorted(_dedupe(checker.problems), key=lambda p: (p.file != rel, p.file, p.line or 0))
     if problems:

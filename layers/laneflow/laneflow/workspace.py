@@ -294,11 +294,20 @@ def _read_text(path: Path, rel: str) -> str:
         ) from None
 
 
-def _yaml_problem(e: yaml.YAMLError, rel: str, first_line: int) -> Problem:
+def yaml_error_at(e: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+    """Where (0-based line of `text`, when known) and what a YAML error says, in one line.
+    A character YAML does not take (a control character) is a ReaderError with a position."""
+    if isinstance(e, yaml.reader.ReaderError):
+        return text[: e.position].count("\n"), f"unacceptable character #x{e.character:04x}: {e.reason}"
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    return (mark.line if mark is not None else None), getattr(e, "problem", None) or str(e)
+
+
+def _yaml_problem(e: yaml.YAMLError, rel: str, first_line: int, fm: str = "") -> Problem:
     """A YAML error as a Problem; `first_line` is the file line of the text's line 0."""
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    line = first_line + mark.line if mark is not None else None
-    what = getattr(e, "problem", None) or str(e)
+    at, what = yaml_error_at(e, fm)
+    line = first_line + at if at is not None else None
     context = getattr(e, "context", None)
     context_mark = getattr(e, "context_mark", None)
     if context and context_mark is not None and context_mark is not mark:
@@ -332,10 +341,11 @@ def _key_lines(fm: str, first_line: int) -> _Lines:
         key = str(k.value)
         lines.keys[key] = first_line + k.start_mark.line
         if k.tag != "tag:yaml.org,2002:str":
-            what = k.tag.rsplit(":", 1)[-1]
+            tag = k.tag.rsplit(":", 1)[-1]
+            what = {"int": "a number", "float": "a number", "bool": "true/false", "null": "null"}.get(tag, tag)
             lines.bad_keys.append(
                 Problem(file="", line=lines.keys[key], field=key[:40],
-                        message=f"a setting's name must be text, not {what} {key[:40]!r}; quote it or remove it")
+                        message=f"a setting's name must be text, not {what} ({key[:40]}); quote it or remove it")
             )
         fields = [(key, v)] + ([(f"{key}[{i}]", item) for i, item in enumerate(v.value)] if isinstance(v, yaml.SequenceNode) else [])
         for field, value in fields:
@@ -378,9 +388,9 @@ def _read_front(path: Path, rel: str) -> _Front:
             post = frontmatter.loads(text, handler=handler)
         except yaml.YAMLError as e:
             error = e if quoted else strict_error
-            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(error, rel, first_line)]) from None
+            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(error, rel, first_line, handler.fm)]) from None
         if not quoted:  # pragma: no cover - the lenient pass changed nothing, so it fails too
-            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(strict_error, rel, first_line)])
+            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(strict_error, rel, first_line, handler.fm)])
         warnings = [
             Problem(
                 file=rel,
