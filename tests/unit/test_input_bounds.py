@@ -85,6 +85,15 @@ def test_input_at_the_depth_bound_and_plain_json_are_accepted():
     assert parse_input('{"a": [1, 2.5, "é", null, true], "b": {"c": -0.0}}') == {"a": [1, 2.5, "é", None, True], "b": {"c": 0.0}}
 
 
+def test_a_nan_after_a_long_run_of_numbers_is_still_refused():
+    text = "[" + "1.5," * 200_000 + "NaN]"  # within the size bound, yet longer than any estimate of it
+
+    with pytest.raises(InvalidInput) as err:
+        parse_input(text)
+
+    assert err.value.problems[0].field == "$[200000]"
+
+
 def test_input_past_the_size_bound_is_refused_before_it_is_read(tmp_path):
     big = json.dumps({"text": "x" * jsonsafe.MAX_CHARS})
     with pytest.raises(InvalidInput) as err:

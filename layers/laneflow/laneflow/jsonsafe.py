@@ -188,9 +188,12 @@ def refusal(value: Any, parts: tuple[str | int, ...] = (), *, json_text: bool = 
     """The first reason `value` is not JSON laneflow takes, or None.
 
     Walks the value once: a list or object reached twice (a YAML alias) is measured once,
-    so a value that expands to billions of nodes is refused by its size, not walked."""
+    so a value that expands to billions of nodes is refused by its size, not walked. With
+    `json_text` (the value was just read from text no longer than MAX_CHARS) every node is
+    checked and the size is not: the text was measured, and only aliases could exceed it."""
     sizes: dict[int, int] = {}
     walking: set[int] = set()
+    limit = math.inf if json_text else MAX_CHARS
 
     def walk(v: Any, at: tuple[str | int, ...], depth: int) -> int:
         """The size of `v` written as JSON; raises Refusal."""
@@ -230,15 +233,15 @@ def refusal(value: Any, parts: tuple[str | int, ...] = (), *, json_text: bool = 
                 if (bad := _text_refusal(k, at, "a key")) is not None:
                     raise bad
                 total += len(k) + 4 + walk(item, (*at, k), depth + 1)
-                if total > MAX_CHARS:
+                if total > limit:
                     break
         else:
             for i, item in enumerate(v):
                 total += 1 + walk(item, (*at, i), depth + 1)
-                if total > MAX_CHARS:
+                if total > limit:
                     break
         walking.discard(key)
-        if total > MAX_CHARS and not json_text:  # text was measured before it was read
+        if total > limit:
             raise Refusal(at, f"more than {MAX_CHARS:,} characters when written as JSON")
         sizes[key] = total
         return total
