@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "robustness",
-    max_examples=120,
+    max_examples=300,
     deadline=None,  # a busy machine's pauses are not failures
     derandomize=True,
     database=None,
