@@ -12,9 +12,10 @@ import pytest
 
 from laneflow import jsonsafe
 from laneflow.cli import parse_input
-from laneflow.errors import FlowInvalid, InvalidInput, WorkspaceInvalid
+from laneflow.errors import FlowInvalid, InvalidInput, StepFailed, WorkspaceInvalid
 from laneflow.executors.stub import MAX_SIMULATED_MS, BadHeader, parse_answer
 from laneflow.flow import check_workspace, load_flow
+from laneflow.step import extract_json
 from laneflow.workspace import load_agent, load_workspace
 
 
@@ -244,6 +245,16 @@ def test_a_schema_file_that_is_a_symlink_out_of_the_workspace_is_refused_and_nev
     assert "leads outside the workspace" in problem.message and str(tmp_path) not in problem.message
 
 
+@pytest.mark.parametrize("ref", ["../outside.json", "schemas/../../outside.json", "/etc/passwd"])
+def test_a_schema_path_out_of_the_workspace_is_refused_naming_the_flow_file_and_line(tmp_path, ref):
+    (tmp_path / "outside.json").write_text('{"type": "object"}')
+
+    [problem] = flow_problems(tmp_path, SCHEMA_FLOW.replace("schemas/x.json", ref))
+
+    assert (problem.file, problem.line, problem.field) == ("flows/f.yaml", 4, "steps[0].schema")
+    assert "inside the workspace" in problem.message
+
+
 def test_a_schema_file_in_a_symlinked_folder_out_of_the_workspace_is_refused(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -270,3 +281,18 @@ def test_a_schema_file_holding_nan_is_refused_naming_the_schema_file(tmp_path):
 
     assert [(p.file, p.field) for p in problems] == [("schemas/x.json", "$.maximum")]
     assert "NaN" in problems[0].message and "flows/f.yaml" in problems[0].message
+
+
+# -- model output --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reply", ['```json\n{"score": NaN}\n```', '{"a": [1, -Infinity]}', '{"a": 1e400}'])
+def test_a_model_reply_whose_json_holds_nan_or_infinity_fails_the_attempt_and_is_not_kept(reply):
+    with pytest.raises(StepFailed) as err:
+        extract_json(reply)
+
+    assert err.value.retryable and "cannot keep" in err.value.reason
+
+
+def test_a_model_reply_of_plain_json_is_kept():
+    assert extract_json('Done.\n```json\n{"score": 0.5, "tags": ["a"]}\n```') == {"score": 0.5, "tags": ["a"]}

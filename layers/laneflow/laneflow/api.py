@@ -43,7 +43,6 @@ from .workspaces import CACHE, FolderWorkspaces, local_path
 log = logging.getLogger("laneflow.api")
 
 
-
 def _read_body(text: str) -> Any:
     """Every body, read strictly (`laneflow.jsonsafe`). Text that is not JSON raises
     `json.JSONDecodeError`, which Powertools answers as its own 400; JSON laneflow does not
