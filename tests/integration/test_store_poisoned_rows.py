@@ -16,6 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from conftest import FIXTURES
 from laneflow.cli import main
 from laneflow.errors import RecordDamaged
 from laneflow.models import RunStatus
@@ -117,7 +118,7 @@ def test_reconcile_passes_over_a_damaged_run_and_goes_on_with_the_rest(damaged, 
     assert any(bad.id in line and "input" in line for line in report.lines())
 
 
-def test_runs_show_and_reconcile_keep_working_on_a_store_with_a_nan_run(tmp_path, capsys):
+def test_runs_show_reconcile_and_run_keep_working_on_a_store_with_a_nan_run(tmp_path, capsys):
     # Given a SQLite store holding one good run and one whose input is NaN
     url = f"sqlite:///{tmp_path / 'laneflow.db'}"
     with sqlite_store(tmp_path) as store:
@@ -134,3 +135,9 @@ def test_runs_show_and_reconcile_keep_working_on_a_store_with_a_nan_run(tmp_path
     assert "run 'run-bad' cannot be read from the store: its input is not valid JSON" in err and "Traceback" not in err
     assert main(["show", "run-good", "--store", url]) == 0
     assert main(["reconcile", "--store", url]) == 0
+    # and a new run starts, runs and is listed beside the good one
+    sem = FIXTURES / "ws_semantics"
+    assert main(["run", str(sem), "handoff", "--input", '{"things": ["a"]}', "--store", url, "--quiet", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["runs", "--store", url, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
