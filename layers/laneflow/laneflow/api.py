@@ -32,7 +32,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.request import Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from . import __version__
+from . import __version__, jsonsafe
 from .actions import answer_approval, stop_run
 from .errors import Conflict, InvalidInput, LaneflowError, Problem, RunNotFound
 from .models import Run
@@ -44,7 +44,21 @@ from .workspaces import ATTEMPTS, CACHE, FolderWorkspaces, local_path
 
 log = logging.getLogger("laneflow.api")
 
-app = APIGatewayRestResolver(enable_validation=True)
+
+def _read_body(text: str) -> Any:
+    """Every body, read strictly (`laneflow.jsonsafe`). Text that is not JSON raises
+    `json.JSONDecodeError`, which Powertools answers as its own 400; JSON laneflow does not
+    take (NaN, Infinity, a lone surrogate, nesting or size past its bounds) is a 400 naming
+    the field, like any body that does not fit its model."""
+    try:
+        return jsonsafe.parse(text)
+    except jsonsafe.Refusal as refused:
+        raise RequestValidationError(
+            [{"type": "json_refused", "loc": ("body", *refused.parts), "msg": refused.reason}]
+        ) from None
+
+
+app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=_read_body)
 
 # Powertools keeps the current event on the resolver (a class attribute), so one request is
 # resolved at a time per process. A Lambda container handles one anyway; `laneflow serve`
@@ -64,11 +78,21 @@ def resolve(event: dict[str, Any], context: Any, svc: Services) -> dict[str, Any
 
 def _as_json(event: dict[str, Any]) -> dict[str, Any]:
     """Every body this API takes is JSON, whatever its Content-Type says (`curl -d` sends
-    JSON labelled as a form): read as a form, it would be refused with confusing errors."""
-    if not event.get("body"):
-        return event
-    headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != "content-type"}
-    multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if k.lower() != "content-type"}
+    JSON labelled as a form): read as a form, it would be refused with confusing errors.
+
+    A base64 body (API Gateway's binary media types) is decoded here, strictly; one that is
+    not base64 of UTF-8 text is passed on as it came, so reading it as JSON refuses it (a
+    400), rather than failing inside the resolver (a 500)."""
+    body = event.get("body")
+    if event.get("isBase64Encoded"):
+        if isinstance(body, str):
+            try:
+                body = base64.b64decode(body, validate=True).decode("utf-8")
+            except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+                pass
+        event = {**event, "body": body, "isBase64Encoded": False}
+    headers = {k: v for k, v in (event.get("headers") or {}).items() if str(k).lower() != "content-type"}
+    multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if str(k).lower() != "content-type"}
     return {**event, "headers": {**headers, "Content-Type": "application/json"}, "multiValueHeaders": {**multi, "Content-Type": ["application/json"]}}
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import jsonsafe
 from .errors import InvalidInput, LaneflowError, Problem
 from .models import Run, RunStatus, StepStatus
 
@@ -26,7 +27,9 @@ def _err(message: str) -> None:
 
 
 def parse_input(text: str | None) -> Any:
-    """`--input JSON` or `--input @FILE`."""
+    """`--input JSON` or `--input @FILE`, read strictly (`laneflow.jsonsafe`): NaN,
+    Infinity, lone surrogates, nesting past its depth and text past its size are refused
+    with `InvalidInput` naming `--input` (and the field), before anything is written."""
     if text is None:
         return {}
     source = "--input"
@@ -34,13 +37,16 @@ def parse_input(text: str | None) -> Any:
         path = Path(text[1:])
         source = f"--input file {path}"
         try:
-            text = path.read_text(encoding="utf-8")
+            if path.stat().st_size > 4 * jsonsafe.MAX_CHARS:  # UTF-8 takes at most 4 bytes a character
+                raise InvalidInput(f"{source}: more than {jsonsafe.MAX_CHARS:,} characters of JSON")
+            data = path.read_bytes()
         except OSError as exc:
             raise InvalidInput(f"{source}: cannot read it ({exc.strerror})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        try:
+            text = data.decode("utf-8").removeprefix("\ufeff")
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    return jsonsafe.loads(text, source)
 
 
 def _services(args: argparse.Namespace, settings=None):

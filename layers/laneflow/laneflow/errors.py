@@ -48,6 +48,16 @@ class InvalidInput(LaneflowError):
             return head
         return head + "\n" + "\n".join(f"  {p}" for p in self.problems)
 
+    def one_line(self) -> str:
+        """The message and its first problem (file, line, field) on one line, for a
+        record's `error` or a reason, where a list does not fit."""
+        head = str(self.args[0]) if self.args else type(self).__name__
+        errors = [p for p in self.problems if p.severity == "error"] or self.problems
+        if not errors or str(errors[0]) in head:
+            return head
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"{head}: {errors[0]}{more}"
+
 
 class WorkspaceInvalid(InvalidInput):
     """A workspace that cannot be read (missing, or a file that does not parse)."""
@@ -70,6 +80,13 @@ class RunNotFound(NotFound):
     def __init__(self, run_id: str):
         super().__init__(f"no run {run_id!r}")
         self.run_id = run_id
+
+
+class RecordDamaged(LaneflowError):
+    """A stored record that cannot be read back: it holds what no entrance lets in now (a
+    NaN written before such values were refused, a hand edit). Other records read on: a
+    list leaves it out, reconcile goes on with the rest, and reading it says which record
+    and which field."""
 
 
 class Conflict(LaneflowError):

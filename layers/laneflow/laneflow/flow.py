@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -21,8 +22,9 @@ from jsonschema import validators
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import jsonsafe
 from .errors import FlowInvalid, Problem, RunInputInvalid, WorkspaceInvalid
-from .workspace import Workspace, _read_workspace, has_agent, load_agent
+from .workspace import StrictLoader, UnfitValue, Workspace, _read_workspace, has_agent, load_agent, yaml_error_at
 
 __all__ = [
     "StepSpec",
@@ -163,7 +165,7 @@ def _schema_problem(schema: Any) -> SchemaError | None:
 class _FlowChecker:
     """Walks a flow's YAML nodes, collecting every problem with its line and field."""
 
-    def __init__(self, ws: Workspace, name: str, rel: str, loader: yaml.SafeLoader):
+    def __init__(self, ws: Workspace, name: str, rel: str, loader: StrictLoader):
         self.ws = ws
         self.name = name
         self.rel = rel
@@ -204,6 +206,17 @@ class _FlowChecker:
             out[key] = (_line(key_node), value_node)
         return out
 
+    def json_value(self, value: Any, line: int, field: str) -> bool:
+        """Whether a value the run keeps as JSON (fan-out items, a schema) can be kept: no
+        key that is not text, no date, no alias loop, within the depth and size bounds.
+        Reports the first reason it cannot."""
+        found = jsonsafe.refusal(value)
+        if found is None:
+            return True
+        where = field + found.path[1:] if found.parts else field
+        self.error(line, where, found.reason)
+        return False
+
     def agent_ref(self, value: Any, line: int, field: str, what: str) -> str | None:
         if not isinstance(value, str) or not value:
             self.error(line, field, f"{what} is an agent name, got {_shown(value)}")
@@ -233,7 +246,7 @@ class _FlowChecker:
         if "budget" in keys:
             line, node = keys["budget"]
             value = self.value(node)
-            if not _is_number(value) or value <= 0:
+            if not _is_number(value) or not 0 < value < math.inf:
                 self.error(line, "budget", f"budget is a number of USD greater than 0, got {_shown(value)}")
             else:
                 out["budget"] = float(value)
@@ -252,6 +265,8 @@ class _FlowChecker:
         value = self.value(node)
         if not isinstance(value, dict):
             self.error(line, "input", f"input is a JSON Schema (a mapping), got {_shown(value)}")
+            return None
+        if not self.json_value(value, line, "input"):
             return None
         bad = _schema_problem(value)
         if bad is not None:
@@ -419,9 +434,10 @@ class _FlowChecker:
                 spec["schema_ref"] = value
                 spec["schema"] = self.schema_file(value, line, f("schema"))
             elif isinstance(value, dict):
-                bad = _schema_problem(value)
-                if bad is not None:
-                    self.error(line, f("schema"), f"not a valid JSON Schema: {bad.message}")
+                if self.json_value(value, line, f("schema")):
+                    bad = _schema_problem(value)
+                    if bad is not None:
+                        self.error(line, f("schema"), f"not a valid JSON Schema: {bad.message}")
                 spec["schema"] = value
             else:
                 self.error(line, f("schema"),
@@ -462,9 +478,12 @@ class _FlowChecker:
                 self.check_each_input(m.group(1), line, field)
                 return value.strip()
             try:
-                items = json.loads(value)
-            except ValueError:
+                items = jsonsafe.parse(value)
+            except json.JSONDecodeError:
                 items = None
+            except jsonsafe.Refusal as refused:
+                self.error(line, field + refused.path[1:] if refused.parts else field, refused.reason)
+                return None
             if not isinstance(items, list):
                 self.error(line, field, f"each is input.NAME or a list of items, got {value!r}")
                 return None
@@ -474,6 +493,8 @@ class _FlowChecker:
             return None
         if not value:
             self.error(line, field, "each is an empty list, so the step would never run")
+            return None
+        if not self.json_value(value, line, field):
             return None
         return value
 
@@ -519,7 +540,16 @@ class _FlowChecker:
             self.error(line, field, f"schema file {ref!r} must be a path inside the workspace (e.g. schemas/post.json)")
             return None
         rel = posix.as_posix()
-        path = self.ws.root / rel
+        # A symlink (of the file or a folder on its way) may lead out of the workspace:
+        # where it leads is checked before anything is read, and what is read is that.
+        try:
+            path = (self.ws.root / rel).resolve()
+            inside = path.is_relative_to(Path(self.ws.root).resolve())
+        except (OSError, RuntimeError):  # a symlink loop
+            path, inside = self.ws.root / rel, False
+        if not inside:
+            self.error(line, field, f"schema file {rel} leads outside the workspace (a symlink); it is not read")
+            return None
         if not path.is_file():
             self.error(line, field, f"schema file {rel} not found")
             return None
@@ -533,9 +563,12 @@ class _FlowChecker:
             self.error(None, None, f"schema file cannot be read: {e} {used_by}", file=rel)
             return None
         try:
-            schema = json.loads(text)
+            schema = jsonsafe.parse(text)
         except json.JSONDecodeError as e:
             self.error(e.lineno, None, f"schema file is not valid JSON: {e.msg} {used_by}", file=rel)
+            return None
+        except jsonsafe.Refusal as e:
+            self.error(None, e.path if e.parts else None, f"schema file refused: {e.reason} {used_by}", file=rel)
             return None
         if not isinstance(schema, dict):
             self.error(1, None, f"schema file is not a JSON Schema object {used_by}", file=rel)
@@ -575,20 +608,22 @@ def load_flow(ws: Workspace, name: str) -> Flow:
     except UnicodeDecodeError as e:
         raise FlowInvalid(f"flow {name!r} is not valid",
                           [Problem(file=rel, message=f"not UTF-8 text (byte {e.start})")]) from None
-    loader = yaml.SafeLoader(text)
+    loader: StrictLoader | None = None
     try:
+        loader = StrictLoader(text)  # reads the text at once: a control character fails here
         root = loader.get_single_node()
         checker = _FlowChecker(ws, name, rel, loader)
         parts = checker.check(root)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        what = getattr(e, "problem", None) or str(e)
+        at, what = yaml_error_at(e, text)
+        message = what if isinstance(e, UnfitValue) else f"YAML does not parse: {what}"
         raise FlowInvalid(
             f"flow {name!r} is not valid",
-            [Problem(file=rel, line=mark.line + 1 if mark else None, message=f"YAML does not parse: {what}")],
+            [Problem(file=rel, line=at + 1 if at is not None else None, message=message)],
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     # In file order: the flow's own problems by line, then those of its schema files.
     problems = sorted(_dedupe(checker.problems), key=lambda p: (p.file != rel, p.file, p.line or 0))
     if problems:

@@ -25,7 +25,7 @@ from typing import Callable
 
 from .actions import stop_run
 from .drive import close_run
-from .errors import AttemptEnded, NotFound
+from .errors import AttemptEnded, NotFound, RecordDamaged
 from .models import Attempt, AttemptRef, AttemptStatus, Run, RunStatus, StepStatus, utcnow
 from .services import Services
 from .workers import Liveness, loads
@@ -53,6 +53,7 @@ class ReconcileReport:
     to_redrive: list[str] = field(default_factory=list)  # found, but this pass does not re-drive
     closed: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # parked, not answered: left alone
+    damaged: list[tuple[str, str]] = field(default_factory=list)  # (run, why): unreadable, passed over
 
     def lines(self) -> list[str]:
         out = [f"journal: {run} {op} -> {status}" for run, op, status in self.journal]
@@ -61,6 +62,7 @@ class ReconcileReport:
         out += [f"needs a re-drive: {r}" for r in self.to_redrive]
         out += [f"closed: {r}" for r in self.closed]
         out += [f"waiting for a person: {r}" for r in self.waiting]
+        out += [f"passed over: {why}" for _, why in self.damaged]
         return out or ["nothing to reconcile"]
 
     def as_dict(self) -> dict:
@@ -71,6 +73,7 @@ class ReconcileReport:
             "to_redrive": self.to_redrive,
             "closed": self.closed,
             "waiting": self.waiting,
+            "damaged": [{"run_id": r, "why": why} for r, why in self.damaged],
         }
 
 
@@ -100,10 +103,21 @@ class Reconciler:
 
     # 1 -----------------------------------------------------------------------------------
 
+    def _damaged(self, run_id: str, error: RecordDamaged) -> None:
+        """A run whose record cannot be read is passed over (and said), never the end of
+        the pass: the other runs are reconciled."""
+        if all(r != run_id for r, _ in self.report.damaged):
+            log.warning("reconcile passes over %s: %s", run_id, error)
+            self.report.damaged.append((run_id, str(error)))
+
     def settle_journal(self) -> None:
         now = _dt.datetime.now(_dt.timezone.utc)
         for entry in self.store.journal_pending(self.tenant):
-            run = self.store.get_run(entry.tenant, entry.run_id, steps=False)
+            try:
+                run = self.store.get_run(entry.tenant, entry.run_id, steps=False)
+            except RecordDamaged as error:
+                self._damaged(entry.run_id, error)
+                continue
             driver_alive = self.liveness.alive(loads(run.driver))
             if driver_alive and _age_s(entry.created_at, now) < self.grace:
                 continue  # a live drive may be between asking and getting
@@ -114,7 +128,11 @@ class Reconciler:
 
     def interrupt_gone_attempts(self) -> None:
         for tenant, attempt in self.store.running_attempts(self.tenant):
-            run = self.store.get_run(tenant, attempt.run_id, steps=False)
+            try:
+                run = self.store.get_run(tenant, attempt.run_id, steps=False)
+            except RecordDamaged as error:
+                self._damaged(attempt.run_id, error)
+                continue
             worker = loads(attempt.worker)
             # Claimed but no worker written yet: it lives or dies with the run's drive.
             alive = self.liveness.alive(worker) if worker else self.liveness.alive(loads(run.driver))
@@ -132,34 +150,39 @@ class Reconciler:
     # 3, 4, 6 -----------------------------------------------------------------------------
 
     def drive_or_close_runs(self) -> None:
-        max_drives = self.svc.settings.max_drives
         for run in self.store.active_runs(self.tenant):
-            driver = loads(run.driver)
-            driving = bool(driver) and self.liveness.alive(driver) is not False
-            if run.status == RunStatus.awaiting_approval:
-                if run.stop_requested:
-                    self._close_stopped(run)
-                else:
-                    self.report.waiting.append(run.id)
-                continue
-            if driving:
-                continue  # its drive is alive (and will see a stop at its next decision)
+            try:
+                self._drive_or_close(run, self.svc.settings.max_drives)
+            except RecordDamaged as error:  # its steps cannot be read: the next run's turn
+                self._damaged(run.id, error)
+
+    def _drive_or_close(self, run: Run, max_drives: int) -> None:
+        driver = loads(run.driver)
+        driving = bool(driver) and self.liveness.alive(driver) is not False
+        if run.status == RunStatus.awaiting_approval:
             if run.stop_requested:
                 self._close_stopped(run)
-            elif run.status == RunStatus.running and run.drives >= max_drives:
-                close_run(
-                    self.svc, run.tenant, run.id, error="GaveUp",
-                    cause=f"its drive went away {run.drives} times (the limit is {max_drives} drives)",
-                )
-                self.report.closed.append(run.id)
-            elif self.redrive is None:
-                self.report.to_redrive.append(run.id)
             else:
-                try:
-                    self.redrive(run)
-                    self.report.redriven.append(run.id)
-                except Exception:  # noqa: BLE001 - one run's failure must not stop the pass
-                    log.exception("re-driving %s failed", run.id)
+                self.report.waiting.append(run.id)
+            return
+        if driving:
+            return  # its drive is alive (and will see a stop at its next decision)
+        if run.stop_requested:
+            self._close_stopped(run)
+        elif run.status == RunStatus.running and run.drives >= max_drives:
+            close_run(
+                self.svc, run.tenant, run.id, error="GaveUp",
+                cause=f"its drive went away {run.drives} times (the limit is {max_drives} drives)",
+            )
+            self.report.closed.append(run.id)
+        elif self.redrive is None:
+            self.report.to_redrive.append(run.id)
+        else:
+            try:
+                self.redrive(run)
+                self.report.redriven.append(run.id)
+            except Exception:  # noqa: BLE001 - one run's failure must not stop the pass
+                log.exception("re-driving %s failed", run.id)
 
     def _close_stopped(self, run: Run) -> None:
         if run.status in (RunStatus.awaiting_approval, RunStatus.queued):

@@ -12,6 +12,7 @@ import secrets as _secrets
 from pathlib import Path
 from typing import Any
 
+from . import jsonsafe
 from .fill import fill, lookup_input
 from .flow import Flow, StepSpec, load_flow, validate_input
 from .models import Run, Step
@@ -85,6 +86,8 @@ def prepare_run(
     """Read, check and expand everything a run needs; raise `InvalidInput` (listing every
     problem) before anything is written."""
     run_input = {} if run_input is None else run_input
+    # Whatever the caller read it with: a value the store cannot keep is refused here too.
+    jsonsafe.check(run_input, "input")
     ws = load_workspace(workspace, account)
     flow = load_flow(ws, flow_name)
     validate_input(flow, run_input)

@@ -21,10 +21,10 @@ from typing import Any, Callable
 
 import jsonschema
 
-from . import observability
+from . import jsonsafe, observability
 from .capture import STEP_CAPTURE_LIMIT, Redactor
 from .contracts import RunStepRequest, StepReport
-from .errors import AttemptEnded, Conflict, LaneflowError, StepFailed, StepStopped
+from .errors import AttemptEnded, Conflict, InvalidInput, LaneflowError, StepFailed, StepStopped
 from .executors.base import StepJob, StepOutcome
 from .flow import Flow, StepSpec
 from .crash import crashpoint
@@ -141,9 +141,11 @@ def extract_json(text: str) -> Any:
     blocks = _FENCE.findall(text)
     candidate = blocks[-1] if blocks else text
     try:
-        return json.loads(candidate)
+        return jsonsafe.parse(candidate)  # strictly: a NaN kept in `data` would break the store's reads
     except json.JSONDecodeError as exc:
         raise StepFailed(f"the output is not valid JSON ({exc.msg} at line {exc.lineno})", retryable=True) from None
+    except jsonsafe.Refusal as exc:
+        raise StepFailed(f"the output is JSON laneflow cannot keep ({exc})", retryable=True) from None
 
 
 def check_output(spec: StepSpec, outcome: StepOutcome) -> Any:
@@ -309,6 +311,8 @@ class StepRunner:
             except StepFailed as failure:
                 reason, retryable = failure.reason, failure.retryable
                 stopped = isinstance(failure, StepStopped)
+            except InvalidInput as error:  # an agent that cannot be read: say where (file, line)
+                reason, retryable, stopped = error.one_line(), False, False
             except LaneflowError as error:
                 reason, retryable, stopped = str(error).splitlines()[0], False, False
             except Exception as error:  # a bug or an unexpected library error: end the attempt, say what

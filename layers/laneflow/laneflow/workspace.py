@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import os
 import re
 import types
@@ -30,7 +31,9 @@ import yaml
 from frontmatter.default_handlers import YAMLHandler
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import jsonsafe
 from .errors import Problem, WorkspaceInvalid
+from .executors.stub import header_problems
 
 __all__ = [
     "AgentSettings",
@@ -143,7 +146,63 @@ class _Front(typing.NamedTuple):
     data: dict[str, Any]
     body: str
     warnings: list[Problem]
-    lines: dict[str, int]  # top-level key -> line in the file
+    lines: dict[str, int]  # top-level key -> line in the file (a list's items as `key[i]`)
+    text_lines: dict[str, int] = {}  # a block scalar's field -> the line its text starts on
+
+
+class UnfitValue(yaml.MarkedYAMLError):
+    """YAML that parses but holds a value laneflow does not take (see `StrictLoader`)."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, refusing with the value's line what would crash or poison later:
+
+    - nesting deeper than `jsonsafe.MAX_DEPTH` (the composer recurses: 3,000 levels exhaust
+      the stack);
+    - integers of more than `jsonsafe.MAX_DIGITS` digits (past 4,300 Python refuses them
+      with a ValueError, not a YAML error);
+    - `.inf` and `.nan` (no setting or JSON value can hold them);
+    - text holding a lone surrogate (`"\\ud800"`), which is not a character and cannot be
+      stored.
+
+    Workspace frontmatter and flows are read with it."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > jsonsafe.MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise UnfitValue(None, None, f"nested deeper than {jsonsafe.MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        digits = len(str(node.value).replace("_", "").lstrip("+-"))
+        if digits > jsonsafe.MAX_DIGITS:
+            raise UnfitValue(None, None, f"a number of {digits} digits; at most {jsonsafe.MAX_DIGITS} are taken", node.start_mark)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        if not math.isfinite(value):
+            shown = node.value if len(node.value) <= 30 else node.value[:30] + "…"
+            raise UnfitValue(None, None, f"{shown!r} is not a finite number", node.start_mark)
+        return value
+
+    def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
+        value = super().construct_yaml_str(node)
+        found = jsonsafe.refusal(value)
+        if found is not None:
+            raise UnfitValue(None, None, found.reason, node.start_mark)
+        return value
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
+StrictLoader.add_constructor("tag:yaml.org,2002:str", StrictLoader.construct_yaml_str)
 
 
 class _CapturingYAML(YAMLHandler):
@@ -161,8 +220,10 @@ class _CapturingYAML(YAMLHandler):
         if self.rewrite is not None:
             fm = self.rewrite(fm)
         self.fm = fm
-        self.raw = super().load(fm, **kwargs)
-        return self.raw
+        self.raw = super().load(fm, **{**kwargs, "Loader": StrictLoader})
+        # python-frontmatter passes a mapping on as keyword arguments, which a key that is
+        # not text (`5: x`) breaks: the caller reads `raw` (and reports such keys) instead.
+        return {}
 
 
 # A `key: value` line (optionally a `- key: value` list item) whose value is a plain scalar.
@@ -233,32 +294,66 @@ def _read_text(path: Path, rel: str) -> str:
         ) from None
 
 
-def _yaml_problem(e: yaml.YAMLError, rel: str, first_line: int) -> Problem:
+def yaml_error_at(e: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+    """Where (0-based line of `text`, when known) and what a YAML error says, in one line.
+    A character YAML does not take (a control character) is a ReaderError with a position."""
+    if isinstance(e, yaml.reader.ReaderError):
+        return text[: e.position].count("\n"), f"unacceptable character #x{e.character:04x}: {e.reason}"
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    return (mark.line if mark is not None else None), getattr(e, "problem", None) or str(e)
+
+
+def _yaml_problem(e: yaml.YAMLError, rel: str, first_line: int, fm: str = "") -> Problem:
     """A YAML error as a Problem; `first_line` is the file line of the text's line 0."""
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    line = first_line + mark.line if mark is not None else None
-    what = getattr(e, "problem", None) or str(e)
+    at, what = yaml_error_at(e, fm)
+    line = first_line + at if at is not None else None
     context = getattr(e, "context", None)
     context_mark = getattr(e, "context_mark", None)
     if context and context_mark is not None and context_mark is not mark:
         context += f" started on line {first_line + context_mark.line}"
+    if isinstance(e, UnfitValue):
+        return Problem(file=rel, line=line, message=f"frontmatter: {what}")
     message = f"frontmatter does not parse: {what}" + (f" ({context})" if context else "")
     return Problem(file=rel, line=line, message=message)
 
 
-def _key_lines(fm: str, first_line: int) -> dict[str, int]:
-    """The file line of each top-level key of frontmatter that has parsed."""
+class _Lines(typing.NamedTuple):
+    keys: dict[str, int]  # top-level key -> its line; a list's items as `key[i]`
+    text: dict[str, int]  # a block scalar (`key: |`) by field -> the line its text starts on
+    bad_keys: list[Problem]  # keys that are not text (`5: x`, `~: x`); `file` left empty
+
+
+def _key_lines(fm: str, first_line: int) -> _Lines:
+    """Where things are in frontmatter that has parsed: the file line of each top-level key
+    and list item, where each block scalar's text starts, and a problem for each key that
+    is not text."""
+    lines = _Lines({}, {}, [])
     try:
-        node = yaml.compose(fm, Loader=yaml.SafeLoader)
+        node = yaml.compose(fm, Loader=StrictLoader)
     except yaml.YAMLError:  # pragma: no cover - the text has just parsed
-        return {}
+        return lines
     if not isinstance(node, yaml.MappingNode):
-        return {}
-    return {
-        str(k.value): first_line + k.start_mark.line
-        for k, _ in node.value
-        if isinstance(k, yaml.ScalarNode)
-    }
+        return lines
+    for k, v in node.value:
+        if not isinstance(k, yaml.ScalarNode):
+            continue
+        key = str(k.value)
+        lines.keys[key] = first_line + k.start_mark.line
+        if k.tag != "tag:yaml.org,2002:str":
+            tag = k.tag.rsplit(":", 1)[-1]
+            what = {"int": "a number", "float": "a number", "bool": "true/false", "null": "null"}.get(tag, tag)
+            lines.bad_keys.append(
+                Problem(file="", line=lines.keys[key], field=key[:40],
+                        message=f"a setting's name must be text, not {what} ({key[:40]}); quote it or remove it")
+            )
+        fields = [(key, v)] + ([(f"{key}[{i}]", item) for i, item in enumerate(v.value)] if isinstance(v, yaml.SequenceNode) else [])
+        for field, value in fields:
+            if field != key:
+                lines.keys[field] = first_line + value.start_mark.line
+            if isinstance(value, yaml.ScalarNode) and value.style in ("|", ">"):
+                lines.text[field] = first_line + value.start_mark.line + 1
+    return lines
 
 
 def _read_front(path: Path, rel: str) -> _Front:
@@ -293,9 +388,9 @@ def _read_front(path: Path, rel: str) -> _Front:
             post = frontmatter.loads(text, handler=handler)
         except yaml.YAMLError as e:
             error = e if quoted else strict_error
-            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(error, rel, first_line)]) from None
+            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(error, rel, first_line, handler.fm)]) from None
         if not quoted:  # pragma: no cover - the lenient pass changed nothing, so it fails too
-            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(strict_error, rel, first_line)])
+            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(strict_error, rel, first_line, handler.fm)])
         warnings = [
             Problem(
                 file=rel,
@@ -322,8 +417,11 @@ def _read_front(path: Path, rel: str) -> _Front:
                 )
             ],
         )
+    lines = _key_lines(handler.fm, first_line)
+    if lines.bad_keys:
+        raise WorkspaceInvalid(f"{rel} does not parse", [p.model_copy(update={"file": rel}) for p in lines.bad_keys])
     data = {str(k): v for k, v in raw.items()}
-    return _Front(data, post.content, warnings, _key_lines(handler.fm, first_line))
+    return _Front(data, post.content, warnings, lines.keys, lines.text)
 
 
 def read_frontmatter(path: Path, rel: str) -> tuple[dict, str, list[Problem]]:
@@ -432,6 +530,18 @@ def _settings(
                 message = errs[0]["msg"]
             errors.append(Problem(file=rel, line=front.lines.get(field), field=field, message=message))
         return None, errors, warnings
+
+
+def _stub_problems(stub: Any, front: _Front, rel: str, field: str) -> list[Problem]:
+    """A problem (file, line, field) for each stub answer header whose value the stub
+    executor would refuse at run time (`cost: inf`, an unbounded `delay_ms`)."""
+    problems = []
+    for index, bad in header_problems(stub):
+        where = field if index is None else f"{field}[{index}]"
+        start = front.text_lines.get(where)  # a block scalar: its lines are the file's
+        line = start + bad.line if start is not None else front.lines.get(where, front.lines.get(field.split(".")[0]))
+        problems.append(Problem(file=rel, line=line, field=where, message=f"header {bad}"))
+    return problems
 
 
 def _merge_settings(account: WorkspaceSettings | None, own: WorkspaceSettings) -> WorkspaceSettings:
@@ -548,6 +658,8 @@ def _read_workspace(
         settings, errs, warns = _settings(WorkspaceSettings, front, rel)
         errors.extend(errs)
         warnings.extend(warns)
+        if settings is not None and settings.judge:
+            errors.extend(_stub_problems(settings.judge.get("stub"), front, rel, "judge.stub"))
         layers.append(settings)
         if front.body.strip():
             instructions.append(Doc(path=rel, text=front.body))
@@ -677,6 +789,8 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         settings, errs, warns = _settings(AgentSettings, front, rel)
         errors.extend(errs)
         warnings.extend(warns)
+        if settings is not None:
+            errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)

@@ -7,6 +7,10 @@ An answer may open with header lines, in any order::
     delay_ms: 800     simulated total latency (per turn)
     fail: REASON      the attempt fails with that reason (after ttft_ms, before any reply)
 
+A price is a number of USD from 0 to MAX_COST_USD, a time whole milliseconds from 0 to
+MAX_SIMULATED_MS (ten minutes); anything else fails the attempt (not retried) naming the
+agent.md and the answer, and `laneflow check` reports it with its line.
+
 The rest is the reply. In it, `call: TOOL INPUT => OUTPUT` lines are pretend tool calls,
 recorded exactly as real ones, and a `===` line separates earlier turns from the final one.
 Every turn is recorded as a model-call span (model `stub`, its simulated times, tokens
@@ -15,6 +19,7 @@ estimated from text lengths), so a stub run's record has the shape of a real one
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import uuid
@@ -26,6 +31,13 @@ from ..models import ModelCall, Tokens, utcnow
 from .base import ExecutionSink, StepJob, StepOutcome
 
 HEADERS = ("cost", "ttft_ms", "delay_ms", "fail")
+# Bounds of the headers' values: a pretend price past a million dollars, or a simulated
+# latency past ten minutes, is a typo, not a test (and `inf` would never end).
+MAX_COST_USD = 1_000_000
+MAX_SIMULATED_MS = 600_000
+_PRICE = re.compile(r"^\+?(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][+-]?[0-9]{1,3})?$")
+_MILLISECONDS = re.compile(r"^\+?[0-9]{1,9}$")
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
 _HEADER = re.compile(r"^\s*(cost|ttft_ms|delay_ms|fail)\s*:\s*(.*?)\s*$")
 _CALL = re.compile(r"^\s*call:\s*(\S+)\s*(.*?)\s*(?:=>\s*(.*?))?\s*$")
 _TURN_BREAK = re.compile(r"^\s*===\s*$")
@@ -62,17 +74,54 @@ def pick_answer(stub: str | list[str] | None, k: int, default: str) -> str:
     return stub[min(k, len(stub) - 1)]
 
 
-def parse_answer(text: str) -> StubAnswer:
-    """Split an answer into its headers and turns. Raises ValueError on a bad header value."""
-    lines = text.splitlines()
-    headers: dict[str, str] = {}
+class BadHeader(ValueError):
+    """A header line of a stub answer whose value cannot be used: which header, on which
+    line of the answer (0-based), and why."""
+
+    def __init__(self, header: str, line: int, message: str):
+        self.header, self.line = header, line
+        super().__init__(f"{header}: {message}")
+
+
+def header_value(name: str, text: str, line: int = 0) -> float | int | str:
+    """A header's value, checked: `cost` a price in USD from 0 to MAX_COST_USD, `ttft_ms`
+    and `delay_ms` whole milliseconds from 0 to MAX_SIMULATED_MS, `fail` any text.
+    Raises `BadHeader` saying what it takes."""
+    if name == "fail":
+        return text
+    shown = text if len(text) <= 40 else text[:40] + "…"
+    if name == "cost":
+        value = float(text) if _PRICE.match(text) else math.nan
+        if not 0 <= value <= MAX_COST_USD:
+            raise BadHeader(name, line, f"{shown!r} is not a price; write a number of USD from 0 to {MAX_COST_USD:,}, such as 0.25")
+        return value
+    value_ms = int(text) if _MILLISECONDS.match(text) else -1
+    if not 0 <= value_ms <= MAX_SIMULATED_MS:
+        raise BadHeader(
+            name, line, f"{shown!r} is not a time; write whole milliseconds from 0 to {MAX_SIMULATED_MS} (ten minutes)"
+        )
+    return value_ms
+
+
+def _headers(lines: list[str]) -> tuple[dict[str, tuple[int, str]], int]:
+    """The header lines an answer opens with: name -> (line, raw value), and how many."""
+    headers: dict[str, tuple[int, str]] = {}
     i = 0
     while i < len(lines):
         match = _HEADER.match(lines[i])
         if not match or match.group(1) in headers:
             break
-        headers[match.group(1)] = match.group(2)
+        headers[match.group(1)] = (i, match.group(2))
         i += 1
+    return headers, i
+
+
+def parse_answer(text: str) -> StubAnswer:
+    """Split an answer into its headers and turns. Raises `BadHeader` (a ValueError) on a
+    header value that cannot be used."""
+    lines = text.splitlines()
+    raw, i = _headers(lines)
+    values = {name: header_value(name, value, line) for name, (line, value) in raw.items() if value}
     turns: list[StubTurn] = []
     current: list[str] = []
     calls: list[StubCall] = []
@@ -86,16 +135,45 @@ def parse_answer(text: str) -> StubAnswer:
             calls.append(StubCall(tool=call.group(1), input=call.group(2) or "", output=call.group(3) or ""))
         else:
             current.append(line)
-    try:
-        return StubAnswer(
-            turns=turns,
-            cost=float(headers.get("cost", 0) or 0),
-            ttft_ms=int(headers.get("ttft_ms", 0) or 0),
-            delay_ms=int(headers.get("delay_ms", 0) or 0),
-            fail=headers.get("fail") or None,
-        )
-    except ValueError as exc:
-        raise ValueError(f"stub answer header: {exc}") from None
+    return StubAnswer(
+        turns=turns,
+        cost=float(values.get("cost", 0.0)),
+        ttft_ms=int(values.get("ttft_ms", 0)),
+        delay_ms=int(values.get("delay_ms", 0)),
+        fail=str(values["fail"]) if values.get("fail") else None,
+    )
+
+
+def header_problems(stub: str | list[str] | None) -> list[tuple[int | None, BadHeader]]:
+    """Every header of an agent's `stub:` answers whose value cannot be used, as (the
+    answer's index, or None for a single answer; the problem), for `laneflow check` and
+    loading the agent. A value holding a placeholder (`{input.cost}`) is filled at run
+    time, so it is checked only then."""
+    answers = [(None, stub)] if isinstance(stub, str) else list(enumerate(stub or []))
+    found: list[tuple[int | None, BadHeader]] = []
+    for index, answer in answers:
+        if not isinstance(answer, str):
+            continue
+        for name, (line, value) in _headers(answer.splitlines())[0].items():
+            if not value or _PLACEHOLDER.search(value):
+                continue
+            try:
+                header_value(name, value, line)
+            except BadHeader as bad:
+                found.append((index, bad))
+    return found
+
+
+def _answer_source(job: StepJob) -> str:
+    """Where the answer a job was given is written: its agent's agent.md and field (a
+    judge's answers are AGENTS.md's `judge.stub`)."""
+    if isinstance(job.stub, list) and job.stub:
+        field = f"stub[{min(job.answer_index, len(job.stub) - 1)}]"
+    else:
+        field = "stub"
+    if not job.agent_path:
+        return f"AGENTS.md ({'judge.' + field})"
+    return f"{job.agent_path}/agent.md ({field})"
 
 
 def _estimate_tokens(chars: int) -> int:
@@ -123,8 +201,8 @@ class StubExecutor:
         raw = fill(raw, item=job.item, run_input=job.run_input, has_item=job.item is not None)
         try:
             answer = parse_answer(raw)
-        except ValueError as exc:
-            raise StepFailed(f"the agent's stub answer is not valid: {exc}", retryable=False) from None
+        except BadHeader as exc:
+            raise StepFailed(f"the stub answer in {_answer_source(job)} is not valid: {exc}", retryable=False) from None
 
         if answer.fail:
             self._wait(answer.ttft_ms, sink)

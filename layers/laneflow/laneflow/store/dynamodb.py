@@ -98,6 +98,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import random
 import re
@@ -116,8 +117,10 @@ from typing import Any, Callable, TypeVar
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
-from ..errors import AttemptEnded, Conflict, InvalidInput, NotFound, RunNotFound
+from .. import jsonsafe
+from ..errors import AttemptEnded, Conflict, InvalidInput, NotFound, RecordDamaged, RunNotFound
 from ..models import (
     Attempt,
     AttemptRef,
@@ -137,7 +140,9 @@ from ..tenants import check_tenant
 from .base import RUN_FIELDS, STEP_FIELDS, Store
 
 # Store-neutral helpers the SQLite store defines (the same messages and validation on both).
-from .sqlite import COST_DECIMALS, _dumps, _field_adapter, _refuse_status, _statuses
+from .sqlite import COST_DECIMALS, _dumps, _field_adapter, _misfit, _refuse_status, _statuses
+
+log = logging.getLogger("laneflow.store")
 
 BLOB_THRESHOLD = 64 * 1024
 ITEM_LIMIT = 350 * 1024  # a margin under DynamoDB's 400 KB per item
@@ -187,6 +192,16 @@ class ItemTooLarge(InvalidInput):
 
 
 # -- values --------------------------------------------------------------------------------
+
+
+def _item_name(item: dict[str, Any]) -> str:
+    """An item as a person names it: `run 'ID'` or `step N of run 'ID'`."""
+    try:
+        _, run_id = _tenant_run(item["pk"]["S"])
+        sk = item["sk"]["S"]
+    except (KeyError, TypeError, ValueError):
+        return "a record"
+    return f"step {int(sk[2:])} of run {run_id!r}" if sk.startswith("S#") and sk[2:].isdigit() else f"run {run_id!r}"
 
 
 def _cost(value: Any) -> Decimal:
@@ -884,12 +899,19 @@ class DynamoStore(Store):
         raise TypeError(f"unexpected attribute {av!r}")
 
     def _fields(self, item: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-        """The named model fields of an item (absent ones left to the model's defaults)."""
+        """The named model fields of an item (absent ones left to the model's defaults).
+        `RecordDamaged` naming the item and the field when a JSON field does not parse
+        (strictly: a NaN no entrance lets in now is damage too)."""
         out: dict[str, Any] = {}
         for name in names:
             if name in item:
                 value = self._text(item[name])
-                out[name] = json.loads(value) if name in _JSON else value
+                if name in _JSON:
+                    try:
+                        value = jsonsafe.parse_stored(value)
+                    except (TypeError, ValueError):
+                        raise RecordDamaged(f"{_item_name(item)} cannot be read from the store: its {name} is not valid JSON") from None
+                out[name] = value
         return out
 
     # -- items ----------------------------------------------------------------------------
@@ -935,10 +957,20 @@ class DynamoStore(Store):
         fields = self._fields(head, _RUN_HEAD)
         if body is not None:
             fields.update(self._fields(body, _RUN_BODY))
-        return Run.model_validate({**fields, "steps": steps or []})
+        try:
+            return Run.model_validate({**fields, "steps": steps or []})
+        except ValidationError as e:
+            raise _misfit(_item_name(head), e) from None
 
     def _step_of(self, item: dict[str, Any]) -> dict[str, Any]:
         return self._fields(item, _STEP_FIELDS)
+
+    @staticmethod
+    def _step_model(item: dict[str, Any], fields: dict[str, Any]) -> Step:
+        try:
+            return Step.model_validate(fields)
+        except ValidationError as e:
+            raise _misfit(_item_name(item), e) from None
 
     def _attempt_of(self, item: dict[str, Any]) -> Attempt:
         return Attempt.model_validate(self._fields(item, _ATTEMPT_FIELDS))
@@ -1125,7 +1157,10 @@ class DynamoStore(Store):
         if head is None or "hidden" in head:
             raise RunNotFound(run_id)
         if detail and steps:
-            self._with_trace(step_items, raw, trace)
+            try:
+                self._with_trace(step_items, raw, trace)
+            except (KeyError, TypeError, ValueError):
+                raise RecordDamaged(f"run {run_id!r} cannot be read from the store: its trace does not parse") from None
         return self._run_of(head, body, [step_items[i] for i in sorted(step_items)])
 
     @_operation
@@ -1161,7 +1196,10 @@ class DynamoStore(Store):
         for pk in pks:
             head = found.get((pk, RUN_SK))
             if head is not None and "hidden" not in head:
-                out.append(self._run_of(head, found.get((pk, INPUT_SK))))
+                try:
+                    out.append(self._run_of(head, found.get((pk, INPUT_SK))))
+                except RecordDamaged as damaged:  # one damaged run never stops a list (or reconcile)
+                    log.warning("%s left out: %s", _item_name(head), damaged)
         return out
 
     @_operation
@@ -1237,15 +1275,18 @@ class DynamoStore(Store):
         items = self._query(**params, **e.params())
         if not items:
             self._require_run(tenant, run_id)
-        return [Step.model_validate(self._step_of(i)) for i in items]
+        return [self._step_model(i, self._step_of(i)) for i in items]
 
     @_operation
     def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
         item = self._require_step(tenant, run_id, index)
         step = self._step_of(item)
         if detail:
-            self._with_trace({index: step}, {index: item}, self._query_prefix(_pk(tenant, run_id), _trace_prefix(index)))
-        return Step.model_validate(step)
+            try:
+                self._with_trace({index: step}, {index: item}, self._query_prefix(_pk(tenant, run_id), _trace_prefix(index)))
+            except (KeyError, TypeError, ValueError):
+                raise RecordDamaged(f"{_item_name(item)} cannot be read from the store: its trace does not parse") from None
+        return self._step_model(item, step)
 
     @_operation
     def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:

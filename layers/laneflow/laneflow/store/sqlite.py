@@ -49,6 +49,7 @@ many small costs do not show binary drift (0.1 + 0.2 is stored as 0.3).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -59,10 +60,10 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
-from ..errors import AttemptEnded, Conflict, NotFound, RunNotFound
+from ..errors import AttemptEnded, Conflict, NotFound, RecordDamaged, RunNotFound
 from ..models import (
     Attempt,
     AttemptRef,
@@ -80,6 +81,8 @@ from ..models import (
 )
 from ..tenants import check_tenant
 from .base import RUN_FIELDS, STEP_FIELDS, Store
+
+log = logging.getLogger("laneflow.store")
 
 SCHEMA_VERSION = 4
 # Columns added after a table was first shipped: (table, column, declaration). A database
@@ -304,10 +307,61 @@ _EVENT_COLUMNS: dict[str, tuple[str, str]] = {
 }
 
 
+def _json_checks(columns: dict[str, tuple[str, str]]) -> list[str]:
+    """Per JSON column, a SQL expression that is 1 when it holds valid JSON (or NULL)."""
+    return [f"({col} IS NULL OR json_valid({col}))" for col, kind in columns.values() if kind == "json"]
+
+
 def _as_json(columns: dict[str, tuple[str, str]]) -> str:
-    """A SQL expression rendering one row as the JSON object of its model."""
+    """A SQL expression rendering one row as the JSON object of its model, or NULL when a
+    JSON column does not hold valid JSON (a NaN written before entrances refused it): json()
+    would fail the whole query, and one damaged row must not stop reading the others."""
     members = (f"'{field}', " + (f"json({col})" if kind == "json" else col) for field, (col, kind) in columns.items())
-    return f"json_object({', '.join(members)})"
+    rendered = f"json_object({', '.join(members)})"
+    checks = _json_checks(columns)
+    return f"CASE WHEN {' AND '.join(checks)} THEN {rendered} END" if checks else rendered
+
+
+def _damage(
+    db: sqlite3.Connection, table: str, columns: dict[str, tuple[str, str]], where: str, args: Collection[Any], what: str
+) -> RecordDamaged:
+    """Why a row `_as_json` rendered as NULL cannot be read: which of its fields."""
+    json_fields = [field for field, (_, kind) in columns.items() if kind == "json"]
+    checks = _json_checks(columns)
+    row = db.execute(
+        f"SELECT {', '.join(checks)} FROM {table} WHERE {where} AND NOT ({' AND '.join(checks)}) LIMIT 1", tuple(args)
+    ).fetchone()
+    bad = [field for field, ok in zip(json_fields, row or ()) if not ok] or ["record"]
+    verb = "is" if len(bad) == 1 else "are"
+    return RecordDamaged(f"{what} cannot be read from the store: its {' and '.join(bad)} {verb} not valid JSON")
+
+
+def _misfit(what: str, error: ValidationError) -> RecordDamaged:
+    """A stored record that no longer fits its model (hand-edited, or of another version)."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "record"
+    return RecordDamaged(f"{what} cannot be read from the store: its {where} does not fit ({first.get('msg', 'invalid')})")
+
+
+def _readable_runs(rows: list[tuple[str, str | None]]) -> list[Run]:
+    """The runs of (id, JSON) rows, leaving out - with a warning in the log naming it - any
+    that cannot be read, so one damaged run never stops a list (or reconcile)."""
+    readable = []
+    for run_id, text in rows:
+        if text is None:
+            log.warning("run %s left out: its stored record cannot be read (`laneflow show %s` says why)", run_id, run_id)
+        else:
+            readable.append((run_id, text))
+    try:
+        return _RUNS.validate_json(_array([text for _, text in readable]))
+    except ValidationError:
+        runs = []
+        for run_id, text in readable:
+            try:
+                runs.append(Run.model_validate_json(text))
+            except ValidationError:
+                log.warning("run %s left out: its stored record cannot be read (`laneflow show %s` says why)", run_id, run_id)
+        return runs
 
 
 _RUN_JSON = _as_json(_RUN_COLUMNS)
@@ -477,6 +531,8 @@ class SqliteStore(Store):
         row = db.execute(f"SELECT {_RUN_JSON} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
         if row is None:
             raise RunNotFound(run_id)
+        if row[0] is None:
+            raise _damage(db, "runs", _RUN_COLUMNS, "tenant = ? AND id = ?", (tenant, run_id), f"run {run_id!r}")
         return row[0]
 
     @classmethod
@@ -509,10 +565,17 @@ class SqliteStore(Store):
         steps = db.execute(
             f"SELECT idx, {_STEP_JSON} FROM steps WHERE {where}{only_group} ORDER BY idx", args + group_args
         ).fetchall()
+        for idx, step in steps:
+            if step is None:
+                what = f"step {idx} of run {run_id!r}"
+                raise _damage(db, "steps", _STEP_COLUMNS, "tenant = ? AND run_id = ? AND idx = ?", (tenant, run_id, idx), what)
         if not detail:
             return [step for _, step in steps]
         events: dict[int, list[str]] = defaultdict(list)
         for idx, event in db.execute(f"SELECT idx, {_EVENT_JSON} FROM events WHERE {where} ORDER BY idx, seq", args):
+            if event is None:
+                what = f"an event of step {idx} of run {run_id!r}"
+                raise _damage(db, "events", _EVENT_COLUMNS, "tenant = ? AND run_id = ? AND idx = ?", (tenant, run_id, idx), what)
             events[idx].append(event)
         calls: dict[int, list[str]] = defaultdict(list)
         for idx, call in db.execute(f"SELECT idx, body FROM calls WHERE {where} ORDER BY idx, n, id", args):
@@ -529,7 +592,10 @@ class SqliteStore(Store):
         if not found:
             cls._require_run(db, tenant, run_id)
             raise NotFound(f"no step {index} in run {run_id!r}")
-        return Step.model_validate_json(found[0])
+        try:
+            return Step.model_validate_json(found[0])
+        except ValidationError as e:
+            raise _misfit(f"step {index} of run {run_id!r}", e) from None
 
     # -- fencing ------------------------------------------------------------------------
 
@@ -574,11 +640,14 @@ class SqliteStore(Store):
         with self._read() as db:
             run = self._run_json(db, tenant, run_id)
             step_list = self._steps_json(db, tenant, run_id, detail=detail) if steps else []
-        return Run.model_validate_json(_splice(run, steps=_array(step_list)))
+        try:
+            return Run.model_validate_json(_splice(run, steps=_array(step_list)))
+        except ValidationError as e:
+            raise _misfit(f"run {run_id!r}", e) from None
 
     def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
         check_tenant(tenant)
-        sql, args = f"SELECT {_RUN_JSON} FROM runs WHERE tenant = ?", [tenant]
+        sql, args = f"SELECT id, {_RUN_JSON} FROM runs WHERE tenant = ?", [tenant]
         if status is not None:
             wanted = _statuses(status)
             sql, args = sql + f" AND status IN ({', '.join('?' * len(wanted))})", args + wanted
@@ -586,7 +655,7 @@ class SqliteStore(Store):
         sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
         with self._read() as db:
             rows = db.execute(sql, [*args, limit]).fetchall()
-        return _RUNS.validate_json(_array([run for (run,) in rows]))
+        return _readable_runs(rows)
 
     def update_run(
         self,
@@ -623,7 +692,10 @@ class SqliteStore(Store):
                     (*(arg for _, arg in sets.values()), tenant, run_id),
                 )
             run = self._run_json(db, tenant, run_id)
-        return Run.model_validate_json(run)
+        try:
+            return Run.model_validate_json(run)
+        except ValidationError as e:
+            raise _misfit(f"run {run_id!r}", e) from None
 
     def request_stop(self, tenant: str, run_id: str) -> bool:
         check_tenant(tenant)
@@ -642,7 +714,10 @@ class SqliteStore(Store):
         with self._read() as db:
             self._require_run(db, tenant, run_id)
             steps = self._steps_json(db, tenant, run_id, group=group)
-        return _STEPS.validate_json(_array(steps))
+        try:
+            return _STEPS.validate_json(_array(steps))
+        except ValidationError as e:
+            raise _misfit(f"a step of run {run_id!r}", e) from None
 
     def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
         with self._read() as db:
@@ -870,14 +945,14 @@ class SqliteStore(Store):
     # -- active runs --------------------------------------------------------------------
 
     def active_runs(self, tenant: str | None = None) -> list[Run]:
-        query = f"SELECT {_RUN_JSON} FROM runs WHERE status IN ('queued', 'running', 'awaiting-approval')"
+        query = f"SELECT id, {_RUN_JSON} FROM runs WHERE status IN ('queued', 'running', 'awaiting-approval')"
         args: tuple[Any, ...] = ()
         if tenant is not None:
             query += " AND tenant = ?"
             args = (tenant,)
         with self._read() as db:
             rows = db.execute(query + " ORDER BY created_at", args).fetchall()
-        return [Run.model_validate_json(row[0]) for row in rows]
+        return _readable_runs(rows)
 
     def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
         with self._read() as db:

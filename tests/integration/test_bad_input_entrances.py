@@ -1,0 +1,171 @@
+"""Bad input through the real entrances: the CLI, the API's resolver, and the embedded
+engine running the real definition. Each is refused (exit 2, a 400) naming where, or,
+found mid-run, fails its step with the file and line: never a crash, never a run left
+`running`, nothing written for a refusal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES
+from laneflow.cli import main
+from laneflow.engine.local import LocalEngine
+from laneflow.models import RunStatus, StepStatus
+from laneflow.runs import create_run
+from laneflow.services import Services
+from laneflow.workspaces import FolderWorkspaces
+from test_api import START, RecordingDrives, call
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+    return root
+
+
+def two_step_ws(tmp_path: Path, second_agent_md: str = "---\nmodel: stub\n---\nYou check.") -> Path:
+    """`flows/f.yaml`: a writer, then a checker (agents/checker/agent.md as given)."""
+    return write(
+        tmp_path / "ws",
+        {
+            "AGENTS.md": "",
+            "agents/writer/agent.md": "---\nmodel: stub\nstub: Drafted.\n---\nYou write.",
+            "agents/checker/agent.md": second_agent_md,
+            "flows/f.yaml": "steps:\n  - agent: writer\n  - agent: checker\n    retries: 0\n",
+        },
+    )
+
+
+# -- the CLI -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given, field", [('{"a": NaN}', "$.a"), ('{"a": ["x", Infinity]}', "$.a[1]"), ('{"t": "\\ud800"}', "$.t")])
+def test_nan_in_run_input_is_refused_with_exit_2_naming_the_field_and_nothing_is_written(tmp_path, capsys, given, field):
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    ws = two_step_ws(tmp_path)
+
+    code = main(["run", str(ws), "f", "--input", given, "--store", store, "--quiet"])
+
+    err = capsys.readouterr().err
+    assert code == 2 and err.splitlines()[0].startswith(f"laneflow: --input: {field}: ")
+    assert main(["runs", "--store", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_a_literal_unbounded_stub_cost_is_refused_before_the_run_naming_agent_md_and_line(tmp_path, capsys):
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    ws = two_step_ws(tmp_path, "---\nmodel: stub\nstub: |\n  cost: inf\n  Checked.\n---\nYou check.")
+
+    code = main(["run", str(ws), "f", "--store", store, "--quiet"])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "agents/checker/agent.md:4: stub: header cost: 'inf' is not a price" in err
+    assert "Traceback" not in err
+
+
+# -- the engine ------------------------------------------------------------------------------------
+
+
+def drive(svc: Services, ws: Path, run_input: Any = None):
+    run = create_run(svc, ws, "f", run_input)
+    return LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02)
+
+
+@pytest.mark.parametrize("cost", ["inf", "nan"])
+def test_a_stub_cost_filled_in_as_inf_or_nan_fails_the_step_naming_agent_md_and_the_field(svc, tmp_path, cost):
+    # Given an answer whose cost comes from the run's input (so only run time can tell)
+    ws = two_step_ws(tmp_path, "---\nmodel: stub\nstub: 'cost: {input.cost}'\n---\nYou check.")
+
+    result = drive(svc, ws, {"cost": cost})
+
+    # Then the run ends failed (never left running), the reason names where, with no trace
+    run = svc.store.get_run(result.run.tenant, result.run.id)
+    step = run.steps[1]
+    assert run.status == RunStatus.failed and step.status == StepStatus.failed
+    assert step.error == (
+        f"the stub answer in agents/checker/agent.md (stub) is not valid: cost: {cost!r} is not a price; "
+        "write a number of USD from 0 to 1,000,000, such as 0.25"
+    )
+    assert "Traceback" not in (run.error or "") and run.cost_usd == 0
+
+
+def test_an_agent_made_unreadable_mid_run_fails_its_step_naming_the_file_and_line(svc, tmp_path):
+    # Given a run that passed its checks
+    ws = two_step_ws(tmp_path)
+    run = create_run(svc, ws, "f")
+    # When the checker's agent.md is broken before its step's attempt
+    (ws / "agents/checker/agent.md").write_text("---\nmodel: stub\ntools: [unclosed\n---\nYou check.")
+
+    LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02)
+
+    # Then its step fails saying which file and line, relative to the workspace
+    done = svc.store.get_run(run.tenant, run.id)
+    step = done.steps[1]
+    assert done.status == RunStatus.failed and step.status == StepStatus.failed
+    assert step.error.startswith("agent 'checker' cannot be read: agents/checker/agent.md:")
+    line = int(step.error.split("agents/checker/agent.md:")[1].split(":")[0])
+    assert line in (3, 4)
+    assert str(tmp_path) not in step.error and str(ws) not in json.dumps(done.public())
+
+
+# -- the API ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api_svc(svc: Services) -> Services:
+    svc.workspaces = FolderWorkspaces(FIXTURES)
+    svc.drives = RecordingDrives()
+    return svc
+
+
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        ('{"workspace": "ws_control", "flow": "approval", "input": {"a": NaN}}', "input.a"),
+        ('{"workspace": "ws_control", "flow": "approval", "input": {"a": [-Infinity]}}', "input.a.0"),
+        ('{"workspace": "ws_control", "flow": "approval", "input": {"a": 1e999}}', "input.a"),
+        ('{"workspace": "ws_control", "flow": "approval", "input": {"\\ud800": 1}}', "input"),
+        ('{"workspace": "ws_contr\\udfff", "flow": "approval"}', "workspace"),
+    ],
+)
+def test_nan_infinity_and_surrogates_in_a_start_body_are_a_400_naming_the_field_and_write_nothing(api_svc, raw, field):
+    status, payload, _ = call(api_svc, "POST", "/runs", raw_body=raw)
+
+    assert status == 400 and payload["problems"][0]["field"] == field and field in payload["message"]
+    assert api_svc.store.list_runs("acme") == [] and api_svc.drives.started == []
+
+
+@pytest.mark.parametrize("raw", ["[" * 100_000, '{"input":' * 3000 + "{}" + "}" * 3000, '{"a": "' + "x" * (1024 * 1024) + '"}'])
+def test_a_body_nested_too_deep_or_too_large_is_a_400_never_a_500(api_svc, raw):
+    status, payload, _ = call(api_svc, "POST", "/runs", raw_body=raw)
+
+    assert status == 400 and payload["problems"][0]["in"] == "body"
+    assert api_svc.store.list_runs("acme") == []
+
+
+def test_nan_in_an_approval_body_is_a_400_naming_the_field(api_svc):
+    status, payload, _ = call(api_svc, "POST", "/runs/run-x/approval", raw_body='{"approve": NaN}')
+
+    assert status == 400 and payload["problems"][0]["field"] == "approve"
+
+
+def test_a_base64_body_is_read_as_json_and_one_that_is_not_utf8_is_a_400(api_svc):
+    import base64
+
+    from laneflow.api import resolve
+    from test_api import rest_event
+
+    good = rest_event("POST", "/runs", raw_body=base64.b64encode(json.dumps(START).encode()).decode())
+    good["isBase64Encoded"] = True
+    assert resolve(good, None, api_svc)["statusCode"] == 201
+
+    bad = rest_event("POST", "/runs", raw_body=base64.b64encode(b"\xff\xfe{").decode())
+    bad["isBase64Encoded"] = True
+    out = resolve(bad, None, api_svc)
+    assert out["statusCode"] == 400 and len(api_svc.store.list_runs("acme")) == 1

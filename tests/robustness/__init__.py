@@ -1,0 +1,1 @@
+"""Hostile-input tests (a package, so its conftest does not shadow tests/conftest.py as `conftest`)."""

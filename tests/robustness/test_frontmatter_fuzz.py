@@ -1,0 +1,123 @@
+"""agent.md, AGENTS.md and flow files, given anything YAML-ish: they load (and what loaded
+can be kept as JSON), or the library's problem error names the file; never another
+exception. `laneflow check` collects the same without raising."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from laneflow import jsonsafe
+from laneflow.errors import FlowInvalid, WorkspaceInvalid
+from laneflow.flow import check_workspace, load_flow
+from laneflow.workspace import load_agent, load_workspace
+
+AGENT_KEYS = ["model", "effort", "tools", "budget", "timeout", "max_turns", "sandbox", "size", "secrets", "apis", "stub",
+              "description"]
+STEP_KEYS = ["agent", "instruction", "each", "parallel", "retries", "on_fail", "until", "loop", "max_cycles", "output",
+             "schema", "optional", "handoff", "model", "verify"]
+
+SCALARS = st.one_of(
+    st.sampled_from([
+        "stub", "writer", "0", "-1", "1.5", ".inf", "-.inf", ".nan", "1e999", "1.0e+999", "0x" + "f" * 300, "9" * 5000,
+        "~", "null", "true", "no", "2024-01-01", '"\\ud800"', '"\\udfff x"', "'quoted: colon'", "a: b", "*undefined",
+        "&x 1", "!!binary aGk=", "!!python/object:os.system", "[", "]", "{", "|", ">-", "'", '"', "@x", "`x`", "%x",
+        "[[[[[[[[[[]]]]]]]]]]", "[" * 200 + "]" * 200, "{a: {b: {c: .nan}}}", "[1, .inf]", "'cost: inf'", "\"delay_ms: 99999999999\\nx\"",
+        "'cost: {input.c}'", "json", "text", "results",
+    ]),
+    st.text(max_size=10),
+)
+KEYS = st.one_of(st.sampled_from(["5", "~", "true", "? a", "[k]", "<<", "'q'", "1.5", "null"]), st.text(max_size=6))
+
+
+@st.composite
+def mapping_lines(draw: st.DrawFn, keys: list[str], indent: str = "") -> str:
+    lines = []
+    for _ in range(draw(st.integers(0, 6))):
+        key = draw(st.sampled_from(keys) | KEYS)
+        kind = draw(st.integers(0, 3))
+        if kind == 0:
+            lines.append(f"{indent}{key}: {draw(SCALARS)}")
+        elif kind == 1:
+            lines.append(f"{indent}{key}:")
+            lines += [f"{indent}  - {draw(SCALARS)}" for _ in range(draw(st.integers(0, 3)))]
+        elif kind == 2:
+            lines.append(f"{indent}{key}: |")
+            lines += [f"{indent}  {draw(SCALARS)}" for _ in range(draw(st.integers(0, 3)))]
+        else:
+            lines.append(draw(st.text(max_size=20)))
+    return "\n".join(lines)
+
+
+@st.composite
+def agent_md(draw: st.DrawFn) -> str:
+    return f"---\n{draw(mapping_lines(AGENT_KEYS))}\n---\n{draw(st.text(max_size=20))}"
+
+
+@st.composite
+def flow_yaml(draw: st.DrawFn) -> str:
+    top = draw(mapping_lines(["description", "budget", "input"]))
+    steps = []
+    for _ in range(draw(st.integers(0, 3))):
+        body = draw(mapping_lines(STEP_KEYS, indent="    "))
+        steps.append("  - agent: writer\n" + body if draw(st.booleans()) else "  - " + body.lstrip())
+    return top + "\nsteps:\n" + "\n".join(steps) if draw(st.booleans()) else top + "\n" + "\n".join(steps)
+
+
+@pytest.fixture(scope="module")
+def workspace() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="fm-fuzz-")) / "ws"
+    (root / "agents" / "writer").mkdir(parents=True)
+    (root / "agents" / "writer" / "agent.md").write_text("You write.")
+    (root / "agents" / "a").mkdir()
+    (root / "flows").mkdir()
+    (root / "schemas").mkdir()
+    (root / "schemas" / "x.json").write_text('{"type": "object"}')
+    (root / "AGENTS.md").write_text("")
+    yield root
+    shutil.rmtree(root.parent)
+
+
+def write(path: Path, text: str) -> None:
+    path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+
+
+def loads_or_names_the_file(root: Path, rel: str, load) -> None:
+    try:
+        loaded = load()
+    except (WorkspaceInvalid, FlowInvalid) as refused:
+        assert refused.problems or rel in str(refused), str(refused)
+        assert all(p.file == rel or p.file.startswith("schemas/") for p in refused.problems), refused.problems
+        return
+    # What loaded can be kept: a run records it as JSON.
+    assert jsonsafe.refusal(loaded.model_dump(mode="json", by_alias=True, exclude={"root", "account_root"})) is None
+
+
+@given(st.one_of(agent_md(), st.text(max_size=80)))
+def test_agent_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, text):
+    write(workspace / "agents" / "a" / "agent.md", text)
+    loads_or_names_the_file(workspace, "agents/a/agent.md", lambda: load_agent(load_workspace(workspace), "a"))
+    check_workspace(workspace)  # collects; never raises for a file's problem
+
+
+@given(st.one_of(agent_md(), st.text(max_size=80)))
+def test_agents_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, text):
+    write(workspace / "AGENTS.md", text)
+    try:
+        loads_or_names_the_file(workspace, "AGENTS.md", lambda: load_workspace(workspace))
+        check_workspace(workspace)
+    finally:
+        write(workspace / "AGENTS.md", "")
+
+
+@given(st.one_of(flow_yaml(), st.text(max_size=80)))
+def test_a_flow_loads_or_is_a_problem_naming_the_flow_file(workspace, text):
+    write(workspace / "flows" / "f.yaml", text)
+    loads_or_names_the_file(workspace, "flows/f.yaml", lambda: load_flow(load_workspace(workspace), "f"))
+    check_workspace(workspace)
