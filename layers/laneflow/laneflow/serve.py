@@ -39,14 +39,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-from . import api
+from . import api, jsonsafe
 from .errors import InvalidInput
 from .services import Services
 
 log = logging.getLogger("laneflow.serve")
 
 MAX_BODY = 1024 * 1024  # 1 MiB: far above any run's input (a stored record stays under 400 KB)
-MAX_JSON_DEPTH = 64  # levels of arrays and objects in a body
 REQUEST_TIMEOUT_S = 5.0  # the whole request must arrive within this, however it trickles
 WRITE_TIMEOUT_S = 10.0  # a reader that stops reading the answer is dropped too
 LINGER_S, LINGER_BYTES = 1.0, 2 * MAX_BODY  # what is read and dropped of a refused body
@@ -97,52 +96,21 @@ def proxy_event(
 # -- what is read ---------------------------------------------------------------------------------
 
 
-class _NotStrictJson(ValueError):
-    pass
-
-
-def _no_constant(name: str) -> Any:
-    raise _NotStrictJson(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise _NotStrictJson(f"the number {text[:40]} is too large")
-    return value
-
-
 def json_body_problem(body: bytes) -> str | None:
-    """Why `body` is not a JSON document this server reads, or None: it must be UTF-8,
-    strict JSON (no NaN, Infinity or numbers beyond a float's range, no lone surrogate
-    escapes) and nested at most MAX_JSON_DEPTH deep."""
+    """Why `body` is not a JSON document this server reads, or None: UTF-8 text that the
+    library's strict reader takes (no NaN or Infinity, no number beyond a float's range or
+    of too many digits, no lone surrogate, a bounded nesting depth and size)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"the body is not UTF-8 text (byte {exc.start} is not)"
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        jsonsafe.parse(text)
     except json.JSONDecodeError as exc:
         return f"the body is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-    except _NotStrictJson as exc:
-        return f"the body is not strict JSON: {exc}"
-    except RecursionError:
-        return f"the body's JSON is nested too deeply; at most {MAX_JSON_DEPTH} levels are read"
-    except ValueError:  # an integer of thousands of digits
-        return "the body holds a number too long to read"
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:  # without recursion: what follows (pydantic, the store) must not meet a deep value
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth >= MAX_JSON_DEPTH:
-                return f"the body's JSON is nested too deeply; at most {MAX_JSON_DEPTH} levels are read"
-            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "the body holds a string with a lone surrogate escape (\\ud800 to \\udfff): not text"
+    except jsonsafe.Refusal as exc:
+        where = f"at {exc.path}" if exc.parts else "as a whole"
+        return f"the body is not JSON laneflow takes ({where}): {exc.reason}"
     return None
 
 
