@@ -62,7 +62,9 @@ def cmd_run(
     _reconcile_quietly(svc, args)
     run_input = parse_input(args.input) if run_input is None else run_input
     options = {"gate": not args.no_gate}
-    run = create_run(svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, options=options)
+    run = create_run(
+        svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, account=args.account, options=options
+    )
     if not args.json and not args.quiet:
         _err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
     return drive_and_report(svc, run.tenant, run.id, args)
@@ -316,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def run_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default=None, help="run every step on this model (e.g. stub)")
+        p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md (kept for every attempt)")
         p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
         p.add_argument("--quiet", action="store_true", help="no progress on stderr")
         p.add_argument("--no-gate", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: turn the warm gate off

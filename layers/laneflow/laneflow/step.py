@@ -31,6 +31,7 @@ from .crash import crashpoint
 from .gate import open_gate
 from .models import Attempt, AttemptRef, AttemptStatus, Event, ModelCall, Run, Step, StepStatus, utcnow
 from .prompt import build_system_prompt
+from .runs import run_account
 from .services import Services
 from .workers import current_worker, dumps
 from .workspace import load_agent, load_workspace
@@ -459,7 +460,7 @@ WAITED_TO_START = "run stopped by a person while this step waited to start"
 
 def prepare(run: Run, step: Step) -> tuple[Any, Any, Any]:
     """Read the workspace and the agent afresh and build the step's system prompt."""
-    ws = load_workspace(local_path(run.workspace_uri))
+    ws = load_workspace(local_path(run.workspace_uri), run_account(run))
     agent = load_agent(ws, step.agent or "")
     return ws, agent, build_system_prompt(ws, agent)
 JUDGE_SYSTEM = (
