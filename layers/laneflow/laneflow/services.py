@@ -36,6 +36,9 @@ class Services:
     on_end: OnEnd | None = None  # told about every run that ends
     drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
+    # Set when this worker is going away (a local runner got SIGINT or SIGTERM): one-way. No
+    # new attempt is claimed, running ones see it as a stop and are marked interrupted.
+    leaving: threading.Event = field(default_factory=threading.Event)
 
     def executor(self, model: str) -> Executor:
         """The executor for a model: `stub`, else the Claude executor (one shared client)."""

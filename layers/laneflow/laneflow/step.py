@@ -234,6 +234,8 @@ class StepRecorder:
         self.event("tool", f"{name} {shown}".strip(), data)
 
     def stopped(self) -> bool:
+        if self.svc.leaving.is_set():
+            return True  # this worker is going away: end the call now (the attempt is interrupted, not stopped)
         now = time.monotonic()
         if not self._stopped and now - self._stop_checked > 0.5:
             self._stop_checked = now
@@ -312,6 +314,8 @@ class StepRunner:
             except LaneflowError as error:
                 reason, retryable, stopped = str(error).splitlines()[0], False, False
             except Exception as error:  # a bug or an unexpected library error: end the attempt, say what
+                if self.svc.leaving.is_set():
+                    return self._interrupted()
                 log.exception("step %s of %s: attempt %s crashed", self.step.index, self.run.id, self.attempt.n)
                 reason, retryable, stopped = f"{type(error).__name__}: {error}", False, False
             else:
@@ -336,6 +340,9 @@ class StepRunner:
                 crashpoint("after-result")
                 return self._report()
 
+            if self.svc.leaving.is_set():
+                # The attempt ended because its worker is going away (Ctrl-C): not its doing.
+                return self._interrupted()
             reason = Redactor(self.svc.secret_values())(scrub_paths(reason, self.run.workspace_uri))
             cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
             self.step.cost_usd = round(self.step.cost_usd + cost, 6)
@@ -450,6 +457,17 @@ class StepRunner:
         if not passed:
             raise StepFailed(f"the judge failed it: {reason}", retryable=True)
 
+    def _interrupted(self) -> StepReport:
+        """Mark this attempt interrupted by its exact identity, the way reconcile does for a
+        worker that went away: the next drive retries it and tells it why."""
+        from .reconcile import interrupt  # reconcile builds on the drive, which builds on this module
+
+        run = self.svc.store.get_run(self.run.tenant, self.run.id, steps=False)
+        spent = self.recorder.cost_usd if self.recorder else 0.0  # what it spent counts, as for a failure
+        calls = list(self.recorder.spans.values()) if self.recorder else []
+        interrupt(self.svc, self.run.tenant, run, self.attempt, calls=calls, cost_usd=round(self.step.cost_usd + spent, 6))
+        return self._report()
+
     def _report(self) -> StepReport:
         step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index)
         return StepReport(index=step.index, status=step.status, attempts=step.attempts)
@@ -504,6 +522,8 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
     run = svc.store.get_run(tenant, run_id, steps=False)
     step = svc.store.get_step(tenant, run_id, index)
     if step.status != StepStatus.pending:
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    if svc.leaving.is_set():  # this worker is going away: claim nothing; the next drive runs it
         return StepReport(index=index, status=step.status, attempts=step.attempts)
     if run.stop_requested or run.status.ended:
         try:
