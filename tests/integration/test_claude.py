@@ -184,3 +184,39 @@ def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(tmp_
     price = catalog().price("claude-sonnet-4-6")
     assert call.cost_usd == pytest.approx(price.cost(call.tokens), rel=1e-6) and call.cost_usd > 0.005
     assert step.cost_usd == pytest.approx(call.cost_usd, abs=1e-6) and step.attempts == 1
+
+
+def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path, ws):
+    """20 s to the first token; the stop comes 0.5 s into the call: the request is ended at
+    once (the imitation sees the connection closed during its prefill), the step ends within
+    about 2 s, and its attempt records that it was stopped."""
+    import threading
+    import time
+
+    from laneflow.actions import stop_run
+    from laneflow.executors.anthropic import STOPPED_BEFORE_REPLY
+    from laneflow.models import AttemptStatus
+
+    with MessagesImitation(ttft_ms=20000, api_keys={KEY}) as slow:
+        svc = services(tmp_path, slow)
+        run = create_run(svc, ws, "tools")
+        drive = threading.Thread(target=LocalEngine(svc).drive, args=(run.tenant, run.id), kwargs={"tick_s": 0.02})
+        drive.start()
+        deadline = time.monotonic() + 30
+        while slow.stats()["requests"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)
+        stop_run(svc, run.tenant, run.id)
+        stopped_at = time.monotonic()
+        while svc.store.get_step(run.tenant, run.id, 0).status == StepStatus.running and time.monotonic() - stopped_at < 10:
+            time.sleep(0.02)
+        ended_in = time.monotonic() - stopped_at
+        disconnects = slow.stats()["disconnects"]
+        drive.join(timeout=10)
+    assert ended_in < 2.0, f"the step took {ended_in:.1f} s to end after the stop"
+    assert disconnects == 1  # seen by the server well before its 20 s prefill was over
+    step = svc.store.get_step(run.tenant, run.id, 0, detail=True)
+    assert step.status == StepStatus.failed and step.error == STOPPED_BEFORE_REPLY
+    [attempt] = svc.store.list_attempts(run.tenant, run.id, 0)
+    assert attempt.status == AttemptStatus.stopped and attempt.reason == STOPPED_BEFORE_REPLY
+    assert not drive.is_alive() and svc.store.get_run(run.tenant, run.id).status == RunStatus.failed

@@ -383,3 +383,18 @@ def test_the_command_line_serves_until_interrupted():
     finally:
         proc.send_signal(__import__("signal").SIGINT)
         assert proc.wait(timeout=5) == 0
+
+
+def test_a_client_that_closes_the_connection_during_the_prefill_is_counted_as_a_disconnect():
+    """The server side of a stop before the first token: it notices at once, sends nothing."""
+    with MessagesImitation(ttft_ms=20_000) as slow:
+        stream = ask(client_for(slow), content="think long", stream=True)  # the headers came; no event yet
+        started = time.monotonic()
+        stream.response.extensions["network_stream"].get_extra_info("socket").shutdown(2)  # SHUT_RDWR
+        stream.close()
+        while slow.stats()["disconnects"] == 0 and time.monotonic() - started < 5:
+            time.sleep(0.01)
+        assert slow.stats()["disconnects"] == 1 and time.monotonic() - started < 1
+    with MessagesImitation(ttft_ms=50) as quick:  # a stream read to its end is no disconnect
+        list(ask(client_for(quick), content="hi", stream=True))
+        assert quick.stats()["disconnects"] == 0

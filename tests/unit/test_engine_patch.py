@@ -25,16 +25,25 @@ def test_the_hooked_function_exists_with_the_expected_signature():
     assert "_invoke_lambda_function(" in source
 
 
-def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_class(tmp_path):
-    class Boom(Exception):
-        pass
+def _registry(tmp_path, leaving=None) -> local.HandlerRegistry:
+    """A registry of one function F, without reading a template."""
+    import threading
 
     registry = local.HandlerRegistry.__new__(local.HandlerRegistry)
     registry.functions = {"F": local.FunctionSpec("F", tmp_path, "app.handler")}
     registry._modules = {}
-    import threading
-
     registry._lock = threading.Lock()
+    registry.leaving = leaving
+    registry._running = 0
+    registry._idle = threading.Condition()
+    return registry
+
+
+def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_class(tmp_path):
+    class Boom(Exception):
+        pass
+
+    registry = _registry(tmp_path)
 
     def raising(event, context):
         raise Boom("it broke")
@@ -44,3 +53,32 @@ def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_cla
     assert answer["FunctionError"] == "Unhandled"
     assert answer["Payload"]["errorType"] == "Boom" and answer["Payload"]["errorMessage"] == "it broke"
     assert registry.invoke("arn:aws:lambda:us-east-1:123456789012:function:Nope", {})["Payload"]["errorType"] == "ResourceNotFoundException"
+
+
+def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_path):
+    import threading
+    import time
+
+    leaving = threading.Event()
+    registry = _registry(tmp_path, leaving)
+    entered, release, calls = threading.Event(), threading.Event(), []
+
+    def slow(event, context):
+        calls.append(event)
+        entered.set()
+        release.wait(5)
+        return {"ok": True}
+
+    registry._handler = lambda logical_id: slow  # type: ignore[method-assign]
+    arn = "arn:aws:lambda:us-east-1:123456789012:function:F"
+    running = threading.Thread(target=registry.invoke, args=(arn, {"n": 1}))
+    running.start()
+    assert entered.wait(5)
+    leaving.set()
+    refused = registry.invoke(arn, {"n": 2})
+    assert refused["Payload"]["errorType"] == "WorkerLeaving" and calls == [{"n": 1}]
+    assert registry.wait_idle(0.1) is False  # the first is still running
+    threading.Timer(0.2, release.set).start()
+    started = time.monotonic()
+    assert registry.wait_idle(5) is True and time.monotonic() - started < 2
+    running.join(5)

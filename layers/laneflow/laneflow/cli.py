@@ -1,19 +1,23 @@
 """`laneflow`: run flows locally on the embedded engine and store, and inspect them.
 
 Exit codes: 0 a completed run (or a clean check), 1 a failed run (or a check with errors),
-2 bad input (workspace, flow, run input, flags), with one clear line on stderr.
+2 bad input (workspace, flow, run input, flags), with one clear line on stderr; 130 and 143
+when SIGINT (Ctrl-C) or SIGTERM ended a command that drives a run (the run stays resumable).
 `--json` prints the record as JSON and nothing else on stdout; progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import jsonsafe
 from .errors import InvalidInput, LaneflowError, Problem
@@ -24,6 +28,62 @@ EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 def _err(message: str) -> None:
     print(f"laneflow: {message}", file=sys.stderr)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached a command that drives runs: this worker is going away. A
+    KeyboardInterrupt, so the engine leaves the run resumable whichever signal it was."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _exit_code(interrupt: KeyboardInterrupt) -> int:
+    """128 + the signal: 130 for SIGINT (and a plain KeyboardInterrupt), 143 for SIGTERM."""
+    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
+@contextlib.contextmanager
+def leaving_on_signals() -> Iterator[None]:
+    """While a command drives runs, SIGINT and SIGTERM raise `Interrupted`, so the drive can
+    mark its attempts interrupted and say how to go on. A second one during that cleanup
+    exits at once: every write names its attempt and the claim journal records what landed,
+    so reconcile finishes what the cleanup did not."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+    caught: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if caught:
+            os.write(2, b"laneflow: interrupted again: leaving now; `laneflow reconcile` finishes the cleanup\n")
+            os._exit(128 + signum)
+        caught.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _went_away(svc, tenant: str, run_id: str, interrupt: KeyboardInterrupt) -> int:
+    """What a person is told when SIGINT or SIGTERM ended a drive: where the run stands and
+    how to go on."""
+    run = svc.store.get_run(tenant, run_id, steps=False)
+    if run.status.ended:
+        _err(f"interrupted; run {run_id} had already ended ({run.status}): laneflow show {run_id}")
+    elif run.status == RunStatus.awaiting_approval:
+        _err(f"interrupted; run {run_id} is waiting for a person: laneflow approve {run_id} (or --reject)")
+    else:
+        _err(
+            f"interrupted; run {run_id} is resumable: laneflow resume {run_id} "
+            f"(or laneflow reconcile; laneflow stop {run_id} to end it)"
+        )
+    return _exit_code(interrupt)
 
 
 def parse_input(text: str | None) -> Any:
@@ -70,7 +130,9 @@ def cmd_run(
     _reconcile_quietly(svc, args)
     run_input = parse_input(args.input) if run_input is None else run_input
     options = {"gate": not args.no_gate}
-    run = create_run(svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, options=options)
+    run = create_run(
+        svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, account=args.account, options=options
+    )
     if not args.json and not args.quiet:
         _err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
     return drive_and_report(svc, run.tenant, run.id, args)
@@ -90,7 +152,12 @@ def drive_and_report(svc, tenant: str, run_id: str, args: argparse.Namespace) ->
             last[0] = now
             progress.update(svc.store.get_run(tenant, run_id, detail=False))
 
-    result = LocalEngine(svc).drive(tenant, run_id, on_tick=tick)
+    try:
+        result = LocalEngine(svc).drive(tenant, run_id, on_tick=tick)
+    except KeyboardInterrupt as interrupt:  # the engine has left the run resumable
+        if args.json:
+            print(json.dumps(svc.store.get_run(tenant, run_id, detail=True).public(), ensure_ascii=False))
+        return _went_away(svc, tenant, run_id, interrupt)
     if progress:
         progress.update(svc.store.get_run(tenant, run_id, detail=False))
     final = svc.store.get_run(tenant, run_id, detail=True)
@@ -127,18 +194,45 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
     svc = _services(args)
     engine = LocalEngine(svc)
+    driving: list[Any] = []
 
     def redrive(run) -> None:
         if not args.json:
             _err(f"re-driving {run.id} (drive {run.drives + 1})")
+        driving[:] = [run]
         engine.drive(run.tenant, run.id)
 
-    report = reconcile(svc, Liveness(), redrive=redrive)
+    try:
+        report = reconcile(svc, Liveness(), redrive=redrive)
+    except KeyboardInterrupt as interrupt:
+        if not driving:
+            raise
+        return _went_away(svc, driving[0].tenant, driving[0].id, interrupt)
     if args.json:
         print(json.dumps(report.as_dict()))
     else:
         print("\n".join(report.lines()))
     return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Re-drive one run now, in this process, with progress: what reconcile would do for it
+    (settle its journal, interrupt its attempts whose worker is gone, re-drive it, or close
+    it past the drive limit or when its stop was requested)."""
+    from .reconcile import reconcile, resumable_run
+    from .workers import Liveness
+
+    svc = _services(args)
+    run = resumable_run(svc, Liveness(), svc.settings.tenant, args.run)
+    report = reconcile(svc, Liveness(), redrive=None, tenant=run.tenant, run_id=run.id)
+    if run.id not in report.to_redrive:  # closed (stopped, or past the drive limit)
+        final = svc.store.get_run(run.tenant, run.id, detail=True)
+        print(json.dumps(final.public(), ensure_ascii=False) if args.json else summary(final))
+        _err(f"run {final.id} {final.status}: {final.error or 'no reason recorded'}")
+        return EXIT_OK if final.status == RunStatus.completed else EXIT_FAILED
+    if not args.json and not args.quiet:
+        _err(f"resuming run {run.id} (drive {run.drives + 1}); completed steps are carried")
+    return drive_and_report(svc, run.tenant, run.id, args)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -330,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def run_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default=None, help="run every step on this model (e.g. stub)")
+        p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md (kept for every attempt)")
         p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
         p.add_argument("--quiet", action="store_true", help="no progress on stderr")
         p.add_argument("--no-gate", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: turn the warm gate off
@@ -339,12 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("flow")
     p.add_argument("--input", default=None, help="the run's input: JSON, or @FILE")
     run_flags(p)
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, drives=True)
 
     p = with_store(sub.add_parser("demo", help="run the example newsroom flow on the stub model"))
     run_flags(p)
     p.add_argument("--imitate", action="store_true", help="run it on Claude's executor against a local imitation of the Messages API")
-    p.set_defaults(func=cmd_demo, input=None)
+    p.set_defaults(func=cmd_demo, input=None, drives=True)
 
     p = sub.add_parser("check", help="list every problem of a workspace")
     p.add_argument("workspace")
@@ -362,11 +457,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reject", action="store_true", help="reject: the run fails with 'rejected by a person'")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=cmd_approve)
+    p.set_defaults(func=cmd_approve, drives=True)
+
+    p = with_store(sub.add_parser("resume", help="re-drive a run whose drive went away (Ctrl-C, a crash), now, here"))
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_resume, drives=True)
 
     p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_reconcile)
+    p.set_defaults(func=cmd_reconcile, drives=True)
 
     p = with_store(sub.add_parser("serve", help="serve the HTTP API and the run viewer on this machine"))
     p.add_argument("--host", default="127.0.0.1")
@@ -393,7 +494,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with leaving_on_signals() if getattr(args, "drives", False) else contextlib.nullcontext():
+            return int(args.func(args))
     except InvalidInput as exc:
         head, *rest = str(exc).splitlines()
         _err(head)
@@ -403,9 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LaneflowError as exc:
         _err(str(exc).splitlines()[0])
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:  # before or after any drive: nothing of a run to leave
         _err("interrupted")
-        return 130
+        return _exit_code(interrupt)
     except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

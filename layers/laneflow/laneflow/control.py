@@ -19,7 +19,7 @@ from .contracts import DriveRef, LaneStep, Settlement, StepCrashedRequest
 from .errors import AttemptEnded, Conflict
 from .flow import Flow, StepSpec
 from .models import AttemptRef, AttemptStatus, Event, Run, Step, StepStatus
-from .runs import resolve_model
+from .runs import resolve_model, run_account
 from .services import Services
 from .step import feedback_key
 from .workspace import load_agent, load_workspace
@@ -226,7 +226,7 @@ class Settler:
 
     def _new_rescue(self, step: Step, spec: StepSpec) -> Step:
         agent = spec.on_fail or ""
-        ws = load_workspace(local_path(self.run.workspace_uri))
+        ws = load_workspace(local_path(self.run.workspace_uri), run_account(self.run))
         agent_model = load_agent(ws, agent).settings.model
         rescue_spec = spec.model_copy(update={"model": None})
         model = resolve_model(rescue_spec, agent_model, ws, override=self.run.model, default=self.svc.settings.default_model)

@@ -42,6 +42,8 @@ import json
 import math
 import re
 import secrets
+import select
+import socket
 import sys
 import threading
 import time
@@ -372,6 +374,7 @@ def _new_counts() -> dict[str, int]:
         "cache_read_tokens": 0,
         "cache_writes": 0,
         "cache_reads": 0,
+        "disconnects": 0,  # streams whose client closed the connection before the reply ended
     }
 
 
@@ -781,8 +784,10 @@ class MessagesImitation:
             h.close_connection = True
             return
         h.close_connection = True
-        if self.ttft_ms:
-            time.sleep(self.ttft_ms / 1000.0)
+        if self.ttft_ms and not _client_stays(h.connection, self.ttft_ms / 1000.0):
+            with self._lock:
+                self._count(message["model"], disconnects=1)
+            return  # the client went away during the prefill (a stop): nothing is sent
         self._begin(plan)  # the prefill is done: what this request wrote is readable now
 
         def send(event: str, data: dict) -> None:
@@ -824,7 +829,25 @@ class MessagesImitation:
             )
             send("message_stop", {"type": "message_stop"})
         except OSError:  # the client went away
-            pass
+            with self._lock:
+                self._count(message["model"], disconnects=1)
+
+
+def _client_stays(conn: socket.socket, seconds: float) -> bool:
+    """Wait `seconds` (the prefill), watching the connection: False as soon as the client
+    closes it, as a server sees a caller give up before the first token."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([conn], [], [], min(left, 0.05))
+        if not readable:
+            continue
+        try:
+            if not conn.recv(1, socket.MSG_PEEK):
+                return False
+        except OSError:
+            return False
+        time.sleep(min(left, 0.05))  # the client sent something more: not a close
+    return True
 
 
 def _word_chunks(text: str, words: int = 3) -> list[str]:

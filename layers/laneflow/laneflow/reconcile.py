@@ -11,6 +11,10 @@
    own worker had ended it.
 6. End runs whose stop was requested and whose drive is gone; close parked or queued ones.
 
+A local runner that gets SIGINT or SIGTERM runs step 2 on itself before it goes
+(`leave_drive`); `laneflow resume RUN` runs the whole pass for one run (`run_id`) and
+re-drives it in that process.
+
 Reads go through the store's active indexes only (running attempts, pending journal
 entries, active runs): the cost grows with what is live, not with every run ever made.
 A parked run is not polled: it waits until answered.
@@ -25,10 +29,10 @@ from typing import Callable
 
 from .actions import stop_run
 from .drive import close_run
-from .errors import AttemptEnded, NotFound, RecordDamaged
-from .models import Attempt, AttemptRef, AttemptStatus, Run, RunStatus, StepStatus, utcnow
+from .errors import AttemptEnded, Conflict, LaneflowError, NotFound, RecordDamaged
+from .models import Attempt, AttemptRef, AttemptStatus, ModelCall, Run, RunStatus, StepStatus, utcnow
 from .services import Services
-from .workers import Liveness, loads
+from .workers import Liveness, dumps, loads
 
 log = logging.getLogger("laneflow.reconcile")
 
@@ -81,6 +85,13 @@ def _age_s(stamp: str, now: _dt.datetime) -> float:
     return (now - _dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
 
 
+def drive_alive(liveness: Liveness, run: Run) -> bool:
+    """Whether the run's drive may still be working: its driver is alive, or cannot be told
+    (another host); a run with no driver has no drive."""
+    driver = loads(run.driver)
+    return bool(driver) and liveness.alive(driver) is not False
+
+
 class Reconciler:
     def __init__(
         self,
@@ -89,11 +100,16 @@ class Reconciler:
         *,
         redrive: Callable[[Run], None] | None = None,
         tenant: str | None = None,
+        run_id: str | None = None,
         journal_grace_s: float = JOURNAL_GRACE_S,
     ):
         self.svc, self.store, self.liveness = svc, svc.store, liveness
         self.redrive, self.tenant, self.grace = redrive, tenant, journal_grace_s
+        self.run_id = run_id  # set: this one run only (`laneflow resume`, a runner leaving)
         self.report = ReconcileReport()
+
+    def _mine(self, run_id: str) -> bool:
+        return self.run_id is None or run_id == self.run_id
 
     def run(self) -> ReconcileReport:
         self.settle_journal()
@@ -113,6 +129,8 @@ class Reconciler:
     def settle_journal(self) -> None:
         now = _dt.datetime.now(_dt.timezone.utc)
         for entry in self.store.journal_pending(self.tenant):
+            if not self._mine(entry.run_id):
+                continue
             try:
                 run = self.store.get_run(entry.tenant, entry.run_id, steps=False)
             except RecordDamaged as error:
@@ -128,6 +146,8 @@ class Reconciler:
 
     def interrupt_gone_attempts(self) -> None:
         for tenant, attempt in self.store.running_attempts(self.tenant):
+            if not self._mine(attempt.run_id):
+                continue
             try:
                 run = self.store.get_run(tenant, attempt.run_id, steps=False)
             except RecordDamaged as error:
@@ -151,14 +171,15 @@ class Reconciler:
 
     def drive_or_close_runs(self) -> None:
         for run in self.store.active_runs(self.tenant):
+            if not self._mine(run.id):
+                continue
             try:
                 self._drive_or_close(run, self.svc.settings.max_drives)
             except RecordDamaged as error:  # its steps cannot be read: the next run's turn
                 self._damaged(run.id, error)
 
     def _drive_or_close(self, run: Run, max_drives: int) -> None:
-        driver = loads(run.driver)
-        driving = bool(driver) and self.liveness.alive(driver) is not False
+        driving = drive_alive(self.liveness, run)
         if run.status == RunStatus.awaiting_approval:
             if run.stop_requested:
                 self._close_stopped(run)
@@ -192,18 +213,30 @@ class Reconciler:
         self.report.closed.append(run.id)
 
 
-def interrupt(svc: Services, tenant: str, run: Run, attempt: Attempt, reason: str = INTERRUPTED) -> str:
+def interrupt(
+    svc: Services,
+    tenant: str,
+    run: Run,
+    attempt: Attempt,
+    reason: str = INTERRUPTED,
+    *,
+    calls: list[ModelCall] | None = None,
+    cost_usd: float | None = None,
+) -> str:
     """End a running attempt as interrupted, by its exact identity. Its step (or rescue) is
     resumed by the next drive and told why; an interruption is not the step's doing, so it
     spends none of its `retries:` (the run's drive limit bounds a worker that keeps dying).
-    A stopped run's step ends failed instead."""
+    A stopped run's step ends failed instead. A worker that interrupts its own attempt (it is
+    leaving) also passes what the attempt spent: its spans and the step's cost with them."""
     store = svc.store
     if run.stop_requested:
         changes = {"status": StepStatus.failed, "error": f"{reason}; the run was stopped", "finished_at": utcnow()}
     else:
         changes = {"status": StepStatus.pending, "error": reason}
+    if cost_usd is not None:
+        changes["cost_usd"] = cost_usd
     try:
-        store.end_attempt(AttemptRef.of(tenant, attempt), AttemptStatus.interrupted, reason=reason, step=changes)
+        store.end_attempt(AttemptRef.of(tenant, attempt), AttemptStatus.interrupted, reason=reason, step=changes, calls=calls)
         return "interrupted"
     except AttemptEnded:
         try:
@@ -215,6 +248,56 @@ def interrupt(svc: Services, tenant: str, run: Run, attempt: Attempt, reason: st
 
 def reconcile(svc: Services, liveness: Liveness, **kwargs) -> ReconcileReport:
     return Reconciler(svc, liveness, **kwargs).run()
+
+
+# -- a local runner going away, and a person resuming one run -----------------------------------
+
+
+def leave_drive(svc: Services, tenant: str, run_id: str, worker: dict) -> Run:
+    """A local runner got SIGINT or SIGTERM: it is a worker going away, not a failure. Its
+    running attempts of the run (and those claimed with no worker yet, which live with its
+    drive) are marked interrupted by exact identity, by reconcile's own step 2 told that
+    this worker is gone while it is still alive; then, if it drives the run, the run keeps
+    its status with no driver, so `laneflow resume` or the next reconcile re-drives it
+    (completed steps carried). Safe to repeat."""
+    Reconciler(svc, Liveness(gone=worker), tenant=tenant, run_id=run_id).interrupt_gone_attempts()
+    run = svc.store.get_run(tenant, run_id, steps=False)
+    if not run.status.ended and run.driver == dumps(worker):
+        try:
+            run = svc.store.update_run(
+                tenant, run_id, {"driver": None, "execution": None}, expect_status=(RunStatus.queued, RunStatus.running)
+            )
+        except Conflict:
+            run = svc.store.get_run(tenant, run_id, steps=False)
+    return run
+
+
+class RunNotResumable(LaneflowError):
+    """`resume` was asked for a run that has nothing to resume, or that a live drive holds."""
+
+    exit_code = 2
+    http_status = 409
+
+
+def resumable_run(svc: Services, liveness: Liveness, tenant: str, run_id: str) -> Run:
+    """The run, if a person may re-drive it now: not ended, not parked, and no drive of it
+    alive (or that cannot be told dead) in another process. Raises `RunNotResumable` saying
+    what to do instead."""
+    run = svc.store.get_run(tenant, run_id, steps=False)
+    if run.status.ended:
+        raise RunNotResumable(f"run {run_id} has ended ({run.status}): there is nothing to resume")
+    if run.status == RunStatus.awaiting_approval:
+        raise RunNotResumable(
+            f"run {run_id} is waiting for a person, not for a drive: answer it with laneflow approve {run_id} (or --reject)"
+        )
+    if drive_alive(liveness, run):
+        driver = loads(run.driver) or {}
+        where = f"process {driver['pid']} on {driver.get('host')}" if driver.get("kind") == "local" else "another worker"
+        raise RunNotResumable(
+            f"run {run_id} is still being driven by {where}: resume it once that drive has gone "
+            f"(or end it with laneflow stop {run_id})"
+        )
+    return run
 
 
 

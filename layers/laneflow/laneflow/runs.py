@@ -95,6 +95,10 @@ def prepare_run(
     for used in sorted({s.model for s in steps if s.agent}):
         svc.check_model(used)  # a model without what it needs: ModelNotConfigured, before anything is written
     options = dict(options or {})
+    if account is not None:
+        # Every attempt reads the workspace afresh (also on a retry, a resume, a re-drive):
+        # the account it was started with is kept on the run so each reads it the same way.
+        options["account"] = str(Path(account).expanduser().resolve())
     budget = flow.budget or ws.settings.budget
     if budget:
         options.setdefault("budget", budget)  # the run's budget is fixed as it starts
@@ -111,6 +115,13 @@ def prepare_run(
         flow_spec=flow.model_dump(mode="json", by_alias=True),
         steps=steps,
     )
+
+
+def run_account(run: Run) -> str | None:
+    """The account folder (or AGENTS.md) the run was started with (`--account`), if any:
+    what every reload of its workspace passes along."""
+    account = run.options.get("account")
+    return str(account) if account else None
 
 
 def create_run(svc: Services, workspace: str | Path, flow_name: str, run_input: Any = None, **kwargs: Any) -> Run:

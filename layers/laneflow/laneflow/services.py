@@ -42,6 +42,9 @@ class Services:
     on_end: OnEnd | None = None  # told about every run that ends
     drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
+    # Set when this worker is going away (a local runner got SIGINT or SIGTERM): one-way. No
+    # new attempt is claimed, running ones see it as a stop and are marked interrupted.
+    leaving: threading.Event = field(default_factory=threading.Event)
 
     def check_model(self, model: str) -> None:
         """Refuse a model this deployment cannot call (`ModelNotConfigured`), without reading

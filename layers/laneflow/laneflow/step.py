@@ -31,6 +31,7 @@ from .crash import crashpoint
 from .gate import open_gate
 from .models import Attempt, AttemptRef, AttemptStatus, Event, ModelCall, Run, Step, StepStatus, utcnow
 from .prompt import build_system_prompt
+from .runs import run_account
 from .services import Services
 from .workers import current_worker, dumps
 from .workspace import load_agent, load_workspace
@@ -235,6 +236,8 @@ class StepRecorder:
         self.event("tool", f"{name} {shown}".strip(), data)
 
     def stopped(self) -> bool:
+        if self.svc.leaving.is_set():
+            return True  # this worker is going away: end the call now (the attempt is interrupted, not stopped)
         now = time.monotonic()
         if not self._stopped and now - self._stop_checked > 0.5:
             self._stop_checked = now
@@ -316,6 +319,8 @@ class StepRunner:
             except LaneflowError as error:
                 reason, retryable, stopped = str(error).splitlines()[0], False, False
             except Exception as error:  # a bug or an unexpected library error: end the attempt, say what
+                if self.svc.leaving.is_set():
+                    return self._interrupted()
                 log.exception("step %s of %s: attempt %s crashed", self.step.index, self.run.id, self.attempt.n)
                 reason, retryable, stopped = f"{type(error).__name__}: {error}", False, False
             else:
@@ -342,6 +347,9 @@ class StepRunner:
             finally:
                 self._discard()  # however the attempt ended, its copy of the workspace goes
 
+            if self.svc.leaving.is_set():
+                # The attempt ended because its worker is going away (Ctrl-C): not its doing.
+                return self._interrupted()
             reason = Redactor(self.svc.secret_values())(scrub_paths(reason, self.run.workspace_uri))
             cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
             self.step.cost_usd = round(self.step.cost_usd + cost, 6)
@@ -478,6 +486,17 @@ class StepRunner:
         if not passed:
             raise StepFailed(f"the judge failed it: {reason}", retryable=True)
 
+    def _interrupted(self) -> StepReport:
+        """Mark this attempt interrupted by its exact identity, the way reconcile does for a
+        worker that went away: the next drive retries it and tells it why."""
+        from .reconcile import interrupt  # reconcile builds on the drive, which builds on this module
+
+        run = self.svc.store.get_run(self.run.tenant, self.run.id, steps=False)
+        spent = self.recorder.cost_usd if self.recorder else 0.0  # what it spent counts, as for a failure
+        calls = list(self.recorder.spans.values()) if self.recorder else []
+        interrupt(self.svc, self.run.tenant, run, self.attempt, calls=calls, cost_usd=round(self.step.cost_usd + spent, 6))
+        return self._report()
+
     def _report(self) -> StepReport:
         step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index)
         return StepReport(index=step.index, status=step.status, attempts=step.attempts)
@@ -488,11 +507,11 @@ WAITED_TO_START = "run stopped by a person while this step waited to start"
 
 def prepare(run: Run, step: Step) -> tuple[Any, Any, Any, WorkingCopy]:
     """Give the attempt its own working copy of the workspace (`checkout`), read the
-    workspace and the agent from it afresh and build the step's system prompt. The copy is
-    the caller's to discard; if reading fails it is discarded here."""
+    workspace (with the run's account) and the agent from it afresh and build the step's
+    system prompt. The copy is the caller's to discard; if reading fails it is discarded here."""
     copy = checkout(run.workspace_uri)
     try:
-        ws = load_workspace(copy.root)
+        ws = load_workspace(copy.root, run_account(run))
         agent = load_agent(ws, step.agent or "")
         return ws, agent, build_system_prompt(ws, agent), copy
     except BaseException:
@@ -539,6 +558,8 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
     run = svc.store.get_run(tenant, run_id, steps=False)
     step = svc.store.get_step(tenant, run_id, index)
     if step.status != StepStatus.pending:
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    if svc.leaving.is_set():  # this worker is going away: claim nothing; the next drive runs it
         return StepReport(index=index, status=step.status, attempts=step.attempts)
     if run.stop_requested or run.status.ended:
         try:

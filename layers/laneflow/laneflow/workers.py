@@ -74,17 +74,37 @@ def local_alive(worker: dict[str, Any]) -> bool | None:
     return started is None or _process_start(pid) == started
 
 
-class Liveness:
-    """Tells whether a worker is still there: True, False, or None (cannot tell)."""
+def same_worker(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two worker references name one worker (the same process, Lambda request,
+    execution or task)."""
+    keys = ("kind", "host", "pid", "started", "request_id", "execution", "task")
+    return all(a.get(k) == b.get(k) for k in keys)
 
-    def __init__(self, *, execution_alive: Callable[[str], bool | None] | None = None, task_alive=None, now=time.time):
+
+class Liveness:
+    """Tells whether a worker is still there: True, False, or None (cannot tell).
+
+    `gone` names a worker known to be going away (a local runner that got SIGINT or SIGTERM
+    tells reconcile's own rules about itself): it counts as gone while it is still alive."""
+
+    def __init__(
+        self,
+        *,
+        execution_alive: Callable[[str], bool | None] | None = None,
+        task_alive=None,
+        now=time.time,
+        gone: dict[str, Any] | None = None,
+    ):
         self.execution_alive = execution_alive
         self.task_alive = task_alive
         self.now = now
+        self.gone = gone
 
     def alive(self, worker: dict[str, Any] | None) -> bool | None:
         if not worker:
             return None
+        if self.gone and same_worker(worker, self.gone):
+            return False
         kind = worker.get("kind")
         if kind == "local":
             return local_alive(worker)

@@ -12,6 +12,9 @@ Why this shape (see ../shared/LOCAL-ENGINE.md):
 - One drive is one execution. The engine waits for it and, if it ended without closing the
   run (a crashed definition), closes the run `failed` with the reason: no run is left
   `running` with nothing working on it.
+- Ctrl-C (or SIGTERM, raised as a KeyboardInterrupt) is this worker going away, not a
+  failure: no handler runs any more, the drive's running attempts are marked interrupted by
+  exact identity and its drive ended, so the run stays resumable (reconcile.leave_drive).
 """
 
 from __future__ import annotations
@@ -34,12 +37,17 @@ from ..callbacks import TokenGone
 from ..drive import close_run
 from ..models import Run
 from ..paths import project_root
+from ..reconcile import leave_drive
 from ..services import Services, install, installed
+from ..workers import current_worker
 from .template import FunctionSpec, Template
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/laneflow-local"
+# How long a leaving worker waits for the handlers still running to see it and return, so
+# the record it leaves is final; a second Ctrl-C does not wait (reconcile finishes the job).
+LEAVE_WAIT_S = 5.0
 
 for _noisy in ("moto", "moto.stepfunctions"):
     logging.getLogger(_noisy).setLevel(logging.CRITICAL)
@@ -67,10 +75,13 @@ class LambdaContext:
 class HandlerRegistry:
     """The template's functions, their handler modules loaded from `functions/<name>/`."""
 
-    def __init__(self, template: Template):
+    def __init__(self, template: Template, leaving: threading.Event | None = None):
         self.functions = template.functions()
         self._modules: dict[str, ModuleType] = {}
         self._lock = threading.Lock()
+        self.leaving = leaving  # set: this worker is going away, and runs no handler any more
+        self._running = 0
+        self._idle = threading.Condition()
 
     def _handler(self, logical_id: str) -> Callable[[Any, Any], Any]:
         spec = self.functions[logical_id]
@@ -92,12 +103,27 @@ class HandlerRegistry:
         logical_id = function_name.rsplit(":", 1)[-1]
         if logical_id not in self.functions:
             return _function_error("ResourceNotFoundException", f"no function {logical_id} in template.yaml")
+        with self._idle:
+            if self.leaving is not None and self.leaving.is_set():
+                # Nothing more is decided or claimed by a drive whose worker is leaving: the run
+                # is left as it stands, for the next drive.
+                return _function_error("WorkerLeaving", "this worker is going away")
+            self._running += 1
         try:
             result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
         except Exception as exc:  # noqa: BLE001 - every error crosses as a Lambda function error
             logging.getLogger("laneflow.engine").debug("handler %s raised", logical_id, exc_info=True)
             return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc)[-5:])
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
         return {"StatusCode": 200, "Payload": json.loads(json.dumps(result))}
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no handler runs (True), or the timeout passed (False)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout=timeout_s)
 
 
 def _function_error(error_type: str, message: str, stack: list[str] | None = None) -> dict[str, Any]:
@@ -179,7 +205,7 @@ class LocalEngine:
         svc.callbacks = LocalCallbacks()  # tokens are completed on this process's interpreter
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
-        self.registry = HandlerRegistry(self.template)
+        self.registry = HandlerRegistry(self.template, svc.leaving)
         self.definition = self.template.definition(lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}")
 
     @property
@@ -206,17 +232,16 @@ class LocalEngine:
             try:
                 backend = _backend()
                 name = f"{run_id}-{_secrets.token_hex(4)}"
-                execution = backend.start_execution(
-                    self.state_machine_arn, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id})
-                )
                 try:
+                    execution = backend.start_execution(
+                        self.state_machine_arn, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id})
+                    )
                     while execution.status == "RUNNING":
                         if on_tick:
                             on_tick()
                         time.sleep(tick_s)
                 except KeyboardInterrupt:
-                    # The person ended the local runner: its workers go with it.
-                    close_run(self.svc, tenant, run_id, error="Interrupted", cause="the local runner was interrupted")
+                    self._leave(tenant, run_id)
                     raise
                 status = str(execution.status)
                 if status != "SUCCEEDED":
@@ -233,6 +258,16 @@ class LocalEngine:
             finally:
                 _registry = None
                 install(before)
+
+    def _leave(self, tenant: str, run_id: str) -> None:
+        """This worker is going away (SIGINT, SIGTERM): the run stays resumable. No handler
+        starts any more; the running ones see it as a stop, end their model calls and mark
+        their attempts interrupted themselves (with what they spent); then whatever attempt
+        of this process is still running is interrupted by exact identity, and the drive is
+        ended."""
+        self.svc.leaving.set()
+        self.registry.wait_idle(LEAVE_WAIT_S)
+        leave_drive(self.svc, tenant, run_id, current_worker())
 
     def history(self, execution_arn: str) -> list[dict[str, Any]]:
         """The execution's history events, AWS-shaped (for tests and the store-cost benchmark)."""

@@ -10,11 +10,14 @@
   updated when it ends (one span).
 - Rate limits, 5xx and overloaded answers are retried with backoff; an authentication
   refusal is a clear step failure that says so; `max_turns` and `timeout` are honoured.
+- A stop ends the HTTP request at once, also while it waits for its first token: a watcher
+  thread polls `sink.stopped()` and shuts the response's socket (`_CallWatch`).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,7 +30,7 @@ try:  # the transport the SDK streams over (httpx2 from anthropic 2.x, httpx bef
 except ImportError:  # pragma: no cover
     import httpx as _http
 
-from ..errors import StepFailed, StepStopped
+from ..errors import AttemptEnded, StepFailed, StepStopped
 from ..models import ModelCall, Tokens, utcnow
 from ..prices import PriceCatalog, catalog
 from ..tools import FileTools, ToolError
@@ -39,6 +42,69 @@ DEFAULT_MAX_TOKENS = 4096
 RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError, _http.TransportError)
 TIMEOUTS = (anthropic.APITimeoutError, _http.TimeoutException)
 UNREADABLE_INPUT = "unreadable_input"  # the key a tool_use input that was not a JSON object is kept under
+STOPPED_BEFORE_REPLY = "stopped by a person (its model call was ended before the reply began)"
+
+
+class _CallWatch:
+    """Ends one model call's HTTP request as soon as the run's stop is requested.
+
+    The stream's reader blocks in a socket read while the model thinks (20 s to a first
+    token is not rare), so checking `sink.stopped()` between events would see a stop only
+    when the next event comes. A thread polls it instead and shuts the response's socket
+    down, which wakes that read at once (closing the response alone waits for the next
+    byte). A stop before the response's headers closes it the moment they arrive."""
+
+    def __init__(self, sink: ExecutionSink, poll_s: float = 0.1):
+        self.sink, self.poll_s = sink, poll_s
+        self.fired = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._response: Any = None
+        self._thread = threading.Thread(target=self._watch, name="laneflow-call-watch", daemon=True)
+
+    def start(self) -> "_CallWatch":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """The call is over: the watcher ends at its next poll."""
+        self._done.set()
+
+    def attach(self, response: Any) -> None:
+        with self._lock:
+            self._response = response
+        if self.fired.is_set():
+            self._abort()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.poll_s):
+            try:
+                stop = self.sink.stopped()
+            except AttemptEnded:
+                stop = True  # someone ended the attempt (a stop, an interruption): the call is over too
+            except Exception:  # noqa: BLE001 - a store hiccup: look again at the next poll
+                continue
+            if stop:
+                self.fired.set()
+                self._abort()
+                return
+
+    def _abort(self) -> None:
+        with self._lock:
+            response, self._response = self._response, None
+        if response is None:
+            return
+        network = response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+        try:
+            response.close()
+        except Exception:  # noqa: BLE001 - the reader sees the shut socket either way
+            pass
 
 
 @dataclass
@@ -192,8 +258,10 @@ class AnthropicExecutor:
                 cost_usd=round(price.cost(turn.tokens), 8) if price else 0.0,
             )
 
+        watch = _CallWatch(sink).start()
         try:
             stream = self.client.messages.create(**params, stream=True, timeout=timeout)
+            watch.attach(stream.response)
             with stream:
                 for event in stream:
                     kind = event.type
@@ -244,6 +312,8 @@ class AnthropicExecutor:
                             turn.tokens = turn.tokens.model_copy(update={"output": event.usage.output_tokens})
                     if sink.stopped():
                         raise StepStopped()
+            if watch.fired.is_set():  # the stop shut the stream: it ended early, not complete
+                raise StepStopped(_stopped_reason(turn))
         except StepFailed:
             if turn.id:
                 sink.call(span())  # what the turn spent until it was stopped
@@ -252,6 +322,15 @@ class AnthropicExecutor:
             if deadline and time.monotonic() >= deadline - 0.05:
                 raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False) from None
             raise
+        except Exception:
+            if not watch.fired.is_set():
+                raise
+            # The stop shut the request down; whatever the transport made of that, it is a stop.
+            if turn.id:
+                sink.call(span())
+            raise StepStopped(_stopped_reason(turn)) from None
+        finally:
+            watch.close()
         # Text blocks that stayed empty are not sent back.
         turn.blocks = [b for b in turn.blocks if b["type"] != "text" or b["text"]]
         if turn.id:
@@ -270,6 +349,10 @@ def _tool_input(raw: str) -> dict[str, Any]:
     except ValueError:
         value = None
     return value if isinstance(value, dict) else {UNREADABLE_INPUT: raw[:2000]}
+
+
+def _stopped_reason(turn: Turn) -> str:
+    return "stopped by a person" if turn.id else STOPPED_BEFORE_REPLY
 
 
 def _over_budget(spent: float, left: float) -> str:
