@@ -1,15 +1,25 @@
-"""Tool-call captures kept beside the run (a folder locally, S3 in the cloud: DESIGN 9).
+"""Tool-call captures kept beside the run, and the masking of secrets in what is recorded.
 
 A capture holds a tool call's input and output, masked; at most `STEP_CAPTURE_LIMIT`
 characters per step, after which calls keep names, sizes and times only.
+
+`Redactor` masks secret values (the model's key, declared secrets) as `[NAME]`. The store
+applies its redactor to everything it writes (store/base.py), the captures share it, and
+`redact_logs` applies it to the process's log records: three doors, one set of values.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import traceback
+import weakref
+from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
+
+from pydantic import BaseModel
 
 STEP_CAPTURE_LIMIT = 4_000_000
 
@@ -20,15 +30,19 @@ class CaptureSink(Protocol):
 
 
 class FolderCaptures:
-    """Captures as JSON files under `<root>/<tenant>/<run_id>/<key>.json`."""
+    """Captures as JSON files under `<root>/<tenant>/<run_id>/<key>.json`, masked by
+    `redactor` (the store's, so a capture is masked like every record) as they are written."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, redactor: "Redactor | None" = None):
         self.root = Path(root)
+        self.redactor = redactor
         self._lock = threading.Lock()
 
     def put(self, tenant: str, run_id: str, key: str, record: dict[str, Any]) -> str:
         rel = f"{tenant}/{run_id}/{key}.json"
         path = self.root / rel
+        if self.redactor is not None:
+            record = self.redactor.value(record)
         with self._lock:
             path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -40,16 +54,140 @@ class FolderCaptures:
         return json.loads((self.root / ref).read_text(encoding="utf-8"))
 
 
+# Fields of a record that name it (keys, identities, times): never rewritten, so a masked
+# record is still found where it was written.
+IDENTITY_FIELDS = frozenset({"id", "tenant", "run_id", "token", "op_id", "started_at", "resumed_at", "t", "at"})
+
+
 class Redactor:
-    """Replaces every secret value of 8 characters or more by its name, longest value first."""
+    """Replaces every secret value of 8 characters or more by its name (`[NAME]`), longest
+    value first.
+
+    One redactor belongs to a store and is shared by its captures and the process's log
+    records, so every write is masked in one place. Its values grow as secrets become known
+    (`add`): the model's key when the services are built, an agent's declared secrets
+    later. Safe to use from many threads."""
 
     MIN_LEN = 8
 
     def __init__(self, secrets: dict[str, str] | None = None):
-        pairs = [(name, value) for name, value in (secrets or {}).items() if value and len(value) >= self.MIN_LEN]
-        self._pairs = sorted(pairs, key=lambda p: len(p[1]), reverse=True)
+        self._lock = threading.Lock()
+        self._values: dict[str, str] = {}
+        self._pairs: tuple[tuple[str, str], ...] = ()
+        for name, value in (secrets or {}).items():
+            self.add(name, value)
+
+    def add(self, name: str, value: str | None) -> None:
+        """Mask `value` as `[name]` from now on (values shorter than MIN_LEN are left alone:
+        masking them would mangle ordinary text)."""
+        if not value or len(value) < self.MIN_LEN:
+            return
+        with self._lock:
+            self._values[value] = name
+            # Longest first, so a value that contains another is masked whole.
+            self._pairs = tuple(sorted(((n, v) for v, n in self._values.items()), key=lambda p: len(p[1]), reverse=True))
+
+    def names(self) -> list[str]:
+        """The names masked (never the values)."""
+        return sorted({name for name, _ in self._pairs})
+
+    def __bool__(self) -> bool:
+        return bool(self._pairs)
 
     def __call__(self, text: str) -> str:
         for name, value in self._pairs:
-            text = text.replace(value, f"[{name}]")
+            if value in text:
+                text = text.replace(value, f"[{name}]")
         return text
+
+    def value(self, obj: Any) -> Any:
+        """`obj` with every string in it masked: strings, dict keys and values, lists and
+        tuples, and the fields of pydantic records (their identity fields aside), all the way
+        down. What holds nothing to mask is returned as it is (the same object)."""
+        if not self._pairs:
+            return obj
+        return self._value(obj)
+
+    def _value(self, obj: Any) -> Any:
+        if isinstance(obj, Enum) or obj is None or isinstance(obj, (bool, int, float)):
+            return obj
+        if isinstance(obj, str):
+            return self(obj)
+        if isinstance(obj, dict):
+            out = {self._value(k): self._value(v) for k, v in obj.items()}
+            return obj if _same_dict(obj, out) else out
+        if isinstance(obj, (list, tuple)):
+            items = [self._value(v) for v in obj]
+            if all(a is b for a, b in zip(obj, items)):
+                return obj
+            return type(obj)(items) if isinstance(obj, tuple) else items
+        if isinstance(obj, BaseModel):
+            changed = {}
+            for field in type(obj).model_fields:
+                if field in IDENTITY_FIELDS:
+                    continue
+                before = getattr(obj, field)
+                after = self._value(before)
+                if after is not before:
+                    changed[field] = after
+            return obj.model_copy(update=changed) if changed else obj
+        return obj
+
+
+def _same_dict(before: dict[Any, Any], after: dict[Any, Any]) -> bool:
+    if len(before) != len(after):
+        return False
+    return all(a is b and va is vb for (a, va), (b, vb) in zip(before.items(), after.items()))
+
+
+_LOG_REDACTORS: "weakref.WeakSet[Redactor]" = weakref.WeakSet()
+_LOG_LOCK = threading.Lock()
+
+
+def redact_logs(redactor: Redactor) -> None:
+    """Mask `redactor`'s values in every log record this process makes from now on (any
+    logger: laneflow's, an SDK's), message, arguments, traceback and stack alike.
+
+    Done where records are made (the record factory), not in a handler: a handler sees only
+    the records that reach it, and Lambda's, pytest's and a person's own handlers differ.
+    A record that held a secret carries its masked traceback in its message, so every
+    formatter shows it and none formats the original exception again."""
+    with _LOG_LOCK:
+        if not _LOG_REDACTORS:
+            _install_record_factory()
+        _LOG_REDACTORS.add(redactor)
+
+
+def _install_record_factory() -> None:
+    made = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = made(*args, **kwargs)
+        redactors = [r for r in list(_LOG_REDACTORS) if r]
+        if redactors:
+            _mask_record(record, redactors)
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
+def _mask_record(record: logging.LogRecord, redactors: list[Redactor]) -> None:
+    def mask(text: str) -> str:
+        for redactor in redactors:
+            text = redactor(text)
+        return text
+
+    try:
+        message = record.getMessage()
+    except Exception:  # noqa: BLE001 - a bad format string: leave it for logging to report
+        return
+    masked = mask(message)
+    if record.exc_info and record.exc_info[1] is not None:
+        shown = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+        hidden = mask(shown)
+        if hidden != shown:
+            masked, record.exc_info, record.exc_text = f"{masked}\n{hidden}", None, None
+    if record.stack_info:
+        record.stack_info = mask(record.stack_info)
+    if masked != message:
+        record.msg, record.args = masked, None

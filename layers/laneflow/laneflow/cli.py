@@ -264,6 +264,12 @@ def summary(run: Run) -> str:
     return line + f"\n  see it: laneflow show {run.id}"
 
 
+def _short(text: str, width: int = 80) -> str:
+    """The first line of a text, cut to `width` characters (saying so)."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
 def describe(run: Run) -> str:
     from .progress import MARK, step_label
 
@@ -294,6 +300,8 @@ def describe(run: Run) -> str:
             lines.append(f"      error: {s.error}")
         if s.skip_reason:
             lines.append(f"      skipped: {s.skip_reason}")
+        if s.message:
+            lines.append(f"      message: {_short(s.message)} ({len(s.message):,} chars)")
         if s.conclusion:
             first = s.conclusion.strip().splitlines()[0] if s.conclusion.strip() else ""
             lines.append(f"      → {first[:100]}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .callbacks import StepFunctionsCallbacks, TaskCallbacks
-from .capture import CaptureSink, FolderCaptures
+from .capture import CaptureSink, FolderCaptures, Redactor, redact_logs
 from .drives import DriveStarter, StepFunctionsDrives
 from .workspaces import FolderWorkspaces, S3Workspaces, WorkspaceSource
 from .errors import ModelNotConfigured
@@ -36,6 +36,18 @@ class Services:
     on_end: OnEnd | None = None  # told about every run that ends
     drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
+
+    def __post_init__(self) -> None:
+        # What must never be recorded is masked by the store (every write), its captures and
+        # this process's log records, all from one redactor.
+        for name, value in self.secret_values().items():
+            self.redactor.add(name, value)
+        redact_logs(self.redactor)
+
+    @property
+    def redactor(self) -> Redactor:
+        """The store's redactor: add a value to it and it is masked wherever it is recorded."""
+        return self.store.redactor
 
     def executor(self, model: str) -> Executor:
         """The executor for a model: `stub`, else the Claude executor (one shared client)."""
@@ -66,7 +78,7 @@ class Services:
             EventBridgeOnEnd(cfg.event_bus) if cfg.event_bus else LocalOnEnd(root.parent / "events.jsonl", cfg.on_end_command)
         )
         drives = StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None
-        return cls(store=store, captures=FolderCaptures(root), settings=cfg, on_end=on_end, drives=drives, workspaces=workspace_source(cfg))
+        return cls(store=store, captures=FolderCaptures(root, store.redactor), settings=cfg, on_end=on_end, drives=drives, workspaces=workspace_source(cfg))
 
 
 def workspace_source(cfg: Settings) -> WorkspaceSource | None:
