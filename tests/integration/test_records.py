@@ -120,7 +120,7 @@ def test_a_retry_after_an_invalid_output_is_told_its_own_output_was_refused_not_
     first = svc.store.list_attempts(run.tenant, run.id, post.index)[0]
     assert (first.status, first.reason_kind) == (AttemptStatus.failed, FailureKind.output)
     # The message kept is the second attempt's: it says the output was refused, and why.
-    assert "- attempt 1 finished, but its own output was refused: the output does not match its schema:" in post.message
+    assert "- attempt 1 replied, but its own output was refused: the output does not match its schema:" in post.message
     assert "Fix that in this attempt." in post.message and "not by its own choice" not in post.message
     assert post.message.startswith("Make a post record.") and "JSON Schema" in post.message
     # A model error is told as one, and is not the step's choice.

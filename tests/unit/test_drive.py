@@ -115,7 +115,7 @@ def test_a_retry_after_its_own_invalid_output_is_told_to_fix_it_not_that_it_was_
     text = _told(EarlierAttempt(n=1, status=AttemptStatus.failed, reason=schema, kind=FailureKind.output))
     assert text.startswith("Do it.") and "JSON Schema" in text
     [line] = [line for line in text.splitlines() if line.startswith("- attempt 1")]
-    assert line == f"- attempt 1 finished, but its own output was refused: {schema}. Fix that in this attempt."
+    assert line == f"- attempt 1 replied, but its own output was refused: {schema}. Fix that in this attempt."
     assert "not by your own choice" not in text and "not by its own choice" not in text
     assert "part of the work" in text
 

@@ -132,7 +132,7 @@ class EarlierAttempt:
         if self.status == AttemptStatus.interrupted:
             return f"attempt {self.n} was interrupted: its worker went away, not by its own choice"
         if self.kind == FailureKind.output:
-            return f"attempt {self.n} finished, but its own output was refused: {self.reason}. Fix that in this attempt"
+            return f"attempt {self.n} replied, but its own output was refused: {self.reason}. Fix that in this attempt"
         if self.kind == FailureKind.model:
             return f"attempt {self.n} ended with a model or network error, not by its own choice: {self.reason}"
         if self.kind == FailureKind.worker:
@@ -164,7 +164,7 @@ def user_message(step: Step, spec: StepSpec, handoff: str, history: list[Earlier
     if history:
         told = "\n".join(f"- {earlier.told()}." for earlier in history)
         parts.append(
-            "This step was tried before and did not finish:\n"
+            "This step was tried before:\n"
             f"{told}\nThose attempts may already have done part of the work: check what is there "
             "before you redo it."
         )
@@ -271,11 +271,11 @@ class StepRecorder:
         return span
 
     def event(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
-        self.svc.store.add_event(
-            self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=self.redact(text), data=data), attempt=self.ref
-        )
+        # Masked by the store, like every write.
+        self.svc.store.add_event(self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref)
 
     def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:
+        # Masked first, so the sizes recorded are those of what the capture keeps.
         tool_input, tool_output = self.redact(tool_input), self.redact(tool_output)
         data: dict[str, Any] = {"tool": name, "input_chars": len(tool_input), "output_chars": len(tool_output), "ms": ms}
         size = len(tool_input) + len(tool_output)
