@@ -120,7 +120,7 @@ class Redactor:
             items = [self._value(v) for v in obj]
             if all(a is b for a, b in zip(obj, items)):
                 return obj
-            return type(obj)(items) if isinstance(obj, tuple) else items
+            return tuple(items) if isinstance(obj, tuple) else items
         if isinstance(obj, BaseModel):
             changed = {}
             for field in type(obj).model_fields:

@@ -141,13 +141,19 @@ class EarlierAttempt:
 
 
 def earlier_attempts(attempts: list[Attempt], *, since: str | None) -> list[EarlierAttempt]:
-    """The attempts of this pass of the step that failed or were interrupted: those started
-    at or after `since`, the step's `started_at` (None before its first attempt, and again
-    after a loop reset, so a new cycle is not told about the last cycle's tries)."""
+    """The attempts of this pass of the step that failed or were interrupted. A pass begins
+    with the attempt that set the step's `started_at` (`since`; None before its first
+    attempt, and again after a loop reset, so a new cycle is not told the last one's tries);
+    later attempts have higher numbers, whatever the clocks of the hosts that ran them."""
     if since is None:
         return []
+    first = min((a.n for a in attempts if a.started_at == since), default=None)
     ended = (AttemptStatus.failed, AttemptStatus.interrupted)
-    return [EarlierAttempt.of(a) for a in attempts if a.status in ended and a.started_at >= since]
+    return [
+        EarlierAttempt.of(a)
+        for a in attempts
+        if a.status in ended and (a.n >= first if first is not None else a.started_at >= since)
+    ]
 
 
 def user_message(step: Step, spec: StepSpec, handoff: str, history: list[EarlierAttempt]) -> str:
