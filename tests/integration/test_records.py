@@ -357,3 +357,41 @@ def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on)
     assert (step.result, step.data) == ("after [DECLARED]", {"[DECLARED]": ["[DECLARED]"]})
     assert svc.store.get_handoff(run.tenant, run.id, "k") == "handed [DECLARED]"
     assert svc.redactor.names() == ["DECLARED"]
+
+
+def test_a_sqlite_database_made_before_messages_were_kept_gets_their_columns_on_open(tmp_path):
+    import sqlite3
+
+    from laneflow.models import AttemptRef
+
+    path = tmp_path / "old.db"
+    open_store(f"sqlite:///{path}").close()
+    with sqlite3.connect(path) as db:  # as the previous version left it
+        db.execute("ALTER TABLE steps DROP COLUMN message")
+        db.execute("ALTER TABLE attempts DROP COLUMN reason_kind")
+        db.execute("PRAGMA user_version = 4")
+    store = open_store(f"sqlite:///{path}")
+    svc = Services.for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+    run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
+    attempt = store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), message="Scout tides.")
+    store.end_attempt(AttemptRef.of(run.tenant, attempt), AttemptStatus.failed, reason="no", reason_kind=FailureKind.model)
+    assert store.get_step(run.tenant, run.id, 0).message == "Scout tides."
+    assert store.list_attempts(run.tenant, run.id, 0)[0].reason_kind == FailureKind.model
+
+
+def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step(on):
+    from laneflow.models import AttemptRef
+
+    svc = on()
+    run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
+    kinds = [FailureKind.model, FailureKind.output, FailureKind.worker, FailureKind.other, FailureKind.output]
+    for n, kind in enumerate(kinds, 1):  # more attempts than a DynamoDB step item keeps
+        attempt = svc.store.claim_attempt(
+            run.tenant, run.id, 0, token=f"t{n}" * 8, started_at=utcnow(), expect_status=(StepStatus.pending,),
+            message=f"attempt {n}",
+        )
+        svc.store.end_attempt(AttemptRef.of(run.tenant, attempt), AttemptStatus.failed, reason=f"why {n}", reason_kind=kind,
+                              step={"status": StepStatus.pending})
+    attempts = svc.store.list_attempts(run.tenant, run.id, 0)
+    assert [(a.n, a.reason, a.reason_kind) for a in attempts] == [(n, f"why {n}", k) for n, k in enumerate(kinds, 1)]
+    assert svc.store.get_step(run.tenant, run.id, 0).message == "attempt 5"  # the latest attempt's
