@@ -395,3 +395,25 @@ def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step
     attempts = svc.store.list_attempts(run.tenant, run.id, 0)
     assert [(a.n, a.reason, a.reason_kind) for a in attempts] == [(n, f"why {n}", k) for n, k in enumerate(kinds, 1)]
     assert svc.store.get_step(run.tenant, run.id, 0).message == "attempt 5"  # the latest attempt's
+
+
+def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(tmp_path, monkeypatch, capsys):
+    from laneflow.settings import settings
+    from laneflow.workspaces import FolderWorkspaces
+    from test_api import RecordingDrives, call
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    settings.cache_clear()  # the CLI reads its environment as a process starts
+    try:
+        code = main(["run", str(SEM), "handoff", "--input", json.dumps({"things": KEY}), "--store", store, "--quiet"])
+    finally:
+        settings.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2 and "$.things" in err and f"'{MASK}' is not of type 'array'" in err and KEY not in err
+    # The API's 400 says where and what, not the value.
+    svc = Services.for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures"), anthropic_api_key=KEY))
+    svc.workspaces, svc.drives = FolderWorkspaces(FIXTURES), RecordingDrives()
+    status, payload, _ = call(svc, "POST", "/runs", {"workspace": "ws_semantics", "flow": "handoff", "input": {"things": KEY}})
+    assert status == 400 and "$.things" in json.dumps(payload) and KEY not in json.dumps(payload)
+    assert MASK in json.dumps(payload)

@@ -140,8 +140,12 @@ def _same_dict(before: dict[Any, Any], after: dict[Any, Any]) -> bool:
     return all(a is b and va is vb for (a, va), (b, vb) in zip(before.items(), after.items()))
 
 
-_LOG_REDACTORS: "weakref.WeakSet[Redactor]" = weakref.WeakSet()
+# The redactors log records are masked by, held weakly (a store's goes with it). Replaced
+# whole under the lock, never changed in place, so a thread logging meanwhile reads a
+# consistent tuple.
+_LOG_REDACTORS: "tuple[weakref.ref[Redactor], ...]" = ()
 _LOG_LOCK = threading.Lock()
+_factory_installed = False
 
 
 def redact_logs(redactor: Redactor) -> None:
@@ -152,10 +156,27 @@ def redact_logs(redactor: Redactor) -> None:
     the records that reach it, and Lambda's, pytest's and a person's own handlers differ.
     A record that held a secret carries its masked traceback in its message, so every
     formatter shows it and none formats the original exception again."""
+    global _LOG_REDACTORS, _factory_installed
     with _LOG_LOCK:
-        if not _LOG_REDACTORS:
+        if not _factory_installed:
             _install_record_factory()
-        _LOG_REDACTORS.add(redactor)
+            _factory_installed = True
+        live = tuple(ref for ref in _LOG_REDACTORS if ref() is not None)
+        if not any(ref() is redactor for ref in live):
+            live += (weakref.ref(redactor),)
+        _LOG_REDACTORS = live
+
+
+def _redactors() -> list[Redactor]:
+    return [r for ref in _LOG_REDACTORS if (r := ref()) is not None and r]
+
+
+def masked(text: str) -> str:
+    """`text` masked by every redactor `redact_logs` was given: for what a process says
+    outside its records and logs (the CLI's lines on stderr)."""
+    for redactor in _redactors():
+        text = redactor(text)
+    return text
 
 
 def _install_record_factory() -> None:
@@ -163,31 +184,25 @@ def _install_record_factory() -> None:
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = made(*args, **kwargs)
-        redactors = [r for r in list(_LOG_REDACTORS) if r]
-        if redactors:
-            _mask_record(record, redactors)
+        if _redactors():
+            _mask_record(record)
         return record
 
     logging.setLogRecordFactory(factory)
 
 
-def _mask_record(record: logging.LogRecord, redactors: list[Redactor]) -> None:
-    def mask(text: str) -> str:
-        for redactor in redactors:
-            text = redactor(text)
-        return text
-
+def _mask_record(record: logging.LogRecord) -> None:
     try:
         message = record.getMessage()
     except Exception:  # noqa: BLE001 - a bad format string: leave it for logging to report
         return
-    masked = mask(message)
+    said = masked(message)
     if record.exc_info and record.exc_info[1] is not None:
         shown = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
-        hidden = mask(shown)
+        hidden = masked(shown)
         if hidden != shown:
-            masked, record.exc_info, record.exc_text = f"{masked}\n{hidden}", None, None
+            said, record.exc_info, record.exc_text = f"{said}\n{hidden}", None, None
     if record.stack_info:
-        record.stack_info = mask(record.stack_info)
-    if masked != message:
-        record.msg, record.args = masked, None
+        record.stack_info = masked(record.stack_info)
+    if said != message:
+        record.msg, record.args = said, None

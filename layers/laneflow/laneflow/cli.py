@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from .capture import masked
 from .errors import InvalidInput, LaneflowError, Problem
 from .models import Run, RunStatus, StepStatus
 
@@ -22,7 +23,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
 def _err(message: str) -> None:
-    print(f"laneflow: {message}", file=sys.stderr)
+    print(f"laneflow: {masked(message)}", file=sys.stderr)  # a bad input may quote a secret back
 
 
 def parse_input(text: str | None) -> Any:
@@ -392,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         head, *rest = str(exc).splitlines()
         _err(head)
         for line in rest:
-            print(line, file=sys.stderr)
+            print(masked(line), file=sys.stderr)
         return EXIT_INVALID
     except LaneflowError as exc:
         _err(str(exc).splitlines()[0])
