@@ -61,7 +61,7 @@ def test_a_rescues_own_failure_is_recorded_on_the_step_it_took_over_and_the_grou
     [rescue] = rescues_of(run, 0)
     assert rescue.status == StepStatus.failed
     assert failer.status == StepStatus.failed and "its rescue (step 2, failing_rescuer) failed too" in failer.error
-    assert run.steps[1].status == StepStatus.pending  # the next group never started
+    assert run.steps[1].status == StepStatus.skipped and run.steps[1].attempts == 0  # the next group never started
     assert "step 0 (failer) failed" in run.error
 
 
@@ -279,7 +279,8 @@ def test_stop_is_one_way_under_concurrent_saves(svc):
 def test_the_flow_budget_refuses_to_start_the_next_group_once_spent(run_flow):
     run = run_flow(CTRL, "budget").run
     assert run.status == RunStatus.failed and run.error == "budget spent: $0.0600 of $0.05"
-    assert [s.status for s in run.steps] == [StepStatus.completed, StepStatus.completed, StepStatus.pending]
+    assert [s.status for s in run.steps] == [StepStatus.completed, StepStatus.completed, StepStatus.skipped]
+    assert run.steps[2].skip_reason == "budget spent" and run.steps[2].attempts == 0
 
 
 def test_an_agent_budget_stops_its_step_at_its_cap_and_is_not_retried(run_flow):

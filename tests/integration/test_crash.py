@@ -45,6 +45,10 @@ def assert_invariants(db, run) -> None:
         assert len(completed) <= 1, f"step {index} completed twice: a finished result was run again"
     assert not [a for a in attempts if a.status == AttemptStatus.running], "an attempt is left running"
     assert not [s for s in run.steps if s.status == StepStatus.running], "a step is left running"
+    if run.status.ended:  # a run that ends leaves no step pending: what did not run is skipped, with why
+        waiting = [s.index for s in run.steps if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
+        assert not waiting, f"the ended run left steps {waiting} waiting"
+        assert all(s.skip_reason for s in run.steps if s.status == StepStatus.skipped)
     rescues = Counter((s.rescue_of, s.cycle) for s in run.steps if s.rescue_of is not None and s.status != StepStatus.skipped)
     assert all(n == 1 for n in rescues.values()), f"a rescue was duplicated: {rescues}"
     for step in run.steps:
@@ -108,6 +112,7 @@ def test_an_attempt_whose_worker_died_is_interrupted_and_its_step_told_the_truth
     assert first[0].reason == "interrupted: its worker went away"
     retried = [e for e in run.steps[0].events if e.type == "attempt"][-1]
     assert retried.data["told"] == ["interrupted: its worker went away"]
+    assert "- attempt 1 was interrupted: its worker went away, not by its own choice." in run.steps[0].message
 
 
 def test_a_parked_run_survives_its_runner_dying_and_is_not_polled(tmp_path):

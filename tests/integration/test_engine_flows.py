@@ -101,7 +101,8 @@ def test_a_required_failure_fails_the_run_and_later_groups_never_start(run_flow)
     run = result.run
     assert run.status == RunStatus.failed and run.finished_at
     assert run.steps[0].status == StepStatus.failed
-    assert run.steps[1].status == StepStatus.pending and run.steps[1].attempts == 0
+    assert run.steps[1].status == StepStatus.skipped and run.steps[1].attempts == 0
+    assert run.steps[1].skip_reason == "the run failed before this step"
     assert result.execution_status == "SUCCEEDED"  # the definition ended the run itself
 
 

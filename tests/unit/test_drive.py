@@ -9,9 +9,9 @@ import pytest
 from laneflow.contracts import DriveRef, EndRunRequest, NextGroupRequest, SettleGroupRequest, StartDriveRequest
 from laneflow.drive import end_run, next_group, plan_lanes, settle_group, start_drive
 from laneflow.flow import Entry, Flow, StepSpec
-from laneflow.models import RunStatus, Step, StepStatus
+from laneflow.models import Attempt, AttemptStatus, FailureKind, RunStatus, Step, StepStatus
 from laneflow.runs import create_run
-from laneflow.step import user_message
+from laneflow.step import EarlierAttempt, earlier_attempts, user_message
 
 SEM = Path(__file__).resolve().parents[1] / "fixtures" / "ws_semantics"
 
@@ -105,15 +105,48 @@ def test_end_run_completes_a_run_with_every_step_done_and_leaves_an_ended_run_al
     assert svc.store.get_run(run.tenant, run.id, steps=False).finished_at == first
 
 
-def test_a_retried_attempt_is_told_why_the_earlier_ones_failed():
+def _told(*earlier: EarlierAttempt) -> str:
     spec = StepSpec(agent="a", output="json", schema={"type": "object"})
-    text = user_message(
-        Step(index=0, group=0, agent="a", instruction="Do it."), spec, "",
-        [(1, "the output does not match its schema: title: 5 is not of type 'string'"), (2, "interrupted: its worker went away")],
+    return user_message(Step(index=0, group=0, agent="a", instruction="Do it."), spec, "", list(earlier))
+
+
+def test_a_retry_after_its_own_invalid_output_is_told_to_fix_it_not_that_it_was_not_its_choice():
+    schema = "the output does not match its schema: title: 5 is not of type 'string'"
+    text = _told(EarlierAttempt(n=1, status=AttemptStatus.failed, reason=schema, kind=FailureKind.output))
+    assert text.startswith("Do it.") and "JSON Schema" in text
+    [line] = [line for line in text.splitlines() if line.startswith("- attempt 1")]
+    assert line == f"- attempt 1 replied, but its own output was refused: {schema}. Fix that in this attempt."
+    assert "not by your own choice" not in text and "not by its own choice" not in text
+    assert "part of the work" in text
+
+
+def test_an_interrupted_attempt_and_a_model_error_are_told_not_by_its_own_choice():
+    text = _told(
+        EarlierAttempt(n=1, status=AttemptStatus.interrupted, reason="interrupted: its worker went away"),
+        EarlierAttempt(n=2, status=AttemptStatus.failed, reason="the model was overloaded", kind=FailureKind.model),
+        EarlierAttempt(n=3, status=AttemptStatus.failed, reason="its budget of $0.10 is spent", kind=FailureKind.other),
     )
-    assert text.startswith("Do it.")
-    assert "- attempt 1: the output does not match its schema: title: 5 is not of type 'string'" in text
-    assert "- attempt 2: interrupted: its worker went away" in text and "part of the work" in text and "JSON Schema" in text
+    lines = [line for line in text.splitlines() if line.startswith("- attempt")]
+    assert lines == [
+        "- attempt 1 was interrupted: its worker went away, not by its own choice.",
+        "- attempt 2 ended with a model or network error, not by its own choice: the model was overloaded.",
+        "- attempt 3 failed: its budget of $0.10 is spent.",
+    ]
+    assert "may already have done part of the work" in text
+
+
+def test_earlier_attempts_are_those_of_this_pass_only_a_new_loop_cycle_is_told_nothing():
+    def attempt(n, started, status, kind=None):
+        return Attempt(run_id="r", index=0, n=n, token="t", started_at=started, status=status, reason="why", reason_kind=kind)
+
+    attempts = [
+        attempt(1, "2026-01-01T00:00:01.000Z", AttemptStatus.failed, FailureKind.output),  # the last cycle's
+        attempt(2, "2026-01-01T00:00:02.000Z", AttemptStatus.completed),
+        attempt(3, "2026-01-01T00:00:05.000Z", AttemptStatus.interrupted),  # this cycle's
+    ]
+    assert earlier_attempts(attempts, since=None) == []  # reset by a loop: its first attempt of this cycle
+    told = earlier_attempts(attempts, since="2026-01-01T00:00:05.000Z")
+    assert [(a.n, a.status) for a in told] == [(3, AttemptStatus.interrupted)]
 
 
 def test_a_gated_lane_runs_its_lead_plus_at_most_parallel_minus_one_siblings():

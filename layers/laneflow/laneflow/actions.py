@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .contracts import DriveRef, EndRunRequest, ParkRequest, RunEnded
+from .control import REJECTED
 from .crash import crashpoint
 from .drive import end_run
 from .errors import Conflict, LaneflowError
 from .models import Event, Run, RunStatus, StepStatus, utcnow
 from .services import Services
-
-REJECTED = "rejected by a person"
 
 
 class RunNotWaiting(LaneflowError):
@@ -99,11 +98,6 @@ def answer_approval(svc: Services, tenant: str, run_id: str, *, approve: bool) -
         expect_status=(StepStatus.awaiting_approval,),
     )
     store.add_event(tenant, run_id, step.index, Event(type="error", text=REJECTED))
-    for later in store.get_steps(tenant, run_id):
-        if later.status == StepStatus.pending:
-            try:
-                store.update_step(tenant, run_id, later.index, {"status": StepStatus.skipped, "skip_reason": REJECTED}, expect_status=(StepStatus.pending,))
-            except Conflict:
-                pass
+    # The steps after it are skipped ("rejected by a person") where every run's end skips them.
     store.update_run(tenant, run_id, {"error": REJECTED}, expect_status=(RunStatus.awaiting_approval,))
     return _close(svc, store.get_run(tenant, run_id, steps=False))

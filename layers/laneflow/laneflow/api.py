@@ -128,12 +128,14 @@ def _error(status: int, message: str, problems: list[dict[str, Any]] | None = No
 
 
 def _scrub(text: str) -> str:
-    """What a caller may read: no local paths (a workspace folder becomes its name)."""
+    """What a caller may read: no local paths (a workspace folder becomes its name), no
+    secret (a bad input may quote a secret's value back)."""
     svc = app.context.get("services")
     roots = [str(CACHE), str(ATTEMPTS)]
     if svc is not None and isinstance(svc.workspaces, FolderWorkspaces):
         roots.append(str(svc.workspaces.root))
-    return scrub_paths(text, *roots)
+    text = scrub_paths(text, *roots)
+    return svc.redactor(text) if svc is not None else text
 
 
 @app.exception_handler(LaneflowError)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from . import jsonsafe
+from .capture import masked
 from .errors import InvalidInput, LaneflowError, Problem
 from .models import Run, RunStatus, StepStatus
 
@@ -27,7 +28,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
 def _err(message: str) -> None:
-    print(f"laneflow: {message}", file=sys.stderr)
+    print(f"laneflow: {masked(message)}", file=sys.stderr)  # a bad input may quote a secret back
 
 
 class Interrupted(KeyboardInterrupt):
@@ -372,6 +373,12 @@ def summary(run: Run) -> str:
     return line + f"\n  see it: laneflow show {run.id}"
 
 
+def _short(text: str, width: int = 80) -> str:
+    """The first line of a text, cut to `width` characters (saying so)."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
 def describe(run: Run) -> str:
     from .progress import MARK, step_label
 
@@ -402,6 +409,8 @@ def describe(run: Run) -> str:
             lines.append(f"      error: {s.error}")
         if s.skip_reason:
             lines.append(f"      skipped: {s.skip_reason}")
+        if s.message:
+            lines.append(f"      message: {_short(s.message)} ({len(s.message):,} chars)")
         if s.conclusion:
             first = s.conclusion.strip().splitlines()[0] if s.conclusion.strip() else ""
             lines.append(f"      → {first[:100]}")
@@ -500,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         head, *rest = str(exc).splitlines()
         _err(head)
         for line in rest:
-            print(line, file=sys.stderr)
+            print(masked(line), file=sys.stderr)
         return EXIT_INVALID
     except LaneflowError as exc:
         _err(str(exc).splitlines()[0])

@@ -26,6 +26,8 @@ from .workspace import load_agent, load_workspace
 from .workspaces import local_path
 
 STOPPED = "stopped by a person"
+REJECTED = "rejected by a person"
+BUDGET_SPENT = "budget spent"
 SUPERSEDED = "superseded on resume"
 _TRAILING = " \t\r\n.!*_`'\""
 
@@ -250,6 +252,6 @@ def budget_spent(run: Run, spent: float | None = None) -> str | None:
     budget = run.options.get("budget")
     spent = run.cost_usd if spent is None else spent
     if budget and spent >= float(budget):
-        return f"budget spent: ${spent:.4f} of ${float(budget):.2f}"
+        return f"{BUDGET_SPENT}: ${spent:.4f} of ${float(budget):.2f}"
     return None
 

@@ -24,10 +24,10 @@ from .contracts import (
     StepReport,
 )
 from .errors import AttemptEnded, Conflict
-from .control import STOPPED, Settler, budget_spent
+from .control import BUDGET_SPENT, REJECTED, STOPPED, Settler, budget_spent
 from .flow import Flow
 from .gate import open_gate
-from .models import AttemptRef, AttemptStatus, Event, RunStatus, Step, StepStatus, utcnow
+from .models import AttemptRef, AttemptStatus, Event, FailureKind, Run, RunStatus, Step, StepStatus, utcnow
 from .services import Services
 from .crash import crashpoint
 from .step import prepare_handoffs, scrub_paths
@@ -35,6 +35,10 @@ from .workers import current_worker, dumps
 
 log = logging.getLogger("laneflow.drive")
 ACTIVE = (RunStatus.queued, RunStatus.running)
+# Why a step that never ran was skipped when its run ended.
+RUN_STOPPED = "run stopped"
+FAILED_BEFORE = "the run failed before this step"
+FAILED_DURING = "the run failed before this step finished"  # it had begun: an interrupted attempt
 
 
 def start_drive(svc: Services, req: StartDriveRequest, worker: dict | None = None) -> DriveRef:
@@ -158,6 +162,7 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
                         AttemptStatus.failed,
                         reason=reason,
                         step={"status": StepStatus.failed, "error": reason, "finished_at": utcnow()},
+                        reason_kind=FailureKind.worker,
                     )
                 except AttemptEnded:
                     pass
@@ -200,8 +205,10 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
 
 
 def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
-    """Close the run: `failed` with its reason, or `completed`; `finished_at` set. A run that
-    already ended is left as it is."""
+    """Close the run: `failed` with its reason, or `completed`; `finished_at` set. Every way
+    a run ends comes here (its drive's EndRun, a stop, a rejection, reconcile closing it),
+    so here every step that did not run is skipped with the reason why. A run that already
+    ended is left as it is."""
     store = svc.store
     run = store.get_run(req.run.tenant, req.run.run_id, steps=False)
     if run.status.ended:
@@ -210,18 +217,12 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
     error = run.error
     if run.stop_requested:
         error = error or STOPPED
-        for step in steps:
-            if step.status in (StepStatus.pending, StepStatus.awaiting_approval):
-                try:
-                    store.update_step(
-                        run.tenant, run.id, step.index, {"status": StepStatus.skipped, "skip_reason": "run stopped"},
-                        expect_status=(StepStatus.pending, StepStatus.awaiting_approval),
-                    )
-                except Conflict:
-                    pass
-        steps = store.get_steps(run.tenant, run.id)
     if not error and any(s.status in (StepStatus.pending, StepStatus.running) and s.rescue_of is None for s in steps):
         error = "the drive ended with steps not run"
+    # Skipped before the run is closed: a crash in between leaves an active run (reconcile
+    # closes it again), never an ended run with steps still pending.
+    if skip_unrun_steps(svc, run, steps, not_run_because(run, error)):
+        steps = store.get_steps(run.tenant, run.id)
     status = RunStatus.failed if error else RunStatus.completed
     # Settle the cost: the run's spend is what its steps (and their rescues) spent.
     spent = round(sum(s.cost_usd for s in steps), 6)
@@ -241,6 +242,36 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
         except Exception:  # noqa: BLE001 - the run has ended; a hook's failure must not undo that
             log.exception("on-end hook failed for run %s", run.id)
     return RunEnded(run_id=run.id, status=run.status)
+
+
+def not_run_because(run: Run, error: str | None) -> str:
+    """Why the steps a run never ran were not run, from how it ended."""
+    if run.stop_requested:
+        return RUN_STOPPED
+    if error == REJECTED:
+        return REJECTED
+    if error and error.startswith(BUDGET_SPENT):
+        return BUDGET_SPENT
+    return FAILED_BEFORE
+
+
+def skip_unrun_steps(svc: Services, run: Run, steps: list[Step], reason: str) -> bool:
+    """Mark `skipped` (with `reason`) every step, rescue records included, still `pending`
+    or `awaiting-approval`: a run that ends leaves no step pending. True if any was."""
+    waiting = (StepStatus.pending, StepStatus.awaiting_approval)
+    skipped = False
+    for step in steps:
+        if step.status not in waiting:
+            continue
+        why = FAILED_DURING if reason == FAILED_BEFORE and step.attempts else reason
+        try:
+            svc.store.update_step(
+                run.tenant, run.id, step.index, {"status": StepStatus.skipped, "skip_reason": why}, expect_status=waiting
+            )
+            skipped = True
+        except Conflict:  # it started or ended meanwhile: its own record says how
+            pass
+    return skipped
 
 
 def close_run(svc: Services, tenant: str, run_id: str, *, error: str, cause: str = "") -> None:

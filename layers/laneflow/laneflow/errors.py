@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from .models import FailureKind
+
 
 class Problem(BaseModel):
     """One thing wrong with a workspace, flow or input: where, and what."""
@@ -101,12 +103,15 @@ class AttemptEnded(Conflict):
 
 class StepFailed(LaneflowError):
     """A step attempt failed. `retryable` says whether it was not the step's own fault
-    (model or network error, invalid output), so another attempt may be made."""
+    (model or network error, invalid output), so another attempt may be made. `kind` says
+    what failed, for the next attempt's message: a retryable failure is a model or network
+    error unless said otherwise (`FailureKind.output` for a refused output)."""
 
-    def __init__(self, reason: str, *, retryable: bool = True):
+    def __init__(self, reason: str, *, retryable: bool = True, kind: FailureKind | None = None):
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
+        self.kind = kind or (FailureKind.model if retryable else FailureKind.other)
 
 
 class StepStopped(StepFailed):

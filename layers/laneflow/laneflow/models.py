@@ -52,6 +52,15 @@ class AttemptStatus(StrEnum):
     stopped = "stopped"
 
 
+class FailureKind(StrEnum):
+    """Why a failed attempt failed, kept with it so the next attempt is told the truth."""
+
+    output = "output"  # its own output was refused: not JSON, not its schema, the judge's verdict
+    model = "model"  # a model or network error (the API kept failing, a stub `fail:`)
+    worker = "worker"  # its worker failed under it (a crash, a Lambda timeout)
+    other = "other"  # anything else: its budget, time limit or turns, a setting, a bug
+
+
 class Record(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, use_enum_values=False)
 
@@ -109,6 +118,7 @@ class Attempt(Record):
     status: AttemptStatus = AttemptStatus.running
     ended_at: str | None = None
     reason: str | None = None
+    reason_kind: FailureKind | None = None  # set on a failed attempt (an interruption's status says it)
     worker: str | None = None  # what works on it: {"kind": "local"|"lambda"|"fargate", ...} as JSON
     heartbeat_at: str | None = None
     op_id: str | None = None
@@ -174,6 +184,7 @@ class Step(Record):
     attempts: int = 0
     cycle: int = 0
     instruction: str = ""
+    message: str | None = None  # the user message its latest attempt was sent (masked like every record)
     result: str | None = None
     conclusion: str | None = None
     data: Any = None

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from .callbacks import StepFunctionsCallbacks, TaskCallbacks
-from .capture import CaptureSink, FolderCaptures, S3Captures
+from .capture import CaptureSink, FolderCaptures, Redactor, S3Captures, redact_logs
 from .drives import DriveStarter, StepFunctionsDrives
 from .workspaces import FolderWorkspaces, S3Workspaces, WorkspaceSource
 from .errors import ModelNotConfigured
@@ -54,6 +54,18 @@ class Services:
         cfg = self.settings
         if not (cfg.anthropic_api_key_set or cfg.anthropic_secret or cfg.anthropic_enabled):
             raise ModelNotConfigured(f"model {model!r} needs ANTHROPIC_API_KEY (or run with --model stub)")
+
+    def __post_init__(self) -> None:
+        # What must never be recorded is masked by the store (every write), its captures and
+        # this process's log records, all from one redactor.
+        for name, value in self.secret_values().items():
+            self.redactor.add(name, value)
+        redact_logs(self.redactor)
+
+    @property
+    def redactor(self) -> Redactor:
+        """The store's redactor: add a value to it and it is masked wherever it is recorded."""
+        return self.store.redactor
 
     def executor(self, model: str) -> Executor:
         """The executor for a model: `stub`, else the Claude executor (one shared client),
@@ -130,12 +142,12 @@ def capture_sink(store: Store, cfg: Settings) -> CaptureSink:
     bucket LANEFLOW_CAPTURE_BUCKET names, or the store's own bucket (the cloud: a DynamoDB
     store with a bucket), or the bucket of S3 workspaces; else a folder beside the store."""
     if cfg.capture_dir:
-        return FolderCaptures(cfg.capture_dir)
+        return FolderCaptures(cfg.capture_dir, store.redactor)
     workspaces = _s3_location(cfg.workspaces)
     bucket = cfg.capture_bucket or getattr(store, "bucket", None) or (workspaces[0] if workspaces else None)
     if bucket:
-        return S3Captures(bucket, region=getattr(store, "region", None))
-    return FolderCaptures(local_folder(store, cfg) / "captures")
+        return S3Captures(bucket, region=getattr(store, "region", None), redactor=store.redactor)
+    return FolderCaptures(local_folder(store, cfg) / "captures", store.redactor)
 
 
 def local_folder(store: Store, cfg: Settings) -> Path:

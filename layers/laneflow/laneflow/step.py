@@ -29,7 +29,7 @@ from .executors.base import StepJob, StepOutcome
 from .flow import Flow, StepSpec
 from .crash import crashpoint
 from .gate import open_gate
-from .models import Attempt, AttemptRef, AttemptStatus, Event, ModelCall, Run, Step, StepStatus, utcnow
+from .models import Attempt, AttemptRef, AttemptStatus, Event, FailureKind, ModelCall, Run, Step, StepStatus, utcnow
 from .prompt import build_system_prompt
 from .runs import run_account
 from .services import Services
@@ -115,7 +115,51 @@ def handoff_for(svc: Services, run: Run, step: Step, kind: str, *, group: int, c
     return "\n\n".join(part for part in (block, feedback) if part)
 
 
-def user_message(step: Step, spec: StepSpec, handoff: str, history: list[tuple[int, str]]) -> str:
+@dataclass(frozen=True)
+class EarlierAttempt:
+    """How an earlier attempt of this step ended, as the next attempt is told it."""
+
+    n: int
+    status: AttemptStatus
+    reason: str
+    kind: FailureKind | None = None
+
+    @classmethod
+    def of(cls, attempt: Attempt) -> "EarlierAttempt":
+        return cls(n=attempt.n, status=attempt.status, reason=attempt.reason or "", kind=attempt.reason_kind)
+
+    def told(self) -> str:
+        """One line of the retry header: the truth about this attempt, in the step's terms."""
+        if self.status == AttemptStatus.interrupted:
+            return f"attempt {self.n} was interrupted: its worker went away, not by its own choice"
+        if self.kind == FailureKind.output:
+            return f"attempt {self.n} replied, but its own output was refused: {self.reason}. Fix that in this attempt"
+        if self.kind == FailureKind.model:
+            return f"attempt {self.n} ended with a model or network error, not by its own choice: {self.reason}"
+        if self.kind == FailureKind.worker:
+            return f"attempt {self.n} ended when its worker failed, not by its own choice: {self.reason}"
+        return f"attempt {self.n} failed: {self.reason}"
+
+
+def earlier_attempts(attempts: list[Attempt], *, since: str | None) -> list[EarlierAttempt]:
+    """The attempts of this pass of the step that failed or were interrupted. A pass begins
+    with the attempt that set the step's `started_at` (`since`; None before its first
+    attempt, and again after a loop reset, so a new cycle is not told the last one's tries);
+    later attempts have higher numbers, whatever the clocks of the hosts that ran them."""
+    if since is None:
+        return []
+    first = min((a.n for a in attempts if a.started_at == since), default=None)
+    ended = (AttemptStatus.failed, AttemptStatus.interrupted)
+    return [
+        EarlierAttempt.of(a)
+        for a in attempts
+        if a.status in ended and (a.n >= first if first is not None else a.started_at >= since)
+    ]
+
+
+def user_message(step: Step, spec: StepSpec, handoff: str, history: list[EarlierAttempt]) -> str:
+    """The user message an attempt is sent: its instruction, the handoff, what its output
+    must be, and, when it was tried before, why each earlier attempt did not finish."""
     parts = [step.instruction.strip() or f"Do your part of the flow as {step.agent}."]
     if handoff:
         parts.append(handoff)
@@ -125,9 +169,9 @@ def user_message(step: Step, spec: StepSpec, handoff: str, history: list[tuple[i
             hint += " It must match this JSON Schema:\n" + json.dumps(spec.schema_, indent=2)
         parts.append(hint)
     if history:
-        told = "\n".join(f"- attempt {n}: {reason}" for n, reason in history)
+        told = "\n".join(f"- {earlier.told()}." for earlier in history)
         parts.append(
-            "This step was tried before and did not finish, not by your own choice:\n"
+            "This step was tried before:\n"
             f"{told}\nThose attempts may already have done part of the work: check what is there "
             "before you redo it."
         )
@@ -144,9 +188,11 @@ def extract_json(text: str) -> Any:
     try:
         return jsonsafe.parse(candidate)  # strictly: a NaN kept in `data` would break the store's reads
     except json.JSONDecodeError as exc:
-        raise StepFailed(f"the output is not valid JSON ({exc.msg} at line {exc.lineno})", retryable=True) from None
+        raise StepFailed(
+            f"the output is not valid JSON ({exc.msg} at line {exc.lineno})", retryable=True, kind=FailureKind.output
+        ) from None
     except jsonsafe.Refusal as exc:
-        raise StepFailed(f"the output is JSON laneflow cannot keep ({exc})", retryable=True) from None
+        raise StepFailed(f"the output is JSON laneflow cannot keep ({exc})", retryable=True, kind=FailureKind.output) from None
 
 
 def check_output(spec: StepSpec, outcome: StepOutcome) -> Any:
@@ -159,8 +205,27 @@ def check_output(spec: StepSpec, outcome: StepOutcome) -> Any:
         errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
         if errors:
             listed = "; ".join(f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors[:10])
-            raise StepFailed(f"the output does not match its schema: {listed}", retryable=True)
+            raise StepFailed(f"the output does not match its schema: {listed}", retryable=True, kind=FailureKind.output)
     return data
+
+
+@dataclass(frozen=True)
+class Briefing:
+    """What a step's next attempt is told: its handoff, the earlier attempts of this pass
+    and the user message made of them (with the step's flow settings)."""
+
+    spec: StepSpec
+    handoff: str
+    history: tuple[EarlierAttempt, ...]
+    message: str
+
+
+def brief(svc: Services, run: Run, step: Step, *, cycle: int) -> Briefing:
+    """The briefing of a pending step's next attempt, read before it is claimed."""
+    spec = step_spec(run, step)
+    history = earlier_attempts(svc.store.list_attempts(run.tenant, run.id, step.index), since=step.started_at)
+    handoff = handoff_for(svc, run, step, spec.handoff, group=step.group, cycle=cycle)
+    return Briefing(spec=spec, handoff=handoff, history=tuple(history), message=user_message(step, spec, handoff, history))
 
 
 # -- the sink ----------------------------------------------------------------------------------
@@ -215,11 +280,11 @@ class StepRecorder:
         return span
 
     def event(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
-        self.svc.store.add_event(
-            self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=self.redact(text), data=data), attempt=self.ref
-        )
+        # Masked by the store, like every write.
+        self.svc.store.add_event(self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref)
 
     def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:
+        # Masked first, so the sizes recorded are those of what the capture keeps.
         tool_input, tool_output = self.redact(tool_input), self.redact(tool_output)
         data: dict[str, Any] = {"tool": name, "input_chars": len(tool_input), "output_chars": len(tool_output), "ms": ms}
         size = len(tool_input) + len(tool_output)
@@ -257,22 +322,28 @@ class StepRunner:
     `retries:` more attempts, telling each new attempt why the earlier ones failed."""
 
     def __init__(
-        self, svc: Services, run: Run, step: Step, attempt: Attempt, *, cycle: int = 0, open_gate: Callable[[str], int] | None = None
+        self,
+        svc: Services,
+        run: Run,
+        step: Step,
+        attempt: Attempt,
+        *,
+        briefing: "Briefing",
+        cycle: int = 0,
+        open_gate: Callable[[str], int] | None = None,
     ):
         self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
         self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
         self.prepared: tuple[Any, Any, Any, WorkingCopy] | None = None  # (workspace, agent, prompt, copy) of the first attempt
         self.copy: WorkingCopy | None = None  # the folder the current attempt works in
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
-        self.spec = step_spec(run, step)
-        # What earlier attempts of this step ended with (a retry, or a resume after a crash):
+        self.spec, self.handoff = briefing.spec, briefing.handoff
+        # What earlier attempts of this pass ended with (a retry, or a resume after a crash):
         # each new attempt is told the truth about why it runs again.
-        earlier = [a for a in svc.store.list_attempts(run.tenant, run.id, step.index) if a.n < attempt.n and a.reason]
-        self.history: list[tuple[int, str]] = [
-            (a.n, a.reason) for a in earlier if a.status in (AttemptStatus.failed, AttemptStatus.interrupted)
-        ]
+        self.history = list(briefing.history)
+        self.message = briefing.message  # what the current attempt is sent (written with its claim)
         # `retries:` counts failures; an interruption (the worker went away) is not one.
-        self.failures = sum(1 for a in earlier if a.status == AttemptStatus.failed)
+        self.failures = sum(1 for a in self.history if a.status == AttemptStatus.failed)
 
     @property
     def ref(self) -> AttemptRef:
@@ -306,23 +377,23 @@ class StepRunner:
             observability.bind(attempt=self.attempt.n)
             try:
                 if self.history:  # the first attempt's start is its record; a later one says why it runs
-                    told = {"told": [reason for _, reason in self.history]}
+                    told = {"told": [a.reason for a in self.history], "kinds": [a.kind or a.status for a in self.history]}
                     self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}", told)
                 outcome, data, recorder = self._attempt()
             except AttemptEnded:
                 return self._report()
             except StepFailed as failure:
-                reason, retryable = failure.reason, failure.retryable
+                reason, retryable, kind = failure.reason, failure.retryable, failure.kind
                 stopped = isinstance(failure, StepStopped)
             except InvalidInput as error:  # an agent that cannot be read: say where (file, line)
                 reason, retryable, stopped = error.one_line(), False, False
             except LaneflowError as error:
-                reason, retryable, stopped = str(error).splitlines()[0], False, False
+                reason, retryable, stopped, kind = str(error).splitlines()[0], False, False, FailureKind.other
             except Exception as error:  # a bug or an unexpected library error: end the attempt, say what
                 if self.svc.leaving.is_set():
                     return self._interrupted()
                 log.exception("step %s of %s: attempt %s crashed", self.step.index, self.run.id, self.attempt.n)
-                reason, retryable, stopped = f"{type(error).__name__}: {error}", False, False
+                reason, retryable, stopped, kind = f"{type(error).__name__}: {error}", False, False, FailureKind.other
             else:
                 cost = recorder.cost_usd
                 try:
@@ -350,7 +421,9 @@ class StepRunner:
             if self.svc.leaving.is_set():
                 # The attempt ended because its worker is going away (Ctrl-C): not its doing.
                 return self._interrupted()
-            reason = Redactor(self.svc.secret_values())(scrub_paths(reason, self.run.workspace_uri))
+            # Masked here too (the store masks what it writes): the next attempt's message is
+            # built from it in memory and must read as it would after a resume.
+            reason = self.svc.redactor(scrub_paths(reason, self.run.workspace_uri))
             cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
             self.step.cost_usd = round(self.step.cost_usd + cost, 6)
             retry = retryable and self.failures < self.spec.retries
@@ -361,7 +434,9 @@ class StepRunner:
                     changes.update(status=StepStatus.failed, finished_at=utcnow())
                 ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
                 spans = list(self.recorder.spans.values()) if self.recorder else []
-                store.end_attempt(self.ref, ended, reason=reason, step=changes, calls=spans)
+                store.end_attempt(
+                    self.ref, ended, reason=reason, step=changes, calls=spans, reason_kind=None if stopped else kind
+                )
             except AttemptEnded:
                 return self._report()
             if not retry:
@@ -369,8 +444,9 @@ class StepRunner:
             if self.open_gate:
                 # Siblings do not wait through the lead's retries: they start and write the prefix themselves.
                 self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
-            self.history.append((self.attempt.n, reason))
+            self.history.append(EarlierAttempt(n=self.attempt.n, status=AttemptStatus.failed, reason=reason, kind=kind))
             self.failures += 1
+            self.message = user_message(self.step, self.spec, self.handoff, self.history)
             try:
                 self.attempt = store.claim_attempt(
                     self.run.tenant,
@@ -380,6 +456,7 @@ class StepRunner:
                     started_at=utcnow(),
                     expect_status=(StepStatus.running,),
                     worker=self.attempt.worker,
+                    message=self.message,
                 )
             except Conflict:
                 return self._report()
@@ -392,7 +469,6 @@ class StepRunner:
         else:
             ws, agent, prompt, self.copy = prepare(run, step)
             svc.store.set_prompt_layers(self.ref, prompt.records())
-        handoff = handoff_for(svc, run, step, self.spec.handoff, group=step.group, cycle=self.cycle)
         prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
         budget = None
         if agent.settings.budget is not None:
@@ -403,7 +479,7 @@ class StepRunner:
             svc=svc,
             ref=self.ref,
             base_n=len(prior.calls),
-            redact=Redactor(svc.secret_values()),
+            redact=svc.redactor,
             capture=ws.settings.capture == "full",
             on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
         )
@@ -418,7 +494,7 @@ class StepRunner:
             run_input=run.input,
             system_stable=prompt.stable,
             system_dynamic=prompt.dynamic,
-            user=user_message(step, self.spec, handoff, self.history),
+            user=self.message,
             tools=tuple(agent.settings.tools),
             workspace_root=str(ws.root),
             agent_path=agent.path,
@@ -484,7 +560,7 @@ class StepRunner:
         passed, reason = parse_verdict(reply.conclusion or reply.result)
         recorder.event("judge", f"judge ({model}): {'PASS' if passed else 'FAIL: ' + reason}")
         if not passed:
-            raise StepFailed(f"the judge failed it: {reason}", retryable=True)
+            raise StepFailed(f"the judge failed it: {reason}", retryable=True, kind=FailureKind.output)
 
     def _interrupted(self) -> StepReport:
         """Mark this attempt interrupted by its exact identity, the way reconcile does for a
@@ -588,6 +664,9 @@ def _claim_and_run(
     opener: Callable[..., int] | None, worker: dict,
 ) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
+    # What this attempt is sent is known before it is claimed (nothing in it depends on the
+    # attempt's number), so the claim records it: the step's `message` costs no write.
+    briefing = brief(svc, run, step, cycle=req.cycle)
     op_id = req.op.op_id(group=req.group, cycle=req.cycle, index=index)
     svc.store.journal_begin(tenant, run_id, op_id, index)
     crashpoint("after-journal")
@@ -595,7 +674,7 @@ def _claim_and_run(
     try:
         attempt = svc.store.claim_attempt(
             tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id, worker=dumps(worker),
-            layers=prepared[2].records() if prepared else None,
+            layers=prepared[2].records() if prepared else None, message=briefing.message,
         )
     except Conflict:
         step = svc.store.get_step(tenant, run_id, index)
@@ -608,6 +687,6 @@ def _claim_and_run(
     crashpoint("after-claim")
     running = step.model_copy(update={"status": StepStatus.running})
     lead_opener = (lambda why, at=None: opener(why=why, at=at)) if opener else None
-    runner = StepRunner(svc, run, running, attempt, cycle=req.cycle, open_gate=lead_opener)
+    runner = StepRunner(svc, run, running, attempt, briefing=briefing, cycle=req.cycle, open_gate=lead_opener)
     runner.prepared = prepared
     return runner.run_attempts()

@@ -14,19 +14,26 @@ The language of the interface is conditional writes:
 - A write is whole or absent: nothing half-written when it fails.
 - Implementations are safe to call from many threads at once (the engine runs every Map
   iteration on its own thread) and from several processes (a second terminal's `stop`).
+- Secrets are never written. `Store` masks every write's recorded text with its `redactor`
+  before an implementation sees it (`REDACTED_WRITES`), so both stores, the S3 blobs of the
+  DynamoDB one and any later write get it in this one place, not at each call site.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
+from ..capture import Redactor
 from ..models import (
     Attempt,
     AttemptRef,
     AttemptStatus,
     Event,
+    FailureKind,
     JournalEntry,
     ModelCall,
     PromptLayer,
@@ -61,6 +68,7 @@ STEP_FIELDS = frozenset(
         "attempts",
         "cycle",
         "instruction",
+        "message",
         "result",
         "conclusion",
         "data",
@@ -74,10 +82,66 @@ STEP_FIELDS = frozenset(
 )
 
 
+# Each write, and the arguments of it that carry recorded text (results, instructions,
+# messages, reasons, events, spans, handoffs, inputs...): masked before it is written.
+REDACTED_WRITES: dict[str, tuple[str, ...]] = {
+    "create_run": ("run",),
+    "update_run": ("changes",),
+    "add_steps": ("steps",),
+    "update_step": ("changes",),
+    "claim_attempt": ("worker", "message"),
+    "end_attempt": ("reason", "step", "calls"),
+    "set_attempt_worker": ("worker",),
+    "add_event": ("event",),
+    "put_call": ("call",),
+    "put_handoff": ("text",),
+}
+# Writes that carry only keys, identities, times, statuses and hashes: nothing to mask.
+UNMASKED_WRITES = frozenset(
+    {"request_stop", "heartbeat", "journal_begin", "journal_settle", "set_prompt_layers", "gate_wait", "gate_open"}
+)
+
+
+def _masking(method: Callable[..., Any], arguments: tuple[str, ...]) -> Callable[..., Any]:
+    """`method` with the named arguments masked by the store's redactor first."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def write(self: "Store", *args: Any, **kwargs: Any) -> Any:
+        redactor = self.redactor
+        if not redactor:  # nothing to mask: no cost on the write path
+            return method(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        for name in arguments:
+            if name in bound.arguments:
+                bound.arguments[name] = redactor.value(bound.arguments[name])
+        return method(*bound.args, **bound.kwargs)
+
+    write.__masks__ = arguments  # type: ignore[attr-defined]
+    return write
+
+
 class Store(ABC):
     """Runs, steps, attempts, events, spans and prompt layers, keyed by tenant first."""
 
     url: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Every implementation's writes are masked, whatever it is and whoever adds it.
+        for name, arguments in REDACTED_WRITES.items():
+            method = cls.__dict__.get(name)
+            if method is not None and not hasattr(method, "__masks__"):
+                setattr(cls, name, _masking(method, arguments))
+
+    @property
+    def redactor(self) -> Redactor:
+        """What this store masks in everything it writes: `store.redactor.add(NAME, value)`
+        and from then on `value` is written as `[NAME]`. The services add the model's key."""
+        found = self.__dict__.get("_redactor")
+        if found is None:
+            found = self.__dict__.setdefault("_redactor", Redactor())
+        return found
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -160,6 +224,7 @@ class Store(ABC):
         journal_ttl_s: int = 7 * 24 * 3600,
         worker: str | None = None,
         layers: list[PromptLayer] | None = None,
+        message: str | None = None,
     ) -> Attempt:
         """Claim the next attempt of a step, at once: a new attempt `n = step.attempts + 1`
         (running), the step `running` with `attempts = n` and `started_at` set on its first
@@ -173,7 +238,9 @@ class Store(ABC):
         one got, whatever the step's status now). An entry `cancelled` is a `Conflict`.
 
         `worker` and `layers`, when given, are written with the claim (as `set_attempt_worker`
-        and `set_prompt_layers` would, but in the same write)."""
+        and `set_prompt_layers` would, but in the same write), and so is `message`: the
+        step's `message` becomes the user message this attempt is sent (kept as it was
+        when None). A large message goes where the store keeps large values."""
 
     @abstractmethod
     def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
@@ -193,11 +260,13 @@ class Store(ABC):
         step: dict[str, Any] | None = None,
         run_cost: float = 0.0,
         calls: list[ModelCall] | None = None,
+        reason_kind: FailureKind | None = None,
     ) -> None:
-        """End a running attempt, and in the same write change its step (`step`, a subset of
-        STEP_FIELDS), add `run_cost` to the run's cost and record `calls` (spans, inserted or
-        replaced by id, as `put_call` would). Fenced: `AttemptEnded` unless the stored
-        attempt has exactly `ref`'s identity and is running."""
+        """End a running attempt (with its `reason` and, for a failure, its `reason_kind`),
+        and in the same write change its step (`step`, a subset of STEP_FIELDS), add
+        `run_cost` to the run's cost and record `calls` (spans, inserted or replaced by id, as
+        `put_call` would). Fenced: `AttemptEnded` unless the stored attempt has exactly
+        `ref`'s identity and is running."""
 
     @abstractmethod
     def set_attempt_worker(self, ref: AttemptRef, worker: str) -> None:

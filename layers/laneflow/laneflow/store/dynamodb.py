@@ -21,7 +21,7 @@ digits, `n` an attempt number padded to 6, so keys sort in index order):
 What a step's attempts write lives on the step item, so each write of a step's happy path
 is one conditional write of one item:
 - `A<n>`: attempt n, a map (t token, s started_at, r resumed_at, st status, e ended_at,
-  why reason, w worker, hb heartbeat_at, op op_id). `live_n` names the running one (a claim
+  why reason, k reason_kind, w worker, hb heartbeat_at, op op_id). `live_n` names the running one (a claim
   needs it absent); `last_n` keeps attempt numbers from ever repeating. A step keeps its
   latest ATTEMPTS_ON_STEP; a claim that would keep more first copies the oldest to `A#`
   items (an ended attempt never changes again, so a copy is never stale).
@@ -70,10 +70,10 @@ entries), it is conditional on that too, and a refusal that found the attempt st
 running is retried in the form the item it found calls for. Costs are added with ADD,
 exactly, as decimals rounded to 6 places.
 
-Large values. A text or JSON attribute (input, flow_spec, instruction, result, conclusion,
-data, item, error, reason, event text and data, span body, handoff text, layers...) over
-`blob_threshold` (64 KB) goes to `s3://<bucket>/<tenant>/<run_id>/<sk>/<attr>-<uuid>` and
-the item keeps `{"s3": "s3://..."}`; reads resolve it. A blob's key is new on every write,
+Large values. A text or JSON attribute (input, flow_spec, instruction, message, result,
+conclusion, data, item, error, reason, event text and data, span body, handoff text,
+layers...) over `blob_threshold` (64 KB) goes to
+`s3://<bucket>/<tenant>/<run_id>/<sk>/<attr>-<uuid>` and the item keeps `{"s3": "s3://..."}`; reads resolve it. A blob's key is new on every write,
 so a refused write never changes what a stored pointer reads (its upload is deleted). If an
 item would still pass ~350 KB, its largest values go to S3 too. Without a bucket, such a
 write raises `ItemTooLarge` instead of failing at DynamoDB's 400 KB.
@@ -126,6 +126,7 @@ from ..models import (
     AttemptRef,
     AttemptStatus,
     Event,
+    FailureKind,
     JournalEntry,
     JournalStatus,
     ModelCall,
@@ -173,7 +174,7 @@ _ATTEMPT_FIELDS = tuple(Attempt.model_fields)
 # An attempt's record on its step item: field -> the short name it is kept under.
 _RECORD = {
     "token": "t", "started_at": "s", "resumed_at": "r", "status": "st", "ended_at": "e",
-    "reason": "why", "worker": "w", "heartbeat_at": "hb", "op_id": "op",
+    "reason": "why", "reason_kind": "k", "worker": "w", "heartbeat_at": "hb", "op_id": "op",
 }
 _RECORD_FIELD = {short: field for field, short in _RECORD.items()}
 _ATTEMPT_ATTR = re.compile(r"A(\d+)")
@@ -181,7 +182,7 @@ _JOURNAL_ATTR = re.compile(r"J[0-9a-f]{16}")
 # Attributes that may move to S3 (never keys, identities or statuses: conditions read those).
 _BLOBBABLE = frozenset(
     {
-        "input", "flow_spec", "options", "item", "data", "instruction", "result", "conclusion",
+        "input", "flow_spec", "options", "item", "data", "instruction", "message", "result", "conclusion",
         "error", "skip_reason", "reason", "worker", "layers", "text", "body", "why", "w",
     }
 )
@@ -1362,6 +1363,7 @@ class DynamoStore(Store):
         journal_ttl_s: int = 7 * 24 * 3600,
         worker: str | None = None,
         layers: list[PromptLayer] | None = None,
+        message: str | None = None,
     ) -> Attempt:
         expected = _statuses(expect_status)
         what = f"step {index} of run {run_id!r}"
@@ -1369,7 +1371,7 @@ class DynamoStore(Store):
         key = _key(tenant, run_id, sk)
         journal = _journal_attr(op_id) if op_id is not None else None
         with self._blobs(tenant, run_id) as blobs:
-            kept = blobs.attrs(sk, {"w": worker, "layers": None if layers is None else _layers_json(layers)})
+            kept = blobs.attrs(sk, {"w": worker, "layers": None if layers is None else _layers_json(layers), "message": message})
             for _ in range(20):  # another writer changed the step between our read and our write
                 found = self._require_step(tenant, run_id, index)
                 entry = None
@@ -1398,6 +1400,8 @@ class DynamoStore(Store):
                 u.set(_attempt_attr(n), _plain(t=token, s=started_at, r=resumed_at, st=running, w=kept["w"], op=op_id))
                 if layers is not None:
                     u.set("layers", kept["layers"])
+                if message is not None:
+                    u.set("message", kept["message"])
                 # The step's live entry: made by journal_begin (then this leaves it as it is) or here.
                 u.set("vpk", _live_pk(tenant, "STEP")).set("vsk", _live_sk(run_id, index))
                 condition = [u.one_of("status", expected), u.absent("live_n"), u.eq("attempts", attempts), u.eq("last_n", last_n)]
@@ -1499,10 +1503,12 @@ class DynamoStore(Store):
         step: dict[str, Any] | None = None,
         run_cost: float = 0.0,
         calls: list[ModelCall] | None = None,
+        reason_kind: FailureKind | None = None,
     ) -> None:
         status = AttemptStatus(status)
         if status is AttemptStatus.running:
             raise ValueError("an attempt cannot be ended as running")
+        kind = None if reason_kind is None else FailureKind(reason_kind).value
         values = _validated(Step, STEP_FIELDS, step or {})
         sk = _step_sk(ref.index)
         with self._blobs(ref.tenant, ref.run_id) as blobs:
@@ -1514,6 +1520,8 @@ class DynamoStore(Store):
                 u.set((record, "st"), status.value).set((record, "e"), utcnow())
                 if why is not None:
                     u.set((record, "why"), why)
+                if kind is not None:
+                    u.set((record, "k"), kind)
                 u.remove("live_n")
                 for field, value in changes.items():
                     u.set(field, value)

@@ -9,7 +9,7 @@ Tables (every key starts with the tenant; `idx` is a step's index, `n` an attemp
     steps          (tenant, run_id, idx) PK. The Step's scalar fields as columns (`group` is
                    `grp`); `item` and `data` as JSON text.
     attempts       (tenant, run_id, idx, n) PK. token, started_at, resumed_at, status,
-                   ended_at, reason, worker, op_id. A partial unique index allows at most
+                   ended_at, reason, reason_kind, worker, heartbeat_at, op_id. A partial unique index allows at most
                    one `running` attempt per step, so even a bug cannot run a step twice.
     events         seq INTEGER PRIMARY KEY AUTOINCREMENT (the order of a step's trace);
                    tenant, run_id, idx, t, type, text, attempt, data (JSON or NULL).
@@ -69,6 +69,7 @@ from ..models import (
     AttemptRef,
     AttemptStatus,
     Event,
+    FailureKind,
     JournalEntry,
     JournalStatus,
     ModelCall,
@@ -84,10 +85,15 @@ from .base import RUN_FIELDS, STEP_FIELDS, Store
 
 log = logging.getLogger("laneflow.store")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Columns added after a table was first shipped: (table, column, declaration). A database
 # made by an older version gets them on open.
-_ADDED_COLUMNS = (("runs", "driver", "TEXT"), ("attempts", "heartbeat_at", "TEXT"))
+_ADDED_COLUMNS = (
+    ("runs", "driver", "TEXT"),
+    ("attempts", "heartbeat_at", "TEXT"),
+    ("steps", "message", "TEXT"),
+    ("attempts", "reason_kind", "TEXT"),
+)
 BUSY_TIMEOUT_S = 10.0
 COST_DECIMALS = 6
 
@@ -132,6 +138,7 @@ CREATE TABLE IF NOT EXISTS steps (
     attempts     INTEGER NOT NULL DEFAULT 0,
     cycle        INTEGER NOT NULL DEFAULT 0,
     instruction  TEXT NOT NULL DEFAULT '',
+    message      TEXT,
     result       TEXT,
     conclusion   TEXT,
     data         TEXT NOT NULL,
@@ -156,6 +163,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     status      TEXT NOT NULL,
     ended_at    TEXT,
     reason      TEXT,
+    reason_kind TEXT,
     worker      TEXT,
     heartbeat_at TEXT,
     op_id       TEXT,
@@ -270,6 +278,7 @@ _STEP_COLUMNS: dict[str, tuple[str, str]] = {
     "attempts": ("attempts", "plain"),
     "cycle": ("cycle", "plain"),
     "instruction": ("instruction", "plain"),
+    "message": ("message", "plain"),
     "result": ("result", "plain"),
     "conclusion": ("conclusion", "plain"),
     "data": ("data", "json"),
@@ -293,6 +302,7 @@ _ATTEMPT_COLUMNS: dict[str, tuple[str, str]] = {
     "status": ("status", "plain"),
     "ended_at": ("ended_at", "plain"),
     "reason": ("reason", "plain"),
+    "reason_kind": ("reason_kind", "plain"),
     "worker": ("worker", "plain"),
     "heartbeat_at": ("heartbeat_at", "plain"),
     "op_id": ("op_id", "plain"),
@@ -795,6 +805,7 @@ class SqliteStore(Store):
         journal_ttl_s: int = 7 * 24 * 3600,
         worker: str | None = None,
         layers: list[PromptLayer] | None = None,
+        message: str | None = None,
     ) -> Attempt:
         key = (tenant, run_id, index)
         with self._write() as db:
@@ -830,9 +841,9 @@ class SqliteStore(Store):
                     (*key, _dumps([layer.model_dump() for layer in layers])),
                 )
             db.execute(
-                "UPDATE steps SET status = 'running', attempts = ?, started_at = coalesce(started_at, ?)"
-                " WHERE tenant = ? AND run_id = ? AND idx = ?",
-                (n, started_at, *key),
+                "UPDATE steps SET status = 'running', attempts = ?, started_at = coalesce(started_at, ?),"
+                " message = coalesce(?, message) WHERE tenant = ? AND run_id = ? AND idx = ?",
+                (n, started_at, message, *key),
             )
             if op_id is not None:
                 # The claim and its journal entry, in the same transaction.
@@ -982,10 +993,12 @@ class SqliteStore(Store):
         step: dict[str, Any] | None = None,
         run_cost: float = 0.0,
         calls: list[ModelCall] | None = None,
+        reason_kind: FailureKind | None = None,
     ) -> None:
         status = AttemptStatus(status)
         if status is AttemptStatus.running:
             raise ValueError("an attempt cannot be ended as running")
+        kind = None if reason_kind is None else FailureKind(reason_kind).value
         columns = _validated_changes(Step, STEP_FIELDS, step or {})
         with self._write() as db:
             self._fence(db, ref)
@@ -996,9 +1009,9 @@ class SqliteStore(Store):
                     (ref.tenant, ref.run_id, ref.index, call.id, call.n, call.model_dump_json()),
                 )
             db.execute(
-                "UPDATE attempts SET status = ?, ended_at = ?, reason = ?"
+                "UPDATE attempts SET status = ?, ended_at = ?, reason = ?, reason_kind = ?"
                 " WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",
-                (status.value, utcnow(), reason, ref.tenant, ref.run_id, ref.index, ref.n),
+                (status.value, utcnow(), reason, kind, ref.tenant, ref.run_id, ref.index, ref.n),
             )
             self._set_step(db, ref.tenant, ref.run_id, ref.index, columns)
             if run_cost:

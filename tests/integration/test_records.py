@@ -1,0 +1,419 @@
+"""What the record says, on both stores and through the real definition on the engine:
+- a retried or resumed step is told the truth about each earlier attempt, and the user
+  message its latest attempt was sent is kept on the step (`message`);
+- a run that ends leaves no step pending: what did not run is skipped, with the reason;
+- the model's key is never stored in clear: not in the store (SQLite file, DynamoDB items,
+  S3 blobs), the captures, the on-end hook's events or the log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+
+from conftest import FIXTURES, moto_dynamodb_serialized
+from laneflow import step as step_module
+from laneflow.actions import answer_approval, stop_run
+from laneflow.cli import main
+from laneflow.engine.local import LocalEngine
+from laneflow.models import AttemptStatus, FailureKind, Run, RunStatus, StepStatus, utcnow
+from laneflow.reconcile import interrupt, reconcile
+from laneflow.runs import create_run
+from laneflow.services import Services
+from laneflow.settings import Settings
+from laneflow.store import open_store
+from laneflow.store.provision import init_store
+from laneflow.workers import Liveness, dumps
+
+SEM = FIXTURES / "ws_semantics"
+CTRL = FIXTURES / "ws_control"
+TABLE, BUCKET, REGION = "laneflow-runs", "laneflow-blobs", "us-east-1"
+DYNAMODB = f"dynamodb://{TABLE}?bucket={BUCKET}&region={REGION}"
+KEY = "sk-ant-fake-" + "0123456789abcdef" * 3  # a long fake model key; the model stays stub
+MASK = "[ANTHROPIC_API_KEY]"
+GONE = dumps({"kind": "lambda", "request_id": "gone", "deadline": 0})  # a worker long past its deadline
+
+
+@contextmanager
+def services_on(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Iterator[Services]:
+    """Services on a fresh store of `kind`: a SQLite file, or DynamoDB and S3 under moto
+    (the table from template.yaml). Captures and the on-end hook's events.jsonl go under
+    tmp_path; `env` is the environment the settings are read from."""
+    environ = {"LANEFLOW_CAPTURE_DIR": str(tmp_path / "captures"), **env}
+    if kind == "sqlite":
+        store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
+        try:
+            yield Services.for_store(store, Settings.from_env(environ))
+        finally:
+            store.close()
+        return
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)  # no profile, region or endpoint of the person running the tests
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws(), moto_dynamodb_serialized():
+        init_store(DYNAMODB)
+        store = open_store(DYNAMODB)
+        try:
+            yield Services.for_store(store, Settings.from_env({**environ, "LANEFLOW_STORE": DYNAMODB}))
+        finally:
+            store.close()
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def on(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """on(**env) -> Services on the parametrized store (one per test)."""
+    opened: list[Any] = []
+
+    def make(**env: str) -> Services:
+        cm = services_on(request.param, tmp_path, monkeypatch, **env)
+        opened.append(cm)
+        return cm.__enter__()
+
+    make.kind = request.param  # type: ignore[attr-defined]
+    yield make
+    for cm in reversed(opened):
+        cm.__exit__(None, None, None)
+
+
+def drive(svc: Services, workspace: Path | str, flow: str, run_input: Any = None, **kwargs: Any) -> Run:
+    run = create_run(svc, workspace, flow, run_input, **kwargs)
+    return LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+
+
+def workspace(root: Path, agents: dict[str, dict[str, Any]], flows: dict[str, dict[str, Any]]) -> Path:
+    """A workspace on the stub model: agents as frontmatter, flows as YAML."""
+    (root / "AGENTS.md").parent.mkdir(parents=True, exist_ok=True)
+    (root / "AGENTS.md").write_text("---\nmodel: stub\n---\nA workspace of the record tests.\n")
+    for name, settings in agents.items():
+        folder = root / "agents" / name
+        folder.mkdir(parents=True)
+        (folder / "agent.md").write_text("---\n" + yaml.safe_dump(settings, sort_keys=False) + f"---\nYou are {name}.\n")
+    (root / "flows").mkdir()
+    for name, flow in flows.items():
+        (root / "flows" / f"{name}.yaml").write_text(yaml.safe_dump(flow, sort_keys=False))
+    return root
+
+
+def assert_no_step_pending(run: Run) -> None:
+    assert run.status.ended, run.status
+    left = [(s.index, s.status) for s in run.steps if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
+    assert left == [], f"an ended run left steps waiting: {left}"
+
+
+# -- item: a retry is told the truth; the step keeps its message ---------------------------------
+
+
+def test_a_retry_after_an_invalid_output_is_told_its_own_output_was_refused_not_that_it_was_not_its_choice(on):
+    svc = on()
+    run = drive(svc, SEM, "retry")
+    assert run.status == RunStatus.completed, run.error
+    flaky, post = run.steps
+    first = svc.store.list_attempts(run.tenant, run.id, post.index)[0]
+    assert (first.status, first.reason_kind) == (AttemptStatus.failed, FailureKind.output)
+    # The message kept is the second attempt's: it says the output was refused, and why.
+    assert "- attempt 1 replied, but its own output was refused: the output does not match its schema:" in post.message
+    assert "Fix that in this attempt." in post.message and "not by its own choice" not in post.message
+    assert post.message.startswith("Make a post record.") and "JSON Schema" in post.message
+    # A model error is told as one, and is not the step's choice.
+    assert svc.store.list_attempts(run.tenant, run.id, flaky.index)[0].reason_kind == FailureKind.model
+    assert "- attempt 1 ended with a model or network error, not by its own choice: the model was overloaded." in flaky.message
+
+
+def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_not_by_its_own_choice(on):
+    svc = on()
+    run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
+    # Given a drive whose worker died while it ran step 0
+    svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": GONE}, add_drives=1)
+    attempt = svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), worker=GONE, message="Scout tides for .")
+    assert interrupt(svc, run.tenant, run, attempt) == "interrupted"
+    # When the next drive runs it
+    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    # Then the step's message (its second attempt's) tells the truth about the first
+    assert final.status == RunStatus.completed, final.error
+    scout = final.steps[0]
+    assert scout.attempts == 2
+    assert "- attempt 1 was interrupted: its worker went away, not by its own choice." in scout.message
+    assert "may already have done part of the work" in scout.message
+    assert "- attempt" not in final.steps[1].message  # a step tried once is told nothing of the kind
+
+
+def test_each_step_keeps_the_message_its_latest_attempt_was_sent(on):
+    svc = on()
+    run = drive(svc, SEM, "handoff", {"things": ["tides", "reefs"], "audience": "kids"})
+    assert run.status == RunStatus.completed, run.error
+    scout, summarizer, fixer, lister = run.steps[0], run.steps[2], run.steps[3], run.steps[4]
+    assert scout.message == "Scout tides for kids."
+    assert summarizer.message.startswith("Summarize the results.\n\n## Handoff from the previous group")
+    assert "Found tides." in summarizer.message and "Conclusion about reefs." in summarizer.message
+    assert "Found tides." not in fixer.message and "Conclusion about tides." in fixer.message
+    assert lister.message == "List without a handoff."
+    # A fresh reader of the same store sees it too (it is stored, not kept in memory).
+    fresh = open_store(svc.store.url).get_run(run.tenant, run.id)
+    assert [s.message for s in fresh.steps] == [s.message for s in run.steps]
+
+
+def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on, tmp_path):
+    svc = on()
+    big = "tide " * 90_000  # 450 KB: past DynamoDB's 400 KB item, let alone its 64 KB blob threshold
+    ws = workspace(
+        tmp_path / "ws",
+        {"talker": {"stub": big}, "reader": {}},
+        {"big": {"steps": [{"agent": "talker"}, {"agent": "reader", "instruction": "Read it."}]}},
+    )
+    run = drive(svc, ws, "big")
+    assert run.status == RunStatus.completed, run.error
+    reader = run.steps[1]
+    assert len(reader.message) > 450_000 and reader.message.startswith("Read it.") and big.strip() in reader.message
+    if on.kind == "dynamodb":  # kept in S3, the step item holds a pointer
+        item = boto3.client("dynamodb", region_name=REGION).get_item(
+            TableName=TABLE, Key={"pk": {"S": f"T#local#R#{run.id}"}, "sk": {"S": "S#00000001"}}, ConsistentRead=True
+        )["Item"]
+        assert item["message"]["M"]["s3"]["S"].startswith(f"s3://{BUCKET}/")
+
+
+def test_the_message_is_in_the_json_record_the_api_record_and_show(svc, capsys):
+    from test_api import call
+
+    things = {"things": ["tides"], "audience": "kids"}
+    theirs = drive(svc, SEM, "handoff", things, tenant="acme")
+    status, record, _ = call(svc, "GET", f"/runs/{theirs.id}")  # the API, as tenant acme
+    assert status == 200 and record["steps"][0]["message"] == "Scout tides for kids."
+    run = drive(svc, SEM, "handoff", things)
+    assert main(["show", run.id, "--store", svc.store.url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"][1]["message"].startswith("Summarize the results.")
+    assert main(["show", run.id, "--store", svc.store.url]) == 0
+    text = capsys.readouterr().out
+    assert "message: Scout tides for kids. (21 chars)" in text
+    assert "message: Summarize the results. (" in text
+
+
+# -- item: a run that ends leaves no step pending -------------------------------------------------
+
+
+def test_a_run_that_spends_its_budget_skips_every_step_it_did_not_run_budget_spent(run_flow):
+    run = run_flow(CTRL, "budget").run
+    assert run.error.startswith("budget spent")
+    assert_no_step_pending(run)
+    writer = run.steps[2]
+    assert (writer.status, writer.skip_reason, writer.attempts) == (StepStatus.skipped, "budget spent", 0)
+
+
+def test_a_rescue_left_pending_when_the_budget_ends_the_run_is_skipped_budget_spent(svc, tmp_path):
+    ws = workspace(
+        tmp_path / "ws",
+        {"spendthrift": {"stub": "cost: 0.10\nSpent it all."}, "failer": {"stub": "fail: cannot"}, "rescuer": {}, "writer": {}},
+        {"broke": {"budget": 0.05, "steps": [
+            {"group": [{"agent": "spendthrift"}, {"agent": "failer", "retries": 0, "on_fail": "rescuer"}]},
+            {"agent": "writer"},
+        ]}},
+    )
+    # The group spends the budget and one of its steps fails: its rescue is added, never run.
+    run = drive(svc, ws, "broke")
+    assert run.status == RunStatus.failed and run.error.startswith("budget spent")
+    assert_no_step_pending(run)
+    [rescue] = [s for s in run.steps if s.rescue_of == 1]
+    assert (rescue.status, rescue.skip_reason, rescue.attempts) == (StepStatus.skipped, "budget spent", 0)
+    assert run.steps[2].skip_reason == "budget spent"
+
+
+def test_a_run_that_fails_skips_its_later_steps_the_run_failed_before_this_step(run_flow):
+    run = run_flow(SEM, "required_fails").run
+    assert run.status == RunStatus.failed
+    assert_no_step_pending(run)
+    later = [s for s in run.steps if s.status == StepStatus.skipped]
+    assert later and all(s.skip_reason == "the run failed before this step" and s.attempts == 0 for s in later)
+
+
+def test_a_rejected_run_skips_its_later_steps_rejected_by_a_person(svc, run_flow):
+    run = run_flow(CTRL, "approval").run
+    assert run.status == RunStatus.awaiting_approval
+    answer_approval(svc, run.tenant, run.id, approve=False)
+    final = svc.store.get_run(run.tenant, run.id)
+    assert final.status == RunStatus.failed and final.error == "rejected by a person"
+    assert_no_step_pending(final)
+    approval, poster = final.steps[1], final.steps[2]
+    assert approval.status == StepStatus.failed and (poster.status, poster.skip_reason) == (StepStatus.skipped, "rejected by a person")
+
+
+def test_a_stopped_parked_run_skips_its_approval_and_later_steps_run_stopped(svc, run_flow):
+    run = run_flow(CTRL, "approval").run
+    stop_run(svc, run.tenant, run.id)
+    final = svc.store.get_run(run.tenant, run.id)
+    assert final.status == RunStatus.failed and final.finished_at
+    assert_no_step_pending(final)
+    assert [(s.status, s.skip_reason) for s in final.steps[1:]] == [(StepStatus.skipped, "run stopped")] * 2
+
+
+def test_a_run_closed_past_its_drive_limit_skips_what_did_not_run(svc):
+    run = create_run(svc, CTRL, "rescue")
+    # Given a run whose drive went away as often as it may, while step 0 ran
+    svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": GONE}, add_drives=svc.settings.max_drives)
+    svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), worker=GONE)
+    # When reconcile closes it
+    report = reconcile(svc, Liveness(), redrive=lambda r: pytest.fail("re-drove a run past its drive limit"))
+    assert report.closed == [run.id]
+    final = svc.store.get_run(run.tenant, run.id)
+    assert final.status == RunStatus.failed and "GaveUp" in final.error
+    assert_no_step_pending(final)
+    begun, *rest = final.steps
+    assert (begun.status, begun.skip_reason) == (StepStatus.skipped, "the run failed before this step finished")
+    assert all((s.status, s.skip_reason) == (StepStatus.skipped, "the run failed before this step") for s in rest)
+
+
+# -- item: the model's key is never stored in clear -------------------------------------------------
+
+
+def _stored_bytes(kind: str, tmp_path: Path) -> bytes:
+    """Everything written: every file under tmp_path (the SQLite file and its WAL, the
+    captures, events.jsonl) and, for DynamoDB, every item of the table and every S3 object."""
+    parts = [p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file() and "ws" not in p.relative_to(tmp_path).parts[:1]]
+    if kind == "dynamodb":
+        db = boto3.client("dynamodb", region_name=REGION)
+        for page in db.get_paginator("scan").paginate(TableName=TABLE):
+            parts.append(json.dumps(page["Items"], ensure_ascii=False).encode())
+        s3 = boto3.client("s3", region_name=REGION)
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+            for obj in page.get("Contents", []):
+                parts.append(s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read())
+    return b"\n".join(parts)
+
+
+def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, monkeypatch, caplog, capfd):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    svc = on(ANTHROPIC_API_KEY=os.environ["ANTHROPIC_API_KEY"])  # the model stays stub
+    big = f"A long answer. {KEY}\n" + "tide " * 20_000  # past the 64 KB blob threshold: S3 on DynamoDB
+    ws = workspace(
+        tmp_path / "ws",
+        {
+            "leaky": {"stub": f"call: lookup {KEY} => found {KEY}\n===\nThe answer is {KEY}.\n"
+                              f"```json\n{{\"token\": \"{KEY}\", \"nested\": [\"x {KEY} y\"]}}\n```"},
+            "reader": {},
+            "bigmouth": {"stub": big},
+            "breaker": {"stub": f"fail: refused {KEY}"},
+            "crasher": {},
+        },
+        {"leak": {"input": {"type": "object", "required": ["topic"]}, "steps": [
+            {"agent": "leaky", "instruction": "Research {input.topic}.", "output": "json"},
+            {"agent": "reader", "instruction": "Read it."},
+            {"agent": "bigmouth"},
+            {"agent": "breaker", "retries": 0, "optional": True},
+            {"agent": "crasher"},
+        ]}},
+    )
+    checked = step_module.check_output
+
+    def choke(spec, outcome):  # an unexpected error whose message holds the key (logged, recorded)
+        if spec.agent == "crasher":
+            raise RuntimeError(f"the parser choked on {KEY}")
+        return checked(spec, outcome)
+
+    monkeypatch.setattr(step_module, "check_output", choke)
+    caplog.set_level(logging.WARNING)
+
+    run = drive(svc, ws, "leak", {"topic": f"tides {KEY}"})
+
+    assert run.status == RunStatus.failed and f"RuntimeError: the parser choked on {MASK}" in run.error
+    leaky, reader, bigmouth, breaker, crasher = run.steps
+    assert run.input == {"topic": f"tides {MASK}"} and leaky.instruction == f"Research tides {MASK}."
+    assert leaky.result.endswith(f"The answer is {MASK}.\n```json\n{{\"token\": \"{MASK}\", \"nested\": [\"x {MASK} y\"]}}\n```")
+    assert MASK in leaky.conclusion and leaky.data == {"token": MASK, "nested": [f"x {MASK} y"]}
+    assert leaky.message == f"Research tides {MASK}.\n\nEnd your reply with the result as JSON in a ```json fenced block."
+    assert f"The answer is {MASK}." in reader.message
+    assert bigmouth.result.startswith(f"A long answer. {MASK}")
+    assert breaker.error == f"refused {MASK}" and any(MASK in e.text for e in breaker.events)
+    assert svc.store.list_attempts(run.tenant, run.id, breaker.index)[0].reason == f"refused {MASK}"
+    [tool] = [e for e in leaky.events if e.type == "tool"]
+    capture = svc.captures.get(tool.data["capture"])
+    assert (capture["input"], capture["output"]) == (MASK, f"found {MASK}")
+    ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["run_id"] for e in ended] == [run.id] and MASK in ended[0]["error"]
+    logged = caplog.text + capfd.readouterr().err
+    assert f"the parser choked on {MASK}" in logged
+
+    stored = _stored_bytes(on.kind, tmp_path)
+    assert KEY.encode() not in stored and MASK.encode() in stored
+    assert KEY not in logged
+
+
+def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on):
+    svc = on()
+    run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
+    declared = "hunter2-declared-secret"
+    svc.store.update_step(run.tenant, run.id, 0, {"result": f"before {declared}"})
+    assert svc.store.get_step(run.tenant, run.id, 0).result == f"before {declared}"  # nothing said it was secret yet
+    svc.store.redactor.add("DECLARED", declared)
+    svc.store.update_step(run.tenant, run.id, 0, {"result": f"after {declared}", "data": {declared: [declared]}})
+    svc.store.put_handoff(run.tenant, run.id, "k", f"handed {declared}")
+    step = svc.store.get_step(run.tenant, run.id, 0)
+    assert (step.result, step.data) == ("after [DECLARED]", {"[DECLARED]": ["[DECLARED]"]})
+    assert svc.store.get_handoff(run.tenant, run.id, "k") == "handed [DECLARED]"
+    assert svc.redactor.names() == ["DECLARED"]
+
+
+def test_a_sqlite_database_made_before_messages_were_kept_gets_their_columns_on_open(tmp_path):
+    import sqlite3
+
+    from laneflow.models import AttemptRef
+
+    path = tmp_path / "old.db"
+    open_store(f"sqlite:///{path}").close()
+    with sqlite3.connect(path) as db:  # as the previous version left it
+        db.execute("ALTER TABLE steps DROP COLUMN message")
+        db.execute("ALTER TABLE attempts DROP COLUMN reason_kind")
+        db.execute("PRAGMA user_version = 4")
+    store = open_store(f"sqlite:///{path}")
+    svc = Services.for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+    run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
+    attempt = store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), message="Scout tides.")
+    store.end_attempt(AttemptRef.of(run.tenant, attempt), AttemptStatus.failed, reason="no", reason_kind=FailureKind.model)
+    assert store.get_step(run.tenant, run.id, 0).message == "Scout tides."
+    assert store.list_attempts(run.tenant, run.id, 0)[0].reason_kind == FailureKind.model
+
+
+def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step(on):
+    from laneflow.models import AttemptRef
+
+    svc = on()
+    run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
+    kinds = [FailureKind.model, FailureKind.output, FailureKind.worker, FailureKind.other, FailureKind.output]
+    for n, kind in enumerate(kinds, 1):  # more attempts than a DynamoDB step item keeps
+        attempt = svc.store.claim_attempt(
+            run.tenant, run.id, 0, token=f"t{n}" * 8, started_at=utcnow(), expect_status=(StepStatus.pending,),
+            message=f"attempt {n}",
+        )
+        svc.store.end_attempt(AttemptRef.of(run.tenant, attempt), AttemptStatus.failed, reason=f"why {n}", reason_kind=kind,
+                              step={"status": StepStatus.pending})
+    attempts = svc.store.list_attempts(run.tenant, run.id, 0)
+    assert [(a.n, a.reason, a.reason_kind) for a in attempts] == [(n, f"why {n}", k) for n, k in enumerate(kinds, 1)]
+    assert svc.store.get_step(run.tenant, run.id, 0).message == "attempt 5"  # the latest attempt's
+
+
+def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(tmp_path, monkeypatch, capsys):
+    from laneflow.settings import settings
+    from laneflow.workspaces import FolderWorkspaces
+    from test_api import RecordingDrives, call
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    settings.cache_clear()  # the CLI reads its environment as a process starts
+    try:
+        code = main(["run", str(SEM), "handoff", "--input", json.dumps({"things": KEY}), "--store", store, "--quiet"])
+    finally:
+        settings.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2 and "$.things" in err and f"'{MASK}' is not of type 'array'" in err and KEY not in err
+    # The API's 400 says where and what, not the value.
+    svc = Services.for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures"), anthropic_api_key=KEY))
+    svc.workspaces, svc.drives = FolderWorkspaces(FIXTURES), RecordingDrives()
+    status, payload, _ = call(svc, "POST", "/runs", {"workspace": "ws_semantics", "flow": "handoff", "input": {"things": KEY}})
+    assert status == 400 and "$.things" in json.dumps(payload) and KEY not in json.dumps(payload)
+    assert MASK in json.dumps(payload)
