@@ -57,9 +57,11 @@ class Services:
 
     def __post_init__(self) -> None:
         # What must never be recorded is masked by the store (every write), its captures and
-        # this process's log records, all from one redactor.
-        for name, value in self.secret_values().items():
-            self.redactor.add(name, value)
+        # this process's log records, all from one redactor. A key already in the settings is
+        # added now; one read from Secrets Manager is added when it is read (`_model_key`),
+        # which a step runner does before it records anything (`secret_values`).
+        if self.settings.anthropic_api_key_set:
+            self.redactor.add("ANTHROPIC_API_KEY", self.settings.anthropic_api_key.get_secret_value())  # type: ignore[union-attr]
         redact_logs(self.redactor)
 
     @property
@@ -95,6 +97,7 @@ class Services:
                 return None
             key = read_model_key(name)
             self.settings = self.settings.model_copy(update={"anthropic_api_key": SecretStr(key)})
+            self.redactor.add("ANTHROPIC_API_KEY", key)
             return key
 
     def secret_values(self) -> dict[str, str]:

@@ -386,7 +386,7 @@ class StepRunner:
                 reason, retryable, kind = failure.reason, failure.retryable, failure.kind
                 stopped = isinstance(failure, StepStopped)
             except InvalidInput as error:  # an agent that cannot be read: say where (file, line)
-                reason, retryable, stopped = error.one_line(), False, False
+                reason, retryable, stopped, kind = error.one_line(), False, False, FailureKind.other
             except LaneflowError as error:
                 reason, retryable, stopped, kind = str(error).splitlines()[0], False, False, FailureKind.other
             except Exception as error:  # a bug or an unexpected library error: end the attempt, say what
@@ -617,6 +617,9 @@ def run_step(svc: Services, req: RunStepRequest, worker: dict | None = None) -> 
     step reached after a stop is skipped, never started. A lane's lead opens its gate when
     its reply begins, and on every way out without one."""
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
+    # Where the model's key is in Secrets Manager, this step runner reads it now, before the
+    # step records anything, so every record is masked from its first line.
+    svc.secret_values()
     opener = None
     if req.step.role == "lead":
         opener = functools.partial(
