@@ -9,6 +9,7 @@ one JSON object with --json.
 """
 
 from __future__ import annotations
+from laneflow.wiring import for_store, local_engine
 
 import argparse
 import json
@@ -21,10 +22,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from laneflow.engine.local import LocalEngine
-from laneflow.runs import create_run
-from laneflow.services import Services
-from laneflow.store import open_store
+from laneflow.usecases.start_run import create_run
+from laneflow.adapters.store import open_store
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,8 +63,8 @@ def run_bench(groups: int, fanout: int, gate: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ws = make_workspace(root, groups)
-        svc = Services.for_store(open_store(f"sqlite:///{root / 'bench.db'}"))
-        engine = LocalEngine(svc)
+        svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"))
+        engine = local_engine(svc)
         # Warm-up: the first execution in a process pays the interpreter's imports.
         warm = create_run(svc, ws, "bench", {"items": ["a", "b"]})
         engine.drive(warm.tenant, warm.id)

@@ -12,6 +12,7 @@
 """
 
 from __future__ import annotations
+from laneflow.wiring import for_store, local_engine
 
 import argparse
 import json
@@ -45,7 +46,7 @@ def make_workspace(root: Path) -> Path:
 
 
 def drive_flow(svc, engine, ws: Path, flow: str, steps: int, gate: bool = True) -> dict:
-    from laneflow.runs import create_run
+    from laneflow.usecases.start_run import create_run
 
     store = svc.store
     store.consumed(reset=True)
@@ -100,15 +101,14 @@ def clone_run_items(store_url: str, template_id: str, new_ids: list[str]) -> Non
 
 
 def reconcile_reads(store_url: str, finished: int, active: int) -> dict:
-    from laneflow.models import Run, RunStatus, Step
-    from laneflow.reconcile import reconcile
-    from laneflow.services import Services
+    from laneflow.domain.records import Run, RunStatus, Step
+    from laneflow.usecases.reconcile import reconcile
     from laneflow.settings import Settings
-    from laneflow.store import open_store
-    from laneflow.workers import Liveness
+    from laneflow.adapters.store import open_store
+    from laneflow.adapters.workers import Liveness
 
     store = open_store(store_url)
-    svc = Services.for_store(store, Settings(store_url=store_url))
+    svc = for_store(store, Settings(store_url=store_url))
     started = time.perf_counter()
     # One finished run written by the store, then cloned under new ids with plain batch
     # writes: the same items, without moto copying the whole table per transaction.
@@ -138,19 +138,17 @@ def run_bench(steps: int, finished: int) -> dict:
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     from moto import mock_aws
 
-    from laneflow.engine.local import LocalEngine
-    from laneflow.engine.moto_support import serialized_dynamodb
-    from laneflow.services import Services
+    from laneflow_dev.moto_support import serialized_dynamodb
     from laneflow.settings import Settings
-    from laneflow.store import open_store
-    from laneflow.store.provision import init_store
+    from laneflow.adapters.store import open_store
+    from laneflow.adapters.store.provision import init_store
 
     out: dict = {"benchmark": "store_cost", "machine": machine()}
     with tempfile.TemporaryDirectory() as tmp, mock_aws(), serialized_dynamodb():
         ws = make_workspace(Path(tmp))
         init_store(URL)
-        svc = Services.for_store(open_store(URL), Settings(store_url=URL, capture_dir=str(Path(tmp) / "captures")))
-        engine = LocalEngine(svc)
+        svc = for_store(open_store(URL), Settings(store_url=URL, capture_dir=str(Path(tmp) / "captures")))
+        engine = local_engine(svc)
         drive_flow(svc, engine, ws, "worker", 2)  # warm-up
         out["happy_path"] = drive_flow(svc, engine, ws, "worker", steps, gate=False)
         out["happy_path_gated"] = drive_flow(svc, engine, ws, "worker", steps, gate=True)

@@ -13,6 +13,7 @@ definition, the Claude executor and the real anthropic SDK over HTTP:
 """
 
 from __future__ import annotations
+from laneflow.wiring import for_store, local_engine
 
 import argparse
 import datetime as dt
@@ -27,12 +28,12 @@ from pathlib import Path
 
 from local_engine import machine, write_section
 
-from laneflow.engine.local import LocalEngine
-from laneflow.executors.anthropic import AnthropicExecutor
-from laneflow.runs import create_run
-from laneflow.services import Services
+from laneflow.adapters.engine.local import LocalEngine
+from laneflow.adapters.executors.anthropic import AnthropicExecutor
+from laneflow.usecases.start_run import create_run
+from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.store import open_store
+from laneflow.adapters.store import open_store
 
 HERE = Path(__file__).resolve().parent
 MODEL = "claude-sonnet-4-6"
@@ -46,7 +47,7 @@ class RemoteImitation:
 
     def __init__(self, ttft_ms: int, token_ms: float):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "laneflow.imitation", "--port", "0", "--ttft-ms", str(ttft_ms),
+            [sys.executable, "-m", "laneflow_dev.imitation", "--port", "0", "--ttft-ms", str(ttft_ms),
              "--token-ms", str(token_ms), "--api-key", KEY],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
@@ -139,9 +140,9 @@ def run_bench(sizes: list[int]) -> dict:
         root = Path(tmp)
         ws = make_workspace(root)
         settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(root / "captures"))
-        svc = Services.for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
+        svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url)
-        engine = LocalEngine(svc)
+        engine = local_engine(svc)
         one_run(svc, engine, api, ws, 2, True)  # warm-up: imports, the interpreter, the HTTP pool
         for n in sizes:
             on = one_run(svc, engine, api, ws, n, True)

@@ -2,17 +2,18 @@
 real state machine definition on the embedded engine."""
 
 from __future__ import annotations
+from laneflow.wiring import for_store, local_engine
 
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from laneflow.engine.local import DriveResult, LocalEngine
-from laneflow.runs import create_run
-from laneflow.services import Services
+from laneflow.adapters.engine.local import DriveResult
+from laneflow.usecases.start_run import create_run
+from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.store import open_store
+from laneflow.adapters.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -22,14 +23,14 @@ EXAMPLES = ROOT / "examples"
 @pytest.fixture
 def svc(tmp_path: Path) -> Services:
     store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
-    return Services.for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+    return for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
 @pytest.fixture
 def run_flow(svc: Services):
     """run_flow(workspace, flow, input) -> DriveResult, through the real definition."""
 
-    engine = LocalEngine(svc)
+    engine = local_engine(svc)
 
     def _run(workspace: str | Path, flow: str, run_input: Any = None, **kwargs: Any) -> DriveResult:
         run = create_run(svc, workspace, flow, run_input, **kwargs)
@@ -41,4 +42,4 @@ def run_flow(svc: Services):
 
 
 # The engine's threads against moto's DynamoDB (see laneflow/engine/moto_support.py).
-from laneflow.engine.moto_support import serialized_dynamodb as moto_dynamodb_serialized  # noqa: E402,F401
+from laneflow_dev.moto_support import serialized_dynamodb as moto_dynamodb_serialized  # noqa: E402,F401

@@ -1,9 +1,9 @@
 """Api: the HTTP API behind API Gateway (thin handler: the event goes to the one resolver,
 laneflow/api.py, over this container's services)."""
 
-from laneflow.api import resolve
-from laneflow.observability import lambda_handler
-from laneflow.services import services
+from laneflow.entrypoints.api import resolve
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.wiring import services
 
 
 @lambda_handler

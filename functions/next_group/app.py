@@ -2,10 +2,10 @@
 
 from aws_lambda_powertools.utilities.parser import event_parser
 
-from laneflow.contracts import NextGroupRequest
-from laneflow.drive import next_group
-from laneflow.observability import lambda_handler
-from laneflow.services import services
+from laneflow.domain.messages import NextGroupRequest
+from laneflow.usecases.next_group import next_group
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.wiring import services
 
 
 @lambda_handler

@@ -2,10 +2,10 @@
 
 from aws_lambda_powertools.utilities.parser import event_parser
 
-from laneflow.contracts import ParkRequest
-from laneflow.actions import park_run
-from laneflow.observability import lambda_handler
-from laneflow.services import services
+from laneflow.domain.messages import ParkRequest
+from laneflow.usecases.park_run import park_run
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.wiring import services
 
 
 @lambda_handler

@@ -1,9 +1,9 @@
 """Reconcile (scheduled): settle the journal, interrupt attempts whose worker is gone,
 re-drive or close runs whose drive is gone (thin handler)."""
 
-from laneflow.observability import lambda_handler
-from laneflow.reconcile import reconcile_cloud
-from laneflow.services import services
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.wiring import reconcile_cloud
+from laneflow.wiring import services
 
 
 @lambda_handler

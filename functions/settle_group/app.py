@@ -2,10 +2,10 @@
 
 from aws_lambda_powertools.utilities.parser import event_parser
 
-from laneflow.contracts import SettleGroupRequest
-from laneflow.drive import settle_group
-from laneflow.observability import lambda_handler
-from laneflow.services import services
+from laneflow.domain.messages import SettleGroupRequest
+from laneflow.usecases.settle_group import settle_group
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.wiring import services
 
 
 @lambda_handler

@@ -2,10 +2,10 @@
 
 from aws_lambda_powertools.utilities.parser import event_parser
 
-from laneflow.contracts import StepCrashedRequest
-from laneflow.drive import step_crashed
-from laneflow.observability import lambda_handler
-from laneflow.services import services
+from laneflow.domain.messages import StepCrashedRequest
+from laneflow.usecases.step_crashed import step_crashed
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.wiring import services
 
 
 @lambda_handler

@@ -2,10 +2,10 @@
 
 from aws_lambda_powertools.utilities.parser import event_parser
 
-from laneflow.contracts import WaitForLeadRequest
-from laneflow.gate import wait_for_lead
-from laneflow.observability import lambda_handler
-from laneflow.services import services
+from laneflow.domain.messages import WaitForLeadRequest
+from laneflow.usecases.wait_for_lead import wait_for_lead
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.wiring import services
 
 
 @lambda_handler

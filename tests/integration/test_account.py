@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from laneflow.cli import main
-from laneflow.prompt import build_system_prompt
-from laneflow.workspace import load_agent, load_workspace
+from laneflow.entrypoints.cli import main
+from laneflow.domain.prompt import build_system_prompt
+from laneflow.domain.workspace import load_agent, load_workspace
 
 WS = FIXTURES / "ws_interrupt"
 ACCOUNT_RULE = "Account-wide rule: every claim names its source."

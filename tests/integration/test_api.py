@@ -2,6 +2,7 @@
 receives them, and through `laneflow serve` over real HTTP on 127.0.0.1."""
 
 from __future__ import annotations
+from laneflow.wiring import local_engine
 
 import importlib.util
 import json
@@ -14,14 +15,15 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventModel
 
-from laneflow.api import GENERIC_ERROR, app, idempotent_run_id, resolve
-from laneflow.engine.local import LocalEngine
-from laneflow.errors import InvalidInput
-from laneflow.models import RunStatus, StepStatus
-from laneflow.runs import prepare_run
-from laneflow.serve import make_server
-from laneflow.services import Services, install
-from laneflow.workspaces import FolderWorkspaces
+from laneflow.entrypoints.api import GENERIC_ERROR, app, idempotent_run_id, resolve
+from laneflow.adapters.engine.local import LocalEngine
+from laneflow.domain.errors import InvalidInput
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.usecases.start_run import prepare_run
+from laneflow.entrypoints.serve import make_server
+from laneflow.ports import Services
+from laneflow.wiring import install
+from laneflow.adapters.local.workspaces import FolderWorkspaces
 
 from conftest import EXAMPLES, FIXTURES, ROOT
 
@@ -305,7 +307,7 @@ def test_stop_closes_a_queued_run_at_once_and_a_second_stop_says_already(api_svc
 
 def test_approving_a_parked_run_continues_it_in_a_new_drive_to_completion(api_svc):
     # Given a run really driven (the embedded engine, the real definition) to its approval,
-    api_svc.drives = RecordingDrives(LocalEngine(api_svc))
+    api_svc.drives = RecordingDrives(local_engine(api_svc))
     run_id = start(api_svc)["id"]
     status, parked, _ = call(api_svc, "GET", f"/runs/{run_id}")
     assert parked["status"] == "awaiting-approval" and parked["steps"][1]["status"] == "awaiting-approval"
@@ -328,7 +330,7 @@ def _parked_run(svc: Services, tenant: str = "acme") -> str:
     """A run parked at its approval, driven there by the embedded engine."""
     run = prepare_run(svc, FIXTURES / "ws_control", "approval", tenant=tenant)
     svc.store.create_run(run)
-    assert LocalEngine(svc).drive(tenant, run.id, tick_s=0.02).run.status == RunStatus.awaiting_approval
+    assert local_engine(svc).drive(tenant, run.id, tick_s=0.02).run.status == RunStatus.awaiting_approval
     return run.id
 
 

@@ -4,6 +4,7 @@ found mid-run, fails its step with the file and line: never a crash, never a run
 `running`, nothing written for a refusal."""
 
 from __future__ import annotations
+from laneflow.wiring import local_engine
 
 import json
 from pathlib import Path
@@ -12,12 +13,11 @@ from typing import Any
 import pytest
 
 from conftest import FIXTURES
-from laneflow.cli import main
-from laneflow.engine.local import LocalEngine
-from laneflow.models import RunStatus, StepStatus
-from laneflow.runs import create_run
-from laneflow.services import Services
-from laneflow.workspaces import FolderWorkspaces
+from laneflow.entrypoints.cli import main
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.usecases.start_run import create_run
+from laneflow.ports import Services
+from laneflow.adapters.local.workspaces import FolderWorkspaces
 from test_api import START, RecordingDrives, call
 
 
@@ -74,7 +74,7 @@ def test_a_literal_unbounded_stub_cost_is_refused_before_the_run_naming_agent_md
 
 def drive(svc: Services, ws: Path, run_input: Any = None):
     run = create_run(svc, ws, "f", run_input)
-    return LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02)
+    return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
 
 
 @pytest.mark.parametrize("cost", ["inf", "nan"])
@@ -102,7 +102,7 @@ def test_an_agent_made_unreadable_mid_run_fails_its_step_naming_the_file_and_lin
     # When the checker's agent.md is broken before its step's attempt
     (ws / "agents/checker/agent.md").write_text("---\nmodel: stub\ntools: [unclosed\n---\nYou check.")
 
-    LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02)
+    local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
 
     # Then its step fails saying which file and line, relative to the workspace
     done = svc.store.get_run(run.tenant, run.id)
@@ -158,7 +158,7 @@ def test_nan_in_an_approval_body_is_a_400_naming_the_field(api_svc):
 def test_a_base64_body_is_read_as_json_and_one_that_is_not_utf8_is_a_400(api_svc):
     import base64
 
-    from laneflow.api import resolve
+    from laneflow.entrypoints.api import resolve
     from test_api import rest_event
 
     good = rest_event("POST", "/runs", raw_body=base64.b64encode(json.dumps(START).encode()).decode())

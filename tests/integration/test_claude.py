@@ -2,6 +2,7 @@
 imitation (real HTTP, streaming, prompt-cache semantics), driven by the real definition."""
 
 from __future__ import annotations
+from laneflow.wiring import for_store, local_engine
 
 import json
 import shutil
@@ -10,16 +11,15 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from laneflow.engine.local import LocalEngine
-from laneflow.errors import ModelNotConfigured
-from laneflow.executors.anthropic import AnthropicExecutor
-from laneflow.imitation import MessagesImitation
-from laneflow.models import RunStatus, StepStatus
-from laneflow.prices import catalog
-from laneflow.runs import create_run
-from laneflow.services import Services
+from laneflow.domain.errors import ModelNotConfigured
+from laneflow.adapters.executors.anthropic import AnthropicExecutor
+from laneflow_dev.imitation import MessagesImitation
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.pricing import catalog
+from laneflow.usecases.start_run import create_run
+from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.store import open_store
+from laneflow.adapters.store import open_store
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -39,14 +39,14 @@ def api():
 
 def services(tmp_path: Path, api: MessagesImitation, key: str = KEY) -> Services:
     settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
-    svc = Services.for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
+    svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
     return svc
 
 
 def drive(svc: Services, ws: Path, flow: str, **kwargs):
     run = create_run(svc, ws, flow, **kwargs)
-    return LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
 def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path, ws, api):
@@ -165,7 +165,7 @@ def test_a_step_timeout_is_honoured(tmp_path, ws):
 
 
 def test_a_non_stub_model_without_an_api_key_is_refused_before_the_run_starts(tmp_path, ws):
-    svc = Services.for_store(open_store(f"sqlite:///{tmp_path / 'nokey.db'}"), Settings())
+    svc = for_store(open_store(f"sqlite:///{tmp_path / 'nokey.db'}"), Settings())
     with pytest.raises(ModelNotConfigured, match="ANTHROPIC_API_KEY"):
         create_run(svc, ws, "fanout")
     assert svc.store.list_runs("local") == []
@@ -193,14 +193,14 @@ def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path, w
     import threading
     import time
 
-    from laneflow.actions import stop_run
-    from laneflow.executors.anthropic import STOPPED_BEFORE_REPLY
-    from laneflow.models import AttemptStatus
+    from laneflow.usecases.stop import stop_run
+    from laneflow.adapters.executors.anthropic import STOPPED_BEFORE_REPLY
+    from laneflow.domain.records import AttemptStatus
 
     with MessagesImitation(ttft_ms=20000, api_keys={KEY}) as slow:
         svc = services(tmp_path, slow)
         run = create_run(svc, ws, "tools")
-        drive = threading.Thread(target=LocalEngine(svc).drive, args=(run.tenant, run.id), kwargs={"tick_s": 0.02})
+        drive = threading.Thread(target=local_engine(svc).drive, args=(run.tenant, run.id), kwargs={"tick_s": 0.02})
         drive.start()
         deadline = time.monotonic() + 30
         while slow.stats()["requests"] == 0 and time.monotonic() < deadline:

@@ -3,6 +3,7 @@ on: through the Claude executor and the real anthropic SDK against the local Mes
 imitation, driven by the real definition on the embedded engine."""
 
 from __future__ import annotations
+from laneflow.wiring import for_store, local_engine
 
 import json
 import shutil
@@ -10,14 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from laneflow.engine.local import LocalEngine
-from laneflow.executors.anthropic import AnthropicExecutor
-from laneflow.imitation import MessagesImitation, Reply, default_responder
-from laneflow.models import RunStatus, StepStatus
-from laneflow.runs import create_run
-from laneflow.services import Services
+from laneflow.adapters.executors.anthropic import AnthropicExecutor
+from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.usecases.start_run import create_run
 from laneflow.settings import Settings
-from laneflow.store import open_store
+from laneflow.adapters.store import open_store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KEY = "sk-test-0123456789abcdef"
@@ -61,10 +60,10 @@ def api():
 def drive_flow(tmp_path: Path, api: MessagesImitation, ws: Path, steps: str):
     (ws / "flows" / "probe.yaml").write_text(f"steps:\n  - agent: prober\n    instruction: |\n{steps}")
     settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
-    svc = Services.for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
+    svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url, backoff_s=0.01)
     run = create_run(svc, ws, "probe", model="claude-sonnet-4-6")
-    return LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
 def directives(*calls: tuple[str, dict], reply: str = "Probed.") -> str:

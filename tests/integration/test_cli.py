@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, FIXTURES, ROOT
-from laneflow.cli import main
+from laneflow.entrypoints.cli import main
 
 SEM = FIXTURES / "ws_semantics"
 
@@ -140,7 +140,7 @@ def test_ctrl_c_on_a_running_run_leaves_nothing_running_and_the_run_resumable(tm
         [str(exe), "run", str(SEM), "parallel", "--store", store, "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )
-    from laneflow.store import open_store
+    from laneflow.adapters.store import open_store
 
     db = open_store(store)
     deadline = time.monotonic() + 60
@@ -189,7 +189,7 @@ def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path):
     exe = Path(sys.executable).parent / "laneflow"
     runner = subprocess.Popen([str(exe), "run", str(CTRL), "stop", "--store", store, "--quiet", "--json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    from laneflow.store import open_store
+    from laneflow.adapters.store import open_store
 
     db = open_store(store)
     deadline = time.monotonic() + 60

@@ -3,6 +3,7 @@
 folder made read-only, through the services the handlers build from settings alone."""
 
 from __future__ import annotations
+from laneflow.wiring import for_store
 
 import json
 import os
@@ -13,14 +14,14 @@ import pytest
 from moto import mock_aws
 
 from conftest import EXAMPLES, moto_dynamodb_serialized
-from laneflow import workspaces
-from laneflow.capture import FolderCaptures, S3Captures
-from laneflow.hooks import LocalOnEnd
-from laneflow.services import Services, capture_sink, install
+from laneflow.adapters.aws import s3 as workspaces
+from laneflow.adapters.local.captures import FolderCaptures
+from laneflow.adapters.aws.s3 import S3Captures
+from laneflow.adapters.local.on_end import LocalOnEnd
+from laneflow.wiring import capture_sink, install
 from laneflow.settings import Settings
-from laneflow.store import open_store
-from laneflow.store.provision import init_store
-from laneflow.workspaces import S3Workspaces
+from laneflow.adapters.store import open_store
+from laneflow.adapters.store.provision import init_store
 from test_cloud_path import SyncDrives, api_event, handler
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
@@ -54,7 +55,7 @@ def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only
             if path.is_file():
                 s3.upload_file(str(path), "laneflow-blobs", f"workspaces/{TENANT}/newsroom/{path.relative_to(EXAMPLES / 'newsroom').as_posix()}")
         # As a handler builds them from its environment: no capture folder, no event bus.
-        svc = Services.for_store(open_store(URL), Settings(store_url=URL, workspaces="s3://laneflow-blobs/workspaces"))
+        svc = for_store(open_store(URL), Settings(store_url=URL, workspaces="s3://laneflow-blobs/workspaces"))
         assert isinstance(svc.captures, S3Captures) and isinstance(svc.on_end, LocalOnEnd)
         svc.drives = SyncDrives(svc)
         install(svc)

@@ -11,20 +11,19 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import boto3
 import pytest
 from moto import mock_aws
 
 from conftest import EXAMPLES, ROOT, moto_dynamodb_serialized
-from laneflow.engine.local import LocalEngine
-from laneflow.hooks import EventBridgeOnEnd
-from laneflow.services import Services, install
+from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
+from laneflow.ports import Services
+from laneflow.wiring import for_store, install, local_engine
 from laneflow.settings import Settings
-from laneflow.store import open_store
-from laneflow.store.provision import init_store
-from laneflow.workspaces import S3Workspaces
+from laneflow.adapters.store import open_store
+from laneflow.adapters.store.provision import init_store
+from laneflow.adapters.aws.s3 import S3Workspaces
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 
@@ -44,7 +43,7 @@ class SyncDrives:
 
     def start(self, tenant: str, run_id: str) -> str:
         self.started.append(run_id)
-        return LocalEngine(self.svc).drive(tenant, run_id, tick_s=0.02).execution_arn
+        return local_engine(self.svc).drive(tenant, run_id, tick_s=0.02).execution_arn
 
 
 @pytest.fixture
@@ -60,7 +59,7 @@ def cloud(monkeypatch, tmp_path):
                 s3.upload_file(str(path), "laneflow-blobs", f"workspaces/123456789012/newsroom/{path.relative_to(EXAMPLES / 'newsroom').as_posix()}")
         events = boto3.client("events", region_name="us-east-1")
         events.create_event_bus(Name="laneflow-runs")
-        svc = Services.for_store(open_store(URL), Settings(store_url=URL, tenant="123456789012"))
+        svc = for_store(open_store(URL), Settings(store_url=URL, tenant="123456789012"))
         svc.workspaces = S3Workspaces("laneflow-blobs")
         svc.drives = SyncDrives(svc)
         told = []
@@ -118,15 +117,16 @@ def test_the_handlers_run_under_powertools_as_in_lambda(tmp_path):
     script = f"""
 import json, sys
 sys.path.insert(0, {str(ROOT / 'functions' / 'run_step')!r})
-from laneflow.services import Services, install
+from laneflow.wiring import for_store, install
 from laneflow.settings import Settings
-from laneflow.store import open_store
-from laneflow.runs import create_run
-from laneflow.drive import start_drive
-from laneflow.contracts import StartDriveRequest
-svc = Services.for_store(open_store("sqlite:///{tmp_path / 'p.db'}"), Settings())
+from laneflow.adapters.store import open_store
+from laneflow.adapters.workers import local_worker
+from laneflow.usecases.start_run import create_run
+from laneflow.usecases.start_drive import start_drive
+from laneflow.domain.messages import StartDriveRequest
+svc = for_store(open_store("sqlite:///{tmp_path / 'p.db'}"), Settings())
 run = create_run(svc, {str(ROOT / 'tests' / 'fixtures' / 'ws_control')!r}, "rescue")
-start_drive(svc, StartDriveRequest(tenant="local", run_id=run.id))
+start_drive(svc, StartDriveRequest(tenant="local", run_id=run.id), worker=local_worker())
 install(svc)
 import app
 class Ctx:

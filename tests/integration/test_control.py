@@ -2,21 +2,22 @@
 rescues, evaluator loops, approvals, stop, budgets, the judge, and the run record."""
 
 from __future__ import annotations
+from laneflow.wiring import local_engine
 
 import shutil
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES
-from laneflow.actions import REJECTED, RunNotWaiting, answer_approval, stop_run
-from laneflow.control import SUPERSEDED
-from laneflow.engine.local import LocalEngine
-from laneflow.models import AttemptStatus, RunStatus, Step, StepStatus
-from laneflow.runs import create_run
-from laneflow.step import WAITED_TO_START, feedback_key, handoff_for
+from laneflow.usecases.approve import REJECTED, RunNotWaiting, answer_approval
+from laneflow.usecases.stop import stop_run
+from laneflow.domain.settlement import SUPERSEDED
+from laneflow.domain.records import AttemptStatus, RunStatus, Step, StepStatus
+from laneflow.usecases.start_run import create_run
+from laneflow.usecases.run_step.runner import WAITED_TO_START
+from laneflow.usecases.run_step.handoff import feedback_key, handoff_for
 
 CTRL = FIXTURES / "ws_control"
 
@@ -76,7 +77,7 @@ def test_one_rescue_per_failure_across_drives_a_leftover_pending_rescue_is_picke
         for k in range(2)
     ]
     svc.store.add_steps(t, r, leftovers)
-    final = LocalEngine(svc).drive(t, r, tick_s=0.02).run
+    final = local_engine(svc).drive(t, r, tick_s=0.02).run
     rescues = rescues_of(final, 0)
     assert [s.index for s in rescues] == [2, 3]  # none added
     assert rescues[0].status == StepStatus.completed and rescues[0].agent == "rescuer"
@@ -141,7 +142,7 @@ def test_an_approval_parks_the_run_with_no_drive_left_running(run_flow):
 def test_approving_continues_the_run_in_a_new_drive(svc, run_flow):
     run = run_flow(CTRL, "approval").run
     answer_approval(svc, run.tenant, run.id, approve=True)
-    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     assert final.status == RunStatus.completed and final.drives == 2
     assert final.steps[1].status == StepStatus.completed and final.steps[2].data == {"title": "Tides", "words": 300}
     assert final.driven_at == run.driven_at  # set at the first pick-up only
@@ -165,10 +166,10 @@ def test_the_revision_is_fixed_at_the_start_even_if_the_workspace_changes_while_
     ws = tmp_path / "ws"
     shutil.copytree(CTRL, ws)
     run = create_run(svc, ws, "approval")
-    LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02)
+    local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
     (ws / "agents" / "writer" / "agent.md").write_text("---\nstub: changed\n---\nChanged.\n")
     answer_approval(svc, run.tenant, run.id, approve=True)
-    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     assert final.revision == run.revision
 
 
@@ -193,7 +194,7 @@ def test_a_stop_ends_the_running_step_and_skips_what_had_not_started(svc):
     run = create_run(svc, CTRL, "stop")
     watcher = _stop_when(svc, run, lambda r: r.steps[0].status == StepStatus.running)
     started = time.monotonic()
-    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     watcher.join()
     assert time.monotonic() - started < 15
     assert final.status == RunStatus.failed and final.finished_at and final.error == "stopped by a person"
@@ -207,7 +208,7 @@ def test_a_stop_ends_the_running_step_and_skips_what_had_not_started(svc):
 def test_steps_waiting_for_a_pool_slot_when_the_stop_came_are_skipped_never_started(svc):
     run = create_run(svc, CTRL, "slots", options={"gate": False})
     watcher = _stop_when(svc, run, lambda r: r.steps[0].status == StepStatus.running)
-    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     watcher.join()
     first, *waiting = final.steps
     assert first.status == StepStatus.failed
@@ -223,7 +224,7 @@ def test_a_second_stop_answers_already_and_a_stop_after_the_end_says_so(svc, run
     assert stopped.status == RunStatus.failed and stopped.stop_requested
     assert stop_run(svc, run.tenant, run.id).message == f"run {run.id} already stopped (failed)"
     finished = create_run(svc, CTRL, "rescue")
-    LocalEngine(svc).drive(finished.tenant, finished.id, tick_s=0.02)
+    local_engine(svc).drive(finished.tenant, finished.id, tick_s=0.02)
     assert stop_run(svc, finished.tenant, finished.id).message == f"run {finished.id} already ended (completed)"
 
 
@@ -267,8 +268,8 @@ def test_stop_is_one_way_under_concurrent_saves(svc):
             th.join()
         final = svc.store.get_run(t, r, steps=False)
         assert final.stop_requested
-        from laneflow.contracts import DriveRef, EndRunRequest
-        from laneflow.drive import end_run
+        from laneflow.domain.messages import DriveRef, EndRunRequest
+        from laneflow.usecases.end_run import end_run
 
         assert end_run(svc, EndRunRequest(run=DriveRef(tenant=t, run_id=r))).status == RunStatus.failed
 
@@ -298,7 +299,7 @@ def test_the_workspace_budget_applies_when_the_flow_has_none(svc, tmp_path):
     (ws / "flows" / "nobudget.yaml").write_text("steps:\n  - agent: pricey\n    each: [a, b]\n  - agent: writer\n")
     run = create_run(svc, ws, "nobudget")
     assert run.options["budget"] == 0.05
-    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     assert final.error.startswith("budget spent")
 
 
@@ -326,7 +327,7 @@ def test_the_judge_settings_come_from_the_workspace_then_the_account_field_by_fi
     head, body = text.split("judge:", 1)
     (ws / "AGENTS.md").write_text(head + "judge:\n  model: stub\n---\nWorkspace.\n")
     run = create_run(svc, ws, "judge")
-    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     step = final.steps[0]
     verdicts = [e.text for e in step.events if e.type == "judge"]
     # model from the workspace (stub), answers from the account
@@ -346,7 +347,7 @@ def test_a_flow_with_fan_out_rescue_loop_approval_budget_and_judge_runs_to_the_e
     assert checker.conclusion == "Looks good. APPROVED" and checker.cycle == 1
     assert [r.cycle for r in rescues_of(run, 3)] == [0, 1]
     answer_approval(svc, run.tenant, run.id, approve=True)
-    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     assert final.status == RunStatus.completed, final.error
     poster = final.steps[6]
     assert poster.data == {"title": "Tides", "words": 300} and poster.attempts == 2

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from laneflow.crash import POINTS
-from laneflow.models import AttemptStatus, RunStatus, StepStatus
-from laneflow.store import open_store
+from laneflow.usecases.crashpoints import POINTS
+from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.adapters.store import open_store
 
 CTRL = FIXTURES / "ws_control"
 EXE = Path(sys.executable).parent / "laneflow"
@@ -173,14 +173,15 @@ def test_a_stopped_run_whose_drive_died_is_closed_not_re_driven(tmp_path):
 
 def test_reconcile_leaves_a_live_run_alone(tmp_path, svc):
     """A run whose drive is alive (this process) is not re-driven and its attempts continue."""
-    from laneflow.reconcile import reconcile
-    from laneflow.runs import create_run
-    from laneflow.workers import Liveness, dumps, local_worker
+    from laneflow.usecases.reconcile import reconcile
+    from laneflow.usecases.start_run import create_run
+    from laneflow.adapters.workers import Liveness, local_worker
+    from laneflow.domain.workers import dumps
 
     run = create_run(svc, CTRL, "rescue")
     svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": dumps(local_worker())})
     attempt = svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 8, started_at="2026-01-01T00:00:00.000Z")
-    from laneflow.models import AttemptRef
+    from laneflow.domain.records import AttemptRef
 
     svc.store.set_attempt_worker(AttemptRef.of(run.tenant, attempt), dumps(local_worker()))
     report = reconcile(svc, Liveness(), redrive=lambda r: pytest.fail("re-drove a live run"))

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from conftest import ROOT
-from laneflow import contracts
-from laneflow.engine.template import Template
+from laneflow.domain import messages as contracts
+from laneflow.adapters.engine.template import Template
 
 TEMPLATE = Template.load(ROOT / "template.yaml")
 EVENT_MODELS = {

@@ -5,15 +5,11 @@ states, the handlers in functions/, the SQLite store, the stub executor."""
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
 from conftest import EXAMPLES, FIXTURES
-from laneflow.models import RunStatus, StepStatus
+from laneflow.domain.records import RunStatus, StepStatus
 
 SEM = FIXTURES / "ws_semantics"
 
@@ -54,7 +50,8 @@ def test_each_fills_item_and_input_into_instructions(run_flow):
 
 def _user_message_of(svc, run, index: int) -> str:
     """What the step was told, reconstructed by the same function the runner uses."""
-    from laneflow.step import handoff_for, step_spec
+    from laneflow.usecases.run_step.handoff import handoff_for
+    from laneflow.domain.flow import step_spec
 
     step = run.step(index)
     return handoff_for(svc, run, step, step_spec(run, step).handoff, group=step.group, cycle=step.cycle)
@@ -130,7 +127,7 @@ def test_a_group_entry_runs_several_agents_at_once(run_flow):
 def test_no_step_is_left_running_when_a_handler_crashes(svc, run_flow, monkeypatch):
     """A bug in the step handler (an unexpected exception escaping it) is caught by the
     definition's Catch: StepCrashed ends the attempt and the run fails with the reason."""
-    import laneflow.step as step_module
+    import laneflow.usecases.run_step.runner as step_module
 
     def explode(self):
         raise RuntimeError("boom in the executor glue")
@@ -147,7 +144,7 @@ def test_no_step_is_left_running_when_a_handler_crashes(svc, run_flow, monkeypat
 def test_a_drive_that_fails_outside_any_step_closes_the_run_failed(svc, run_flow, monkeypatch):
     """A handler with no Catch (SettleGroup) failing makes the execution fail; the engine
     then closes the run with the reason instead of leaving it `running`."""
-    import laneflow.drive as drive
+    import laneflow.usecases.settle_group as drive
 
     def broken(svc, req):
         raise RuntimeError("settle exploded")

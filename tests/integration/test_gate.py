@@ -4,18 +4,18 @@ Times come from the record: a step's `started_at` is its claim, the lead's relea
 gate event it writes when its stream's first event arrives (stub `ttft_ms`)."""
 
 from __future__ import annotations
+from laneflow.adapters.workers import local_worker
 
 import datetime as dt
 import threading
 import time
 
-import pytest
 
 from conftest import FIXTURES
-from laneflow.gate import waiting_line
-from laneflow.models import RunStatus, StepStatus
-from laneflow.runs import create_run
-from laneflow.step import WAITED_TO_START
+from laneflow.domain.lanes import waiting_line
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.usecases.start_run import create_run
+from laneflow.usecases.run_step.runner import WAITED_TO_START
 
 GATE = FIXTURES / "ws_gate"
 
@@ -146,10 +146,10 @@ def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc
 def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
     """The run is stopped while the lead waits to start: the lead is skipped, never started,
     and still releases the sibling already waiting, so no sibling waits forever."""
-    from laneflow.contracts import DriveRef, LaneStep, RunStepRequest, StartDriveRequest, WaitForLeadRequest
-    from laneflow.drive import start_drive
-    from laneflow.gate import wait_for_lead
-    from laneflow.step import run_step
+    from laneflow.domain.messages import LaneStep, RunStepRequest, StartDriveRequest, WaitForLeadRequest
+    from laneflow.usecases.start_drive import start_drive
+    from laneflow.usecases.wait_for_lead import wait_for_lead
+    from laneflow.usecases.run_step.runner import run_step
 
     completed: list[str] = []
 
@@ -162,11 +162,11 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
 
     svc.callbacks = Callbacks()
     run = create_run(svc, GATE, "fanout")
-    ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id))
+    ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
     lane = "quick@stub"
     waiting = wait_for_lead(svc, WaitForLeadRequest(run=ref, group=0, lane=lane, step=LaneStep(index=1, role="sibling"), token="tok-1"))
     assert waiting.waiting and completed == []
     svc.store.request_stop(run.tenant, run.id)
-    report = run_step(svc, RunStepRequest(run=ref, group=0, lane=lane, step=LaneStep(index=0, role="lead")))
+    report = run_step(svc, RunStepRequest(run=ref, group=0, lane=lane, step=LaneStep(index=0, role="lead")), worker=local_worker())
     assert report.status == StepStatus.skipped and report.attempts == 0
     assert completed == ["tok-1"]

@@ -15,7 +15,7 @@ import anthropic
 import pytest
 from anthropic import Stream
 
-from laneflow.imitation import MessagesImitation, Reply, default_responder
+from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
 
 MODEL = "claude-sonnet-4-6"  # minimum cacheable prefix: 2048 tokens
 BIG = "x" * 20_000  # 5,000 tokens at 4 chars per token
@@ -370,7 +370,7 @@ def test_many_concurrent_streams():
 
 def test_the_command_line_serves_until_interrupted():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "laneflow.imitation", "--port", "0"],
+        [sys.executable, "-m", "laneflow_dev.imitation", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -5,6 +5,8 @@ finishes the run, carrying what completed and telling each interrupted step why 
 again. Real `laneflow` processes, the real definition on the embedded engine."""
 
 from __future__ import annotations
+from laneflow.adapters.workers import Liveness
+from laneflow.wiring import for_store
 
 import json
 import os
@@ -18,14 +20,15 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from laneflow.cli import main
-from laneflow.models import AttemptStatus, RunStatus, StepStatus
-from laneflow.reconcile import INTERRUPTED, leave_drive
-from laneflow.runs import create_run
-from laneflow.services import Services
+from laneflow.entrypoints.cli import main
+from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.usecases.reconcile import INTERRUPTED, leave_drive
+from laneflow.usecases.start_run import create_run
+from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.store import open_store
-from laneflow.workers import _process_start, dumps, local_worker
+from laneflow.adapters.store import open_store
+from laneflow.adapters.workers import _process_start, local_worker
+from laneflow.domain.workers import dumps
 from test_account import ACCOUNT_RULE, agents_md_layer
 from test_crash import assert_invariants
 from test_store_contract import dynamodb_store, sqlite_store
@@ -147,7 +150,7 @@ def test_a_second_signal_while_the_cleanup_runs_exits_at_once(tmp_path):
     script = textwrap.dedent(
         """
         import os, signal, sys, time
-        from laneflow.cli import Interrupted, leaving_on_signals
+        from laneflow.entrypoints.cli import Interrupted, leaving_on_signals
         with leaving_on_signals():
             try:
                 os.kill(os.getpid(), signal.SIGINT)
@@ -189,7 +192,7 @@ def test_resume_refuses_a_parked_run_and_says_to_approve_it(store_url, capsys):
 
 
 def test_resume_refuses_a_run_whose_drive_is_alive_in_another_process(store_url, capsys):
-    svc = Services.for_store(open_store(store_url))
+    svc = for_store(open_store(store_url))
     run = create_run(svc, WS, "slow")
     svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": dumps(local_worker())})
     assert main(["resume", run.id, "--store", store_url]) == 2
@@ -209,7 +212,7 @@ def test_resume_of_an_unknown_run_exits_2_naming_it(store_url, capsys):
 @pytest.fixture(params=[sqlite_store, dynamodb_store], ids=["sqlite", "dynamodb"])
 def svc_on(request, tmp_path: Path) -> Services:
     with request.param(tmp_path) as store:
-        yield Services.for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+        yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
 def test_a_leaving_worker_interrupts_only_its_own_attempts_by_identity_and_ends_its_drive(svc_on, tmp_path):
@@ -225,8 +228,8 @@ def test_a_leaving_worker_interrupts_only_its_own_attempts_by_identity_and_ends_
         claim(0, dumps(me))
         claim(1, dumps(theirs))
         claim(2, None)  # claimed, no worker written yet: it lives with this drive
-        left = leave_drive(svc, run.tenant, run.id, me)
-        again = leave_drive(svc, run.tenant, run.id, me)  # safe to repeat
+        left = leave_drive(svc, run.tenant, run.id, me, Liveness(gone=me))
+        again = leave_drive(svc, run.tenant, run.id, me, Liveness(gone=me))  # safe to repeat
     finally:
         other.kill()
         other.wait()

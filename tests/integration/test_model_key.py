@@ -9,6 +9,7 @@ Claude steps call the local Messages API imitation, which accepts only the secre
 Every GetSecretValue is counted by a botocore hook, by the handler it was made under."""
 
 from __future__ import annotations
+from laneflow.wiring import local_engine
 
 import importlib.util
 import json
@@ -21,14 +22,14 @@ import pytest
 from moto import mock_aws
 
 from conftest import FIXTURES, ROOT, moto_dynamodb_serialized
-from laneflow.engine.local import LocalEngine
-from laneflow.engine.template import Template
-from laneflow.errors import ModelNotConfigured
-from laneflow.imitation import MessagesImitation
-from laneflow.models import RunStatus, StepStatus
-from laneflow.services import install, read_model_key, services
+from laneflow.adapters.engine.template import Template
+from laneflow.domain.errors import ModelNotConfigured
+from laneflow_dev.imitation import MessagesImitation
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.wiring import install, services
+from laneflow.adapters.aws.secrets import read_model_key
 from laneflow.settings import settings
-from laneflow.store.provision import init_store
+from laneflow.adapters.store.provision import init_store
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 SECRET = "laneflow/anthropic"
@@ -135,7 +136,7 @@ def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud):
     # approval, approved through the API and driven to its end
     parked = start("ask")
     handler("reconcile")(json.loads((ROOT / "events" / "reconcile.json").read_text()), None)
-    engine = LocalEngine(svc)
+    engine = local_engine(svc)
     assert engine.drive(TENANT, parked, tick_s=0.02).run.status == RunStatus.awaiting_approval
     path = f"/runs/{parked}/approval"
     answer = handler("api")(api_event("answer_approval", pathParameters={"run_id": parked}, path=path, body='{"approve": true}'), None)
@@ -161,7 +162,7 @@ def test_a_model_key_that_cannot_be_read_fails_the_claude_step_naming_the_secret
     # Given no such secret: a step that needs the key fails, said once, not retried
     svc = services()
     svc.drives = StartedDrives()
-    run = LocalEngine(svc).drive(TENANT, start("fanout"), tick_s=0.02).run
+    run = local_engine(svc).drive(TENANT, start("fanout"), tick_s=0.02).run
     assert run.status == RunStatus.failed
     lead = run.steps[0]
     assert lead.status == StepStatus.failed and lead.attempts == 1

@@ -6,6 +6,7 @@
   S3 blobs), the captures, the on-end hook's events or the log."""
 
 from __future__ import annotations
+from laneflow.wiring import for_store, local_engine
 
 import json
 import logging
@@ -20,18 +21,19 @@ import yaml
 from moto import mock_aws
 
 from conftest import FIXTURES, moto_dynamodb_serialized
-from laneflow import step as step_module
-from laneflow.actions import answer_approval, stop_run
-from laneflow.cli import main
-from laneflow.engine.local import LocalEngine
-from laneflow.models import AttemptStatus, FailureKind, Run, RunStatus, StepStatus, utcnow
-from laneflow.reconcile import interrupt, reconcile
-from laneflow.runs import create_run
-from laneflow.services import Services
+import laneflow.usecases.run_step.runner as step_module
+from laneflow.usecases.approve import answer_approval
+from laneflow.usecases.stop import stop_run
+from laneflow.entrypoints.cli import main
+from laneflow.domain.records import AttemptStatus, FailureKind, Run, RunStatus, StepStatus, utcnow
+from laneflow.usecases.reconcile import interrupt, reconcile
+from laneflow.usecases.start_run import create_run
+from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.store import open_store
-from laneflow.store.provision import init_store
-from laneflow.workers import Liveness, dumps
+from laneflow.adapters.store import open_store
+from laneflow.adapters.store.provision import init_store
+from laneflow.adapters.workers import Liveness
+from laneflow.domain.workers import dumps
 
 SEM = FIXTURES / "ws_semantics"
 CTRL = FIXTURES / "ws_control"
@@ -51,7 +53,7 @@ def services_on(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **en
     if kind == "sqlite":
         store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
         try:
-            yield Services.for_store(store, Settings.from_env(environ))
+            yield for_store(store, Settings.from_env(environ))
         finally:
             store.close()
         return
@@ -63,7 +65,7 @@ def services_on(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **en
         init_store(DYNAMODB)
         store = open_store(DYNAMODB)
         try:
-            yield Services.for_store(store, Settings.from_env({**environ, "LANEFLOW_STORE": DYNAMODB}))
+            yield for_store(store, Settings.from_env({**environ, "LANEFLOW_STORE": DYNAMODB}))
         finally:
             store.close()
 
@@ -86,7 +88,7 @@ def on(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Monke
 
 def drive(svc: Services, workspace: Path | str, flow: str, run_input: Any = None, **kwargs: Any) -> Run:
     run = create_run(svc, workspace, flow, run_input, **kwargs)
-    return LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
 def workspace(root: Path, agents: dict[str, dict[str, Any]], flows: dict[str, dict[str, Any]]) -> Path:
@@ -136,7 +138,7 @@ def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_no
     attempt = svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), worker=GONE, message="Scout tides for .")
     assert interrupt(svc, run.tenant, run, attempt) == "interrupted"
     # When the next drive runs it
-    final = LocalEngine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     # Then the step's message (its second attempt's) tells the truth about the first
     assert final.status == RunStatus.completed, final.error
     scout = final.steps[0]
@@ -362,7 +364,7 @@ def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on)
 def test_a_sqlite_database_made_before_messages_were_kept_gets_their_columns_on_open(tmp_path):
     import sqlite3
 
-    from laneflow.models import AttemptRef
+    from laneflow.domain.records import AttemptRef
 
     path = tmp_path / "old.db"
     open_store(f"sqlite:///{path}").close()
@@ -371,7 +373,7 @@ def test_a_sqlite_database_made_before_messages_were_kept_gets_their_columns_on_
         db.execute("ALTER TABLE attempts DROP COLUMN reason_kind")
         db.execute("PRAGMA user_version = 4")
     store = open_store(f"sqlite:///{path}")
-    svc = Services.for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+    svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
     run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
     attempt = store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), message="Scout tides.")
     store.end_attempt(AttemptRef.of(run.tenant, attempt), AttemptStatus.failed, reason="no", reason_kind=FailureKind.model)
@@ -380,7 +382,7 @@ def test_a_sqlite_database_made_before_messages_were_kept_gets_their_columns_on_
 
 
 def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step(on):
-    from laneflow.models import AttemptRef
+    from laneflow.domain.records import AttemptRef
 
     svc = on()
     run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
@@ -399,7 +401,7 @@ def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step
 
 def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(tmp_path, monkeypatch, capsys):
     from laneflow.settings import settings
-    from laneflow.workspaces import FolderWorkspaces
+    from laneflow.adapters.local.workspaces import FolderWorkspaces
     from test_api import RecordingDrives, call
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
@@ -412,7 +414,7 @@ def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(tmp_pat
     err = capsys.readouterr().err
     assert code == 2 and "$.things" in err and f"'{MASK}' is not of type 'array'" in err and KEY not in err
     # The API's 400 says where and what, not the value.
-    svc = Services.for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures"), anthropic_api_key=KEY))
+    svc = for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures"), anthropic_api_key=KEY))
     svc.workspaces, svc.drives = FolderWorkspaces(FIXTURES), RecordingDrives()
     status, payload, _ = call(svc, "POST", "/runs", {"workspace": "ws_semantics", "flow": "handoff", "input": {"things": KEY}})
     assert status == 400 and "$.things" in json.dumps(payload) and KEY not in json.dumps(payload)

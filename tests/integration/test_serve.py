@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from laneflow.errors import InvalidInput
-from laneflow.models import RunStatus
-from laneflow.serve import MAX_BODY, ApiServer, make_server
-from laneflow.services import Services
-from laneflow.workspaces import FolderWorkspaces
+from laneflow.domain.errors import InvalidInput
+from laneflow.domain.records import RunStatus
+from laneflow.entrypoints.serve import MAX_BODY, ApiServer, make_server
+from laneflow.ports import Services
+from laneflow.adapters.local.workspaces import FolderWorkspaces
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -344,7 +344,7 @@ def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path):
         port = holder.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LANEFLOW_", "ANTHROPIC_"))}
         done = subprocess.run(
-            [sys.executable, "-m", "laneflow.cli", "serve", "--port", str(port), "--store", f"sqlite:///{tmp_path / 'x.db'}"],
+            [sys.executable, "-m", "laneflow.entrypoints.cli", "serve", "--port", str(port), "--store", f"sqlite:///{tmp_path / 'x.db'}"],
             capture_output=True,
             text=True,
             timeout=120,

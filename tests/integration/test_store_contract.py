@@ -28,30 +28,16 @@ from unittest import mock
 import boto3
 import pytest
 
-from laneflow.engine.moto_support import serialized_dynamodb
+from laneflow_dev.moto_support import serialized_dynamodb
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from laneflow.errors import AttemptEnded, Conflict, InvalidInput, NotFound, RunNotFound
-from laneflow.models import (
-    Attempt,
-    AttemptRef,
-    AttemptStatus,
-    Event,
-    JournalStatus,
-    ModelCall,
-    PromptLayer,
-    Run,
-    RunStatus,
-    Step,
-    StepStatus,
-    Tokens,
-    utcnow,
-)
-from laneflow.store import Store, open_store
-from laneflow.store.dynamodb import DynamoStore, ItemTooLarge
-from laneflow.store.provision import table_spec
-from laneflow.store.sqlite import SqliteStore
+from laneflow.domain.errors import AttemptEnded, Conflict, InvalidInput, NotFound, RunNotFound
+from laneflow.domain.records import Attempt, AttemptRef, AttemptStatus, Event, JournalStatus, ModelCall, PromptLayer, Run, RunStatus, Step, StepStatus, Tokens, utcnow
+from laneflow.adapters.store import Store, open_store
+from laneflow.adapters.store.dynamodb import DynamoStore, ItemTooLarge
+from laneflow.adapters.store.provision import table_spec
+from laneflow.adapters.store.sqlite import SqliteStore
 
 TENANT = "local"
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
@@ -840,7 +826,7 @@ def test_a_stop_requested_from_another_process_is_seen_by_this_one(store: Store)
             [
                 sys.executable,
                 "-c",
-                "import sys; from laneflow.store import open_store;"
+                "import sys; from laneflow.adapters.store import open_store;"
                 "print(open_store(sys.argv[1]).request_stop(sys.argv[2], sys.argv[3]))",
                 store.url,
                 run.tenant,
@@ -863,9 +849,9 @@ def test_a_stop_requested_from_another_process_is_seen_by_this_one(store: Store)
 
 _CLAIM_IN_A_CHILD = """
 import os, sys, time, uuid
-from laneflow.errors import Conflict
-from laneflow.models import utcnow
-from laneflow.store import open_store
+from laneflow.domain.errors import Conflict
+from laneflow.domain.records import utcnow
+from laneflow.adapters.store import open_store
 url, tenant, run_id, go = sys.argv[1:]
 store = open_store(url)
 print("ready", flush=True)
@@ -1362,7 +1348,7 @@ def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: Dyn
 
 
 def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: DynamoStore):
-    from laneflow.store.dynamodb import ATTEMPTS_ON_STEP, CALLS_ON_STEP, JOURNAL_ON_STEP
+    from laneflow.adapters.store.dynamodb import ATTEMPTS_ON_STEP, CALLS_ON_STEP, JOURNAL_ON_STEP
 
     # Given a step claimed many times, each attempt with spans, one journal entry expiring at once
     run = new_run(dynamo)

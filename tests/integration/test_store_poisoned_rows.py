@@ -7,6 +7,7 @@ or a person would have) and DynamoDB under moto (an item whose JSON does not par
 """
 
 from __future__ import annotations
+from laneflow.wiring import for_store
 
 import json
 import sqlite3
@@ -17,15 +18,14 @@ import boto3
 import pytest
 
 from conftest import FIXTURES
-from laneflow.cli import main
-from laneflow.errors import RecordDamaged
-from laneflow.models import RunStatus
-from laneflow.reconcile import reconcile
-from laneflow.services import Services
+from laneflow.entrypoints.cli import main
+from laneflow.domain.errors import RecordDamaged
+from laneflow.domain.records import RunStatus
+from laneflow.usecases.reconcile import reconcile
 from laneflow.settings import Settings
-from laneflow.store import Store
-from laneflow.store.sqlite import SqliteStore
-from laneflow.workers import Liveness
+from laneflow.adapters.store import Store
+from laneflow.adapters.store.sqlite import SqliteStore
+from laneflow.adapters.workers import Liveness
 from test_store_contract import REGION, TABLE, TENANT, claim, dynamodb_store, new_run, sqlite_store
 
 Poison = Callable[[Store, str, str], None]  # (store, run id, what: "input" | "step") -> None
@@ -100,7 +100,7 @@ def test_a_damaged_step_fails_reading_its_run_naming_the_step_and_the_run_is_sti
 def test_reconcile_passes_over_a_damaged_run_and_goes_on_with_the_rest(damaged, tmp_path):
     # Given two runs whose step 0 was claimed by a worker that is gone, and one of them damaged
     store, poison = damaged
-    svc = Services.for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+    svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
     good, bad = new_run(store, id="run-good"), new_run(store, id="run-bad")
     for run in (good, bad):
         claim(store, run, 0, worker=GONE_WORKER)

@@ -11,13 +11,12 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import boto3
 import pytest
 
 from conftest import ROOT
-from laneflow.engine.template import Template
+from laneflow.adapters.engine.template import Template
 
 TEMPLATE = Template.load(ROOT / "template.yaml")
 RESOURCES = TEMPLATE.resources
@@ -130,7 +129,7 @@ def test_the_table_throttle_alarm_sums_every_operation_the_dynamodb_store_calls(
     [watched] = [q for q in alarm["Metrics"] if q.get("ReturnData")]
     assert watched["Expression"] == "SUM(METRICS())"
     operations = {d["Value"] for m in _metrics(alarm) for d in m["Dimensions"] if d["Name"] == "Operation"}
-    source = (ROOT / "layers" / "laneflow" / "laneflow" / "store" / "dynamodb.py").read_text()
+    source = (ROOT / "layers" / "laneflow" / "laneflow" / "adapters" / "store" / "dynamodb.py").read_text()
     api_names = boto3.client("dynamodb", region_name="us-east-1").meta.method_to_api_mapping
     # The store calls the client directly (self._db.batch_get_item(...)) or through one helper
     # (self._request("get_item", ...)).
@@ -176,7 +175,7 @@ def test_the_log_level_is_a_parameter_given_to_every_function():
 
 def _logger_level(env: dict[str, str]) -> str:
     clean = {k: v for k, v in os.environ.items() if k not in ("POWERTOOLS_LOG_LEVEL", "LOG_LEVEL", "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_LOG_LEVEL")}
-    code = "import logging; from laneflow.observability import logger; print(logging.getLevelName(logger.log_level))"
+    code = "import logging; from laneflow.adapters.aws.powertools import logger; print(logging.getLevelName(logger.log_level))"
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60, check=True)
     return out.stdout.strip()
 

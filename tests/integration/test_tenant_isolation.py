@@ -9,6 +9,7 @@ names a key of tenant A (0 reads or writes across tenants), and A's objects are 
 """
 
 from __future__ import annotations
+from laneflow.wiring import for_store
 
 import json
 import re
@@ -20,14 +21,15 @@ import pytest
 from moto import mock_aws
 
 from conftest import moto_dynamodb_serialized
-from laneflow import workspaces
-from laneflow.executors.anthropic import AnthropicExecutor
-from laneflow.imitation import MessagesImitation
-from laneflow.services import Services, install
+from laneflow.adapters.aws import s3 as workspaces
+from laneflow.adapters.executors.anthropic import AnthropicExecutor
+from laneflow_dev.imitation import MessagesImitation
+from laneflow.ports import Services
+from laneflow.wiring import install
 from laneflow.settings import Settings
-from laneflow.store import open_store
-from laneflow.store.provision import init_store
-from laneflow.workspaces import S3Workspaces
+from laneflow.adapters.store import open_store
+from laneflow.adapters.store.provision import init_store
+from laneflow.adapters.aws.s3 import S3Workspaces
 from test_cloud_path import SyncDrives, api_event, handler
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
@@ -122,7 +124,7 @@ def cloud(monkeypatch, tmp_path: Path):
             for rel, body in desk(tenant).items():
                 s3.put_object(Bucket=BUCKET, Key=f"workspaces/{tenant}/desk/{rel}", Body=body.encode())
         settings = Settings(store_url=URL, anthropic_api_key=KEY, anthropic_base_url=model.url)
-        svc = Services.for_store(open_store(URL), settings)
+        svc = for_store(open_store(URL), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=model.url, backoff_s=0.01)
         svc.workspaces = S3Workspaces(BUCKET)
         svc.drives = SyncDrives(svc)

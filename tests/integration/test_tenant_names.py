@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from laneflow import cli
-from laneflow.models import Run, RunStatus, Step
+from laneflow.entrypoints import cli
+from laneflow.domain.records import Run, RunStatus, Step
 from laneflow.settings import settings
-from laneflow.store import Store
-from laneflow.tenants import TenantInvalid
+from laneflow.adapters.store import Store
+from laneflow.domain.tenants import TenantInvalid
 from test_store_contract import STORE_FACTORIES
 
 BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]

@@ -8,6 +8,7 @@ really read and write the attempt's copy; the real definition drives them on the
 """
 
 from __future__ import annotations
+from laneflow.wiring import for_store, local_engine
 
 from pathlib import Path
 from typing import Any
@@ -16,17 +17,15 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from laneflow import workspaces
-from laneflow.engine.local import LocalEngine
-from laneflow.errors import WorkspaceInvalid
-from laneflow.executors.anthropic import AnthropicExecutor
-from laneflow.imitation import MessagesImitation, Reply
-from laneflow.models import Run, RunStatus
-from laneflow.runs import prepare_run
-from laneflow.services import Services
+from laneflow.adapters.aws import s3 as workspaces
+from laneflow.domain.errors import WorkspaceInvalid
+from laneflow.adapters.executors.anthropic import AnthropicExecutor
+from laneflow_dev.imitation import MessagesImitation, Reply
+from laneflow.domain.records import Run, RunStatus
+from laneflow.usecases.start_run import prepare_run
 from laneflow.settings import Settings
-from laneflow.store import open_store
-from laneflow.workspaces import S3Workspaces, local_path
+from laneflow.adapters.store import open_store
+from laneflow.adapters.aws.s3 import S3Workspaces, local_path
 
 BUCKET, TENANT = "laneflow-blobs", "acme"
 PREFIX = f"workspaces/{TENANT}/desk/"
@@ -115,13 +114,13 @@ def drive(s3: Any, tmp_path: Path, flow: str, responder: Any = None) -> Run:
     """Start a run of the tenant's S3 workspace as the API does, and drive it to its end."""
     with MessagesImitation(ttft_ms=5, token_ms=0, api_keys={KEY}, responder=responder) as model:
         settings = Settings(anthropic_api_key=KEY, anthropic_base_url=model.url, capture_dir=str(tmp_path / "captures"))
-        svc = Services.for_store(open_store(f"sqlite:///{tmp_path / 'runs.db'}"), settings)
+        svc = for_store(open_store(f"sqlite:///{tmp_path / 'runs.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=model.url, backoff_s=0.01)
         uri = S3Workspaces(BUCKET).locate(TENANT, "desk")
         run = prepare_run(svc, local_path(uri), flow, tenant=TENANT)
         run.workspace_uri = uri
         svc.store.create_run(run)
-        LocalEngine(svc).drive(TENANT, run.id, tick_s=0.02)
+        local_engine(svc).drive(TENANT, run.id, tick_s=0.02)
         return svc.store.get_run(TENANT, run.id)
 
 

@@ -3,6 +3,7 @@ it), given arbitrary methods, paths, headers and bodies on every route: never a 
 a traceback in what it answers, nothing written for a refusal, and the store still lists."""
 
 from __future__ import annotations
+from laneflow.wiring import for_store
 
 import base64
 import json
@@ -16,11 +17,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laneflow.api import resolve
-from laneflow.services import Services
+from laneflow.entrypoints.api import resolve
+from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.store import open_store
-from laneflow.workspaces import FolderWorkspaces
+from laneflow.adapters.store import open_store
+from laneflow.adapters.local.workspaces import FolderWorkspaces
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TENANT = "acme"
@@ -36,7 +37,7 @@ class NoDrives:
 @pytest.fixture(scope="module")
 def api() -> Iterator[tuple[Services, str]]:
     folder = tempfile.mkdtemp(prefix="api-fuzz-")
-    svc = Services.for_store(open_store(f"sqlite:///{folder}/laneflow.db"), Settings(capture_dir=f"{folder}/captures"))
+    svc = for_store(open_store(f"sqlite:///{folder}/laneflow.db"), Settings(capture_dir=f"{folder}/captures"))
     svc.workspaces = FolderWorkspaces(FIXTURES)
     svc.drives = NoDrives()
     # One real run, so the per-run routes have something to find.

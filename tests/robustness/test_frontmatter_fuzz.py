@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laneflow import jsonsafe
-from laneflow.errors import FlowInvalid, WorkspaceInvalid
-from laneflow.flow import check_workspace, load_flow
-from laneflow.workspace import load_agent, load_workspace
+from laneflow.domain import jsonsafe
+from laneflow.domain.errors import FlowInvalid, WorkspaceInvalid
+from laneflow.domain.flow import check_workspace, load_flow
+from laneflow.domain.workspace import load_agent, load_workspace
 
 AGENT_KEYS = ["model", "effort", "tools", "budget", "timeout", "max_turns", "sandbox", "size", "secrets", "apis", "stub",
               "description"]

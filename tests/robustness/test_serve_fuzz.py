@@ -12,6 +12,7 @@ The seed is fixed (LANEFLOW_FUZZ_SEED picks another), so a failure can be replay
 """
 
 from __future__ import annotations
+from laneflow.wiring import for_store
 
 import http.client
 import json
@@ -29,11 +30,10 @@ from unittest import mock
 
 import pytest
 
-from laneflow.serve import MAX_BODY, ApiServer, make_server
-from laneflow.services import Services
+from laneflow.entrypoints.serve import MAX_BODY, ApiServer, make_server
 from laneflow.settings import Settings
-from laneflow.store import Store, open_store
-from laneflow.workspaces import FolderWorkspaces
+from laneflow.adapters.store import Store, open_store
+from laneflow.adapters.local.workspaces import FolderWorkspaces
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -75,8 +75,8 @@ def dynamodb_store(tmp_path: Path) -> Iterator[Store]:
     import boto3
     from moto import mock_aws
 
-    from laneflow.engine.moto_support import serialized_dynamodb
-    from laneflow.store.provision import table_spec
+    from laneflow_dev.moto_support import serialized_dynamodb
+    from laneflow.adapters.store.provision import table_spec
 
     with mock.patch.dict(os.environ), mock_aws(), serialized_dynamodb():
         for key in [k for k in os.environ if k.startswith("AWS_")]:
@@ -94,7 +94,7 @@ def dynamodb_store(tmp_path: Path) -> Iterator[Store]:
 @pytest.fixture(params=[sqlite_store, dynamodb_store], ids=["sqlite", "dynamodb"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApiServer]:
     with request.param(tmp_path) as store:
-        svc = Services.for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+        svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
         svc.workspaces = FolderWorkspaces(FIXTURES)
         svc.drives = RecordingDrives()
         server = make_server(svc, "127.0.0.1", 0, request_timeout_s=TIMEOUT_S)

@@ -1,17 +1,22 @@
 """Drive decisions, unit-tested without any engine: lanes, group outcomes, run endings."""
 
 from __future__ import annotations
+from laneflow.adapters.workers import local_worker
 
 from pathlib import Path
 
 import pytest
 
-from laneflow.contracts import DriveRef, EndRunRequest, NextGroupRequest, SettleGroupRequest, StartDriveRequest
-from laneflow.drive import end_run, next_group, plan_lanes, settle_group, start_drive
-from laneflow.flow import Entry, Flow, StepSpec
-from laneflow.models import Attempt, AttemptStatus, FailureKind, RunStatus, Step, StepStatus
-from laneflow.runs import create_run
-from laneflow.step import EarlierAttempt, earlier_attempts, user_message
+from laneflow.domain.messages import EndRunRequest, NextGroupRequest, SettleGroupRequest, StartDriveRequest
+from laneflow.usecases.end_run import end_run
+from laneflow.usecases.next_group import next_group
+from laneflow.domain.lanes import plan_lanes
+from laneflow.usecases.settle_group import settle_group
+from laneflow.usecases.start_drive import start_drive
+from laneflow.domain.flow import Entry, Flow, StepSpec
+from laneflow.domain.records import Attempt, AttemptStatus, FailureKind, RunStatus, Step, StepStatus
+from laneflow.usecases.start_run import create_run
+from laneflow.usecases.run_step.message import EarlierAttempt, earlier_attempts, user_message
 
 SEM = Path(__file__).resolve().parents[1] / "fixtures" / "ws_semantics"
 
@@ -50,7 +55,7 @@ def test_with_the_gate_a_lane_has_one_lead_then_siblings_and_a_lone_step_has_no_
 @pytest.fixture
 def started(svc):
     run = create_run(svc, SEM, "optional_fails")
-    ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id, execution="exec-1"))
+    ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id, execution="exec-1"), worker=local_worker())
     return run, ref
 
 
@@ -58,7 +63,7 @@ def test_start_drive_sets_running_driven_at_and_counts_drives(svc, started):
     run, ref = started
     stored = svc.store.get_run(run.tenant, run.id, steps=False)
     assert stored.status == RunStatus.running and stored.driven_at and stored.drives == 1 and ref.drive == 1
-    again = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id))
+    again = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
     assert again.drive == 2
     assert svc.store.get_run(run.tenant, run.id, steps=False).driven_at == stored.driven_at
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 
-from laneflow.engine import local
+from laneflow.adapters.engine import local
 
 
 def test_moto_is_the_exact_version_the_hook_was_written_for():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from laneflow.tools import MAX_READ_CHARS, FileTools, ToolError
+from laneflow.adapters.executors.tools import MAX_READ_CHARS, FileTools, ToolError
 
 AGENT_MD = "---\nmax_turns: 4\n---\nI write briefs."
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from laneflow.errors import FlowInvalid, RunInputInvalid, WorkspaceInvalid
-from laneflow.flow import Flow, check_workspace, load_flow, validate_input
-from laneflow.workspace import load_workspace
+from laneflow.domain.errors import FlowInvalid, RunInputInvalid, WorkspaceInvalid
+from laneflow.domain.flow import Flow, check_workspace, load_flow, validate_input
+from laneflow.domain.workspace import load_workspace
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WS_OK = FIXTURES / "ws_ok"

@@ -7,8 +7,8 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from laneflow.prompt import LAYER_ORDER, build_system_prompt
-from laneflow.workspace import load_agent, load_workspace
+from laneflow.domain.prompt import LAYER_ORDER, build_system_prompt
+from laneflow.domain.workspace import load_agent, load_workspace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.timezone.utc)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import inspect
 import logging
 
-from laneflow.capture import Redactor, redact_logs
-from laneflow.models import Event, ModelCall, Run, Step, StepStatus
-from laneflow.store.base import REDACTED_WRITES, UNMASKED_WRITES, Store
-from laneflow.store.dynamodb import DynamoStore
-from laneflow.store.sqlite import SqliteStore
+from laneflow.domain.redaction import Redactor, redact_logs
+from laneflow.domain.records import Event, ModelCall, Run, Step, StepStatus
+from laneflow.ports import REDACTED_WRITES, UNMASKED_WRITES, Store
+from laneflow.adapters.store.dynamodb import DynamoStore
+from laneflow.adapters.store.sqlite import SqliteStore
 
 SECRET = "sk-ant-fake-0123456789abcdef"
 READS = ("get_", "list_", "journal_get", "journal_pending", "running_attempts", "active_runs")

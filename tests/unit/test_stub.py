@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from laneflow.errors import StepFailed
-from laneflow.executors.base import StepJob
-from laneflow.executors.stub import StubExecutor, parse_answer, pick_answer
-from laneflow.models import ModelCall
+from laneflow.domain.errors import StepFailed
+from laneflow.ports import StepJob
+from laneflow.adapters.executors.stub import StubExecutor, parse_answer, pick_answer
+from laneflow.domain.records import ModelCall
 
 
 class Sink:

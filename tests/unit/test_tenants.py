@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from laneflow.errors import InvalidInput
+from laneflow.domain.errors import InvalidInput
 from laneflow.settings import Settings
-from laneflow.tenants import TenantInvalid, check_tenant
+from laneflow.domain.tenants import TenantInvalid, check_tenant
 
 
 @pytest.mark.parametrize("tenant", ["local", "123456789012", "acme-corp.eu", "ana@example.com", "T_1", "x" * 64])

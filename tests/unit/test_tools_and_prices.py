@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from laneflow.models import Tokens
-from laneflow.prices import catalog
-from laneflow.tools import FileTools, ToolError
+from laneflow.domain.records import Tokens
+from laneflow.domain.pricing import catalog
+from laneflow.adapters.executors.tools import FileTools, ToolError
 
 
 @pytest.fixture

@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from laneflow.errors import WorkspaceInvalid
-from laneflow.workspace import (
-    load_agent,
-    load_workspace,
-    read_frontmatter,
-    workspace_revision,
-)
+from laneflow.domain.errors import WorkspaceInvalid
+from laneflow.domain.workspace import load_agent, load_workspace, read_frontmatter, workspace_revision
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WS_OK = FIXTURES / "ws_ok"

@@ -6,7 +6,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import LaneflowError
+from laneflow.domain.errors import LaneflowError
 
 
 @lru_cache(maxsize=1)

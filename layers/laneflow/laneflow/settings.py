@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, SecretStr, field_validator
 
-from .tenants import check_tenant
+from laneflow.domain.tenants import check_tenant
 
 
 class Settings(BaseModel):
@@ -74,6 +74,7 @@ class Settings(BaseModel):
         if "tenant" in values:
             check_tenant(values["tenant"], source="LANEFLOW_TENANT")
         return cls.model_validate(values)
+
 
 
 @lru_cache(maxsize=1)

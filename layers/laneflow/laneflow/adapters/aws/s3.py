@@ -1,0 +1,300 @@
+"""Where workspaces are, by tenant and name, and the folder one attempt works in.
+
+- `FolderWorkspaces`: the sub-folders of one local folder (`laneflow serve`).
+- `S3Workspaces`: each tenant's own prefix, `s3://bucket/workspaces/<tenant>/<name>/`.
+
+A run keeps its workspace's URI (`workspace_uri`): a local path, or an S3 prefix.
+`local_path` turns either into a folder to read: the path itself, or a pristine download of
+the prefix, cached under /tmp by content and only ever read. `checkout` gives one attempt
+the folder it reads and writes: for an S3 workspace, a private copy of the pristine
+download. When the attempt completes, what it created or changed under its agent's
+`outputs/` and `memory/` and the workspace's `storage/` and `state/` (`changed`) is uploaded
+back to the tenant's prefix (`keep`); `discard` removes the copy however the attempt ended.
+A local workspace is worked in in place (keep and discard change nothing).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from laneflow.domain.errors import WorkspaceInvalid, WorkspaceNotFound
+from laneflow.domain.redaction import Redactor
+from laneflow.domain.tenants import check_tenant
+
+
+class S3Captures:
+    """Captures as JSON objects at `s3://<bucket>/<prefix>/<tenant>/<run_id>/<key>.json`,
+    masked by `redactor` (the store's) as they are written.
+
+    The reference returned (and kept on the tool event) is the part after the prefix, as
+    with `FolderCaptures`. The client is made on first use, once (boto3's usual settings;
+    `region` overrides the region)."""
+
+    def __init__(
+        self, bucket: str, prefix: str = "captures", *, region: str | None = None, client: Any | None = None,
+        redactor: "Redactor | None" = None,
+    ):
+        self.bucket, self.prefix, self.region = bucket, prefix.strip("/"), region
+        self.redactor = redactor
+        self._client = client
+        self._lock = threading.Lock()
+
+    def _s3(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import boto3
+
+                self._client = boto3.session.Session().client("s3", region_name=self.region)
+            return self._client
+
+    def key(self, ref: str) -> str:
+        """The S3 key of a capture reference."""
+        return f"{self.prefix}/{ref}" if self.prefix else ref
+
+    def put(self, tenant: str, run_id: str, key: str, record: dict[str, Any]) -> str:
+        rel = f"{check_tenant(tenant)}/{run_id}/{key}.json"
+        if self.redactor is not None:
+            record = self.redactor.value(record)
+        body = json.dumps(record, ensure_ascii=False).encode("utf-8")
+        self._s3().put_object(Bucket=self.bucket, Key=self.key(rel), Body=body, ContentType="application/json")
+        return rel
+
+    def get(self, ref: str) -> dict[str, Any]:
+        return json.loads(self._s3().get_object(Bucket=self.bucket, Key=self.key(ref))["Body"].read().decode("utf-8"))
+
+
+CACHE = Path(tempfile.gettempdir()) / "laneflow-workspaces"  # pristine downloads, read only
+
+ATTEMPTS = Path(tempfile.gettempdir()) / "laneflow-attempts"  # one folder per running attempt
+
+PRUNE_AFTER_S = 600.0  # a superseded download unused this long is removed
+
+KEPT = ("storage", "state")  # the workspace's folders an attempt's writes outlive it in
+
+KEPT_OWN = ("outputs", "memory")  # ... and its agent's
+
+_lock = threading.Lock()
+
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".")
+
+
+
+class S3Workspaces:
+    """Workspaces under `s3://bucket/prefix/<tenant>/<name>/`: a tenant finds only its own."""
+
+    def __init__(self, bucket: str, prefix: str = "workspaces", client: Any | None = None):
+        self.bucket, self.prefix, self._client = bucket, prefix.strip("/"), client
+
+    def uri(self, tenant: str, name: str) -> str:
+        """Where the tenant's workspace `name` is (whether or not it exists)."""
+        return f"s3://{self.bucket}/{self.prefix}/{check_tenant(tenant)}/{name}/"
+
+    def locate(self, tenant: str, name: str) -> str:
+        if not _valid_name(name):
+            raise WorkspaceNotFound(name)
+        uri = self.uri(tenant, name)
+        if not _objects(uri, self._client):
+            raise WorkspaceNotFound(name)
+        return uri
+
+
+
+def _s3(client: Any | None) -> Any:
+    if client is not None:
+        return client
+    import boto3
+
+    return boto3.client("s3")
+
+
+
+def _split(uri: str) -> tuple[str, str]:
+    """(bucket, key prefix ending in '/') of an `s3://bucket/prefix/` URI."""
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+
+def _objects(uri: str, client: Any | None = None) -> list[dict[str, Any]]:
+    bucket, prefix = _split(uri)
+    s3 = _s3(client)
+    out, token = [], None
+    while True:
+        args = {"Bucket": bucket, "Prefix": prefix}
+        if token:
+            args["ContinuationToken"] = token
+        page = s3.list_objects_v2(**args)
+        out += page.get("Contents", [])
+        if not page.get("IsTruncated"):
+            return out
+        token = page.get("NextContinuationToken")
+
+
+
+def _download_plan(name: str, prefix: str, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(key, relative path) of each file to download. A key that would land outside the
+    workspace's folder (a `..` part, an absolute part: zip-slip) refuses the whole workspace
+    before anything is downloaded."""
+    plan = []
+    for obj in objects:
+        rel = obj["Key"][len(prefix) :]
+        if not rel:
+            continue
+        if rel.startswith("/") or ".." in rel.split("/") or "\x00" in rel:
+            raise WorkspaceInvalid(
+                f"workspace {name!r}: its S3 key {rel!r} would be written outside the workspace's folder"
+                " (an absolute or '..' part); nothing was downloaded"
+            )
+        if not rel.endswith("/"):  # a folder marker holds nothing
+            plan.append((obj["Key"], rel))
+    return plan
+
+
+
+def local_path(uri: str, client: Any | None = None) -> Path:
+    """A folder holding the workspace, to read: the path itself, or the S3 prefix downloaded
+    into a folder named by its content (keys, ETags and sizes), so an unchanged workspace is
+    downloaded once. The folder is named like the workspace (`.../<name>`), and is shared:
+    nothing may write it (an attempt works in its own copy, `checkout`)."""
+    if not uri.startswith("s3://"):
+        return Path(uri)
+    bucket, prefix = _split(uri)
+    name = Path(prefix.rstrip("/")).name
+    objects = sorted(_objects(uri, client), key=lambda o: o["Key"])
+    listing = "".join(f"{o['Key']}:{o.get('ETag', '')}:{o.get('Size', '')}\n" for o in objects)
+    home = CACHE / hashlib.sha256(uri.encode()).hexdigest()[:16]
+    held = home / hashlib.sha256(listing.encode()).hexdigest()[:16]
+    target = held / name
+    with _lock:
+        if target.is_dir():
+            os.utime(held)  # in use: not pruned while it is read
+            return target
+        plan = _download_plan(name, prefix, objects)
+        staging = home / f".{held.name}.{os.getpid()}.{secrets.token_hex(4)}.partial"
+        try:
+            s3 = _s3(client)
+            (staging / name).mkdir(parents=True)
+            for key, rel in plan:
+                dest = staging / name / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(bucket, key, str(dest))
+            try:
+                staging.rename(held)
+            except OSError:  # another process downloaded the same content first
+                if not target.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        os.utime(held)
+        _prune(home, keep=held)
+    return target
+
+
+
+def _prune(home: Path, keep: Path) -> None:
+    """Remove the earlier downloads of one workspace that nobody used for PRUNE_AFTER_S (a
+    Lambda container's /tmp would otherwise fill with one copy per change)."""
+    cutoff = time.time() - PRUNE_AFTER_S
+    for old in home.iterdir():
+        try:
+            if old != keep and old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+        except FileNotFoundError:
+            pass
+
+
+
+@dataclass
+class WorkingCopy:
+    """The folder one attempt reads and writes (`root`, named like the workspace).
+
+    For an S3 workspace it is the attempt's own copy of the pristine download: `keep`
+    uploads what the attempt created or changed in the folders that outlive it, and
+    `discard` removes the copy. For a local workspace it is the workspace itself."""
+
+    root: Path
+    uri: str
+    pristine: Path | None = None  # None: a local workspace, worked in in place
+    client: Any | None = None
+
+    def changed(self, agent_path: str) -> list[str]:
+        """What the attempt created or changed under its agent's `outputs/` and `memory/`
+        and the workspace's `storage/` and `state/` (paths relative to the workspace).
+        Symbolic links are never followed: only the copy's own regular files count."""
+        if self.pristine is None:
+            return []
+        own = agent_path.strip("/")
+        found = []
+        for folder in [f"{own}/{sub}" for sub in KEPT_OWN] + list(KEPT):
+            base = self.root / folder
+            if not base.is_dir() or base.resolve() != self.root.resolve() / folder:
+                continue  # missing, or reached through a link
+            for where, _dirs, files in os.walk(base):
+                for file in files:
+                    path = Path(where) / file
+                    if path.is_symlink() or not path.is_file():
+                        continue
+                    rel = path.relative_to(self.root).as_posix()
+                    before = self.pristine / rel
+                    if before.is_file() and filecmp.cmp(before, path, shallow=False):
+                        continue
+                    found.append(rel)
+        return sorted(found)
+
+    def keep(self, paths: list[str]) -> None:
+        """Upload these files of the copy (what `changed` found) to the workspace's S3
+        prefix, each at its own path; nothing for a local workspace."""
+        if self.pristine is None or not paths:
+            return
+        bucket, prefix = _split(self.uri)
+        s3 = _s3(self.client)
+        for rel in paths:
+            s3.upload_file(str(self.root / rel), bucket, prefix + rel)
+
+    def discard(self) -> None:
+        """Remove the attempt's copy (a local workspace is left as it is). Idempotent."""
+        if self.pristine is not None:
+            shutil.rmtree(self.root.parent, ignore_errors=True)
+
+
+
+def checkout(uri: str, client: Any | None = None) -> WorkingCopy:
+    """The folder an attempt works in: for an S3 workspace, a fresh copy of its pristine
+    download in a folder of its own under /tmp; for a local one, the workspace itself."""
+    if not uri.startswith("s3://"):
+        return WorkingCopy(root=Path(uri), uri=uri)
+    pristine = local_path(uri, client)
+    ATTEMPTS.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="attempt-", dir=ATTEMPTS)) / pristine.name
+    try:
+        shutil.copytree(pristine, root, symlinks=True)
+    except BaseException:
+        shutil.rmtree(root.parent, ignore_errors=True)
+        raise
+    return WorkingCopy(root=root, uri=uri, pristine=pristine, client=client)
+class SyncedFolders:
+    """`WorkspaceFolders`: a local workspace is its own folder; one in S3 is synced to /tmp."""
+
+    def __init__(self, client: Any | None = None):
+        self._client = client
+
+    def open(self, uri: str) -> Path:
+        return local_path(uri, self._client)
+
+    def checkout(self, uri: str) -> WorkingCopy:
+        return checkout(uri, self._client)

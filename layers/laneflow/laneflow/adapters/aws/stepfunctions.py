@@ -1,0 +1,77 @@
+"""Completing a state machine's callback tokens (`.waitForTaskToken`): the port, and its
+Step Functions adapter. The local engine has its own adapter (engine/local.py)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from typing import Any
+
+from laneflow.ports import TokenGone
+
+
+class StepFunctionsCallbacks:
+    """SendTaskSuccess / SendTaskFailure through boto3 (the cloud adapter)."""
+
+    def __init__(self, client: Any | None = None):
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import boto3
+
+                self._client = boto3.client("stepfunctions")
+            return self._client
+
+    def _call(self, method: str, **kwargs: Any) -> None:
+        errors = self.client.exceptions
+        try:
+            getattr(self.client, method)(**kwargs)
+        except (errors.TaskDoesNotExist, errors.TaskTimedOut, errors.InvalidToken) as exc:
+            raise TokenGone(str(exc)) from None
+
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
+        self._call("send_task_success", taskToken=token, output=json.dumps(output))
+
+    def fail(self, token: str, error: str, cause: str) -> None:
+        self._call("send_task_failure", taskToken=token, error=error, cause=cause[:32000])
+
+
+
+class StepFunctionsDrives:
+    """StartExecution on the deployed state machine."""
+
+    def __init__(self, state_machine_arn: str, client: Any | None = None):
+        self.arn, self._client = state_machine_arn, client
+
+    def start(self, tenant: str, run_id: str) -> str:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.client("stepfunctions")
+        name = f"{run_id}-{secrets.token_hex(4)}"[:80]
+        out = self._client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps({"tenant": tenant, "run_id": run_id}))
+        return out["executionArn"]
+
+
+
+
+def execution_alive(client=None):
+    """Step Functions' answer to "is this drive still running?" (the cloud liveness)."""
+
+    def alive(arn: str) -> bool | None:
+        nonlocal client
+        if client is None:
+            import boto3
+
+            client = boto3.client("stepfunctions")
+        try:
+            return client.describe_execution(executionArn=arn)["status"] == "RUNNING"
+        except client.exceptions.ExecutionDoesNotExist:
+            return False
+
+    return alive

@@ -1,0 +1,333 @@
+"""The embedded engine: the deployed state machine definition, executed by moto's ASL
+interpreter, with the Lambda Task states answered by the handlers in `functions/`, in-process.
+
+Why this shape (see ../shared/LOCAL-ENGINE.md):
+- moto's Step Functions backend is used directly, not through `mock_aws`: nothing in the
+  process is mocked, so a DynamoDB or S3 store behind the engine reaches its real endpoint
+  and the process's credentials are left alone.
+- The interpreter calls Lambda through `lambda_eval_utils._invoke_lambda_function`. That one
+  function is replaced by a direct call of the handler (2-3 ms per Task instead of building
+  a boto3 client per call). It is a moto internal, so moto is pinned exactly (pyproject) and
+  tests/unit/test_engine_patch.py fails if the hook moves.
+- One drive is one execution. The engine waits for it and, if it ended without closing the
+  run (a crashed definition), closes the run `failed` with the reason: no run is left
+  `running` with nothing working on it.
+- Ctrl-C (or SIGTERM, raised as a KeyboardInterrupt) is this worker going away, not a
+  failure: no handler runs any more, the drive's running attempts are marked interrupted by
+  exact identity and its drive ended, so the run stays resumable (reconcile.leave_drive).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import logging
+import secrets as _secrets
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from laneflow.adapters.engine.template import FunctionSpec, Template
+from laneflow.adapters.workers import Liveness, current_worker
+from laneflow.domain.records import Run
+from laneflow.paths import project_root
+from laneflow.ports import Services, TokenGone
+from laneflow.usecases.end_run import close_run
+from laneflow.usecases.reconcile import leave_drive
+
+ACCOUNT = "123456789012"
+
+REGION = "us-east-1"
+
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/laneflow-local"
+
+# How long a leaving worker waits for the handlers still running to see it and return, so
+# the record it leaves is final; a second Ctrl-C does not wait (reconcile finishes the job).
+LEAVE_WAIT_S = 5.0
+
+
+for _noisy in ("moto", "moto.stepfunctions"):
+    logging.getLogger(_noisy).setLevel(logging.CRITICAL)
+
+
+
+class LambdaContext:
+    """What a Lambda handler's `context` offers, for an in-process call."""
+
+    local = True  # the worker is this process (laneflow.workers)
+
+    def __init__(self, function: FunctionSpec, timeout_s: float = 900.0):
+        self.function_name = function.logical_id
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function.logical_id}"
+        self.memory_limit_in_mb = 512
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{function.logical_id}"
+        self.log_stream_name = "local"
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+
+class HandlerRegistry:
+    """The template's functions, their handler modules loaded from `functions/<name>/`."""
+
+    def __init__(self, template: Template, leaving: threading.Event | None = None):
+        self.functions = template.functions()
+        self._modules: dict[str, ModuleType] = {}
+        self._lock = threading.Lock()
+        self.leaving = leaving  # set: this worker is going away, and runs no handler any more
+        self._running = 0
+        self._idle = threading.Condition()
+
+    def _handler(self, logical_id: str) -> Callable[[Any, Any], Any]:
+        spec = self.functions[logical_id]
+        module_name, attr = spec.handler.rsplit(".", 1)
+        with self._lock:
+            module = self._modules.get(logical_id)
+            if module is None:
+                path = spec.code_dir / (module_name.replace(".", "/") + ".py")
+                loader_spec = importlib.util.spec_from_file_location(f"laneflow_functions.{logical_id}", path)
+                assert loader_spec and loader_spec.loader, path
+                module = importlib.util.module_from_spec(loader_spec)
+                loader_spec.loader.exec_module(module)
+                self._modules[logical_id] = module
+        return getattr(module, attr)
+
+    def invoke(self, function_name: str, payload: Any) -> dict[str, Any]:
+        """Answer like the Lambda Invoke API: the handler's result, or a function error
+        `{errorType, errorMessage}` whose type the state machine retries and catches by."""
+        logical_id = function_name.rsplit(":", 1)[-1]
+        if logical_id not in self.functions:
+            return _function_error("ResourceNotFoundException", f"no function {logical_id} in template.yaml")
+        with self._idle:
+            if self.leaving is not None and self.leaving.is_set():
+                # Nothing more is decided or claimed by a drive whose worker is leaving: the run
+                # is left as it stands, for the next drive.
+                return _function_error("WorkerLeaving", "this worker is going away")
+            self._running += 1
+        try:
+            result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
+        except Exception as exc:  # noqa: BLE001 - every error crosses as a Lambda function error
+            logging.getLogger("laneflow.engine").debug("handler %s raised", logical_id, exc_info=True)
+            return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc)[-5:])
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+        return {"StatusCode": 200, "Payload": json.loads(json.dumps(result))}
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no handler runs (True), or the timeout passed (False)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout=timeout_s)
+
+
+
+def _function_error(error_type: str, message: str, stack: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "StatusCode": 200,
+        "FunctionError": "Unhandled",
+        "Payload": {"errorType": error_type, "errorMessage": message, "stackTrace": stack or []},
+    }
+
+
+
+# -- the interpreter hook ------------------------------------------------------------------------
+
+_registry_lock = threading.Lock()
+
+_registry: HandlerRegistry | None = None
+
+
+
+def _invoke_in_process(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+    registry = _registry
+    if registry is None:
+        return _function_error("ServiceException", "the local engine is not running")
+    raw = parameters.get("Payload")
+    payload = json.loads(raw) if isinstance(raw, (bytes, str)) and raw else (raw or {})
+    return registry.invoke(parameters["FunctionName"], payload)
+
+
+
+def install_interpreter_hook() -> None:
+    """Point moto's Lambda integration at the in-process handlers (idempotent)."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+        lambda_eval_utils,
+    )
+
+    if not hasattr(lambda_eval_utils, "_invoke_lambda_function"):  # pragma: no cover - guarded by a test
+        raise RuntimeError("moto's Step Functions interpreter changed: lambda_eval_utils._invoke_lambda_function is gone")
+    lambda_eval_utils._invoke_lambda_function = _invoke_in_process
+
+
+
+def _backend() -> Any:
+    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+    return stepfunctions_parser_backends[ACCOUNT][REGION]
+
+
+
+class LocalCallbacks:
+    """Completes callback tokens on the in-process interpreter (the gate's rendezvous)."""
+
+    def _call(self, method: str, *args: Any) -> None:
+        from moto.stepfunctions.parser.api import (
+            InvalidToken,
+            TaskDoesNotExist,
+            TaskTimedOut,
+        )
+
+        try:
+            getattr(_backend(), method)(*args)
+        except (InvalidToken, TaskDoesNotExist, TaskTimedOut) as exc:
+            raise TokenGone(type(exc).__name__) from None
+
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
+        self._call("send_task_success", token, json.dumps(output))
+
+    def fail(self, token: str, error: str, cause: str) -> None:
+        self._call("send_task_failure", token, error, cause)
+
+
+
+@dataclass
+class DriveResult:
+    run: Run
+    execution_arn: str
+    execution_status: str
+    error: str | None = None
+    cause: str | None = None
+
+
+
+class LocalEngine:
+    """Runs drives of runs through the real definition, one execution per drive.
+
+    Only one engine drives at a time in a process (the handlers read the installed services);
+    a second `drive` call waits for the first to finish."""
+
+    _drive_lock = threading.Lock()
+    _machines: dict[str, str] = {}
+
+    def __init__(
+        self,
+        svc: Services,
+        *,
+        install: Callable[[Services | None], None],
+        installed: Callable[[], Services | None],
+        project: str | Path | None = None,
+    ):
+        # Tokens are completed on this process's interpreter: the engine's own copy of the
+        # services says so (the caller's are left as they are).
+        self.svc = dataclasses.replace(svc, callbacks=LocalCallbacks())
+        self._install, self._installed = install, installed
+        self.project = Path(project) if project else project_root()
+        self.template = Template.load(self.project / "template.yaml")
+        self.registry = HandlerRegistry(self.template, svc.leaving)
+        self.definition = self.template.definition(lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}")
+
+    @property
+    def state_machine_arn(self) -> str:
+        digest = hashlib.sha256(self.definition.encode()).hexdigest()[:12]
+        with _registry_lock:
+            arn = self._machines.get(digest)
+            # moto's backends are reset when a `mock_aws` context exits: make it again then.
+            if arn is not None and not any(m.arn == arn for m in _backend().state_machines):
+                arn = None
+            if arn is None:
+                machine = _backend().create_state_machine(name=f"laneflow-flow-{digest}", definition=self.definition, roleArn=ROLE)
+                arn = self._machines[digest] = machine.arn
+        return arn
+
+    def drive(self, tenant: str, run_id: str, *, on_tick: Callable[[], None] | None = None, tick_s: float = 0.1) -> DriveResult:
+        """Run one drive of a run to its end (blocking) and return the run as stored."""
+        global _registry
+        with self._drive_lock:
+            install_interpreter_hook()
+            before = self._installed()
+            self._install(self.svc)
+            _registry = self.registry
+            try:
+                backend = _backend()
+                name = f"{run_id}-{_secrets.token_hex(4)}"
+                try:
+                    execution = backend.start_execution(
+                        self.state_machine_arn, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id})
+                    )
+                    while execution.status == "RUNNING":
+                        if on_tick:
+                            on_tick()
+                        time.sleep(tick_s)
+                except KeyboardInterrupt:
+                    self._leave(tenant, run_id)
+                    raise
+                status = str(execution.status)
+                if status != "SUCCEEDED":
+                    close_run(self.svc, tenant, run_id, error=str(execution.error or status), cause=str(execution.cause or ""))
+                if on_tick:
+                    on_tick()
+                return DriveResult(
+                    run=self.svc.store.get_run(tenant, run_id),
+                    execution_arn=execution.execution_arn,
+                    execution_status=status,
+                    error=execution.error,
+                    cause=execution.cause,
+                )
+            finally:
+                _registry = None
+                self._install(before)
+
+    def _leave(self, tenant: str, run_id: str) -> None:
+        """This worker is going away (SIGINT, SIGTERM): the run stays resumable. No handler
+        starts any more; the running ones see it as a stop, end their model calls and mark
+        their attempts interrupted themselves (with what they spent); then whatever attempt
+        of this process is still running is interrupted by exact identity, and the drive is
+        ended."""
+        self.svc.leaving.set()
+        self.registry.wait_idle(LEAVE_WAIT_S)
+        worker = current_worker()
+        leave_drive(self.svc, tenant, run_id, worker, Liveness(gone=worker))
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        """The execution's history events, AWS-shaped (for tests and the store-cost benchmark)."""
+        return _backend().get_execution_history(execution_arn)["events"]
+
+
+
+class LocalDrives:
+    """Starts drives on threads of this process (`laneflow serve`): each runs the embedded
+    engine to the drive's end. Drives of one process run one at a time (the handlers read
+    the installed services), in the order they were started."""
+
+    def __init__(self, engine: Callable[[], LocalEngine]):
+        self.engine = engine
+        self.threads: list[threading.Thread] = []
+
+    def start(self, tenant: str, run_id: str) -> str:
+        name = f"local-drive-{run_id}"
+        thread = threading.Thread(target=self._drive, args=(tenant, run_id), name=name, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+        return name
+
+    def _drive(self, tenant: str, run_id: str) -> None:
+        try:
+            self.engine().drive(tenant, run_id)
+        except Exception:  # noqa: BLE001 - reconcile picks up a drive that failed to run
+            logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
+
+    def join(self, timeout: float | None = None) -> None:
+        for thread in list(self.threads):
+            thread.join(timeout)

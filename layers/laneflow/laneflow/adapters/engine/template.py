@@ -1,0 +1,98 @@
+"""Reading template.yaml: the functions the state machine calls and its definition with the
+substitutions resolved. The local engine wires itself from this file, so it cannot drift
+from what `sam deploy` creates."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short tags (!Ref, !GetAtt, !Sub, ...) read as plain data."""
+
+
+
+def _cfn_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+        if suffix == "GetAtt":
+            value = value.split(".", 1)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return {name: value}
+
+
+
+_CfnLoader.add_multi_constructor("!", _cfn_tag)
+
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    logical_id: str
+    code_dir: Path
+    handler: str  # module.function, e.g. app.handler
+
+
+
+@dataclass(frozen=True)
+class Template:
+    path: Path
+    body: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Template":
+        path = Path(path)
+        with path.open(encoding="utf-8") as fh:
+            return cls(path=path, body=yaml.load(fh, Loader=_CfnLoader))  # noqa: S506 - SafeLoader subclass
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        return self.body.get("Resources", {})
+
+    def functions(self) -> dict[str, FunctionSpec]:
+        default_handler = self.body.get("Globals", {}).get("Function", {}).get("Handler", "app.handler")
+        out = {}
+        for logical_id, res in self.resources.items():
+            if res.get("Type") != "AWS::Serverless::Function":
+                continue
+            props = res.get("Properties", {})
+            out[logical_id] = FunctionSpec(
+                logical_id=logical_id,
+                code_dir=(self.path.parent / props["CodeUri"]).resolve(),
+                handler=props.get("Handler", default_handler),
+            )
+        return out
+
+    def state_machine(self, logical_id: str = "FlowStateMachine") -> tuple[Path, dict[str, Any]]:
+        props = self.resources[logical_id]["Properties"]
+        return (self.path.parent / props["DefinitionUri"]).resolve(), props.get("DefinitionSubstitutions", {})
+
+    def definition(self, arn_for: Callable[[str], str], logical_id: str = "FlowStateMachine") -> str:
+        """The state machine's definition with every `${Name}` substituted. `arn_for` turns a
+        function's logical id into the ARN the engine answers to."""
+        path, subs = self.state_machine(logical_id)
+        values: dict[str, str] = {}
+        for name, value in subs.items():
+            if isinstance(value, dict) and "Fn::GetAtt" in value:
+                values[name] = arn_for(value["Fn::GetAtt"][0])
+            elif isinstance(value, dict) and "Ref" in value:
+                values[name] = arn_for(value["Ref"])
+            else:
+                values[name] = str(value)
+        text = path.read_text(encoding="utf-8")
+        missing = sorted(set(re.findall(r"\$\{(\w+)\}", text)) - set(values))
+        if missing:
+            raise ValueError(f"{path.name}: no DefinitionSubstitutions for {', '.join(missing)}")
+        text = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
+        json.loads(text)  # it must still be JSON
+        return text

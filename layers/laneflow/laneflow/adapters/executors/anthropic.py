@@ -1,0 +1,395 @@
+"""The Claude executor: the Messages API through the anthropic SDK, streaming.
+
+- The stable prompt layers are one cached system block (`cache_control` at its end); the
+  dynamic layers follow it, uncached. Tools are sent in a stable order, so they are part of
+  the cached prefix.
+- The stream's first event opens the warm gate (`sink.first_event`).
+- A tool-use loop over the step's file tools, each call recorded as a tool event.
+- Every turn is a model-call span with usage (input, output, cache read and write), time to
+  first token and cost from the price catalog; a turn is reported when it starts and
+  updated when it ends (one span).
+- Rate limits, 5xx and overloaded answers are retried with backoff; an authentication
+  refusal is a clear step failure that says so; `max_turns` and `timeout` are honoured.
+- A stop ends the HTTP request at once, also while it waits for its first token: a watcher
+  thread polls `sink.stopped()` and shuts the response's socket (`_CallWatch`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import anthropic
+
+from laneflow.adapters.executors.tools import FileTools, ToolError
+from laneflow.domain.errors import AttemptEnded, StepFailed, StepStopped
+from laneflow.domain.pricing import PriceCatalog, catalog
+from laneflow.domain.records import ModelCall, Tokens, utcnow
+from laneflow.ports import ExecutionSink, StepJob, StepOutcome
+
+try:  # the transport the SDK streams over (httpx2 from anthropic 2.x, httpx before)
+    import httpx2 as _http
+except ImportError:  # pragma: no cover
+    import httpx as _http
+
+
+DEFAULT_MAX_TURNS = 16
+
+DEFAULT_MAX_TOKENS = 4096
+
+# A read or connection error mid-stream surfaces as the transport's own exception.
+RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError, _http.TransportError)
+
+TIMEOUTS = (anthropic.APITimeoutError, _http.TimeoutException)
+
+UNREADABLE_INPUT = "unreadable_input"  # the key a tool_use input that was not a JSON object is kept under
+
+STOPPED_BEFORE_REPLY = "stopped by a person (its model call was ended before the reply began)"
+
+
+
+class _CallWatch:
+    """Ends one model call's HTTP request as soon as the run's stop is requested.
+
+    The stream's reader blocks in a socket read while the model thinks (20 s to a first
+    token is not rare), so checking `sink.stopped()` between events would see a stop only
+    when the next event comes. A thread polls it instead and shuts the response's socket
+    down, which wakes that read at once (closing the response alone waits for the next
+    byte). A stop before the response's headers closes it the moment they arrive."""
+
+    def __init__(self, sink: ExecutionSink, poll_s: float = 0.1):
+        self.sink, self.poll_s = sink, poll_s
+        self.fired = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._response: Any = None
+        self._thread = threading.Thread(target=self._watch, name="laneflow-call-watch", daemon=True)
+
+    def start(self) -> "_CallWatch":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """The call is over: the watcher ends at its next poll."""
+        self._done.set()
+
+    def attach(self, response: Any) -> None:
+        with self._lock:
+            self._response = response
+        if self.fired.is_set():
+            self._abort()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.poll_s):
+            try:
+                stop = self.sink.stopped()
+            except AttemptEnded:
+                stop = True  # someone ended the attempt (a stop, an interruption): the call is over too
+            except Exception:  # noqa: BLE001 - a store hiccup: look again at the next poll
+                continue
+            if stop:
+                self.fired.set()
+                self._abort()
+                return
+
+    def _abort(self) -> None:
+        with self._lock:
+            response, self._response = self._response, None
+        if response is None:
+            return
+        network = response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+        try:
+            response.close()
+        except Exception:  # noqa: BLE001 - the reader sees the shut socket either way
+            pass
+
+
+
+@dataclass
+class Turn:
+    id: str = ""
+    text: list[str] = field(default_factory=list)
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    stop: str | None = None
+    tokens: Tokens = field(default_factory=Tokens)
+    ttft_ms: int | None = None
+
+    @property
+    def tool_uses(self) -> list[dict[str, Any]]:
+        return [b for b in self.blocks if b["type"] == "tool_use"]
+
+
+
+class AnthropicExecutor:
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        prices: PriceCatalog | None = None,
+        api_retries: int = 4,
+        backoff_s: float = 0.5,
+        client_factory: Callable[[], anthropic.Anthropic] | None = None,
+    ):
+        self._api_key, self._base_url = api_key, base_url
+        self.prices = prices or catalog()
+        self.api_retries, self.backoff_s = api_retries, backoff_s
+        self._factory = client_factory
+        self._client: anthropic.Anthropic | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> anthropic.Anthropic:
+        with self._lock:
+            if self._client is None:
+                if self._factory:
+                    self._client = self._factory()
+                else:
+                    self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+            return self._client
+
+    # -- one attempt ---------------------------------------------------------------------
+
+    def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
+        tools = FileTools(job.workspace_root, job.agent_path) if job.workspace_root else None
+        tool_defs = tools.definitions(tuple(job.tools) or None) if tools else []
+        system: list[dict[str, Any]] = [{"type": "text", "text": job.system_stable, "cache_control": {"type": "ephemeral"}}]
+        if job.system_dynamic:
+            system.append({"type": "text", "text": job.system_dynamic})
+        messages: list[dict[str, Any]] = [{"role": "user", "content": job.user}]
+        deadline = time.monotonic() + job.timeout if job.timeout else None
+        max_turns = job.max_turns or DEFAULT_MAX_TURNS
+        price = self.prices.price(job.model)
+        if price is None:
+            sink.event("warning", f"no price for model {job.model} in the catalog: its spend is counted as 0")
+        texts: list[str] = []
+        cost = 0.0
+        for number in range(1, max_turns + 1):
+            params: dict[str, Any] = {"model": job.model, "max_tokens": DEFAULT_MAX_TOKENS, "system": system, "messages": messages}
+            if tool_defs:
+                params["tools"] = tool_defs
+            if job.budget is not None and cost >= job.budget:
+                raise StepFailed(_over_budget(cost, job.budget), retryable=False)
+            left = job.budget - cost if job.budget is not None else None
+            turn = self._turn_with_retries(params, sink, job, deadline, price, left)
+            cost += price.cost(turn.tokens) if price else 0.0
+            if turn.text:
+                texts.append("".join(turn.text).strip())
+            messages.append({"role": "assistant", "content": turn.blocks})
+            if turn.stop != "tool_use" or not turn.tool_uses:
+                return StepOutcome(result="\n\n".join(t for t in texts if t), conclusion="".join(turn.text).strip(), cost_usd=cost, turns=number)
+            results = []
+            for use in turn.tool_uses:
+                started = time.monotonic()
+                try:
+                    if tools is None:
+                        raise ToolError("this step has no tools")
+                    if UNREADABLE_INPUT in use["input"]:
+                        raise ToolError(f"the input of this {use['name']} call is not a JSON object; call it again with one")
+                    output, is_error = tools.run(use["name"], use["input"]), False
+                except ToolError as exc:  # a tool's own failure is the model's to hear, never a crashed step
+                    output, is_error = str(exc), True
+                sink.tool_call(use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000))
+                results.append({"type": "tool_result", "tool_use_id": use["id"], "content": output, "is_error": is_error})
+            messages.append({"role": "user", "content": results})
+        raise StepFailed(f"reached max_turns ({max_turns}) before a final reply", retryable=False)
+
+    # -- one turn, with retries of what is not the step's fault ---------------------------
+
+    def _turn_with_retries(
+        self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any, left: float | None
+    ) -> Turn:
+        for tried in range(self.api_retries + 1):
+            try:
+                return self._turn(params, sink, job, deadline, price, left)
+            except anthropic.AuthenticationError:
+                raise StepFailed("the model API refused the credentials (authentication failed): check ANTHROPIC_API_KEY", retryable=False) from None
+            except anthropic.PermissionDeniedError:
+                raise StepFailed("the model API refused this request (permission denied)", retryable=False) from None
+            except anthropic.NotFoundError:
+                raise StepFailed(f"the model API does not know model {job.model!r}", retryable=False) from None
+            except anthropic.BadRequestError as exc:
+                raise StepFailed(f"the model API rejected the request: {_message(exc)}", retryable=False) from None
+            except RETRYABLE as exc:
+                what = _describe(exc)
+                if tried == self.api_retries:
+                    raise StepFailed(f"the model API failed {tried + 1} times: {what}", retryable=True) from None
+                wait = _retry_after(exc) or self.backoff_s * (2**tried)
+                if deadline and time.monotonic() + wait > deadline:
+                    raise StepFailed(f"timed out after {job.timeout:g} s (the model API was busy: {what})", retryable=False) from None
+                sink.event("warning", f"model API busy ({what}); retrying in {wait:.1f} s")
+                self._sleep(wait, sink)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _sleep(seconds: float, sink: ExecutionSink) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            if sink.stopped():
+                raise StepStopped()
+            time.sleep(min(0.1, left))
+
+    def _turn(
+        self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any, left: float | None
+    ) -> Turn:
+        timeout = None
+        if deadline:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False)
+        turn = Turn()
+        started, at = time.monotonic(), utcnow()
+        json_parts: dict[int, list[str]] = {}
+        out_chars = 0
+
+        def span() -> ModelCall:
+            return ModelCall(
+                id=turn.id or f"turn-{at}",
+                at=at,
+                ms=int((time.monotonic() - started) * 1000),
+                ttft_ms=turn.ttft_ms,
+                model=params["model"],
+                tokens=turn.tokens,
+                tools=len(turn.tool_uses),
+                stop=turn.stop,
+                cost_usd=round(price.cost(turn.tokens), 8) if price else 0.0,
+            )
+
+        watch = _CallWatch(sink).start()
+        try:
+            stream = self.client.messages.create(**params, stream=True, timeout=timeout)
+            watch.attach(stream.response)
+            with stream:
+                for event in stream:
+                    kind = event.type
+                    if kind == "message_start":
+                        sink.first_event()
+                        usage = event.message.usage
+                        turn.id = event.message.id
+                        turn.tokens = Tokens(
+                            input=usage.input_tokens or 0,
+                            output=usage.output_tokens or 0,
+                            cache_read=getattr(usage, "cache_read_input_tokens", 0) or 0,
+                            cache_write=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+                        )
+                        sink.call(span())
+                        if left is not None and price and price.cost(turn.tokens) >= left:
+                            raise StepFailed(_over_budget(price.cost(turn.tokens), left), retryable=False)
+                    elif kind == "content_block_start":
+                        block = event.content_block
+                        if block.type == "tool_use":
+                            turn.blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": {}})
+                            json_parts[event.index] = []
+                        else:
+                            turn.blocks.append({"type": "text", "text": ""})
+                    elif kind == "content_block_delta":
+                        if turn.ttft_ms is None:
+                            turn.ttft_ms = int((time.monotonic() - started) * 1000)
+                        delta = event.delta
+                        if delta.type == "text_delta":
+                            turn.text.append(delta.text)
+                            turn.blocks[-1]["text"] += delta.text
+                            out_chars += len(delta.text)
+                        elif delta.type == "input_json_delta":
+                            json_parts.setdefault(event.index, []).append(delta.partial_json)
+                            out_chars += len(delta.partial_json)
+                        if left is not None and price:
+                            # Mid-turn: the output so far, estimated at 4 characters a token.
+                            so_far = turn.tokens.model_copy(update={"output": max(turn.tokens.output, out_chars // 4)})
+                            if price.cost(so_far) >= left:
+                                turn.tokens = so_far
+                                raise StepFailed(_over_budget(price.cost(so_far), left), retryable=False)
+                    elif kind == "content_block_stop":
+                        if event.index in json_parts and turn.blocks and turn.blocks[-1]["type"] == "tool_use":
+                            raw = "".join(json_parts.pop(event.index))
+                            turn.blocks[-1]["input"] = _tool_input(raw)
+                    elif kind == "message_delta":
+                        turn.stop = event.delta.stop_reason
+                        if event.usage and event.usage.output_tokens is not None:
+                            turn.tokens = turn.tokens.model_copy(update={"output": event.usage.output_tokens})
+                    if sink.stopped():
+                        raise StepStopped()
+            if watch.fired.is_set():  # the stop shut the stream: it ended early, not complete
+                raise StepStopped(_stopped_reason(turn))
+        except StepFailed:
+            if turn.id:
+                sink.call(span())  # what the turn spent until it was stopped
+            raise
+        except TIMEOUTS:
+            if deadline and time.monotonic() >= deadline - 0.05:
+                raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False) from None
+            raise
+        except Exception:
+            if not watch.fired.is_set():
+                raise
+            # The stop shut the request down; whatever the transport made of that, it is a stop.
+            if turn.id:
+                sink.call(span())
+            raise StepStopped(_stopped_reason(turn)) from None
+        finally:
+            watch.close()
+        # Text blocks that stayed empty are not sent back.
+        turn.blocks = [b for b in turn.blocks if b["type"] != "text" or b["text"]]
+        if turn.id:
+            sink.call(span())
+        return turn
+
+
+
+def _tool_input(raw: str) -> dict[str, Any]:
+    """A tool_use block's input from its streamed JSON. What is not a JSON object (a list,
+    a stream cut short) is kept under UNREADABLE_INPUT: the block can still be sent back as
+    the object the API requires, and the tool loop answers the call with an error."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {UNREADABLE_INPUT: raw[:2000]}
+
+
+
+def _stopped_reason(turn: Turn) -> str:
+    return "stopped by a person" if turn.id else STOPPED_BEFORE_REPLY
+
+
+
+def _over_budget(spent: float, left: float) -> str:
+    return f"stopped at its budget: ${left:.4f} was left for this step and the model had spent ${spent:.4f}"
+
+
+
+def _message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    return str(error.get("message") or exc.message)[:300]
+
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, anthropic.APIStatusError):
+        return f"{exc.status_code} {_message(exc)}"
+    return type(exc).__name__
+
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

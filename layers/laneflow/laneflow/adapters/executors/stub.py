@@ -1,0 +1,116 @@
+"""The stub executor: no model, answers from the agent's `stub:` (DESIGN section 8).
+
+An answer may open with header lines, in any order::
+
+    cost: 0.25        a pretend price for the attempt (budgets are testable)
+    ttft_ms: 300      simulated time to first token (per turn)
+    delay_ms: 800     simulated total latency (per turn)
+    fail: REASON      the attempt fails with that reason (after ttft_ms, before any reply)
+
+A price is a number of USD from 0 to MAX_COST_USD, a time whole milliseconds from 0 to
+MAX_SIMULATED_MS (ten minutes); anything else fails the attempt (not retried) naming the
+agent.md and the answer, and `laneflow check` reports it with its line.
+
+The rest is the reply. In it, `call: TOOL INPUT => OUTPUT` lines are pretend tool calls,
+recorded exactly as real ones, and a `===` line separates earlier turns from the final one.
+Every turn is recorded as a model-call span (model `stub`, its simulated times, tokens
+estimated from text lengths), so a stub run's record has the shape of a real one.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from laneflow.domain.errors import StepFailed, StepStopped
+from laneflow.domain.placeholders import fill
+from laneflow.domain.records import ModelCall, Tokens, utcnow
+from laneflow.domain.stub_answers import BadHeader, parse_answer, pick_answer
+from laneflow.ports import ExecutionSink, StepJob, StepOutcome
+
+
+def _answer_source(job: StepJob) -> str:
+    """Where the answer a job was given is written: its agent's agent.md and field (a
+    judge's answers are AGENTS.md's `judge.stub`)."""
+    if isinstance(job.stub, list) and job.stub:
+        field = f"stub[{min(job.answer_index, len(job.stub) - 1)}]"
+    else:
+        field = "stub"
+    if not job.agent_path:
+        return f"AGENTS.md ({'judge.' + field})"
+    return f"{job.agent_path}/agent.md ({field})"
+
+
+
+def _estimate_tokens(chars: int) -> int:
+    return max(1, (chars + 3) // 4) if chars else 0
+
+
+
+class StubExecutor:
+    """Answers from `stub:`; sleeps its simulated times in small slices so a stop is seen."""
+
+    name = "stub"
+
+    def __init__(self, slice_s: float = 0.05):
+        self._slice = slice_s
+
+    def _wait(self, ms: int, sink: ExecutionSink) -> None:
+        deadline = time.monotonic() + ms / 1000
+        while (left := deadline - time.monotonic()) > 0:
+            if sink.stopped():
+                raise StepStopped()
+            time.sleep(min(self._slice, left))
+
+    def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
+        default = f"Done: {job.user.splitlines()[0] if job.user else job.agent}"
+        raw = pick_answer(job.stub, job.answer_index, default)
+        raw = fill(raw, item=job.item, run_input=job.run_input, has_item=job.item is not None)
+        try:
+            answer = parse_answer(raw)
+        except BadHeader as exc:
+            raise StepFailed(f"the stub answer in {_answer_source(job)} is not valid: {exc}", retryable=False) from None
+
+        if answer.fail:
+            self._wait(answer.ttft_ms, sink)
+            raise StepFailed(answer.fail, retryable=True)
+
+        prompt_chars = len(job.system_stable) + len(job.system_dynamic) + len(job.user)
+        texts: list[str] = []
+        for number, turn in enumerate(answer.turns, start=1):
+            started = time.monotonic()
+            at = utcnow()
+            self._wait(answer.ttft_ms, sink)
+            if number == 1:
+                sink.first_event()
+            self._wait(max(0, answer.delay_ms - answer.ttft_ms), sink)
+            for call in turn.calls:
+                sink.tool_call(call.tool, call.input, call.output)
+            last = number == len(answer.turns)
+            out_chars = len(turn.text) + sum(len(c.tool) + len(c.input) for c in turn.calls)
+            over_budget = last and job.budget is not None and answer.cost > job.budget
+            sink.call(
+                ModelCall(
+                    id=f"stub-{uuid.uuid4().hex[:12]}",
+                    at=at,
+                    ms=int((time.monotonic() - started) * 1000),
+                    ttft_ms=answer.ttft_ms,
+                    model="stub",
+                    tokens=Tokens(input=_estimate_tokens(prompt_chars), output=_estimate_tokens(out_chars)),
+                    tools=len(turn.calls),
+                    stop="tool_use" if turn.calls and not last else "end_turn",
+                    cost_usd=answer.cost if last else 0.0,
+                )
+            )
+            if over_budget:
+                raise StepFailed(
+                    f"stopped at its budget: this attempt cost ${answer.cost:.4f}, ${job.budget:.4f} was left", retryable=False
+                )
+            # What the model saw grows with each turn: its own text and the tool results.
+            prompt_chars += out_chars + sum(len(c.output) for c in turn.calls)
+            if turn.text:
+                texts.append(turn.text)
+        conclusion = answer.turns[-1].text if answer.turns else ""
+        return StepOutcome(
+            result="\n\n".join(texts), conclusion=conclusion, cost_usd=answer.cost, turns=len(answer.turns)
+        )

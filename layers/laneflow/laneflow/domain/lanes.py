@@ -1,0 +1,77 @@
+"""Lanes: a launching group's steps keyed by agent and model, each with its lead and its
+siblings, and the gate's key and trace line."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from laneflow.domain.flow import Flow
+from laneflow.domain.messages import (
+    Lane,
+    LaneStep,
+)
+from laneflow.domain.records import (
+    Step,
+    StepStatus,
+)
+
+
+def gate_key(group: int, cycle: int, lane: str) -> str:
+    """One gate per lane (agent + model) per launching of a group."""
+    return f"g{group}c{cycle}:{lane}"
+
+
+
+def waiting_line(agent: str) -> str:
+    return f"prompt cache: waiting for the first {agent} step's reply before starting, so this one reads its prefix"
+
+
+
+def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool = False) -> list[Lane]:
+    """Group a launching group's steps into lanes keyed by (agent, model), in index order.
+
+    A lane's concurrency is the tightest `parallel:` among its entries (never more than
+    `max_parallel`, so the engine's threads stay bounded). With the gate on, a lane of two or
+    more steps has a lead (its first step) and siblings, which run at most `parallel - 1`
+    at a time beside the lead; a lone step, or a lane capped at one at a time (whose
+    siblings start only after the lead ends anyway), has no gate."""
+    caps = {(e.index, slot): spec.parallel for e in flow.entries for slot, spec in enumerate(e.steps)}
+    lanes: "OrderedDict[tuple[str, str], list[Step]]" = OrderedDict()
+    for step in sorted(steps, key=lambda s: s.index):
+        lanes.setdefault((step.agent or "", step.model), []).append(step)
+    planned = []
+    for (agent, model), members in lanes.items():
+        limits = [caps.get((s.entry, s.slot)) for s in members]
+        parallel = min([c for c in limits if c] + [max_parallel, len(members)])
+        parallel = max(1, parallel)
+        gated = gate and len(members) > 1 and parallel > 1
+        if gated:
+            starters = [LaneStep(index=members[0].index, role="lead")]
+            siblings = [LaneStep(index=s.index, role="sibling") for s in members[1:]]
+        else:
+            starters, siblings = [LaneStep(index=s.index, role="solo") for s in members], []
+        planned.append(
+            Lane(
+                key=f"{agent}@{model}",
+                agent=agent,
+                model=model,
+                parallel=parallel,
+                starters=starters,
+                siblings=siblings,
+                sibling_parallel=max(1, parallel - 1),
+            )
+        )
+    return planned
+
+
+
+def unsettled_group(steps: list[Step]) -> tuple[int, int] | None:
+    """The earliest group an earlier drive left unsettled: a rescue not finished, or a
+    required flow step that failed (its group's settlement never ran). (group, cycle)."""
+    found = [
+        (s.group, s.cycle)
+        for s in steps
+        if (s.rescue_of is not None and s.status in (StepStatus.pending, StepStatus.running))
+        or (s.rescue_of is None and s.status == StepStatus.failed and not s.optional)
+    ]
+    return min(found) if found else None

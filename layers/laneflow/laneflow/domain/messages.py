@@ -1,0 +1,172 @@
+"""What the state machine passes to each handler and gets back (one model per handler).
+
+The state machine carries ids, pointers and statuses only (DESIGN section 11): prompts,
+results and traces stay in the store. Every model ignores fields it does not know, so a
+field can be added to the definition without breaking a deployed handler.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from laneflow.domain.records import RunStatus, StepStatus
+
+
+class Contract(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+
+class StartDriveRequest(Contract):
+    tenant: str
+    run_id: str
+    execution: str = ""  # $$.Execution.Id
+
+
+
+class DriveRef(Contract):
+    """Which run, and which drive of it, a state is working for: `$.run` in the definition."""
+
+    tenant: str
+    run_id: str
+    drive: int = 0
+
+
+
+class LaneStep(Contract):
+    index: int
+    role: Literal["solo", "lead", "sibling"] = "solo"
+
+
+
+class Lane(Contract):
+    """The steps of a group that share one agent and one model (so one prompt prefix).
+
+    `starters` start at once (a gated lane's lead, or every step of an ungated lane), at
+    most `parallel` at a time; `siblings` wait for the lead's reply, at most
+    `sibling_parallel` at a time, so the lane never runs more than `parallel` at once."""
+
+    key: str  # "<agent>@<model>"
+    agent: str
+    model: str
+    parallel: int
+    starters: list[LaneStep]
+    siblings: list[LaneStep] = Field(default_factory=list)
+    sibling_parallel: int = 1
+
+    @property
+    def steps(self) -> list[LaneStep]:
+        return self.starters + self.siblings
+
+
+
+class NextGroupRequest(Contract):
+    run: DriveRef
+
+
+
+class Plan(Contract):
+    """NextGroup's answer: run a group, settle a group an earlier drive left unsettled (a
+    failure, a leftover rescue), park for a person, end the run, or continue the run in a
+    fresh execution."""
+
+    action: Literal["run", "settle", "park", "end", "continue"]
+    group: int = -1
+    cycle: int = 0
+    lanes: list[Lane] = Field(default_factory=list)
+    reason: str | None = None
+
+
+
+class OpContext(Contract):
+    """Where an invocation comes from in the orchestrator: a re-delivered invocation presents
+    the same values, so the same operation id (DESIGN section 7)."""
+
+    execution: str = ""
+    state: str = ""
+    map_index: int | None = None
+    retry: int = 0
+
+    def op_id(self, *, group: int, cycle: int, index: int) -> str:
+        return f"{self.execution}|{self.state}|g{group}c{cycle}|s{index}|m{self.map_index}|r{self.retry}"
+
+
+
+class RunStepRequest(Contract):
+    run: DriveRef
+    group: int
+    cycle: int = 0
+    lane: str = ""
+    step: LaneStep
+    op: OpContext = Field(default_factory=OpContext)
+
+
+
+class WaitForLeadRequest(Contract):
+    """A sibling's WaitForLead task: its callback token ($$.Task.Token) and its lane."""
+
+    run: DriveRef
+    group: int
+    cycle: int = 0
+    lane: str
+    step: LaneStep
+    token: str
+
+
+
+class WaitForLeadReport(Contract):
+    index: int
+    waiting: bool
+
+
+
+class StepReport(Contract):
+    index: int
+    status: StepStatus
+    attempts: int = 0
+
+
+
+class StepCrashedRequest(Contract):
+    run: DriveRef
+    step: LaneStep
+    group: int = -1
+    cycle: int = 0
+    lane: str = ""
+    error: dict[str, Any] = Field(default_factory=dict)  # the Catch's {Error, Cause}
+
+
+
+class SettleGroupRequest(Contract):
+    run: DriveRef
+    group: int
+    cycle: int = 0
+
+
+
+class Settlement(Contract):
+    """SettleGroup's answer: the next group, rescues to run first, a loop back to an
+    earlier group (a new cycle), or the end of the run."""
+
+    action: Literal["next", "rescue", "loop", "end"]
+    reason: str | None = None
+    rescues: list[LaneStep] = Field(default_factory=list)
+
+
+
+class ParkRequest(Contract):
+    run: DriveRef
+    group: int
+
+
+
+class EndRunRequest(Contract):
+    run: DriveRef
+
+
+
+class RunEnded(Contract):
+    run_id: str
+    status: RunStatus

@@ -1,0 +1,268 @@
+"""The records laneflow keeps: runs, steps, attempts, events, model-call spans, prompt layers.
+
+Field names are the contract of DESIGN section 4: `Run.public()` is what `--json` and the
+API show. Internal fields (the workspace location, the parsed flow the run was started
+with) are kept on the record but left out of the public shape.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def utcnow() -> str:
+    """Now, as an ISO-8601 UTC string with milliseconds (the format of every stored time)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+
+class RunStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    awaiting_approval = "awaiting-approval"
+    completed = "completed"
+    failed = "failed"
+
+    @property
+    def ended(self) -> bool:
+        return self in (RunStatus.completed, RunStatus.failed)
+
+
+
+class StepStatus(StrEnum):
+    pending = "pending"
+    running = "running"
+    completed = "completed"
+    failed = "failed"
+    skipped = "skipped"
+    awaiting_approval = "awaiting-approval"
+
+    @property
+    def ended(self) -> bool:
+        return self in (StepStatus.completed, StepStatus.failed, StepStatus.skipped)
+
+
+
+class AttemptStatus(StrEnum):
+    running = "running"
+    completed = "completed"
+    failed = "failed"
+    interrupted = "interrupted"
+    stopped = "stopped"
+
+
+
+class FailureKind(StrEnum):
+    """Why a failed attempt failed, kept with it so the next attempt is told the truth."""
+
+    output = "output"  # its own output was refused: not JSON, not its schema, the judge's verdict
+    model = "model"  # a model or network error (the API kept failing, a stub `fail:`)
+    worker = "worker"  # its worker failed under it (a crash, a Lambda timeout)
+    other = "other"  # anything else: its budget, time limit or turns, a setting, a bug
+
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, use_enum_values=False)
+
+
+
+class Event(Record):
+    """One line of a step's trace."""
+
+    t: str = Field(default_factory=utcnow)
+    type: str = "info"  # info | attempt | tool | gate | handoff | warning | error
+    text: str
+    attempt: int | None = None
+    data: dict[str, Any] | None = None
+
+
+
+class Tokens(Record):
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+
+
+class ModelCall(Record):
+    """A model-call span: one model turn. The same `id` reported again updates the span."""
+
+    id: str
+    n: int = 1  # numbered across the step's attempts
+    at: str = Field(default_factory=utcnow)
+    ms: int = 0
+    ttft_ms: int | None = None
+    model: str = "stub"
+    tokens: Tokens = Field(default_factory=Tokens)
+    tools: int = 0
+    stop: str | None = None
+    attempt: int | None = None  # set when it is not the first attempt
+    cost_usd: float = 0.0
+
+
+
+class PromptLayer(Record):
+    name: str
+    chars: int
+    sha256: str  # a prefix of the hex digest of the layer's text
+    dynamic: bool = False
+
+
+
+class Attempt(Record):
+    """One try at a step. Its identity (run, index, n, token, started_at, resumed_at) fences
+    every write about it: a write naming another identity changes nothing."""
+
+    run_id: str
+    index: int
+    n: int
+    token: str
+    started_at: str
+    resumed_at: str | None = None
+    status: AttemptStatus = AttemptStatus.running
+    ended_at: str | None = None
+    reason: str | None = None
+    reason_kind: FailureKind | None = None  # set on a failed attempt (an interruption's status says it)
+    worker: str | None = None  # what works on it: {"kind": "local"|"lambda"|"fargate", ...} as JSON
+    heartbeat_at: str | None = None
+    op_id: str | None = None
+
+
+
+class AttemptRef(Record):
+    """The exact identity a write names (DESIGN section 7)."""
+
+    tenant: str
+    run_id: str
+    index: int
+    n: int
+    token: str
+    started_at: str
+    resumed_at: str | None = None
+
+    @classmethod
+    def of(cls, tenant: str, attempt: Attempt) -> "AttemptRef":
+        return cls(
+            tenant=tenant,
+            run_id=attempt.run_id,
+            index=attempt.index,
+            n=attempt.n,
+            token=attempt.token,
+            started_at=attempt.started_at,
+            resumed_at=attempt.resumed_at,
+        )
+
+
+
+class JournalStatus(StrEnum):
+    pending = "pending"  # the claim was asked for; whether it landed is not yet known
+    completed = "completed"  # the claim landed: `attempt` is what it got
+    cancelled = "cancelled"  # the claim never landed (settled after a crash)
+
+
+
+class JournalEntry(Record):
+    """One claim of the claim journal, keyed by the operation id the orchestrator's context
+    gives (execution, state, map index, retry count): a re-delivered invocation presents the
+    same id and gets what the first one got."""
+
+    tenant: str
+    run_id: str
+    op_id: str
+    index: int
+    status: JournalStatus = JournalStatus.pending
+    attempt: int | None = None  # the attempt number the claim got (completed)
+    token: str | None = None
+    started_at: str | None = None
+    resumed_at: str | None = None
+    created_at: str = Field(default_factory=utcnow)
+    expires_at: int = 0  # epoch seconds (a DynamoDB TTL)
+
+
+
+class Step(Record):
+    index: int
+    group: int
+    entry: int = 0  # which entry of the flow's `steps:` list this step comes from
+    slot: int = 0  # which step of that entry (a `group:` entry has several)
+    agent: str | None = None
+    item: Any = None
+    model: str = "stub"
+    status: StepStatus = StepStatus.pending
+    attempts: int = 0
+    cycle: int = 0
+    instruction: str = ""
+    message: str | None = None  # the user message its latest attempt was sent (masked like every record)
+    result: str | None = None
+    conclusion: str | None = None
+    data: Any = None
+    rescue_of: int | None = None
+    skip_reason: str | None = None
+    error: str | None = None
+    optional: bool = False
+    cost_usd: float = 0.0
+    started_at: str | None = None
+    finished_at: str | None = None
+    events: list[Event] = Field(default_factory=list)
+    calls: list[ModelCall] = Field(default_factory=list)
+    prompt_layers: list[PromptLayer] = Field(default_factory=list)
+
+
+
+class Run(Record):
+    id: str
+    tenant: str = "local"
+    workspace: str
+    flow: str
+    status: RunStatus = RunStatus.queued
+    input: Any = Field(default_factory=dict)
+    stop_requested: bool = False
+    created_at: str = Field(default_factory=utcnow)
+    driven_at: str | None = None
+    finished_at: str | None = None
+    parked_at: str | None = None
+    revision: str | None = None
+    cost_usd: float = 0.0
+    drives: int = 0
+    error: str | None = None
+    model: str | None = None  # a run-wide model override (`--model`)
+    options: dict[str, Any] = Field(default_factory=dict)
+    execution: str | None = None  # the current drive's execution id
+    driver: str | None = None  # what drives it now: {"kind": "local", pid...} or {"kind": "sfn", execution} as JSON
+    steps: list[Step] = Field(default_factory=list)
+    # Internal: where the workspace is, and the flow as parsed when the run started.
+    workspace_uri: str = Field(default="", exclude=True)
+    flow_spec: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    def public(self) -> dict[str, Any]:
+        """The run record as `--json` and the API show it (snake_case, DESIGN section 4)."""
+        return self.model_dump(mode="json")
+
+    def step(self, index: int) -> Step:
+        for s in self.steps:
+            if s.index == index:
+                return s
+        raise KeyError(index)
+
+
+
+def finished_event(run: Run) -> dict[str, Any]:
+    return {
+        "type": "run finished",
+        "at": utcnow(),
+        "tenant": run.tenant,
+        "run_id": run.id,
+        "workspace": run.workspace,
+        "flow": run.flow,
+        "status": str(run.status),
+        "error": run.error,
+        "cost_usd": run.cost_usd,
+        "drives": run.drives,
+        "finished_at": run.finished_at,
+    }

@@ -1,0 +1,141 @@
+"""The stub model's answers (an agent's `stub:`): picking the k-th, reading its header lines
+(`cost:`, `ttft_ms:`, `delay_ms:`, `fail:`), its `call:` lines and its `===` turns, and the
+bounds a header value must keep."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+HEADERS = ("cost", "ttft_ms", "delay_ms", "fail")
+
+# Bounds of the headers' values: a pretend price past a million dollars, or a simulated
+# latency past ten minutes, is a typo, not a test (and `inf` would never end).
+MAX_COST_USD = 1_000_000
+
+MAX_SIMULATED_MS = 600_000
+
+_PRICE = re.compile(r"^\+?(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][+-]?[0-9]{1,3})?$")
+
+_MILLISECONDS = re.compile(r"^\+?[0-9]{1,9}$")
+
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
+
+_HEADER = re.compile(r"^\s*(cost|ttft_ms|delay_ms|fail)\s*:\s*(.*?)\s*$")
+
+_CALL = re.compile(r"^\s*call:\s*(\S+)\s*(.*?)\s*(?:=>\s*(.*?))?\s*$")
+
+_TURN_BREAK = re.compile(r"^\s*===\s*$")
+
+@dataclass
+class StubCall:
+    tool: str
+    input: str
+    output: str
+
+@dataclass
+class StubTurn:
+    text: str
+    calls: list[StubCall] = field(default_factory=list)
+
+@dataclass
+class StubAnswer:
+    turns: list[StubTurn]
+    cost: float = 0.0
+    ttft_ms: int = 0
+    delay_ms: int = 0
+    fail: str | None = None
+
+def pick_answer(stub: str | list[str] | None, k: int, default: str) -> str:
+    """The k-th answer (0-based) of a step position; the last one repeats."""
+    if stub is None or stub == []:
+        return default
+    if isinstance(stub, str):
+        return stub
+    return stub[min(k, len(stub) - 1)]
+
+class BadHeader(ValueError):
+    """A header line of a stub answer whose value cannot be used: which header, on which
+    line of the answer (0-based), and why."""
+
+    def __init__(self, header: str, line: int, message: str):
+        self.header, self.line = header, line
+        super().__init__(f"{header}: {message}")
+
+def header_value(name: str, text: str, line: int = 0) -> float | int | str:
+    """A header's value, checked: `cost` a price in USD from 0 to MAX_COST_USD, `ttft_ms`
+    and `delay_ms` whole milliseconds from 0 to MAX_SIMULATED_MS, `fail` any text.
+    Raises `BadHeader` saying what it takes."""
+    if name == "fail":
+        return text
+    shown = text if len(text) <= 40 else text[:40] + "…"
+    if name == "cost":
+        value = float(text) if _PRICE.match(text) else math.nan
+        if not 0 <= value <= MAX_COST_USD:
+            raise BadHeader(name, line, f"{shown!r} is not a price; write a number of USD from 0 to {MAX_COST_USD:,}, such as 0.25")
+        return value
+    value_ms = int(text) if _MILLISECONDS.match(text) else -1
+    if not 0 <= value_ms <= MAX_SIMULATED_MS:
+        raise BadHeader(
+            name, line, f"{shown!r} is not a time; write whole milliseconds from 0 to {MAX_SIMULATED_MS} (ten minutes)"
+        )
+    return value_ms
+
+def _headers(lines: list[str]) -> tuple[dict[str, tuple[int, str]], int]:
+    """The header lines an answer opens with: name -> (line, raw value), and how many."""
+    headers: dict[str, tuple[int, str]] = {}
+    i = 0
+    while i < len(lines):
+        match = _HEADER.match(lines[i])
+        if not match or match.group(1) in headers:
+            break
+        headers[match.group(1)] = (i, match.group(2))
+        i += 1
+    return headers, i
+
+def parse_answer(text: str) -> StubAnswer:
+    """Split an answer into its headers and turns. Raises `BadHeader` (a ValueError) on a
+    header value that cannot be used."""
+    lines = text.splitlines()
+    raw, i = _headers(lines)
+    values = {name: header_value(name, value, line) for name, (line, value) in raw.items() if value}
+    turns: list[StubTurn] = []
+    current: list[str] = []
+    calls: list[StubCall] = []
+    for line in lines[i:] + ["==="]:
+        if _TURN_BREAK.match(line):
+            turns.append(StubTurn(text="\n".join(current).strip(), calls=calls))
+            current, calls = [], []
+            continue
+        call = _CALL.match(line)
+        if call:
+            calls.append(StubCall(tool=call.group(1), input=call.group(2) or "", output=call.group(3) or ""))
+        else:
+            current.append(line)
+    return StubAnswer(
+        turns=turns,
+        cost=float(values.get("cost", 0.0)),
+        ttft_ms=int(values.get("ttft_ms", 0)),
+        delay_ms=int(values.get("delay_ms", 0)),
+        fail=str(values["fail"]) if values.get("fail") else None,
+    )
+
+def header_problems(stub: str | list[str] | None) -> list[tuple[int | None, BadHeader]]:
+    """Every header of an agent's `stub:` answers whose value cannot be used, as (the
+    answer's index, or None for a single answer; the problem), for `laneflow check` and
+    loading the agent. A value holding a placeholder (`{input.cost}`) is filled at run
+    time, so it is checked only then."""
+    answers = [(None, stub)] if isinstance(stub, str) else list(enumerate(stub or []))
+    found: list[tuple[int | None, BadHeader]] = []
+    for index, answer in answers:
+        if not isinstance(answer, str):
+            continue
+        for name, (line, value) in _headers(answer.splitlines())[0].items():
+            if not value or _PLACEHOLDER.search(value):
+                continue
+            try:
+                header_value(name, value, line)
+            except BadHeader as bad:
+                found.append((index, bad))
+    return found

@@ -1,0 +1,550 @@
+"""`laneflow`: run flows locally on the embedded engine and store, and inspect them.
+
+Exit codes: 0 a completed run (or a clean check), 1 a failed run (or a check with errors),
+2 bad input (workspace, flow, run input, flags), with one clear line on stderr; 130 and 143
+when SIGINT (Ctrl-C) or SIGTERM ended a command that drives a run (the run stays resumable).
+`--json` prints the record as JSON and nothing else on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from laneflow.domain import jsonsafe
+from laneflow.domain.errors import InvalidInput, LaneflowError, Problem
+from laneflow.domain.records import Run, RunStatus, StepStatus
+from laneflow.domain.redaction import masked
+from laneflow.wiring import for_store, local_drives, local_engine
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+
+def _err(message: str) -> None:
+    print(f"laneflow: {masked(message)}", file=sys.stderr)  # a bad input may quote a secret back
+
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached a command that drives runs: this worker is going away. A
+    KeyboardInterrupt, so the engine leaves the run resumable whichever signal it was."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+
+def _exit_code(interrupt: KeyboardInterrupt) -> int:
+    """128 + the signal: 130 for SIGINT (and a plain KeyboardInterrupt), 143 for SIGTERM."""
+    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
+
+@contextlib.contextmanager
+def leaving_on_signals() -> Iterator[None]:
+    """While a command drives runs, SIGINT and SIGTERM raise `Interrupted`, so the drive can
+    mark its attempts interrupted and say how to go on. A second one during that cleanup
+    exits at once: every write names its attempt and the claim journal records what landed,
+    so reconcile finishes what the cleanup did not."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+    caught: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if caught:
+            os.write(2, b"laneflow: interrupted again: leaving now; `laneflow reconcile` finishes the cleanup\n")
+            os._exit(128 + signum)
+        caught.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+
+def _went_away(svc, tenant: str, run_id: str, interrupt: KeyboardInterrupt) -> int:
+    """What a person is told when SIGINT or SIGTERM ended a drive: where the run stands and
+    how to go on."""
+    run = svc.store.get_run(tenant, run_id, steps=False)
+    if run.status.ended:
+        _err(f"interrupted; run {run_id} had already ended ({run.status}): laneflow show {run_id}")
+    elif run.status == RunStatus.awaiting_approval:
+        _err(f"interrupted; run {run_id} is waiting for a person: laneflow approve {run_id} (or --reject)")
+    else:
+        _err(
+            f"interrupted; run {run_id} is resumable: laneflow resume {run_id} "
+            f"(or laneflow reconcile; laneflow stop {run_id} to end it)"
+        )
+    return _exit_code(interrupt)
+
+
+
+def parse_input(text: str | None) -> Any:
+    """`--input JSON` or `--input @FILE`, read strictly (`laneflow.jsonsafe`): NaN,
+    Infinity, lone surrogates, nesting past its depth and text past its size are refused
+    with `InvalidInput` naming `--input` (and the field), before anything is written."""
+    if text is None:
+        return {}
+    source = "--input"
+    if text.startswith("@"):
+        path = Path(text[1:])
+        source = f"--input file {path}"
+        try:
+            if path.stat().st_size > 4 * jsonsafe.MAX_CHARS:  # UTF-8 takes at most 4 bytes a character
+                raise InvalidInput(f"{source}: more than {jsonsafe.MAX_CHARS:,} characters of JSON")
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidInput(f"{source}: cannot read it ({exc.strerror})") from None
+        try:
+            text = data.decode("utf-8").removeprefix("\ufeff")
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    return jsonsafe.loads(text, source)
+
+
+
+def _services(args: argparse.Namespace, settings=None):
+    from laneflow.adapters.store import open_store
+    from laneflow.settings import settings as from_env
+
+    cfg = settings or from_env()  # first: a bad LANEFLOW_TENANT is refused before a store is made
+    return for_store(open_store(args.store), cfg)
+
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def cmd_run(
+    args: argparse.Namespace, *, workspace: str | None = None, flow: str | None = None, run_input: Any = None, settings=None
+) -> int:
+    from laneflow.usecases.start_run import create_run
+
+    svc = _services(args, settings)
+    _reconcile_quietly(svc, args)
+    run_input = parse_input(args.input) if run_input is None else run_input
+    options = {"gate": not args.no_gate}
+    run = create_run(
+        svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, account=args.account, options=options
+    )
+    if not args.json and not args.quiet:
+        _err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+
+def drive_and_report(svc, tenant: str, run_id: str, args: argparse.Namespace) -> int:
+    """One drive of the run on the embedded engine, with progress; then the record."""
+    from laneflow.entrypoints.progress import Progress
+
+    progress = None if args.quiet else Progress()
+    last = [0.0]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if progress and now - last[0] >= 0.25:
+            last[0] = now
+            progress.update(svc.store.get_run(tenant, run_id, detail=False))
+
+    try:
+        result = local_engine(svc).drive(tenant, run_id, on_tick=tick)
+    except KeyboardInterrupt as interrupt:  # the engine has left the run resumable
+        if args.json:
+            print(json.dumps(svc.store.get_run(tenant, run_id, detail=True).public(), ensure_ascii=False))
+        return _went_away(svc, tenant, run_id, interrupt)
+    if progress:
+        progress.update(svc.store.get_run(tenant, run_id, detail=False))
+    final = svc.store.get_run(tenant, run_id, detail=True)
+    if args.json:
+        print(json.dumps(final.public(), ensure_ascii=False))
+    else:
+        print(summary(final))
+    if final.status == RunStatus.completed:
+        return EXIT_OK
+    if final.status == RunStatus.awaiting_approval:
+        question = next((s.instruction for s in final.steps if s.status == StepStatus.awaiting_approval), "")
+        _err(f"run {final.id} is waiting for a person: {question}")
+        _err(f"  answer it: laneflow approve {final.id}   (or --reject)")
+        return EXIT_OK
+    _err(f"run {final.id} {final.status}: {final.error or result.error or 'no reason recorded'}")
+    return EXIT_FAILED
+
+
+
+def _reconcile_quietly(svc, args: argparse.Namespace) -> None:
+    """At the start of `run`: settle what crashed runs left behind (journal, attempts whose
+    worker is gone, stopped runs); say which runs need a re-drive, without driving them."""
+    from laneflow.adapters.workers import Liveness
+    from laneflow.usecases.reconcile import reconcile
+
+    report = reconcile(svc, Liveness(), redrive=None)
+    if report.to_redrive and not args.json and not args.quiet:
+        _err(f"{len(report.to_redrive)} earlier run(s) were interrupted; `laneflow reconcile` resumes them")
+
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from laneflow.adapters.workers import Liveness
+    from laneflow.usecases.reconcile import reconcile
+
+    svc = _services(args)
+    engine = local_engine(svc)
+    driving: list[Any] = []
+
+    def redrive(run) -> None:
+        if not args.json:
+            _err(f"re-driving {run.id} (drive {run.drives + 1})")
+        driving[:] = [run]
+        engine.drive(run.tenant, run.id)
+
+    try:
+        report = reconcile(svc, Liveness(), redrive=redrive)
+    except KeyboardInterrupt as interrupt:
+        if not driving:
+            raise
+        return _went_away(svc, driving[0].tenant, driving[0].id, interrupt)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print("\n".join(report.lines()))
+    return EXIT_OK
+
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Re-drive one run now, in this process, with progress: what reconcile would do for it
+    (settle its journal, interrupt its attempts whose worker is gone, re-drive it, or close
+    it past the drive limit or when its stop was requested)."""
+    from laneflow.adapters.workers import Liveness
+    from laneflow.usecases.reconcile import reconcile, resumable_run
+
+    svc = _services(args)
+    run = resumable_run(svc, Liveness(), svc.settings.tenant, args.run)
+    report = reconcile(svc, Liveness(), redrive=None, tenant=run.tenant, run_id=run.id)
+    if run.id not in report.to_redrive:  # closed (stopped, or past the drive limit)
+        final = svc.store.get_run(run.tenant, run.id, detail=True)
+        print(json.dumps(final.public(), ensure_ascii=False) if args.json else summary(final))
+        _err(f"run {final.id} {final.status}: {final.error or 'no reason recorded'}")
+        return EXIT_OK if final.status == RunStatus.completed else EXIT_FAILED
+    if not args.json and not args.quiet:
+        _err(f"resuming run {run.id} (drive {run.drives + 1}); completed steps are carried")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from laneflow.adapters.local.workspaces import FolderWorkspaces
+    from laneflow.adapters.workers import Liveness
+    from laneflow.entrypoints.serve import make_server, serve
+    from laneflow.paths import project_root
+    from laneflow.usecases.reconcile import reconcile
+
+    svc = _services(args)
+    svc.workspaces = FolderWorkspaces(args.workspaces or project_root() / "examples")
+    svc.drives = local_drives(svc)
+    # Listen first: a port in use (exit 2) is said before this process re-drives any run.
+    server = make_server(svc, args.host, args.port, quiet=False)
+    try:
+        report = reconcile(svc, Liveness(), redrive=lambda run: svc.drives.start(run.tenant, run.id))
+    except BaseException:
+        server.server_close()
+        raise
+    for line in report.lines():
+        if line != "nothing to reconcile":
+            _err(f"reconcile: {line}")
+    _err(f"workspaces in {svc.workspaces.root}")
+    serve(svc, server=server)
+    return EXIT_OK
+
+
+
+def cmd_init_store(args: argparse.Namespace) -> int:
+    from laneflow.adapters.store.provision import init_store
+
+    for line in init_store(args.store or "sqlite:///.laneflow/laneflow.db"):
+        print(line)
+    return EXIT_OK
+
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from laneflow.usecases.approve import answer_approval
+
+    svc = _services(args)
+    run = answer_approval(svc, svc.settings.tenant, args.run, approve=not args.reject)
+    if args.reject:
+        if args.json:
+            print(json.dumps(svc.store.get_run(run.tenant, run.id).public(), ensure_ascii=False))
+        else:
+            print(f"run {run.id} rejected: {run.status}")
+        return EXIT_OK
+    if not args.json and not args.quiet:
+        _err(f"run {run.id} approved: continuing it in a new drive")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from laneflow.usecases.stop import stop_run
+
+    svc = _services(args)
+    outcome = stop_run(svc, svc.settings.tenant, args.run)
+    if args.json:
+        print(json.dumps({"message": outcome.message, "run": outcome.run.public()}, ensure_ascii=False))
+    else:
+        print(outcome.message)
+    return EXIT_OK
+
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from laneflow_dev import demo
+
+    from laneflow.paths import project_root
+    from laneflow.settings import settings
+
+    root = str(project_root() / demo.WORKSPACE)
+    if not args.imitate:
+        return cmd_run(args, workspace=root, flow=demo.FLOW, run_input=demo.INPUT)
+    # The Claude executor, through the real SDK, against a local imitation of the API.
+    with demo.imitation() as api:
+        from pydantic import SecretStr
+
+        cfg = settings().model_copy(update={"anthropic_api_key": SecretStr(demo.IMITATION_KEY), "anthropic_base_url": api.url})
+        args.model = args.model or demo.IMITATION_MODEL
+        if not args.json and not args.quiet:
+            _err(f"Messages API imitation at {api.url} (model {args.model}); nothing leaves this machine")
+        return cmd_run(args, workspace=root, flow=demo.FLOW, run_input=demo.INPUT, settings=cfg)
+
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from laneflow.domain.flow import check_workspace
+
+    problems: list[Problem] = check_workspace(args.workspace, getattr(args, "account", None))
+    errors = [p for p in problems if p.severity == "error"]
+    if args.json:
+        print(json.dumps({"ok": not errors, "problems": [p.model_dump() for p in problems]}))
+    else:
+        for p in problems:
+            print(str(p))
+        warnings = len(problems) - len(errors)
+        if errors:
+            print(f"{args.workspace}: {len(errors)} error(s), {warnings} warning(s)", file=sys.stderr)
+        else:
+            print(f"{args.workspace}: ok" + (f" ({warnings} warning(s))" if warnings else ""))
+    return EXIT_FAILED if errors else EXIT_OK
+
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    svc = _services(args)
+    runs = svc.store.list_runs(svc.settings.tenant, limit=args.limit)
+    if args.json:
+        print(json.dumps([r.public() for r in runs]))
+        return EXIT_OK
+    if not runs:
+        print("no runs yet")
+    for r in runs:
+        print(f"{r.id}  {r.status:<17} {r.workspace}/{r.flow:<16} ${r.cost_usd:<8.4f} {r.created_at}")
+    return EXIT_OK
+
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    svc = _services(args)
+    run = svc.store.get_run(svc.settings.tenant, args.run, detail=True)
+    if args.json:
+        print(json.dumps(run.public(), ensure_ascii=False))
+    else:
+        print(describe(run))
+    return EXIT_OK
+
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+
+def summary(run: Run) -> str:
+    counts: dict[str, int] = {}
+    for s in run.steps:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    parts = ", ".join(f"{n} {status}" for status, n in counts.items())
+    tokens = sum(c.tokens.cache_read for s in run.steps for c in s.calls)
+    line = f"{run.id}: {run.status} ({parts}); cost ${run.cost_usd:.4f}"
+    if tokens:
+        line += f"; {tokens} cache-read tokens"
+    return line + f"\n  see it: laneflow show {run.id}"
+
+
+
+def _short(text: str, width: int = 80) -> str:
+    """The first line of a text, cut to `width` characters (saying so)."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+
+def describe(run: Run) -> str:
+    from laneflow.entrypoints.progress import MARK, step_label
+
+    lines = [
+        f"run {run.id}  {run.status}",
+        f"  flow {run.workspace}/{run.flow}  revision {run.revision}",
+        f"  created {run.created_at}  driven {run.driven_at}  finished {run.finished_at}",
+        f"  drives {run.drives}  cost ${run.cost_usd:.4f}",
+    ]
+    if run.error:
+        lines.append(f"  error: {run.error}")
+    lines.append(f"  input: {json.dumps(run.input, ensure_ascii=False)[:200]}")
+    group = None
+    for s in run.steps:
+        if s.group != group:
+            group = s.group
+            lines.append(f"group {group}")
+        calls = len(s.calls)
+        tokens = sum(c.tokens.input + c.tokens.output for c in s.calls)
+        lines.append(
+            f"  {MARK[s.status]} {s.index}: {step_label(s)}  [{s.status}] model {s.model}, "
+            f"{s.attempts} attempt(s), {calls} call(s), {tokens} tokens, ${s.cost_usd:.4f}"
+        )
+        read, written = sum(c.tokens.cache_read for c in s.calls), sum(c.tokens.cache_write for c in s.calls)
+        if read or written:
+            lines.append(f"      prompt cache: {read} tokens read, {written} written")
+        if s.error and s.status != StepStatus.completed:
+            lines.append(f"      error: {s.error}")
+        if s.skip_reason:
+            lines.append(f"      skipped: {s.skip_reason}")
+        if s.message:
+            lines.append(f"      message: {_short(s.message)} ({len(s.message):,} chars)")
+        if s.conclusion:
+            first = s.conclusion.strip().splitlines()[0] if s.conclusion.strip() else ""
+            lines.append(f"      → {first[:100]}")
+        if s.prompt_layers:
+            layers = " ".join(f"{l.name}{'*' if l.dynamic else ''}:{l.chars}" for l in s.prompt_layers)
+            lines.append(f"      layers: {layers}")
+    return "\n".join(lines)
+
+
+
+# -- the parser ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="laneflow", description="Run flows of AI-agent steps durably and cheaply.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--store", default=None, help="sqlite:///PATH (default sqlite:///.laneflow/laneflow.db)")
+        return p
+
+    def run_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", default=None, help="run every step on this model (e.g. stub)")
+        p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md (kept for every attempt)")
+        p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
+        p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        p.add_argument("--no-gate", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: turn the warm gate off
+
+    p = with_store(sub.add_parser("run", help="run a flow of a workspace"))
+    p.add_argument("workspace")
+    p.add_argument("flow")
+    p.add_argument("--input", default=None, help="the run's input: JSON, or @FILE")
+    run_flags(p)
+    p.set_defaults(func=cmd_run, drives=True)
+
+    p = with_store(sub.add_parser("demo", help="run the example newsroom flow on the stub model"))
+    run_flags(p)
+    p.add_argument("--imitate", action="store_true", help="run it on Claude's executor against a local imitation of the Messages API")
+    p.set_defaults(func=cmd_demo, input=None, drives=True)
+
+    p = sub.add_parser("check", help="list every problem of a workspace")
+    p.add_argument("workspace")
+    p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
+
+    p = with_store(sub.add_parser("stop", help="stop a run (one-way); from any terminal"))
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stop)
+
+    p = with_store(sub.add_parser("approve", help="answer a parked run's approval: continue it, or --reject it"))
+    p.add_argument("run")
+    p.add_argument("--reject", action="store_true", help="reject: the run fails with 'rejected by a person'")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_approve, drives=True)
+
+    p = with_store(sub.add_parser("resume", help="re-drive a run whose drive went away (Ctrl-C, a crash), now, here"))
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_resume, drives=True)
+
+    p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_reconcile, drives=True)
+
+    p = with_store(sub.add_parser("serve", help="serve the HTTP API and the run viewer on this machine"))
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--workspaces", default=None, help="a folder of workspaces (default: the project's examples/)")
+    p.set_defaults(func=cmd_serve)
+
+    p = with_store(sub.add_parser("init-store", help="create a DynamoDB store's table (and bucket) from template.yaml"))
+    p.set_defaults(func=cmd_init_store)
+
+    p = with_store(sub.add_parser("runs", help="list runs, newest first"))
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = with_store(sub.add_parser("show", help="show a run and its steps"))
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+    return parser
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        with leaving_on_signals() if getattr(args, "drives", False) else contextlib.nullcontext():
+            return int(args.func(args))
+    except InvalidInput as exc:
+        head, *rest = str(exc).splitlines()
+        _err(head)
+        for line in rest:
+            print(masked(line), file=sys.stderr)
+        return EXIT_INVALID
+    except LaneflowError as exc:
+        _err(str(exc).splitlines()[0])
+        return exc.exit_code
+    except KeyboardInterrupt as interrupt:  # before or after any drive: nothing of a run to leave
+        _err("interrupted")
+        return _exit_code(interrupt)
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,610 @@
+"""The ports: what the use cases work through, as interfaces. Adapters implement them
+(laneflow.adapters), one wiring module builds them (laneflow.wiring), and a use case is
+handed a `Services` holding them, never reaching for a global.
+
+- `Store`: every durable fact about runs (conditional writes; two implementations).
+- `Executor` / `ExecutionSink`: running one attempt of one step on a model.
+- `TaskCallbacks`: completing a state machine's callback tokens.
+- `DriveStarter`: starting a new drive of a run.
+- `CaptureSink`: keeping tool calls' input and output beside the run.
+- `OnEnd`: told about every run that ends.
+- `WorkspaceSource`: finding a workspace by name; `WorkspaceFolders`: a folder holding it.
+- `WorkerLiveness`: whether the worker of an attempt or a drive is still there.
+- `Telemetry`: log context and step metrics (Powertools in Lambda, nothing locally).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import SecretStr
+
+from laneflow.domain.errors import ModelNotConfigured
+from laneflow.domain.records import (
+    Attempt,
+    AttemptRef,
+    AttemptStatus,
+    Event,
+    FailureKind,
+    JournalEntry,
+    ModelCall,
+    PromptLayer,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+)
+from laneflow.domain.redaction import Redactor, redact_logs
+from laneflow.settings import Settings
+
+log = logging.getLogger("laneflow.ports")
+
+
+class CaptureSink(Protocol):
+    def put(self, tenant: str, run_id: str, key: str, record: dict[str, Any]) -> str:
+        """Store one capture; returns its reference (relative key)."""
+
+
+
+class TokenGone(Exception):
+    """The token names no task that is still waiting (completed, timed out, execution ended)."""
+
+
+
+class TaskCallbacks(Protocol):
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
+        """Complete the waiting task with `output`. Raises TokenGone if nothing waits on it."""
+
+    def fail(self, token: str, error: str, cause: str) -> None:
+        """Fail the waiting task with an error name the definition can catch."""
+
+
+
+class DriveStarter(Protocol):
+    def start(self, tenant: str, run_id: str) -> str:
+        """Start a new drive of the run; returns the execution's id."""
+
+
+
+class OnEnd(Protocol):
+    def __call__(self, run: Run) -> None: ...
+
+
+
+class WorkspaceSource(Protocol):
+    def locate(self, tenant: str, name: str) -> str:
+        """The URI of the tenant's workspace called `name`; WorkspaceNotFound if there is none."""
+
+
+
+@dataclass(frozen=True)
+class StepJob:
+    tenant: str
+    run_id: str
+    index: int
+    attempt: int  # this attempt's number (1-based, counted across loop cycles)
+    agent: str
+    model: str
+    item: Any
+    run_input: Any
+    system_stable: str  # the cached part of the system prompt
+    system_dynamic: str  # what changes between runs, after the cache breakpoint
+    user: str  # the instruction, the handoff block and what earlier attempts taught
+    tools: tuple[str, ...] = ()
+    workspace_root: str = ""  # where the step's file tools may reach (never sent to the model)
+    agent_path: str = ""  # the agent's folder, relative to the workspace
+    stub: str | list[str] | None = None
+    answer_index: int = 0  # which stub answer: attempts at this step position so far
+    max_turns: int | None = None
+    timeout: float | None = None
+    budget: float | None = None
+
+
+
+@dataclass
+class StepOutcome:
+    result: str  # the whole reply (every turn's text)
+    conclusion: str  # the final turn's text
+    cost_usd: float = 0.0
+    turns: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+
+class ExecutionSink(Protocol):
+    """Where an executor reports. Every method is a fenced write about this attempt."""
+
+    def first_event(self) -> None:
+        """The model's response has begun (the stream's first event): opens the warm gate."""
+
+    def call(self, span: ModelCall) -> ModelCall:
+        """Record (or update, same id) a model-call span. The sink numbers it across the
+        step's attempts and returns it as stored."""
+
+    def event(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
+        """Append a trace line."""
+
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:
+        """Record a tool call: a tool event and, unless capture is off, its input and output."""
+
+    def stopped(self) -> bool:
+        """True when the run was stopped: the executor ends the attempt as soon as it can."""
+
+
+
+class Executor(Protocol):
+    name: str
+
+    def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome: ...
+
+
+# Fields of a run that `update_run` may change. `stop_requested` is not among them: only
+# `request_stop` sets it, and nothing clears it.
+RUN_FIELDS = frozenset(
+    {
+        "status",
+        "driven_at",
+        "finished_at",
+        "parked_at",
+        "revision",
+        "cost_usd",
+        "drives",
+        "error",
+        "execution",
+        "driver",
+        "options",
+    }
+)
+
+
+# Fields of a step that `update_step` and `end_attempt(step=...)` may change.
+STEP_FIELDS = frozenset(
+    {
+        "status",
+        "attempts",
+        "cycle",
+        "instruction",
+        "message",
+        "result",
+        "conclusion",
+        "data",
+        "skip_reason",
+        "error",
+        "cost_usd",
+        "model",
+        "started_at",
+        "finished_at",
+    }
+)
+
+
+
+# Each write, and the arguments of it that carry recorded text (results, instructions,
+# messages, reasons, events, spans, handoffs, inputs...): masked before it is written.
+REDACTED_WRITES: dict[str, tuple[str, ...]] = {
+    "create_run": ("run",),
+    "update_run": ("changes",),
+    "add_steps": ("steps",),
+    "update_step": ("changes",),
+    "claim_attempt": ("worker", "message"),
+    "end_attempt": ("reason", "step", "calls"),
+    "set_attempt_worker": ("worker",),
+    "add_event": ("event",),
+    "put_call": ("call",),
+    "put_handoff": ("text",),
+}
+
+# Writes that carry only keys, identities, times, statuses and hashes: nothing to mask.
+UNMASKED_WRITES = frozenset(
+    {"request_stop", "heartbeat", "journal_begin", "journal_settle", "set_prompt_layers", "gate_wait", "gate_open"}
+)
+
+
+
+def _masking(method: Callable[..., Any], arguments: tuple[str, ...]) -> Callable[..., Any]:
+    """`method` with the named arguments masked by the store's redactor first."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def write(self: "Store", *args: Any, **kwargs: Any) -> Any:
+        redactor = self.redactor
+        if not redactor:  # nothing to mask: no cost on the write path
+            return method(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        for name in arguments:
+            if name in bound.arguments:
+                bound.arguments[name] = redactor.value(bound.arguments[name])
+        return method(*bound.args, **bound.kwargs)
+
+    write.__masks__ = arguments  # type: ignore[attr-defined]
+    return write
+
+
+
+class Store(ABC):
+    """Runs, steps, attempts, events, spans and prompt layers, keyed by tenant first."""
+
+    url: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Every implementation's writes are masked, whatever it is and whoever adds it.
+        for name, arguments in REDACTED_WRITES.items():
+            method = cls.__dict__.get(name)
+            if method is not None and not hasattr(method, "__masks__"):
+                setattr(cls, name, _masking(method, arguments))
+
+    @property
+    def redactor(self) -> Redactor:
+        """What this store masks in everything it writes: `store.redactor.add(NAME, value)`
+        and from then on `value` is written as `[NAME]`. The services add the model's key."""
+        found = self.__dict__.get("_redactor")
+        if found is None:
+            found = self.__dict__.setdefault("_redactor", Redactor())
+        return found
+
+    # -- runs ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def create_run(self, run: Run) -> None:
+        """Write a new run with all of its steps, at once. `Conflict` if the id exists."""
+
+    @abstractmethod
+    def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True) -> Run:
+        """The run with its steps ordered by index. With `detail`, each step carries its
+        events (in order), calls (by `n`) and prompt layers. With `steps=False`, the run
+        alone (its `steps` empty): the cheap read a handler makes. `RunNotFound` if absent
+        (also when it belongs to another tenant)."""
+
+    @abstractmethod
+    def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
+        """The tenant's runs, newest first, without steps."""
+
+    @abstractmethod
+    def update_run(
+        self,
+        tenant: str,
+        run_id: str,
+        changes: dict[str, Any],
+        *,
+        expect_status: Collection[RunStatus] | None = None,
+        add_cost: float = 0.0,
+        add_drives: int = 0,
+    ) -> Run:
+        """Change the named fields (a subset of RUN_FIELDS), add to cost and drives, all at
+        once, only if the status is one of `expect_status` (when given). Returns the run
+        as written (without steps). `Conflict` when refused, `RunNotFound` when absent."""
+
+    @abstractmethod
+    def request_stop(self, tenant: str, run_id: str) -> bool:
+        """Set `stop_requested`. True if this call set it, False if it was already set."""
+
+    # -- steps --------------------------------------------------------------------------
+
+    @abstractmethod
+    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None) -> list[Step]:
+        """Steps ordered by index (without events, calls or layers), of one group if given."""
+
+    @abstractmethod
+    def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
+        """One step; with `detail`, its events, calls and prompt layers. `NotFound` if absent."""
+
+    @abstractmethod
+    def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:
+        """Append new step records (rescue records). `Conflict` if an index is taken."""
+
+    @abstractmethod
+    def update_step(
+        self,
+        tenant: str,
+        run_id: str,
+        index: int,
+        changes: dict[str, Any],
+        *,
+        expect_status: Collection[StepStatus] | None = None,
+    ) -> Step:
+        """Change the named fields (a subset of STEP_FIELDS) of a step not scoped to an
+        attempt (planning, skipping, loop resets). `Conflict` when the status is not one of
+        `expect_status`."""
+
+    # -- attempts -----------------------------------------------------------------------
+
+    @abstractmethod
+    def claim_attempt(
+        self,
+        tenant: str,
+        run_id: str,
+        index: int,
+        *,
+        token: str,
+        started_at: str,
+        op_id: str | None = None,
+        resumed_at: str | None = None,
+        expect_status: Collection[StepStatus] = (StepStatus.pending,),
+        journal_ttl_s: int = 7 * 24 * 3600,
+        worker: str | None = None,
+        layers: list[PromptLayer] | None = None,
+        message: str | None = None,
+    ) -> Attempt:
+        """Claim the next attempt of a step, at once: a new attempt `n = step.attempts + 1`
+        (running), the step `running` with `attempts = n` and `started_at` set on its first
+        attempt. Only if the step's status is one of `expect_status` and it has no running
+        attempt; otherwise `Conflict`.
+
+        With `op_id`, the claim and its journal entry are written together: the entry (made
+        here if `journal_begin` did not) becomes `completed` with the attempt's identity. If
+        the journal already holds a `completed` entry for `op_id`, nothing is claimed: the
+        attempt that entry names is returned (a re-delivered invocation gets what the first
+        one got, whatever the step's status now). An entry `cancelled` is a `Conflict`.
+
+        `worker` and `layers`, when given, are written with the claim (as `set_attempt_worker`
+        and `set_prompt_layers` would, but in the same write), and so is `message`: the
+        step's `message` becomes the user message this attempt is sent (kept as it was
+        when None). A large message goes where the store keeps large values."""
+
+    @abstractmethod
+    def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
+        """One attempt. `NotFound` if absent."""
+
+    @abstractmethod
+    def list_attempts(self, tenant: str, run_id: str, index: int | None = None) -> list[Attempt]:
+        """Attempts of a run (or one step), ordered by index then n."""
+
+    @abstractmethod
+    def end_attempt(
+        self,
+        ref: AttemptRef,
+        status: AttemptStatus,
+        *,
+        reason: str | None = None,
+        step: dict[str, Any] | None = None,
+        run_cost: float = 0.0,
+        calls: list[ModelCall] | None = None,
+        reason_kind: FailureKind | None = None,
+    ) -> None:
+        """End a running attempt (with its `reason` and, for a failure, its `reason_kind`),
+        and in the same write change its step (`step`, a subset of STEP_FIELDS), add
+        `run_cost` to the run's cost and record `calls` (spans, inserted or replaced by id, as
+        `put_call` would). Fenced: `AttemptEnded` unless the stored attempt has exactly
+        `ref`'s identity and is running."""
+
+    @abstractmethod
+    def set_attempt_worker(self, ref: AttemptRef, worker: str) -> None:
+        """Record what is working on the attempt (a Lambda request, a task ARN, a pid).
+        Fenced like `end_attempt`."""
+
+    @abstractmethod
+    def heartbeat(self, ref: AttemptRef, at: str) -> None:
+        """The attempt's worker is alive at `at`. Fenced like `end_attempt`."""
+
+    @abstractmethod
+    def running_attempts(self, tenant: str | None = None) -> list[tuple[str, Attempt]]:
+        """(tenant, attempt) for every attempt still `running`, of one tenant or all, read
+        from what is active only (a sparse index), never by scanning every run."""
+
+    # -- the claim journal ---------------------------------------------------------------
+
+    @abstractmethod
+    def journal_begin(self, tenant: str, run_id: str, op_id: str, index: int, *, ttl_s: int = 7 * 24 * 3600) -> JournalEntry:
+        """Record that a claim for `op_id` is about to be asked for (`pending`), unless an
+        entry exists: then return that entry as it is (a replay)."""
+
+    @abstractmethod
+    def journal_get(self, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
+        """The journal entry of an operation, or None."""
+
+    @abstractmethod
+    def journal_pending(self, tenant: str | None = None) -> list[JournalEntry]:
+        """Entries still `pending` (a crash came between asking for a claim and getting it),
+        read from what is active only."""
+
+    @abstractmethod
+    def journal_settle(self, tenant: str, run_id: str, op_id: str) -> JournalEntry:
+        """Settle a `pending` entry: `completed` with the attempt if a claim with this
+        `op_id` landed, else `cancelled`. An entry already settled is returned as it is."""
+
+    # -- active runs ----------------------------------------------------------------------
+
+    @abstractmethod
+    def active_runs(self, tenant: str | None = None) -> list[Run]:
+        """Runs `queued`, `running` or `awaiting-approval` (without steps), of one tenant or
+        all, read from a sparse index of what is active: the cost grows with active runs,
+        not with all runs."""
+
+    # -- trace --------------------------------------------------------------------------
+
+    @abstractmethod
+    def add_event(
+        self, tenant: str, run_id: str, index: int, event: Event, *, attempt: AttemptRef | None = None
+    ) -> None:
+        """Append a trace line to a step. With `attempt`, fenced like `end_attempt` (and the
+        event's `attempt` is set to its number)."""
+
+    @abstractmethod
+    def put_call(self, ref: AttemptRef, call: ModelCall) -> None:
+        """Insert a model-call span, or replace the one with the same `id` (a turn reported
+        twice). Fenced like `end_attempt`."""
+
+    @abstractmethod
+    def set_prompt_layers(self, ref: AttemptRef, layers: list[PromptLayer]) -> None:
+        """Replace the step's prompt layers with those this attempt was built from. Fenced."""
+
+    # -- handoffs ------------------------------------------------------------------------
+
+    @abstractmethod
+    def put_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
+        """Keep the handoff block a launching group's steps receive (written once by the
+        planner, read by every step of the group), replacing one with the same key."""
+
+    @abstractmethod
+    def get_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
+        """The handoff block under `key`, or None if none was written."""
+
+    # -- the warm gate ---------------------------------------------------------------------
+
+    @abstractmethod
+    def gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
+        """A sibling arrives at its lane's gate with its callback token. At once: if the gate
+        is open, return True (the caller completes its own token); otherwise keep the token
+        for the lead and return False. Together with `gate_open` this is a rendezvous:
+        whichever arrives second completes the token, so no sibling waits forever."""
+
+    @abstractmethod
+    def gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
+        """Open the gate (idempotent) and hand back, at once, the tokens kept so far; a token
+        is handed back only once. A second call returns []."""
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:  # pragma: no cover - trivial default
+        """Release connections."""
+
+
+
+class WorkingCopy(Protocol):
+    """The folder one attempt reads and writes (`root`)."""
+
+    root: Path
+
+    def changed(self, agent_path: str) -> list[str]:
+        """What the attempt created or changed in the folders that outlive it."""
+
+    def keep(self, paths: list[str]) -> None:
+        """Carry those files back to the workspace (the attempt completed)."""
+
+    def discard(self) -> None:
+        """Remove the copy (however the attempt ended)."""
+
+
+class WorkspaceFolders(Protocol):
+    def open(self, uri: str) -> Path:
+        """A folder holding the workspace at `uri` (a local path, or an S3 prefix synced)."""
+
+    def checkout(self, uri: str) -> WorkingCopy:
+        """The attempt's own working copy of the workspace at `uri`."""
+
+
+class WorkerLiveness(Protocol):
+    def alive(self, worker: dict[str, Any] | None) -> bool | None:
+        """Is that worker still there: True, False, or None (cannot tell)."""
+
+
+class Telemetry(Protocol):
+    metrics_on: bool
+
+    def bind(self, **keys: Any) -> None:
+        """Add keys (run, step, attempt) to every later log line of this invocation."""
+
+    def step_metrics(self, *, cost_usd: float, duration_ms: float, calls: list[ModelCall], gate_wait_ms: float | None) -> None:
+        """Emit one step's metrics."""
+
+
+class NoTelemetry:
+    """Telemetry where there is none (locally): binds nothing, emits nothing."""
+
+    metrics_on = False
+
+    def bind(self, **keys: Any) -> None:
+        return None
+
+    def step_metrics(self, *, cost_usd: float, duration_ms: float, calls: list[ModelCall], gate_wait_ms: float | None) -> None:
+        return None
+
+
+@dataclass
+class Services:
+    """The ports one process's use cases work through (built by `laneflow.wiring`)."""
+
+    store: Store
+    captures: CaptureSink
+    settings: Settings
+    callbacks: TaskCallbacks
+    folders: WorkspaceFolders
+    # Builds the executor a model needs, given the model's key (None for the stub); once per kind.
+    make_executor: Callable[[str, str | None], Executor]
+    # Reads the model's key from the secret store by the secret's name (where steps run).
+    read_secret: Callable[[str], str]
+    on_end: OnEnd | None = None  # told about every run that ends
+    drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
+    workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
+    telemetry: Telemetry = field(default_factory=NoTelemetry)
+    # Set when this worker is going away (a local runner got SIGINT or SIGTERM): one-way. No
+    # new attempt is claimed, running ones see it as a stop and are marked interrupted.
+    leaving: threading.Event = field(default_factory=threading.Event)
+    executors: dict[str, Executor] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # What must never be recorded is masked by the store (every write), its captures and
+        # this process's log records, all from one redactor. A key already in the settings is
+        # added now; one read from the secret store is added when it is read (`_model_key`),
+        # which a step runner does before it records anything (`secret_values`).
+        if self.settings.anthropic_api_key_set:
+            self.redactor.add("ANTHROPIC_API_KEY", self.settings.anthropic_api_key.get_secret_value())  # type: ignore[union-attr]
+        redact_logs(self.redactor)
+
+    @property
+    def redactor(self) -> Redactor:
+        """The store's redactor: add a value to it and it is masked wherever it is recorded."""
+        return self.store.redactor
+
+    def check_model(self, model: str) -> None:
+        """Refuse a model this deployment cannot call (`ModelNotConfigured`), without reading
+        its key: a function that only starts or plans runs is never given the key."""
+        if model == "stub":
+            return
+        cfg = self.settings
+        if not (cfg.anthropic_api_key_set or cfg.anthropic_secret or cfg.anthropic_enabled):
+            raise ModelNotConfigured(f"model {model!r} needs ANTHROPIC_API_KEY (or run with --model stub)")
+
+    def executor(self, model: str) -> Executor:
+        """The executor for a model: `stub`, else the Claude executor (one shared client),
+        whose key is read the first time it is needed."""
+        kind = "stub" if model == "stub" else "anthropic"
+        with self._lock:
+            if kind not in self.executors:
+                key = None
+                if kind == "anthropic":
+                    self.check_model(model)
+                    key = self._model_key()
+                    if key is None:
+                        raise ModelNotConfigured(f"model {model!r}: the model's key is read only where steps run, not here")
+                self.executors[kind] = self.make_executor(model, key)
+            return self.executors[kind]
+
+    def _model_key(self) -> str | None:
+        """The model's key: from the settings, else read from the secret store once and kept
+        for the life of this process. Only the functions that run steps are given the
+        secret's name (and the right to read it); the others never ask."""
+        with self._lock:
+            if self.settings.anthropic_api_key_set:
+                return self.settings.anthropic_api_key.get_secret_value()  # type: ignore[union-attr]
+            name = self.settings.anthropic_secret
+            if not name:
+                return None
+            key = self.read_secret(name)
+            self.settings = self.settings.model_copy(update={"anthropic_api_key": SecretStr(key)})
+            self.redactor.add("ANTHROPIC_API_KEY", key)
+            return key
+
+    def secret_values(self) -> dict[str, str]:
+        """Values that must never be recorded (replaced by their names wherever recorded).
+
+        Where a step runs with the model's key in the secret store, this is what reads it
+        first: what the step records is redacted from its first line, before the model is
+        called. A key that cannot be read is not in memory, so it cannot leak; the model
+        call that needs it fails with the reason."""
+        try:
+            key = self._model_key()
+        except ModelNotConfigured as error:
+            log.warning("%s", error)
+            key = None
+        return {"ANTHROPIC_API_KEY": key} if key else {}

@@ -1,0 +1,122 @@
+"""EndRun: close a run (completed, or failed with its reason) and tell the on-end hook;
+and closing a run whose drive went away without ending it."""
+
+from __future__ import annotations
+
+import logging
+
+from laneflow.domain.errors import Conflict
+from laneflow.domain.messages import (
+    DriveRef,
+    EndRunRequest,
+    LaneStep,
+    RunEnded,
+    StepCrashedRequest,
+)
+from laneflow.domain.records import (
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+    utcnow,
+)
+from laneflow.domain.redaction import scrub_paths
+from laneflow.domain.settlement import ACTIVE, BUDGET_SPENT, REJECTED, STOPPED
+from laneflow.ports import Services
+from laneflow.usecases.next_group import FAILED_BEFORE, FAILED_DURING, RUN_STOPPED
+from laneflow.usecases.step_crashed import step_crashed
+
+log = logging.getLogger("laneflow.end_run")
+
+
+
+def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
+    """Close the run: `failed` with its reason, or `completed`; `finished_at` set. Every way
+    a run ends comes here (its drive's EndRun, a stop, a rejection, reconcile closing it),
+    so here every step that did not run is skipped with the reason why. A run that already
+    ended is left as it is."""
+    store = svc.store
+    run = store.get_run(req.run.tenant, req.run.run_id, steps=False)
+    if run.status.ended:
+        return RunEnded(run_id=run.id, status=run.status)
+    steps = store.get_steps(run.tenant, run.id)
+    error = run.error
+    if run.stop_requested:
+        error = error or STOPPED
+    if not error and any(s.status in (StepStatus.pending, StepStatus.running) and s.rescue_of is None for s in steps):
+        error = "the drive ended with steps not run"
+    # Skipped before the run is closed: a crash in between leaves an active run (reconcile
+    # closes it again), never an ended run with steps still pending.
+    if skip_unrun_steps(svc, run, steps, not_run_because(run, error)):
+        steps = store.get_steps(run.tenant, run.id)
+    status = RunStatus.failed if error else RunStatus.completed
+    # Settle the cost: the run's spend is what its steps (and their rescues) spent.
+    spent = round(sum(s.cost_usd for s in steps), 6)
+    try:
+        run = store.update_run(
+            run.tenant,
+            run.id,
+            {"status": status, "error": error, "finished_at": utcnow(), "cost_usd": spent, "driver": None},
+            expect_status=(RunStatus.running, RunStatus.queued, RunStatus.awaiting_approval),
+        )
+    except Conflict:
+        run = store.get_run(run.tenant, run.id, steps=False)
+        return RunEnded(run_id=run.id, status=run.status)
+    if svc.on_end:
+        try:
+            svc.on_end(run)
+        except Exception:  # noqa: BLE001 - the run has ended; a hook's failure must not undo that
+            log.exception("on-end hook failed for run %s", run.id)
+    return RunEnded(run_id=run.id, status=run.status)
+
+
+
+def not_run_because(run: Run, error: str | None) -> str:
+    """Why the steps a run never ran were not run, from how it ended."""
+    if run.stop_requested:
+        return RUN_STOPPED
+    if error == REJECTED:
+        return REJECTED
+    if error and error.startswith(BUDGET_SPENT):
+        return BUDGET_SPENT
+    return FAILED_BEFORE
+
+
+
+def skip_unrun_steps(svc: Services, run: Run, steps: list[Step], reason: str) -> bool:
+    """Mark `skipped` (with `reason`) every step, rescue records included, still `pending`
+    or `awaiting-approval`: a run that ends leaves no step pending. True if any was."""
+    waiting = (StepStatus.pending, StepStatus.awaiting_approval)
+    skipped = False
+    for step in steps:
+        if step.status not in waiting:
+            continue
+        why = FAILED_DURING if reason == FAILED_BEFORE and step.attempts else reason
+        try:
+            svc.store.update_step(
+                run.tenant, run.id, step.index, {"status": StepStatus.skipped, "skip_reason": why}, expect_status=waiting
+            )
+            skipped = True
+        except Conflict:  # it started or ended meanwhile: its own record says how
+            pass
+    return skipped
+
+
+
+def close_run(svc: Services, tenant: str, run_id: str, *, error: str, cause: str = "") -> None:
+    """Close a run whose drive went away without ending it (a crashed definition, an
+    interrupted local runner): end the attempts it left running, then fail the run with the
+    reason, so nothing stays `running` with nothing working on it."""
+    store = svc.store
+    reason = scrub_paths(f"the drive failed ({error})" + (f": {cause[:300]}" if cause else ""))
+    ref = DriveRef(tenant=tenant, run_id=run_id)
+    for step in store.get_steps(tenant, run_id):
+        if step.status == StepStatus.running:
+            step_crashed(svc, StepCrashedRequest(run=ref, step=LaneStep(index=step.index), error={"Error": error, "Cause": cause}))
+    run = store.get_run(tenant, run_id, steps=False)
+    if run.status in ACTIVE:
+        try:
+            store.update_run(tenant, run_id, {"error": run.error or reason}, expect_status=ACTIVE)
+        except Conflict:
+            return
+        end_run(svc, EndRunRequest(run=ref))

@@ -1,0 +1,67 @@
+"""The decisions of a drive: what runs next, what a group's outcome means, how a run ends.
+
+The state machine only orders these; every decision is made here, from the store, so it is
+unit-testable without any engine and the same in both engines.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from laneflow.domain.flow import Flow
+from laneflow.domain.lanes import plan_lanes, unsettled_group
+from laneflow.domain.messages import (
+    NextGroupRequest,
+    Plan,
+)
+from laneflow.domain.records import (
+    RunStatus,
+    StepStatus,
+)
+from laneflow.domain.settlement import STOPPED, budget_spent
+from laneflow.ports import Services
+from laneflow.usecases.crashpoints import crashpoint
+from laneflow.usecases.run_step.handoff import prepare_handoffs
+
+log = logging.getLogger("laneflow.drive")
+
+# Why a step that never ran was skipped when its run ended.
+RUN_STOPPED = "run stopped"
+
+FAILED_BEFORE = "the run failed before this step"
+
+FAILED_DURING = "the run failed before this step finished"  # it had begun: an interrupted attempt
+
+
+
+def next_group(svc: Services, req: NextGroupRequest) -> Plan:
+    """The first group with a pending flow step runs next; none left means the run ends."""
+    store = svc.store
+    run = store.get_run(req.run.tenant, req.run.run_id, steps=False)
+    if run.status != RunStatus.running:
+        return Plan(action="end", reason=f"run is {run.status}")
+    if run.stop_requested:
+        return Plan(action="end", reason=STOPPED)
+    every = store.get_steps(run.tenant, run.id)
+    unsettled = unsettled_group(every)
+    if unsettled is not None:
+        group, cycle = unsettled
+        return Plan(action="settle", group=group, cycle=cycle, reason="an earlier drive left this group unsettled")
+    steps = [s for s in every if s.rescue_of is None]
+    pending = [s for s in steps if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
+    if not pending:
+        return Plan(action="end")
+    spent = budget_spent(run, sum(s.cost_usd for s in every))
+    if spent:
+        store.update_run(run.tenant, run.id, {"error": spent}, expect_status=(RunStatus.running,))
+        return Plan(action="end", reason=spent)
+    group = min(s.group for s in pending)
+    launching = [s for s in pending if s.group == group]
+    if any(s.agent is None for s in launching):
+        return Plan(action="park", group=group, reason="an approval")
+    crashpoint("group-transition")
+    flow = Flow.model_validate(run.flow_spec)
+    lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)))
+    cycle = max(s.cycle for s in launching)
+    prepare_handoffs(svc, run, group, cycle, {flow.spec(s.entry, s.slot).handoff for s in launching})
+    return Plan(action="run", group=group, cycle=cycle, lanes=lanes)

@@ -1,0 +1,111 @@
+"""The recorder: the `ExecutionSink` of one attempt, every write fenced by the attempt's
+identity; spans written with the attempt's end, heartbeats and stop checks as it runs."""
+
+from __future__ import annotations
+
+import secrets as _secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from laneflow.domain.records import (
+    AttemptRef,
+    Event,
+    ModelCall,
+    utcnow,
+)
+from laneflow.domain.redaction import STEP_CAPTURE_LIMIT, Redactor
+from laneflow.ports import Services
+from laneflow.usecases.crashpoints import crashpoint
+
+HEARTBEAT_S = 60.0
+
+FLUSH_S = 30.0
+
+
+
+# -- the sink ----------------------------------------------------------------------------------
+
+
+@dataclass
+class StepRecorder:
+    """The `ExecutionSink` of one attempt: every write fenced by the attempt's identity."""
+
+    svc: Services
+    ref: AttemptRef
+    base_n: int
+    redact: Redactor
+    capture: bool = True
+    on_first_event: Any = None
+    cost_usd: float = 0.0
+    began: bool = False
+    _numbers: dict[str, int] = field(default_factory=dict)
+    _costs: dict[str, float] = field(default_factory=dict)
+    _captured: int = 0
+    _capture_full_noted: bool = False
+    _stop_checked: float = 0.0
+    _stopped: bool = False
+    _beat: float = field(default_factory=time.monotonic)
+    _flushed: float = field(default_factory=time.monotonic)
+    spans: dict[str, ModelCall] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def first_event(self) -> None:
+        with self._lock:
+            if self.began:
+                return
+            self.began = True
+        crashpoint("mid-model-call")
+        if self.on_first_event:
+            self.on_first_event()
+
+    def call(self, span: ModelCall) -> ModelCall:
+        """Spans are kept here and written with the attempt's end (one write); a long attempt
+        writes them as it goes, at most every FLUSH_S, so a running step shows its turns."""
+        with self._lock:
+            n = self._numbers.setdefault(span.id, self.base_n + len(self._numbers) + 1)
+            self.cost_usd += span.cost_usd - self._costs.get(span.id, 0.0)
+            self._costs[span.id] = span.cost_usd
+            span = span.model_copy(update={"n": n, "attempt": self.ref.n if self.ref.n > 1 else None})
+            self.spans[span.id] = span
+            due = time.monotonic() - self._flushed > FLUSH_S
+            if due:
+                self._flushed = time.monotonic()
+        if due:
+            self.svc.store.put_call(self.ref, span)
+        return span
+
+    def event(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
+        # Masked by the store, like every write.
+        self.svc.store.add_event(self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref)
+
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:
+        # Masked first, so the sizes recorded are those of what the capture keeps.
+        tool_input, tool_output = self.redact(tool_input), self.redact(tool_output)
+        data: dict[str, Any] = {"tool": name, "input_chars": len(tool_input), "output_chars": len(tool_output), "ms": ms}
+        size = len(tool_input) + len(tool_output)
+        if self.capture and self._captured + size <= STEP_CAPTURE_LIMIT:
+            self._captured += size
+            key = f"s{self.ref.index}-a{self.ref.n}-{_secrets.token_hex(4)}"
+            data["capture"] = self.svc.captures.put(
+                self.ref.tenant, self.ref.run_id, key, {"tool": name, "input": tool_input, "output": tool_output, "at": utcnow()}
+            )
+        elif self.capture and not self._capture_full_noted:
+            self._capture_full_noted = True
+            self.event("warning", f"capture limit of {STEP_CAPTURE_LIMIT:,} characters reached: later tool calls keep names, sizes and times only")
+        shown = tool_input if len(tool_input) <= 200 else tool_input[:200] + "…"
+        self.event("tool", f"{name} {shown}".strip(), data)
+
+    def stopped(self) -> bool:
+        if self.svc.leaving.is_set():
+            return True  # this worker is going away: end the call now (the attempt is interrupted, not stopped)
+        now = time.monotonic()
+        if not self._stopped and now - self._stop_checked > 0.5:
+            self._stop_checked = now
+            run = self.svc.store.get_run(self.ref.tenant, self.ref.run_id, steps=False)
+            self._stopped = run.stop_requested
+            if now - self._beat > HEARTBEAT_S:
+                self._beat = now
+                self.svc.store.heartbeat(self.ref, utcnow())  # AttemptEnded: someone ended it
+        return self._stopped

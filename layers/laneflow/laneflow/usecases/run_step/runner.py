@@ -1,0 +1,428 @@
+"""Running one step: claim an attempt, build the prompt, execute, record — fenced throughout.
+
+Every write after the claim names the attempt (`AttemptRef`); a write the store refuses
+means the attempt was ended by someone else (a stop, an interruption), and the runner stops
+writing. A failure after the claim and before the executor starts (an unreadable agent) ends
+the attempt with its reason, so no step is left `running` with nothing working on it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import logging
+import secrets as _secrets
+from typing import Any, Callable
+
+from laneflow.domain.errors import (
+    AttemptEnded,
+    Conflict,
+    InvalidInput,
+    LaneflowError,
+    StepFailed,
+    StepStopped,
+)
+from laneflow.domain.messages import RunStepRequest, StepReport
+from laneflow.domain.prompt import build_system_prompt
+from laneflow.domain.records import (
+    Attempt,
+    AttemptRef,
+    AttemptStatus,
+    Event,
+    FailureKind,
+    Run,
+    Step,
+    StepStatus,
+    utcnow,
+)
+from laneflow.domain.redaction import scrub_paths
+from laneflow.domain.workers import dumps
+from laneflow.domain.workspace import load_agent, load_workspace
+from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
+from laneflow.usecases.crashpoints import crashpoint
+from laneflow.usecases.run_step.judge import JUDGE_SYSTEM, parse_verdict
+from laneflow.usecases.run_step.message import (
+    Briefing,
+    EarlierAttempt,
+    brief,
+    user_message,
+)
+from laneflow.usecases.run_step.output import check_output
+from laneflow.usecases.run_step.recorder import StepRecorder
+from laneflow.usecases.start_run import run_account
+from laneflow.usecases.wait_for_lead import open_gate
+
+log = logging.getLogger("laneflow.step")
+
+
+
+# -- the attempt loop ---------------------------------------------------------------------------
+
+
+class StepRunner:
+    """Runs a claimed step through its attempts: retries what was not its own fault, up to
+    `retries:` more attempts, telling each new attempt why the earlier ones failed."""
+
+    def __init__(
+        self,
+        svc: Services,
+        run: Run,
+        step: Step,
+        attempt: Attempt,
+        *,
+        briefing: "Briefing",
+        cycle: int = 0,
+        open_gate: Callable[[str], int] | None = None,
+    ):
+        self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
+        self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
+        self.prepared: tuple[Any, Any, Any, WorkingCopy] | None = None  # (workspace, agent, prompt, copy) of the first attempt
+        self.copy: WorkingCopy | None = None  # the folder the current attempt works in
+        self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
+        self.spec, self.handoff = briefing.spec, briefing.handoff
+        # What earlier attempts of this pass ended with (a retry, or a resume after a crash):
+        # each new attempt is told the truth about why it runs again.
+        self.history = list(briefing.history)
+        self.message = briefing.message  # what the current attempt is sent (written with its claim)
+        # `retries:` counts failures; an interruption (the worker went away) is not one.
+        self.failures = sum(1 for a in self.history if a.status == AttemptStatus.failed)
+
+    @property
+    def ref(self) -> AttemptRef:
+        return AttemptRef.of(self.run.tenant, self.attempt)
+
+    def _note(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
+        self.svc.store.add_event(self.run.tenant, self.run.id, self.step.index, Event(type=type, text=text, data=data), attempt=self.ref)
+
+    def run_attempts(self) -> StepReport:
+        try:
+            return self._run_attempts()
+        finally:
+            self._metrics()
+
+    def _metrics(self) -> None:
+        if not self.svc.telemetry.metrics_on:  # metrics are off locally: no read for them
+            return
+        step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index, detail=True)
+        started = step.started_at and _dt.datetime.fromisoformat(step.started_at.replace("Z", "+00:00"))
+        waited = [e for e in step.events if e.type == "gate" and "waiting" in e.text]
+        gate_wait = None
+        if waited and started:
+            gate_wait = (started - _dt.datetime.fromisoformat(waited[0].t.replace("Z", "+00:00"))).total_seconds() * 1000
+        spent = sum(c.ms for c in step.calls)
+        self.svc.telemetry.step_metrics(cost_usd=step.cost_usd, duration_ms=spent, calls=step.calls, gate_wait_ms=gate_wait)
+
+    def _run_attempts(self) -> StepReport:
+        store = self.svc.store
+        while True:
+            self.recorder = None
+            self.svc.telemetry.bind(attempt=self.attempt.n)
+            try:
+                if self.history:  # the first attempt's start is its record; a later one says why it runs
+                    told = {"told": [a.reason for a in self.history], "kinds": [a.kind or a.status for a in self.history]}
+                    self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}", told)
+                outcome, data, recorder = self._attempt()
+            except AttemptEnded:
+                return self._report()
+            except StepFailed as failure:
+                reason, retryable, kind = failure.reason, failure.retryable, failure.kind
+                stopped = isinstance(failure, StepStopped)
+            except InvalidInput as error:  # an agent that cannot be read: say where (file, line)
+                reason, retryable, stopped, kind = error.one_line(), False, False, FailureKind.other
+            except LaneflowError as error:
+                reason, retryable, stopped, kind = str(error).splitlines()[0], False, False, FailureKind.other
+            except Exception as error:  # a bug or an unexpected library error: end the attempt, say what
+                if self.svc.leaving.is_set():
+                    return self._interrupted()
+                log.exception("step %s of %s: attempt %s crashed", self.step.index, self.run.id, self.attempt.n)
+                reason, retryable, stopped, kind = f"{type(error).__name__}: {error}", False, False, FailureKind.other
+            else:
+                cost = recorder.cost_usd
+                try:
+                    store.end_attempt(
+                        self.ref,
+                        AttemptStatus.completed,
+                        step={
+                            "status": StepStatus.completed,
+                            "result": outcome.result,
+                            "conclusion": outcome.conclusion,
+                            "data": data,
+                            "error": None,
+                            "cost_usd": round(self.step.cost_usd + cost, 6),
+                            "finished_at": utcnow(),
+                        },
+                        calls=list(recorder.spans.values()),
+                    )
+                except AttemptEnded:
+                    pass
+                crashpoint("after-result")
+                return self._report()
+            finally:
+                self._discard()  # however the attempt ended, its copy of the workspace goes
+
+            if self.svc.leaving.is_set():
+                # The attempt ended because its worker is going away (Ctrl-C): not its doing.
+                return self._interrupted()
+            # Masked here too (the store masks what it writes): the next attempt's message is
+            # built from it in memory and must read as it would after a resume.
+            reason = self.svc.redactor(scrub_paths(reason, self.run.workspace_uri))
+            cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
+            self.step.cost_usd = round(self.step.cost_usd + cost, 6)
+            retry = retryable and self.failures < self.spec.retries
+            try:
+                self._note("error", f"attempt {self.attempt.n} failed: {reason}")
+                changes: dict[str, Any] = {"error": reason, "cost_usd": self.step.cost_usd}
+                if not retry:
+                    changes.update(status=StepStatus.failed, finished_at=utcnow())
+                ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
+                spans = list(self.recorder.spans.values()) if self.recorder else []
+                store.end_attempt(
+                    self.ref, ended, reason=reason, step=changes, calls=spans, reason_kind=None if stopped else kind
+                )
+            except AttemptEnded:
+                return self._report()
+            if not retry:
+                return self._report()
+            if self.open_gate:
+                # Siblings do not wait through the lead's retries: they start and write the prefix themselves.
+                self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
+            self.history.append(EarlierAttempt(n=self.attempt.n, status=AttemptStatus.failed, reason=reason, kind=kind))
+            self.failures += 1
+            self.message = user_message(self.step, self.spec, self.handoff, self.history)
+            try:
+                self.attempt = store.claim_attempt(
+                    self.run.tenant,
+                    self.run.id,
+                    self.step.index,
+                    token=_secrets.token_hex(16),
+                    started_at=utcnow(),
+                    expect_status=(StepStatus.running,),
+                    worker=self.attempt.worker,
+                    message=self.message,
+                )
+            except Conflict:
+                return self._report()
+
+    def _attempt(self) -> tuple[StepOutcome, Any, StepRecorder]:
+        svc, run, step = self.svc, self.run, self.step
+        if self.prepared is not None:  # built before the claim, layers written with it
+            ws, agent, prompt, self.copy = self.prepared
+            self.prepared = None
+        else:
+            ws, agent, prompt, self.copy = prepare(svc, run, step)
+            svc.store.set_prompt_layers(self.ref, prompt.records())
+        prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
+        budget = None
+        if agent.settings.budget is not None:
+            budget = agent.settings.budget - self.step.cost_usd
+            if budget <= 0:
+                raise StepFailed(f"its budget of ${agent.settings.budget:.2f} is spent", retryable=False)
+        self.recorder = recorder = StepRecorder(
+            svc=svc,
+            ref=self.ref,
+            base_n=len(prior.calls),
+            redact=svc.redactor,
+            capture=ws.settings.capture == "full",
+            on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
+        )
+        job = StepJob(
+            tenant=run.tenant,
+            run_id=run.id,
+            index=step.index,
+            attempt=self.attempt.n,
+            agent=agent.name,
+            model=step.model,
+            item=step.item,
+            run_input=run.input,
+            system_stable=prompt.stable,
+            system_dynamic=prompt.dynamic,
+            user=self.message,
+            tools=tuple(agent.settings.tools),
+            workspace_root=str(ws.root),
+            agent_path=agent.path,
+            stub=agent.settings.stub,
+            answer_index=self.attempt.n - 1,
+            max_turns=agent.settings.max_turns,
+            timeout=agent.settings.timeout,
+            budget=budget,
+        )
+        crashpoint("rescue-running" if step.rescue_of is not None else "executor-started")
+        outcome = svc.executor(step.model).execute(job, recorder)
+        data = check_output(self.spec, outcome)
+        if self.spec.verify_judge:
+            self._judge(ws, job, outcome, recorder)
+        self._keep(agent, recorder)
+        return outcome, data, recorder
+
+    def _keep(self, agent: Any, recorder: "StepRecorder") -> None:
+        """The attempt completed: what it wrote that outlives it goes back to the workspace
+        (the tenant's S3 prefix in the cloud), and only while this attempt is still the
+        running one, so an attempt a stop or an interruption ended meanwhile keeps nothing."""
+        kept = self.copy.changed(agent.path) if self.copy is not None else []
+        if not kept:
+            return
+        self.svc.store.heartbeat(self.ref, utcnow())  # AttemptEnded if it was ended meanwhile
+        try:
+            self.copy.keep(kept)  # type: ignore[union-attr] - there is something to keep
+        except Exception as error:  # noqa: BLE001 - S3 or disk: the attempt did not complete
+            log.warning("step %s of %s: keeping its files failed: %s", self.step.index, self.run.id, error)
+            raise StepFailed(f"what it wrote could not be kept in the workspace ({type(error).__name__})", retryable=True) from None
+        recorder.event("info", f"kept in the workspace: {', '.join(kept)}", {"kept": kept})
+
+    def _discard(self) -> None:
+        """Remove the current attempt's working copy (a local workspace is left as it is)."""
+        if self.copy is not None:
+            self.copy.discard()
+            self.copy = None
+
+    def _judge(self, ws: Any, job: StepJob, outcome: StepOutcome, recorder: "StepRecorder") -> None:
+        """`verify: judge:` asks the judge model (AGENTS.md `judge:`, workspace over account,
+        field by field; the run's `--model` wins). A failing verdict fails the attempt with the
+        judge's reason, and the next attempt is told it."""
+        settings = ws.settings.judge or {}
+        model = self.run.model or settings.get("model") or self.step.model
+        question = self.spec.verify_judge or ""
+        verdict_job = StepJob(
+            tenant=job.tenant,
+            run_id=job.run_id,
+            index=job.index,
+            attempt=job.attempt,
+            agent="judge",
+            model=model,
+            item=job.item,
+            run_input=job.run_input,
+            system_stable=JUDGE_SYSTEM + (f" Think with {settings['effort']} effort." if settings.get("effort") else ""),
+            system_dynamic="",
+            user=f"Question: {question}\n\nThe step was asked:\n{self.step.instruction}\n\nIts output:\n{outcome.result}",
+            stub=settings.get("stub") or "PASS",
+            answer_index=job.attempt - 1,
+            timeout=job.timeout,
+        )
+        reply = self.svc.executor(model).execute(verdict_job, recorder)
+        passed, reason = parse_verdict(reply.conclusion or reply.result)
+        recorder.event("judge", f"judge ({model}): {'PASS' if passed else 'FAIL: ' + reason}")
+        if not passed:
+            raise StepFailed(f"the judge failed it: {reason}", retryable=True, kind=FailureKind.output)
+
+    def _interrupted(self) -> StepReport:
+        """Mark this attempt interrupted by its exact identity, the way reconcile does for a
+        worker that went away: the next drive retries it and tells it why."""
+        from laneflow.usecases.reconcile import (
+            interrupt,  # reconcile builds on the drive, which builds on this module
+        )
+
+        run = self.svc.store.get_run(self.run.tenant, self.run.id, steps=False)
+        spent = self.recorder.cost_usd if self.recorder else 0.0  # what it spent counts, as for a failure
+        calls = list(self.recorder.spans.values()) if self.recorder else []
+        interrupt(self.svc, self.run.tenant, run, self.attempt, calls=calls, cost_usd=round(self.step.cost_usd + spent, 6))
+        return self._report()
+
+    def _report(self) -> StepReport:
+        step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index)
+        return StepReport(index=step.index, status=step.status, attempts=step.attempts)
+
+
+
+WAITED_TO_START = "run stopped by a person while this step waited to start"
+
+
+
+def prepare(svc: Services, run: Run, step: Step) -> tuple[Any, Any, Any, WorkingCopy]:
+    """Give the attempt its own working copy of the workspace (`checkout`), read the
+    workspace (with the run's account) and the agent from it afresh and build the step's
+    system prompt. The copy is the caller's to discard; if reading fails it is discarded here."""
+    copy = svc.folders.checkout(run.workspace_uri)
+    try:
+        ws = load_workspace(copy.root, run_account(run))
+        agent = load_agent(ws, step.agent or "")
+        return ws, agent, build_system_prompt(ws, agent), copy
+    except BaseException:
+        copy.discard()
+        raise
+
+
+
+def run_step(svc: Services, req: RunStepRequest, worker: dict[str, Any]) -> StepReport:
+    """Claim the step's next attempt and run it to its end. A step that already ended (a
+    re-delivered invocation) or is claimed by another worker is reported, not run again; a
+    step reached after a stop is skipped, never started. A lane's lead opens its gate when
+    its reply begins, and on every way out without one."""
+    tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
+    # Where the model's key is in Secrets Manager, this step runner reads it now, before the
+    # step records anything, so every record is masked from its first line.
+    svc.secret_values()
+    opener = None
+    if req.step.role == "lead":
+        opener = functools.partial(
+            open_gate, svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index
+        )
+    try:
+        return _run_step(svc, req, opener, worker)
+    finally:
+        if opener:
+            opener(why="the lead ended without a reply")
+
+
+
+def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None, worker: dict) -> StepReport:
+    tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
+    run = svc.store.get_run(tenant, run_id, steps=False)
+    step = svc.store.get_step(tenant, run_id, index)
+    if step.status != StepStatus.pending:
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    if svc.leaving.is_set():  # this worker is going away: claim nothing; the next drive runs it
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    if run.stop_requested or run.status.ended:
+        try:
+            step = svc.store.update_step(
+                tenant, run_id, index, {"status": StepStatus.skipped, "skip_reason": WAITED_TO_START}, expect_status=(StepStatus.pending,)
+            )
+        except Conflict:
+            step = svc.store.get_step(tenant, run_id, index)
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    # Read the workspace and build the prompt before claiming, so its layers are written
+    # with the claim. If that fails, the attempt is still claimed and then ended with the
+    # reason (the runner meets the same failure): no step stays pending or running silently.
+    try:
+        prepared: tuple[Any, Any, Any, WorkingCopy] | None = prepare(svc, run, step)
+    except Exception:  # noqa: BLE001 - reported through the attempt below
+        prepared = None
+    try:
+        return _claim_and_run(svc, req, run, step, prepared, opener, worker)
+    finally:
+        if prepared:
+            prepared[3].discard()  # if no attempt took it (the claim went elsewhere, a crash)
+
+
+
+def _claim_and_run(
+    svc: Services, req: RunStepRequest, run: Run, step: Step, prepared: tuple[Any, Any, Any, WorkingCopy] | None,
+    opener: Callable[..., int] | None, worker: dict,
+) -> StepReport:
+    tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
+    # What this attempt is sent is known before it is claimed (nothing in it depends on the
+    # attempt's number), so the claim records it: the step's `message` costs no write.
+    briefing = brief(svc, run, step, cycle=req.cycle)
+    op_id = req.op.op_id(group=req.group, cycle=req.cycle, index=index)
+    svc.store.journal_begin(tenant, run_id, op_id, index)
+    crashpoint("after-journal")
+    token = _secrets.token_hex(16)
+    try:
+        attempt = svc.store.claim_attempt(
+            tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id, worker=dumps(worker),
+            layers=prepared[2].records() if prepared else None, message=briefing.message,
+        )
+    except Conflict:
+        step = svc.store.get_step(tenant, run_id, index)
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    if attempt.token != token:
+        # A re-delivered invocation: the journal gave back what the first one claimed. That
+        # attempt is its worker's, not ours: report, never run it twice.
+        step = svc.store.get_step(tenant, run_id, index)
+        return StepReport(index=index, status=step.status, attempts=step.attempts)
+    crashpoint("after-claim")
+    running = step.model_copy(update={"status": StepStatus.running})
+    lead_opener = (lambda why, at=None: opener(why=why, at=at)) if opener else None
+    runner = StepRunner(svc, run, running, attempt, briefing=briefing, cycle=req.cycle, open_gate=lead_opener)
+    runner.prepared = prepared
+    return runner.run_attempts()

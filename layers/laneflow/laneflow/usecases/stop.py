@@ -1,0 +1,48 @@
+"""What people do to runs: park at an approval, answer it, stop a run (DESIGN section 4).
+
+Stopping is one-way: `request_stop` is the only write of `stop_requested`, and no other save
+names it. A run with a drive sees the stop at its next decision (and its running steps at
+their next check); a run with no drive (parked, or queued) is closed here at once. Park and
+stop each write, then read the other's write, so a stop racing a park never leaves a run
+parked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from laneflow.domain.messages import DriveRef, EndRunRequest
+from laneflow.domain.records import Run, RunStatus
+from laneflow.ports import Services
+from laneflow.usecases.end_run import end_run
+
+
+def _close(svc: Services, run: Run) -> Run:
+    end_run(svc, EndRunRequest(run=DriveRef(tenant=run.tenant, run_id=run.id)))
+    return svc.store.get_run(run.tenant, run.id, steps=False)
+
+
+
+@dataclass
+class StopOutcome:
+    run: Run
+    message: str
+
+
+
+def stop_run(svc: Services, tenant: str, run_id: str) -> StopOutcome:
+    """Ask a run to stop. A run with no drive (parked or queued) is closed at once; a running
+    one ends at its drive's next decision, its running steps at their next check."""
+    store = svc.store
+    run = store.get_run(tenant, run_id, steps=False)
+    if run.status.ended:
+        already = "already stopped" if run.stop_requested else "already ended"
+        return StopOutcome(run, f"run {run_id} {already} ({run.status})")
+    newly = store.request_stop(tenant, run_id)
+    run = store.get_run(tenant, run_id, steps=False)
+    if run.status in (RunStatus.awaiting_approval, RunStatus.queued):
+        run = _close(svc, run)
+        return StopOutcome(run, f"run {run_id} stopped")
+    if not newly:
+        return StopOutcome(run, f"run {run_id} already stopped: it is ending")
+    return StopOutcome(run, f"run {run_id}: stop requested; its running steps end at their next check")

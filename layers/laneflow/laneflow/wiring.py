@@ -1,0 +1,178 @@
+"""The wiring: the one module that builds adapters. It makes the `Services` (the ports) that
+a process's handlers hand to the use cases: store, captures, executors, callbacks, folders,
+telemetry, settings.
+
+In Lambda they are built once per container from `Settings`. The local engine installs its
+own (the store the CLI opened) for as long as a drive runs, since the interpreter calls the
+handlers on its own threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
+from laneflow.adapters.aws.s3 import S3Captures, S3Workspaces, SyncedFolders
+from laneflow.adapters.aws.secrets import read_model_key
+from laneflow.adapters.aws.stepfunctions import (
+    StepFunctionsCallbacks,
+    StepFunctionsDrives,
+    execution_alive,
+)
+from laneflow.adapters.engine.local import LocalDrives, LocalEngine
+from laneflow.adapters.executors.stub import StubExecutor
+from laneflow.adapters.local.captures import FolderCaptures
+from laneflow.adapters.local.on_end import LocalOnEnd
+from laneflow.adapters.local.workspaces import FolderWorkspaces
+from laneflow.adapters.store import open_store
+from laneflow.adapters.workers import Liveness
+from laneflow.ports import (
+    CaptureSink,
+    Executor,
+    NoTelemetry,
+    OnEnd,
+    Services,
+    Store,
+    Telemetry,
+    WorkspaceSource,
+)
+from laneflow.settings import Settings, settings
+from laneflow.usecases.reconcile import Reconciler, ReconcileReport
+
+_lock = threading.RLock()
+
+log = logging.getLogger("laneflow.wiring")
+
+
+def _s3_location(url: str | None) -> tuple[str, str] | None:
+    """(bucket, prefix) of an `s3://bucket/prefix` setting; None for anything else."""
+    if not url or not url.startswith("s3://"):
+        return None
+    bucket, _, prefix = url[5:].partition("/")
+    return bucket, prefix
+
+
+def make_executor(cfg: Settings) -> Callable[[str, str | None], Executor]:
+    """The executor factory: `stub`, else the Claude executor over the model's key."""
+
+    def make(model: str, key: str | None) -> Executor:
+        if model == "stub":
+            return StubExecutor()
+        from laneflow.adapters.executors.anthropic import AnthropicExecutor
+
+        return AnthropicExecutor(api_key=key, base_url=cfg.anthropic_base_url)
+
+    return make
+
+
+def telemetry() -> Telemetry:
+    """Powertools in Lambda (the process's own environment says so); nothing locally."""
+    from laneflow.adapters.aws import powertools
+
+    return powertools.PowertoolsTelemetry() if powertools.IN_LAMBDA else NoTelemetry()
+
+
+def for_store(store: Store, cfg: Settings | None = None) -> Services:
+    """The services of a process whose store is `store`: captures beside it, the on-end hook
+    (EventBridge in the cloud, a local file and command otherwise), drives and workspaces as
+    the settings say."""
+    cfg = cfg or settings()
+    on_end: OnEnd = (
+        EventBridgeOnEnd(cfg.event_bus)
+        if cfg.event_bus
+        else LocalOnEnd(local_folder(store, cfg) / "events.jsonl", cfg.on_end_command)
+    )
+    return Services(
+        store=store,
+        captures=capture_sink(store, cfg),
+        settings=cfg,
+        callbacks=StepFunctionsCallbacks(),
+        folders=SyncedFolders(),
+        make_executor=make_executor(cfg),
+        read_secret=read_model_key,
+        on_end=on_end,
+        drives=StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None,
+        workspaces=workspace_source(cfg),
+        telemetry=telemetry(),
+    )
+
+
+def workspace_source(cfg: Settings) -> WorkspaceSource | None:
+    if not cfg.workspaces:
+        return None
+    if s3 := _s3_location(cfg.workspaces):
+        return S3Workspaces(s3[0], s3[1] or "workspaces")
+    return FolderWorkspaces(cfg.workspaces)
+
+
+def capture_sink(store: Store, cfg: Settings) -> CaptureSink:
+    """Where tool calls are captured: the folder LANEFLOW_CAPTURE_DIR names, else S3 in the
+    bucket LANEFLOW_CAPTURE_BUCKET names, or the store's own bucket (the cloud: a DynamoDB
+    store with a bucket), or the bucket of S3 workspaces; else a folder beside the store."""
+    if cfg.capture_dir:
+        return FolderCaptures(cfg.capture_dir, store.redactor)
+    workspaces = _s3_location(cfg.workspaces)
+    bucket = cfg.capture_bucket or getattr(store, "bucket", None) or (workspaces[0] if workspaces else None)
+    if bucket:
+        return S3Captures(bucket, region=getattr(store, "region", None), redactor=store.redactor)
+    return FolderCaptures(local_folder(store, cfg) / "captures", store.redactor)
+
+
+def local_folder(store: Store, cfg: Settings) -> Path:
+    """Where local files of the store's go (captures, the on-end log): beside an SQLite
+    store's file, else beside LANEFLOW_CAPTURE_DIR, else a folder under the temp folder.
+    Never the working folder: Lambda's (/var/task) is read-only, and a person's is theirs."""
+    if cfg.capture_dir:
+        return Path(cfg.capture_dir).parent
+    db = getattr(store, "path", None)
+    if db and str(db) != ":memory:":
+        return Path(db).parent
+    return Path(tempfile.gettempdir()) / "laneflow"
+
+
+_current: Services | None = None
+
+
+def services() -> Services:
+    """The installed services, or ones built from the environment (first call in Lambda).
+    Building them reads no secret: the model's key is read when a step first needs it."""
+    global _current
+    with _lock:
+        if _current is None:
+            cfg = settings()
+            _current = for_store(open_store(cfg.store_url), cfg)
+        return _current
+
+
+def installed() -> Services | None:
+    """The services installed now (None: handlers would build them from the environment)."""
+    with _lock:
+        return _current
+
+
+def install(svc: Services | None) -> None:
+    """Make `svc` what every handler in this process uses (None: build from the environment)."""
+    global _current
+    with _lock:
+        _current = svc
+
+
+def reconcile_cloud(svc: Services) -> ReconcileReport:
+    """The scheduled reconcile: drives are Step Functions executions, re-driven by starting
+    a new one."""
+    redrive = (lambda run: svc.drives.start(run.tenant, run.id)) if svc.drives else None
+    return Reconciler(svc, Liveness(execution_alive=execution_alive()), redrive=redrive).run()
+
+
+def local_engine(svc: Services) -> LocalEngine:
+    """The embedded engine over `svc`, installing them for the handlers while it drives."""
+    return LocalEngine(svc, install=install, installed=installed)
+
+
+def local_drives(svc: Services) -> LocalDrives:
+    """Drives started on threads of this process (`laneflow serve`), on the embedded engine."""
+    return LocalDrives(lambda: local_engine(svc))
