@@ -210,12 +210,27 @@ def refusal(value: Any, parts: tuple[str | int, ...] = (), *, json_text: bool = 
     so a value that expands to billions of nodes is refused by its size, not walked. With
     `json_text` (the value was just read from text no longer than MAX_CHARS) every node is
     checked and the size is not: the text was measured, and only aliases could exceed it."""
-    sizes: dict[int, int] = {}
-    walking: set[int] = set()
-    limit = math.inf if json_text else MAX_CHARS
+    try:
+        _Walk(math.inf if json_text else MAX_CHARS).size(value, parts, 0)
+    except Refusal as found:
+        return found
+    return None
 
-    def walk(v: Any, at: tuple[str | int, ...], depth: int) -> int:
-        """The size of `v` written as JSON; raises Refusal."""
+
+class _Walk:
+    """One walk of a value: the size of each node written as JSON, or a `Refusal`."""
+
+    def __init__(self, limit: float):
+        self.limit = limit
+        self.sizes: dict[int, int] = {}  # lists and objects measured (an alias is measured once)
+        self.walking: set[int] = set()  # lists and objects being measured (an alias loop)
+
+    def size(self, v: Any, at: tuple[str | int, ...], depth: int) -> int:
+        if isinstance(v, (list, dict)):
+            return self._container(v, at, depth)
+        return self._scalar(v, at)
+
+    def _scalar(self, v: Any, at: tuple[str | int, ...]) -> int:
         if v is None or isinstance(v, bool):
             return 5
         if isinstance(v, int):
@@ -233,44 +248,38 @@ def refusal(value: Any, parts: tuple[str | int, ...] = (), *, json_text: bool = 
             if (bad := _text_refusal(v, at, "the text")) is not None:
                 raise bad
             return len(v) + 2
-        if not isinstance(v, (list, dict)):
-            hint = "; quote it to pass it as text" if type(v).__name__ in ("date", "datetime") else ""
-            raise Refusal(at, f"{_type_name(v)} is not a JSON value{hint}")
+        hint = "; quote it to pass it as text" if type(v).__name__ in ("date", "datetime") else ""
+        raise Refusal(at, f"{_type_name(v)} is not a JSON value{hint}")
+
+    def _container(self, v: list[Any] | dict[Any, Any], at: tuple[str | int, ...], depth: int) -> int:
         if depth >= MAX_DEPTH:
             raise Refusal(at, f"nested deeper than {MAX_DEPTH} levels of lists and objects")
         key = id(v)
-        if key in sizes:
-            return sizes[key]
-        if key in walking:
+        if key in self.sizes:
+            return self.sizes[key]
+        if key in self.walking:
             raise Refusal(at, "contains itself (an alias that refers to its own value)")
-        walking.add(key)
+        self.walking.add(key)
         total = 2
-        if isinstance(v, dict):
-            for k, item in v.items():
-                if not isinstance(k, str):
-                    raise Refusal(at, f"a key must be text, got {_type_name(k)} ({str(k)[:40]!r})")
-                if (bad := _text_refusal(k, at, "a key")) is not None:
-                    raise bad
-                total += len(k) + 4 + walk(item, (*at, k), depth + 1)
-                if total > limit:
-                    break
-        else:
-            for i, item in enumerate(v):
-                total += 1 + walk(item, (*at, i), depth + 1)
-                if total > limit:
-                    break
-        walking.discard(key)
-        if total > limit:
+        for k, item in v.items() if isinstance(v, dict) else enumerate(v):
+            if isinstance(v, dict):
+                total += len(self._key(k, at)) + 3
+            total += 1 + self.size(item, (*at, k), depth + 1)
+            if total > self.limit:
+                break
+        self.walking.discard(key)
+        if total > self.limit:
             raise Refusal(at, f"more than {MAX_CHARS:,} characters when written as JSON")
-        sizes[key] = total
+        self.sizes[key] = total
         return total
 
-    try:
-        walk(value, parts, 0)
-    except Refusal as found:
-        return found
-    return None
-
+    @staticmethod
+    def _key(k: Any, at: tuple[str | int, ...]) -> str:
+        if not isinstance(k, str):
+            raise Refusal(at, f"a key must be text, got {_type_name(k)} ({str(k)[:40]!r})")
+        if (bad := _text_refusal(k, at, "a key")) is not None:
+            raise bad
+        return k
 
 
 def check(value: Any, source: str, parts: tuple[str | int, ...] = ()) -> None:

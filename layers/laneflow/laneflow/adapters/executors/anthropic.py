@@ -244,88 +244,23 @@ class AnthropicExecutor:
     def _turn(
         self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any, left: float | None
     ) -> Turn:
-        timeout = None
-        if deadline:
-            timeout = deadline - time.monotonic()
-            if timeout <= 0:
-                raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False)
-        turn = Turn()
-        started, at = time.monotonic(), utcnow()
-        json_parts: dict[int, list[str]] = {}
-        out_chars = 0
-
-        def span() -> ModelCall:
-            return ModelCall(
-                id=turn.id or f"turn-{at}",
-                at=at,
-                ms=int((time.monotonic() - started) * 1000),
-                ttft_ms=turn.ttft_ms,
-                model=params["model"],
-                tokens=turn.tokens,
-                tools=len(turn.tool_uses),
-                stop=turn.stop,
-                cost_usd=round(price.cost(turn.tokens), 8) if price else 0.0,
-            )
-
+        timeout = _time_left(deadline, job)
+        reader = _TurnReader(model=params["model"], price=price, left=left)
+        turn = reader.turn
         watch = _CallWatch(sink).start()
         try:
             stream = self.client.messages.create(**params, stream=True, timeout=timeout)
             watch.attach(stream.response)
             with stream:
                 for event in stream:
-                    kind = event.type
-                    if kind == "message_start":
-                        sink.first_event()
-                        usage = event.message.usage
-                        turn.id = event.message.id
-                        turn.tokens = Tokens(
-                            input=usage.input_tokens or 0,
-                            output=usage.output_tokens or 0,
-                            cache_read=getattr(usage, "cache_read_input_tokens", 0) or 0,
-                            cache_write=getattr(usage, "cache_creation_input_tokens", 0) or 0,
-                        )
-                        sink.call(span())
-                        if left is not None and price and price.cost(turn.tokens) >= left:
-                            raise StepFailed(_over_budget(price.cost(turn.tokens), left), retryable=False)
-                    elif kind == "content_block_start":
-                        block = event.content_block
-                        if block.type == "tool_use":
-                            turn.blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": {}})
-                            json_parts[event.index] = []
-                        else:
-                            turn.blocks.append({"type": "text", "text": ""})
-                    elif kind == "content_block_delta":
-                        if turn.ttft_ms is None:
-                            turn.ttft_ms = int((time.monotonic() - started) * 1000)
-                        delta = event.delta
-                        if delta.type == "text_delta":
-                            turn.text.append(delta.text)
-                            turn.blocks[-1]["text"] += delta.text
-                            out_chars += len(delta.text)
-                        elif delta.type == "input_json_delta":
-                            json_parts.setdefault(event.index, []).append(delta.partial_json)
-                            out_chars += len(delta.partial_json)
-                        if left is not None and price:
-                            # Mid-turn: the output so far, estimated at 4 characters a token.
-                            so_far = turn.tokens.model_copy(update={"output": max(turn.tokens.output, out_chars // 4)})
-                            if price.cost(so_far) >= left:
-                                turn.tokens = so_far
-                                raise StepFailed(_over_budget(price.cost(so_far), left), retryable=False)
-                    elif kind == "content_block_stop":
-                        if event.index in json_parts and turn.blocks and turn.blocks[-1]["type"] == "tool_use":
-                            raw = "".join(json_parts.pop(event.index))
-                            turn.blocks[-1]["input"] = _tool_input(raw)
-                    elif kind == "message_delta":
-                        turn.stop = event.delta.stop_reason
-                        if event.usage and event.usage.output_tokens is not None:
-                            turn.tokens = turn.tokens.model_copy(update={"output": event.usage.output_tokens})
+                    reader.read(event, sink)
                     if sink.stopped():
                         raise StepStopped()
             if watch.fired.is_set():  # the stop shut the stream: it ended early, not complete
                 raise StepStopped(_stopped_reason(turn))
         except StepFailed:
             if turn.id:
-                sink.call(span())  # what the turn spent until it was stopped
+                sink.call(reader.span())  # what the turn spent until it was stopped
             raise
         except TIMEOUTS:
             if deadline and time.monotonic() >= deadline - 0.05:
@@ -336,16 +271,115 @@ class AnthropicExecutor:
                 raise
             # The stop shut the request down; whatever the transport made of that, it is a stop.
             if turn.id:
-                sink.call(span())
+                sink.call(reader.span())
             raise StepStopped(_stopped_reason(turn)) from None
         finally:
             watch.close()
         # Text blocks that stayed empty are not sent back.
         turn.blocks = [b for b in turn.blocks if b["type"] != "text" or b["text"]]
         if turn.id:
-            sink.call(span())
+            sink.call(reader.span())
         return turn
 
+
+class _TurnReader:
+    """What one turn's stream has said so far: its events read one at a time into a `Turn`
+    (text, tool_use blocks, usage, stop reason, time to first token), its span, and the
+    agent's budget checked as it goes (mid-turn, the output estimated at 4 characters a
+    token)."""
+
+    def __init__(self, *, model: str, price: Any, left: float | None):
+        self.model, self.price, self.left = model, price, left
+        self.turn = Turn()
+        self.started, self.at = time.monotonic(), utcnow()
+        self.json_parts: dict[int, list[str]] = {}
+        self.out_chars = 0
+
+    def span(self) -> ModelCall:
+        turn = self.turn
+        return ModelCall(
+            id=turn.id or f"turn-{self.at}",
+            at=self.at,
+            ms=int((time.monotonic() - self.started) * 1000),
+            ttft_ms=turn.ttft_ms,
+            model=self.model,
+            tokens=turn.tokens,
+            tools=len(turn.tool_uses),
+            stop=turn.stop,
+            cost_usd=round(self.price.cost(turn.tokens), 8) if self.price else 0.0,
+        )
+
+    def read(self, event: Any, sink: ExecutionSink) -> None:
+        handler = {
+            "message_start": self._message_start,
+            "content_block_start": self._block_start,
+            "content_block_delta": self._block_delta,
+            "content_block_stop": self._block_stop,
+            "message_delta": self._message_delta,
+        }.get(event.type)
+        if handler is not None:
+            handler(event, sink)
+
+    def _check_budget(self, tokens: Tokens) -> None:
+        if self.left is not None and self.price and self.price.cost(tokens) >= self.left:
+            self.turn.tokens = tokens
+            raise StepFailed(_over_budget(self.price.cost(tokens), self.left), retryable=False)
+
+    def _message_start(self, event: Any, sink: ExecutionSink) -> None:
+        sink.first_event()
+        usage = event.message.usage
+        self.turn.id = event.message.id
+        self.turn.tokens = Tokens(
+            input=usage.input_tokens or 0,
+            output=usage.output_tokens or 0,
+            cache_read=getattr(usage, "cache_read_input_tokens", 0) or 0,
+            cache_write=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+        )
+        sink.call(self.span())
+        self._check_budget(self.turn.tokens)
+
+    def _block_start(self, event: Any, sink: ExecutionSink) -> None:
+        block = event.content_block
+        if block.type == "tool_use":
+            self.turn.blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": {}})
+            self.json_parts[event.index] = []
+        else:
+            self.turn.blocks.append({"type": "text", "text": ""})
+
+    def _block_delta(self, event: Any, sink: ExecutionSink) -> None:
+        turn = self.turn
+        if turn.ttft_ms is None:
+            turn.ttft_ms = int((time.monotonic() - self.started) * 1000)
+        delta = event.delta
+        if delta.type == "text_delta":
+            turn.text.append(delta.text)
+            turn.blocks[-1]["text"] += delta.text
+            self.out_chars += len(delta.text)
+        elif delta.type == "input_json_delta":
+            self.json_parts.setdefault(event.index, []).append(delta.partial_json)
+            self.out_chars += len(delta.partial_json)
+        if self.left is not None and self.price:
+            self._check_budget(turn.tokens.model_copy(update={"output": max(turn.tokens.output, self.out_chars // 4)}))
+
+    def _block_stop(self, event: Any, sink: ExecutionSink) -> None:
+        turn = self.turn
+        if event.index in self.json_parts and turn.blocks and turn.blocks[-1]["type"] == "tool_use":
+            turn.blocks[-1]["input"] = _tool_input("".join(self.json_parts.pop(event.index)))
+
+    def _message_delta(self, event: Any, sink: ExecutionSink) -> None:
+        self.turn.stop = event.delta.stop_reason
+        if event.usage and event.usage.output_tokens is not None:
+            self.turn.tokens = self.turn.tokens.model_copy(update={"output": event.usage.output_tokens})
+
+
+def _time_left(deadline: float | None, job: StepJob) -> float | None:
+    """Seconds a turn may still take before the step's `timeout:` (None: no timeout)."""
+    if not deadline:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise StepFailed(f"timed out after {job.timeout:g} s", retryable=False)
+    return left
 
 
 def _tool_input(raw: str) -> dict[str, Any]:
