@@ -4,6 +4,7 @@ imitation (`laneflow demo --imitate`), so a person sees cache reads without an A
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
 
@@ -21,7 +22,7 @@ POST = {"title": "Five ways the ocean keeps its records", "slug": "ocean-records
 
 
 
-def demo_responder(body: dict) -> Reply:
+def demo_responder(body: dict[str, Any]) -> Reply:
     """The imitation's default replies, except that a step asked for JSON gets a post
     record that matches the demo's schema."""
     first = body.get("messages", [{}])[0].get("content", "")

@@ -30,6 +30,7 @@ from laneflow.adapters.local.on_end import LocalOnEnd
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import Liveness
+from laneflow.domain.records import Run
 from laneflow.ports import (
     CaptureSink,
     Executor,
@@ -164,8 +165,13 @@ def install(svc: Services | None) -> None:
 def reconcile_cloud(svc: Services) -> ReconcileReport:
     """The scheduled reconcile: drives are Step Functions executions, re-driven by starting
     a new one."""
-    redrive = (lambda run: svc.drives.start(run.tenant, run.id)) if svc.drives else None
-    return Reconciler(svc, Liveness(execution_alive=execution_alive()), redrive=redrive).run()
+    drives = svc.drives
+
+    def redrive(run: Run) -> None:
+        assert drives is not None
+        drives.start(run.tenant, run.id)
+
+    return Reconciler(svc, Liveness(execution_alive=execution_alive()), redrive=redrive if drives else None).run()
 
 
 def local_engine(svc: Services) -> LocalEngine:

@@ -23,6 +23,8 @@ from laneflow.domain import jsonsafe
 from laneflow.domain.errors import InvalidInput, LaneflowError, Problem
 from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.domain.redaction import masked
+from laneflow.ports import Services
+from laneflow.settings import Settings
 from laneflow.wiring import for_store, local_drives, local_engine
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -77,7 +79,7 @@ def leaving_on_signals() -> Iterator[None]:
 
 
 
-def _went_away(svc, tenant: str, run_id: str, interrupt: KeyboardInterrupt) -> int:
+def _went_away(svc: Services, tenant: str, run_id: str, interrupt: KeyboardInterrupt) -> int:
     """What a person is told when SIGINT or SIGTERM ended a drive: where the run stands and
     how to go on."""
     run = svc.store.get_run(tenant, run_id, steps=False)
@@ -118,7 +120,7 @@ def parse_input(text: str | None) -> Any:
 
 
 
-def _services(args: argparse.Namespace, settings=None):
+def _services(args: argparse.Namespace, settings: Settings | None = None) -> Services:
     from laneflow.adapters.store import open_store
     from laneflow.settings import settings as from_env
 
@@ -131,7 +133,7 @@ def _services(args: argparse.Namespace, settings=None):
 
 
 def cmd_run(
-    args: argparse.Namespace, *, workspace: str | None = None, flow: str | None = None, run_input: Any = None, settings=None
+    args: argparse.Namespace, *, workspace: str | None = None, flow: str | None = None, run_input: Any = None, settings: Settings | None = None
 ) -> int:
     from laneflow.usecases.start_run import create_run
 
@@ -148,7 +150,7 @@ def cmd_run(
 
 
 
-def drive_and_report(svc, tenant: str, run_id: str, args: argparse.Namespace) -> int:
+def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Namespace) -> int:
     """One drive of the run on the embedded engine, with progress; then the record."""
     from laneflow.entrypoints.progress import Progress
 
@@ -186,7 +188,7 @@ def drive_and_report(svc, tenant: str, run_id: str, args: argparse.Namespace) ->
 
 
 
-def _reconcile_quietly(svc, args: argparse.Namespace) -> None:
+def _reconcile_quietly(svc: Services, args: argparse.Namespace) -> None:
     """At the start of `run`: settle what crashed runs left behind (journal, attempts whose
     worker is gone, stopped runs); say which runs need a re-drive, without driving them."""
     from laneflow.adapters.workers import Liveness
@@ -206,7 +208,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     engine = local_engine(svc)
     driving: list[Any] = []
 
-    def redrive(run) -> None:
+    def redrive(run: Run) -> None:
         if not args.json:
             _err(f"re-driving {run.id} (drive {run.drives + 1})")
         driving[:] = [run]
@@ -313,10 +315,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from laneflow_dev import demo
-
     from laneflow.paths import project_root
     from laneflow.settings import settings
+    from laneflow_dev import demo
 
     root = str(project_root() / demo.WORKSPACE)
     if not args.imitate:

@@ -13,7 +13,7 @@ def _keys_of(event: Any) -> dict[str, Any]:
     """The run id, step and tenant an event is about (every log line carries them)."""
     if not isinstance(event, dict):
         return {}
-    run = event.get("run") if isinstance(event.get("run"), dict) else event
+    run: dict[str, Any] = event["run"] if isinstance(event.get("run"), dict) else event
     keys = {"run_id": run.get("run_id"), "tenant": run.get("tenant")}
     step = event.get("step")
     if isinstance(step, dict):

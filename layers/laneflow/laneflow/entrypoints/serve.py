@@ -289,7 +289,8 @@ class ApiServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
+        host = host.decode() if isinstance(host, bytes) else host
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def refusal(self, method: str, target: str, headers: Any) -> tuple[int, tuple[int, str] | None]:
         """(the body's length, and (status, message) when the request is refused before its

@@ -72,7 +72,8 @@ class S3Captures:
         return rel
 
     def get(self, ref: str) -> dict[str, Any]:
-        return json.loads(self._s3().get_object(Bucket=self.bucket, Key=self.key(ref))["Body"].read().decode("utf-8"))
+        record: dict[str, Any] = json.loads(self._s3().get_object(Bucket=self.bucket, Key=self.key(ref))["Body"].read().decode("utf-8"))
+        return record
 
 
 CACHE = Path(tempfile.gettempdir()) / "laneflow-workspaces"  # pristine downloads, read only

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from laneflow.ports import TokenGone
@@ -55,12 +56,12 @@ class StepFunctionsDrives:
             self._client = boto3.client("stepfunctions")
         name = f"{run_id}-{secrets.token_hex(4)}"[:80]
         out = self._client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps({"tenant": tenant, "run_id": run_id}))
-        return out["executionArn"]
+        return str(out["executionArn"])
 
 
 
 
-def execution_alive(client=None):
+def execution_alive(client: Any | None = None) -> Callable[[str], bool | None]:
     """Step Functions' answer to "is this drive still running?" (the cloud liveness)."""
 
     def alive(arn: str) -> bool | None:
@@ -70,7 +71,7 @@ def execution_alive(client=None):
 
             client = boto3.client("stepfunctions")
         try:
-            return client.describe_execution(executionArn=arn)["status"] == "RUNNING"
+            return bool(client.describe_execution(executionArn=arn)["status"] == "RUNNING")
         except client.exceptions.ExecutionDoesNotExist:
             return False
 

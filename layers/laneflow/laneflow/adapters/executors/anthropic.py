@@ -34,7 +34,7 @@ from laneflow.ports import ExecutionSink, StepJob, StepOutcome
 try:  # the transport the SDK streams over (httpx2 from anthropic 2.x, httpx before)
     import httpx2 as _http
 except ImportError:  # pragma: no cover
-    import httpx as _http
+    import httpx as _http  # type: ignore[no-redef]
 
 
 DEFAULT_MAX_TURNS = 16
@@ -407,8 +407,8 @@ def _over_budget(spent: float, left: float) -> str:
 
 
 def _message(exc: anthropic.APIStatusError) -> str:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    body: dict[str, Any] = exc.body if isinstance(exc.body, dict) else {}
+    error: dict[str, Any] = body["error"] if isinstance(body.get("error"), dict) else {}
     return str(error.get("message") or exc.message)[:300]
 
 

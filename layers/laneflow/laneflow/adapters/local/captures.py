@@ -33,4 +33,5 @@ class FolderCaptures:
         return rel
 
     def get(self, ref: str) -> dict[str, Any]:
-        return json.loads((self.root / ref).read_text(encoding="utf-8"))
+        record: dict[str, Any] = json.loads((self.root / ref).read_text(encoding="utf-8"))
+        return record
