@@ -28,5 +28,11 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(BIN)/python bench/local_engine.py
 
+# layers/laneflow/requirements.txt from pyproject.toml's dependencies (a unit test fails when
+# the committed file is out of date).
+.PHONY: layer-requirements
+layer-requirements: $(STAMP)
+	$(BIN)/python scripts/layer_requirements.py
+
 clean:
 	rm -rf $(VENV) .laneflow .pytest_cache

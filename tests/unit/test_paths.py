@@ -1,0 +1,50 @@
+"""Where the project's files are found: LANEFLOW_HOME, else the copy an installed wheel
+carries, else the checkout the library lives in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from laneflow import paths
+
+
+@pytest.fixture(autouse=True)
+def fresh_lookup(monkeypatch):
+    monkeypatch.delenv("LANEFLOW_HOME", raising=False)
+    paths.project_root.cache_clear()
+    yield
+    paths.project_root.cache_clear()
+
+
+def _project(folder: Path) -> Path:
+    (folder / "statemachines").mkdir(parents=True)
+    (folder / "template.yaml").write_text("Resources: {}\n", encoding="utf-8")
+    return folder
+
+
+def test_a_checkout_finds_itself_above_the_library():
+    assert not paths.PACKAGED.exists()  # a checkout (or an editable install) has no packaged copy
+    assert paths.project_root() == ROOT
+
+
+def test_an_installed_wheel_uses_the_copy_it_carries(monkeypatch, tmp_path):
+    monkeypatch.setattr(paths, "PACKAGED", _project(tmp_path / "_project"))
+    assert paths.project_root() == tmp_path / "_project"
+
+
+def test_laneflow_home_comes_first(monkeypatch, tmp_path):
+    monkeypatch.setattr(paths, "PACKAGED", _project(tmp_path / "_project"))
+    monkeypatch.setenv("LANEFLOW_HOME", str(tmp_path / "home"))
+    assert paths.project_root() == (tmp_path / "home").resolve()
+
+
+def test_no_project_anywhere_says_how_to_get_one(monkeypatch, tmp_path):
+    from laneflow.domain.errors import LaneflowError
+
+    monkeypatch.setattr(paths, "PACKAGED", tmp_path / "_project")
+    monkeypatch.setattr(paths, "__file__", str(tmp_path / "site-packages" / "laneflow" / "paths.py"))
+    with pytest.raises(LaneflowError, match="install laneflow with pip, run from a checkout, or set LANEFLOW_HOME"):
+        paths.project_root()
