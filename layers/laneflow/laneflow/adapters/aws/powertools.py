@@ -31,10 +31,30 @@ IN_LAMBDA = settings().in_lambda
 LOG_LEVEL = settings().log_level or (None if IN_LAMBDA else "WARNING")
 
 
+class _CurrentStream(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes to whatever `sys.stdout` / `sys.stderr` is when a record
+    is emitted, not what it was when this module was imported: this module may be imported
+    first inside a test (or a redirected block) whose stream is closed afterwards, and a
+    write to a closed stream makes `logging` print the record's original exception, unmasked,
+    as a "Logging error"."""
+
+    def __init__(self, which: str):
+        self._which = which
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return getattr(sys, self._which)
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler's constructor sets it; the property decides
+        pass
+
+
 logger = Logger(
     service=SERVICE,
     level=LOG_LEVEL,
-    logger_handler=logging.StreamHandler(sys.stdout if IN_LAMBDA else sys.stderr),
+    logger_handler=_CurrentStream("stdout" if IN_LAMBDA else "stderr"),
 )
 
 tracer = Tracer(service=SERVICE, disabled=True if not IN_LAMBDA else None)  # in Lambda: POWERTOOLS_TRACE_DISABLED decides
