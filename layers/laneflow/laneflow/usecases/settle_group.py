@@ -28,6 +28,7 @@ from laneflow.domain.records import (
     AttemptRef,
     AttemptStatus,
     Event,
+    EventType,
     Run,
     RunStatus,
     Step,
@@ -68,7 +69,7 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
 
 
 
-def _event(svc: Services, run: Run, index: int, text: str, type: str = "info") -> None:
+def _event(svc: Services, run: Run, index: int, text: str, type: EventType = EventType.info) -> None:
     svc.store.add_event(run.tenant, run.id, index, Event(type=type, text=text))
 
 
@@ -154,7 +155,7 @@ class Settler:
                     self.run.tenant, self.run.id, step.index, {"status": StepStatus.failed, "error": reason},
                     expect_status=(StepStatus.completed,),
                 )
-                _event(self.svc, self.run, step.index, reason, type="error")
+                _event(self.svc, self.run, step.index, reason, type=EventType.error)
                 continue
             return self.reset_cycle(step, spec)
         return None
