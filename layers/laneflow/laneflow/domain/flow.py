@@ -1,5 +1,4 @@
-"""Flows: `flows/<name>.yaml`, parsed and validated in full before a run starts (DESIGN
-section 3).
+"""Flows: `flows/<name>.yaml`, parsed and validated in full before a run starts.
 
 The models say what each field takes: its type and bounds (`Field(ge=...)`, `Literal`),
 its validators, and in words what it is (`Says`), which is what a refused value is told.

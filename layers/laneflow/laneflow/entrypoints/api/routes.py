@@ -1,5 +1,5 @@
-"""The HTTP API (DESIGN section 12): one Powertools resolver, the same routes behind API
-Gateway (functions/api/app.py) and behind `laneflow serve` (laneflow/serve.py).
+"""The HTTP API: one Powertools resolver, the same routes behind API Gateway
+(functions/api/app.py) and behind `laneflow serve` (entrypoints/serve.py).
 
 Each route reads its request (the tenant always from the caller's identity: the Cognito
 authorizer's `custom:tenant` claim, else the IAM caller's account id; neither is a 401,
@@ -210,7 +210,7 @@ def list_runs(
     "/runs/<run_id>",
     summary="A run and its steps",
     tags=["runs"],
-    responses={200: {"description": "the run record (DESIGN section 4)", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404)},
+    responses={200: {"description": "the run record", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404)},
 )
 def get_run(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
     return svc.store.get_run(tenant, run_id).public()
