@@ -1,5 +1,5 @@
 """Api: the HTTP API behind API Gateway (thin handler: the event goes to the one resolver,
-laneflow/api.py, over this container's services)."""
+laneflow/entrypoints/api/, over this container's services)."""
 
 from laneflow.entrypoints.api import resolve
 from laneflow.entrypoints.lambda_handler import lambda_handler

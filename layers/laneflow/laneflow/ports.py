@@ -33,6 +33,7 @@ from laneflow.domain.records import (
     AttemptRef,
     AttemptStatus,
     Event,
+    EventType,
     FailureKind,
     JournalEntry,
     ModelCall,
@@ -129,7 +130,7 @@ class ExecutionSink(Protocol):
         """Record (or update, same id) a model-call span. The sink numbers it across the
         step's attempts and returns it as stored."""
 
-    def event(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
+    def event(self, type: EventType, text: str, data: dict[str, Any] | None = None) -> None:
         """Append a trace line."""
 
     def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:

@@ -112,6 +112,18 @@ class AttemptEnded(Conflict):
 
 
 
+class IdempotencyKeyReused(Conflict):
+    """An idempotency key was presented again with a different request."""
+
+
+
+class Unavailable(LaneflowError):
+    """This deployment lacks what the request needs (a drive starter, a workspace source)."""
+
+    http_status = 503
+
+
+
 class StepFailed(LaneflowError):
     """A step attempt failed. `retryable` says whether it was not the step's own fault
     (model or network error, invalid output), so another attempt may be made. `kind` says

@@ -8,6 +8,7 @@ from collections import OrderedDict
 from laneflow.domain.flow import Flow
 from laneflow.domain.messages import (
     Lane,
+    LaneKey,
     LaneStep,
 )
 from laneflow.domain.records import (
@@ -16,7 +17,7 @@ from laneflow.domain.records import (
 )
 
 
-def gate_key(group: int, cycle: int, lane: str) -> str:
+def gate_key(group: int, cycle: int, lane: str | LaneKey) -> str:
     """One gate per lane (agent + model) per launching of a group."""
     return f"g{group}c{cycle}:{lane}"
 
@@ -36,11 +37,11 @@ def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool =
     at a time beside the lead; a lone step, or a lane capped at one at a time (whose
     siblings start only after the lead ends anyway), has no gate."""
     caps = {(e.index, slot): spec.parallel for e in flow.entries for slot, spec in enumerate(e.steps)}
-    lanes: "OrderedDict[tuple[str, str], list[Step]]" = OrderedDict()
+    lanes: "OrderedDict[LaneKey, list[Step]]" = OrderedDict()
     for step in sorted(steps, key=lambda s: s.index):
-        lanes.setdefault((step.agent or "", step.model), []).append(step)
+        lanes.setdefault(LaneKey(step.agent or "", step.model), []).append(step)
     planned = []
-    for (agent, model), members in lanes.items():
+    for lane, members in lanes.items():
         limits = [caps.get((s.entry, s.slot)) for s in members]
         parallel = min([c for c in limits if c] + [max_parallel, len(members)])
         parallel = max(1, parallel)
@@ -52,9 +53,9 @@ def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool =
             starters, siblings = [LaneStep(index=s.index, role="solo") for s in members], []
         planned.append(
             Lane(
-                key=f"{agent}@{model}",
-                agent=agent,
-                model=model,
+                key=str(lane),
+                agent=lane.agent,
+                model=lane.model,
                 parallel=parallel,
                 starters=starters,
                 siblings=siblings,

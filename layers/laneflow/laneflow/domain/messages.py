@@ -7,7 +7,7 @@ field can be added to the definition without breaking a deployed handler.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +41,25 @@ class LaneStep(Contract):
 
 
 
+class LaneKey(NamedTuple):
+    """A lane's identity: the agent and the model its steps share (so one prompt prefix).
+
+    The state machine carries it as the text `agent@model` (`str()`); `parse` reads that
+    back. The agent comes first and has no `@`, so a model name may have one."""
+
+    agent: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.agent}@{self.model}"
+
+    @classmethod
+    def parse(cls, key: str) -> "LaneKey":
+        agent, _, model = key.partition("@")
+        return cls(agent, model)
+
+
+
 class Lane(Contract):
     """The steps of a group that share one agent and one model (so one prompt prefix).
 
@@ -48,7 +67,7 @@ class Lane(Contract):
     most `parallel` at a time; `siblings` wait for the lead's reply, at most
     `sibling_parallel` at a time, so the lane never runs more than `parallel` at once."""
 
-    key: str  # "<agent>@<model>"
+    key: str  # str(LaneKey): "<agent>@<model>"
     agent: str
     model: str
     parallel: int

@@ -71,11 +71,25 @@ class Record(BaseModel):
 
 
 
+class EventType(StrEnum):
+    """What a line of a step's trace is about. The values are what the store keeps (and what
+    every earlier version wrote), so a stored line reads back as its member."""
+
+    info = "info"  # something that happened: approved, rescued, looped, kept files
+    attempt = "attempt"  # a later attempt started, with what it was told
+    tool = "tool"  # a tool call of the agent
+    gate = "gate"  # the prompt-cache gate: a sibling waits, the lead releases
+    judge = "judge"  # the judge's verdict on the attempt's output
+    warning = "warning"  # worth knowing, not a failure: a retry of a busy API, a capture limit
+    error = "error"  # an attempt or the step failed, was rejected or did not run
+
+
+
 class Event(Record):
     """One line of a step's trace."""
 
     t: str = Field(default_factory=utcnow)
-    type: str = "info"  # info | attempt | tool | gate | handoff | warning | error
+    type: EventType = EventType.info
     text: str
     attempt: int | None = None
     data: dict[str, Any] | None = None

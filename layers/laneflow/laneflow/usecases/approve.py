@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from laneflow.domain.errors import LaneflowError
-from laneflow.domain.records import Event, Run, RunStatus, StepStatus, utcnow
+from laneflow.domain.records import Event, EventType, Run, RunStatus, StepStatus, utcnow
 from laneflow.domain.settlement import REJECTED
 from laneflow.ports import Services
 from laneflow.usecases.stop import _close
@@ -38,7 +38,7 @@ def answer_approval(svc: Services, tenant: str, run_id: str, *, approve: bool) -
         tenant, run_id, step.index, {"status": StepStatus.failed, "error": REJECTED, "finished_at": now},
         expect_status=(StepStatus.awaiting_approval,),
     )
-    store.add_event(tenant, run_id, step.index, Event(type="error", text=REJECTED))
+    store.add_event(tenant, run_id, step.index, Event(type=EventType.error, text=REJECTED))
     # The steps after it are skipped ("rejected by a person") where every run's end skips them.
     store.update_run(tenant, run_id, {"error": REJECTED}, expect_status=(RunStatus.awaiting_approval,))
     return _close(svc, store.get_run(tenant, run_id, steps=False))

@@ -12,6 +12,7 @@ from laneflow.domain.records import (
     AttemptRef,
     AttemptStatus,
     Event,
+    EventType,
     FailureKind,
     StepStatus,
     utcnow,
@@ -55,7 +56,7 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
             )
         except Conflict:
             step = store.get_step(tenant, run_id, index)
-    store.add_event(tenant, run_id, index, Event(type="error", text=reason))
+    store.add_event(tenant, run_id, index, Event(type=EventType.error, text=reason))
     if req.step.role == "lead":
         open_gate(svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index, why="the lead's worker failed")
     return StepReport(index=index, status=step.status, attempts=step.attempts)

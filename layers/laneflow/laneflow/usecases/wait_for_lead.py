@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 
 from laneflow.domain.lanes import gate_key, waiting_line
-from laneflow.domain.messages import WaitForLeadReport, WaitForLeadRequest
-from laneflow.domain.records import Event, utcnow
+from laneflow.domain.messages import LaneKey, WaitForLeadReport, WaitForLeadRequest
+from laneflow.domain.records import Event, EventType, utcnow
 from laneflow.ports import Services, TokenGone
 
 log = logging.getLogger("laneflow.gate")
@@ -28,8 +28,8 @@ def wait_for_lead(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport:
     if svc.store.gate_wait(tenant, run_id, key, req.token):
         svc.callbacks.succeed(req.token, {"released": "the lead's reply had already begun"})
         return WaitForLeadReport(index=req.step.index, waiting=False)
-    agent = req.lane.split("@", 1)[0]
-    svc.store.add_event(tenant, run_id, req.step.index, Event(type="gate", text=waiting_line(agent)))
+    agent = LaneKey.parse(req.lane).agent
+    svc.store.add_event(tenant, run_id, req.step.index, Event(type=EventType.gate, text=waiting_line(agent)))
     return WaitForLeadReport(index=req.step.index, waiting=True)
 
 
@@ -51,6 +51,6 @@ def open_gate(
     if tokens:
         data = {"opened_at": at or utcnow(), "released_at": utcnow(), "released": released}
         svc.store.add_event(
-            tenant, run_id, lead, Event(type="gate", text=f"prompt cache: released {released} waiting sibling(s): {why}", data=data)
+            tenant, run_id, lead, Event(type=EventType.gate, text=f"prompt cache: released {released} waiting sibling(s): {why}", data=data)
         )
     return released

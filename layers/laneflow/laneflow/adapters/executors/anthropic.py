@@ -28,7 +28,7 @@ import anthropic
 from laneflow.adapters.executors.tools import FileTools, ToolError
 from laneflow.domain.errors import AttemptEnded, StepFailed, StepStopped
 from laneflow.domain.pricing import PriceCatalog, catalog
-from laneflow.domain.records import ModelCall, Tokens, utcnow
+from laneflow.domain.records import EventType, ModelCall, Tokens, utcnow
 from laneflow.ports import ExecutionSink, StepJob, StepOutcome
 
 try:  # the transport the SDK streams over (httpx2 from anthropic 2.x, httpx before)
@@ -173,7 +173,7 @@ class AnthropicExecutor:
         max_turns = job.max_turns or DEFAULT_MAX_TURNS
         price = self.prices.price(job.model)
         if price is None:
-            sink.event("warning", f"no price for model {job.model} in the catalog: its spend is counted as 0")
+            sink.event(EventType.warning, f"no price for model {job.model} in the catalog: its spend is counted as 0")
         texts: list[str] = []
         cost = 0.0
         for number in range(1, max_turns + 1):
@@ -229,7 +229,7 @@ class AnthropicExecutor:
                 wait = _retry_after(exc) or self.backoff_s * (2**tried)
                 if deadline and time.monotonic() + wait > deadline:
                     raise StepFailed(f"timed out after {job.timeout:g} s (the model API was busy: {what})", retryable=False) from None
-                sink.event("warning", f"model API busy ({what}); retrying in {wait:.1f} s")
+                sink.event(EventType.warning, f"model API busy ({what}); retrying in {wait:.1f} s")
                 self._sleep(wait, sink)
         raise AssertionError("unreachable")  # pragma: no cover
 

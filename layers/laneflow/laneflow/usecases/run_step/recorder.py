@@ -12,6 +12,7 @@ from typing import Any
 from laneflow.domain.records import (
     AttemptRef,
     Event,
+    EventType,
     ModelCall,
     utcnow,
 )
@@ -76,7 +77,7 @@ class StepRecorder:
             self.svc.store.put_call(self.ref, span)
         return span
 
-    def event(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
+    def event(self, type: EventType, text: str, data: dict[str, Any] | None = None) -> None:
         # Masked by the store, like every write.
         self.svc.store.add_event(self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref)
 
@@ -93,9 +94,9 @@ class StepRecorder:
             )
         elif self.capture and not self._capture_full_noted:
             self._capture_full_noted = True
-            self.event("warning", f"capture limit of {STEP_CAPTURE_LIMIT:,} characters reached: later tool calls keep names, sizes and times only")
+            self.event(EventType.warning, f"capture limit of {STEP_CAPTURE_LIMIT:,} characters reached: later tool calls keep names, sizes and times only")
         shown = tool_input if len(tool_input) <= 200 else tool_input[:200] + "…"
-        self.event("tool", f"{name} {shown}".strip(), data)
+        self.event(EventType.tool, f"{name} {shown}".strip(), data)
 
     def stopped(self) -> bool:
         if self.svc.leaving.is_set():

@@ -12,6 +12,7 @@ import datetime as _dt
 import functools
 import logging
 import secrets as _secrets
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from laneflow.domain.errors import (
@@ -23,12 +24,13 @@ from laneflow.domain.errors import (
     StepStopped,
 )
 from laneflow.domain.messages import RunStepRequest, StepReport
-from laneflow.domain.prompt import build_system_prompt
+from laneflow.domain.prompt import SystemPrompt, build_system_prompt
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
     AttemptStatus,
     Event,
+    EventType,
     FailureKind,
     Run,
     Step,
@@ -37,7 +39,7 @@ from laneflow.domain.records import (
 )
 from laneflow.domain.redaction import scrub_paths
 from laneflow.domain.workers import dumps
-from laneflow.domain.workspace import load_agent, load_workspace
+from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
 from laneflow.usecases.crashpoints import crashpoint
 from laneflow.usecases.run_step.judge import JUDGE_SYSTEM, parse_verdict
@@ -53,6 +55,19 @@ from laneflow.usecases.start_run import run_account
 from laneflow.usecases.wait_for_lead import open_gate
 
 log = logging.getLogger("laneflow.step")
+
+
+
+@dataclass(frozen=True)
+class PreparedAttempt:
+    """What an attempt works with, read afresh for it: the workspace (with the run's
+    account), the agent, the step's system prompt, and the attempt's own working copy of
+    the workspace (the holder's to discard)."""
+
+    workspace: Workspace
+    agent: Agent
+    prompt: SystemPrompt
+    copy: WorkingCopy
 
 
 
@@ -76,7 +91,7 @@ class StepRunner:
     ):
         self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
         self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
-        self.prepared: tuple[Any, Any, Any, WorkingCopy] | None = None  # (workspace, agent, prompt, copy) of the first attempt
+        self.prepared: PreparedAttempt | None = None  # the first attempt's, built before its claim
         self.copy: WorkingCopy | None = None  # the folder the current attempt works in
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
         self.spec, self.handoff = briefing.spec, briefing.handoff
@@ -91,7 +106,7 @@ class StepRunner:
     def ref(self) -> AttemptRef:
         return AttemptRef.of(self.run.tenant, self.attempt)
 
-    def _note(self, type: str, text: str, data: dict[str, Any] | None = None) -> None:
+    def _note(self, type: EventType, text: str, data: dict[str, Any] | None = None) -> None:
         self.svc.store.add_event(self.run.tenant, self.run.id, self.step.index, Event(type=type, text=text, data=data), attempt=self.ref)
 
     def run_attempts(self) -> StepReport:
@@ -105,7 +120,7 @@ class StepRunner:
             return
         step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index, detail=True)
         started = step.started_at and _dt.datetime.fromisoformat(step.started_at.replace("Z", "+00:00"))
-        waited = [e for e in step.events if e.type == "gate" and "waiting" in e.text]
+        waited = [e for e in step.events if e.type == EventType.gate and "waiting" in e.text]
         gate_wait = None
         if waited and started:
             gate_wait = (started - _dt.datetime.fromisoformat(waited[0].t.replace("Z", "+00:00"))).total_seconds() * 1000
@@ -120,7 +135,7 @@ class StepRunner:
             try:
                 if self.history:  # the first attempt's start is its record; a later one says why it runs
                     told = {"told": [a.reason for a in self.history], "kinds": [a.kind or a.status for a in self.history]}
-                    self._note("attempt", f"attempt {self.attempt.n} started on model {self.step.model}", told)
+                    self._note(EventType.attempt, f"attempt {self.attempt.n} started on model {self.step.model}", told)
                 outcome, data, recorder = self._attempt()
             except AttemptEnded:
                 return self._report()
@@ -170,7 +185,7 @@ class StepRunner:
             self.step.cost_usd = round(self.step.cost_usd + cost, 6)
             retry = retryable and self.failures < self.spec.retries
             try:
-                self._note("error", f"attempt {self.attempt.n} failed: {reason}")
+                self._note(EventType.error, f"attempt {self.attempt.n} failed: {reason}")
                 changes: dict[str, Any] = {"error": reason, "cost_usd": self.step.cost_usd}
                 if not retry:
                     changes.update(status=StepStatus.failed, finished_at=utcnow())
@@ -206,11 +221,11 @@ class StepRunner:
     def _attempt(self) -> tuple[StepOutcome, Any, StepRecorder]:
         svc, run, step = self.svc, self.run, self.step
         if self.prepared is not None:  # built before the claim, layers written with it
-            ws, agent, prompt, self.copy = self.prepared
-            self.prepared = None
+            prepared, self.prepared = self.prepared, None
         else:
-            ws, agent, prompt, self.copy = prepare(svc, run, step)
-            svc.store.set_prompt_layers(self.ref, prompt.records())
+            prepared = prepare(svc, run, step)
+            svc.store.set_prompt_layers(self.ref, prepared.prompt.records())
+        ws, agent, prompt, self.copy = prepared.workspace, prepared.agent, prepared.prompt, prepared.copy
         prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
         budget = None
         if agent.settings.budget is not None:
@@ -254,7 +269,7 @@ class StepRunner:
         self._keep(agent, recorder)
         return outcome, data, recorder
 
-    def _keep(self, agent: Any, recorder: "StepRecorder") -> None:
+    def _keep(self, agent: Agent, recorder: "StepRecorder") -> None:
         """The attempt completed: what it wrote that outlives it goes back to the workspace
         (the tenant's S3 prefix in the cloud), and only while this attempt is still the
         running one, so an attempt a stop or an interruption ended meanwhile keeps nothing."""
@@ -267,7 +282,7 @@ class StepRunner:
         except Exception as error:  # noqa: BLE001 - S3 or disk: the attempt did not complete
             log.warning("step %s of %s: keeping its files failed: %s", self.step.index, self.run.id, error)
             raise StepFailed(f"what it wrote could not be kept in the workspace ({type(error).__name__})", retryable=True) from None
-        recorder.event("info", f"kept in the workspace: {', '.join(kept)}", {"kept": kept})
+        recorder.event(EventType.info, f"kept in the workspace: {', '.join(kept)}", {"kept": kept})
 
     def _discard(self) -> None:
         """Remove the current attempt's working copy (a local workspace is left as it is)."""
@@ -275,7 +290,7 @@ class StepRunner:
             self.copy.discard()
             self.copy = None
 
-    def _judge(self, ws: Any, job: StepJob, outcome: StepOutcome, recorder: "StepRecorder") -> None:
+    def _judge(self, ws: Workspace, job: StepJob, outcome: StepOutcome, recorder: "StepRecorder") -> None:
         """`verify: judge:` asks the judge model (AGENTS.md `judge:`, workspace over account,
         field by field; the run's `--model` wins). A failing verdict fails the attempt with the
         judge's reason, and the next attempt is told it."""
@@ -300,7 +315,7 @@ class StepRunner:
         )
         reply = self.svc.executor(model).execute(verdict_job, recorder)
         passed, reason = parse_verdict(reply.conclusion or reply.result)
-        recorder.event("judge", f"judge ({model}): {'PASS' if passed else 'FAIL: ' + reason}")
+        recorder.event(EventType.judge, f"judge ({model}): {'PASS' if passed else 'FAIL: ' + reason}")
         if not passed:
             raise StepFailed(f"the judge failed it: {reason}", retryable=True, kind=FailureKind.output)
 
@@ -327,7 +342,7 @@ WAITED_TO_START = "run stopped by a person while this step waited to start"
 
 
 
-def prepare(svc: Services, run: Run, step: Step) -> tuple[Any, Any, Any, WorkingCopy]:
+def prepare(svc: Services, run: Run, step: Step) -> PreparedAttempt:
     """Give the attempt its own working copy of the workspace (`checkout`), read the
     workspace (with the run's account) and the agent from it afresh and build the step's
     system prompt. The copy is the caller's to discard; if reading fails it is discarded here."""
@@ -335,7 +350,7 @@ def prepare(svc: Services, run: Run, step: Step) -> tuple[Any, Any, Any, Working
     try:
         ws = load_workspace(copy.root, run_account(run))
         agent = load_agent(ws, step.agent or "")
-        return ws, agent, build_system_prompt(ws, agent), copy
+        return PreparedAttempt(workspace=ws, agent=agent, prompt=build_system_prompt(ws, agent), copy=copy)
     except BaseException:
         copy.discard()
         raise
@@ -384,19 +399,19 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
     # with the claim. If that fails, the attempt is still claimed and then ended with the
     # reason (the runner meets the same failure): no step stays pending or running silently.
     try:
-        prepared: tuple[Any, Any, Any, WorkingCopy] | None = prepare(svc, run, step)
+        prepared: PreparedAttempt | None = prepare(svc, run, step)
     except Exception:  # noqa: BLE001 - reported through the attempt below
         prepared = None
     try:
         return _claim_and_run(svc, req, run, step, prepared, opener, worker)
     finally:
         if prepared:
-            prepared[3].discard()  # if no attempt took it (the claim went elsewhere, a crash)
+            prepared.copy.discard()  # if no attempt took it (the claim went elsewhere, a crash)
 
 
 
 def _claim_and_run(
-    svc: Services, req: RunStepRequest, run: Run, step: Step, prepared: tuple[Any, Any, Any, WorkingCopy] | None,
+    svc: Services, req: RunStepRequest, run: Run, step: Step, prepared: PreparedAttempt | None,
     opener: Callable[..., int] | None, worker: dict,
 ) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
@@ -410,7 +425,7 @@ def _claim_and_run(
     try:
         attempt = svc.store.claim_attempt(
             tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id, worker=dumps(worker),
-            layers=prepared[2].records() if prepared else None, message=briefing.message,
+            layers=prepared.prompt.records() if prepared else None, message=briefing.message,
         )
     except Conflict:
         step = svc.store.get_step(tenant, run_id, index)

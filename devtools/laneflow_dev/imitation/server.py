@@ -1,81 +1,31 @@
-"""A local imitation of the Anthropic Messages API, for tests and benchmarks.
-
-Point the real SDK at it (``anthropic.Anthropic(base_url=server.url)`` or
-``ANTHROPIC_BASE_URL=http://127.0.0.1:8765``) and it answers ``POST /v1/messages`` with the
-real shapes: a whole Message, or server-sent events in the real order (``message_start``,
-per block ``content_block_start`` / ``content_block_delta`` / ``content_block_stop``, a
-``ping`` after the first block start, ``message_delta``, ``message_stop``).
-
-Its point is the prompt cache, reproduced with the semantics that make laneflow's warm gate
-matter: a cache entry is created when a request arrives, but it becomes readable only once
-the response that wrote it has begun (when its ``message_start`` is sent, after the
-``ttft_ms`` "prefill"). A request for the same prefix that arrives before that moment does
-not read it: it writes it again and pays another cache write, as with the real API.
-
-Approximations (documented, deterministic):
-
-* Tokens of a text are ``ceil(len(text) / chars_per_token)``, counted per block: a tool
-  definition is its canonical JSON, a text block its text, a ``tool_use`` its name plus the
-  JSON of its input, a ``tool_result`` its content (text blocks' texts), anything else
-  (images, documents...) its canonical JSON. The prompt is tools, then system, then the
-  messages' content blocks, in order.
-* Only explicit ``cache_control`` breakpoints are cache positions (the real API's automatic
-  look-back over earlier block boundaries is not imitated). A request reads the longest
-  readable, unexpired breakpoint prefix, and writes an entry at every breakpoint longer than
-  what it read (billed once: ``cache_creation_input_tokens`` = the longest written prefix's
-  tokens minus the read ones), so a shared prefix (tools + system) is cached on its own.
-* Output tokens are counted the same way over the reply's text and tool-use inputs; a
-  reply longer than ``max_tokens`` is cut there with ``stop_reason: "max_tokens"``.
-
-Auth: the key comes in ``x-api-key`` or, as SDK 2.x sends ``api_key``, in
-``Authorization: Bearer``; a missing key (or one not in ``api_keys``) is a 401.
-
-Stdlib only. Loopback only (binds 127.0.0.1). Run it standalone with
-``python -m laneflow_dev.imitation --port 8765 --ttft-ms 400 --token-ms 5``.
-"""
+"""The server: a ``ThreadingHTTPServer`` on loopback answering ``POST /v1/messages`` with a
+whole Message or its server-sent events, keeping the prompt cache and the stats."""
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import math
 import re
 import secrets
 import select
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
-__all__ = ["Reply", "Responder", "MessagesImitation", "default_responder", "DEFAULT_MIN_CACHEABLE", "main"]
-
+from laneflow_dev.imitation.prompt import (
+    DEFAULT_MIN_CACHEABLE,
+    Prompt,
+    RequestError,
+    analyze_prompt,
+    canonical,
+    validate_body,
+)
+from laneflow_dev.imitation.replies import Reply, Responder, default_responder
 
 HOST = "127.0.0.1"
-
-MAX_BREAKPOINTS = 4
-
-
-# Minimum cacheable prompt length (tokens of the prefix up to the breakpoint), per Anthropic's
-# prompt-caching documentation. Matched by the longest prefix of the model id, so dated ids
-# (claude-sonnet-4-5-20250929) work; "*" is the fallback.
-DEFAULT_MIN_CACHEABLE: dict[str, int] = {
-    "claude-opus-4-6": 4096,
-    "claude-opus-4-5": 4096,
-    "claude-haiku-4-5": 4096,
-    "claude-sonnet-4-6": 2048,
-    "claude-sonnet-4-5": 1024,
-    "claude-opus-4-1": 1024,
-    "claude-opus-4": 1024,
-    "claude-sonnet-4": 1024,
-    "claude-3-7-sonnet": 1024,
-    "claude-3-5-haiku": 2048,
-    "claude-3-haiku": 2048,
-    "*": 1024,
-}
 
 
 ERROR_TYPES: dict[int, str] = {
@@ -105,267 +55,6 @@ ERROR_MESSAGES: dict[int, str] = {
 def _error_type(status: int) -> str:
     return ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
 
-
-
-# --------------------------------------------------------------------------------------------
-# Replies
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    """One assistant turn the server will send."""
-
-    text: str = ""
-    tool_uses: list[dict] = field(default_factory=list)  # each {"name": str, "input": dict}
-    stop_reason: str | None = None  # default: "tool_use" if tool_uses else "end_turn"
-
-
-
-Responder = Callable[[dict], Reply]
-
-
-_TOOL_DIRECTIVE = re.compile(r"^\[\[tool\s+([^\s\]]+)(?:\s+(.*?))?\s*\]\]$")
-
-_REPLY_DIRECTIVE = re.compile(r"^\[\[reply(?:\s+(.*?))?\]\]$", re.S)
-
-
-
-def _text_of(content: Any) -> str:
-    """The text blocks of a message's content, joined by newlines."""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    if isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-    return "\n".join(parts)
-
-
-
-def _parse_script(text: str) -> tuple[list[dict], str | None, list[str]]:
-    """(tool directives in order, the [[reply]] text or None, the other lines)."""
-    tools: list[dict] = []
-    reply: str | None = None
-    rest: list[str] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        m = _TOOL_DIRECTIVE.match(line)
-        if m:
-            payload = (m.group(2) or "").strip()
-            try:
-                tool_input = json.loads(payload) if payload else {}
-            except json.JSONDecodeError:
-                tool_input = {"_unparsed": payload}
-            if not isinstance(tool_input, dict):
-                tool_input = {"value": tool_input}
-            tools.append({"name": m.group(1), "input": tool_input})
-            continue
-        m = _REPLY_DIRECTIVE.match(line)
-        if m:
-            reply = (m.group(1) or "").replace("\\n", "\n")
-            continue
-        rest.append(raw)
-    return tools, reply, rest
-
-
-
-def default_responder(body: dict) -> Reply:
-    """Scriptable without Python. In the FIRST user message, lines ``[[tool NAME {json}]]``
-    script tool calls: on the k-th assistant turn (k = assistant messages already present)
-    the k-th directive, if any, is answered with "Calling NAME." plus that tool_use.
-    Otherwise the final text is ``Reply to: <first line of the first user message, without
-    directives>`` and ``Turn <k+1>.``, or the text of a ``[[reply TEXT]]`` directive
-    (``\\n`` escapes allowed)."""
-    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    first_user = next((m for m in messages if m.get("role") == "user"), None)
-    text = _text_of(first_user.get("content")) if first_user else ""
-    tools, reply, rest = _parse_script(text)
-    k = sum(1 for m in messages if m.get("role") == "assistant")
-    if k < len(tools):
-        call = tools[k]
-        return Reply(text=f"Calling {call['name']}.", tool_uses=[call])
-    if reply is not None:
-        return Reply(text=reply)
-    first_line = next((line.strip() for line in rest if line.strip()), "")
-    return Reply(text=f"Reply to: {first_line}\nTurn {k + 1}.")
-
-
-
-# --------------------------------------------------------------------------------------------
-# Prompt accounting
-# --------------------------------------------------------------------------------------------
-
-
-class RequestError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-
-def _strip_cache_control(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_cache_control(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_strip_cache_control(v) for v in value]
-    return value
-
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-
-def _block_text(block: dict, *, is_tool: bool = False) -> str:
-    """The text whose length stands for a block's tokens."""
-    if is_tool:
-        return _canonical(_strip_cache_control(block))
-    kind = block.get("type")
-    if kind == "text":
-        return str(block.get("text", ""))
-    if kind == "tool_use":
-        return str(block.get("name", "")) + _canonical(block.get("input", {}))
-    if kind == "tool_result":
-        content = block.get("content", "")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            return "".join(
-                b.get("text", "") if isinstance(b, dict) and b.get("type") == "text" else _canonical(_strip_cache_control(b))
-                for b in content
-            )
-        return ""
-    if kind == "thinking":
-        return str(block.get("thinking", ""))
-    return _canonical(_strip_cache_control(block))
-
-
-
-@dataclass
-class Breakpoint:
-    key: str
-    tokens: int  # prompt tokens up to and including the breakpoint's block
-    ttl: str  # "5m" | "1h"
-
-
-
-@dataclass
-class Prompt:
-    tokens: int
-    breakpoints: list[Breakpoint]
-
-
-
-def _cache_control_ttl(block: dict, where: str) -> str | None:
-    cc = block.get("cache_control")
-    if cc is None:
-        return None
-    if not isinstance(cc, dict) or cc.get("type") != "ephemeral":
-        raise RequestError(400, f"{where}.cache_control.type: Input should be 'ephemeral'")
-    ttl = cc.get("ttl", "5m")
-    if ttl not in ("5m", "1h"):
-        raise RequestError(400, f"{where}.cache_control.ttl: Input should be '5m' or '1h'")
-    return ttl
-
-
-
-def analyze_prompt(body: dict, chars_per_token: int) -> Prompt:
-    """Count the prompt's tokens and find its cache breakpoints (validating them)."""
-    model = body["model"]
-    items: list[tuple[str, Any, dict, bool]] = []  # (where, position, block, is_tool)
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise RequestError(400, "tools: Input should be a valid list")
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise RequestError(400, f"tools.{i}: Input should be a valid dictionary")
-        items.append((f"tools.{i}", ["tool"], tool, True))
-    system = body.get("system")
-    if isinstance(system, str):
-        if system:
-            items.append(("system", ["system"], {"type": "text", "text": system}, False))
-    elif isinstance(system, list):
-        for i, block in enumerate(system):
-            if not isinstance(block, dict) or block.get("type") != "text":
-                raise RequestError(400, f"system.{i}: Input should be a text block")
-            items.append((f"system.{i}", ["system"], block, False))
-    elif system is not None:
-        raise RequestError(400, "system: Input should be a valid string or list of text blocks")
-    for mi, message in enumerate(body["messages"]):
-        content = message["content"]
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        for bi, block in enumerate(blocks):
-            items.append((f"messages.{mi}.content.{bi}", ["message", mi, message["role"]], block, False))
-
-    hasher = hashlib.sha256(model.encode("utf-8"))
-    total = 0
-    breakpoints: list[Breakpoint] = []
-    saw_5m = False
-    for where, position, block, is_tool in items:
-        ttl = _cache_control_ttl(block, where)
-        total += math.ceil(len(_block_text(block, is_tool=is_tool)) / chars_per_token)
-        hasher.update(b"\x1e" + _canonical([position, _strip_cache_control(block)]).encode("utf-8"))
-        if ttl is None:
-            continue
-        if ttl == "1h" and saw_5m:
-            raise RequestError(
-                400, "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
-            )
-        saw_5m = saw_5m or ttl == "5m"
-        breakpoints.append(Breakpoint(key=hasher.copy().hexdigest(), tokens=total, ttl=ttl))
-    if len(breakpoints) > MAX_BREAKPOINTS:
-        raise RequestError(
-            400, f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(breakpoints)}."
-        )
-    return Prompt(tokens=total, breakpoints=breakpoints)
-
-
-
-def validate_body(body: Any) -> None:
-    """Validate the request body like the real API (a 400 naming the field)."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "Request body must be a JSON object")
-    for name in ("model", "max_tokens", "messages"):
-        if name not in body:
-            raise RequestError(400, f"{name}: Field required")
-    if not isinstance(body["model"], str) or not body["model"]:
-        raise RequestError(400, "model: Input should be a valid string")
-    mt = body["max_tokens"]
-    if isinstance(mt, bool) or not isinstance(mt, int):
-        raise RequestError(400, "max_tokens: Input should be a valid integer")
-    if mt < 1:
-        raise RequestError(400, "max_tokens: Input should be greater than or equal to 1")
-    messages = body["messages"]
-    if not isinstance(messages, list):
-        raise RequestError(400, "messages: Input should be a valid list")
-    if not messages:
-        raise RequestError(400, "messages: at least one message is required")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise RequestError(400, f"messages.{i}: Input should be a valid dictionary")
-        if message.get("role") not in ("user", "assistant"):
-            raise RequestError(400, f"messages.{i}.role: Input should be 'user' or 'assistant'")
-        if "content" not in message:
-            raise RequestError(400, f"messages.{i}.content: Field required")
-        content = message["content"]
-        if isinstance(content, list):
-            for j, block in enumerate(content):
-                if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                    raise RequestError(400, f"messages.{i}.content.{j}: Input should be a content block with a type")
-        elif not isinstance(content, str):
-            raise RequestError(400, f"messages.{i}.content: Input should be a valid string or list")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise RequestError(400, "stream: Input should be a valid boolean")
-
-
-
-# --------------------------------------------------------------------------------------------
-# The cache and the stats
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -420,11 +109,6 @@ def _api_key_of(headers: Any) -> str | None:
 def _new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(12)
 
-
-
-# --------------------------------------------------------------------------------------------
-# The server
-# --------------------------------------------------------------------------------------------
 
 
 class _Server(ThreadingHTTPServer):
@@ -778,7 +462,7 @@ class MessagesImitation:
             for call in reply.tool_uses:
                 name = str(call.get("name", "tool"))
                 tool_input = call.get("input") or {}
-                cost = self._tokens(name + _canonical(tool_input))
+                cost = self._tokens(name + canonical(tool_input))
                 if used + cost > budget:
                     truncated = True
                     break
@@ -888,51 +572,3 @@ def _word_chunks(text: str, words: int = 3) -> list[str]:
         return []
     tokens = re.findall(r"\s*\S+\s*|\s+", text)
     return ["".join(tokens[i : i + words]) for i in range(0, len(tokens), words)]
-
-
-
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m laneflow_dev.imitation",
-        description="Serve a local imitation of the Anthropic Messages API (with prompt-cache semantics) on 127.0.0.1.",
-    )
-    parser.add_argument("--port", type=int, default=8765, help="port (0: any free one); default 8765")
-    parser.add_argument("--ttft-ms", type=int, default=0, help="time to first token (the prefill), ms")
-    parser.add_argument("--token-ms", type=float, default=0.0, help="time per output token, ms")
-    parser.add_argument("--ttl-s", type=float, default=300.0, help="TTL of 5m cache entries, s")
-    parser.add_argument("--chars-per-token", type=int, default=4)
-    parser.add_argument("--api-key", action="append", default=None, help="accepted x-api-key (repeatable); default any")
-    args = parser.parse_args(argv)
-    server = MessagesImitation(
-        port=args.port,
-        ttft_ms=args.ttft_ms,
-        token_ms=args.token_ms,
-        ttl_s=args.ttl_s,
-        chars_per_token=args.chars_per_token,
-        api_keys=set(args.api_key) if args.api_key else None,
-    )
-    try:
-        server.start()
-    except OSError as e:
-        print(f"imitation: cannot listen on {HOST}:{args.port}: {e}", file=sys.stderr)
-        return 1
-    print(server.url, flush=True)
-    print(f"# export ANTHROPIC_BASE_URL={server.url}  (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
-
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

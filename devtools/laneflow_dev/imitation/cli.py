@@ -1,0 +1,46 @@
+"""``python -m laneflow_dev.imitation``: serve the imitation until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from laneflow_dev.imitation.server import HOST, MessagesImitation
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m laneflow_dev.imitation",
+        description="Serve a local imitation of the Anthropic Messages API (with prompt-cache semantics) on 127.0.0.1.",
+    )
+    parser.add_argument("--port", type=int, default=8765, help="port (0: any free one); default 8765")
+    parser.add_argument("--ttft-ms", type=int, default=0, help="time to first token (the prefill), ms")
+    parser.add_argument("--token-ms", type=float, default=0.0, help="time per output token, ms")
+    parser.add_argument("--ttl-s", type=float, default=300.0, help="TTL of 5m cache entries, s")
+    parser.add_argument("--chars-per-token", type=int, default=4)
+    parser.add_argument("--api-key", action="append", default=None, help="accepted x-api-key (repeatable); default any")
+    args = parser.parse_args(argv)
+    server = MessagesImitation(
+        port=args.port,
+        ttft_ms=args.ttft_ms,
+        token_ms=args.token_ms,
+        ttl_s=args.ttl_s,
+        chars_per_token=args.chars_per_token,
+        api_keys=set(args.api_key) if args.api_key else None,
+    )
+    try:
+        server.start()
+    except OSError as e:
+        print(f"imitation: cannot listen on {HOST}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    print(server.url, flush=True)
+    print(f"# export ANTHROPIC_BASE_URL={server.url}  (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0

@@ -1,0 +1,89 @@
+"""What the imitation answers: a reply per request, by default scripted by the last user
+message's directives (``[[tool NAME JSON]]`` lines, ``[[reply TEXT]]``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class Reply:
+    """One assistant turn the server will send."""
+
+    text: str = ""
+    tool_uses: list[dict] = field(default_factory=list)  # each {"name": str, "input": dict}
+    stop_reason: str | None = None  # default: "tool_use" if tool_uses else "end_turn"
+
+
+
+Responder = Callable[[dict], Reply]
+
+
+_TOOL_DIRECTIVE = re.compile(r"^\[\[tool\s+([^\s\]]+)(?:\s+(.*?))?\s*\]\]$")
+
+_REPLY_DIRECTIVE = re.compile(r"^\[\[reply(?:\s+(.*?))?\]\]$", re.S)
+
+
+
+def _text_of(content: Any) -> str:
+    """The text blocks of a message's content, joined by newlines."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+    return "\n".join(parts)
+
+
+
+def _parse_script(text: str) -> tuple[list[dict], str | None, list[str]]:
+    """(tool directives in order, the [[reply]] text or None, the other lines)."""
+    tools: list[dict] = []
+    reply: str | None = None
+    rest: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _TOOL_DIRECTIVE.match(line)
+        if m:
+            payload = (m.group(2) or "").strip()
+            try:
+                tool_input = json.loads(payload) if payload else {}
+            except json.JSONDecodeError:
+                tool_input = {"_unparsed": payload}
+            if not isinstance(tool_input, dict):
+                tool_input = {"value": tool_input}
+            tools.append({"name": m.group(1), "input": tool_input})
+            continue
+        m = _REPLY_DIRECTIVE.match(line)
+        if m:
+            reply = (m.group(1) or "").replace("\\n", "\n")
+            continue
+        rest.append(raw)
+    return tools, reply, rest
+
+
+
+def default_responder(body: dict) -> Reply:
+    """Scriptable without Python. In the FIRST user message, lines ``[[tool NAME {json}]]``
+    script tool calls: on the k-th assistant turn (k = assistant messages already present)
+    the k-th directive, if any, is answered with "Calling NAME." plus that tool_use.
+    Otherwise the final text is ``Reply to: <first line of the first user message, without
+    directives>`` and ``Turn <k+1>.``, or the text of a ``[[reply TEXT]]`` directive
+    (``\\n`` escapes allowed)."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    first_user = next((m for m in messages if m.get("role") == "user"), None)
+    text = _text_of(first_user.get("content")) if first_user else ""
+    tools, reply, rest = _parse_script(text)
+    k = sum(1 for m in messages if m.get("role") == "assistant")
+    if k < len(tools):
+        call = tools[k]
+        return Reply(text=f"Calling {call['name']}.", tool_uses=[call])
+    if reply is not None:
+        return Reply(text=reply)
+    first_line = next((line.strip() for line in rest if line.strip()), "")
+    return Reply(text=f"Reply to: {first_line}\nTurn {k + 1}.")

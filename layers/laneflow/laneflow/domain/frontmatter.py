@@ -1,0 +1,364 @@
+"""Reading YAML that people write: Markdown frontmatter (strict first, then leniently for
+the one mistake everyone makes) and the strict loader flows are read with too.
+
+`StrictLoader` refuses, with the value's line, what would crash or poison later (a nesting
+too deep, an integer too long, `.inf`, a lone surrogate). `read_front` reads a Markdown
+file's frontmatter strictly; frontmatter that fails only because a plain value contains
+`: ` is read again with such values quoted, and each one comes back as a warning. Every
+problem names the file and line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+import frontmatter
+import yaml
+from frontmatter.default_handlers import YAMLHandler
+
+from laneflow.domain import jsonsafe
+from laneflow.domain.errors import Problem, WorkspaceInvalid
+
+__all__ = [
+    "Front",
+    "StrictLoader",
+    "UnfitValue",
+    "read_front",
+    "read_frontmatter",
+    "read_text",
+    "type_name",
+    "yaml_error_at",
+]
+
+
+
+class Front(typing.NamedTuple):
+    data: dict[str, Any]
+    body: str
+    warnings: list[Problem]
+    lines: dict[str, int]  # top-level key -> line in the file (a list's items as `key[i]`)
+    text_lines: dict[str, int] = {}  # a block scalar's field -> the line its text starts on
+
+
+
+class UnfitValue(yaml.MarkedYAMLError):
+    """YAML that parses but holds a value laneflow does not take (see `StrictLoader`)."""
+
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, refusing with the value's line what would crash or poison later:
+
+    - nesting deeper than `jsonsafe.MAX_DEPTH` (the composer recurses: 3,000 levels exhaust
+      the stack);
+    - integers of more than `jsonsafe.MAX_DIGITS` digits (past 4,300 Python refuses them
+      with a ValueError, not a YAML error);
+    - `.inf` and `.nan` (no setting or JSON value can hold them);
+    - text holding a lone surrogate (`"\\ud800"`), which is not a character and cannot be
+      stored.
+
+    Workspace frontmatter and flows are read with it."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > jsonsafe.MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise UnfitValue(None, None, f"nested deeper than {jsonsafe.MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        digits = len(str(node.value).replace("_", "").lstrip("+-"))
+        if digits > jsonsafe.MAX_DIGITS:
+            raise UnfitValue(None, None, f"a number of {digits} digits; at most {jsonsafe.MAX_DIGITS} are taken", node.start_mark)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        if not math.isfinite(value):
+            shown = node.value if len(node.value) <= 30 else node.value[:30] + "…"
+            raise UnfitValue(None, None, f"{shown!r} is not a finite number", node.start_mark)
+        return value
+
+    def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
+        value = super().construct_yaml_str(node)
+        found = jsonsafe.refusal(value)
+        if found is not None:
+            raise UnfitValue(None, None, found.reason, node.start_mark)
+        return value
+
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+
+StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
+
+StrictLoader.add_constructor("tag:yaml.org,2002:str", StrictLoader.construct_yaml_str)
+
+
+
+class _CapturingYAML(YAMLHandler):
+    """python-frontmatter's YAML handler, keeping what it parsed.
+
+    `frontmatter.loads` drops frontmatter that is not a mapping without a word; keeping the
+    raw value lets us report it. `rewrite` is the lenient pass. One instance per read."""
+
+    def __init__(self, rewrite: typing.Callable[[str], str] | None = None):
+        self.rewrite = rewrite
+        self.raw: Any = None
+        self.fm = ""
+
+    def load(self, fm: str, **kwargs: object) -> Any:
+        if self.rewrite is not None:
+            fm = self.rewrite(fm)
+        self.fm = fm
+        self.raw = super().load(fm, **{**kwargs, "Loader": StrictLoader})
+        # python-frontmatter passes a mapping on as keyword arguments, which a key that is
+        # not text (`5: x`) breaks: the caller reads `raw` (and reports such keys) instead.
+        return {}
+
+
+
+# A `key: value` line (optionally a `- key: value` list item) whose value is a plain scalar.
+_KEY_VALUE = re.compile(
+    r"^(?P<lead>[ \t]*(?:-[ \t]+)?)(?P<key>[A-Za-z0-9_][^:#]*?|\"[^\"]*\"|'[^']*'):[ \t]+(?P<value>\S.*?)[ \t]*$"
+)
+
+_NOT_PLAIN = tuple("\"'[{|>&*!%@`")
+
+_BLOCK_SCALAR = re.compile(r"^[|>][-+0-9]*$")
+
+
+
+def _quote_colon_values(fm: str) -> tuple[str, list[tuple[int, str]]]:
+    """Quote plain values that contain `: ` (or end with `:`), which YAML reads as a nested
+    mapping and refuses (`description: Use when: the user asks`).
+
+    Returns the new text (the same number of lines) and the (line index, key) of each value
+    quoted. Lines inside block scalars (`key: |`) are left alone."""
+    out: list[str] = []
+    quoted: list[tuple[int, str]] = []
+    block_indent: int | None = None  # indent of the key that opened a block scalar
+    for i, line in enumerate(fm.split("\n")):
+        indent = len(line) - len(line.lstrip(" \t"))
+        if block_indent is not None:
+            if not line.strip() or indent > block_indent:
+                out.append(line)
+                continue
+            block_indent = None
+        m = _KEY_VALUE.match(line)
+        if not m:
+            out.append(line)
+            continue
+        value = m.group("value")
+        if _BLOCK_SCALAR.match(value.split(" #")[0].strip()):
+            block_indent = indent
+            out.append(line)
+            continue
+        if value.startswith(_NOT_PLAIN) or value.startswith("#"):
+            out.append(line)
+            continue
+        # In a plain scalar, " #" starts a comment: keep the comment outside the quotes.
+        comment = ""
+        if " #" in value:
+            value, rest = value.split(" #", 1)
+            value, comment = value.rstrip(), " #" + rest
+        if ": " not in value and not value.endswith(":"):
+            out.append(line)
+            continue
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        out.append(f'{m.group("lead")}{m.group("key")}: "{escaped}"{comment}')
+        quoted.append((i, m.group("key").strip("\"'")))
+    return "\n".join(out), quoted
+
+
+
+def read_text(path: Path, rel: str) -> str:
+    """A file's text as UTF-8; `WorkspaceInvalid` naming the file when it is not."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise WorkspaceInvalid(
+            f"cannot read {rel}", [Problem(file=rel, message=f"cannot read: {e.strerror or e}")]
+        ) from None
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise WorkspaceInvalid(
+            f"{rel} is not UTF-8 text",
+            [Problem(file=rel, line=line, message=f"not UTF-8 text (byte {e.start})")],
+        ) from None
+
+
+
+def yaml_error_at(e: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+    """Where (0-based line of `text`, when known) and what a YAML error says, in one line.
+    A character YAML does not take (a control character) is a ReaderError with a position."""
+    if isinstance(e, yaml.reader.ReaderError):
+        return text[: e.position].count("\n"), f"unacceptable character #x{e.character:04x}: {e.reason}"
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    return (mark.line if mark is not None else None), getattr(e, "problem", None) or str(e)
+
+
+
+def _yaml_problem(e: yaml.YAMLError, rel: str, first_line: int, fm: str = "") -> Problem:
+    """A YAML error as a Problem; `first_line` is the file line of the text's line 0."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    at, what = yaml_error_at(e, fm)
+    line = first_line + at if at is not None else None
+    context = getattr(e, "context", None)
+    context_mark = getattr(e, "context_mark", None)
+    if context and context_mark is not None and context_mark is not mark:
+        context += f" started on line {first_line + context_mark.line}"
+    if isinstance(e, UnfitValue):
+        return Problem(file=rel, line=line, message=f"frontmatter: {what}")
+    message = f"frontmatter does not parse: {what}" + (f" ({context})" if context else "")
+    return Problem(file=rel, line=line, message=message)
+
+
+
+class _Lines(typing.NamedTuple):
+    keys: dict[str, int]  # top-level key -> its line; a list's items as `key[i]`
+    text: dict[str, int]  # a block scalar (`key: |`) by field -> the line its text starts on
+    bad_keys: list[Problem]  # keys that are not text (`5: x`, `~: x`); `file` left empty
+
+
+
+def _key_lines(fm: str, first_line: int) -> _Lines:
+    """Where things are in frontmatter that has parsed: the file line of each top-level key
+    and list item, where each block scalar's text starts, and a problem for each key that
+    is not text."""
+    lines = _Lines({}, {}, [])
+    try:
+        node = yaml.compose(fm, Loader=StrictLoader)
+    except yaml.YAMLError:  # pragma: no cover - the text has just parsed
+        return lines
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+    for k, v in node.value:
+        if not isinstance(k, yaml.ScalarNode):
+            continue
+        key = str(k.value)
+        lines.keys[key] = first_line + k.start_mark.line
+        if k.tag != "tag:yaml.org,2002:str":
+            tag = k.tag.rsplit(":", 1)[-1]
+            what = {"int": "a number", "float": "a number", "bool": "true/false", "null": "null"}.get(tag, tag)
+            lines.bad_keys.append(
+                Problem(file="", line=lines.keys[key], field=key[:40],
+                        message=f"a setting's name must be text, not {what} ({key[:40]}); quote it or remove it")
+            )
+        fields = [(key, v)] + ([(f"{key}[{i}]", item) for i, item in enumerate(v.value)] if isinstance(v, yaml.SequenceNode) else [])
+        for field, value in fields:
+            if field != key:
+                lines.keys[field] = first_line + value.start_mark.line
+            if isinstance(value, yaml.ScalarNode) and value.style in ("|", ">"):
+                lines.text[field] = first_line + value.start_mark.line + 1
+    return lines
+
+
+
+def read_front(path: Path, rel: str) -> Front:
+    text = read_text(path, rel)
+    stripped = text.strip()  # as python-frontmatter does before splitting
+    lead = text[: len(text) - len(text.lstrip())].count("\n")
+    opening = YAMLHandler.FM_BOUNDARY.match(stripped)
+    if not opening:
+        return Front({}, stripped, [], {})
+    # The file line of the frontmatter text's first line: the rest of the opening `---` line.
+    first_line = lead + stripped.count("\n", 0, opening.end()) + 1
+    if len(YAMLHandler.FM_BOUNDARY.split(stripped, 2)) < 3:
+        raise WorkspaceInvalid(
+            f"{rel} does not parse",
+            [Problem(file=rel, line=lead + 1, message="frontmatter opened with '---' is never closed")],
+        )
+
+    handler = _CapturingYAML()
+    warnings: list[Problem] = []
+    try:
+        post = frontmatter.loads(text, handler=handler)
+    except yaml.YAMLError as strict_error:
+        quoted: list[tuple[int, str]] = []
+
+        def lenient(fm: str) -> str:
+            new, found = _quote_colon_values(fm)
+            quoted.extend(found)
+            return new
+
+        handler = _CapturingYAML(lenient)
+        try:
+            post = frontmatter.loads(text, handler=handler)
+        except yaml.YAMLError as e:
+            error = e if quoted else strict_error
+            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(error, rel, first_line, handler.fm)]) from None
+        if not quoted:  # pragma: no cover - the lenient pass changed nothing, so it fails too
+            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(strict_error, rel, first_line, handler.fm)])
+        warnings = [
+            Problem(
+                file=rel,
+                line=first_line + i,
+                field=key,
+                severity="warning",
+                message="value read leniently: it contains ': ', so it was read as one quoted "
+                "string; quote it in the file to make that explicit",
+            )
+            for i, key in quoted
+        ]
+
+    raw = handler.raw
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise WorkspaceInvalid(
+            f"{rel} does not parse",
+            [
+                Problem(
+                    file=rel,
+                    line=first_line,
+                    message=f"frontmatter must be a mapping of settings (key: value), not {type_name(raw)}",
+                )
+            ],
+        )
+    lines = _key_lines(handler.fm, first_line)
+    if lines.bad_keys:
+        raise WorkspaceInvalid(f"{rel} does not parse", [p.model_copy(update={"file": rel}) for p in lines.bad_keys])
+    data = {str(k): v for k, v in raw.items()}
+    return Front(data, post.content, warnings, lines.keys, lines.text)
+
+
+
+def read_frontmatter(path: Path, rel: str) -> tuple[dict, str, list[Problem]]:
+    """Read a Markdown file's YAML frontmatter and body.
+
+    Strict first; YAML that fails because a plain value contains `: ` is read again with
+    such values quoted, and each one comes back as a warning. `rel` is the path shown in
+    problems (relative to the workspace).
+
+    Returns (settings mapping, body, warnings). Raises `WorkspaceInvalid` naming the file
+    and line when the file is not UTF-8, the frontmatter does not parse even leniently, or
+    it is not a mapping. A file without frontmatter is all body."""
+    front = read_front(Path(path), rel)
+    return front.data, front.body, front.warnings
+
+
+
+def type_name(value: Any) -> str:
+    """A value's kind in words, as a problem names what it got."""
+    if value is None:
+        return "null"
+    return {
+        bool: "true/false",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)

@@ -1,0 +1,313 @@
+"""The HTTP API: one Powertools resolver, the same routes behind API Gateway
+(functions/api/app.py) and behind `laneflow serve` (entrypoints/serve.py).
+
+Each route reads its request (the tenant always from the caller's identity: the Cognito
+authorizer's `custom:tenant` claim, else the IAM caller's account id; neither is a 401,
+and a name no tenant can have is a 400; another tenant's run is answered exactly like a
+missing one, 404), calls one use case and shapes its answer. Errors are answered in one
+place (`errors.py`). `/` is the run viewer: its page, script and style are the files of
+`viewer/`, served as one page whose policy allows only that script and style (by hash).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from importlib import resources
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import (
+    APIGatewayRestResolver,
+    Response,
+    content_types,
+)
+from aws_lambda_powertools.event_handler.depends import Depends
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestValidationError,
+)
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.request import Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from laneflow import __version__
+from laneflow.domain import jsonsafe
+from laneflow.domain.errors import Unavailable
+from laneflow.domain.records import Run
+from laneflow.domain.tenants import check_tenant
+from laneflow.entrypoints.api import errors
+from laneflow.entrypoints.api.errors import ErrorBody, Unauthenticated
+from laneflow.ports import Services
+from laneflow.usecases.approve import answer_approval
+from laneflow.usecases.start_run_idempotent import StartRun, start_run_idempotent
+from laneflow.usecases.stop import stop_run
+
+
+
+def _read_body(text: str) -> Any:
+    """Every body, read strictly (`laneflow.jsonsafe`). Text that is not JSON raises
+    `json.JSONDecodeError`, which Powertools answers as its own 400; JSON laneflow does not
+    take (NaN, Infinity, a lone surrogate, nesting or size past its bounds) is a 400 naming
+    the field, like any body that does not fit its model."""
+    try:
+        return jsonsafe.parse(text)
+    except jsonsafe.Refusal as refused:
+        raise RequestValidationError(
+            [{"type": "json_refused", "loc": ("body", *refused.parts), "msg": refused.reason}]
+        ) from None
+
+
+
+app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=_read_body)
+
+
+# Powertools keeps the current event on the resolver (a class attribute), so one request is
+# resolved at a time per process. A Lambda container handles one anyway; `laneflow serve`
+# answers on many threads, and every route is a few store reads and writes.
+_resolving = threading.Lock()
+
+
+
+def resolve(event: dict[str, Any], context: Any, svc: Services) -> dict[str, Any]:
+    """Answer one API Gateway REST proxy event with the routes below, over `svc`."""
+    with _resolving:
+        app.append_context(services=svc)
+        return app.resolve(_as_json(event), context)
+
+
+
+def _as_json(event: dict[str, Any]) -> dict[str, Any]:
+    """Every body this API takes is JSON, whatever its Content-Type says (`curl -d` sends
+    JSON labelled as a form): read as a form, it would be refused with confusing errors.
+
+    A base64 body (API Gateway's binary media types) is decoded here, strictly; one that is
+    not base64 of UTF-8 text is passed on as it came, so reading it as JSON refuses it (a
+    400), rather than failing inside the resolver (a 500)."""
+    body = event.get("body")
+    if event.get("isBase64Encoded"):
+        if isinstance(body, str):
+            try:
+                body = base64.b64decode(body, validate=True).decode("utf-8")
+            except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+                pass
+        event = {**event, "body": body, "isBase64Encoded": False}
+    headers = {k: v for k, v in (event.get("headers") or {}).items() if str(k).lower() != "content-type"}
+    multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if str(k).lower() != "content-type"}
+    return {**event, "headers": {**headers, "Content-Type": "application/json"}, "multiValueHeaders": {**multi, "Content-Type": ["application/json"]}}
+
+
+
+errors.install(app, lambda: app.context.get("services"))
+
+
+
+# -- who is asking ------------------------------------------------------------------------------
+
+
+def caller_tenant(request: Request) -> str:
+    """The tenant of the caller: a Cognito user's `custom:tenant` claim, else the IAM
+    caller's account id. Never read from the body."""
+    context = request.resolved_event.raw_event.get("requestContext") or {}
+    claims = (context.get("authorizer") or {}).get("claims") or {}
+    tenant = claims.get("custom:tenant") or (context.get("identity") or {}).get("accountId")
+    if not tenant or not isinstance(tenant, str):
+        raise Unauthenticated("this request carries no identity to take a tenant from")
+    return check_tenant(tenant, source="the caller's tenant")  # a 400 naming it, before any store key is built
+
+
+
+def bound_services() -> Services:
+    return app.context["services"]
+
+
+
+Tenant = Annotated[str, Depends(caller_tenant)]
+
+Svc = Annotated[Services, Depends(bound_services)]
+
+RunId = Annotated[str, Path(description="the run's id", min_length=1, max_length=128)]
+
+
+
+def _record(run: Run) -> dict[str, Any]:
+    """The run as the API shows it: `Run.public()`, without `steps` when they were not read."""
+    record = run.public()
+    if not run.steps:
+        record.pop("steps", None)
+    return record
+
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=headers)
+
+
+
+def _errors(*statuses: int) -> dict[int, dict[str, Any]]:
+    said = {
+        401: "no identity to take a tenant from",
+        404: "no such run (or workspace) for this tenant",
+        409: "the run is not in a state that allows this, or an idempotency key was reused",
+        400: "bad input: the request does not fit its model (every field named), or the flow or its input is not valid",
+        503: "this deployment cannot do this",
+    }
+    return {s: {"description": said[s], "content": {"application/json": {"model": ErrorBody}}} for s in statuses}
+
+
+
+# -- starting a run -----------------------------------------------------------------------------
+
+
+def _run_location(run_id: str) -> str:
+    # requestContext.path carries the stage in the cloud ("/Prod/runs"): the run is beside it.
+    here = (app.current_event.raw_event.get("requestContext") or {}).get("path") or app.current_event.path
+    return f"{here.rstrip('/')}/{run_id}"
+
+
+
+@app.post(
+    "/runs",
+    summary="Start a run",
+    tags=["runs"],
+    responses={
+        201: {"description": "the run, queued; a drive of it has started", "content": {"application/json": {"model": Run}}},
+        200: {"description": "the run this idempotency_key started before (nothing new started)", "content": {"application/json": {"model": Run}}},
+        **_errors(400, 401, 404, 409, 503),
+    },
+)
+def start_run(body: Annotated[StartRun, Body()], tenant: Tenant, svc: Svc) -> Response[dict[str, Any]]:
+    started = start_run_idempotent(svc, tenant, body)
+    if started.replayed:
+        return _json(200, _record(started.run), {"Location": _run_location(started.run.id), "Idempotent-Replayed": "true"})
+    return _json(201, _record(started.run), {"Location": _run_location(started.run.id)})
+
+
+
+# -- reading runs -------------------------------------------------------------------------------
+
+
+class RunList(BaseModel):
+    runs: list[Run] = Field(description="newest first, without their steps")
+
+
+
+@app.get(
+    "/runs",
+    summary="List runs, newest first",
+    tags=["runs"],
+    responses={200: {"description": "the caller's runs", "content": {"application/json": {"model": RunList}}}, **_errors(400, 401)},
+)
+def list_runs(
+    tenant: Tenant,
+    svc: Svc,
+    limit: Annotated[int, Query(ge=1, le=500, description="at most this many runs")] = 50,
+) -> dict[str, Any]:
+    return {"runs": [_record(run) for run in svc.store.list_runs(tenant, limit=limit)]}
+
+
+
+@app.get(
+    "/runs/<run_id>",
+    summary="A run and its steps",
+    tags=["runs"],
+    responses={200: {"description": "the run record", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404)},
+)
+def get_run(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
+    return svc.store.get_run(tenant, run_id).public()
+
+
+
+# -- what people do to runs ---------------------------------------------------------------------
+
+
+class Stopped(BaseModel):
+    message: str = Field(description="what the stop did: stopped, stop requested, already stopped, already ended")
+    run: Run
+
+
+
+@app.post(
+    "/runs/<run_id>/stop",
+    summary="Stop a run (one-way)",
+    tags=["runs"],
+    responses={200: {"description": "what the stop did", "content": {"application/json": {"model": Stopped}}}, **_errors(400, 401, 404)},
+)
+def stop(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
+    outcome = stop_run(svc, tenant, run_id)
+    return {"message": outcome.message, "run": _record(outcome.run)}
+
+
+
+class Approval(BaseModel):
+    """A person's answer to the approval a run is parked at."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approve: StrictBool = Field(description="true continues the run in a new drive; false fails it (rejected by a person)")
+
+
+
+@app.post(
+    "/runs/<run_id>/approval",
+    summary="Answer the approval a run waits for",
+    tags=["runs"],
+    responses={200: {"description": "the run, queued (approved) or failed (rejected)", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404, 409, 503)},
+)
+def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, svc: Svc) -> dict[str, Any]:
+    if body.approve and svc.drives is None:
+        raise Unavailable("this deployment cannot start drives")
+    run = answer_approval(svc, tenant, run_id, approve=body.approve)
+    if body.approve:
+        svc.drives.start(tenant, run.id)  # type: ignore[union-attr] - checked above
+    return _record(run)
+
+
+
+# -- the document and the viewer ----------------------------------------------------------------
+
+
+@app.get("/openapi.json", summary="This API's OpenAPI document", tags=["meta"])
+def openapi() -> Response[str]:
+    document = app.get_openapi_json_schema(title="laneflow", version=__version__, description=__doc__.split("\n\n")[0])
+    return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=document)
+
+
+
+@app.get("/", summary="The run viewer (an HTML page)", tags=["meta"], responses={200: {"description": "text/html"}})
+def viewer() -> Response[str]:
+    return Response(
+        status_code=200,
+        content_type="text/html; charset=utf-8",
+        body=VIEWER_PAGE,
+        headers={"Content-Security-Policy": VIEWER_POLICY, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
+    )
+
+
+
+# The viewer: one self-contained page. Everything it shows is put in with textContent (never
+# as HTML), and its policy allows only its own script and style (by hash) and calls to this
+# API, so nothing a run holds can run in the page.
+_VIEWER = resources.files(__package__) / "viewer"
+
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+
+def _viewer() -> tuple[str, str]:
+    """The viewer page with its style and script put in (each on lines of its own inside
+    its tag), and the policy that allows exactly those two."""
+    style = "\n" + (_VIEWER / "viewer.css").read_text(encoding="utf-8")
+    script = "\n" + (_VIEWER / "viewer.js").read_text(encoding="utf-8")
+    page = (_VIEWER / "index.html").read_text(encoding="utf-8")
+    policy = (
+        f"default-src 'none'; script-src {_csp_hash(script)}; style-src {_csp_hash(style)}; connect-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    return page.replace("{style}", style, 1).replace("{script}", script, 1), policy
+
+
+
+VIEWER_PAGE, VIEWER_POLICY = _viewer()
