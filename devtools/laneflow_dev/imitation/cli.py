@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"imitation: cannot listen on {HOST}:{args.port}: {e}", file=sys.stderr)
         return 1
-    print(server.url, flush=True)
-    print(f"# export ANTHROPIC_BASE_URL={server.url}  (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    try:
+    try:  # from the moment the address is told, Ctrl-C stops the server cleanly
+        print(server.url, flush=True)
+        print(f"# export ANTHROPIC_BASE_URL={server.url}  (Ctrl-C to stop)", file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
