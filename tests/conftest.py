@@ -15,10 +15,6 @@ from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures"
-EXAMPLES = ROOT / "examples"
-
 
 @pytest.fixture
 def svc(tmp_path: Path) -> Services:
@@ -39,7 +35,3 @@ def run_flow(svc: Services):
     _run.engine = engine  # type: ignore[attr-defined]
     return _run
 
-
-
-# The engine's threads against moto's DynamoDB (see laneflow/engine/moto_support.py).
-from laneflow_dev.moto_support import serialized_dynamodb as moto_dynamodb_serialized  # noqa: E402,F401

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.entrypoints.cli import main
 from laneflow.domain.prompt import build_system_prompt
 from laneflow.domain.workspace import load_agent, load_workspace

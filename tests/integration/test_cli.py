@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, ROOT
+from helpers import EXAMPLES, FIXTURES, ROOT
 from laneflow.entrypoints.cli import main
 
 SEM = FIXTURES / "ws_semantics"

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from conftest import EXAMPLES, moto_dynamodb_serialized
+from helpers import EXAMPLES, moto_dynamodb_serialized
 from laneflow.adapters.aws import s3 as workspaces
 from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.aws.s3 import S3Captures

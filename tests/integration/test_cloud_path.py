@@ -16,7 +16,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from conftest import EXAMPLES, ROOT, moto_dynamodb_serialized
+from helpers import EXAMPLES, ROOT, moto_dynamodb_serialized
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.ports import Services
 from laneflow.wiring import for_store, install, local_engine

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.usecases.approve import REJECTED, RunNotWaiting, answer_approval
 from laneflow.usecases.stop import stop_run
 from laneflow.domain.settlement import SUPERSEDED

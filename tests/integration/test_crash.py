@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.usecases.crashpoints import POINTS
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.adapters.store import open_store

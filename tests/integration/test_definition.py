@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from laneflow.domain import messages as contracts
 from laneflow.adapters.engine.template import Template
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES
+from helpers import EXAMPLES, FIXTURES
 from laneflow.domain.records import RunStatus, StepStatus
 
 SEM = FIXTURES / "ws_semantics"

@@ -11,7 +11,7 @@ import threading
 import time
 
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.domain.lanes import waiting_line
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.usecases.start_run import create_run

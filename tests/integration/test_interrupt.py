@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.entrypoints.cli import main
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.usecases.reconcile import INTERRUPTED, leave_drive

@@ -21,7 +21,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from conftest import FIXTURES, ROOT, moto_dynamodb_serialized
+from helpers import FIXTURES, ROOT, moto_dynamodb_serialized
 from laneflow.adapters.engine.template import Template
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow_dev.imitation import MessagesImitation

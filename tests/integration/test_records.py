@@ -20,7 +20,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from conftest import FIXTURES, moto_dynamodb_serialized
+from helpers import FIXTURES, moto_dynamodb_serialized
 import laneflow.usecases.run_step.runner as step_module
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.stop import stop_run

@@ -15,7 +15,7 @@ import sys
 import boto3
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from laneflow.adapters.engine.template import Template
 
 TEMPLATE = Template.load(ROOT / "template.yaml")

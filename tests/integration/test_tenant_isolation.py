@@ -20,7 +20,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from conftest import moto_dynamodb_serialized
+from helpers import moto_dynamodb_serialized
 from laneflow.adapters.aws import s3 as workspaces
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow_dev.imitation import MessagesImitation
