@@ -1,4 +1,4 @@
-"""Flow control (DESIGN sections 3-4), each rule through the real definition on the engine:
+"""Flow control (README, "Flow control"), each rule through the real definition on the engine:
 rescues, evaluator loops, approvals, stop, budgets, the judge, and the run record."""
 
 from __future__ import annotations

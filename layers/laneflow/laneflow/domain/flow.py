@@ -1,5 +1,5 @@
-"""Flows: `flows/<name>.yaml`, parsed and validated in full before a run starts (DESIGN
-section 3).
+"""Flows: `flows/<name>.yaml`, parsed and validated in full before a run starts (README,
+"A flow" and "Flow control").
 
 `load_flow` reads the YAML with its node tree, so every problem carries the line it is on,
 and collects every problem before raising `FlowInvalid` with all of them: a person fixes

@@ -1,4 +1,4 @@
-"""The HTTP API (DESIGN section 12): one Powertools resolver, the same routes behind API
+"""The HTTP API (README, "The HTTP API"; docs/INPUTS.md): one Powertools resolver, the same routes behind API
 Gateway (functions/api/app.py) and behind `laneflow serve` (laneflow/serve.py).
 
 - The tenant always comes from the caller's identity, never from a body: the Cognito
@@ -376,7 +376,7 @@ def list_runs(
     "/runs/<run_id>",
     summary="A run and its steps",
     tags=["runs"],
-    responses={200: {"description": "the run record (DESIGN section 4)", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404)},
+    responses={200: {"description": "the run record", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404)},
 )
 def get_run(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
     return svc.store.get_run(tenant, run_id).public()

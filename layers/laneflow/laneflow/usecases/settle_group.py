@@ -1,4 +1,4 @@
-"""Flow control when a group has run (DESIGN section 3): rescues, evaluator loops, budgets.
+"""Flow control when a group has run (README, "Flow control"): rescues, evaluator loops, budgets.
 
 `settle` is what SettleGroup decides, in this order:
 1. a stop ends the run;
