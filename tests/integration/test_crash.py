@@ -20,6 +20,8 @@ from laneflow.usecases.crashpoints import POINTS
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.adapters.store import open_store
 
+pytestmark = pytest.mark.slow  # every test here starts real `laneflow` processes
+
 CTRL = FIXTURES / "ws_control"
 EXE = Path(sys.executable).parent / "laneflow"
 

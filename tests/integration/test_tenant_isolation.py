@@ -229,6 +229,7 @@ def test_captures_are_under_each_tenants_own_prefix(cloud):
         assert len(refs) == 2 and all(f"captures/{ref}" in captured and ref.startswith(f"{tenant}/{run_id}/") for ref in refs)
 
 
+@pytest.mark.slow
 def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud):
     svc, _, requests = cloud
     a = start(A)
