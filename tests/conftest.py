@@ -16,6 +16,14 @@ from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Powertools' Logger (the `laneflow` logger's handler) binds the sys.stderr of the moment
+    # it is first imported. Imported here, that is pytest's session-wide capture; imported by
+    # the first handler a test calls, it would be that test's capsys or capfd, closed after
+    # it, and every later log line would fail to write (a "--- Logging error ---" on stderr).
+    import laneflow.adapters.aws.powertools  # noqa: F401
+
+
 @pytest.fixture
 def svc(tmp_path: Path) -> Services:
     store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
