@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/pytest
+
+# The quick loop while working: no test marked slow, and the SQLite store only.
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow" -k "not dynamodb or sqlite"
 
 bench: $(STAMP)
 	$(BIN)/python bench/local_engine.py

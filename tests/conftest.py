@@ -15,9 +15,13 @@ from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures"
-EXAMPLES = ROOT / "examples"
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Powertools' Logger (the `laneflow` logger's handler) binds the sys.stderr of the moment
+    # it is first imported. Imported here, that is pytest's session-wide capture; imported by
+    # the first handler a test calls, it would be that test's capsys or capfd, closed after
+    # it, and every later log line would fail to write (a "--- Logging error ---" on stderr).
+    import laneflow.adapters.aws.powertools  # noqa: F401
 
 
 @pytest.fixture
@@ -39,7 +43,3 @@ def run_flow(svc: Services):
     _run.engine = engine  # type: ignore[attr-defined]
     return _run
 
-
-
-# The engine's threads against moto's DynamoDB (see laneflow/engine/moto_support.py).
-from laneflow_dev.moto_support import serialized_dynamodb as moto_dynamodb_serialized  # noqa: E402,F401

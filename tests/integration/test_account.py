@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.entrypoints.cli import main
 from laneflow.domain.prompt import build_system_prompt
 from laneflow.domain.workspace import load_agent, load_workspace
@@ -29,6 +29,7 @@ def agents_md_layer(workspace: Path, agent: str, account: Path | None):
     return layer
 
 
+@pytest.mark.slow
 def test_an_account_agents_md_reaches_every_step_and_every_retry_of_a_run(tmp_path, store_url, capsys):
     account = tmp_path / "account"
     account.mkdir()

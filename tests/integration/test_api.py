@@ -25,7 +25,7 @@ from laneflow.ports import Services
 from laneflow.wiring import install
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 
-from conftest import EXAMPLES, FIXTURES, ROOT
+from helpers import EXAMPLES, FIXTURES, ROOT
 
 EVENTS = ROOT / "events"
 START = {"workspace": "ws_control", "flow": "approval"}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.entrypoints.cli import main
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.usecases.start_run import create_run

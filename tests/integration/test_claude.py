@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow_dev.imitation import MessagesImitation

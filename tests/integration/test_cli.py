@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, ROOT
+from helpers import EXAMPLES, FIXTURES, ROOT
 from laneflow.entrypoints.cli import main
 
 SEM = FIXTURES / "ws_semantics"
@@ -115,6 +115,7 @@ def test_show_an_unknown_run_exits_2(store, capsys):
     assert "run-nope" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_console_script_runs_the_demo_with_progress_on_stderr_only(tmp_path):
     """The installed `laneflow demo` as a person runs it (a real process)."""
     exe = Path(sys.executable).parent / "laneflow"
@@ -128,6 +129,7 @@ def test_the_console_script_runs_the_demo_with_progress_on_stderr_only(tmp_path)
     assert "group 0 step 0 researcher (tides): completed" in proc.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_a_running_run_leaves_nothing_running_and_the_run_resumable(tmp_path):
     """A person interrupts `laneflow run`: no step stays running, the run is not failed but
     left for `laneflow resume` (tests/integration/test_interrupt.py resumes it)."""
@@ -181,6 +183,7 @@ def _laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path):
     """One process runs a slow flow; a second `laneflow stop` ends it; a third says so."""
     import time
@@ -212,6 +215,7 @@ def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path):
     assert after.stdout.strip() == f"run {run_id} already stopped (failed)"
 
 
+@pytest.mark.slow
 def test_approve_from_a_second_terminal_continues_a_parked_run(tmp_path):
     store = f"sqlite:///{tmp_path / 'approve.db'}"
     parked = _laneflow("run", str(CTRL), "approval", "--store", store, "--json", cwd=tmp_path)
@@ -227,6 +231,7 @@ def test_approve_from_a_second_terminal_continues_a_parked_run(tmp_path):
     assert again.returncode == 2 and "not waiting for an approval (it is completed)" in again.stderr
 
 
+@pytest.mark.slow
 def test_reject_from_a_second_terminal_fails_the_run(tmp_path):
     store = f"sqlite:///{tmp_path / 'reject.db'}"
     run_id = json.loads(_laneflow("run", str(CTRL), "approval", "--store", store, "--json", cwd=tmp_path).stdout)["id"]
@@ -236,6 +241,7 @@ def test_reject_from_a_second_terminal_fails_the_run(tmp_path):
     assert record["status"] == "failed" and record["error"] == "rejected by a person"
 
 
+@pytest.mark.slow
 def test_a_dynamodb_store_behind_the_local_engine_really_persists(tmp_path):
     """`laneflow init-store` and `laneflow run --store dynamodb://...` in processes of their
     own, against a DynamoDB endpoint (moto's server): the run is there for a fresh reader,

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from conftest import EXAMPLES, moto_dynamodb_serialized
+from helpers import EXAMPLES, moto_dynamodb_serialized
 from laneflow.adapters.aws import s3 as workspaces
 from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.aws.s3 import S3Captures
@@ -40,6 +40,7 @@ def read_only_cwd(monkeypatch, tmp_path: Path):
     cwd.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only_working_folder(monkeypatch, tmp_path, read_only_cwd):
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)

@@ -16,7 +16,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from conftest import EXAMPLES, ROOT, moto_dynamodb_serialized
+from helpers import EXAMPLES, ROOT, moto_dynamodb_serialized
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.ports import Services
 from laneflow.wiring import for_store, install, local_engine
@@ -77,6 +77,7 @@ def api_event(name: str, **changes) -> dict:
     return event
 
 
+@pytest.mark.slow
 def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
     api = handler("api")
     body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides", "reefs", "vents"]}}
@@ -99,6 +100,7 @@ def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
     assert cloud.told == [run_id]  # "run finished" went to the bus
 
 
+@pytest.mark.slow
 def test_another_tenants_run_is_a_404_and_a_malformed_body_a_400(cloud):
     api = handler("api")
     body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides"]}}

@@ -1,4 +1,4 @@
-"""Flow control (DESIGN sections 3-4), each rule through the real definition on the engine:
+"""Flow control (README, "Flow control"), each rule through the real definition on the engine:
 rescues, evaluator loops, approvals, stop, budgets, the judge, and the run record."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.usecases.approve import REJECTED, RunNotWaiting, answer_approval
 from laneflow.usecases.stop import stop_run
 from laneflow.domain.settlement import SUPERSEDED
@@ -48,10 +48,20 @@ def test_rescue_records_never_count_in_a_handoff_the_rescued_step_carries_it_onc
     assert "(step 2)" in block and f"(step {rescues_of(run, 2)[0].index})" not in block
 
 
-def test_a_rescue_is_never_launched_with_its_group(run_flow):
+def test_a_rescue_is_never_launched_with_its_group(svc, run_flow):
+    # The rescued step carries its rescue's finished_at, so the order is read from the attempts.
     run = run_flow(CTRL, "rescue").run
-    writer, rescue = run.steps[2], rescues_of(run, 2)[0]
-    assert rescue.started_at > writer.finished_at or writer.status == StepStatus.completed
+    writer, [rescue] = run.steps[2], rescues_of(run, 2)
+    group = [s for s in run.steps if s.group == writer.group and s.rescue_of is None]
+    ended = [a.ended_at for s in group for a in svc.store.list_attempts(run.tenant, run.id, s.index)]
+    [failed] = svc.store.list_attempts(run.tenant, run.id, writer.index)
+    assert failed.status == AttemptStatus.failed and all(ended)
+    # The group's settlement makes the rescue, once every attempt of the group has ended ...
+    [made] = [e for e in writer.events if e.text == f"rescue: rescuer takes this step over as step {rescue.index}"]
+    assert made.t >= max(ended)
+    # ... and only then does it start.
+    started = [a.started_at for a in svc.store.list_attempts(run.tenant, run.id, rescue.index)]
+    assert started and rescue.started_at > max(ended) and min(started) > max(ended)
     assert rescue.index > max(s.index for s in run.steps if s.rescue_of is None)
 
 

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.usecases.crashpoints import POINTS
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.adapters.store import open_store
+
+pytestmark = pytest.mark.slow  # every test here starts real `laneflow` processes
 
 CTRL = FIXTURES / "ws_control"
 EXE = Path(sys.executable).parent / "laneflow"

@@ -6,10 +6,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import types
+import typing
 
 import pytest
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from conftest import ROOT
+from helpers import ROOT
 from laneflow.domain import messages as contracts
 from laneflow.adapters.engine.template import Template
 
@@ -24,6 +27,34 @@ EVENT_MODELS = {
     "end_run": contracts.EndRunRequest,
     "park_run": contracts.ParkRequest,
 }
+
+
+_STRICT: dict[type[BaseModel], type[BaseModel]] = {}
+
+
+def strict(model: type[BaseModel]) -> type[BaseModel]:
+    """A copy of a handler's model, and of every model it nests, that refuses unknown fields.
+
+    The handlers' models ignore what they do not know (so the definition can add a field
+    before a deployed handler reads it), which would let a misspelled field in a sample
+    event pass unnoticed."""
+    if model not in _STRICT:
+        base = type(f"Strict{model.__name__}", (model,), {"model_config": ConfigDict(extra="forbid"), "__module__": __name__})
+        fields = {name: (_strict_type(info.annotation), info) for name, info in model.model_fields.items()}
+        _STRICT[model] = create_model(base.__name__, __base__=base, __module__=__name__, **fields)
+    return _STRICT[model]
+
+
+def _strict_type(annotation):
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return strict(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is None or origin is typing.Literal or not args:
+        return annotation
+    args = tuple(_strict_type(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[args]
+    return origin[args if len(args) > 1 else args[0]]
 
 
 def _states(node):
@@ -90,7 +121,17 @@ def test_a_definition_with_a_missing_substitution_is_refused(tmp_path):
 def test_every_sample_event_parses_into_its_handler_model(name):
     event = json.loads((ROOT / "events" / f"{name}.json").read_text())
     EVENT_MODELS[name].model_validate(event)
+    strict(EVENT_MODELS[name]).model_validate(event)  # and names no field the model does not know
     assert (ROOT / "functions" / name / "app.py").is_file()
+
+
+def test_the_strict_copy_of_a_handler_model_refuses_a_misspelled_field_at_any_depth():
+    for part, typo in ((None, "gruop"), ("run", "drve"), ("step", "rol"), ("op", "retrys")):
+        spoiled = json.loads((ROOT / "events" / "run_step.json").read_text())
+        (spoiled[part] if part else spoiled)[typo] = 1
+        contracts.RunStepRequest.model_validate(spoiled)  # the handler's own model lets it through
+        with pytest.raises(ValidationError, match=typo):
+            strict(contracts.RunStepRequest).model_validate(spoiled)
 
 
 def test_there_is_a_sample_event_for_every_function_and_every_api_route():

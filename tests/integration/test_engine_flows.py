@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES
+from helpers import EXAMPLES, FIXTURES
 from laneflow.domain.records import RunStatus, StepStatus
 
 SEM = FIXTURES / "ws_semantics"
 
 
+@pytest.mark.slow
 def test_the_example_newsroom_flow_completes_with_layers_spans_and_json_data(run_flow):
     result = run_flow(EXAMPLES / "newsroom", "brief", {"topics": ["tides", "reefs", "vents", "kelp", "ice"]})
     run = result.run

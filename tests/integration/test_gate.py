@@ -1,4 +1,4 @@
-"""The warm gate (DESIGN section 5) through the real definition on the embedded engine.
+"""The warm gate (README, "The warm gate") through the real definition on the embedded engine.
 
 Times come from the record: a step's `started_at` is its claim, the lead's release is the
 gate event it writes when its stream's first event arrives (stub `ttft_ms`)."""
@@ -11,7 +11,7 @@ import threading
 import time
 
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.domain.lanes import waiting_line
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.usecases.start_run import create_run

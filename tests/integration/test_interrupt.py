@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.entrypoints.cli import main
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.usecases.reconcile import INTERRUPTED, leave_drive
@@ -93,6 +93,7 @@ def assert_finished_telling_the_truth(db, run_id: str) -> None:
         assert retried.data["told"] == [INTERRUPTED]
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_the_run_resumable_and_resume_finishes_it_telling_the_step_it_was_interrupted(tmp_path):
     code, out, err, took, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT)
     assert code == 130, err
@@ -111,6 +112,7 @@ def test_ctrl_c_leaves_the_run_resumable_and_resume_finishes_it_telling_the_step
     assert_finished_telling_the_truth(db, run_id)
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_the_run_resumable_and_reconcile_re_drives_it_with_its_account(tmp_path):
     account = tmp_path / "account"
     account.mkdir()
@@ -131,6 +133,7 @@ def test_sigterm_leaves_the_run_resumable_and_reconcile_re_drives_it_with_its_ac
         assert layer == expected
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_during_the_cleanup_exits_at_once_and_reconcile_finishes_the_job(tmp_path):
     code, out, err, took, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT, signal.SIGINT)
     # 130 from the handler; had the cleanup already ended, the process was past its last

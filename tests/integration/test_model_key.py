@@ -21,7 +21,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from conftest import FIXTURES, ROOT, moto_dynamodb_serialized
+from helpers import FIXTURES, ROOT, moto_dynamodb_serialized
 from laneflow.adapters.engine.template import Template
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow_dev.imitation import MessagesImitation
@@ -123,6 +123,7 @@ def start(flow: str) -> str:
     return json.loads(answer["body"])["id"]
 
 
+@pytest.mark.slow
 def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud):
     reads = cloud
     boto3.client("secretsmanager").create_secret(Name=SECRET, SecretString=KEY)
@@ -158,6 +159,7 @@ def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud):
     assert KEY not in json.dumps(run.public())
 
 
+@pytest.mark.slow
 def test_a_model_key_that_cannot_be_read_fails_the_claude_step_naming_the_secret(cloud):
     # Given no such secret: a step that needs the key fails, said once, not retried
     svc = services()

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from conftest import FIXTURES, moto_dynamodb_serialized
+from helpers import FIXTURES, moto_dynamodb_serialized
 import laneflow.usecases.run_step.runner as step_module
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.stop import stop_run
@@ -163,6 +163,7 @@ def test_each_step_keeps_the_message_its_latest_attempt_was_sent(on):
     assert [s.message for s in fresh.steps] == [s.message for s in run.steps]
 
 
+@pytest.mark.slow
 def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on, tmp_path):
     svc = on()
     big = "tide " * 90_000  # 450 KB: past DynamoDB's 400 KB item, let alone its 64 KB blob threshold

@@ -13,19 +13,17 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers import FIXTURES
 from laneflow.domain.errors import InvalidInput
 from laneflow.domain.records import RunStatus
 from laneflow.entrypoints.serve import MAX_BODY, ApiServer, make_server
 from laneflow.ports import Services
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures"
 START = json.dumps({"workspace": "ws_control", "flow": "approval"}).encode()
 JSON = [("Content-Type", "application/json")]
 TIMEOUT_S = 1.0  # the served request deadline in these tests (5 s by default)

@@ -17,7 +17,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.entrypoints.cli import main
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.records import RunStatus

@@ -15,7 +15,7 @@ import sys
 import boto3
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from laneflow.adapters.engine.template import Template
 
 TEMPLATE = Template.load(ROOT / "template.yaml")
@@ -180,6 +180,7 @@ def _logger_level(env: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_powertools_log_level_from_the_environment_wins_in_lambda_and_locally():
     in_lambda = {"AWS_LAMBDA_FUNCTION_NAME": "RunStepFunction", "POWERTOOLS_TRACE_DISABLED": "1"}
     assert _logger_level({**in_lambda, "POWERTOOLS_LOG_LEVEL": "DEBUG"}) == "DEBUG"

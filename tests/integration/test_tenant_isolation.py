@@ -20,7 +20,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from conftest import moto_dynamodb_serialized
+from helpers import moto_dynamodb_serialized
 from laneflow.adapters.aws import s3 as workspaces
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow_dev.imitation import MessagesImitation
@@ -229,6 +229,7 @@ def test_captures_are_under_each_tenants_own_prefix(cloud):
         assert len(refs) == 2 and all(f"captures/{ref}" in captured and ref.startswith(f"{tenant}/{run_id}/") for ref in refs)
 
 
+@pytest.mark.slow
 def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud):
     svc, _, requests = cloud
     a = start(A)

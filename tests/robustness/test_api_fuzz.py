@@ -122,6 +122,7 @@ def paths(draw: st.DrawFn, real_run: str) -> str:
                                  "/runs/", "//runs", "/nothing", f"/runs/{run}/else"]))
 
 
+@pytest.mark.slow
 @given(data=st.data())
 def test_any_request_on_any_route_is_answered_below_500_and_a_refusal_writes_nothing(api, data):
     svc, real_run = api

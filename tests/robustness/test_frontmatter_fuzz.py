@@ -106,6 +106,7 @@ def test_agent_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, t
     check_workspace(workspace)  # collects; never raises for a file's problem
 
 
+@pytest.mark.slow
 @given(st.one_of(agent_md(), st.text(max_size=80)))
 def test_agents_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, text):
     write(workspace / "AGENTS.md", text)
@@ -116,6 +117,7 @@ def test_agents_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, 
         write(workspace / "AGENTS.md", "")
 
 
+@pytest.mark.slow
 @given(st.one_of(flow_yaml(), st.text(max_size=80)))
 def test_a_flow_loads_or_is_a_problem_naming_the_flow_file(workspace, text):
     write(workspace / "flows" / "f.yaml", text)

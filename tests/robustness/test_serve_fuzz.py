@@ -30,13 +30,12 @@ from unittest import mock
 
 import pytest
 
+from helpers import FIXTURES, ROOT
 from laneflow.entrypoints.serve import MAX_BODY, ApiServer, make_server
 from laneflow.settings import Settings
 from laneflow.adapters.store import Store, open_store
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures"
 SEED = int(os.environ.get("LANEFLOW_FUZZ_SEED", "20240917"))
 REQUESTS = 300
 TIMEOUT_S = 1.0  # the served request deadline (5 s by default)

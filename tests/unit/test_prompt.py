@@ -1,4 +1,4 @@
-"""Prompt layers: computed in DESIGN order, assembled stable-first, each recorded."""
+"""Prompt layers: computed in their fixed order, assembled stable-first, each recorded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The stub executor's conventions (DESIGN section 8)."""
+"""The stub executor's conventions (docs/INPUTS.md, "Stub answers")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Who works on an attempt or drives a run, and whether it is still there (DESIGN 10).
+"""Who works on an attempt or drives a run, and whether it is still there (what reconcile asks).
 
 A worker reference is a small JSON object kept on the attempt (and, for drives, on the run):
 - local:   {"kind": "local", "host", "pid", "started"}: alive while that process is (the

@@ -1,4 +1,5 @@
-"""Flows: `flows/<name>.yaml`, parsed and validated in full before a run starts.
+"""Flows: `flows/<name>.yaml`, parsed and validated in full before a run starts (README,
+"A flow" and "Flow control").
 
 The models say what each field takes: its type and bounds (`Field(ge=...)`, `Literal`),
 its validators, and in words what it is (`Says`), which is what a refused value is told.

@@ -1,6 +1,6 @@
 """What the state machine passes to each handler and gets back (one model per handler).
 
-The state machine carries ids, pointers and statuses only (DESIGN section 11): prompts,
+The state machine carries ids, pointers and statuses only (a state passes at most 256 KB): prompts,
 results and traces stay in the store. Every model ignores fields it does not know, so a
 field can be added to the definition without breaking a deployed handler.
 """
@@ -101,7 +101,7 @@ class Plan(Contract):
 
 class OpContext(Contract):
     """Where an invocation comes from in the orchestrator: a re-delivered invocation presents
-    the same values, so the same operation id (DESIGN section 7)."""
+    the same values, so the same operation id (the claim journal's key)."""
 
     execution: str = ""
     state: str = ""

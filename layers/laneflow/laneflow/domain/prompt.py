@@ -1,4 +1,4 @@
-"""A step's layered system prompt (DESIGN section 6).
+"""A step's layered system prompt.
 
 Layers are computed in a fixed order and assembled stable-first: layers that change between
 runs (`dynamic`) go after the cache breakpoint, so the model's prompt cache keeps the agent's
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from laneflow.domain.records import PromptLayer
 from laneflow.domain.workspace import Agent, Doc, Workspace
 
-# The order layers are computed in (DESIGN section 6); `dynamic` marks those that change
+# The order layers are computed in (a fixed order); `dynamic` marks those that change
 # between runs. Layers with nothing to say are left out.
 LAYER_ORDER: tuple[tuple[str, bool], ...] = (
     ("persona", False),
@@ -128,7 +128,7 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
 def build_system_prompt(
     ws: Workspace, agent: Agent, *, secrets: list[str] | None = None, now: _dt.datetime | None = None
 ) -> SystemPrompt:
-    """The step's system prompt: layers in DESIGN order, stable ones first."""
+    """The step's system prompt: layers in LAYER_ORDER, stable ones first."""
     now = now or _dt.datetime.now().astimezone()
     texts = _compute(ws, agent, secrets=list(secrets or agent.settings.secrets), now=now)
     ordered = [Layer(name, texts[name], dynamic) for name, dynamic in LAYER_ORDER if texts.get(name)]

@@ -1,6 +1,6 @@
 """The records laneflow keeps: runs, steps, attempts, events, model-call spans, prompt layers.
 
-Field names are the contract of DESIGN section 4: `Run.public()` is what `--json` and the
+Field names are a contract (fields may be added, never renamed): `Run.public()` is what `--json` and the
 API show. Internal fields (the workspace location, the parsed flow the run was started
 with) are kept on the record but left out of the public shape.
 """
@@ -150,7 +150,7 @@ class Attempt(Record):
 
 
 class AttemptRef(Record):
-    """The exact identity a write names (DESIGN section 7)."""
+    """The exact identity a write names: it lands only while the stored attempt still has it."""
 
     tenant: str
     run_id: str
@@ -255,7 +255,7 @@ class Run(Record):
     flow_spec: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
     def public(self) -> dict[str, Any]:
-        """The run record as `--json` and the API show it (snake_case, DESIGN section 4)."""
+        """The run record as `--json` and the API show it (snake_case)."""
         return self.model_dump(mode="json")
 
     def step(self, index: int) -> Step:

@@ -192,7 +192,7 @@ _ABS_PATH = re.compile(r"(?<![\w.:/~-])(?:/[\w.@+-]+){2,}/?")
 
 
 def scrub_paths(text: str, *roots: str) -> str:
-    """A reason as it may be recorded: no local filesystem paths (DESIGN section 7)."""
+    """A reason as it may be recorded: no local filesystem paths (a record may leave the machine)."""
     for root in sorted((r for r in roots if r), key=len, reverse=True):
         text = text.replace(root.rstrip("/") + "/", "").replace(root, "<workspace>")
     return _ABS_PATH.sub("<path>", text)

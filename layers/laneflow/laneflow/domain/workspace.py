@@ -1,4 +1,4 @@
-"""Reading a workspace from disk (DESIGN section 2).
+"""Reading a workspace from disk (README, "A workspace").
 
 A workspace is a folder: `AGENTS.md` (settings in its frontmatter, shared instructions in
 its body), `agents/<name>/` folders, `flows/*.yaml`, and shared `knowledge/`, `memory/`

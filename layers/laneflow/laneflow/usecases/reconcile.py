@@ -1,4 +1,4 @@
-"""Reconcile (DESIGN section 10): find work whose worker went away and set it right.
+"""Reconcile (README, "Crash safety and reconcile"): find work whose worker went away and set it right.
 
 1. Settle claim journal entries left pending by a crash (completed if the claim landed,
    else cancelled).

@@ -1,4 +1,4 @@
-"""Flow control when a group has run: rescues, evaluator loops, budgets.
+"""Flow control when a group has run (README, "Flow control"): rescues, evaluator loops, budgets.
 
 SettleGroup reads the run and its steps, and writes what the rules of
 `laneflow.domain.settlement` say, in this order:

@@ -1,4 +1,4 @@
-"""What people do to runs: park at an approval, answer it, stop a run (DESIGN section 4).
+"""What people do to runs: park at an approval, answer it, stop a run.
 
 Stopping is one-way: `request_stop` is the only write of `stop_requested`, and no other save
 names it. A run with a drive sees the stop at its next decision (and its running steps at

@@ -1,4 +1,4 @@
-"""The warm gate (DESIGN section 5): a lane's siblings start only once its lead's model
+"""The warm gate (README, "The warm gate"): a lane's siblings start only once its lead's model
 response has begun, so they read the prompt prefix the lead wrote instead of each writing it.
 
 In the definition a sibling's Map iteration waits in WaitForLead on a callback token; the

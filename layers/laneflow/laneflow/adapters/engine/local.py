@@ -1,7 +1,7 @@
 """The embedded engine: the deployed state machine definition, executed by moto's ASL
 interpreter, with the Lambda Task states answered by the handlers in `functions/`, in-process.
 
-Why this shape (see ../shared/LOCAL-ENGINE.md):
+Why this shape (docs/ARCHITECTURE.md, "The embedded engine"):
 - moto's Step Functions backend is used directly, not through `mock_aws`: nothing in the
   process is mocked, so a DynamoDB or S3 store behind the engine reaches its real endpoint
   and the process's credentials are left alone.

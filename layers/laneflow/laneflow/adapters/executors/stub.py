@@ -1,4 +1,4 @@
-"""The stub executor: no model, answers from the agent's `stub:` (DESIGN section 8).
+"""The stub executor: no model, answers from the agent's `stub:` (docs/INPUTS.md, "Stub answers").
 
 An answer may open with header lines, in any order::
 

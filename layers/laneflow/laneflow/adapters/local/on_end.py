@@ -1,5 +1,5 @@
 """The on-end hook: told about every run that ends, by its own drive or by reconcile
-(DESIGN 10.5). It settles the run's cost and emits "run finished".
+(reconcile's step 5). It settles the run's cost and emits "run finished".
 
 Locally the event is appended to `events.jsonl` beside the store (and given, as JSON on
 stdin, to LANEFLOW_ON_END_COMMAND if set); in the cloud it goes to EventBridge.

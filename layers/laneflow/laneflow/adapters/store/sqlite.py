@@ -17,7 +17,8 @@ Tables (every key starts with the tenant; `idx` is a step's index, `n` an attemp
     calls          (tenant, run_id, idx, id) PK; n; body = the ModelCall as JSON. Read by n.
     prompt_layers  (tenant, run_id, idx) PK; layers = JSON list of PromptLayer.
 
-Events, spans and layers are rows of their own, never a growing column (DESIGN section 11).
+Events, spans and layers are rows of their own, never a growing column (a DynamoDB
+item stops at 400 KB, and both stores keep one shape).
 
 Reading. Each query has SQLite render its rows as the model's JSON (`json_object`), the
 children are grouped by step in Python, and pydantic validates the assembled JSON in one

@@ -1,0 +1,18 @@
+"""What several test files share that is not a fixture: where things are in the checkout,
+and the moto helper the engine's threads need against moto's DynamoDB.
+
+Importable as `helpers` from every test (pyproject's pytest `pythonpath` puts `tests/` on the
+path); tests/conftest.py keeps only fixtures and hooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The engine's threads against moto's DynamoDB (see laneflow_dev/moto_support.py).
+from laneflow_dev.moto_support import serialized_dynamodb as moto_dynamodb_serialized
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+EXAMPLES = ROOT / "examples"
+
+__all__ = ["EXAMPLES", "FIXTURES", "ROOT", "moto_dynamodb_serialized"]
