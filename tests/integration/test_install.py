@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from helpers import EXAMPLES, ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from laneflow.domain.errors import FlowInvalid
 from laneflow.domain.flow import STEP_KEYS, TOP_KEYS, Flow, StepSpec, load_flow
 from laneflow.domain.flow_check import says

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 spec = importlib.util.spec_from_file_location("layer_requirements", ROOT / "scripts" / "layer_requirements.py")
 assert spec and spec.loader
