@@ -33,11 +33,12 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from laneflow.domain.errors import AttemptEnded, Conflict, InvalidInput, NotFound, RunNotFound
-from laneflow.domain.records import Attempt, AttemptRef, AttemptStatus, Event, JournalStatus, ModelCall, PromptLayer, Run, RunStatus, Step, StepStatus, Tokens, utcnow
+from laneflow.domain.records import Attempt, AttemptRef, AttemptStatus, Event, JournalEntry, JournalStatus, ModelCall, PromptLayer, Run, RunChanges, RunStatus, Step, StepChanges, StepStatus, Tokens, utcnow
 from laneflow.adapters.store import Store, open_store
 from laneflow.adapters.store.dynamodb import DynamoStore, ItemTooLarge
 from laneflow.adapters.store.provision import table_spec
 from laneflow.adapters.store.sqlite import SqliteStore
+from laneflow.domain.workers import FargateTask, LambdaRequest, LocalProcess, StepFunctionsExecution
 
 TENANT = "local"
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
@@ -133,6 +134,28 @@ def claim(store: Store, run: Run, index: int = 0, **kwargs) -> tuple[Attempt, At
         run.tenant, run.id, index, token=uuid.uuid4().hex, started_at=kwargs.pop("started_at", utcnow()), **kwargs
     )
     return attempt, AttemptRef.of(run.tenant, attempt)
+
+
+LAMBDA = LambdaRequest(request_id="req-1", deadline=1767225600.5)
+
+WORKERS = [
+    LocalProcess(host="desk", pid=4242, started="9001"),
+    LAMBDA,
+    StepFunctionsExecution(execution="arn:aws:states:us-east-1:1:execution:flow:e-1"),
+    FargateTask(task="arn:aws:ecs:us-east-1:1:task/c/1", cluster="c"),
+]
+
+
+def journal_entry(store: Store, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
+    """The journal's entry of `op_id` as the store holds it, or None: a pending one as
+    `journal_pending` lists it; a settled one as `journal_settle` returns it (unchanged)."""
+    for entry in store.journal_pending(tenant):
+        if (entry.run_id, entry.op_id) == (run_id, op_id):
+            return entry
+    try:
+        return store.journal_settle(tenant, run_id, op_id)
+    except NotFound:
+        return None
 
 
 def snapshot(store: Store, run: Run) -> tuple[Run, list[Attempt]]:
@@ -250,12 +273,12 @@ def test_a_run_of_another_tenant_is_not_found_and_cannot_be_touched(store: Store
     other = "globex"
     for call in (
         lambda: store.get_run(other, run.id),
-        lambda: store.update_run(other, run.id, {"status": RunStatus.failed}),
+        lambda: store.update_run(other, run.id, RunChanges(status=RunStatus.failed)),
         lambda: store.request_stop(other, run.id),
         lambda: store.get_steps(other, run.id),
         lambda: store.get_step(other, run.id, 0),
         lambda: store.add_steps(other, run.id, [Step(index=7, group=0)]),
-        lambda: store.update_step(other, run.id, 0, {"status": StepStatus.skipped}),
+        lambda: store.update_step(other, run.id, 0, StepChanges(status=StepStatus.skipped)),
         lambda: store.claim_attempt(other, run.id, 0, token="t", started_at=utcnow()),
         lambda: store.list_attempts(other, run.id),
         lambda: store.add_event(other, run.id, 0, Event(text="x")),
@@ -270,14 +293,14 @@ def test_a_missing_run_is_run_not_found(store: Store):
     with pytest.raises(RunNotFound):
         store.get_run(TENANT, "run-nope")
     with pytest.raises(RunNotFound):
-        store.update_run(TENANT, "run-nope", {})
+        store.update_run(TENANT, "run-nope", RunChanges())
     with pytest.raises(RunNotFound):
         store.request_stop(TENANT, "run-nope")
 
 
 def test_update_run_changes_only_the_named_fields_and_returns_the_run_as_written(store: Store):
     run = new_run(store, revision="sha256:first", options={"keep": True})
-    written = store.update_run(run.tenant, run.id, {"status": "running", "driven_at": "2026-02-02T00:00:00.000Z"})
+    written = store.update_run(run.tenant, run.id, RunChanges(status="running", driven_at="2026-02-02T00:00:00.000Z"))
 
     assert written.status == RunStatus.running
     assert written.driven_at == "2026-02-02T00:00:00.000Z"
@@ -286,23 +309,24 @@ def test_update_run_changes_only_the_named_fields_and_returns_the_run_as_written
     assert store.get_run(run.tenant, run.id) == expected
 
 
-def test_costs_added_by_update_run_and_end_attempt_accumulate_without_float_drift(store: Store):
+def test_costs_are_stored_rounded_without_float_drift_and_drives_accumulate(store: Store):
     # (Summed as plain floats, 100 x 0.1 is 9.99999999999998 and 100 x 0.07 is 7.000000000000009.)
     run = new_run(store)
+    drift = sum([0.1] * 100)
     for _ in range(100):
-        written = store.update_run(run.tenant, run.id, {}, add_cost=0.1, add_drives=1)
+        written = store.update_run(run.tenant, run.id, RunChanges(), add_drives=1)
+    written = store.update_run(run.tenant, run.id, RunChanges(cost_usd=drift))
     assert (written.cost_usd, written.drives) == (10.0, 100)
 
     other = new_run(store, steps=1)
-    for _ in range(100):
-        _, ref = claim(store, other, 0, expect_status=[StepStatus.pending, StepStatus.failed])
-        store.end_attempt(ref, AttemptStatus.failed, step={"status": StepStatus.failed}, run_cost=0.07)
-    assert store.get_run(other.tenant, other.id).cost_usd == 7.0
+    _, ref = claim(store, other, 0)
+    store.end_attempt(ref, AttemptStatus.failed, step=StepChanges(status=StepStatus.failed, cost_usd=sum([0.07] * 100)))
+    assert store.get_step(other.tenant, other.id, 0).cost_usd == 7.0
 
 
 def test_update_run_adds_an_amount_on_top_of_a_value_set_in_the_same_call(store: Store):
     run = new_run(store)
-    written = store.update_run(run.tenant, run.id, {"cost_usd": 0.2, "drives": 1}, add_cost=0.1, add_drives=1)
+    written = store.update_run(run.tenant, run.id, RunChanges(cost_usd=0.1 + 0.2, drives=1), add_drives=1)
     assert (written.cost_usd, written.drives) == (0.3, 2)
 
 
@@ -311,9 +335,9 @@ def test_update_run_rejects_fields_it_may_not_change_and_changes_nothing(store: 
     before = snapshot(store, run)
     for changes in ({"stop_requested": False}, {"id": "run-x"}, {"status": "running", "colour": "red"}):
         with pytest.raises(ValueError):
-            store.update_run(run.tenant, run.id, changes)
+            store.update_run(run.tenant, run.id, RunChanges.model_validate(changes))
     with pytest.raises(ValueError):  # a value that is not a run status
-        store.update_run(run.tenant, run.id, {"status": "exploded"})
+        store.update_run(run.tenant, run.id, RunChanges(status="exploded"))
     assert snapshot(store, run) == before
 
 
@@ -322,11 +346,11 @@ def test_update_run_refused_by_expect_status_is_a_conflict_naming_run_and_status
     before = snapshot(store, run)
     with pytest.raises(Conflict, match=r"run-cond.*queued"):
         store.update_run(
-            run.tenant, run.id, {"status": RunStatus.failed}, expect_status=[RunStatus.running], add_cost=1, add_drives=1
+            run.tenant, run.id, RunChanges(status=RunStatus.failed), expect_status=[RunStatus.running], add_drives=1
         )
     assert snapshot(store, run) == before
     # The same write with a condition that holds lands.
-    written = store.update_run(run.tenant, run.id, {"status": RunStatus.running}, expect_status=[RunStatus.queued])
+    written = store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running), expect_status=[RunStatus.queued])
     assert written.status == RunStatus.running
 
 
@@ -335,7 +359,7 @@ def test_request_stop_is_one_way_and_no_later_update_undoes_it(store: Store):
     assert store.request_stop(run.tenant, run.id) is True
     assert store.request_stop(run.tenant, run.id) is False
     # A later save naming other fields (a worker that read the run before the stop) keeps it.
-    store.update_run(run.tenant, run.id, {"status": RunStatus.running, "error": None}, add_drives=1)
+    store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, error=None), add_drives=1)
     assert store.get_run(run.tenant, run.id).stop_requested is True
 
 
@@ -383,7 +407,7 @@ def test_add_steps_appends_records_and_a_taken_index_is_a_conflict_that_adds_non
 
 def test_update_step_changes_only_the_named_fields_and_returns_the_step(store: Store):
     run = new_run(store)
-    step = store.update_step(run.tenant, run.id, 1, {"instruction": "planned", "data": {"plan": [1, 2]}})
+    step = store.update_step(run.tenant, run.id, 1, StepChanges(instruction="planned", data={"plan": [1, 2]}))
     assert (step.instruction, step.data, step.agent, step.item) == ("planned", {"plan": [1, 2]}, "researcher", "item-1")
     assert store.get_step(run.tenant, run.id, 1) == step
 
@@ -393,17 +417,17 @@ def test_update_step_rejects_unknown_fields_and_changes_nothing(store: Store):
     before = snapshot(store, run)
     for changes in ({"agent": "other"}, {"index": 5}, {"status": "skipped", "nonsense": 1}):
         with pytest.raises(ValueError):
-            store.update_step(run.tenant, run.id, 0, changes)
+            store.update_step(run.tenant, run.id, 0, StepChanges.model_validate(changes))
     assert snapshot(store, run) == before
 
 
 def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_status_and_changes_nothing(store: Store):
     run = new_run(store, id="run-steps")
-    store.update_step(run.tenant, run.id, 2, {"status": StepStatus.completed})
+    store.update_step(run.tenant, run.id, 2, StepChanges(status=StepStatus.completed))
     before = snapshot(store, run)
     with pytest.raises(Conflict, match=r"step 2 of run 'run-steps' is completed"):
         store.update_step(
-            run.tenant, run.id, 2, {"status": StepStatus.skipped, "skip_reason": "run stopped"},
+            run.tenant, run.id, 2, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"),
             expect_status=[StepStatus.pending, StepStatus.awaiting_approval],
         )
     assert snapshot(store, run) == before
@@ -434,7 +458,7 @@ def test_a_second_claim_while_an_attempt_runs_is_a_conflict_and_changes_nothing(
 
 def test_claim_is_refused_when_the_step_status_is_not_expected(store: Store):
     run = new_run(store, id="run-done")
-    store.update_step(run.tenant, run.id, 0, {"status": StepStatus.completed})
+    store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
     before = snapshot(store, run)
     with pytest.raises(Conflict, match=r"step 0 of run 'run-done' is completed"):
         claim(store, run, 0)
@@ -451,15 +475,14 @@ def test_a_missing_step_or_attempt_is_not_found(store: Store):
         store.add_event(run.tenant, run.id, 42, Event(text="x"))
 
 
-def test_end_attempt_with_the_exact_ref_ends_it_and_changes_step_and_run_cost_together(store: Store):
+def test_end_attempt_with_the_exact_ref_ends_it_and_changes_its_step_together(store: Store):
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.end_attempt(
         ref,
         AttemptStatus.completed,
         reason="done",
-        step={"status": StepStatus.completed, "result": "the answer", "cost_usd": 0.25, "finished_at": "2026-04-04T00:00:00.000Z"},
-        run_cost=0.25,
+        step=StepChanges(status=StepStatus.completed, result="the answer", cost_usd=0.25, finished_at="2026-04-04T00:00:00.000Z"),
     )
     attempt = store.get_attempt(run.tenant, run.id, 0, 1)
     assert (attempt.status, attempt.reason) == (AttemptStatus.completed, "done")
@@ -469,16 +492,16 @@ def test_end_attempt_with_the_exact_ref_ends_it_and_changes_step_and_run_cost_to
     assert (step.status, step.result, step.cost_usd, step.finished_at) == (
         StepStatus.completed, "the answer", 0.25, "2026-04-04T00:00:00.000Z"
     )
-    assert after.cost_usd == 0.25
+    assert after.cost_usd == 0.0  # the run's cost is what settling a group adds up
 
 
 def test_ending_the_same_attempt_again_is_attempt_ended_and_changes_nothing(store: Store):
     run = new_run(store)
     _, ref = claim(store, run, 0)
-    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed}, run_cost=0.1)
+    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step=StepChanges(status=StepStatus.failed))
     before = snapshot(store, run)
     with pytest.raises(AttemptEnded):
-        store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed}, run_cost=0.1)
+        store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     assert snapshot(store, run) == before
 
 
@@ -498,9 +521,9 @@ def test_a_ref_differing_in_any_part_of_its_identity_is_attempt_ended_and_change
     bad = ref.model_copy(update=wrong)
     before = snapshot(store, run)
     with pytest.raises(AttemptEnded):
-        store.end_attempt(bad, AttemptStatus.completed, step={"status": StepStatus.completed}, run_cost=1.0)
+        store.end_attempt(bad, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     with pytest.raises(AttemptEnded):
-        store.set_attempt_worker(bad, "pid:1")
+        store.heartbeat(bad, utcnow())
     with pytest.raises(AttemptEnded):
         store.add_event(run.tenant, run.id, 0, Event(text="late"), attempt=bad)
     with pytest.raises(AttemptEnded):
@@ -510,22 +533,10 @@ def test_a_ref_differing_in_any_part_of_its_identity_is_attempt_ended_and_change
     assert snapshot(store, run) == before
 
 
-def test_resumed_at_is_part_of_the_identity_compared_null_safely(store: Store):
-    # Given an attempt claimed as a resumption
-    run = new_run(store)
-    _, ref = claim(store, run, 0, resumed_at="2026-06-06T00:00:00.000Z")
-    # Then a ref without resumed_at (NULL != a time) does not match it
-    with pytest.raises(AttemptEnded):
-        store.set_attempt_worker(ref.model_copy(update={"resumed_at": None}), "pid:1")
-    # And the exact ref does
-    store.set_attempt_worker(ref, "pid:2")
-    assert store.get_attempt(run.tenant, run.id, 0, 1).worker == "pid:2"
-
-
 def test_fenced_writes_after_the_attempt_ended_are_attempt_ended_and_not_stored(store: Store):
     run = new_run(store)
     _, ref = claim(store, run, 0)
-    store.end_attempt(ref, AttemptStatus.interrupted, reason="worker went away", step={"status": StepStatus.pending})
+    store.end_attempt(ref, AttemptStatus.interrupted, reason="worker went away", step=StepChanges(status=StepStatus.pending))
     before = snapshot(store, run)
 
     with pytest.raises(AttemptEnded):
@@ -535,7 +546,7 @@ def test_fenced_writes_after_the_attempt_ended_are_attempt_ended_and_not_stored(
     with pytest.raises(AttemptEnded):
         store.set_prompt_layers(ref, [PromptLayer(name="late", chars=1, sha256="cc")])
     with pytest.raises(AttemptEnded):
-        store.set_attempt_worker(ref, "late-worker")
+        store.heartbeat(ref, utcnow())
 
     assert snapshot(store, run) == before
 
@@ -544,7 +555,7 @@ def test_a_late_write_from_attempt_1_never_lands_on_attempt_2(store: Store):
     # Given attempt 1 failed and attempt 2 claimed the step (a retry)
     run = new_run(store)
     first, ref1 = claim(store, run, 0, started_at="2026-07-07T00:00:00.000Z")
-    store.end_attempt(ref1, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed})
+    store.end_attempt(ref1, AttemptStatus.failed, reason="model error", step=StepChanges(status=StepStatus.failed))
     second, ref2 = claim(
         store, run, 0, started_at="2026-07-07T00:01:00.000Z", expect_status=[StepStatus.pending, StepStatus.failed]
     )
@@ -553,9 +564,9 @@ def test_a_late_write_from_attempt_1_never_lands_on_attempt_2(store: Store):
 
     # When attempt 1's worker, unaware, writes its ending, result and trace
     with pytest.raises(AttemptEnded):
-        store.end_attempt(ref1, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "stale"}, run_cost=5)
+        store.end_attempt(ref1, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="stale"))
     with pytest.raises(AttemptEnded):
-        store.set_attempt_worker(ref1, "old-worker")
+        store.heartbeat(ref1, utcnow())
     with pytest.raises(AttemptEnded):
         store.add_event(run.tenant, run.id, 0, Event(text="stale"), attempt=ref1)
     with pytest.raises(AttemptEnded):
@@ -574,7 +585,7 @@ def test_a_late_write_from_attempt_1_never_lands_on_attempt_2(store: Store):
 
     # And attempt 2's own writes land
     store.add_event(run.tenant, run.id, 0, Event(text="fresh"), attempt=ref2)
-    store.end_attempt(ref2, AttemptStatus.completed, step={"status": StepStatus.completed})
+    store.end_attempt(ref2, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     assert [e.attempt for e in store.get_step(run.tenant, run.id, 0, detail=True).events] == [2]
 
 
@@ -583,16 +594,17 @@ def test_end_attempt_rejects_unknown_step_fields_and_the_attempt_keeps_running(s
     _, ref = claim(store, run, 0)
     before = snapshot(store, run)
     with pytest.raises(ValueError):
-        store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "agent": "other"})
+        store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, agent="other"))
     assert snapshot(store, run) == before
     assert store.get_attempt(run.tenant, run.id, 0, 1).status == AttemptStatus.running
 
 
-def test_set_attempt_worker_records_what_works_on_the_attempt(store: Store):
-    run = new_run(store)
-    _, ref = claim(store, run, 0)
-    store.set_attempt_worker(ref, "arn:aws:ecs:task/1")
-    assert store.get_attempt(run.tenant, run.id, 0, 1).worker == "arn:aws:ecs:task/1"
+def test_a_worker_of_every_kind_claimed_with_reads_back_as_it_was_written(store: Store):
+    run = new_run(store, steps=len(WORKERS))
+    for index, worker in enumerate(WORKERS):
+        claim(store, run, index, worker=worker)
+    assert [a.worker for a in store.list_attempts(run.tenant, run.id)] == WORKERS
+    assert [type(store.get_attempt(run.tenant, run.id, i, 1).worker) for i in range(len(WORKERS))] == [type(w) for w in WORKERS]
 
 
 def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: Store):
@@ -602,14 +614,14 @@ def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: St
     store.add_steps(run.tenant, run.id, [Step(index=1, group=0, prompt_layers=created)])
     layers = [PromptLayer(name="persona", chars=10, sha256="aa"), PromptLayer(name="input", chars=3, sha256="bb", dynamic=True)]
     # When attempts are claimed with a worker and layers
-    first, ref = claim(store, run, 1, worker='{"kind": "lambda"}', layers=layers, op_id="op-1")
-    # Then both are there at once, as set_attempt_worker and set_prompt_layers would leave them
-    assert first.worker == '{"kind": "lambda"}'
+    first, ref = claim(store, run, 1, worker=LAMBDA, layers=layers, op_id="op-1")
+    # Then both are there at once, the layers as set_prompt_layers would leave them
+    assert first.worker == LAMBDA
     assert store.get_attempt(run.tenant, run.id, 1, 1) == first
     assert store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers == layers
     assert store.get_run(run.tenant, run.id).step(1).prompt_layers == layers
     # And a claim without them leaves the step's layers as they are, its attempt without a worker
-    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step={"error": "model error"})
+    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step=StepChanges(error="model error"))
     second, ref2 = claim(store, run, 1, expect_status=[StepStatus.running])
     assert second.worker is None and store.get_attempt(run.tenant, run.id, 1, 2).worker is None
     assert store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers == layers
@@ -618,21 +630,21 @@ def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: St
     assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]
     # And a replayed op_id writes neither
     replay = store.claim_attempt(
-        run.tenant, run.id, 1, token="other", started_at=utcnow(), op_id="op-1", worker="other", layers=created
+        run.tenant, run.id, 1, token="other", started_at=utcnow(), op_id="op-1", worker=WORKERS[0], layers=created
     )
-    assert replay.n == 1 and replay.worker == '{"kind": "lambda"}'
+    assert replay.n == 1 and replay.worker == LAMBDA
     assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]
 
 
 def test_a_refused_claim_writes_neither_worker_nor_layers(store: Store):
     run = new_run(store)
     claim(store, run, 0, layers=[PromptLayer(name="persona", chars=1, sha256="aa")])
-    store.update_step(run.tenant, run.id, 1, {"status": StepStatus.completed})
+    store.update_step(run.tenant, run.id, 1, StepChanges(status=StepStatus.completed))
     before = snapshot(store, run)
     with pytest.raises(Conflict):  # an attempt runs
-        claim(store, run, 0, expect_status=[StepStatus.running], worker="w", layers=[PromptLayer(name="x", chars=1, sha256="bb")])
+        claim(store, run, 0, expect_status=[StepStatus.running], worker=LAMBDA, layers=[PromptLayer(name="x", chars=1, sha256="bb")])
     with pytest.raises(Conflict):  # not an expected status
-        claim(store, run, 1, worker="w", layers=[PromptLayer(name="x", chars=1, sha256="bb")])
+        claim(store, run, 1, worker=LAMBDA, layers=[PromptLayer(name="x", chars=1, sha256="bb")])
     assert snapshot(store, run) == before
 
 
@@ -646,7 +658,7 @@ def test_end_attempt_records_its_calls_in_the_same_write_replacing_spans_by_id(s
         ModelCall(id="turn-2", n=2, ms=20, stop="end_turn"),
         ModelCall(id="turn-1", n=1, ms=812, tokens=Tokens(input=120, output=300), stop="tool_use"),
     ]
-    store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "r"}, calls=calls)
+    store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="r"), calls=calls)
     # Then the step holds each span once, as last written, ordered by n
     step = store.get_step(run.tenant, run.id, 0, detail=True)
     assert step.calls == [calls[1], calls[0]]
@@ -654,7 +666,7 @@ def test_end_attempt_records_its_calls_in_the_same_write_replacing_spans_by_id(s
     # And a second attempt's spans join them, replacing none but their own
     _, ref2 = claim(store, run, 0, expect_status=[StepStatus.completed])
     again = ModelCall(id="turn-3", n=3, attempt=2)
-    store.end_attempt(ref2, AttemptStatus.completed, step={"status": StepStatus.completed}, calls=[again])
+    store.end_attempt(ref2, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed), calls=[again])
     assert [c.id for c in store.get_step(run.tenant, run.id, 0, detail=True).calls] == ["turn-1", "turn-2", "turn-3"]
 
 
@@ -662,13 +674,13 @@ def test_a_refused_end_writes_none_of_its_calls(store: Store):
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.put_call(ref, ModelCall(id="turn-1", ms=1))
-    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed})
+    store.end_attempt(ref, AttemptStatus.failed, reason="model error", step=StepChanges(status=StepStatus.failed))
     _, ref2 = claim(store, run, 0, expect_status=[StepStatus.failed])
     before = snapshot(store, run)
     for stale in (ref, ref.model_copy(update={"n": 2}), ref2.model_copy(update={"token": "not-the-token"})):
         with pytest.raises(AttemptEnded):
             store.end_attempt(
-                stale, AttemptStatus.completed, step={"status": StepStatus.completed},
+                stale, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed),
                 calls=[ModelCall(id="turn-1", ms=999), ModelCall(id="stale", n=2)],
             )
     assert snapshot(store, run) == before
@@ -684,13 +696,13 @@ def test_many_spans_of_a_long_attempt_are_all_kept(store: Store):
         store.put_call(ref, call)
     calls[3] = calls[3].model_copy(update={"stop": "x" * 5000})
     calls[20] = calls[20].model_copy(update={"ms": 2020})
-    store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed}, calls=calls)
+    store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed), calls=calls)
     assert store.get_step(run.tenant, run.id, 0, detail=True).calls == calls
     # And a smaller version of the large one replaces it
     _, ref2 = claim(store, run, 0, expect_status=[StepStatus.completed])
     calls[3] = calls[3].model_copy(update={"stop": "end_turn"})
     store.put_call(ref2, calls[3])
-    store.end_attempt(ref2, AttemptStatus.completed, step={"status": StepStatus.completed}, calls=[calls[3]])
+    store.end_attempt(ref2, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed), calls=[calls[3]])
     assert store.get_run(run.tenant, run.id).step(0).calls == calls
 
 
@@ -771,20 +783,19 @@ def test_twenty_threads_each_claiming_and_ending_a_different_step_all_land(store
     run = new_run(store, steps=20)
 
     def work(i: int) -> None:
-        _, ref = claim(store, run, i)
-        store.set_attempt_worker(ref, f"thread-{i}")
+        _, ref = claim(store, run, i, worker=LocalProcess(host="thread", pid=i))
         store.add_event(run.tenant, run.id, i, Event(text=f"working {i}"), attempt=ref)
         store.put_call(ref, ModelCall(id=f"c{i}", cost_usd=0.01))
-        store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "cost_usd": 0.01}, run_cost=0.01)
+        store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, cost_usd=0.01))
 
     assert run_threads(20, work) == [None] * 20
     after = store.get_run(run.tenant, run.id)
     assert all(s.status == StepStatus.completed and s.attempts == 1 for s in after.steps)
     assert all([e.text for e in s.events] == [f"working {s.index}"] and len(s.calls) == 1 for s in after.steps)
-    assert after.cost_usd == 0.2
+    assert round(sum(s.cost_usd for s in after.steps), 6) == 0.2
     attempts = store.list_attempts(run.tenant, run.id)
     assert [(a.index, a.n, a.status, a.worker) for a in attempts] == [
-        (i, 1, AttemptStatus.completed, f"thread-{i}") for i in range(20)
+        (i, 1, AttemptStatus.completed, LocalProcess(host="thread", pid=i)) for i in range(20)
     ]
 
 
@@ -1015,7 +1026,7 @@ def test_heartbeat_records_when_the_worker_was_last_alive_and_is_fenced(store: S
         store.heartbeat(ref.model_copy(update={"token": "not-the-token"}), "2026-08-08T00:02:00.000Z")
     assert snapshot(store, run) == before
 
-    store.end_attempt(ref, AttemptStatus.interrupted, reason="worker went away", step={"status": StepStatus.pending})
+    store.end_attempt(ref, AttemptStatus.interrupted, reason="worker went away", step=StepChanges(status=StepStatus.pending))
     before = snapshot(store, run)
     with pytest.raises(AttemptEnded):
         store.heartbeat(ref, "2026-08-08T00:03:00.000Z")
@@ -1027,7 +1038,7 @@ def test_running_attempts_are_the_attempts_still_running_of_one_tenant_or_all(st
     a0, _ = claim(store, acme, 0)
     _, a1_ref = claim(store, acme, 1)
     b0, b0_ref = claim(store, globex, 0)
-    store.end_attempt(a1_ref, AttemptStatus.completed, step={"status": StepStatus.completed})
+    store.end_attempt(a1_ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     store.heartbeat(b0_ref, "2026-08-08T00:00:00.000Z")
 
     assert store.running_attempts("acme") == [("acme", a0)]
@@ -1036,7 +1047,7 @@ def test_running_attempts_are_the_attempts_still_running_of_one_tenant_or_all(st
     assert sorted((t, a.run_id, a.index, a.n) for t, a in everyone) == [("acme", acme.id, 0, 1), ("globex", globex.id, 0, 1)]
     assert dict(everyone)["globex"] == b0.model_copy(update={"heartbeat_at": "2026-08-08T00:00:00.000Z"})
 
-    store.end_attempt(b0_ref, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed})
+    store.end_attempt(b0_ref, AttemptStatus.failed, reason="model error", step=StepChanges(status=StepStatus.failed))
     assert store.running_attempts() == [("acme", a0)]
 
 
@@ -1053,12 +1064,12 @@ def test_active_runs_are_the_queued_running_and_parked_runs_and_a_run_leaves_whe
     assert store.active_runs("initech") == []
 
     # When one ends and an ended one is driven again (a re-drive)
-    store.update_run("acme", running.id, {"status": RunStatus.failed, "finished_at": utcnow()})
-    store.update_run("acme", done.id, {"status": RunStatus.running})
+    store.update_run("acme", running.id, RunChanges(status=RunStatus.failed, finished_at=utcnow()))
+    store.update_run("acme", done.id, RunChanges(status=RunStatus.running))
     # Then the active runs follow
     assert [r.id for r in store.active_runs("acme")] == [queued.id, done.id]
     # And a write that does not change the status does not change what is active
-    store.update_run("acme", queued.id, {"error": "slow"}, add_cost=0.5)
+    store.update_run("acme", queued.id, RunChanges(error="slow"), add_drives=1)
     assert [r.id for r in store.active_runs("acme")] == [queued.id, done.id]
 
 
@@ -1073,8 +1084,8 @@ def test_journal_begin_records_a_pending_claim_once_and_a_replay_gets_the_same_e
     assert (entry.status, entry.attempt, entry.token) == (JournalStatus.pending, None, None)
     assert abs(entry.expires_at - (time.time() + 3600)) < 60
     assert store.journal_begin(TENANT, run.id, "exec-1:RunStep:0:0", 0) == entry
-    assert store.journal_get(TENANT, run.id, "exec-1:RunStep:0:0") == entry
-    assert store.journal_get(TENANT, run.id, "exec-1:RunStep:9:0") is None
+    assert journal_entry(store, TENANT, run.id, "exec-1:RunStep:0:0") == entry
+    assert journal_entry(store, TENANT, run.id, "exec-1:RunStep:9:0") is None
     assert store.journal_pending(TENANT) == [entry]
     assert store.journal_pending() == [entry]
     assert store.journal_pending("globex") == []
@@ -1090,18 +1101,18 @@ def test_journal_begin_for_a_missing_run_is_run_not_found(store: Store):
 def test_a_claim_with_an_op_id_completes_its_journal_entry_in_the_same_write(store: Store):
     run = new_run(store)
     store.journal_begin(TENANT, run.id, "op-0", 0)
-    attempt, _ = claim(store, run, 0, op_id="op-0", resumed_at="2026-06-06T00:00:00.000Z")
+    attempt, _ = claim(store, run, 0, op_id="op-0")
 
-    entry = store.journal_get(TENANT, run.id, "op-0")
+    entry = journal_entry(store, TENANT, run.id, "op-0")
     assert entry is not None
     assert (entry.status, entry.index, entry.attempt, entry.token, entry.started_at, entry.resumed_at) == (
-        JournalStatus.completed, 0, 1, attempt.token, attempt.started_at, "2026-06-06T00:00:00.000Z"
+        JournalStatus.completed, 0, 1, attempt.token, attempt.started_at, None
     )
     assert store.journal_pending() == []
 
     # Without journal_begin, the claim makes the entry itself.
     other, _ = claim(store, run, 1, op_id="op-1")
-    entry = store.journal_get(TENANT, run.id, "op-1")
+    entry = journal_entry(store, TENANT, run.id, "op-1")
     assert entry is not None
     assert (entry.status, entry.index, entry.attempt, entry.token) == (JournalStatus.completed, 1, 1, other.token)
 
@@ -1112,7 +1123,7 @@ def test_a_repeated_op_id_gets_what_the_first_claim_got_and_claims_nothing(store
     # A re-delivered invocation, while the first still runs
     assert store.claim_attempt(TENANT, run.id, 0, token="another", started_at=utcnow(), op_id="op-0") == first
     # And after it ended and its step completed
-    store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed})
+    store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     before = snapshot(store, run)
     replay = store.claim_attempt(TENANT, run.id, 0, token="another", started_at=utcnow(), op_id="op-0")
     assert (replay.n, replay.token, replay.status) == (1, first.token, AttemptStatus.completed)
@@ -1152,25 +1163,26 @@ def test_a_step_claimed_many_times_keeps_every_attempt_span_and_journal_entry(st
     claimed = []
     for i in range(1, 9):
         store.journal_begin(TENANT, run.id, f"op-{i}", 0)
-        attempt, ref = claim(store, run, 0, op_id=f"op-{i}", expect_status=[StepStatus.pending, StepStatus.failed], worker=f"w{i}")
+        attempt, ref = claim(store, run, 0, op_id=f"op-{i}", expect_status=[StepStatus.pending, StepStatus.failed], worker=LocalProcess(host="w", pid=i))
         assert attempt.n == i
         store.heartbeat(ref, f"2026-01-01T00:00:0{i}.000Z")
         store.put_call(ref, ModelCall(id=f"turn-{i}", n=i))
         store.end_attempt(
-            ref, AttemptStatus.failed, reason=f"reason {i}", step={"status": StepStatus.failed}, calls=[ModelCall(id=f"turn-{i}", n=i, ms=i)]
+            ref, AttemptStatus.failed, reason=f"reason {i}", step=StepChanges(status=StepStatus.failed), calls=[ModelCall(id=f"turn-{i}", n=i, ms=i)]
         )
         claimed.append((attempt, ref))
     # Then every attempt reads back, as it ended
     attempts = store.list_attempts(TENANT, run.id, 0)
     assert [(a.n, a.status, a.reason, a.worker, a.op_id, a.heartbeat_at) for a in attempts] == [
-        (i, AttemptStatus.failed, f"reason {i}", f"w{i}", f"op-{i}", f"2026-01-01T00:00:0{i}.000Z") for i in range(1, 9)
+        (i, AttemptStatus.failed, f"reason {i}", LocalProcess(host="w", pid=i), f"op-{i}", f"2026-01-01T00:00:0{i}.000Z")
+        for i in range(1, 9)
     ]
     assert store.list_attempts(TENANT, run.id) == attempts
     assert [store.get_attempt(TENANT, run.id, 0, i) for i in range(1, 9)] == attempts
     assert [(c.id, c.ms) for c in store.get_step(TENANT, run.id, 0, detail=True).calls] == [(f"turn-{i}", i) for i in range(1, 9)]
     for i, (attempt, ref) in enumerate(claimed, 1):
         # And every journal entry, completed with its attempt
-        entry = store.journal_get(TENANT, run.id, f"op-{i}")
+        entry = journal_entry(store, TENANT, run.id, f"op-{i}")
         assert entry is not None
         assert (entry.status, entry.index, entry.attempt, entry.token, entry.started_at) == (
             JournalStatus.completed, 0, i, attempt.token, attempt.started_at
@@ -1197,13 +1209,13 @@ def test_an_entry_left_pending_while_another_claims_attempt_runs_stays_pending_a
         claim(store, run, 0, op_id="op-b", expect_status=[StepStatus.pending, StepStatus.running])
     assert [e.op_id for e in store.journal_pending(TENANT)] == ["op-b"]
     # When the attempt ends
-    store.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed})
+    store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     # Then the entry is still pending, until it is settled
     assert store.running_attempts(TENANT) == []
     assert [e.op_id for e in store.journal_pending(TENANT)] == ["op-b"]
     assert store.journal_settle(TENANT, run.id, "op-b").status == JournalStatus.cancelled
     assert store.journal_pending() == []
-    assert store.journal_get(TENANT, run.id, "op-a").status == JournalStatus.completed  # type: ignore[union-attr]
+    assert journal_entry(store, TENANT, run.id, "op-a").status == JournalStatus.completed  # type: ignore[union-attr]
 
 
 # -- large values ---------------------------------------------------------------------------
@@ -1229,10 +1241,9 @@ def test_large_values_round_trip_exactly(store: Store):
         ref,
         AttemptStatus.completed,
         reason=big["reason"],
-        step={"status": StepStatus.completed, "result": big["result"], "conclusion": big["conclusion"], "data": data},
-        run_cost=0.5,
+        step=StepChanges(status=StepStatus.completed, result=big["result"], conclusion=big["conclusion"], data=data),
     )
-    store.update_step(TENANT, run.id, 1, {"instruction": big["instruction"]})
+    store.update_step(TENANT, run.id, 1, StepChanges(instruction=big["instruction"]))
 
     # When it is read back, every value is exactly what was written
     after = store.get_run(TENANT, run.id)
@@ -1270,7 +1281,7 @@ def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_
     run = new_run(dynamo, input={"document": big_text()}, steps=2)
     _, ref = claim(dynamo, run, 0)
     result, conclusion, data = big_text(seed="result"), big_text(50_000, seed="c"), big_text(50_000, seed="d")
-    dynamo.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": result, "conclusion": conclusion, "data": data})
+    dynamo.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result=result, conclusion=conclusion, data=data))
 
     # Then the result is a pointer to its text under the run's own prefix; the others stay
     (step,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000000"]
@@ -1284,12 +1295,12 @@ def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_
     roomy = DynamoStore(TABLE, bucket=BUCKET, region=REGION, blob_threshold=10**9)
     sizes = {"instruction": 150_000, "result": 140_000, "conclusion": 130_000}
     texts = {field: big_text(size, seed=field) for field, size in sizes.items()}
-    roomy.update_step(TENANT, run.id, 1, texts)
+    roomy.update_step(TENANT, run.id, 1, StepChanges(**texts))
     (fresh,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000001"]
     assert "M" in fresh["instruction"] and "S" in fresh["conclusion"]
     # And when what an item already holds would take it past 400 KB, the write moves its own
     # large values to S3 and lands
-    roomy.update_step(TENANT, run.id, 0, texts)
+    roomy.update_step(TENANT, run.id, 0, StepChanges(**texts))
     assert all(len(json.dumps(item)) < 400 * 1024 for item in raw_items())
     for index in (0, 1):
         read = roomy.get_step(TENANT, run.id, index)
@@ -1302,13 +1313,13 @@ def test_dynamodb_without_a_bucket_refuses_what_cannot_fit_an_item_and_keeps_wha
     _, ref = claim(plain, run, 0)
     before = snapshot(plain, run)
     with pytest.raises(ItemTooLarge, match=r"bucket=BUCKET.*result"):
-        plain.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "x" * 500_000})
+        plain.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="x" * 500_000))
     with pytest.raises(ItemTooLarge):
         new_run(plain, input={"document": "x" * 500_000})
     assert snapshot(plain, run) == before
     assert plain.get_attempt(TENANT, run.id, 0, 1).status == AttemptStatus.running
     # Over the blob threshold but within an item: kept in the item
-    plain.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "y" * 100_000})
+    plain.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="y" * 100_000))
     assert plain.get_step(TENANT, run.id, 0).result == "y" * 100_000
 
 
@@ -1324,7 +1335,7 @@ def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: Dyn
     dynamo.journal_begin(TENANT, live.id, "op-pending", 1)
     _, running = claim(dynamo, live, 0, op_id="op-0")
     _, done = claim(dynamo, ended, 0)
-    dynamo.end_attempt(done, AttemptStatus.completed, step={"status": StepStatus.completed})
+    dynamo.end_attempt(done, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
 
     # When the live things are asked for, of one tenant and of all
     assert [r.id for r in watched.active_runs(TENANT)] == [r.id for r in watched.active_runs()] == [live.id]
@@ -1341,7 +1352,7 @@ def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: Dyn
 
     assert live_index() == ["RUN", "S#00000000", "S#00000001"]
     # And a step leaves it with the last live thing it has
-    dynamo.end_attempt(running, AttemptStatus.completed, step={"status": StepStatus.completed})
+    dynamo.end_attempt(running, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     assert live_index() == ["RUN", "S#00000001"]
     dynamo.journal_settle(TENANT, live.id, "op-pending")
     assert live_index() == ["RUN"]
@@ -1356,7 +1367,7 @@ def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: Dynamo
         dynamo.journal_begin(TENANT, run.id, f"op-{i}", 0, ttl_s=-1 if i == 1 else 3600)
         _, ref = claim(dynamo, run, 0, op_id=f"op-{i}", expect_status=[StepStatus.pending, StepStatus.failed])
         calls = [ModelCall(id=f"turn-{i}-{k}", n=3 * i + k) for k in range(3)]
-        dynamo.end_attempt(ref, AttemptStatus.failed, reason="model error", step={"status": StepStatus.failed}, calls=calls)
+        dynamo.end_attempt(ref, AttemptStatus.failed, reason="model error", step=StepChanges(status=StepStatus.failed), calls=calls)
     # Then the step item keeps only its latest attempts, settled entries and a few spans
     (step,) = [i for i in raw_items() if i["pk"]["S"].endswith(run.id) and i["sk"]["S"] == "S#00000000"]
     assert {k for k in step if re.fullmatch(r"A\d+", k)} == {f"A{n}" for n in range(11 - ATTEMPTS_ON_STEP, 11)}
@@ -1367,8 +1378,8 @@ def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: Dynamo
     assert [a.n for a in dynamo.list_attempts(TENANT, run.id)] == list(range(1, 11))
     assert len(dynamo.get_step(TENANT, run.id, 0, detail=True).calls) == 30
     # And a settled entry past its expiry is gone, as DynamoDB's TTL would make it
-    assert dynamo.journal_get(TENANT, run.id, "op-1") is None
-    assert dynamo.journal_get(TENANT, run.id, "op-2").attempt == 2  # type: ignore[union-attr]
+    assert journal_entry(dynamo, TENANT, run.id, "op-1") is None
+    assert journal_entry(dynamo, TENANT, run.id, "op-2").attempt == 2  # type: ignore[union-attr]
 
 
 def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dynamo: DynamoStore):
@@ -1381,7 +1392,7 @@ def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dy
     dynamo.journal_begin(TENANT, run.id, "op-b", 0)
     assert live_index() == ["S#00000000"]
     dynamo.consumed(reset=True)
-    dynamo.end_attempt(ref, AttemptStatus.completed, step={"status": StepStatus.completed})
+    dynamo.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     assert live_index() == ["S#00000000"]  # op-b is still pending
     # (its cheap form, leaving the index, was refused; the form that stays wrote no index entry)
     assert dynamo.consumed()["write"]["end_attempt"] == 1
@@ -1394,27 +1405,25 @@ def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: Dy
     run = new_run(dynamo, steps=1)
     dynamo.consumed(reset=True)
     dynamo.journal_begin(TENANT, run.id, "exec-1:RunStep:0:0", 0)
-    _, ref = claim(dynamo, run, 0, op_id="exec-1:RunStep:0:0")
-    dynamo.set_attempt_worker(ref, json.dumps({"kind": "lambda", "request": uuid.uuid4().hex, "deadline": utcnow()}))
+    _, ref = claim(dynamo, run, 0, op_id="exec-1:RunStep:0:0", worker=LambdaRequest(request_id=uuid.uuid4().hex, deadline=time.time()))
     dynamo.set_prompt_layers(ref, [PromptLayer(name=n, chars=812, sha256="3f2a9c1d0b7e", dynamic=n == "input") for n in ("persona", "shared", "task", "input")])
     dynamo.add_event(TENANT, run.id, 0, Event(type="tool", text="search tides of the north sea", data={"tool": "search"}), attempt=ref)
     dynamo.put_call(ref, ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn"))
     dynamo.heartbeat(ref, utcnow())
     dynamo.end_attempt(
-        ref, AttemptStatus.completed, step={"status": StepStatus.completed, "result": "the answer", "cost_usd": 0.01, "finished_at": utcnow()}, run_cost=0.01
+        ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="the answer", cost_usd=0.01, finished_at=utcnow())
     )
     # Then each costs what the item layout promises: one conditional write of the step item
     # (billed on the whole item: past 1 KB once it holds layers, worker and a span), a
-    # transaction (2x per item) where one item cannot carry it, plus index entries
+    # transaction (2x per item) where one item cannot carry it (an event), plus index entries
     assert dynamo.consumed()["write"] == {
         "journal_begin": 2,  # the entry on the step item + the step's live-index entry
-        "claim_attempt": 1,  # the step item alone; its live-index entry stays as it is
-        "set_attempt_worker": 1,
+        "claim_attempt": 1,  # the step item alone (with its worker); its live-index entry stays as it is
         "set_prompt_layers": 1,
         "add_event": 4,  # transaction: the step's ConditionCheck + the event
         "put_call": 2,  # into the step item (now over 1 KB)
         "heartbeat": 2,
-        "end_attempt": 5,  # transaction: step and run cost (2 x 2, the step's size a lower bound); the step leaves the index
+        "end_attempt": 3,  # the step item (over 1 KB: 2); the step leaves the index (the run's cost is settled per group)
     }
 
 
@@ -1426,7 +1435,7 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
     the claim with its worker and layers, the end with its span (and, with `retry`, an
     attempt that failed first and a second claim). Each call's write units, by operation."""
     run = new_run(dynamo, steps=1)
-    worker = json.dumps({"kind": "lambda", "request_id": str(uuid.uuid4()), "deadline": time.time() + 900})
+    worker = LambdaRequest(request_id=str(uuid.uuid4()), deadline=time.time() + 900)
     layers = [PromptLayer(name=n, chars=812, sha256="3f2a9c1d0b7e", dynamic=n == "input") for n in ("persona", "shared", "task", "input")]
     span = ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn", cost_usd=0.01)
     done = {"status": StepStatus.completed, "result": "the answer", "conclusion": "done", "data": None, "error": None}
@@ -1442,15 +1451,15 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
     _, ref = measured("claim", lambda: claim(dynamo, run, 0, op_id=STEP_OP, worker=worker, layers=layers))  # type: ignore[misc]
     if retry:
         error = "model error: overloaded"
-        measured("end failed", lambda: dynamo.end_attempt(ref, AttemptStatus.failed, reason=error, step={"error": error, "cost_usd": 0.01}, calls=[span]))
+        measured("end failed", lambda: dynamo.end_attempt(ref, AttemptStatus.failed, reason=error, step=StepChanges(error=error, cost_usd=0.01), calls=[span]))
         _, ref = measured("claim again", lambda: claim(dynamo, run, 0, expect_status=[StepStatus.running], worker=worker))  # type: ignore[misc]
         span = span.model_copy(update={"id": "turn-2", "n": 2, "attempt": 2})
-    step = {**done, "cost_usd": 0.02 if retry else 0.01, "finished_at": utcnow()}
-    measured("end", lambda: dynamo.end_attempt(ref, AttemptStatus.completed, step=step, run_cost=0, calls=[span]))
+    step = StepChanges(**done, cost_usd=0.02 if retry else 0.01, finished_at=utcnow())
+    measured("end", lambda: dynamo.end_attempt(ref, AttemptStatus.completed, step=step, calls=[span]))
     # What was written is what the step reads back as
     read = dynamo.get_step(TENANT, run.id, 0, detail=True)
     assert (read.status, read.result, read.prompt_layers, read.calls[-1]) == (StepStatus.completed, "the answer", layers, span)
-    assert dynamo.journal_get(TENANT, run.id, STEP_OP).status == JournalStatus.completed  # type: ignore[union-attr]
+    assert journal_entry(dynamo, TENANT, run.id, STEP_OP).status == JournalStatus.completed  # type: ignore[union-attr]
     assert dynamo.running_attempts(TENANT) == [] and dynamo.journal_pending(TENANT) == []
     for label, units in costs:
         print(f"{label:>14}: {sum(units.values()):g} WCU {units}")

@@ -29,8 +29,10 @@ from laneflow.domain.records import (
     AttemptStatus,
     Event,
     Run,
+    RunChanges,
     RunStatus,
     Step,
+    StepChanges,
     StepStatus,
 )
 from laneflow.domain.settlement import (
@@ -55,13 +57,13 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
     spent = round(sum(s.cost_usd for s in svc.store.get_steps(run.tenant, run.id)), 6)
     if spent != run.cost_usd:
         try:
-            run = svc.store.update_run(run.tenant, run.id, {"cost_usd": spent}, expect_status=(RunStatus.running,))
+            run = svc.store.update_run(run.tenant, run.id, RunChanges(cost_usd=spent), expect_status=(RunStatus.running,))
         except Conflict:
             pass
     settled = Settler(svc, run, req.group).settle()
     if settled.action == "end" and settled.reason and settled.reason != STOPPED:
         try:
-            svc.store.update_run(run.tenant, run.id, {"error": settled.reason}, expect_status=(RunStatus.running,))
+            svc.store.update_run(run.tenant, run.id, RunChanges(error=settled.reason), expect_status=(RunStatus.running,))
         except Conflict:
             pass
     return settled
@@ -106,8 +108,8 @@ class Settler:
             if rescue.status == StepStatus.completed:
                 self.store.update_step(
                     self.run.tenant, self.run.id, target.index,
-                    {"status": StepStatus.completed, "result": rescue.result, "conclusion": rescue.conclusion,
-                     "data": rescue.data, "error": None, "finished_at": rescue.finished_at},
+                    StepChanges(status=StepStatus.completed, result=rescue.result, conclusion=rescue.conclusion,
+                                data=rescue.data, error=None, finished_at=rescue.finished_at),
                     expect_status=(StepStatus.failed,),
                 )
                 _event(self.svc, self.run, target.index, f"rescued by step {rescue.index} ({rescue.agent}); it failed: {target.error}")
@@ -116,7 +118,7 @@ class Settler:
                 if note not in (target.error or ""):
                     self.store.update_step(
                         self.run.tenant, self.run.id, target.index,
-                        {"error": f"{target.error}; {note}: {rescue.error}"},
+                        StepChanges(error=f"{target.error}; {note}: {rescue.error}"),
                         expect_status=(StepStatus.failed,),
                     )
 
@@ -151,7 +153,7 @@ class Settler:
             if step.cycle + 1 >= max_cycles:
                 reason = f"its reply did not end with {spec.until} after {max_cycles} cycle(s)"
                 self.store.update_step(
-                    self.run.tenant, self.run.id, step.index, {"status": StepStatus.failed, "error": reason},
+                    self.run.tenant, self.run.id, step.index, StepChanges(status=StepStatus.failed, error=reason),
                     expect_status=(StepStatus.completed,),
                 )
                 _event(self.svc, self.run, step.index, reason, type="error")
@@ -162,8 +164,8 @@ class Settler:
     def reset_cycle(self, checker: Step, spec: StepSpec) -> Settlement:
         target = loop_target_group(self.flow, checker, spec.loop or "")
         cycle = checker.cycle + 1
-        cleared = {"status": StepStatus.pending, "cycle": cycle, "result": None, "conclusion": None, "data": None,
-                   "error": None, "skip_reason": None, "started_at": None, "finished_at": None}
+        cleared = StepChanges(status=StepStatus.pending, cycle=cycle, result=None, conclusion=None, data=None,
+                              error=None, skip_reason=None, started_at=None, finished_at=None)
         for step in self.store.get_steps(self.run.tenant, self.run.id):
             if step.rescue_of is None and target <= step.group <= checker.group:
                 self.store.update_step(self.run.tenant, self.run.id, step.index, cleared)
@@ -222,19 +224,19 @@ class Settler:
                 try:
                     self.store.end_attempt(
                         AttemptRef.of(self.run.tenant, attempt), AttemptStatus.interrupted,
-                        reason="interrupted: its worker went away", step={"status": StepStatus.pending},
+                        reason="interrupted: its worker went away", step=StepChanges(status=StepStatus.pending),
                     )
                 except AttemptEnded:
                     pass
         step = self.store.get_step(self.run.tenant, self.run.id, rescue.index)
         if step.status == StepStatus.running:  # no running attempt was left: just pending again
-            step = self.store.update_step(self.run.tenant, self.run.id, rescue.index, {"status": StepStatus.pending}, expect_status=(StepStatus.running,))
+            step = self.store.update_step(self.run.tenant, self.run.id, rescue.index, StepChanges(status=StepStatus.pending), expect_status=(StepStatus.running,))
         return step
 
     def _supersede(self, rescue: Step) -> None:
         try:
             self.store.update_step(
-                self.run.tenant, self.run.id, rescue.index, {"status": StepStatus.skipped, "skip_reason": SUPERSEDED},
+                self.run.tenant, self.run.id, rescue.index, StepChanges(status=StepStatus.skipped, skip_reason=SUPERSEDED),
                 expect_status=(StepStatus.pending, StepStatus.running),
             )
         except Conflict:
