@@ -20,6 +20,15 @@ FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ROOT / "examples"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-backend",
+        choices=("sqlite", "dynamodb", "all"),
+        default="all",
+        help="which stores the store contract (tests/contract/store) runs on (default: all)",
+    )
+
+
 @pytest.fixture
 def svc(tmp_path: Path) -> Services:
     store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")

@@ -31,7 +31,7 @@ from laneflow.adapters.workers import _process_start, local_worker
 from laneflow.domain.workers import LocalProcess
 from test_account import ACCOUNT_RULE, agents_md_layer
 from test_crash import assert_invariants
-from test_store_contract import dynamodb_store, sqlite_store
+from contract.store.backends import dynamodb_store, sqlite_store
 
 WS = FIXTURES / "ws_interrupt"
 EXE = Path(sys.executable).parent / "laneflow"

@@ -27,7 +27,7 @@ from laneflow.adapters.store import Store
 from laneflow.adapters.store.sqlite import SqliteStore
 from laneflow.adapters.workers import Liveness
 from laneflow.domain.workers import LambdaRequest
-from test_store_contract import REGION, TABLE, TENANT, claim, dynamodb_store, new_run, sqlite_store
+from contract.store.backends import REGION, TABLE, TENANT, claim, dynamodb_store, new_run, sqlite_store
 
 Poison = Callable[[Store, str, str], None]  # (store, run id, what: "input" | "step") -> None
 

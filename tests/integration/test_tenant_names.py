@@ -14,7 +14,7 @@ from laneflow.domain.records import Run, RunChanges, RunStatus, Step
 from laneflow.settings import settings
 from laneflow.adapters.store import Store
 from laneflow.domain.tenants import TenantInvalid
-from test_store_contract import STORE_FACTORIES
+from contract.store.backends import STORE_FACTORIES
 
 BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]
 
