@@ -29,8 +29,8 @@ is one conditional write of one item:
   x expires_at; op while pending, n once completed); `jp` counts the pending ones. A
   claim drops settled entries past their expiry (what TTL did) and moves those past
   JOURNAL_ON_STEP to `J#` items (`jm` counts them), so the item never grows with time.
-  An op_id names one step: `journal_get` and `journal_settle`, which are not told which,
-  find it with a filtered Query of the run's steps.
+  An op_id names one step: `journal_settle`, which is not told which, finds it with a
+  filtered Query of the run's steps.
 - `layers`: the step's prompt layers (created with, replaced by a claim's or
   `set_prompt_layers`).
 - `calls`: spans by id, a map of at most CALLS_ON_STEP spans of at most CALL_INLINE_MAX
@@ -102,10 +102,8 @@ dynamodb_blobs.py (large values in S3).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -114,14 +112,13 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from laneflow.adapters.store.dynamodb_blobs import Blobs, ItemTooLarge
+from laneflow.adapters.store.dynamodb_blobs import ItemTooLarge
 from laneflow.adapters.store.dynamodb_expr import Expr, Update
 from laneflow.adapters.store.dynamodb_items import (
     ACTIVE_RUN,
     ATTEMPTS_ON_STEP,
     BLOB_THRESHOLD,
     BY_TENANT_INDEX,
-    CALL_INLINE_MAX,
     CALLS_ON_STEP,
     INPUT_SK,
     JOURNAL_ON_STEP,
@@ -135,7 +132,6 @@ from laneflow.adapters.store.dynamodb_items import (
     STEPS_END,
     TRANSACTION_BYTES,
     TRANSACTION_ITEMS,
-    call_sk,
     digest,
     encode,
     event_sk,
@@ -143,7 +139,6 @@ from laneflow.adapters.store.dynamodb_items import (
     item_name,
     item_size,
     key_of,
-    layers_json,
     live_pk,
     pk_of,
     read_units,
@@ -252,40 +247,6 @@ class DynamoStore(RuleBookStore):
     def _attrs(model: Any, fields: Iterable[str]) -> dict[str, Any]:
         return {f: v for f in fields if (v := to_attr(f, getattr(model, f))) is not None}
 
-    def _step_items(self, blobs: "Blobs", tenant: str, run_id: str, step: Step) -> list[dict[str, Any]]:
-        """A step record with whatever events, calls and layers it carries (the layers and
-        the spans that fit in the step item, the rest as items)."""
-        pk = {"pk": pk_of(tenant, run_id)}
-        head = {**pk, "sk": step_sk(step.index), **self._attrs(step, STEP_ATTRS)}
-        if step.prompt_layers:
-            head["layers"] = layers_json(step.prompt_layers)
-        inline: dict[str, str] = {}
-        spans: dict[str, dict[str, Any]] = {}
-        for call in step.calls:
-            body = call.model_dump_json()
-            if len(body.encode()) <= CALL_INLINE_MAX and (call.id in inline or len(inline) < CALLS_ON_STEP):
-                inline[call.id] = body
-                spans.pop(call.id, None)
-            else:
-                spans[call.id] = {**pk, "sk": call_sk(step.index, call.id), "n": call.n, "body": body}
-                inline.pop(call.id, None)
-        head["calls"] = inline  # always there, so a span can be set into it by path
-        items = [blobs.item(head)]
-        for event in step.events:
-            items.append(blobs.item({**pk, "sk": event_sk(step.index, SEQUENCE.next()), **self._event_attrs(event, event.attempt)}))
-        items += [blobs.item(span) for span in spans.values()]
-        return items
-
-    @staticmethod
-    def _event_attrs(event: Event, attempt: int | None) -> dict[str, Any]:
-        attrs: dict[str, Any] = {"t": event.t, "type": event.type, "text": event.text}
-        if attempt is not None:
-            attrs["attempt"] = attempt
-        if event.data is not None:
-            attrs["data"] = dumps(event.data)
-        return attrs
-
-
     def _run_of(self, head: dict[str, Any], body: dict[str, Any] | None, steps: list[dict[str, Any]] | None = None) -> Doc:
         fields = self._table.fields(head, RUN_HEAD)
         if body is not None:
@@ -295,30 +256,6 @@ class DynamoStore(RuleBookStore):
     def _step_of(self, item: dict[str, Any]) -> dict[str, Any]:
         return self._table.fields(item, STEP_ATTRS)
 
-    def _with_trace(self, steps: dict[int, dict[str, Any]], raw: dict[int, dict[str, Any]], trace: list[dict[str, Any]]) -> None:
-        """Attach events (in key order: the order written), calls (by n: the step item's,
-        then span items of ids it does not hold) and prompt layers to step dicts."""
-        events: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
-        spans: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
-        for item in trace:
-            sk = item["sk"]["S"]
-            index, kind = int(sk[2:10]), sk[11]
-            if kind == "E":
-                events[index].append(self._table.fields(item, ("t", "type", "text", "attempt", "data")))
-            elif kind == "C":
-                spans[index].append(item)
-        for index, step in steps.items():
-            item = raw[index]
-            calls = {call_id: json.loads(self._table.text(av)) for call_id, av in item.get("calls", {}).get("M", {}).items()}
-            for span in spans[index]:
-                call_id = span["sk"]["S"][len(call_sk(index, "")) :]
-                if call_id not in calls:
-                    calls[call_id] = json.loads(self._table.text(span["body"]))
-            step["events"] = events[index]
-            step["calls"] = sorted(calls.values(), key=lambda c: (c.get("n", 1), c["id"]))
-            step["prompt_layers"] = json.loads(self._table.text(item["layers"])) if "layers" in item else []
-
-    # -- attempts and journal entries on a step item -------------------------------------------
     def _head(self, tenant: str, run_id: str) -> dict[str, Any] | None:
         head = self._table.get(key_of(tenant, run_id, RUN_SK))
         return None if head is None or "hidden" in head else head
@@ -389,7 +326,7 @@ class DynamoStore(RuleBookStore):
             return None
         if detail:
             try:
-                self._with_trace(step_items, raw, trace)
+                self._items.with_trace(step_items, raw, trace)
             except (KeyError, TypeError, ValueError):
                 raise trace_damaged(f"run {run_id!r}") from None
         return self._run_of(head, body, [step_items[i] for i in sorted(step_items)])
@@ -407,7 +344,7 @@ class DynamoStore(RuleBookStore):
             step = self._step_of(item)
             if detail:
                 try:
-                    self._with_trace({index: step}, {index: item}, self._table.query_prefix(pk_of(tenant, run_id), trace_prefix(index)))
+                    self._items.with_trace({index: step}, {index: item}, self._table.query_prefix(pk_of(tenant, run_id), trace_prefix(index)))
                 except (KeyError, TypeError, ValueError):
                     raise trace_damaged(item_name(item)) from None
             return [(index, step)]
@@ -418,7 +355,7 @@ class DynamoStore(RuleBookStore):
             params["FilterExpression"] = e.eq("group", group)
         return [(int(i["index"]["N"]), self._step_of(i)) for i in self._table.query(**params, **e.params())]
 
-    def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt]:
+    def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         return self._items.attempts(tenant, run_id, index, n)
 
     def _read_step_state(self, tenant: str, run_id: str, index: int | None, op_id: str | None) -> StepState | None:
@@ -473,7 +410,7 @@ class DynamoStore(RuleBookStore):
             head = blobs.item(head)
             rest = [blobs.item({"pk": pk, "sk": INPUT_SK, **{f: dumps(getattr(run, f)) for f in RUN_BODY}})]
             for step in run.steps:
-                rest += self._step_items(blobs, run.tenant, run.id, step)
+                rest += self._items.step_items(blobs, run.tenant, run.id, step)
             indexes = 1 + ("vpk" in head)
             e = Expr()
             new = e.absent("pk")
@@ -505,7 +442,7 @@ class DynamoStore(RuleBookStore):
 
     def _insert_steps(self, tenant: str, run_id: str, steps: list[Step]) -> bool:
         with self._table.blobs(tenant, run_id) as blobs:
-            items = [encode(i) for step in steps for i in self._step_items(blobs, tenant, run_id, step)]
+            items = [encode(i) for step in steps for i in self._items.step_items(blobs, tenant, run_id, step)]
             if len(items) + 1 > TRANSACTION_ITEMS:
                 raise ValueError(
                     f"add_steps writes at most {TRANSACTION_ITEMS - 1} items at once (steps with their trace); got {len(items)}"
@@ -588,7 +525,7 @@ class DynamoStore(RuleBookStore):
 
     def _write_event(self, tenant: str, run_id: str, index: int, event: Event, fence: AttemptRef | None) -> None:
         with self._table.blobs(tenant, run_id) as blobs:
-            item = encode(blobs.item({"pk": pk_of(tenant, run_id), "sk": event_sk(index, SEQUENCE.next()), **self._event_attrs(event, event.attempt)}))
+            item = encode(blobs.item({"pk": pk_of(tenant, run_id), "sk": event_sk(index, SEQUENCE.next()), **self._items.event_attrs(event, event.attempt)}))
             if fence is None:
                 self._table.put(item)
             else:

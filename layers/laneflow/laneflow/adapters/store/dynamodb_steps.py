@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import defaultdict
 from typing import Any, Callable
 
 from laneflow.adapters.store.dynamodb_blobs import Blobs
@@ -19,6 +20,9 @@ from laneflow.adapters.store.dynamodb_items import (
     JOURNAL_ATTR,
     JOURNAL_ON_STEP,
     RECORD_FIELD,
+    RUN_SK,
+    SEQUENCE,
+    STEP_ATTRS,
     STEPS_END,
     TRANSACTION_BYTES,
     TRANSACTION_ITEMS,
@@ -26,6 +30,7 @@ from laneflow.adapters.store.dynamodb_items import (
     attempt_sk,
     call_sk,
     encode,
+    event_sk,
     item_size,
     journal_attr,
     key_of,
@@ -43,15 +48,18 @@ from laneflow.adapters.store.dynamodb_items import (
     to_number,
 )
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
+from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.rulebook import AttemptWrite, Claim, Fenced, Refused, StepState
 from laneflow.domain.errors import Conflict
 from laneflow.domain.records import (
     Attempt,
+    Event,
     AttemptRef,
     AttemptStatus,
     JournalEntry,
     JournalStatus,
     ModelCall,
+    Step,
     StepStatus,
 )
 
@@ -114,8 +122,9 @@ class StepItems:
         )
         return Fenced(stored, last_n)
 
-    def attempts(self, tenant: str, run_id: str, index: int | None, n: int | None) -> list[Attempt]:
-        """The attempts of a run, of a step, or one, wherever they are kept."""
+    def attempts(self, tenant: str, run_id: str, index: int | None, n: int | None) -> list[Attempt] | None:
+        """The attempts of a run, of a step, or one, wherever they are kept (None: no run,
+        asked of the run item only when no step item was found)."""
         if n is not None:
             assert index is not None
             item = self.table.get(key_of(tenant, run_id, step_sk(index)))
@@ -127,6 +136,9 @@ class StepItems:
         else:
             item = self.table.get(key_of(tenant, run_id, step_sk(index)))
             steps = [item] if item is not None else []
+        if not steps:
+            head = self.table.get(key_of(tenant, run_id, RUN_SK))
+            return None if head is None or "hidden" in head else []
         found: dict[tuple[int, int], Attempt] = {}
         # Attempts moved off their step (only a step that does not keep all of its numbers has any)
         if any(len(self.records(i)) < to_number(i["last_n"]["N"]) for i in steps if "last_n" in i):
@@ -161,6 +173,68 @@ class StepItems:
                 if JOURNAL_ATTR.fullmatch(name) and av["M"]["s"]["S"] == JournalStatus.pending.value:
                     entries.append(self.entry_on(owner, run_id, av["M"]["op"]["S"], item))
         return [e for e in entries if e is not None]
+
+    # -- items of a step and its trace ----------------------------------------------------------
+
+    def step_items(self, blobs: "Blobs", tenant: str, run_id: str, step: Step) -> list[dict[str, Any]]:
+        """A step record with whatever events, calls and layers it carries (the layers and
+        the spans that fit in the step item, the rest as items)."""
+        pk = {"pk": pk_of(tenant, run_id)}
+        fields = {f: v for f in STEP_ATTRS if (v := to_attr(f, getattr(step, f))) is not None}
+        head = {**pk, "sk": step_sk(step.index), **fields}
+        if step.prompt_layers:
+            head["layers"] = layers_json(step.prompt_layers)
+        inline: dict[str, str] = {}
+        spans: dict[str, dict[str, Any]] = {}
+        for call in step.calls:
+            body = call.model_dump_json()
+            if len(body.encode()) <= CALL_INLINE_MAX and (call.id in inline or len(inline) < CALLS_ON_STEP):
+                inline[call.id] = body
+                spans.pop(call.id, None)
+            else:
+                spans[call.id] = {**pk, "sk": call_sk(step.index, call.id), "n": call.n, "body": body}
+                inline.pop(call.id, None)
+        head["calls"] = inline  # always there, so a span can be set into it by path
+        items = [blobs.item(head)]
+        for event in step.events:
+            items.append(blobs.item({**pk, "sk": event_sk(step.index, SEQUENCE.next()), **self.event_attrs(event, event.attempt)}))
+        items += [blobs.item(span) for span in spans.values()]
+        return items
+
+    @staticmethod
+    def event_attrs(event: Event, attempt: int | None) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"t": event.t, "type": event.type, "text": event.text}
+        if attempt is not None:
+            attrs["attempt"] = attempt
+        if event.data is not None:
+            attrs["data"] = dumps(event.data)
+        return attrs
+
+
+    def with_trace(self, steps: dict[int, dict[str, Any]], raw: dict[int, dict[str, Any]], trace: list[dict[str, Any]]) -> None:
+        """Attach events (in key order: the order written), calls (by n: the step item's,
+        then span items of ids it does not hold) and prompt layers to step dicts."""
+        events: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
+        spans: defaultdict[int, list[dict[str, Any]]] = defaultdict(list)
+        for item in trace:
+            sk = item["sk"]["S"]
+            index, kind = int(sk[2:10]), sk[11]
+            if kind == "E":
+                events[index].append(self.table.fields(item, ("t", "type", "text", "attempt", "data")))
+            elif kind == "C":
+                spans[index].append(item)
+        for index, step in steps.items():
+            item = raw[index]
+            calls = {call_id: json.loads(self.table.text(av)) for call_id, av in item.get("calls", {}).get("M", {}).items()}
+            for span in spans[index]:
+                call_id = span["sk"]["S"][len(call_sk(index, "")) :]
+                if call_id not in calls:
+                    calls[call_id] = json.loads(self.table.text(span["body"]))
+            step["events"] = events[index]
+            step["calls"] = sorted(calls.values(), key=lambda c: (c.get("n", 1), c["id"]))
+            step["prompt_layers"] = json.loads(self.table.text(item["layers"])) if "layers" in item else []
+
+    # -- attempts and journal entries on a step item -------------------------------------------
 
     # -- writes ---------------------------------------------------------------------------
 

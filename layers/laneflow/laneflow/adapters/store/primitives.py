@@ -2,7 +2,37 @@
 
 Each primitive is one read, or one conditional write that lands whole or raises `Refused`
 having written nothing. None decides what the rules decide (laneflow.adapters.store.rulebook
-has the table of them and the rules they serve).
+has the rules they serve).
+
+Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
+may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
+rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
+sibling cost several times as much):
+
+| primitive            | kind  | what                                                    |
+|----------------------|-------|---------------------------------------------------------|
+| `_read_run`          | read  | a run (its steps, their trace), or None                 |
+| `_run_exists`        | read  | whether a run is there                                  |
+| `_read_steps`        | read  | steps of a run: all, one index, or one group            |
+| `_read_attempts`     | read  | attempts of a run, of a step, or one                    |
+| `_read_step_state`   | read  | what a claim or a journal write decides on              |
+| `_list_runs`         | read  | a tenant's runs, newest first                           |
+| `_active_runs`       | read  | runs not ended, from what is live only                  |
+| `_running_attempts`  | read  | attempts running, from what is live only                |
+| `_pending_entries`   | read  | journal entries pending, from what is live only         |
+| `_read_handoff`      | read  | a handoff block, or None                                |
+| `_insert_run`        | write | a new run with its steps, if its id is free             |
+| `_insert_steps`      | write | steps of a run, if their indexes are free               |
+| `_update_run`        | write | a run's fields, if its status is expected               |
+| `_request_stop`      | write | `stop_requested`, if not set                            |
+| `_update_step`       | write | a step's fields, if its status is expected              |
+| `_write_claim`       | write | a new attempt (and its journal entry), if `seen` holds  |
+| `_write_entry`       | write | a journal entry begun or settled, if `seen` holds       |
+| `_write_attempt`     | write | fenced: an attempt's ending, heartbeat, spans, layers   |
+| `_write_event`       | write | a trace line (fenced when an attempt is named)          |
+| `_write_handoff`     | write | a handoff block                                         |
+| `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
+| `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
 """
 
 from __future__ import annotations
@@ -114,9 +144,10 @@ class Primitives(ABC):
         `group`; with `detail`, as `_read_run`. [] when there are none (or no run)."""
 
     @abstractmethod
-    def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt]:
+    def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         """The attempts of a run, of step `index`, or attempt `n` of step `index`, in any
-        order. [] when there are none."""
+        order. [] when there are none; None when there is no run (a backend may say [] for a
+        missing run when `n` is given: that is `NotFound` either way)."""
 
     @abstractmethod
     def _read_step_state(self, tenant: str, run_id: str, index: int | None, op_id: str | None) -> StepState | None:

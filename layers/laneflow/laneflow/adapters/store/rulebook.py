@@ -9,41 +9,14 @@ conditional write that either lands whole or raises `Refused` having written not
 none decides anything the rules decide. (The model is an idempotency persistence layer
 whose base class holds the protocol and whose backends put and get records.)
 
-The primitives, and what they exchange (`StepState`, `Claim`, `AttemptWrite`, `Fenced`,
-`Refused`), are declared in laneflow.adapters.store.primitives.
-
 Decisions are optimistic: the rules read what a write depends on (`_read_step_state`),
 decide, and write conditionally on what they read (`seen`); a write refused because the
 step changed meanwhile is decided again on what it now holds. A refusal's reason is always
 read, never guessed, so every store refuses the same things with the same words.
 
-Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
-may keep what it needs for its conditions in `StepState.seen`):
-
-| primitive            | kind  | what                                                    |
-|----------------------|-------|---------------------------------------------------------|
-| `_read_run`          | read  | a run (its steps, their trace), or None                 |
-| `_run_exists`        | read  | whether a run is there                                  |
-| `_read_steps`        | read  | steps of a run: all, one index, or one group            |
-| `_read_attempts`     | read  | attempts of a run, of a step, or one                    |
-| `_read_step_state`   | read  | what a claim or a journal write decides on              |
-| `_list_runs`         | read  | a tenant's runs, newest first                           |
-| `_active_runs`       | read  | runs not ended, from what is live only                  |
-| `_running_attempts`  | read  | attempts running, from what is live only                |
-| `_pending_entries`   | read  | journal entries pending, from what is live only         |
-| `_read_handoff`      | read  | a handoff block, or None                                |
-| `_insert_run`        | write | a new run with its steps, if its id is free             |
-| `_insert_steps`      | write | steps of a run, if their indexes are free               |
-| `_update_run`        | write | a run's fields, if its status is expected               |
-| `_request_stop`      | write | `stop_requested`, if not set                            |
-| `_update_step`       | write | a step's fields, if its status is expected              |
-| `_write_claim`       | write | a new attempt (and its journal entry), if `seen` holds  |
-| `_write_entry`       | write | a journal entry begun or settled, if `seen` holds       |
-| `_write_attempt`     | write | fenced: an attempt's ending, heartbeat, spans, layers   |
-| `_write_event`       | write | a trace line (fenced when an attempt is named)          |
-| `_write_handoff`     | write | a handoff block                                         |
-| `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
-| `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
+The primitives, one read or one conditional write each, are listed (with what they
+exchange: `StepState`, `Claim`, `AttemptWrite`, `Fenced`, `Refused`) in
+laneflow.adapters.store.primitives.
 
 A store the infrastructure cannot serve now (throttled, locked past its timeout) raises
 `TransientError` from its primitives; the state machine retries it by name.
@@ -403,7 +376,7 @@ class RuleBookStore(Primitives, Store):
 
     def _attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
         found = self._read_attempts(tenant, run_id, index=index, n=n)
-        if not found:
+        if not found:  # no such attempt, step or run
             raise NotFound(f"no attempt {n} of step {index} in run {run_id!r}")
         return found[0]
 
@@ -469,7 +442,7 @@ class RuleBookStore(Primitives, Store):
     def list_attempts(self, tenant: str, run_id: str, index: int | None = None) -> list[Attempt]:
         check_tenant(tenant)
         found = self._read_attempts(tenant, run_id, index=index)
-        if not found and not self._run_exists(tenant, run_id):
+        if found is None:
             raise RunNotFound(run_id)
         return sorted(found, key=lambda a: (a.index, a.n))
 

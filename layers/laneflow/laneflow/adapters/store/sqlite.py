@@ -104,7 +104,6 @@ from laneflow.domain.records import (
     Event,
     JournalEntry,
     JournalStatus,
-    ModelCall,
     PromptLayer,
     Run,
     Step,
@@ -326,7 +325,7 @@ class SqliteStore(RuleBookStore):
         with self._read() as db:
             return self._steps_json(db, tenant, run_id, index=index, group=group, detail=detail)  # type: ignore[return-value]
 
-    def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt]:
+    def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         sql, args = f"SELECT {ATTEMPT_JSON} FROM attempts WHERE tenant = ? AND run_id = ?", [tenant, run_id]
         if index is not None:
             sql, args = sql + " AND idx = ?", args + [index]
@@ -334,6 +333,8 @@ class SqliteStore(RuleBookStore):
             sql, args = sql + " AND n = ?", args + [n]
         with self._read() as db:
             rows = db.execute(sql + " ORDER BY idx, n", args).fetchall()
+            if not rows and db.execute("SELECT 1 FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone() is None:
+                return None
         return _ATTEMPTS.validate_json(array([a for (a,) in rows]))
 
     def _read_step_state(self, tenant: str, run_id: str, index: int | None, op_id: str | None) -> StepState | None:
