@@ -49,13 +49,13 @@ from laneflow.adapters.store.dynamodb_items import (
 )
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps
-from laneflow.adapters.store.rulebook import AttemptWrite, Claim, Fenced, Refused, StepState
+from laneflow.adapters.store.primitives import AttemptWrite, Claim, Fenced, Refused, StepState
 from laneflow.domain.errors import Conflict
 from laneflow.domain.records import (
     Attempt,
-    Event,
     AttemptRef,
     AttemptStatus,
+    Event,
     JournalEntry,
     JournalStatus,
     ModelCall,

@@ -4,7 +4,7 @@
 the tenant check at every entry point, the masking of every write, the refusals and their
 messages, attempt numbering, the claim journal's replay, what a fence means, costs rounded,
 and what a damaged record does (a read raises `RecordDamaged`, a list passes over it). A
-backend (SQLite, DynamoDB) implements the primitives below: each is one read, or one
+backend (SQLite, DynamoDB) implements the primitives: each is one read, or one
 conditional write that either lands whole or raises `Refused` having written nothing, and
 none decides anything the rules decide. (The model is an idempotency persistence layer
 whose base class holds the protocol and whose backends put and get records.)
@@ -589,21 +589,3 @@ class RuleBookStore(Primitives, Store):
         check_tenant(tenant)
         return self._gate_open(tenant, run_id, key)
 
-
-__all__ = [
-    "ACTIVE",
-    "AttemptWrite",
-    "Claim",
-    "Doc",
-    "Fenced",
-    "REDACTED_WRITES",
-    "Refused",
-    "RuleBookStore",
-    "StepState",
-    "UNMASKED_WRITES",
-    "attempt_ended",
-    "damaged",
-    "misfit",
-    "no_step",
-    "trace_damaged",
-]

@@ -67,16 +67,8 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from laneflow.adapters.store.encoding import dumps, worker_text
-from laneflow.adapters.store.rulebook import (
-    ACTIVE,
-    AttemptWrite,
-    Claim,
-    Doc,
-    Fenced,
-    Refused,
-    RuleBookStore,
-    StepState,
-)
+from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced, Refused, StepState
+from laneflow.adapters.store.rulebook import ACTIVE, RuleBookStore
 from laneflow.adapters.store.sqlite_schema import (
     ADDED_COLUMNS,
     ATTEMPT_JSON,
