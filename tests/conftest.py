@@ -24,6 +24,15 @@ def pytest_configure(config: pytest.Config) -> None:
     import laneflow.adapters.aws.powertools  # noqa: F401
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-backend",
+        choices=("sqlite", "dynamodb", "all"),
+        default="all",
+        help="which stores the store contract (tests/contract/store) runs on (default: all)",
+    )
+
+
 @pytest.fixture
 def svc(tmp_path: Path) -> Services:
     store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")

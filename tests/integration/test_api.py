@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventMo
 from laneflow.entrypoints.api import GENERIC_ERROR, app, idempotent_run_id, resolve
 from laneflow.adapters.engine.local import LocalEngine
 from laneflow.domain.errors import InvalidInput
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.records import RunChanges, RunStatus, StepStatus
 from laneflow.usecases.start_run import prepare_run
 from laneflow.entrypoints.serve import make_server
 from laneflow.ports import Services
@@ -129,7 +129,7 @@ def test_a_repeated_start_with_the_same_key_returns_the_same_run_and_starts_no_s
     first = start(api_svc, body)
     assert first["id"] == idempotent_run_id("acme", "nightly-2026-11-30")
     # Given the first drive is still running,
-    api_svc.store.update_run("acme", first["id"], {"status": RunStatus.running})
+    api_svc.store.update_run("acme", first["id"], RunChanges(status=RunStatus.running))
 
     # when the same start comes again (a client retrying after a timeout),
     status, again, headers = call(api_svc, "POST", "/runs", body)

@@ -14,7 +14,7 @@ from helpers import FIXTURES
 from laneflow.usecases.approve import REJECTED, RunNotWaiting, answer_approval
 from laneflow.usecases.stop import stop_run
 from laneflow.domain.settlement import SUPERSEDED
-from laneflow.domain.records import AttemptStatus, RunStatus, Step, StepStatus
+from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, Step, StepChanges, StepStatus
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.run_step.runner import WAITED_TO_START
 from laneflow.usecases.run_step.handoff import feedback_key, handoff_for
@@ -81,7 +81,7 @@ def test_one_rescue_per_failure_across_drives_a_leftover_pending_rescue_is_picke
     it runs the first, marks the other "superseded on resume", and adds none."""
     run = create_run(svc, CTRL, "rescue_fails")
     t, r = run.tenant, run.id
-    svc.store.update_step(t, r, 0, {"status": StepStatus.failed, "error": "cannot write today", "attempts": 1})
+    svc.store.update_step(t, r, 0, StepChanges(status=StepStatus.failed, error="cannot write today", attempts=1))
     leftovers = [
         Step(index=2 + k, group=0, entry=0, slot=0, agent="rescuer", model="stub", rescue_of=0, instruction="Take over.")
         for k in range(2)
@@ -257,14 +257,14 @@ def test_stop_is_one_way_under_concurrent_saves(svc):
         rng = random.Random(seed)
         run = create_run(svc, CTRL, "stop")
         t, r = run.tenant, run.id
-        svc.store.update_run(t, r, {"status": RunStatus.running})
+        svc.store.update_run(t, r, RunChanges(status=RunStatus.running))
         barrier = threading.Barrier(9)
 
         def saver(k: int) -> None:
             barrier.wait()
             for _ in range(30):
                 changes = rng.choice([{"error": None}, {"driven_at": "2026-01-01T00:00:00.000Z"}, {"options": {"k": k}}, {"execution": f"e{k}"}])
-                svc.store.update_run(t, r, changes, add_cost=0.001)
+                svc.store.update_run(t, r, RunChanges.model_validate(changes))
 
         def stopper() -> None:
             barrier.wait()

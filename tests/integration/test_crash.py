@@ -17,7 +17,7 @@ import pytest
 
 from helpers import FIXTURES
 from laneflow.usecases.crashpoints import POINTS
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
 from laneflow.adapters.store import open_store
 
 pytestmark = pytest.mark.slow  # every test here starts real `laneflow` processes
@@ -101,7 +101,7 @@ def test_a_claim_asked_for_but_never_landed_is_settled_cancelled(tmp_path):
     db, before, report, run = crash_then_reconcile(tmp_path, "rescue", "after-journal:1")
     assert [j["status"] for j in report["journal"]] == ["cancelled"]
     [op] = [j["op_id"] for j in report["journal"]]
-    assert db.journal_get("local", run.id, op).status == "cancelled"
+    assert db.journal_pending() == [] and db.journal_settle("local", run.id, op).status == "cancelled"  # settled: as it is
     assert run.status == RunStatus.completed
 
 
@@ -178,13 +178,9 @@ def test_reconcile_leaves_a_live_run_alone(tmp_path, svc):
     from laneflow.usecases.reconcile import reconcile
     from laneflow.usecases.start_run import create_run
     from laneflow.adapters.workers import Liveness, local_worker
-    from laneflow.domain.workers import dumps
 
     run = create_run(svc, CTRL, "rescue")
-    svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": dumps(local_worker())})
-    attempt = svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 8, started_at="2026-01-01T00:00:00.000Z")
-    from laneflow.domain.records import AttemptRef
-
-    svc.store.set_attempt_worker(AttemptRef.of(run.tenant, attempt), dumps(local_worker()))
+    svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=local_worker()))
+    svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 8, started_at="2026-01-01T00:00:00.000Z", worker=local_worker())
     report = reconcile(svc, Liveness(), redrive=lambda r: pytest.fail("re-drove a live run"))
     assert [a.outcome for a in report.attempts] == ["continued"] and report.redriven == []

@@ -21,17 +21,17 @@ import pytest
 
 from helpers import FIXTURES
 from laneflow.entrypoints.cli import main
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
 from laneflow.usecases.reconcile import INTERRUPTED, leave_drive
 from laneflow.usecases.start_run import create_run
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import _process_start, local_worker
-from laneflow.domain.workers import dumps
+from laneflow.domain.workers import LocalProcess
 from test_account import ACCOUNT_RULE, agents_md_layer
 from test_crash import assert_invariants
-from test_store_contract import dynamodb_store, sqlite_store
+from contract.store.backends import dynamodb_store, sqlite_store
 
 WS = FIXTURES / "ws_interrupt"
 EXE = Path(sys.executable).parent / "laneflow"
@@ -197,7 +197,7 @@ def test_resume_refuses_a_parked_run_and_says_to_approve_it(store_url, capsys):
 def test_resume_refuses_a_run_whose_drive_is_alive_in_another_process(store_url, capsys):
     svc = for_store(open_store(store_url))
     run = create_run(svc, WS, "slow")
-    svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": dumps(local_worker())})
+    svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=local_worker()))
     assert main(["resume", run.id, "--store", store_url]) == 2
     err = capsys.readouterr().err
     assert f"run {run.id} is still being driven by process {os.getpid()}" in err and f"laneflow stop {run.id}" in err
@@ -221,15 +221,15 @@ def svc_on(request, tmp_path: Path) -> Services:
 def test_a_leaving_worker_interrupts_only_its_own_attempts_by_identity_and_ends_its_drive(svc_on, tmp_path):
     svc, me = svc_on, local_worker()
     run = create_run(svc, WS, "slow")
-    svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": dumps(me)})
+    svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=me))
     other = subprocess.Popen(["sleep", "60"])  # another live worker on this host
     try:
-        theirs = {"kind": "local", "host": me["host"], "pid": other.pid, "started": _process_start(other.pid)}
+        theirs = LocalProcess(host=me.host, pid=other.pid, started=_process_start(other.pid))
         claim = lambda index, worker: svc.store.claim_attempt(  # noqa: E731
             run.tenant, run.id, index, token=f"token-{index}", started_at="2026-01-01T00:00:00.000Z", worker=worker
         )
-        claim(0, dumps(me))
-        claim(1, dumps(theirs))
+        claim(0, me)
+        claim(1, theirs)
         claim(2, None)  # claimed, no worker written yet: it lives with this drive
         left = leave_drive(svc, run.tenant, run.id, me, Liveness(gone=me))
         again = leave_drive(svc, run.tenant, run.id, me, Liveness(gone=me))  # safe to repeat

@@ -25,7 +25,7 @@ import laneflow.usecases.run_step.runner as step_module
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.stop import stop_run
 from laneflow.entrypoints.cli import main
-from laneflow.domain.records import AttemptStatus, FailureKind, Run, RunStatus, StepStatus, utcnow
+from laneflow.domain.records import AttemptStatus, FailureKind, Run, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
 from laneflow.usecases.reconcile import interrupt, reconcile
 from laneflow.usecases.start_run import create_run
 from laneflow.ports import Services
@@ -33,7 +33,7 @@ from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
 from laneflow.adapters.workers import Liveness
-from laneflow.domain.workers import dumps
+from laneflow.domain.workers import LambdaRequest
 
 SEM = FIXTURES / "ws_semantics"
 CTRL = FIXTURES / "ws_control"
@@ -41,7 +41,7 @@ TABLE, BUCKET, REGION = "laneflow-runs", "laneflow-blobs", "us-east-1"
 DYNAMODB = f"dynamodb://{TABLE}?bucket={BUCKET}&region={REGION}"
 KEY = "sk-ant-fake-" + "0123456789abcdef" * 3  # a long fake model key; the model stays stub
 MASK = "[ANTHROPIC_API_KEY]"
-GONE = dumps({"kind": "lambda", "request_id": "gone", "deadline": 0})  # a worker long past its deadline
+GONE = LambdaRequest(request_id="gone", deadline=0)  # a worker long past its deadline
 
 
 @contextmanager
@@ -134,7 +134,7 @@ def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_no
     svc = on()
     run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
     # Given a drive whose worker died while it ran step 0
-    svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": GONE}, add_drives=1)
+    svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=GONE), add_drives=1)
     attempt = svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), worker=GONE, message="Scout tides for .")
     assert interrupt(svc, run.tenant, run, attempt) == "interrupted"
     # When the next drive runs it
@@ -259,7 +259,7 @@ def test_a_stopped_parked_run_skips_its_approval_and_later_steps_run_stopped(svc
 def test_a_run_closed_past_its_drive_limit_skips_what_did_not_run(svc):
     run = create_run(svc, CTRL, "rescue")
     # Given a run whose drive went away as often as it may, while step 0 ran
-    svc.store.update_run(run.tenant, run.id, {"status": RunStatus.running, "driver": GONE}, add_drives=svc.settings.max_drives)
+    svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=GONE), add_drives=svc.settings.max_drives)
     svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), worker=GONE)
     # When reconcile closes it
     report = reconcile(svc, Liveness(), redrive=lambda r: pytest.fail("re-drove a run past its drive limit"))
@@ -351,10 +351,10 @@ def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on)
     svc = on()
     run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
     declared = "hunter2-declared-secret"
-    svc.store.update_step(run.tenant, run.id, 0, {"result": f"before {declared}"})
+    svc.store.update_step(run.tenant, run.id, 0, StepChanges(result=f"before {declared}"))
     assert svc.store.get_step(run.tenant, run.id, 0).result == f"before {declared}"  # nothing said it was secret yet
     svc.store.redactor.add("DECLARED", declared)
-    svc.store.update_step(run.tenant, run.id, 0, {"result": f"after {declared}", "data": {declared: [declared]}})
+    svc.store.update_step(run.tenant, run.id, 0, StepChanges(result=f"after {declared}", data={declared: [declared]}))
     svc.store.put_handoff(run.tenant, run.id, "k", f"handed {declared}")
     step = svc.store.get_step(run.tenant, run.id, 0)
     assert (step.result, step.data) == ("after [DECLARED]", {"[DECLARED]": ["[DECLARED]"]})
@@ -394,7 +394,7 @@ def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step
             message=f"attempt {n}",
         )
         svc.store.end_attempt(AttemptRef.of(run.tenant, attempt), AttemptStatus.failed, reason=f"why {n}", reason_kind=kind,
-                              step={"status": StepStatus.pending})
+                              step=StepChanges(status=StepStatus.pending))
     attempts = svc.store.list_attempts(run.tenant, run.id, 0)
     assert [(a.n, a.reason, a.reason_kind) for a in attempts] == [(n, f"why {n}", k) for n, k in enumerate(kinds, 1)]
     assert svc.store.get_step(run.tenant, run.id, 0).message == "attempt 5"  # the latest attempt's

@@ -20,17 +20,18 @@ import pytest
 from helpers import FIXTURES
 from laneflow.entrypoints.cli import main
 from laneflow.domain.errors import RecordDamaged
-from laneflow.domain.records import RunStatus
+from laneflow.domain.records import RunChanges, RunStatus
 from laneflow.usecases.reconcile import reconcile
 from laneflow.settings import Settings
 from laneflow.adapters.store import Store
 from laneflow.adapters.store.sqlite import SqliteStore
 from laneflow.adapters.workers import Liveness
-from test_store_contract import REGION, TABLE, TENANT, claim, dynamodb_store, new_run, sqlite_store
+from laneflow.domain.workers import LambdaRequest
+from contract.store.backends import REGION, TABLE, TENANT, claim, dynamodb_store, new_run, sqlite_store
 
 Poison = Callable[[Store, str, str], None]  # (store, run id, what: "input" | "step") -> None
 
-GONE_WORKER = json.dumps({"kind": "lambda", "deadline": 0})  # a Lambda long past its deadline
+GONE_WORKER = LambdaRequest(request_id="gone", deadline=0)  # a Lambda long past its deadline
 
 
 def _poison_sqlite(store: Store, run_id: str, what: str) -> None:
@@ -104,7 +105,7 @@ def test_reconcile_passes_over_a_damaged_run_and_goes_on_with_the_rest(damaged, 
     good, bad = new_run(store, id="run-good"), new_run(store, id="run-bad")
     for run in (good, bad):
         claim(store, run, 0, worker=GONE_WORKER)
-        store.update_run(TENANT, run.id, {"status": RunStatus.running})
+        store.update_run(TENANT, run.id, RunChanges(status=RunStatus.running))
     poison(store, bad.id, "input")
     redriven: list[str] = []
 

@@ -129,11 +129,12 @@ def test_the_table_throttle_alarm_sums_every_operation_the_dynamodb_store_calls(
     [watched] = [q for q in alarm["Metrics"] if q.get("ReturnData")]
     assert watched["Expression"] == "SUM(METRICS())"
     operations = {d["Value"] for m in _metrics(alarm) for d in m["Dimensions"] if d["Name"] == "Operation"}
-    source = (ROOT / "layers" / "laneflow" / "laneflow" / "adapters" / "store" / "dynamodb.py").read_text()
+    store = ROOT / "layers" / "laneflow" / "laneflow" / "adapters" / "store"
+    source = "".join(path.read_text() for path in sorted(store.glob("dynamodb*.py")))
     api_names = boto3.client("dynamodb", region_name="us-east-1").meta.method_to_api_mapping
-    # The store calls the client directly (self._db.batch_get_item(...)) or through one helper
-    # (self._request("get_item", ...)).
-    names = set(re.findall(r"\._db\.(\w+)\(", source)) | set(re.findall(r"\._request\(\s*\"(\w+)\"", source))
+    # The store calls the client's methods directly (self._db.batch_get_item) or through one
+    # helper (self.request("get_item", ...)).
+    names = set(re.findall(r"\._db\.(\w+)\b", source)) | set(re.findall(r"\.request\(\s*\"(\w+)\"", source))
     called = {api_names[name] for name in names if name in api_names}
     called -= {"CreateTable", "DescribeTable", "UpdateTimeToLive"}  # provisioning, not a run's traffic
     assert called and called <= operations, f"not watched: {sorted(called - operations)}"

@@ -10,11 +10,11 @@ import os
 import pytest
 
 from laneflow.entrypoints import cli
-from laneflow.domain.records import Run, RunStatus, Step
+from laneflow.domain.records import Run, RunChanges, RunStatus, Step
 from laneflow.settings import settings
 from laneflow.adapters.store import Store
 from laneflow.domain.tenants import TenantInvalid
-from test_store_contract import STORE_FACTORIES
+from contract.store.backends import STORE_FACTORIES
 
 BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]
 
@@ -39,7 +39,7 @@ def test_a_bad_tenant_is_refused_by_the_stores_entry_points_naming_it_and_nothin
         lambda: store.get_run(tenant, "run-t"),
         lambda: store.list_runs(tenant),
         lambda: store.request_stop(tenant, "run-t"),
-        lambda: store.update_run(tenant, "run-t", {"status": RunStatus.running}),
+        lambda: store.update_run(tenant, "run-t", RunChanges(status=RunStatus.running)),
     ):
         with pytest.raises(TenantInvalid):
             entry()

@@ -14,7 +14,7 @@ from laneflow.domain.lanes import plan_lanes
 from laneflow.usecases.settle_group import settle_group
 from laneflow.usecases.start_drive import start_drive
 from laneflow.domain.flow import Entry, Flow, StepSpec
-from laneflow.domain.records import Attempt, AttemptStatus, FailureKind, RunStatus, Step, StepStatus
+from laneflow.domain.records import Attempt, AttemptStatus, FailureKind, RunStatus, Step, StepChanges, StepStatus
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.run_step.message import EarlierAttempt, earlier_attempts, user_message
 
@@ -73,17 +73,17 @@ def test_next_group_plans_the_first_group_with_pending_steps_then_ends(svc, star
     plan = next_group(svc, NextGroupRequest(run=ref))
     assert plan.action == "run" and plan.group == 0 and {l.agent for l in plan.lanes} == {"optional_failer", "scout"}
     for s in svc.store.get_steps(run.tenant, run.id):
-        svc.store.update_step(run.tenant, run.id, s.index, {"status": StepStatus.completed})
+        svc.store.update_step(run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed))
     assert next_group(svc, NextGroupRequest(run=ref)).action == "end"
 
 
 def test_settle_fails_the_run_for_a_required_failure_only(svc, started):
     run, ref = started
     t, r = run.tenant, run.id
-    svc.store.update_step(t, r, 0, {"status": StepStatus.failed, "error": "optional broke"})  # optional
-    svc.store.update_step(t, r, 1, {"status": StepStatus.completed})
+    svc.store.update_step(t, r, 0, StepChanges(status=StepStatus.failed, error="optional broke"))  # optional
+    svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.completed))
     assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "next"
-    svc.store.update_step(t, r, 1, {"status": StepStatus.failed, "error": "scout broke"})
+    svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.failed, error="scout broke"))
     settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))
     assert settled.action == "end" and "step 1 (scout) failed: scout broke" in settled.reason
     ended = end_run(svc, EndRunRequest(run=ref))
@@ -94,7 +94,7 @@ def test_settle_fails_the_run_for_a_required_failure_only(svc, started):
 
 def test_settle_marks_a_step_nothing_ran_as_failed_so_none_stays_pending(svc, started):
     run, ref = started
-    svc.store.update_step(run.tenant, run.id, 0, {"status": StepStatus.completed})
+    svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
     settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))
     step = svc.store.get_step(run.tenant, run.id, 1)
     assert step.status == StepStatus.failed and "NotRun" in step.error and settled.action == "end"
@@ -103,7 +103,7 @@ def test_settle_marks_a_step_nothing_ran_as_failed_so_none_stays_pending(svc, st
 def test_end_run_completes_a_run_with_every_step_done_and_leaves_an_ended_run_alone(svc, started):
     run, ref = started
     for s in svc.store.get_steps(run.tenant, run.id):
-        svc.store.update_step(run.tenant, run.id, s.index, {"status": StepStatus.completed})
+        svc.store.update_step(run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed))
     assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed
     first = svc.store.get_run(run.tenant, run.id, steps=False).finished_at
     assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed

@@ -7,12 +7,13 @@ import logging
 
 from laneflow.domain.redaction import Redactor, redact_logs
 from laneflow.domain.records import Event, ModelCall, Run, Step, StepStatus
-from laneflow.ports import REDACTED_WRITES, UNMASKED_WRITES, Store
+from laneflow.adapters.store.rulebook import REDACTED_WRITES, UNMASKED_WRITES
+from laneflow.ports import Store
 from laneflow.adapters.store.dynamodb import DynamoStore
 from laneflow.adapters.store.sqlite import SqliteStore
 
 SECRET = "sk-ant-fake-0123456789abcdef"
-READS = ("get_", "list_", "journal_get", "journal_pending", "running_attempts", "active_runs")
+READS = ("get_", "list_", "journal_pending", "running_attempts", "active_runs")
 
 
 def test_every_store_write_is_masked_or_carries_nothing_to_mask():

@@ -15,8 +15,6 @@ handed a `Services` holding them, never reaching for a global.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import threading
 from abc import ABC, abstractmethod
@@ -39,11 +37,14 @@ from laneflow.domain.records import (
     ModelCall,
     PromptLayer,
     Run,
+    RunChanges,
     RunStatus,
     Step,
+    StepChanges,
     StepStatus,
 )
 from laneflow.domain.redaction import Redactor, redact_logs
+from laneflow.domain.workers import WorkerRef
 from laneflow.settings import Settings
 
 log = logging.getLogger("laneflow.ports")
@@ -147,110 +148,22 @@ class Executor(Protocol):
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome: ...
 
 
-# Fields of a run that `update_run` may change. `stop_requested` is not among them: only
-# `request_stop` sets it, and nothing clears it.
-RUN_FIELDS = frozenset(
-    {
-        "status",
-        "driven_at",
-        "finished_at",
-        "parked_at",
-        "revision",
-        "cost_usd",
-        "drives",
-        "error",
-        "execution",
-        "driver",
-        "options",
-    }
-)
-
-
-# Fields of a step that `update_step` and `end_attempt(step=...)` may change.
-STEP_FIELDS = frozenset(
-    {
-        "status",
-        "attempts",
-        "cycle",
-        "instruction",
-        "message",
-        "result",
-        "conclusion",
-        "data",
-        "skip_reason",
-        "error",
-        "cost_usd",
-        "model",
-        "started_at",
-        "finished_at",
-    }
-)
-
-
-
-# Each write, and the arguments of it that carry recorded text (results, instructions,
-# messages, reasons, events, spans, handoffs, inputs...): masked before it is written.
-REDACTED_WRITES: dict[str, tuple[str, ...]] = {
-    "create_run": ("run",),
-    "update_run": ("changes",),
-    "add_steps": ("steps",),
-    "update_step": ("changes",),
-    "claim_attempt": ("worker", "message"),
-    "end_attempt": ("reason", "step", "calls"),
-    "set_attempt_worker": ("worker",),
-    "add_event": ("event",),
-    "put_call": ("call",),
-    "put_handoff": ("text",),
-}
-
-# Writes that carry only keys, identities, times, statuses and hashes: nothing to mask.
-UNMASKED_WRITES = frozenset(
-    {"request_stop", "heartbeat", "journal_begin", "journal_settle", "set_prompt_layers", "gate_wait", "gate_open"}
-)
-
-
-
-def _masking(method: Callable[..., Any], arguments: tuple[str, ...]) -> Callable[..., Any]:
-    """`method` with the named arguments masked by the store's redactor first."""
-    signature = inspect.signature(method)
-
-    @functools.wraps(method)
-    def write(self: "Store", *args: Any, **kwargs: Any) -> Any:
-        redactor = self.redactor
-        if not redactor:  # nothing to mask: no cost on the write path
-            return method(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs)
-        for name in arguments:
-            if name in bound.arguments:
-                bound.arguments[name] = redactor.value(bound.arguments[name])
-        return method(*bound.args, **bound.kwargs)
-
-    write.__masks__ = arguments  # type: ignore[attr-defined]
-    return write
-
-
-
 class Store(ABC):
-    """Runs, steps, attempts, events, spans and prompt layers, keyed by tenant first."""
+    """Runs, steps, attempts, events, spans and prompt layers, keyed by tenant first.
+
+    Every write is conditional, and says so: a refused write raises the domain's error
+    (`Conflict`, `AttemptEnded`, `RunNotFound`, `NotFound`) and changed nothing. A tenant
+    name no key can hold is `TenantInvalid` at every entry point. A stored record that no
+    longer parses is `RecordDamaged` when it is read, and passed over by the lists. What is
+    written is masked by `redactor` first. A store the infrastructure cannot serve now (a
+    throttled table, a database locked past its timeout) raises `TransientError`, which the
+    state machine retries by name. (laneflow.adapters.store.rulebook keeps these rules once
+    for every implementation.)"""
 
     url: str
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Every implementation's writes are masked, whatever it is and whoever adds it.
-        for name, arguments in REDACTED_WRITES.items():
-            method = cls.__dict__.get(name)
-            if method is not None and not hasattr(method, "__masks__"):
-                setattr(cls, name, _masking(method, arguments))
-
-    @property
-    def redactor(self) -> Redactor:
-        """What this store masks in everything it writes: `store.redactor.add(NAME, value)`
-        and from then on `value` is written as `[NAME]`. The services add the model's key."""
-        found = self.__dict__.get("_redactor")
-        if found is None:
-            found = self.__dict__.setdefault("_redactor", Redactor())
-        return found
+    # What this store masks in everything it writes: `store.redactor.add(NAME, value)` and
+    # from then on `value` is written as `[NAME]`. The services add the model's key.
+    redactor: Redactor
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -274,15 +187,14 @@ class Store(ABC):
         self,
         tenant: str,
         run_id: str,
-        changes: dict[str, Any],
+        changes: RunChanges,
         *,
         expect_status: Collection[RunStatus] | None = None,
-        add_cost: float = 0.0,
         add_drives: int = 0,
     ) -> Run:
-        """Change the named fields (a subset of RUN_FIELDS), add to cost and drives, all at
-        once, only if the status is one of `expect_status` (when given). Returns the run
-        as written (without steps). `Conflict` when refused, `RunNotFound` when absent."""
+        """Change the fields `changes` names and add `add_drives` to the drives, all at once,
+        only if the status is one of `expect_status` (when given). Returns the run as
+        written (without steps). `Conflict` when refused, `RunNotFound` when absent."""
 
     @abstractmethod
     def request_stop(self, tenant: str, run_id: str) -> bool:
@@ -308,13 +220,12 @@ class Store(ABC):
         tenant: str,
         run_id: str,
         index: int,
-        changes: dict[str, Any],
+        changes: StepChanges,
         *,
         expect_status: Collection[StepStatus] | None = None,
     ) -> Step:
-        """Change the named fields (a subset of STEP_FIELDS) of a step not scoped to an
-        attempt (planning, skipping, loop resets). `Conflict` when the status is not one of
-        `expect_status`."""
+        """Change the fields `changes` names of a step not scoped to an attempt (planning,
+        skipping, loop resets). `Conflict` when the status is not one of `expect_status`."""
 
     # -- attempts -----------------------------------------------------------------------
 
@@ -328,17 +239,17 @@ class Store(ABC):
         token: str,
         started_at: str,
         op_id: str | None = None,
-        resumed_at: str | None = None,
         expect_status: Collection[StepStatus] = (StepStatus.pending,),
         journal_ttl_s: int = 7 * 24 * 3600,
-        worker: str | None = None,
+        worker: WorkerRef | None = None,
         layers: list[PromptLayer] | None = None,
         message: str | None = None,
     ) -> Attempt:
         """Claim the next attempt of a step, at once: a new attempt `n = step.attempts + 1`
         (running), the step `running` with `attempts = n` and `started_at` set on its first
         attempt. Only if the step's status is one of `expect_status` and it has no running
-        attempt; otherwise `Conflict`.
+        attempt; otherwise `Conflict`. Attempt numbers never repeat, even should a loop
+        reset lower `attempts`.
 
         With `op_id`, the claim and its journal entry are written together: the entry (made
         here if `journal_begin` did not) becomes `completed` with the attempt's identity. If
@@ -346,10 +257,10 @@ class Store(ABC):
         attempt that entry names is returned (a re-delivered invocation gets what the first
         one got, whatever the step's status now). An entry `cancelled` is a `Conflict`.
 
-        `worker` and `layers`, when given, are written with the claim (as `set_attempt_worker`
-        and `set_prompt_layers` would, but in the same write), and so is `message`: the
-        step's `message` becomes the user message this attempt is sent (kept as it was
-        when None). A large message goes where the store keeps large values."""
+        `worker` (what works on the attempt) and `layers` (the step's prompt layers, as
+        `set_prompt_layers` would write them), when given, are written with the claim, and
+        so is `message`: the step's `message` becomes the user message this attempt is sent
+        (kept as it was when None). A large message goes where the store keeps large values."""
 
     @abstractmethod
     def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
@@ -366,21 +277,14 @@ class Store(ABC):
         status: AttemptStatus,
         *,
         reason: str | None = None,
-        step: dict[str, Any] | None = None,
-        run_cost: float = 0.0,
+        step: StepChanges | None = None,
         calls: list[ModelCall] | None = None,
         reason_kind: FailureKind | None = None,
     ) -> None:
         """End a running attempt (with its `reason` and, for a failure, its `reason_kind`),
-        and in the same write change its step (`step`, a subset of STEP_FIELDS), add
-        `run_cost` to the run's cost and record `calls` (spans, inserted or replaced by id, as
-        `put_call` would). Fenced: `AttemptEnded` unless the stored attempt has exactly
-        `ref`'s identity and is running."""
-
-    @abstractmethod
-    def set_attempt_worker(self, ref: AttemptRef, worker: str) -> None:
-        """Record what is working on the attempt (a Lambda request, a task ARN, a pid).
-        Fenced like `end_attempt`."""
+        and in the same write change its step (`step`) and record `calls` (spans, inserted
+        or replaced by id, as `put_call` would). Fenced: `AttemptEnded` unless the stored
+        attempt has exactly `ref`'s identity and is running."""
 
     @abstractmethod
     def heartbeat(self, ref: AttemptRef, at: str) -> None:
@@ -399,26 +303,23 @@ class Store(ABC):
         entry exists: then return that entry as it is (a replay)."""
 
     @abstractmethod
-    def journal_get(self, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
-        """The journal entry of an operation, or None."""
-
-    @abstractmethod
     def journal_pending(self, tenant: str | None = None) -> list[JournalEntry]:
         """Entries still `pending` (a crash came between asking for a claim and getting it),
-        read from what is active only."""
+        read from what is active only, oldest first."""
 
     @abstractmethod
     def journal_settle(self, tenant: str, run_id: str, op_id: str) -> JournalEntry:
         """Settle a `pending` entry: `completed` with the attempt if a claim with this
-        `op_id` landed, else `cancelled`. An entry already settled is returned as it is."""
+        `op_id` landed, else `cancelled`. An entry already settled is returned as it is.
+        `NotFound` if the journal holds no entry for `op_id`."""
 
     # -- active runs ----------------------------------------------------------------------
 
     @abstractmethod
     def active_runs(self, tenant: str | None = None) -> list[Run]:
         """Runs `queued`, `running` or `awaiting-approval` (without steps), of one tenant or
-        all, read from a sparse index of what is active: the cost grows with active runs,
-        not with all runs."""
+        all, oldest first, read from a sparse index of what is active: the cost grows with
+        active runs, not with all runs."""
 
     # -- trace --------------------------------------------------------------------------
 
@@ -494,7 +395,7 @@ class WorkspaceFolders(Protocol):
 
 
 class WorkerLiveness(Protocol):
-    def alive(self, worker: dict[str, Any] | None) -> bool | None:
+    def alive(self, worker: WorkerRef | None) -> bool | None:
         """Is that worker still there: True, False, or None (cannot tell)."""
 
 

@@ -1,12 +1,12 @@
-"""Who works on an attempt or drives a run, and whether it is still there (what reconcile asks).
+"""Who works on an attempt or drives a run, and whether it is still there.
 
-A worker reference is a small JSON object kept on the attempt (and, for drives, on the run):
-- local:   {"kind": "local", "host", "pid", "started"}: alive while that process is (the
-           process start time guards against a reused pid);
-- lambda:  {"kind": "lambda", "request_id", "deadline"}: gone once past its deadline;
-- sfn:     {"kind": "sfn", "execution"}: gone once the execution is not RUNNING (asked of
-           Step Functions by the caller's `execution_alive`);
-- fargate: {"kind": "fargate", "task"}: gone once the task stopped (asked of ECS).
+A worker reference (laneflow.domain.workers) is kept on the attempt and, for drives, on the
+run. Whether it is still there depends on its kind:
+- `LocalProcess`: alive while that process is (its start time guards against a reused pid);
+- `LambdaRequest`: gone once past its deadline (and a grace);
+- `StepFunctionsExecution`: gone once the execution is not RUNNING (asked of Step Functions
+  by the caller's `execution_alive`);
+- `FargateTask`: gone once the task stopped (asked of ECS by the caller's `task_alive`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from functools import lru_cache
 from typing import Any, Callable
 
-from laneflow.domain.workers import same_worker
+from laneflow.domain.workers import FargateTask, LambdaRequest, LocalProcess, StepFunctionsExecution, WorkerRef
 
 GRACE_S = 30.0  # past a Lambda's deadline, before its attempt counts as gone
 
@@ -35,34 +35,33 @@ def _process_start(pid: int) -> str | None:
 
 
 @lru_cache(maxsize=1)
-def local_worker() -> dict[str, Any]:
+def local_worker() -> LocalProcess:
     pid = os.getpid()
-    return {"kind": "local", "host": socket.gethostname(), "pid": pid, "started": _process_start(pid)}
+    return LocalProcess(host=socket.gethostname(), pid=pid, started=_process_start(pid))
 
 
 
-def current_worker(context: Any = None) -> dict[str, Any]:
+def current_worker(context: Any = None) -> LocalProcess | LambdaRequest:
     """The worker an invocation runs on: the local process, or a Lambda (from its context)."""
     if context is None or getattr(context, "local", False):
-        return dict(local_worker())
+        return local_worker()
     remaining = context.get_remaining_time_in_millis()
-    return {"kind": "lambda", "request_id": context.aws_request_id, "deadline": time.time() + remaining / 1000}
+    return LambdaRequest(request_id=context.aws_request_id, deadline=time.time() + remaining / 1000)
 
 
 
-def local_alive(worker: dict[str, Any]) -> bool | None:
+def local_alive(worker: LocalProcess) -> bool | None:
     """On this host: is that process still running? On another host: unknown (None)."""
-    if worker.get("host") != socket.gethostname():
+    if worker.host != socket.gethostname():
         return None
-    pid = int(worker.get("pid", 0))
+    pid = worker.pid
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    started = worker.get("started")
-    return started is None or _process_start(pid) == started
+    return worker.started is None or _process_start(pid) == worker.started
 
 
 
@@ -76,27 +75,27 @@ class Liveness:
         self,
         *,
         execution_alive: Callable[[str], bool | None] | None = None,
-        task_alive=None,
-        now=time.time,
-        gone: dict[str, Any] | None = None,
+        task_alive: Callable[[str], bool | None] | None = None,
+        now: Callable[[], float] = time.time,
+        gone: WorkerRef | None = None,
     ):
         self.execution_alive = execution_alive
         self.task_alive = task_alive
         self.now = now
         self.gone = gone
 
-    def alive(self, worker: dict[str, Any] | None) -> bool | None:
-        if not worker:
+    def alive(self, worker: WorkerRef | None) -> bool | None:
+        if worker is None:
             return None
-        if self.gone and same_worker(worker, self.gone):
+        if self.gone is not None and worker.same(self.gone):
             return False
-        kind = worker.get("kind")
-        if kind == "local":
-            return local_alive(worker)
-        if kind == "lambda":
-            return self.now() <= float(worker.get("deadline", 0)) + GRACE_S
-        if kind == "sfn" and self.execution_alive:
-            return self.execution_alive(str(worker.get("execution")))
-        if kind == "fargate" and self.task_alive:
-            return self.task_alive(str(worker.get("task")))
+        match worker:
+            case LocalProcess():
+                return local_alive(worker)
+            case LambdaRequest():
+                return self.now() <= worker.deadline + GRACE_S
+            case StepFunctionsExecution() if self.execution_alive:
+                return self.execution_alive(str(worker.execution))
+            case FargateTask() if self.task_alive:
+                return self.task_alive(worker.task)
         return None

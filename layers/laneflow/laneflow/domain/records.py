@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime as _dt
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from laneflow.domain.workers import WorkerRef, stored
 
 
 def utcnow() -> str:
@@ -68,6 +70,10 @@ class FailureKind(StrEnum):
 
 class Record(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, use_enum_values=False)
+
+
+# A worker reference on a record: read from the text a store keeps, too (`workers.loads`).
+StoredWorker = Annotated[WorkerRef | None, BeforeValidator(stored)]
 
 
 
@@ -143,7 +149,7 @@ class Attempt(Record):
     ended_at: str | None = None
     reason: str | None = None
     reason_kind: FailureKind | None = None  # set on a failed attempt (an interruption's status says it)
-    worker: str | None = None  # what works on it: {"kind": "local"|"lambda"|"fargate", ...} as JSON
+    worker: StoredWorker = None  # what works on it: a process, a Lambda request, a task
     heartbeat_at: str | None = None
     op_id: str | None = None
 
@@ -248,7 +254,7 @@ class Run(Record):
     model: str | None = None  # a run-wide model override (`--model`)
     options: dict[str, Any] = Field(default_factory=dict)
     execution: str | None = None  # the current drive's execution id
-    driver: str | None = None  # what drives it now: {"kind": "local", pid...} or {"kind": "sfn", execution} as JSON
+    driver: StoredWorker = None  # what drives it now: a local process, or an execution in the cloud
     steps: list[Step] = Field(default_factory=list)
     # Internal: where the workspace is, and the flow as parsed when the run started.
     workspace_uri: str = Field(default="", exclude=True)
@@ -263,6 +269,57 @@ class Run(Record):
             if s.index == index:
                 return s
         raise KeyError(index)
+
+
+
+class Changes(BaseModel):
+    """A change set: the fields given are what changes (`model_fields_set`); the others are
+    left as stored. A field that cannot be changed this way, or a value of the wrong type,
+    is refused when the change set is made, before anything is written. (Fields that may
+    not be None default to it all the same: unset, they change nothing.)"""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def changed(self) -> dict[str, Any]:
+        """The fields that change, with their new values (in the order the fields are declared,
+        so a store writes them in the same order every time)."""
+        return {name: getattr(self, name) for name in type(self).model_fields if name in self.model_fields_set}
+
+
+class RunChanges(Changes):
+    """What `Store.update_run` may change of a run. `stop_requested` is not among them: only
+    `request_stop` sets it, and nothing clears it."""
+
+    status: RunStatus = Field(default=None)
+    driven_at: str | None = None
+    finished_at: str | None = None
+    parked_at: str | None = None
+    revision: str | None = None
+    cost_usd: float = Field(default=None)
+    drives: int = Field(default=None)
+    error: str | None = None
+    execution: str | None = None
+    driver: WorkerRef | None = None
+    options: dict[str, Any] = Field(default=None)
+
+
+class StepChanges(Changes):
+    """What `Store.update_step` and `Store.end_attempt(step=...)` may change of a step."""
+
+    status: StepStatus = Field(default=None)
+    attempts: int = Field(default=None)
+    cycle: int = Field(default=None)
+    instruction: str = Field(default=None)
+    message: str | None = None
+    result: str | None = None
+    conclusion: str | None = None
+    data: Any = None
+    skip_reason: str | None = None
+    error: str | None = None
+    cost_usd: float = Field(default=None)
+    model: str = Field(default=None)
+    started_at: str | None = None
+    finished_at: str | None = None
 
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from laneflow.domain.errors import LaneflowError
-from laneflow.domain.records import Event, EventType, Run, RunStatus, StepStatus, utcnow
+from laneflow.domain.records import Event, EventType, Run, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
 from laneflow.domain.settlement import REJECTED
 from laneflow.ports import Services
 from laneflow.usecases.stop import _close
@@ -29,16 +29,16 @@ def answer_approval(svc: Services, tenant: str, run_id: str, *, approve: bool) -
     now = utcnow()
     if approve:
         store.update_step(
-            tenant, run_id, step.index, {"status": StepStatus.completed, "result": "approved by a person", "finished_at": now},
+            tenant, run_id, step.index, StepChanges(status=StepStatus.completed, result="approved by a person", finished_at=now),
             expect_status=(StepStatus.awaiting_approval,),
         )
         store.add_event(tenant, run_id, step.index, Event(text="approved by a person"))
-        return store.update_run(tenant, run_id, {"status": RunStatus.queued}, expect_status=(RunStatus.awaiting_approval,))
+        return store.update_run(tenant, run_id, RunChanges(status=RunStatus.queued), expect_status=(RunStatus.awaiting_approval,))
     store.update_step(
-        tenant, run_id, step.index, {"status": StepStatus.failed, "error": REJECTED, "finished_at": now},
+        tenant, run_id, step.index, StepChanges(status=StepStatus.failed, error=REJECTED, finished_at=now),
         expect_status=(StepStatus.awaiting_approval,),
     )
     store.add_event(tenant, run_id, step.index, Event(type=EventType.error, text=REJECTED))
     # The steps after it are skipped ("rejected by a person") where every run's end skips them.
-    store.update_run(tenant, run_id, {"error": REJECTED}, expect_status=(RunStatus.awaiting_approval,))
+    store.update_run(tenant, run_id, RunChanges(error=REJECTED), expect_status=(RunStatus.awaiting_approval,))
     return _close(svc, store.get_run(tenant, run_id, steps=False))

@@ -15,8 +15,10 @@ from laneflow.domain.messages import (
 )
 from laneflow.domain.records import (
     Run,
+    RunChanges,
     RunStatus,
     Step,
+    StepChanges,
     StepStatus,
     utcnow,
 )
@@ -56,7 +58,7 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
         run = store.update_run(
             run.tenant,
             run.id,
-            {"status": status, "error": error, "finished_at": utcnow(), "cost_usd": spent, "driver": None},
+            RunChanges(status=status, error=error, finished_at=utcnow(), cost_usd=spent, driver=None),
             expect_status=(RunStatus.running, RunStatus.queued, RunStatus.awaiting_approval),
         )
     except Conflict:
@@ -94,7 +96,7 @@ def skip_unrun_steps(svc: Services, run: Run, steps: list[Step], reason: str) ->
         why = FAILED_DURING if reason == FAILED_BEFORE and step.attempts else reason
         try:
             svc.store.update_step(
-                run.tenant, run.id, step.index, {"status": StepStatus.skipped, "skip_reason": why}, expect_status=waiting
+                run.tenant, run.id, step.index, StepChanges(status=StepStatus.skipped, skip_reason=why), expect_status=waiting
             )
             skipped = True
         except Conflict:  # it started or ended meanwhile: its own record says how
@@ -116,7 +118,7 @@ def close_run(svc: Services, tenant: str, run_id: str, *, error: str, cause: str
     run = store.get_run(tenant, run_id, steps=False)
     if run.status in ACTIVE:
         try:
-            store.update_run(tenant, run_id, {"error": run.error or reason}, expect_status=ACTIVE)
+            store.update_run(tenant, run_id, RunChanges(error=run.error or reason), expect_status=ACTIVE)
         except Conflict:
             return
         end_run(svc, EndRunRequest(run=ref))

@@ -15,6 +15,7 @@ from laneflow.domain.messages import (
     Plan,
 )
 from laneflow.domain.records import (
+    RunChanges,
     RunStatus,
     StepStatus,
 )
@@ -53,7 +54,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         return Plan(action="end")
     spent = budget_spent(run, sum(s.cost_usd for s in every))
     if spent:
-        store.update_run(run.tenant, run.id, {"error": spent}, expect_status=(RunStatus.running,))
+        store.update_run(run.tenant, run.id, RunChanges(error=spent), expect_status=(RunStatus.running,))
         return Plan(action="end", reason=spent)
     group = min(s.group for s in pending)
     launching = [s for s in pending if s.group == group]

@@ -40,11 +40,13 @@ from laneflow.domain.records import (
     AttemptStatus,
     ModelCall,
     Run,
+    RunChanges,
     RunStatus,
+    StepChanges,
     StepStatus,
     utcnow,
 )
-from laneflow.domain.workers import dumps, loads
+from laneflow.domain.workers import LocalProcess, WorkerRef
 from laneflow.ports import Services
 from laneflow.ports import WorkerLiveness as Liveness
 from laneflow.usecases.end_run import close_run
@@ -110,8 +112,7 @@ def _age_s(stamp: str, now: _dt.datetime) -> float:
 def drive_alive(liveness: Liveness, run: Run) -> bool:
     """Whether the run's drive may still be working: its driver is alive, or cannot be told
     (another host); a run with no driver has no drive."""
-    driver = loads(run.driver)
-    return bool(driver) and liveness.alive(driver) is not False
+    return run.driver is not None and liveness.alive(run.driver) is not False
 
 
 
@@ -159,7 +160,7 @@ class Reconciler:
             except RecordDamaged as error:
                 self._damaged(entry.run_id, error)
                 continue
-            driver_alive = self.liveness.alive(loads(run.driver))
+            driver_alive = self.liveness.alive(run.driver)
             if driver_alive and _age_s(entry.created_at, now) < self.grace:
                 continue  # a live drive may be between asking and getting
             settled = self.store.journal_settle(entry.tenant, entry.run_id, entry.op_id)
@@ -176,9 +177,9 @@ class Reconciler:
             except RecordDamaged as error:
                 self._damaged(attempt.run_id, error)
                 continue
-            worker = loads(attempt.worker)
+            worker = attempt.worker
             # Claimed but no worker written yet: it lives or dies with the run's drive.
-            alive = self.liveness.alive(worker) if worker else self.liveness.alive(loads(run.driver))
+            alive = self.liveness.alive(worker) if worker else self.liveness.alive(run.driver)
             if alive:
                 self._ack(tenant, attempt, "continued")
                 continue
@@ -254,11 +255,12 @@ def interrupt(
     leaving) also passes what the attempt spent: its spans and the step's cost with them."""
     store = svc.store
     if run.stop_requested:
-        changes = {"status": StepStatus.failed, "error": f"{reason}; the run was stopped", "finished_at": utcnow()}
+        fields = {"status": StepStatus.failed, "error": f"{reason}; the run was stopped", "finished_at": utcnow()}
     else:
-        changes = {"status": StepStatus.pending, "error": reason}
+        fields = {"status": StepStatus.pending, "error": reason}
     if cost_usd is not None:
-        changes["cost_usd"] = cost_usd
+        fields["cost_usd"] = cost_usd
+    changes = StepChanges(**fields)
     try:
         store.end_attempt(AttemptRef.of(tenant, attempt), AttemptStatus.interrupted, reason=reason, step=changes, calls=calls)
         return "interrupted"
@@ -279,7 +281,7 @@ def reconcile(svc: Services, liveness: Liveness, **kwargs) -> ReconcileReport:
 # -- a local runner going away, and a person resuming one run -----------------------------------
 
 
-def leave_drive(svc: Services, tenant: str, run_id: str, worker: dict, liveness: Liveness) -> Run:
+def leave_drive(svc: Services, tenant: str, run_id: str, worker: WorkerRef, liveness: Liveness) -> Run:
     """A local runner got SIGINT or SIGTERM: it is a worker going away, not a failure. Its
     running attempts of the run (and those claimed with no worker yet, which live with its
     drive) are marked interrupted by exact identity, by reconcile's own step 2 told that
@@ -288,10 +290,10 @@ def leave_drive(svc: Services, tenant: str, run_id: str, worker: dict, liveness:
     (completed steps carried). `liveness` is told that `worker` is gone. Safe to repeat."""
     Reconciler(svc, liveness, tenant=tenant, run_id=run_id).interrupt_gone_attempts()
     run = svc.store.get_run(tenant, run_id, steps=False)
-    if not run.status.ended and run.driver == dumps(worker):
+    if not run.status.ended and run.driver == worker:
         try:
             run = svc.store.update_run(
-                tenant, run_id, {"driver": None, "execution": None}, expect_status=(RunStatus.queued, RunStatus.running)
+                tenant, run_id, RunChanges(driver=None, execution=None), expect_status=(RunStatus.queued, RunStatus.running)
             )
         except Conflict:
             run = svc.store.get_run(tenant, run_id, steps=False)
@@ -319,8 +321,8 @@ def resumable_run(svc: Services, liveness: Liveness, tenant: str, run_id: str) -
             f"run {run_id} is waiting for a person, not for a drive: answer it with laneflow approve {run_id} (or --reject)"
         )
     if drive_alive(liveness, run):
-        driver = loads(run.driver) or {}
-        where = f"process {driver['pid']} on {driver.get('host')}" if driver.get("kind") == "local" else "another worker"
+        driver = run.driver
+        where = f"process {driver.pid} on {driver.host}" if isinstance(driver, LocalProcess) else "another worker"
         raise RunNotResumable(
             f"run {run_id} is still being driven by {where}: resume it once that drive has gone "
             f"(or end it with laneflow stop {run_id})"

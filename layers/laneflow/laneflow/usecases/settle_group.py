@@ -31,8 +31,10 @@ from laneflow.domain.records import (
     Event,
     EventType,
     Run,
+    RunChanges,
     RunStatus,
     Step,
+    StepChanges,
     StepStatus,
 )
 from laneflow.domain.settlement import (
@@ -59,13 +61,13 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
     spent = round(sum(s.cost_usd for s in svc.store.get_steps(run.tenant, run.id)), 6)
     if spent != run.cost_usd:
         try:
-            run = svc.store.update_run(run.tenant, run.id, {"cost_usd": spent}, expect_status=(RunStatus.running,))
+            run = svc.store.update_run(run.tenant, run.id, RunChanges(cost_usd=spent), expect_status=(RunStatus.running,))
         except Conflict:
             pass
     settled = Settler(svc, run, req.group).settle()
     if settled.action == "end" and settled.reason and settled.reason != STOPPED:
         try:
-            svc.store.update_run(run.tenant, run.id, {"error": settled.reason}, expect_status=(RunStatus.running,))
+            svc.store.update_run(run.tenant, run.id, RunChanges(error=settled.reason), expect_status=(RunStatus.running,))
         except Conflict:
             pass
     return settled
@@ -98,13 +100,13 @@ class Settler:
         for target, rescue in tidying.rescued:
             self.store.update_step(
                 tenant, run_id, target.index,
-                {"status": StepStatus.completed, "result": rescue.result, "conclusion": rescue.conclusion,
-                 "data": rescue.data, "error": None, "finished_at": rescue.finished_at},
+                StepChanges(status=StepStatus.completed, result=rescue.result, conclusion=rescue.conclusion,
+                            data=rescue.data, error=None, finished_at=rescue.finished_at),
                 expect_status=(StepStatus.failed,),
             )
             self._event(target.index, f"rescued by step {rescue.index} ({rescue.agent}); it failed: {target.error}")
         for target, error in tidying.rescue_failed:
-            self.store.update_step(tenant, run_id, target.index, {"error": error}, expect_status=(StepStatus.failed,))
+            self.store.update_step(tenant, run_id, target.index, StepChanges(error=error), expect_status=(StepStatus.failed,))
         if tidying.abandoned:
             from laneflow.usecases.step_crashed import (
                 step_crashed,  # the same ending a crashed worker gets
@@ -126,14 +128,14 @@ class Settler:
         tenant, run_id = self.run.tenant, self.run.id
         for ended in decision.exhausted:
             self.store.update_step(
-                tenant, run_id, ended.index, {"status": StepStatus.failed, "error": ended.reason},
+                tenant, run_id, ended.index, StepChanges(status=StepStatus.failed, error=ended.reason),
                 expect_status=(StepStatus.completed,),
             )
             self._event(ended.index, ended.reason, type=EventType.error)
         if decision.loop is not None:
             loop = decision.loop
-            cleared = {"status": StepStatus.pending, "cycle": loop.cycle, "result": None, "conclusion": None, "data": None,
-                       "error": None, "skip_reason": None, "started_at": None, "finished_at": None}
+            cleared = StepChanges(status=StepStatus.pending, cycle=loop.cycle, result=None, conclusion=None, data=None,
+                                  error=None, skip_reason=None, started_at=None, finished_at=None)
             for index in loop.reset:
                 self.store.update_step(tenant, run_id, index, cleared)
             self.store.put_handoff(tenant, run_id, feedback_key(loop.group, loop.cycle), loop.feedback)
@@ -163,19 +165,19 @@ class Settler:
                 try:
                     self.store.end_attempt(
                         AttemptRef.of(self.run.tenant, attempt), AttemptStatus.interrupted,
-                        reason="interrupted: its worker went away", step={"status": StepStatus.pending},
+                        reason="interrupted: its worker went away", step=StepChanges(status=StepStatus.pending),
                     )
                 except AttemptEnded:
                     pass
         step = self.store.get_step(self.run.tenant, self.run.id, rescue.index)
         if step.status == StepStatus.running:  # no running attempt was left: just pending again
-            step = self.store.update_step(self.run.tenant, self.run.id, rescue.index, {"status": StepStatus.pending}, expect_status=(StepStatus.running,))
+            step = self.store.update_step(self.run.tenant, self.run.id, rescue.index, StepChanges(status=StepStatus.pending), expect_status=(StepStatus.running,))
         return step
 
     def _supersede(self, index: int) -> None:
         try:
             self.store.update_step(
-                self.run.tenant, self.run.id, index, {"status": StepStatus.skipped, "skip_reason": SUPERSEDED},
+                self.run.tenant, self.run.id, index, StepChanges(status=StepStatus.skipped, skip_reason=SUPERSEDED),
                 expect_status=(StepStatus.pending, StepStatus.running),
             )
         except Conflict:

@@ -14,6 +14,7 @@ from laneflow.domain.records import (
     Event,
     EventType,
     FailureKind,
+    StepChanges,
     StepStatus,
     utcnow,
 )
@@ -39,7 +40,7 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
                         AttemptRef.of(tenant, attempt),
                         AttemptStatus.failed,
                         reason=reason,
-                        step={"status": StepStatus.failed, "error": reason, "finished_at": utcnow()},
+                        step=StepChanges(status=StepStatus.failed, error=reason, finished_at=utcnow()),
                         reason_kind=FailureKind.worker,
                     )
                 except AttemptEnded:
@@ -51,7 +52,7 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
                 tenant,
                 run_id,
                 index,
-                {"status": StepStatus.failed, "error": reason, "finished_at": utcnow()},
+                StepChanges(status=StepStatus.failed, error=reason, finished_at=utcnow()),
                 expect_status=(StepStatus.pending, StepStatus.running),
             )
         except Conflict:

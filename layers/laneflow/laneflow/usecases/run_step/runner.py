@@ -34,11 +34,12 @@ from laneflow.domain.records import (
     FailureKind,
     Run,
     Step,
+    StepChanges,
     StepStatus,
     utcnow,
 )
 from laneflow.domain.redaction import scrub_paths
-from laneflow.domain.workers import dumps
+from laneflow.domain.workers import WorkerRef
 from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
 from laneflow.usecases.crashpoints import crashpoint
@@ -157,15 +158,15 @@ class StepRunner:
                     store.end_attempt(
                         self.ref,
                         AttemptStatus.completed,
-                        step={
-                            "status": StepStatus.completed,
-                            "result": outcome.result,
-                            "conclusion": outcome.conclusion,
-                            "data": data,
-                            "error": None,
-                            "cost_usd": round(self.step.cost_usd + cost, 6),
-                            "finished_at": utcnow(),
-                        },
+                        step=StepChanges(
+                            status=StepStatus.completed,
+                            result=outcome.result,
+                            conclusion=outcome.conclusion,
+                            data=data,
+                            error=None,
+                            cost_usd=round(self.step.cost_usd + cost, 6),
+                            finished_at=utcnow(),
+                        ),
                         calls=list(recorder.spans.values()),
                     )
                 except AttemptEnded:
@@ -186,9 +187,8 @@ class StepRunner:
             retry = retryable and self.failures < self.spec.retries
             try:
                 self._note(EventType.error, f"attempt {self.attempt.n} failed: {reason}")
-                changes: dict[str, Any] = {"error": reason, "cost_usd": self.step.cost_usd}
-                if not retry:
-                    changes.update(status=StepStatus.failed, finished_at=utcnow())
+                ends: dict[str, Any] = {} if retry else {"status": StepStatus.failed, "finished_at": utcnow()}
+                changes = StepChanges(error=reason, cost_usd=self.step.cost_usd, **ends)
                 ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
                 spans = list(self.recorder.spans.values()) if self.recorder else []
                 store.end_attempt(
@@ -357,7 +357,7 @@ def prepare(svc: Services, run: Run, step: Step) -> PreparedAttempt:
 
 
 
-def run_step(svc: Services, req: RunStepRequest, worker: dict[str, Any]) -> StepReport:
+def run_step(svc: Services, req: RunStepRequest, worker: WorkerRef) -> StepReport:
     """Claim the step's next attempt and run it to its end. A step that already ended (a
     re-delivered invocation) or is claimed by another worker is reported, not run again; a
     step reached after a stop is skipped, never started. A lane's lead opens its gate when
@@ -379,7 +379,7 @@ def run_step(svc: Services, req: RunStepRequest, worker: dict[str, Any]) -> Step
 
 
 
-def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None, worker: dict) -> StepReport:
+def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None, worker: WorkerRef) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
     run = svc.store.get_run(tenant, run_id, steps=False)
     step = svc.store.get_step(tenant, run_id, index)
@@ -390,7 +390,7 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
     if run.stop_requested or run.status.ended:
         try:
             step = svc.store.update_step(
-                tenant, run_id, index, {"status": StepStatus.skipped, "skip_reason": WAITED_TO_START}, expect_status=(StepStatus.pending,)
+                tenant, run_id, index, StepChanges(status=StepStatus.skipped, skip_reason=WAITED_TO_START), expect_status=(StepStatus.pending,)
             )
         except Conflict:
             step = svc.store.get_step(tenant, run_id, index)
@@ -412,7 +412,7 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
 
 def _claim_and_run(
     svc: Services, req: RunStepRequest, run: Run, step: Step, prepared: PreparedAttempt | None,
-    opener: Callable[..., int] | None, worker: dict,
+    opener: Callable[..., int] | None, worker: WorkerRef,
 ) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
     # What this attempt is sent is known before it is claimed (nothing in it depends on the
@@ -424,7 +424,7 @@ def _claim_and_run(
     token = _secrets.token_hex(16)
     try:
         attempt = svc.store.claim_attempt(
-            tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id, worker=dumps(worker),
+            tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id, worker=worker,
             layers=prepared.prompt.records() if prepared else None, message=briefing.message,
         )
     except Conflict:

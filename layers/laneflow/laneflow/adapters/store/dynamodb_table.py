@@ -1,0 +1,363 @@
+"""The DynamoDB store's requests: one table and its blob bucket, what each request
+consumes, and the errors DynamoDB answers turned into the store's (a refused condition,
+an item too large, a throttle that outlasted the client's retries)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from laneflow.adapters.store.dynamodb_blobs import Blobs, ItemTooLarge, blobs_of, too_large
+from laneflow.adapters.store.dynamodb_expr import Expr, Update
+from laneflow.adapters.store.dynamodb_items import JSON_FIELDS, item_name, item_size, read_units, to_number, write_units
+from laneflow.adapters.store.rulebook import damaged
+from laneflow.domain import jsonsafe
+from laneflow.domain.errors import Conflict, TransientError
+
+# Answers that mean "not now": DynamoDB throttled the request, or failed on its side. The
+# client retries them first (standard mode); what outlasts that is the store's
+# TransientError, which the state machine retries by name.
+THROTTLED = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+    }
+)
+
+_THROTTLED_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
+
+
+def transient(error: ClientError) -> TransientError | None:
+    """The TransientError a throttle or a DynamoDB failure (5xx) is; None for anything else."""
+    code = error.response.get("Error", {}).get("Code", "")
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if code in THROTTLED or status >= 500:
+        message = error.response.get("Error", {}).get("Message", "")
+        return TransientError(f"DynamoDB could not serve the request now ({code or status}): {message}")
+    return None
+
+
+class ConditionFailed(Exception):
+    """A conditional write (or one action of a transaction) was refused. `reasons` has one
+    entry per action: its code ('None' when it was fine) and the item as it was found."""
+
+    def __init__(self, reasons: list[dict[str, Any]]):
+        super().__init__(reasons)
+        self.reasons = reasons
+
+    def failed(self, action: int) -> bool:
+        return self.reasons[action].get("Code") == "ConditionalCheckFailed"
+
+    def found(self, action: int) -> dict[str, Any] | None:
+        return self.reasons[action].get("Item") or None
+
+
+class Meter:
+    """Capacity units and requests by operation (see laneflow.adapters.store.dynamodb)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._units: dict[str, defaultdict[str, float]] = {"read": defaultdict(float), "write": defaultdict(float)}
+        self._requests: defaultdict[str, int] = defaultdict(int)
+
+    def count(self, op: str, *, read: float = 0.0, write: float = 0.0) -> None:
+        with self._lock:
+            self._requests[op] += 1
+            if read:
+                self._units["read"][op] += read
+            if write:
+                self._units["write"][op] += write
+
+    def snapshot(self, reset: bool = False) -> dict[str, dict[str, float]]:
+        with self._lock:
+            out = {"read": dict(self._units["read"]), "write": dict(self._units["write"]), "requests": dict(self._requests)}
+            if reset:
+                self._reset()
+            return out
+
+
+class Table:
+    """One table (`name`) and its blob bucket, through clients made once (safe to use from
+    many threads). Every request is counted under the operation it serves (`operation`)."""
+
+    def __init__(self, db: Any, s3: Any, name: str, bucket: str | None, blob_threshold: int) -> None:
+        self._db, self._s3 = db, s3
+        self.name, self.bucket, self.blob_threshold = name, bucket, blob_threshold
+        self.meter = Meter()
+        self._op = threading.local()
+
+    @contextmanager
+    def operation(self, name: str) -> Iterator[None]:
+        """Count what is consumed inside under `name` (an operation inside another counts
+        under the outer one)."""
+        if getattr(self._op, "name", None):
+            yield
+            return
+        self._op.name = name
+        try:
+            yield
+        finally:
+            self._op.name = None
+
+    def blobs(self, tenant: str, run_id: str) -> Any:
+        """Where one write's large values go (a context: what it uploaded goes if it fails)."""
+        return blobs_of(self._s3, self.bucket, self.blob_threshold, tenant, run_id)
+
+    def _client_call(self, call: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        try:
+            return call(**kwargs)
+        except ClientError as error:
+            raise transient(error) or error
+
+    def count(self, *, read: float = 0.0, write: float = 0.0) -> None:
+        self.meter.count(getattr(self._op, "name", None) or "other", read=read, write=write)
+
+    def request(self, method: str, **kwargs: Any) -> dict[str, Any]:
+        """One DynamoDB request; a refused condition raises `ConditionFailed`, an item too large
+        `ItemTooLarge`."""
+        try:
+            return getattr(self._db, method)(TableName=self.name, **kwargs)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            message = error.response.get("Error", {}).get("Message", "")
+            if code == "ConditionalCheckFailedException":
+                raise ConditionFailed([{"Code": "ConditionalCheckFailed", "Item": error.response.get("Item")}]) from None
+            if code == "ValidationException" and "size" in message.lower():
+                raise too_large(message, self.bucket) from None
+            raise transient(error) or error
+
+    def get(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        item = self.request("get_item", Key=key, ConsistentRead=True).get("Item")
+        self.count(read=read_units(item_size(item) if item else 0))
+        return item
+
+    def query(self, *, index: str | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+        """Every item a Query names, page by page (strongly consistent on the table)."""
+        items: list[dict[str, Any]] = []
+        params = dict(kwargs, **({"IndexName": index} if index else {"ConsistentRead": True}))
+        while True:
+            page = self.request("query", **params)
+            items += page.get("Items", [])
+            size = sum(item_size(i) for i in page.get("Items", []))
+            self.count(read=read_units(size) * (0.5 if index else 1.0))
+            if "LastEvaluatedKey" not in page:
+                return items
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def query_prefix(self, pk: str, prefix: str, *, where: Callable[[Expr], str] | None = None) -> list[dict[str, Any]]:
+        """The items of a partition whose sort key starts with `prefix` (and that `where`,
+        given the request's expression, filters in)."""
+        e = Expr()
+        params: dict[str, Any] = {"KeyConditionExpression": f"{e.n('pk')} = {e.v(pk)} AND begins_with({e.n('sk')}, {e.v(prefix)})"}
+        if where is not None:
+            params["FilterExpression"] = where(e)
+        return self.query(**params, **e.params())
+
+    def query_range(self, pk: str, low: str, high: str | None = None) -> list[dict[str, Any]]:
+        e = Expr()
+        sk = e.n("sk")
+        between = f"{sk} BETWEEN {e.v(low)} AND {e.v(high)}" if high else f"{sk} >= {e.v(low)}"
+        return self.query(KeyConditionExpression=f"{e.n('pk')} = {e.v(pk)} AND {between}", **e.params())
+
+    def batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items of `keys` (strongly consistent), in no particular order."""
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(keys), 100):
+            pending: dict[str, Any] = {self.name: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
+            for attempt in range(10):
+                page = self._client_call(self._db.batch_get_item, RequestItems=pending)
+                got = page.get("Responses", {}).get(self.name, [])
+                items += got
+                self.count(read=sum(read_units(item_size(i)) for i in got))
+                pending = page.get("UnprocessedKeys") or {}
+                if not pending:
+                    break
+                time.sleep(min(1.0, 0.01 * 2**attempt))
+        return items
+
+    def put(self, item: dict[str, Any], condition: str | None = None, e: Expr | None = None, *, indexes: int = 0) -> None:
+        extra: dict[str, Any] = {}
+        if condition:
+            extra = {"ConditionExpression": condition, "ReturnValuesOnConditionCheckFailure": "ALL_OLD", **(e or Expr()).params()}
+        self.request("put_item", Item=item, **extra)
+        self.count(write=write_units(item_size(item)) + indexes)
+
+    def update(
+        self,
+        key: dict[str, Any],
+        u: Update,
+        condition: str | None = None,
+        *,
+        returns: str = "NONE",
+        indexes: "int | Callable[[dict[str, Any]], int]" = 0,
+        blobs: "Blobs | None" = None,
+        size: int = 0,
+    ) -> dict[str, Any] | None:
+        """One UpdateItem. If the item would pass 400 KB with what it already holds (the
+        store sees only what it writes) and `blobs` can take them, the write's large values go
+        to S3 and it is made once more. Counted on the larger of `size` (the item as read
+        before) and the item after it (ALL_NEW) or what it writes; `indexes` may be decided
+        from the item after it."""
+        extra: dict[str, Any] = {}
+        if condition:
+            extra = {"ConditionExpression": condition, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+
+        def request() -> dict[str, Any]:
+            return self.request("update_item", Key=key, UpdateExpression=u.expression(), ReturnValues=returns, **u.params(), **extra)
+
+        try:
+            reply = request()
+        except ItemTooLarge:
+            if blobs is None or not blobs.squeeze(key["sk"]["S"], u):
+                raise
+            reply = request()
+        item = reply.get("Attributes")
+        written = item_size(item) if item and returns == "ALL_NEW" else item_size(key) + u.payload()
+        index_writes = indexes(item or {}) if callable(indexes) else indexes
+        self.count(write=write_units(max(size, written)) + index_writes)
+        return item
+
+    def transact(
+        self,
+        actions: list[tuple[dict[str, Any], int]],
+        *,
+        indexes: int = 0,
+        squeeze: "tuple[Blobs, list[tuple[str, Update]]] | None" = None,
+    ) -> None:
+        """One TransactWriteItems of (action, size) pairs: all land or none. A refused
+        condition raises `ConditionFailed` with a reason per action; a conflict with a concurrent
+        transaction on the same items is retried; an item that would pass 400 KB gets the
+        large values of `squeeze`'s updates moved to S3 and is tried once more."""
+        try:
+            self.transact_once(actions, indexes)
+        except ItemTooLarge:
+            if squeeze is None:
+                raise
+            blobs, updates = squeeze
+            if not any([blobs.squeeze(sk, u) for sk, u in updates]):
+                raise
+            self.transact_once(actions, indexes)
+
+    def transact_once(self, actions: list[tuple[dict[str, Any], int]], indexes: int) -> None:
+        items = []
+        for action, _ in actions:
+            ((kind, body),) = action.items()
+            body = dict(body, TableName=self.name)
+            if "ConditionExpression" in body:
+                body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+            items.append({kind: body})
+        for attempt in range(10):
+            try:
+                self._db.transact_write_items(TransactItems=items)  # errors mapped below
+                break
+            except ClientError as error:
+                code = error.response.get("Error", {}).get("Code", "")
+                reasons = error.response.get("CancellationReasons") or []
+                codes = {r.get("Code") for r in reasons}
+                message = " ".join([error.response.get("Error", {}).get("Message", "")] + [r.get("Message") or "" for r in reasons])
+                if code == "TransactionCanceledException" and codes & _THROTTLED_REASONS and not codes & {"ConditionalCheckFailed"}:
+                    raise TransientError(f"DynamoDB throttled a transaction on {self.name}: {message.strip()}") from error
+                if code == "TransactionCanceledException" and "ConditionalCheckFailed" in codes:
+                    raise ConditionFailed(reasons) from None
+                if (code == "ValidationException" or "ValidationError" in codes) and "size" in message.lower():
+                    raise too_large(message, self.bucket) from None
+                conflict = code == "TransactionConflictException" or (
+                    code == "TransactionCanceledException" and codes <= {"None", "TransactionConflict", None}
+                )
+                if not conflict:
+                    raise transient(error) or error
+                time.sleep(random.uniform(0, 0.01 * 2**attempt))
+        else:
+            raise Conflict("a write kept conflicting with concurrent writes to the same items; try again")
+        self.count(write=2 * sum(write_units(size) for _, size in actions) + indexes)
+
+    def tx_put(self, item: dict[str, Any], condition: str | None = None, e: Expr | None = None) -> tuple[dict[str, Any], int]:
+        body: dict[str, Any] = {"Item": item}
+        if condition:
+            body.update(ConditionExpression=condition, **(e or Expr()).params())
+        return {"Put": body}, item_size(item)
+
+    def tx_update(
+        self, key: dict[str, Any], u: Update, condition: str | None = None, *, size: int | None = None
+    ) -> tuple[dict[str, Any], int]:
+        body: dict[str, Any] = {"Key": key, "UpdateExpression": u.expression(), **u.params()}
+        if condition:
+            body["ConditionExpression"] = condition
+        return {"Update": body}, size if size is not None else item_size(key) + u.payload()
+
+    def tx_check(self, key: dict[str, Any], e: Expr, condition: str) -> tuple[dict[str, Any], int]:
+        return {"ConditionCheck": {"Key": key, "ConditionExpression": condition, **e.params()}}, 1024
+
+    def text(self, av: dict[str, Any]) -> Any:
+        """A stored attribute as Python, reading a blob from S3 when it is a pointer."""
+        if "S" in av:
+            return av["S"]
+        if "N" in av:
+            return to_number(av["N"])
+        if "BOOL" in av:
+            return av["BOOL"]
+        if "M" in av and "s3" in av["M"]:
+            bucket, _, key = av["M"]["s3"]["S"].removeprefix("s3://").partition("/")
+            return self._s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
+        if "NULL" in av:
+            return None
+        raise TypeError(f"unexpected attribute {av!r}")
+
+    def fields(self, item: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        """The named model fields of an item (absent ones left to the model's defaults).
+        `RecordDamaged` naming the item and the field when a JSON field does not parse
+        (strictly: a NaN no entrance lets in now is damage too)."""
+        out: dict[str, Any] = {}
+        for name in names:
+            if name in item:
+                value = self.text(item[name])
+                if name in JSON_FIELDS:
+                    try:
+                        value = jsonsafe.parse_stored(value)
+                    except (TypeError, ValueError):
+                        raise damaged(item_name(item), [name]) from None
+                out[name] = value
+        return out
+
+    # -- items ----------------------------------------------------------------------------
+
+
+    def delete(self, key: dict[str, Any], *, returns: str = "NONE") -> dict[str, Any] | None:
+        """Delete an item if it is there (None if it was not); counted on `returns`' item."""
+        e = Expr()
+        try:
+            reply = self.request("delete_item", Key=key, ConditionExpression=e.exists("pk"), ReturnValues=returns, **e.params())
+        except ConditionFailed:
+            return None
+        return reply
+
+    def batch_put(self, items: list[dict[str, Any]]) -> None:
+        """Put items 25 at a time (no conditions), retrying what DynamoDB leaves unprocessed."""
+        for start in range(0, len(items), 25):
+            pending: dict[str, Any] = {self.name: [{"PutRequest": {"Item": i}} for i in items[start : start + 25]]}
+            for attempt in range(10):
+                reply = self._client_call(self._db.batch_write_item, RequestItems=pending)
+                pending = reply.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+                time.sleep(min(1.0, 0.01 * 2**attempt))
+            else:
+                raise TransientError(f"DynamoDB kept leaving items of {self.name} unprocessed; try again")
+            self.count(write=sum(write_units(item_size(i)) for i in items[start : start + 25]))
+
+    def close(self) -> None:
+        self._db.close()
+        self._s3.close()

@@ -1,0 +1,245 @@
+"""What a store backend implements for the rule book: its primitives, and what they exchange.
+
+Each primitive is one read, or one conditional write that lands whole or raises `Refused`
+having written nothing. None decides what the rules decide (laneflow.adapters.store.rulebook
+has the rules they serve).
+
+Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
+may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
+rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
+sibling cost several times as much):
+
+| primitive            | kind  | what                                                    |
+|----------------------|-------|---------------------------------------------------------|
+| `_read_run`          | read  | a run (its steps, their trace), or None                 |
+| `_run_exists`        | read  | whether a run is there                                  |
+| `_read_steps`        | read  | steps of a run: all, one index, or one group            |
+| `_read_attempts`     | read  | attempts of a run, of a step, or one                    |
+| `_read_step_state`   | read  | what a claim or a journal write decides on              |
+| `_list_runs`         | read  | a tenant's runs, newest first                           |
+| `_active_runs`       | read  | runs not ended, from what is live only                  |
+| `_running_attempts`  | read  | attempts running, from what is live only                |
+| `_pending_entries`   | read  | journal entries pending, from what is live only         |
+| `_read_handoff`      | read  | a handoff block, or None                                |
+| `_insert_run`        | write | a new run with its steps, if its id is free             |
+| `_insert_steps`      | write | steps of a run, if their indexes are free               |
+| `_update_run`        | write | a run's fields, if its status is expected               |
+| `_request_stop`      | write | `stop_requested`, if not set                            |
+| `_update_step`       | write | a step's fields, if its status is expected              |
+| `_write_claim`       | write | a new attempt (and its journal entry), if `seen` holds  |
+| `_write_entry`       | write | a journal entry begun or settled, if `seen` holds       |
+| `_write_attempt`     | write | fenced: an attempt's ending, heartbeat, spans, layers   |
+| `_write_event`       | write | a trace line (fenced when an attempt is named)          |
+| `_write_handoff`     | write | a handoff block                                         |
+| `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
+| `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from laneflow.domain.errors import RecordDamaged
+from laneflow.domain.records import (
+    Attempt,
+    AttemptRef,
+    AttemptStatus,
+    Event,
+    FailureKind,
+    JournalEntry,
+    ModelCall,
+    PromptLayer,
+    Run,
+    Step,
+)
+
+Doc = str | dict[str, Any]  # a record as a backend read it: its JSON text, or its fields
+
+
+# -- what the primitives exchange ----------------------------------------------------------
+
+
+class Refused(Exception):
+    """A primitive's condition did not hold: it wrote nothing. `found` is what it saw
+    instead (each primitive says what)."""
+
+    def __init__(self, found: Any = None):
+        super().__init__(found)
+        self.found = found
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What a claim or a journal write decides on, as one read of a step found it."""
+
+    index: int
+    status: str
+    attempts: int
+    last_n: int  # the highest attempt number ever claimed (0: none)
+    running: int | None  # the running attempt's number
+    entry: JournalEntry | None = None  # the op_id's entry (completed: with its attempt's identity)
+    landed: Attempt | None = None  # the first attempt claimed with the op_id, if the step holds it
+    seen: Any = field(default=None, compare=False)  # the backend's own record of what it read
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """What a refused fenced write found: the stored attempt of the ref's number (None if the
+    store holds none where it looked) and the highest attempt number of its step."""
+
+    attempt: Attempt | None
+    last_n: int = 0
+
+
+@dataclass
+class AttemptWrite:
+    """One fenced write about a running attempt: any of ending it (`status`, with its
+    reason), its step's changes, spans (inserted or replaced by id), the step's prompt
+    layers, a heartbeat."""
+
+    status: AttemptStatus | None = None
+    ended_at: str | None = None
+    reason: str | None = None
+    reason_kind: FailureKind | None = None
+    step: dict[str, Any] = field(default_factory=dict)
+    calls: list[ModelCall] = field(default_factory=list)
+    layers: list[PromptLayer] | None = None
+    heartbeat_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim as it is to be written: the new attempt (running), the prompt layers and
+    message written with it, and the op_id's journal entry completed with it (None without
+    an op_id). `created` says whether the claim makes the entry (no `journal_begin` came)."""
+
+    attempt: Attempt
+    layers: list[PromptLayer] | None = None
+    message: str | None = None
+    entry: JournalEntry | None = None
+    created: bool = False
+
+
+class Primitives(ABC):
+    """The reads and conditional writes a backend implements (`seen`, where taken, is the
+    `StepState` a decision was made on)."""
+
+    @abstractmethod
+    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool) -> Doc | None:
+        """The run (None if absent); with `steps`, its steps by index; with `detail`, each
+        with its events (in order), calls (by n, then id) and prompt layers. `RecordDamaged`
+        (`damaged`, `trace_damaged`) when what was read does not parse."""
+
+    @abstractmethod
+    def _run_exists(self, tenant: str, run_id: str) -> bool:
+        """Whether the run is there."""
+
+    @abstractmethod
+    def _read_steps(
+        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False
+    ) -> list[tuple[int, Doc]]:
+        """(index, step) of a run's steps, by index: all, the one `index`, or those of
+        `group`; with `detail`, as `_read_run`. [] when there are none (or no run)."""
+
+    @abstractmethod
+    def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
+        """The attempts of a run, of step `index`, or attempt `n` of step `index`, in any
+        order. [] when there are none; None when there is no run (a backend may say [] for a
+        missing run when `n` is given: that is `NotFound` either way)."""
+
+    @abstractmethod
+    def _read_step_state(self, tenant: str, run_id: str, index: int | None, op_id: str | None) -> StepState | None:
+        """What claims and journal writes decide on, of step `index` - or, with index None,
+        of the step holding `op_id`'s journal entry - with `op_id`'s entry when given. None
+        if there is no such step."""
+
+    @abstractmethod
+    def _list_runs(self, tenant: str, limit: int, statuses: list[str] | None) -> list[tuple[str, Doc | RecordDamaged]]:
+        """(run id, run without steps) of the tenant's runs, newest first (the later of two
+        created in the same millisecond first), at most `limit`, of `statuses` if given;
+        a run that cannot be read is its `RecordDamaged`."""
+
+    @abstractmethod
+    def _active_runs(self, tenant: str | None) -> list[tuple[str, Doc | RecordDamaged]]:
+        """As `_list_runs`, of the runs whose status is one of ACTIVE (of one tenant or all),
+        oldest first, read from what is live only."""
+
+    @abstractmethod
+    def _running_attempts(self, tenant: str | None) -> list[tuple[str, Attempt]]:
+        """(tenant, attempt) of the attempts running, read from what is live only."""
+
+    @abstractmethod
+    def _pending_entries(self, tenant: str | None) -> list[JournalEntry]:
+        """The journal entries pending, read from what is live only."""
+
+    @abstractmethod
+    def _read_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
+        """The handoff block under `key`, or None."""
+
+    @abstractmethod
+    def _insert_run(self, run: Run) -> None:
+        """Write the run with its steps (and whatever trace they carry). `Refused` if its id
+        is taken."""
+
+    @abstractmethod
+    def _insert_steps(self, tenant: str, run_id: str, steps: list[Step]) -> bool:
+        """Write new steps of a run, all or none. False (nothing written) if there is no
+        run; `Refused` if one of their indexes is taken."""
+
+    @abstractmethod
+    def _update_run(self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int) -> Doc:
+        """Set `values` (field -> value, validated) and add `add_drives`, if the run's status
+        is one of `expected` (when given). The run as written, without steps. `Refused`
+        with the status found, or None if there is no run."""
+
+    @abstractmethod
+    def _request_stop(self, tenant: str, run_id: str) -> bool | None:
+        """Set `stop_requested` unless it is set: True if this set it, False if it was set,
+        None if there is no run."""
+
+    @abstractmethod
+    def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:
+        """Set `values` of a step, if its status is one of `expected` (when given). The step
+        as written (no trace). `Refused` with the status found, or None if no such step."""
+
+    @abstractmethod
+    def _write_claim(self, tenant: str, run_id: str, claim: Claim, seen: StepState) -> None:
+        """Write the claim at once: its attempt, the step `running` with `attempts = n`
+        (`started_at` set if unset, `message` set when given), its layers when given, its
+        journal entry when given. Only if the step is still as `seen` (status, attempts,
+        highest attempt number, none running, the entry as it was); else `Refused`."""
+
+    @abstractmethod
+    def _write_entry(self, entry: JournalEntry, seen: StepState | None) -> None:
+        """Write a journal entry. Pending: begun, only if the op_id has no entry on a step
+        that is there (and, when `seen` is given, the step is as seen). Settled: only if
+        the entry is still pending as `seen` found it. Else `Refused`."""
+
+    @abstractmethod
+    def _write_attempt(self, ref: AttemptRef, write: AttemptWrite) -> None:
+        """Write `write` only while the stored attempt `ref.n` has exactly `ref`'s identity
+        (token, started_at, resumed_at: None compared as None) and is running; else `Refused`
+        with a `Fenced`. Ending it, the attempt leaves what is live with its step (unless
+        the step has a journal entry pending)."""
+
+    @abstractmethod
+    def _write_event(self, tenant: str, run_id: str, index: int, event: Event, fence: AttemptRef | None) -> None:
+        """Append a trace line to a step (after every line before it); with `fence`, only
+        while that attempt is the stored, running one, as `_write_attempt`."""
+
+    @abstractmethod
+    def _write_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
+        """Keep `text` under `key`, replacing what was there."""
+
+    @abstractmethod
+    def _gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
+        """The sibling's side of the rendezvous: True if the gate is open; else keep `token`
+        and return False - unless the gate opened meanwhile and the lead has not taken the
+        token, then take it back and return True. Exactly one side hands a token back."""
+
+    @abstractmethod
+    def _gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
+        """The lead's side: open the gate (idempotent) and take every token kept so far,
+        each only once (a token a sibling took back is not handed)."""

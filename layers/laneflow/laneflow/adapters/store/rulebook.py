@@ -1,0 +1,591 @@
+"""The store's rule book: every rule of `ports.Store`, once, over a few primitives.
+
+`RuleBookStore` implements every public method of `Store`. It owns what the stores agree on:
+the tenant check at every entry point, the masking of every write, the refusals and their
+messages, attempt numbering, the claim journal's replay, what a fence means, costs rounded,
+and what a damaged record does (a read raises `RecordDamaged`, a list passes over it). A
+backend (SQLite, DynamoDB) implements the primitives: each is one read, or one
+conditional write that either lands whole or raises `Refused` having written nothing, and
+none decides anything the rules decide. (The model is an idempotency persistence layer
+whose base class holds the protocol and whose backends put and get records.)
+
+Decisions are optimistic: the rules read what a write depends on (`_read_step_state`),
+decide, and write conditionally on what they read (`seen`); a write refused because the
+step changed meanwhile is decided again on what it now holds. A refusal's reason is always
+read, never guessed, so every store refuses the same things with the same words.
+
+The primitives, one read or one conditional write each, are listed (with what they
+exchange: `StepState`, `Claim`, `AttemptWrite`, `Fenced`, `Refused`) in
+laneflow.adapters.store.primitives.
+
+A store the infrastructure cannot serve now (throttled, locked past its timeout) raises
+`TransientError` from its primitives; the state machine retries it by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from laneflow.adapters.store.encoding import cost
+from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced, Primitives, Refused, StepState
+from laneflow.domain.errors import AttemptEnded, Conflict, NotFound, RecordDamaged, RunNotFound
+from laneflow.domain.records import (
+    Attempt,
+    AttemptRef,
+    AttemptStatus,
+    Changes,
+    Event,
+    FailureKind,
+    JournalEntry,
+    JournalStatus,
+    ModelCall,
+    PromptLayer,
+    Run,
+    RunChanges,
+    RunStatus,
+    Step,
+    StepChanges,
+    StepStatus,
+    utcnow,
+)
+from laneflow.domain.redaction import Redactor
+from laneflow.domain.tenants import check_tenant
+from laneflow.domain.workers import WorkerRef
+from laneflow.ports import Store
+
+log = logging.getLogger("laneflow.store")
+
+ACTIVE = (RunStatus.queued.value, RunStatus.running.value, RunStatus.awaiting_approval.value)
+
+CLAIM_TRIES = 20  # decisions made again when the step changed between the read and the write
+
+WRITE_TRIES = 10
+
+
+# Each write, and the arguments of it that carry recorded text (results, instructions,
+# messages, reasons, events, spans, handoffs, inputs...): masked before it is written.
+REDACTED_WRITES: dict[str, tuple[str, ...]] = {
+    "create_run": ("run",),
+    "update_run": ("changes",),
+    "add_steps": ("steps",),
+    "update_step": ("changes",),
+    "claim_attempt": ("worker", "message"),
+    "end_attempt": ("reason", "step", "calls"),
+    "add_event": ("event",),
+    "put_call": ("call",),
+    "put_handoff": ("text",),
+}
+
+# Writes that carry only keys, identities, times, statuses and hashes: nothing to mask.
+UNMASKED_WRITES = frozenset(
+    {"request_stop", "heartbeat", "journal_begin", "journal_settle", "set_prompt_layers", "gate_wait", "gate_open"}
+)
+
+_PUBLIC = frozenset(name for name, member in vars(Store).items() if getattr(member, "__isabstractmethod__", False))
+
+
+# -- messages ---------------------------------------------------------------------------------
+
+
+def statuses(values: Collection[Any]) -> list[str]:
+    if isinstance(values, str):  # one status given bare (a StrEnum is a str too)
+        values = [values]
+    return [str(getattr(v, "value", v)) for v in values]
+
+
+def refuse_status(what: str, found: str, expected: Collection[Any]) -> Conflict:
+    return Conflict(f"{what} is {found}, not {' or '.join(statuses(expected)) or 'any status'}")
+
+
+def attempt_ended(ref: AttemptRef, found: Fenced) -> AttemptEnded:
+    what = f"attempt {ref.n} of step {ref.index} of run {ref.run_id!r}"
+    stored = found.attempt
+    if stored is None:
+        return AttemptEnded(f"{what} has ended" if 0 < ref.n <= found.last_n else f"{what} does not exist")
+    if (stored.token, stored.started_at, stored.resumed_at) != (ref.token, ref.started_at, ref.resumed_at):
+        return AttemptEnded(f"{what} is not the attempt named (its token or times differ); it is {stored.status}")
+    return AttemptEnded(f"{what} has ended ({stored.status})")
+
+
+def damaged(what: str, fields: list[str]) -> RecordDamaged:
+    """A stored record whose named fields do not parse (a NaN written before entrances
+    refused it, a hand edit)."""
+    fields = fields or ["record"]
+    verb = "is" if len(fields) == 1 else "are"
+    return RecordDamaged(f"{what} cannot be read from the store: its {' and '.join(fields)} {verb} not valid JSON")
+
+
+def trace_damaged(what: str) -> RecordDamaged:
+    return RecordDamaged(f"{what} cannot be read from the store: its trace does not parse")
+
+
+def misfit(what: str, error: ValidationError) -> RecordDamaged:
+    """A stored record that no longer fits its model (hand-edited, or of another version)."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "record"
+    return RecordDamaged(f"{what} cannot be read from the store: its {where} does not fit ({first.get('msg', 'invalid')})")
+
+
+def no_step(index: int, run_id: str) -> NotFound:
+    return NotFound(f"no step {index} in run {run_id!r}")
+
+
+# -- the entry points' wrapper ------------------------------------------------------------------
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _entry(*masked: str) -> Callable[[_F], _F]:
+    """A public method: counted under its own name (`_operation`), its named arguments
+    masked by the store's redactor before anything else sees them."""
+
+    def wrap(method: _F) -> _F:
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def entry(self: "RuleBookStore", *args: Any, **kwargs: Any) -> Any:
+            redactor = self.redactor
+            if masked and redactor:  # nothing to mask: no cost on the write path
+                bound = signature.bind(self, *args, **kwargs)
+                for name in masked:
+                    if name in bound.arguments:
+                        bound.arguments[name] = redactor.value(bound.arguments[name])
+                args, kwargs = bound.args[1:], bound.kwargs
+            with self._operation(method.__name__):
+                return method(self, *args, **kwargs)
+
+        entry.__masks__ = masked  # type: ignore[attr-defined]
+        return entry  # type: ignore[return-value]
+
+    return wrap
+
+
+_RUNS = TypeAdapter(list[Run])
+
+_STEPS = TypeAdapter(list[Step])
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _model(model: type[_M], doc: Doc, what: str) -> _M:
+    try:
+        return model.model_validate_json(doc) if isinstance(doc, str) else model.model_validate(doc)
+    except ValidationError as error:
+        raise misfit(what, error) from None
+
+
+def _readable(rows: list[tuple[str, Doc | RecordDamaged]]) -> list[Run]:
+    """The runs of (id, record) rows, leaving out - with a warning naming it - any that
+    cannot be read, so one damaged run never stops a list (or reconcile)."""
+    docs: list[tuple[str, Doc]] = []
+    for run_id, doc in rows:
+        if isinstance(doc, RecordDamaged):
+            log.warning("run %s left out: %s", run_id, doc)
+        else:
+            docs.append((run_id, doc))
+    if docs and all(isinstance(doc, str) for _, doc in docs):
+        try:  # one validation of them all: the common case
+            return _RUNS.validate_json("[" + ",".join(doc for _, doc in docs) + "]")  # type: ignore[misc]
+        except ValidationError:
+            pass
+    runs = []
+    for run_id, doc in docs:
+        try:
+            runs.append(_model(Run, doc, f"run {run_id!r}"))
+        except RecordDamaged as error:
+            log.warning("run %s left out: %s", run_id, error)
+    return runs
+
+
+def _values(changes: Changes | None) -> dict[str, Any]:
+    values = changes.changed() if changes is not None else {}
+    if "cost_usd" in values:
+        values["cost_usd"] = cost(values["cost_usd"])
+    return values
+
+
+# -- the rule book ---------------------------------------------------------------------------------
+
+
+class RuleBookStore(Primitives, Store):
+    """Every public method of `Store`, over the primitives a backend implements."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overridden = sorted(_PUBLIC & set(cls.__dict__))
+        if overridden:
+            raise TypeError(
+                f"{cls.__name__} overrides {', '.join(overridden)}: a backend implements the primitives,"
+                " the rules are RuleBookStore's"
+            )
+
+    @property  # type: ignore[override]
+    def redactor(self) -> Redactor:
+        found = self.__dict__.get("_redactor")
+        if found is None:
+            found = self.__dict__.setdefault("_redactor", Redactor())
+        return found
+
+    @contextmanager
+    def _operation(self, name: str) -> Iterator[None]:
+        """Around each public method (a backend counts what it consumes by method)."""
+        yield
+
+    # -- runs ---------------------------------------------------------------------------
+
+    @_entry("run")
+    def create_run(self, run: Run) -> None:
+        check_tenant(run.tenant)
+        try:
+            self._insert_run(run)
+        except Refused:
+            raise Conflict(f"run {run.id!r} exists") from None
+
+    @_entry()
+    def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True) -> Run:
+        check_tenant(tenant)
+        doc = self._read_run(tenant, run_id, steps=steps, detail=detail and steps)
+        if doc is None:
+            raise RunNotFound(run_id)
+        return _model(Run, doc, f"run {run_id!r}")
+
+    @_entry()
+    def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
+        check_tenant(tenant)
+        wanted = statuses(status) if status is not None else None
+        if wanted is not None and not wanted:
+            return []
+        return _readable(self._list_runs(tenant, limit, wanted))
+
+    @_entry("changes")
+    def update_run(
+        self,
+        tenant: str,
+        run_id: str,
+        changes: RunChanges,
+        *,
+        expect_status: Collection[RunStatus] | None = None,
+        add_drives: int = 0,
+    ) -> Run:
+        check_tenant(tenant)
+        values = _values(changes)
+        if add_drives and "drives" in values:  # an amount to add lands on the value set
+            values["drives"] += add_drives
+            add_drives = 0
+        expected = statuses(expect_status) if expect_status is not None else None
+        what = f"run {run_id!r}"
+        if not values and not add_drives:
+            doc = self._read_run(tenant, run_id, steps=False, detail=False)
+            if doc is None:
+                raise RunNotFound(run_id)
+            run = _model(Run, doc, what)
+            if expected is not None and run.status.value not in expected:
+                raise refuse_status(what, run.status.value, expected)
+            return run
+        try:
+            doc = self._update_run(tenant, run_id, values, expected=expected, add_drives=int(add_drives))
+        except Refused as refused:
+            if refused.found is None:
+                raise RunNotFound(run_id) from None
+            raise refuse_status(what, refused.found, expected or ()) from None
+        return _model(Run, doc, what)
+
+    @_entry()
+    def request_stop(self, tenant: str, run_id: str) -> bool:
+        check_tenant(tenant)
+        done = self._request_stop(tenant, run_id)
+        if done is None:
+            raise RunNotFound(run_id)
+        return done
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _missing_step(self, tenant: str, run_id: str, index: int) -> NotFound:
+        return no_step(index, run_id) if self._run_exists(tenant, run_id) else RunNotFound(run_id)
+
+    def _steps(self, docs: list[tuple[int, Doc]], run_id: str) -> list[Step]:
+        if docs and all(isinstance(doc, str) for _, doc in docs):
+            try:
+                return _STEPS.validate_json("[" + ",".join(doc for _, doc in docs) + "]")  # type: ignore[misc]
+            except ValidationError:
+                pass  # said below, naming the step
+        return [_model(Step, doc, f"step {index} of run {run_id!r}") for index, doc in docs]
+
+    @_entry()
+    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None) -> list[Step]:
+        check_tenant(tenant)
+        docs = self._read_steps(tenant, run_id, group=group)
+        if not docs and not self._run_exists(tenant, run_id):
+            raise RunNotFound(run_id)
+        return self._steps(docs, run_id)
+
+    @_entry()
+    def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
+        check_tenant(tenant)
+        docs = self._read_steps(tenant, run_id, index=index, detail=detail)
+        if not docs:
+            raise self._missing_step(tenant, run_id, index)
+        return self._steps(docs, run_id)[0]
+
+    @_entry("steps")
+    def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:
+        check_tenant(tenant)
+        try:
+            added = self._insert_steps(tenant, run_id, steps)
+        except Refused:
+            raise Conflict(f"run {run_id!r}: a step index among {[s.index for s in steps]} is taken") from None
+        if not added:
+            raise RunNotFound(run_id)
+
+    @_entry("changes")
+    def update_step(
+        self,
+        tenant: str,
+        run_id: str,
+        index: int,
+        changes: StepChanges,
+        *,
+        expect_status: Collection[StepStatus] | None = None,
+    ) -> Step:
+        check_tenant(tenant)
+        values = _values(changes)
+        expected = statuses(expect_status) if expect_status is not None else None
+        what = f"step {index} of run {run_id!r}"
+        if not values:
+            step = self.get_step(tenant, run_id, index)
+            if expected is not None and step.status.value not in expected:
+                raise refuse_status(what, step.status.value, expected)
+            return step
+        try:
+            doc = self._update_step(tenant, run_id, index, values, expected=expected)
+        except Refused as refused:
+            if refused.found is None:
+                raise self._missing_step(tenant, run_id, index) from None
+            raise refuse_status(what, refused.found, expected or ()) from None
+        return _model(Step, doc, what)
+
+    # -- attempts -----------------------------------------------------------------------
+
+    def _attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
+        found = self._read_attempts(tenant, run_id, index=index, n=n)
+        if not found:  # no such attempt, step or run
+            raise NotFound(f"no attempt {n} of step {index} in run {run_id!r}")
+        return found[0]
+
+    @_entry("worker", "message")
+    def claim_attempt(
+        self,
+        tenant: str,
+        run_id: str,
+        index: int,
+        *,
+        token: str,
+        started_at: str,
+        op_id: str | None = None,
+        expect_status: Collection[StepStatus] = (StepStatus.pending,),
+        journal_ttl_s: int = 7 * 24 * 3600,
+        worker: WorkerRef | None = None,
+        layers: list[PromptLayer] | None = None,
+        message: str | None = None,
+    ) -> Attempt:
+        check_tenant(tenant)
+        expected = statuses(expect_status)
+        what = f"step {index} of run {run_id!r}"
+        for _ in range(CLAIM_TRIES):
+            state = self._read_step_state(tenant, run_id, index, op_id)
+            if state is None:
+                raise self._missing_step(tenant, run_id, index)
+            entry = state.entry
+            if entry is not None and entry.status == JournalStatus.completed:
+                # A re-delivered invocation: it gets what the first one got, nothing new.
+                return self._attempt(tenant, run_id, entry.index, entry.attempt or 0)
+            if entry is not None and entry.status == JournalStatus.cancelled:
+                raise Conflict(f"operation {op_id!r} was cancelled: its claim never landed")
+            if state.status not in expected:
+                raise refuse_status(what, state.status, expected)
+            if state.running is not None:
+                raise Conflict(f"{what} already has a running attempt ({state.running})")
+            # Normally attempts + 1. Should a loop reset lower `attempts`, numbers still go up:
+            # an attempt's number is part of its identity and is never reused.
+            n = max(state.attempts, state.last_n) + 1
+            attempt = Attempt(run_id=run_id, index=index, n=n, token=token, started_at=started_at, op_id=op_id, worker=worker)
+            completed = None
+            if op_id is not None:
+                begun = entry or JournalEntry(
+                    tenant=tenant, run_id=run_id, op_id=op_id, index=index, expires_at=int(time.time()) + journal_ttl_s
+                )
+                completed = begun.model_copy(
+                    update={"status": JournalStatus.completed, "attempt": n, "token": token, "started_at": started_at}
+                )
+            claim = Claim(attempt=attempt, layers=layers, message=message, entry=completed, created=op_id is not None and entry is None)
+            try:
+                self._write_claim(tenant, run_id, claim, state)
+            except Refused:
+                continue  # read again: the refusal's reason is what the step now says
+            return attempt
+        raise Conflict(f"{what} kept changing while it was claimed; try again")
+
+    @_entry()
+    def get_attempt(self, tenant: str, run_id: str, index: int, n: int) -> Attempt:
+        check_tenant(tenant)
+        return self._attempt(tenant, run_id, index, n)
+
+    @_entry()
+    def list_attempts(self, tenant: str, run_id: str, index: int | None = None) -> list[Attempt]:
+        check_tenant(tenant)
+        found = self._read_attempts(tenant, run_id, index=index)
+        if found is None:
+            raise RunNotFound(run_id)
+        return sorted(found, key=lambda a: (a.index, a.n))
+
+    def _fenced(self, ref: AttemptRef, write: AttemptWrite) -> None:
+        check_tenant(ref.tenant)
+        try:
+            self._write_attempt(ref, write)
+        except Refused as refused:
+            raise attempt_ended(ref, refused.found) from None
+
+    @_entry("reason", "step", "calls")
+    def end_attempt(
+        self,
+        ref: AttemptRef,
+        status: AttemptStatus,
+        *,
+        reason: str | None = None,
+        step: StepChanges | None = None,
+        calls: list[ModelCall] | None = None,
+        reason_kind: FailureKind | None = None,
+    ) -> None:
+        status = AttemptStatus(status)
+        if status is AttemptStatus.running:
+            raise ValueError("an attempt cannot be ended as running")
+        kind = None if reason_kind is None else FailureKind(reason_kind)
+        write = AttemptWrite(status=status, ended_at=utcnow(), reason=reason, reason_kind=kind, step=_values(step), calls=list(calls or []))
+        self._fenced(ref, write)
+
+    @_entry()
+    def heartbeat(self, ref: AttemptRef, at: str) -> None:
+        self._fenced(ref, AttemptWrite(heartbeat_at=at))
+
+    @_entry()
+    def running_attempts(self, tenant: str | None = None) -> list[tuple[str, Attempt]]:
+        if tenant is not None:
+            check_tenant(tenant)
+        return sorted(self._running_attempts(tenant), key=lambda ta: (ta[0], ta[1].run_id, ta[1].index, ta[1].n))
+
+    # -- the claim journal ----------------------------------------------------------------
+
+    @_entry()
+    def journal_begin(self, tenant: str, run_id: str, op_id: str, index: int, *, ttl_s: int = 7 * 24 * 3600) -> JournalEntry:
+        check_tenant(tenant)
+        entry = JournalEntry(tenant=tenant, run_id=run_id, op_id=op_id, index=index, expires_at=int(time.time()) + ttl_s)
+        seen: StepState | None = None  # the first write is made blind: the common case
+        for _ in range(WRITE_TRIES):
+            try:
+                self._write_entry(entry, seen)
+                return entry
+            except Refused:
+                seen = self._read_step_state(tenant, run_id, index, op_id)
+            if seen is None:
+                raise self._missing_step(tenant, run_id, index)
+            if seen.entry is not None:
+                return seen.entry  # a replay: the entry as it is
+        raise Conflict(f"step {index} of run {run_id!r} kept changing while {op_id!r} was journaled; try again")
+
+    @_entry()
+    def journal_pending(self, tenant: str | None = None) -> list[JournalEntry]:
+        if tenant is not None:
+            check_tenant(tenant)
+        return sorted(self._pending_entries(tenant), key=lambda e: e.created_at)
+
+    @_entry()
+    def journal_settle(self, tenant: str, run_id: str, op_id: str) -> JournalEntry:
+        check_tenant(tenant)
+        index: int | None = None  # the journal is not told which step an op_id names
+        for _ in range(WRITE_TRIES):
+            state = self._read_step_state(tenant, run_id, index, op_id)
+            entry = state.entry if state is not None else None
+            if state is None or entry is None:
+                raise NotFound(f"no journal entry {op_id!r} in run {run_id!r}")
+            if entry.status != JournalStatus.pending:
+                return entry
+            if state.landed is not None:
+                got = state.landed
+                identity = {"attempt": got.n, "token": got.token, "started_at": got.started_at, "resumed_at": got.resumed_at}
+                settled = entry.model_copy(update={"status": JournalStatus.completed, **identity})
+            else:
+                settled = entry.model_copy(update={"status": JournalStatus.cancelled})
+            try:
+                self._write_entry(settled, state)
+                return settled
+            except Refused:  # claimed, settled or joined meanwhile: look again
+                index = state.index
+        raise Conflict(f"the journal entry {op_id!r} of run {run_id!r} kept changing while it was settled; try again")
+
+    # -- active runs ----------------------------------------------------------------------
+
+    @_entry()
+    def active_runs(self, tenant: str | None = None) -> list[Run]:
+        if tenant is not None:
+            check_tenant(tenant)
+        return _readable(self._active_runs(tenant))
+
+    # -- trace --------------------------------------------------------------------------
+
+    @_entry("event")
+    def add_event(self, tenant: str, run_id: str, index: int, event: Event, *, attempt: AttemptRef | None = None) -> None:
+        check_tenant(tenant)
+        if attempt is None:
+            if self._read_step_state(tenant, run_id, index, None) is None:  # steps are never deleted: a read is enough
+                raise self._missing_step(tenant, run_id, index)
+            self._write_event(tenant, run_id, index, event, None)
+            return
+        if (attempt.tenant, attempt.run_id, attempt.index) != (tenant, run_id, index):
+            raise ValueError(f"the attempt named (run {attempt.run_id!r}, step {attempt.index}) is not of run {run_id!r}, step {index}")
+        try:
+            self._write_event(tenant, run_id, index, event.model_copy(update={"attempt": attempt.n}), attempt)
+        except Refused as refused:
+            raise attempt_ended(attempt, refused.found) from None
+
+    @_entry("call")
+    def put_call(self, ref: AttemptRef, call: ModelCall) -> None:
+        self._fenced(ref, AttemptWrite(calls=[call]))
+
+    @_entry()
+    def set_prompt_layers(self, ref: AttemptRef, layers: list[PromptLayer]) -> None:
+        self._fenced(ref, AttemptWrite(layers=list(layers)))
+
+    # -- handoffs ------------------------------------------------------------------------
+
+    @_entry("text")
+    def put_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
+        check_tenant(tenant)
+        if not self._run_exists(tenant, run_id):  # runs are never deleted: a read is enough
+            raise RunNotFound(run_id)
+        self._write_handoff(tenant, run_id, key, text)
+
+    @_entry()
+    def get_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
+        check_tenant(tenant)
+        return self._read_handoff(tenant, run_id, key)
+
+    # -- the warm gate ---------------------------------------------------------------------
+
+    @_entry()
+    def gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
+        check_tenant(tenant)
+        return self._gate_wait(tenant, run_id, key, token)
+
+    @_entry()
+    def gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
+        check_tenant(tenant)
+        return self._gate_open(tenant, run_id, key)
+

@@ -1,0 +1,229 @@
+"""Runs: created, read, listed, changed, stopped."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from contract.store.backends import TENANT, claim, new_run, snapshot
+from laneflow.adapters.store import Store
+from laneflow.domain.errors import Conflict, RunNotFound
+from laneflow.domain.records import (
+    AttemptStatus,
+    Event,
+    ModelCall,
+    PromptLayer,
+    Run,
+    RunChanges,
+    RunStatus,
+    Step,
+    StepChanges,
+    StepStatus,
+    Tokens,
+    utcnow,
+)
+
+
+def test_a_created_run_reads_back_with_every_field_its_steps_and_their_trace(store: Store):
+    # Given a run with a non-default value in every field, and steps carrying a trace
+    run = Run(
+        id="run-full",
+        tenant="acme",
+        workspace="newsroom",
+        flow="brief",
+        status=RunStatus.running,
+        input={"topic": "tides", "n": 3, "nested": {"a": [1, 2.5, None, "é"]}},
+        stop_requested=True,
+        created_at="2026-01-01T00:00:00.000Z",
+        driven_at="2026-01-01T00:00:01.000Z",
+        finished_at="2026-01-01T00:00:09.000Z",
+        parked_at="2026-01-01T00:00:05.000Z",
+        revision="sha256:abc",
+        cost_usd=0.123456,
+        drives=2,
+        error="boom",
+        model="claude-x",
+        options={"pool": 4},
+        execution="exec-1",
+        workspace_uri="file:///srv/newsroom",
+        flow_spec={"steps": [{"agent": "researcher"}]},
+        steps=[
+            Step(
+                index=0,
+                group=0,
+                entry=1,
+                slot=2,
+                agent="researcher",
+                item={"name": "tides"},
+                model="claude-x",
+                status=StepStatus.completed,
+                attempts=2,
+                cycle=1,
+                instruction="look",
+                result="found",
+                conclusion="done",
+                data={"score": 0.5},
+                skip_reason=None,
+                error=None,
+                optional=True,
+                cost_usd=0.01,
+                started_at="2026-01-01T00:00:02.000Z",
+                finished_at="2026-01-01T00:00:03.000Z",
+                events=[Event(text="one", t="2026-01-01T00:00:02.100Z"), Event(text="two", type="tool", data={"k": 1})],
+                calls=[ModelCall(id="c1", n=1, tokens=Tokens(input=5, output=7), tools=1, stop="end_turn", cost_usd=0.01)],
+                prompt_layers=[PromptLayer(name="persona", chars=10, sha256="3f2a", dynamic=False)],
+            ),
+            Step(index=1, group=1, rescue_of=0, status=StepStatus.skipped, skip_reason="run stopped"),
+        ],
+    )
+    # When it is created and read back
+    store.create_run(run)
+    # Then every field survives, internal ones included
+    assert store.get_run("acme", "run-full") == run
+
+
+def test_get_run_without_detail_has_steps_but_no_events_calls_or_layers(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 0)
+    store.add_event(run.tenant, run.id, 0, Event(text="hello"), attempt=ref)
+    store.put_call(ref, ModelCall(id="c1"))
+    store.set_prompt_layers(ref, [PromptLayer(name="persona", chars=1, sha256="aa")])
+
+    light = store.get_run(run.tenant, run.id, detail=False)
+
+    assert [s.index for s in light.steps] == [0, 1, 2]
+    assert light.steps[0].status == StepStatus.running
+    assert all(not s.events and not s.calls and not s.prompt_layers for s in light.steps)
+
+
+def test_get_run_with_steps_false_is_the_run_alone(store: Store):
+    run = new_run(store)
+    alone = store.get_run(run.tenant, run.id, steps=False)
+    assert alone.steps == []
+    assert alone.model_copy(update={"steps": run.steps}) == run
+
+
+def test_creating_a_run_whose_id_exists_is_a_conflict_and_changes_nothing(store: Store):
+    run = new_run(store, id="run-dup")
+    before = snapshot(store, run)
+    with pytest.raises(Conflict, match="run-dup"):
+        store.create_run(run.model_copy(update={"flow": "other", "steps": [Step(index=9, group=0)]}))
+    assert snapshot(store, run) == before
+
+
+def test_list_runs_is_newest_first_without_steps_limited_and_filtered_by_status(store: Store):
+    old = new_run(store, created_at="2026-01-01T00:00:00.000Z")
+    mid = new_run(store, created_at="2026-01-02T00:00:00.000Z", status=RunStatus.completed)
+    new = new_run(store, created_at="2026-01-03T00:00:00.000Z")
+    new_run(store, tenant="other", created_at="2026-01-04T00:00:00.000Z")
+
+    listed = store.list_runs(TENANT)
+    assert [r.id for r in listed] == [new.id, mid.id, old.id]
+    assert all(r.steps == [] for r in listed)
+    assert [r.id for r in store.list_runs(TENANT, limit=2)] == [new.id, mid.id]
+    assert [r.id for r in store.list_runs(TENANT, status=[RunStatus.queued])] == [new.id, old.id]
+    assert [r.id for r in store.list_runs(TENANT, status=[RunStatus.completed, RunStatus.failed])] == [mid.id]
+
+
+def test_a_run_of_another_tenant_is_not_found_and_cannot_be_touched(store: Store):
+    run = new_run(store, tenant="acme")
+    before = snapshot(store, run)
+    other = "globex"
+    for call in (
+        lambda: store.get_run(other, run.id),
+        lambda: store.update_run(other, run.id, RunChanges(status=RunStatus.failed)),
+        lambda: store.request_stop(other, run.id),
+        lambda: store.get_steps(other, run.id),
+        lambda: store.get_step(other, run.id, 0),
+        lambda: store.add_steps(other, run.id, [Step(index=7, group=0)]),
+        lambda: store.update_step(other, run.id, 0, StepChanges(status=StepStatus.skipped)),
+        lambda: store.claim_attempt(other, run.id, 0, token="t", started_at=utcnow()),
+        lambda: store.list_attempts(other, run.id),
+        lambda: store.add_event(other, run.id, 0, Event(text="x")),
+    ):
+        with pytest.raises(RunNotFound):
+            call()
+    assert store.list_runs(other) == []
+    assert snapshot(store, run) == before
+
+
+def test_a_missing_run_is_run_not_found(store: Store):
+    with pytest.raises(RunNotFound):
+        store.get_run(TENANT, "run-nope")
+    with pytest.raises(RunNotFound):
+        store.update_run(TENANT, "run-nope", RunChanges())
+    with pytest.raises(RunNotFound):
+        store.request_stop(TENANT, "run-nope")
+
+
+def test_update_run_changes_only_the_named_fields_and_returns_the_run_as_written(store: Store):
+    run = new_run(store, revision="sha256:first", options={"keep": True})
+    written = store.update_run(run.tenant, run.id, RunChanges(status="running", driven_at="2026-02-02T00:00:00.000Z"))
+
+    assert written.status == RunStatus.running
+    assert written.driven_at == "2026-02-02T00:00:00.000Z"
+    assert written.steps == []
+    expected = run.model_copy(update={"status": RunStatus.running, "driven_at": "2026-02-02T00:00:00.000Z"})
+    assert store.get_run(run.tenant, run.id) == expected
+
+
+def test_costs_are_stored_rounded_without_float_drift_and_drives_accumulate(store: Store):
+    # (Summed as plain floats, 100 x 0.1 is 9.99999999999998 and 100 x 0.07 is 7.000000000000009.)
+    run = new_run(store)
+    drift = sum([0.1] * 100)
+    for _ in range(100):
+        written = store.update_run(run.tenant, run.id, RunChanges(), add_drives=1)
+    written = store.update_run(run.tenant, run.id, RunChanges(cost_usd=drift))
+    assert (written.cost_usd, written.drives) == (10.0, 100)
+
+    other = new_run(store, steps=1)
+    _, ref = claim(store, other, 0)
+    store.end_attempt(ref, AttemptStatus.failed, step=StepChanges(status=StepStatus.failed, cost_usd=sum([0.07] * 100)))
+    assert store.get_step(other.tenant, other.id, 0).cost_usd == 7.0
+
+
+def test_update_run_adds_an_amount_on_top_of_a_value_set_in_the_same_call(store: Store):
+    run = new_run(store)
+    written = store.update_run(run.tenant, run.id, RunChanges(cost_usd=0.1 + 0.2, drives=1), add_drives=1)
+    assert (written.cost_usd, written.drives) == (0.3, 2)
+
+
+def test_update_run_rejects_fields_it_may_not_change_and_changes_nothing(store: Store):
+    run = new_run(store)
+    before = snapshot(store, run)
+    for changes in ({"stop_requested": False}, {"id": "run-x"}, {"status": "running", "colour": "red"}):
+        with pytest.raises(ValueError):
+            store.update_run(run.tenant, run.id, RunChanges.model_validate(changes))
+    with pytest.raises(ValueError):  # a value that is not a run status
+        store.update_run(run.tenant, run.id, RunChanges(status="exploded"))
+    assert snapshot(store, run) == before
+
+
+def test_update_run_refused_by_expect_status_is_a_conflict_naming_run_and_status_and_changes_nothing(store: Store):
+    run = new_run(store, id="run-cond")
+    before = snapshot(store, run)
+    with pytest.raises(Conflict, match=r"run-cond.*queued"):
+        store.update_run(
+            run.tenant, run.id, RunChanges(status=RunStatus.failed), expect_status=[RunStatus.running], add_drives=1
+        )
+    assert snapshot(store, run) == before
+    # The same write with a condition that holds lands.
+    written = store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running), expect_status=[RunStatus.queued])
+    assert written.status == RunStatus.running
+
+
+def test_request_stop_is_one_way_and_no_later_update_undoes_it(store: Store):
+    run = new_run(store)
+    assert store.request_stop(run.tenant, run.id) is True
+    assert store.request_stop(run.tenant, run.id) is False
+    # A later save naming other fields (a worker that read the run before the stop) keeps it.
+    store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, error=None), add_drives=1)
+    assert store.get_run(run.tenant, run.id).stop_requested is True
+
+
+def test_a_run_of_more_steps_than_one_write_holds_is_created_whole_and_its_id_still_conflicts(store: Store):
+    run = new_run(store, id="run-wide", steps=150)
+    assert [s.index for s in store.get_steps(TENANT, run.id)] == list(range(150))
+    assert [r.id for r in store.list_runs(TENANT)] == ["run-wide"]
+    with pytest.raises(Conflict, match="run-wide"):
+        store.create_run(run)

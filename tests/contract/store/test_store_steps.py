@@ -1,0 +1,78 @@
+"""Steps: read, added (rescue records) and changed outside an attempt."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from contract.store.backends import claim, new_run, snapshot
+from laneflow.adapters.store import Store
+from laneflow.domain.errors import Conflict, NotFound
+from laneflow.domain.records import Event, ModelCall, PromptLayer, Step, StepChanges, StepStatus
+
+
+def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(store: Store):
+    run = new_run(store, steps=5)
+    store.add_event(run.tenant, run.id, 0, Event(text="x"))
+    steps = store.get_steps(run.tenant, run.id)
+    assert [s.index for s in steps] == [0, 1, 2, 3, 4]
+    assert steps[0].events == []
+    assert [s.index for s in store.get_steps(run.tenant, run.id, group=1)] == [2, 3]
+
+
+def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(store: Store):
+    run = new_run(store)
+    _, ref = claim(store, run, 1)
+    store.add_event(run.tenant, run.id, 1, Event(text="one"), attempt=ref)
+    store.put_call(ref, ModelCall(id="c1"))
+    store.set_prompt_layers(ref, [PromptLayer(name="task", chars=3, sha256="bb")])
+    store.add_event(run.tenant, run.id, 2, Event(text="elsewhere"))
+
+    plain = store.get_step(run.tenant, run.id, 1)
+    detailed = store.get_step(run.tenant, run.id, 1, detail=True)
+
+    assert plain.status == StepStatus.running and plain.events == [] and plain.calls == []
+    assert [e.text for e in detailed.events] == ["one"]
+    assert [c.id for c in detailed.calls] == ["c1"]
+    assert [p.name for p in detailed.prompt_layers] == ["task"]
+    with pytest.raises(NotFound):
+        store.get_step(run.tenant, run.id, 99)
+
+
+def test_add_steps_appends_records_and_a_taken_index_is_a_conflict_that_adds_none(store: Store):
+    run = new_run(store, steps=2)
+    store.add_steps(run.tenant, run.id, [Step(index=2, group=0, rescue_of=1, instruction="rescue")])
+    assert store.get_step(run.tenant, run.id, 2).rescue_of == 1
+
+    before = snapshot(store, run)
+    with pytest.raises(Conflict):
+        store.add_steps(run.tenant, run.id, [Step(index=3, group=0), Step(index=1, group=0)])
+    assert snapshot(store, run) == before
+
+
+def test_update_step_changes_only_the_named_fields_and_returns_the_step(store: Store):
+    run = new_run(store)
+    step = store.update_step(run.tenant, run.id, 1, StepChanges(instruction="planned", data={"plan": [1, 2]}))
+    assert (step.instruction, step.data, step.agent, step.item) == ("planned", {"plan": [1, 2]}, "researcher", "item-1")
+    assert store.get_step(run.tenant, run.id, 1) == step
+
+
+def test_update_step_rejects_unknown_fields_and_changes_nothing(store: Store):
+    run = new_run(store)
+    before = snapshot(store, run)
+    for changes in ({"agent": "other"}, {"index": 5}, {"status": "skipped", "nonsense": 1}):
+        with pytest.raises(ValueError):
+            store.update_step(run.tenant, run.id, 0, StepChanges.model_validate(changes))
+    assert snapshot(store, run) == before
+
+
+def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_status_and_changes_nothing(store: Store):
+    run = new_run(store, id="run-steps")
+    store.update_step(run.tenant, run.id, 2, StepChanges(status=StepStatus.completed))
+    before = snapshot(store, run)
+    with pytest.raises(Conflict, match=r"step 2 of run 'run-steps' is completed"):
+        store.update_step(
+            run.tenant, run.id, 2, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"),
+            expect_status=[StepStatus.pending, StepStatus.awaiting_approval],
+        )
+    assert snapshot(store, run) == before
