@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(BIN)/laneflow demo
 
 lint: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
 
@@ -27,7 +28,7 @@ test: $(STAMP) lint
 
 # The quick loop while working: no test marked slow, and the SQLite store only.
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not slow" -k "not dynamodb or sqlite"
+	$(BIN)/pytest -m "not slow" --store-backend sqlite -k "not dynamodb or sqlite"
 
 bench: $(STAMP)
 	$(BIN)/python bench/local_engine.py

@@ -88,7 +88,7 @@ def test_the_wheel_carries_the_project_files_the_engine_reads_and_the_dev_packag
         "laneflow/_project/examples/newsroom/flows/brief.yaml",
         "laneflow/_project/examples/newsroom/agents/writer/outputs/.keep",
         "laneflow/domain/prices.json",
-        "laneflow_dev/imitation.py",
+        "laneflow_dev/imitation/__init__.py",
     ):
         assert name in names, name
     handlers = {n.split("/")[3] for n in names if n.startswith("laneflow/_project/functions/") and n.endswith("/app.py")}
