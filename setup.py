@@ -8,8 +8,8 @@ never holds this copy."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from setuptools import setup
 from setuptools.command.build_py import build_py

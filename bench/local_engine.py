@@ -9,7 +9,6 @@ one JSON object with --json.
 """
 
 from __future__ import annotations
-from laneflow.wiring import for_store, local_engine
 
 import argparse
 import json
@@ -22,8 +21,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from laneflow.usecases.start_run import create_run
 from laneflow.adapters.store import open_store
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store, local_engine
 
 HERE = Path(__file__).resolve().parent
 

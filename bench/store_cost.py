@@ -12,7 +12,6 @@
 """
 
 from __future__ import annotations
-from laneflow.wiring import for_store, local_engine
 
 import argparse
 import json
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 
 from local_engine import machine, write_section
+
+from laneflow.wiring import for_store, local_engine
 
 HERE = Path(__file__).resolve().parent
 URL = "dynamodb://laneflow-bench?bucket=laneflow-bench-blobs&region=us-east-1"
@@ -101,11 +102,11 @@ def clone_run_items(store_url: str, template_id: str, new_ids: list[str]) -> Non
 
 
 def reconcile_reads(store_url: str, finished: int, active: int) -> dict:
-    from laneflow.domain.records import Run, RunStatus, Step
-    from laneflow.usecases.reconcile import reconcile
-    from laneflow.settings import Settings
     from laneflow.adapters.store import open_store
     from laneflow.adapters.workers import Liveness
+    from laneflow.domain.records import Run, RunStatus, Step
+    from laneflow.settings import Settings
+    from laneflow.usecases.reconcile import reconcile
 
     store = open_store(store_url)
     svc = for_store(store, Settings(store_url=store_url))
@@ -138,10 +139,10 @@ def run_bench(steps: int, finished: int) -> dict:
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     from moto import mock_aws
 
-    from laneflow_dev.moto_support import serialized_dynamodb
-    from laneflow.settings import Settings
     from laneflow.adapters.store import open_store
     from laneflow.adapters.store.provision import init_store
+    from laneflow.settings import Settings
+    from laneflow_dev.moto_support import serialized_dynamodb
 
     out: dict = {"benchmark": "store_cost", "machine": machine()}
     with tempfile.TemporaryDirectory() as tmp, mock_aws(), serialized_dynamodb():

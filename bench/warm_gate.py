@@ -13,7 +13,6 @@ definition, the Claude executor and the real anthropic SDK over HTTP:
 """
 
 from __future__ import annotations
-from laneflow.wiring import for_store, local_engine
 
 import argparse
 import datetime as dt
@@ -21,19 +20,20 @@ import json
 import statistics
 import subprocess
 import sys
-import urllib.request
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from local_engine import machine, write_section
 
 from laneflow.adapters.engine.local import LocalEngine
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
-from laneflow.usecases.start_run import create_run
+from laneflow.adapters.store import open_store
 from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.adapters.store import open_store
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store, local_engine
 
 HERE = Path(__file__).resolve().parent
 MODEL = "claude-sonnet-4-6"
@@ -68,7 +68,7 @@ class RemoteImitation:
     def reset(self) -> None:
         self._call("POST", "/stats/reset")
 
-    def __enter__(self) -> "RemoteImitation":
+    def __enter__(self) -> RemoteImitation:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -2,7 +2,6 @@
 real state machine definition on the embedded engine."""
 
 from __future__ import annotations
-from laneflow.wiring import for_store, local_engine
 
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,11 @@ from typing import Any
 import pytest
 
 from laneflow.adapters.engine.local import DriveResult
-from laneflow.usecases.start_run import create_run
+from laneflow.adapters.store import open_store
 from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.adapters.store import open_store
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store, local_engine
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -3,8 +3,8 @@
 from aws_lambda_powertools.utilities.parser import event_parser
 
 from laneflow.domain.messages import EndRunRequest
-from laneflow.usecases.end_run import end_run
 from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.usecases.end_run import end_run
 from laneflow.wiring import services
 
 

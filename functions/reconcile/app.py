@@ -2,8 +2,7 @@
 re-drive or close runs whose drive is gone (thin handler)."""
 
 from laneflow.entrypoints.lambda_handler import lambda_handler
-from laneflow.wiring import reconcile_cloud
-from laneflow.wiring import services
+from laneflow.wiring import reconcile_cloud, services
 
 
 @lambda_handler

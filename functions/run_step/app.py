@@ -2,11 +2,11 @@
 
 from aws_lambda_powertools.utilities.parser import event_parser
 
-from laneflow.domain.messages import RunStepRequest
-from laneflow.usecases.run_step.runner import run_step
-from laneflow.entrypoints.lambda_handler import lambda_handler
-from laneflow.wiring import services
 from laneflow.adapters.workers import current_worker
+from laneflow.domain.messages import RunStepRequest
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.usecases.run_step.runner import run_step
+from laneflow.wiring import services
 
 
 @lambda_handler

@@ -3,8 +3,8 @@
 from aws_lambda_powertools.utilities.parser import event_parser
 
 from laneflow.domain.messages import SettleGroupRequest
-from laneflow.usecases.settle_group import settle_group
 from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.usecases.settle_group import settle_group
 from laneflow.wiring import services
 
 

@@ -2,11 +2,11 @@
 
 from aws_lambda_powertools.utilities.parser import event_parser
 
-from laneflow.domain.messages import StartDriveRequest
-from laneflow.usecases.start_drive import start_drive
-from laneflow.entrypoints.lambda_handler import lambda_handler
-from laneflow.wiring import services
 from laneflow.adapters.workers import current_worker
+from laneflow.domain.messages import StartDriveRequest
+from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.usecases.start_drive import start_drive
+from laneflow.wiring import services
 
 
 @lambda_handler

@@ -3,8 +3,8 @@
 from aws_lambda_powertools.utilities.parser import event_parser
 
 from laneflow.domain.messages import StepCrashedRequest
-from laneflow.usecases.step_crashed import step_crashed
 from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.usecases.step_crashed import step_crashed
 from laneflow.wiring import services
 
 

@@ -3,8 +3,8 @@
 from aws_lambda_powertools.utilities.parser import event_parser
 
 from laneflow.domain.messages import WaitForLeadRequest
-from laneflow.usecases.wait_for_lead import wait_for_lead
 from laneflow.entrypoints.lambda_handler import lambda_handler
+from laneflow.usecases.wait_for_lead import wait_for_lead
 from laneflow.wiring import services
 
 

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import FIXTURES
-from laneflow.entrypoints.cli import main
+
 from laneflow.domain.prompt import build_system_prompt
 from laneflow.domain.workspace import load_agent, load_workspace
+from laneflow.entrypoints.cli import main
 
 WS = FIXTURES / "ws_interrupt"
 ACCOUNT_RULE = "Account-wide rule: every claim names its source."

@@ -2,7 +2,6 @@
 receives them, and through `laneflow serve` over real HTTP on 127.0.0.1."""
 
 from __future__ import annotations
-from laneflow.wiring import local_engine
 
 import importlib.util
 import json
@@ -14,18 +13,17 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventModel
+from helpers import EXAMPLES, FIXTURES, ROOT
 
-from laneflow.entrypoints.api import GENERIC_ERROR, app, idempotent_run_id, resolve
 from laneflow.adapters.engine.local import LocalEngine
+from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.errors import InvalidInput
 from laneflow.domain.records import RunChanges, RunStatus, StepStatus
-from laneflow.usecases.start_run import prepare_run
+from laneflow.entrypoints.api import GENERIC_ERROR, app, idempotent_run_id, resolve
 from laneflow.entrypoints.serve import make_server
 from laneflow.ports import Services
-from laneflow.wiring import install
-from laneflow.adapters.local.workspaces import FolderWorkspaces
-
-from helpers import EXAMPLES, FIXTURES, ROOT
+from laneflow.usecases.start_run import prepare_run
+from laneflow.wiring import install, local_engine
 
 EVENTS = ROOT / "events"
 START = {"workspace": "ws_control", "flow": "approval"}

@@ -4,21 +4,21 @@ found mid-run, fails its step with the file and line: never a crash, never a run
 `running`, nothing written for a refusal."""
 
 from __future__ import annotations
-from laneflow.wiring import local_engine
 
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import FIXTURES
-from laneflow.entrypoints.cli import main
-from laneflow.domain.records import RunStatus, StepStatus
-from laneflow.usecases.start_run import create_run
-from laneflow.ports import Services
-from laneflow.adapters.local.workspaces import FolderWorkspaces
 from test_api import START, RecordingDrives, call
+
+from laneflow.adapters.local.workspaces import FolderWorkspaces
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.entrypoints.cli import main
+from laneflow.ports import Services
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import local_engine
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -158,8 +158,9 @@ def test_nan_in_an_approval_body_is_a_400_naming_the_field(api_svc):
 def test_a_base64_body_is_read_as_json_and_one_that_is_not_utf8_is_a_400(api_svc):
     import base64
 
-    from laneflow.entrypoints.api import resolve
     from test_api import rest_event
+
+    from laneflow.entrypoints.api import resolve
 
     good = rest_event("POST", "/runs", raw_body=base64.b64encode(json.dumps(START).encode()).decode())
     good["isBase64Encoded"] = True

@@ -2,24 +2,24 @@
 imitation (real HTTP, streaming, prompt-cache semantics), driven by the real definition."""
 
 from __future__ import annotations
-from laneflow.wiring import for_store, local_engine
 
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-
 from helpers import FIXTURES
-from laneflow.domain.errors import ModelNotConfigured
+
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
-from laneflow_dev.imitation import MessagesImitation
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.adapters.store import open_store
+from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.pricing import catalog
-from laneflow.usecases.start_run import create_run
+from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.adapters.store import open_store
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store, local_engine
+from laneflow_dev.imitation import MessagesImitation
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -193,9 +193,9 @@ def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path, w
     import threading
     import time
 
-    from laneflow.usecases.stop import stop_run
     from laneflow.adapters.executors.anthropic import STOPPED_BEFORE_REPLY
     from laneflow.domain.records import AttemptStatus
+    from laneflow.usecases.stop import stop_run
 
     with MessagesImitation(ttft_ms=20000, api_keys={KEY}) as slow:
         svc = services(tmp_path, slow)

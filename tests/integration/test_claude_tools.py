@@ -3,7 +3,6 @@ on: through the Claude executor and the real anthropic SDK against the local Mes
 imitation, driven by the real definition on the embedded engine."""
 
 from __future__ import annotations
-from laneflow.wiring import for_store, local_engine
 
 import json
 import shutil
@@ -12,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
-from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
-from laneflow.domain.records import RunStatus, StepStatus
-from laneflow.usecases.start_run import create_run
-from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.settings import Settings
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store, local_engine
+from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KEY = "sk-test-0123456789abcdef"

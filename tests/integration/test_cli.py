@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import EXAMPLES, FIXTURES, ROOT
+
 from laneflow.entrypoints.cli import main
 
 SEM = FIXTURES / "ws_semantics"

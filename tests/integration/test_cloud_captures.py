@@ -3,7 +3,6 @@
 folder made read-only, through the services the handlers build from settings alone."""
 
 from __future__ import annotations
-from laneflow.wiring import for_store
 
 import json
 import os
@@ -11,18 +10,18 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto import mock_aws
-
 from helpers import EXAMPLES, moto_dynamodb_serialized
+from moto import mock_aws
+from test_cloud_path import SyncDrives, api_event, handler
+
 from laneflow.adapters.aws import s3 as workspaces
-from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.aws.s3 import S3Captures
+from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.local.on_end import LocalOnEnd
-from laneflow.wiring import capture_sink, install
-from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
-from test_cloud_path import SyncDrives, api_event, handler
+from laneflow.settings import Settings
+from laneflow.wiring import capture_sink, for_store, install
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 TENANT = "123456789012"

@@ -14,16 +14,16 @@ import sys
 
 import boto3
 import pytest
+from helpers import EXAMPLES, ROOT, moto_dynamodb_serialized
 from moto import mock_aws
 
-from helpers import EXAMPLES, ROOT, moto_dynamodb_serialized
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
-from laneflow.ports import Services
-from laneflow.wiring import for_store, install, local_engine
-from laneflow.settings import Settings
+from laneflow.adapters.aws.s3 import S3Workspaces
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
-from laneflow.adapters.aws.s3 import S3Workspaces
+from laneflow.ports import Services
+from laneflow.settings import Settings
+from laneflow.wiring import for_store, install, local_engine
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 

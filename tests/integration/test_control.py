@@ -2,22 +2,22 @@
 rescues, evaluator loops, approvals, stop, budgets, the judge, and the run record."""
 
 from __future__ import annotations
-from laneflow.wiring import local_engine
 
 import shutil
 import threading
 import time
 
 import pytest
-
 from helpers import FIXTURES
-from laneflow.usecases.approve import REJECTED, RunNotWaiting, answer_approval
-from laneflow.usecases.stop import stop_run
-from laneflow.domain.settlement import SUPERSEDED
+
 from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, Step, StepChanges, StepStatus
-from laneflow.usecases.start_run import create_run
-from laneflow.usecases.run_step.runner import WAITED_TO_START
+from laneflow.domain.settlement import SUPERSEDED
+from laneflow.usecases.approve import REJECTED, RunNotWaiting, answer_approval
 from laneflow.usecases.run_step.handoff import feedback_key, handoff_for
+from laneflow.usecases.run_step.runner import WAITED_TO_START
+from laneflow.usecases.start_run import create_run
+from laneflow.usecases.stop import stop_run
+from laneflow.wiring import local_engine
 
 CTRL = FIXTURES / "ws_control"
 

@@ -14,11 +14,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from helpers import FIXTURES
-from laneflow.usecases.crashpoints import POINTS
-from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
+
 from laneflow.adapters.store import open_store
+from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
+from laneflow.usecases.crashpoints import POINTS
 
 pytestmark = pytest.mark.slow  # every test here starts real `laneflow` processes
 
@@ -175,9 +175,9 @@ def test_a_stopped_run_whose_drive_died_is_closed_not_re_driven(tmp_path):
 
 def test_reconcile_leaves_a_live_run_alone(tmp_path, svc):
     """A run whose drive is alive (this process) is not re-driven and its attempts continue."""
+    from laneflow.adapters.workers import Liveness, local_worker
     from laneflow.usecases.reconcile import reconcile
     from laneflow.usecases.start_run import create_run
-    from laneflow.adapters.workers import Liveness, local_worker
 
     run = create_run(svc, CTRL, "rescue")
     svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=local_worker()))

@@ -10,11 +10,11 @@ import types
 import typing
 
 import pytest
+from helpers import ROOT
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from helpers import ROOT
-from laneflow.domain import messages as contracts
 from laneflow.adapters.engine.template import Template
+from laneflow.domain import messages as contracts
 
 TEMPLATE = Template.load(ROOT / "template.yaml")
 EVENT_MODELS = {

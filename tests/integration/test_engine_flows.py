@@ -5,10 +5,9 @@ states, the handlers in functions/, the SQLite store, the stub executor."""
 
 from __future__ import annotations
 
-
 import pytest
-
 from helpers import EXAMPLES, FIXTURES
+
 from laneflow.domain.records import RunStatus, StepStatus
 
 SEM = FIXTURES / "ws_semantics"
@@ -51,8 +50,8 @@ def test_each_fills_item_and_input_into_instructions(run_flow):
 
 def _user_message_of(svc, run, index: int) -> str:
     """What the step was told, reconstructed by the same function the runner uses."""
-    from laneflow.usecases.run_step.handoff import handoff_for
     from laneflow.domain.flow import step_spec
+    from laneflow.usecases.run_step.handoff import handoff_for
 
     step = run.step(index)
     return handoff_for(svc, run, step, step_spec(run, step).handoff, group=step.group, cycle=step.cycle)

@@ -4,18 +4,18 @@ Times come from the record: a step's `started_at` is its claim, the lead's relea
 gate event it writes when its stream's first event arrives (stub `ttft_ms`)."""
 
 from __future__ import annotations
-from laneflow.adapters.workers import local_worker
 
 import datetime as dt
 import threading
 import time
 
-
 from helpers import FIXTURES
+
+from laneflow.adapters.workers import local_worker
 from laneflow.domain.lanes import waiting_line
 from laneflow.domain.records import RunStatus, StepStatus
-from laneflow.usecases.start_run import create_run
 from laneflow.usecases.run_step.runner import WAITED_TO_START
+from laneflow.usecases.start_run import create_run
 
 GATE = FIXTURES / "ws_gate"
 
@@ -147,9 +147,9 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
     """The run is stopped while the lead waits to start: the lead is skipped, never started,
     and still releases the sibling already waiting, so no sibling waits forever."""
     from laneflow.domain.messages import LaneStep, RunStepRequest, StartDriveRequest, WaitForLeadRequest
+    from laneflow.usecases.run_step.runner import run_step
     from laneflow.usecases.start_drive import start_drive
     from laneflow.usecases.wait_for_lead import wait_for_lead
-    from laneflow.usecases.run_step.runner import run_step
 
     completed: list[str] = []
 

@@ -22,7 +22,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from helpers import EXAMPLES, ROOT
 
 pytestmark = pytest.mark.slow

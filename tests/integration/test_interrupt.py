@@ -5,8 +5,6 @@ finishes the run, carrying what completed and telling each interrupted step why 
 again. Real `laneflow` processes, the real definition on the embedded engine."""
 
 from __future__ import annotations
-from laneflow.adapters.workers import Liveness
-from laneflow.wiring import for_store
 
 import json
 import os
@@ -18,20 +16,21 @@ import time
 from pathlib import Path
 
 import pytest
-
+from contract.store.backends import dynamodb_store, sqlite_store
 from helpers import FIXTURES
-from laneflow.entrypoints.cli import main
-from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
-from laneflow.usecases.reconcile import INTERRUPTED, leave_drive
-from laneflow.usecases.start_run import create_run
-from laneflow.ports import Services
-from laneflow.settings import Settings
-from laneflow.adapters.store import open_store
-from laneflow.adapters.workers import _process_start, local_worker
-from laneflow.domain.workers import LocalProcess
 from test_account import ACCOUNT_RULE, agents_md_layer
 from test_crash import assert_invariants
-from contract.store.backends import dynamodb_store, sqlite_store
+
+from laneflow.adapters.store import open_store
+from laneflow.adapters.workers import Liveness, _process_start, local_worker
+from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
+from laneflow.domain.workers import LocalProcess
+from laneflow.entrypoints.cli import main
+from laneflow.ports import Services
+from laneflow.settings import Settings
+from laneflow.usecases.reconcile import INTERRUPTED, leave_drive
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store
 
 WS = FIXTURES / "ws_interrupt"
 EXE = Path(sys.executable).parent / "laneflow"

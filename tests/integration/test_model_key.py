@@ -9,7 +9,6 @@ Claude steps call the local Messages API imitation, which accepts only the secre
 Every GetSecretValue is counted by a botocore hook, by the handler it was made under."""
 
 from __future__ import annotations
-from laneflow.wiring import local_engine
 
 import importlib.util
 import json
@@ -19,17 +18,17 @@ from pathlib import Path
 
 import boto3
 import pytest
+from helpers import FIXTURES, ROOT, moto_dynamodb_serialized
 from moto import mock_aws
 
-from helpers import FIXTURES, ROOT, moto_dynamodb_serialized
-from laneflow.adapters.engine.template import Template
-from laneflow.domain.errors import ModelNotConfigured
-from laneflow_dev.imitation import MessagesImitation
-from laneflow.domain.records import RunStatus, StepStatus
-from laneflow.wiring import install, services
 from laneflow.adapters.aws.secrets import read_model_key
-from laneflow.settings import settings
+from laneflow.adapters.engine.template import Template
 from laneflow.adapters.store.provision import init_store
+from laneflow.domain.errors import ModelNotConfigured
+from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.settings import settings
+from laneflow.wiring import install, local_engine, services
+from laneflow_dev.imitation import MessagesImitation
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 SECRET = "laneflow/anthropic"

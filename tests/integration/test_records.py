@@ -6,34 +6,35 @@
   S3 blobs), the captures, the on-end hook's events or the log."""
 
 from __future__ import annotations
-from laneflow.wiring import for_store, local_engine
 
 import json
 import logging
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import boto3
 import pytest
 import yaml
+from helpers import FIXTURES, moto_dynamodb_serialized
 from moto import mock_aws
 
-from helpers import FIXTURES, moto_dynamodb_serialized
 import laneflow.usecases.run_step.runner as step_module
-from laneflow.usecases.approve import answer_approval
-from laneflow.usecases.stop import stop_run
-from laneflow.entrypoints.cli import main
-from laneflow.domain.records import AttemptStatus, FailureKind, Run, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
-from laneflow.usecases.reconcile import interrupt, reconcile
-from laneflow.usecases.start_run import create_run
-from laneflow.ports import Services
-from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
 from laneflow.adapters.workers import Liveness
+from laneflow.domain.records import AttemptStatus, FailureKind, Run, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
 from laneflow.domain.workers import LambdaRequest
+from laneflow.entrypoints.cli import main
+from laneflow.ports import Services
+from laneflow.settings import Settings
+from laneflow.usecases.approve import answer_approval
+from laneflow.usecases.reconcile import interrupt, reconcile
+from laneflow.usecases.start_run import create_run
+from laneflow.usecases.stop import stop_run
+from laneflow.wiring import for_store, local_engine
 
 SEM = FIXTURES / "ws_semantics"
 CTRL = FIXTURES / "ws_control"
@@ -401,9 +402,10 @@ def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step
 
 
 def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(tmp_path, monkeypatch, capsys):
-    from laneflow.settings import settings
-    from laneflow.adapters.local.workspaces import FolderWorkspaces
     from test_api import RecordingDrives, call
+
+    from laneflow.adapters.local.workspaces import FolderWorkspaces
+    from laneflow.settings import settings
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     store = f"sqlite:///{tmp_path / 'cli.db'}"

@@ -16,13 +16,13 @@ import time
 from typing import Any
 
 import pytest
-
 from helpers import FIXTURES
+
+from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.errors import InvalidInput
 from laneflow.domain.records import RunStatus
 from laneflow.entrypoints.serve import MAX_BODY, ApiServer, make_server
 from laneflow.ports import Services
-from laneflow.adapters.local.workspaces import FolderWorkspaces
 
 START = json.dumps({"workspace": "ws_control", "flow": "approval"}).encode()
 JSON = [("Content-Type", "application/json")]

@@ -7,7 +7,6 @@ or a person would have) and DynamoDB under moto (an item whose JSON does not par
 """
 
 from __future__ import annotations
-from laneflow.wiring import for_store
 
 import json
 import sqlite3
@@ -16,18 +15,19 @@ from pathlib import Path
 
 import boto3
 import pytest
-
+from contract.store.backends import REGION, TABLE, TENANT, claim, dynamodb_store, new_run, sqlite_store
 from helpers import FIXTURES
-from laneflow.entrypoints.cli import main
-from laneflow.domain.errors import RecordDamaged
-from laneflow.domain.records import RunChanges, RunStatus
-from laneflow.usecases.reconcile import reconcile
-from laneflow.settings import Settings
+
 from laneflow.adapters.store import Store
 from laneflow.adapters.store.sqlite import SqliteStore
 from laneflow.adapters.workers import Liveness
+from laneflow.domain.errors import RecordDamaged
+from laneflow.domain.records import RunChanges, RunStatus
 from laneflow.domain.workers import LambdaRequest
-from contract.store.backends import REGION, TABLE, TENANT, claim, dynamodb_store, new_run, sqlite_store
+from laneflow.entrypoints.cli import main
+from laneflow.settings import Settings
+from laneflow.usecases.reconcile import reconcile
+from laneflow.wiring import for_store
 
 Poison = Callable[[Store, str, str], None]  # (store, run id, what: "input" | "step") -> None
 

@@ -14,8 +14,8 @@ import sys
 
 import boto3
 import pytest
-
 from helpers import ROOT
+
 from laneflow.adapters.engine.template import Template
 
 TEMPLATE = Template.load(ROOT / "template.yaml")

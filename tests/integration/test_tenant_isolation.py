@@ -9,28 +9,28 @@ names a key of tenant A (0 reads or writes across tenants), and A's objects are 
 """
 
 from __future__ import annotations
-from laneflow.wiring import for_store
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
-
 from helpers import moto_dynamodb_serialized
+from moto import mock_aws
+from test_cloud_path import SyncDrives, api_event, handler
+
 from laneflow.adapters.aws import s3 as workspaces
+from laneflow.adapters.aws.s3 import S3Workspaces
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
-from laneflow_dev.imitation import MessagesImitation
-from laneflow.ports import Services
-from laneflow.wiring import install
-from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
-from laneflow.adapters.aws.s3 import S3Workspaces
-from test_cloud_path import SyncDrives, api_event, handler
+from laneflow.ports import Services
+from laneflow.settings import Settings
+from laneflow.wiring import for_store, install
+from laneflow_dev.imitation import MessagesImitation
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 BUCKET = "laneflow-blobs"

@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from laneflow.entrypoints import cli
-from laneflow.domain.records import Run, RunChanges, RunStatus, Step
-from laneflow.settings import settings
-from laneflow.adapters.store import Store
-from laneflow.domain.tenants import TenantInvalid
 from contract.store.backends import STORE_FACTORIES
+
+from laneflow.adapters.store import Store
+from laneflow.domain.records import Run, RunChanges, RunStatus, Step
+from laneflow.domain.tenants import TenantInvalid
+from laneflow.entrypoints import cli
+from laneflow.settings import settings
 
 BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]
 

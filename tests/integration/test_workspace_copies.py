@@ -8,7 +8,6 @@ really read and write the attempt's copy; the real definition drives them on the
 """
 
 from __future__ import annotations
-from laneflow.wiring import for_store, local_engine
 
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,15 @@ import pytest
 from moto import mock_aws
 
 from laneflow.adapters.aws import s3 as workspaces
-from laneflow.domain.errors import WorkspaceInvalid
-from laneflow.adapters.executors.anthropic import AnthropicExecutor
-from laneflow_dev.imitation import MessagesImitation, Reply
-from laneflow.domain.records import Run, RunStatus
-from laneflow.usecases.start_run import prepare_run
-from laneflow.settings import Settings
-from laneflow.adapters.store import open_store
 from laneflow.adapters.aws.s3 import S3Workspaces, local_path
+from laneflow.adapters.executors.anthropic import AnthropicExecutor
+from laneflow.adapters.store import open_store
+from laneflow.domain.errors import WorkspaceInvalid
+from laneflow.domain.records import Run, RunStatus
+from laneflow.settings import Settings
+from laneflow.usecases.start_run import prepare_run
+from laneflow.wiring import for_store, local_engine
+from laneflow_dev.imitation import MessagesImitation, Reply
 
 BUCKET, TENANT = "laneflow-blobs", "acme"
 PREFIX = f"workspaces/{TENANT}/desk/"

@@ -3,7 +3,6 @@ it), given arbitrary methods, paths, headers and bodies on every route: never a 
 a traceback in what it answers, nothing written for a refusal, and the store still lists."""
 
 from __future__ import annotations
-from laneflow.wiring import for_store
 
 import base64
 import json
@@ -17,11 +16,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from laneflow.adapters.local.workspaces import FolderWorkspaces
+from laneflow.adapters.store import open_store
 from laneflow.entrypoints.api import resolve
 from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.adapters.store import open_store
-from laneflow.adapters.local.workspaces import FolderWorkspaces
+from laneflow.wiring import for_store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TENANT = "acme"

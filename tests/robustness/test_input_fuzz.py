@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laneflow.entrypoints.cli import parse_input
+from laneflow.adapters.store import Store, open_store
 from laneflow.domain.errors import InvalidInput
 from laneflow.domain.records import Run, Step
-from laneflow.adapters.store import Store, open_store
+from laneflow.entrypoints.cli import parse_input
 
 # Text as Python can hold it: lone surrogates included (an argv that was not UTF-8 arrives
 # with them), next to ordinary text.

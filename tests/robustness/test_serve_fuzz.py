@@ -12,7 +12,6 @@ The seed is fixed (LANEFLOW_FUZZ_SEED picks another), so a failure can be replay
 """
 
 from __future__ import annotations
-from laneflow.wiring import for_store
 
 import http.client
 import json
@@ -21,20 +20,21 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 from unittest import mock
 
 import pytest
-
 from helpers import FIXTURES, ROOT
+
+from laneflow.adapters.local.workspaces import FolderWorkspaces
+from laneflow.adapters.store import Store, open_store
 from laneflow.entrypoints.serve import MAX_BODY, ApiServer, make_server
 from laneflow.settings import Settings
-from laneflow.adapters.store import Store, open_store
-from laneflow.adapters.local.workspaces import FolderWorkspaces
+from laneflow.wiring import for_store
 
 SEED = int(os.environ.get("LANEFLOW_FUZZ_SEED", "20240917"))
 REQUESTS = 300
@@ -74,8 +74,8 @@ def dynamodb_store(tmp_path: Path) -> Iterator[Store]:
     import boto3
     from moto import mock_aws
 
-    from laneflow_dev.moto_support import serialized_dynamodb
     from laneflow.adapters.store.provision import table_spec
+    from laneflow_dev.moto_support import serialized_dynamodb
 
     with mock.patch.dict(os.environ), mock_aws(), serialized_dynamodb():
         for key in [k for k in os.environ if k.startswith("AWS_")]:

@@ -1,22 +1,22 @@
 """Drive decisions, unit-tested without any engine: lanes, group outcomes, run endings."""
 
 from __future__ import annotations
-from laneflow.adapters.workers import local_worker
 
 from pathlib import Path
 
 import pytest
 
+from laneflow.adapters.workers import local_worker
+from laneflow.domain.flow import Entry, Flow, StepSpec
+from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.messages import EndRunRequest, NextGroupRequest, SettleGroupRequest, StartDriveRequest
+from laneflow.domain.records import Attempt, AttemptStatus, FailureKind, RunStatus, Step, StepChanges, StepStatus
 from laneflow.usecases.end_run import end_run
 from laneflow.usecases.next_group import next_group
-from laneflow.domain.lanes import plan_lanes
+from laneflow.usecases.run_step.message import EarlierAttempt, earlier_attempts, user_message
 from laneflow.usecases.settle_group import settle_group
 from laneflow.usecases.start_drive import start_drive
-from laneflow.domain.flow import Entry, Flow, StepSpec
-from laneflow.domain.records import Attempt, AttemptStatus, FailureKind, RunStatus, Step, StepChanges, StepStatus
 from laneflow.usecases.start_run import create_run
-from laneflow.usecases.run_step.message import EarlierAttempt, earlier_attempts, user_message
 
 SEM = Path(__file__).resolve().parents[1] / "fixtures" / "ws_semantics"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import FIXTURES
+
 from laneflow.domain.errors import FlowInvalid
 from laneflow.domain.flow import STEP_KEYS, TOP_KEYS, Flow, StepSpec, load_flow
 from laneflow.domain.flow_check import says

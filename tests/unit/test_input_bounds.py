@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from laneflow.domain import jsonsafe
-from laneflow.entrypoints.cli import parse_input
-from laneflow.domain.errors import FlowInvalid, InvalidInput, StepFailed, WorkspaceInvalid
-from laneflow.domain.stub_answers import MAX_SIMULATED_MS
 from laneflow.adapters.executors.stub import BadHeader, parse_answer
+from laneflow.domain import jsonsafe
+from laneflow.domain.errors import FlowInvalid, InvalidInput, StepFailed, WorkspaceInvalid
 from laneflow.domain.flow import check_workspace, load_flow
-from laneflow.usecases.run_step.output import extract_json
+from laneflow.domain.stub_answers import MAX_SIMULATED_MS
 from laneflow.domain.workspace import load_agent, load_workspace
+from laneflow.entrypoints.cli import parse_input
+from laneflow.usecases.run_step.output import extract_json
 
 
 def write(root: Path, files: dict[str, str]) -> Path:

@@ -9,7 +9,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT
 
 spec = importlib.util.spec_from_file_location("layer_requirements", ROOT / "scripts" / "layer_requirements.py")

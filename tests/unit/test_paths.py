@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT
+
 from laneflow import paths
 
 

@@ -11,7 +11,7 @@ from laneflow.domain.prompt import LAYER_ORDER, build_system_prompt
 from laneflow.domain.workspace import load_agent, load_workspace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
 
 
 def researcher_prompt(root: Path = FIXTURES / "ws_ok", now: dt.datetime = NOW):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import inspect
 import logging
 
-from laneflow.domain.redaction import Redactor, redact_logs
-from laneflow.domain.records import Event, ModelCall, Run, Step, StepStatus
-from laneflow.adapters.store.rulebook import REDACTED_WRITES, UNMASKED_WRITES
-from laneflow.ports import Store
 from laneflow.adapters.store.dynamodb import DynamoStore
+from laneflow.adapters.store.rulebook import REDACTED_WRITES, UNMASKED_WRITES
 from laneflow.adapters.store.sqlite import SqliteStore
+from laneflow.domain.records import Event, ModelCall, Run, Step, StepStatus
+from laneflow.domain.redaction import Redactor, redact_logs
+from laneflow.ports import Store
 
 SECRET = "sk-ant-fake-0123456789abcdef"
 READS = ("get_", "list_", "journal_pending", "running_attempts", "active_runs")

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from laneflow.domain.errors import StepFailed
-from laneflow.ports import StepJob
 from laneflow.adapters.executors.stub import StubExecutor, parse_answer, pick_answer
+from laneflow.domain.errors import StepFailed
 from laneflow.domain.records import ModelCall
+from laneflow.ports import StepJob
 
 
 class Sink:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from laneflow.domain.errors import InvalidInput
-from laneflow.settings import Settings
 from laneflow.domain.tenants import TenantInvalid, check_tenant
+from laneflow.settings import Settings
 
 
 @pytest.mark.parametrize("tenant", ["local", "123456789012", "acme-corp.eu", "ana@example.com", "T_1", "x" * 64])

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from laneflow.domain.records import Tokens
-from laneflow.domain.pricing import catalog
 from laneflow.adapters.executors.tools import FileTools, ToolError
+from laneflow.domain.pricing import catalog
+from laneflow.domain.records import Tokens
 
 
 @pytest.fixture

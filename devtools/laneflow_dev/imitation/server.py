@@ -115,7 +115,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
     allow_reuse_address = True
-    imitation: "MessagesImitation"
+    imitation: MessagesImitation
 
 
 
@@ -232,7 +232,7 @@ class MessagesImitation:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> "MessagesImitation":
+    def start(self) -> MessagesImitation:
         if self._server is not None:
             return self
         server = _Server((HOST, self.port), _Handler)
@@ -256,7 +256,7 @@ class MessagesImitation:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "MessagesImitation":
+    def __enter__(self) -> MessagesImitation:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -505,7 +505,7 @@ class MessagesImitation:
         self._begin(plan)  # the prefill is done: what this request wrote is readable now
 
         def send(event: str, data: dict) -> None:
-            h.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode("utf-8"))
+            h.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
             h.wfile.flush()
 
         start_usage = dict(message["usage"], output_tokens=1)

@@ -48,7 +48,7 @@ class Settings(BaseModel):
         return bool(self.anthropic_api_key and self.anthropic_api_key.get_secret_value())
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {"in_lambda": bool(env.get("AWS_LAMBDA_FUNCTION_NAME"))}
         for field, name in (

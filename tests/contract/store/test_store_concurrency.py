@@ -7,7 +7,6 @@ import sys
 import threading
 from pathlib import Path
 
-
 from contract.store.backends import claim, new_run, run_threads
 from laneflow.adapters.store import Store
 from laneflow.domain.errors import Conflict

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 
-
 from contract.store.backends import TENANT, new_run
 from laneflow.adapters.store import Store
 

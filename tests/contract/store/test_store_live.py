@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from contract.store.backends import claim, new_run
 from laneflow.adapters.store import Store
 from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepChanges, StepStatus, utcnow

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from contract.store.backends import BUCKET, REGION, TABLE, TENANT, new_run

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from laneflow.domain.workers import FargateTask, LambdaRequest, LocalProcess, StepFunctionsExecution, WorkerRef
 

@@ -37,7 +37,7 @@ def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool =
     at a time beside the lead; a lone step, or a lane capped at one at a time (whose
     siblings start only after the lead ends anyway), has no gate."""
     caps = {(e.index, slot): spec.parallel for e in flow.entries for slot, spec in enumerate(e.steps)}
-    lanes: "OrderedDict[LaneKey, list[Step]]" = OrderedDict()
+    lanes: OrderedDict[LaneKey, list[Step]] = OrderedDict()
     for step in sorted(steps, key=lambda s: s.index):
         lanes.setdefault(LaneKey(step.agent or "", step.model), []).append(step)
     planned = []

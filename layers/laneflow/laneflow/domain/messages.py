@@ -54,7 +54,7 @@ class LaneKey(NamedTuple):
         return f"{self.agent}@{self.model}"
 
     @classmethod
-    def parse(cls, key: str) -> "LaneKey":
+    def parse(cls, key: str) -> LaneKey:
         agent, _, model = key.partition("@")
         return cls(agent, model)
 

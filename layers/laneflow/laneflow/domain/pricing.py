@@ -39,7 +39,7 @@ class PriceCatalog:
         self._prices = prices
 
     @classmethod
-    def load(cls, path: str | Path = CATALOG) -> "PriceCatalog":
+    def load(cls, path: str | Path = CATALOG) -> PriceCatalog:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
         return cls({name: Price(**fields) for name, fields in raw["models"].items()})
 

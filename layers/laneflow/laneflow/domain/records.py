@@ -18,7 +18,7 @@ from laneflow.domain.workers import WorkerRef, stored
 
 def utcnow() -> str:
     """Now, as an ISO-8601 UTC string with milliseconds (the format of every stored time)."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 
@@ -167,7 +167,7 @@ class AttemptRef(Record):
     resumed_at: str | None = None
 
     @classmethod
-    def of(cls, tenant: str, attempt: Attempt) -> "AttemptRef":
+    def of(cls, tenant: str, attempt: Attempt) -> AttemptRef:
         return cls(
             tenant=tenant,
             run_id=attempt.run_id,

@@ -116,7 +116,7 @@ def _same_dict(before: dict[Any, Any], after: dict[Any, Any]) -> bool:
 # The redactors log records are masked by, held weakly (a store's goes with it). Replaced
 # whole under the lock, never changed in place, so a thread logging meanwhile reads a
 # consistent tuple.
-_LOG_REDACTORS: "tuple[weakref.ref[Redactor], ...]" = ()
+_LOG_REDACTORS: tuple[weakref.ref[Redactor], ...] = ()
 
 _LOG_LOCK = threading.Lock()
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 class _Worker(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    def same(self, other: "WorkerRef | None") -> bool:
+    def same(self, other: WorkerRef | None) -> bool:
         """Whether `other` names the same worker (the same process, request, execution or
         task), whatever else it says (a Lambda's deadline is computed anew on every call)."""
         return type(other) is type(self) and self._identity() == other._identity()  # type: ignore[union-attr]

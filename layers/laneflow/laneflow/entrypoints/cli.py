@@ -16,8 +16,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import InvalidInput, LaneflowError, Problem

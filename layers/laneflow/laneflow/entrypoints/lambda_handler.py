@@ -4,7 +4,8 @@ the run id, step and tenant of the event), Tracer and Metrics in Lambda; nothing
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from laneflow.adapters.aws.powertools import IN_LAMBDA, logger, metrics, tracer
 

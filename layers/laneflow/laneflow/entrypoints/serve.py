@@ -165,7 +165,7 @@ class _Deadline(io.RawIOBase):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "ApiServer"
+    server: ApiServer
     protocol_version = "HTTP/1.1"
     server_version = "laneflow-serve"
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from laneflow.domain.errors import (
     AttemptEnded,
@@ -151,7 +151,7 @@ class Reconciler:
             self.report.damaged.append((run_id, str(error)))
 
     def settle_journal(self) -> None:
-        now = _dt.datetime.now(_dt.timezone.utc)
+        now = _dt.datetime.now(_dt.UTC)
         for entry in self.store.journal_pending(self.tenant):
             if not self._mine(entry.run_id):
                 continue

@@ -27,7 +27,7 @@ from laneflow.ports import Services
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
     """`run-YYYYMMDD-HHMMSS-xxxxxx`: sortable by creation, unique by its random tail."""
-    now = now or _dt.datetime.now(_dt.timezone.utc)
+    now = now or _dt.datetime.now(_dt.UTC)
     return f"run-{now.strftime('%Y%m%d-%H%M%S')}-{_secrets.token_hex(3)}"
 
 

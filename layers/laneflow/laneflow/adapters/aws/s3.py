@@ -44,7 +44,7 @@ class S3Captures:
 
     def __init__(
         self, bucket: str, prefix: str = "captures", *, region: str | None = None, client: Any | None = None,
-        redactor: "Redactor | None" = None,
+        redactor: Redactor | None = None,
     ):
         self.bucket, self.prefix, self.region = bucket, prefix.strip("/"), region
         self.redactor = redactor

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -50,7 +51,7 @@ class Template:
     body: dict[str, Any]
 
     @classmethod
-    def load(cls, path: str | Path) -> "Template":
+    def load(cls, path: str | Path) -> Template:
         path = Path(path)
         with path.open(encoding="utf-8") as fh:
             return cls(path=path, body=yaml.load(fh, Loader=_CfnLoader))  # noqa: S506 - SafeLoader subclass

@@ -20,8 +20,9 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import anthropic
 
@@ -69,7 +70,7 @@ class _CallWatch:
         self._response: Any = None
         self._thread = threading.Thread(target=self._watch, name="laneflow-call-watch", daemon=True)
 
-    def start(self) -> "_CallWatch":
+    def start(self) -> _CallWatch:
         self._thread.start()
         return self
 

@@ -19,8 +19,9 @@ import errno
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger("laneflow.tools")
 

@@ -15,7 +15,7 @@ class FolderCaptures:
     """Captures as JSON files under `<root>/<tenant>/<run_id>/<key>.json`, masked by
     `redactor` (the store's, so a capture is masked like every record) as they are written."""
 
-    def __init__(self, root: str | Path, redactor: "Redactor | None" = None):
+    def __init__(self, root: str | Path, redactor: Redactor | None = None):
         self.root = Path(root)
         self.redactor = redactor
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ from laneflow.adapters.store.dynamodb_expr import Update
 from laneflow.adapters.store.dynamodb_items import BLOBBABLE, ITEM_LIMIT, av_size, to_av
 from laneflow.domain.errors import InvalidInput
 
+
 class ItemTooLarge(InvalidInput):
     """A value too large to keep in a DynamoDB item, and no blob bucket to put it in."""
 

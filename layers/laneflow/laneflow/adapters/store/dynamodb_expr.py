@@ -31,7 +31,7 @@ class Expr:
         self.names[alias] = name
         return alias
 
-    def p(self, path: "str | tuple[str, ...]") -> str:
+    def p(self, path: str | tuple[str, ...]) -> str:
         """An attribute, or a path into a map attribute given as a tuple of names."""
         return self.n(path) if isinstance(path, str) else ".".join(self.n(part) for part in path)
 
@@ -40,13 +40,13 @@ class Expr:
         self.values[alias] = to_av(value)
         return alias
 
-    def exists(self, name: "str | tuple[str, ...]") -> str:
+    def exists(self, name: str | tuple[str, ...]) -> str:
         return f"attribute_exists({self.p(name)})"
 
-    def absent(self, name: "str | tuple[str, ...]") -> str:
+    def absent(self, name: str | tuple[str, ...]) -> str:
         return f"attribute_not_exists({self.p(name)})"
 
-    def eq(self, name: "str | tuple[str, ...]", value: Any) -> str:
+    def eq(self, name: str | tuple[str, ...], value: Any) -> str:
         return self.absent(name) if value is None else f"{self.p(name)} = {self.v(value)}"
 
     def one_of(self, name: str, values: Iterable[str]) -> str:
@@ -78,7 +78,7 @@ class Update(Expr):
         self._remove: list[str] = []
         self.assigned: dict[str, str] = {}  # value alias -> the attribute it is set to
 
-    def set(self, name: "str | tuple[str, ...]", value: Any) -> "Update":
+    def set(self, name: str | tuple[str, ...], value: Any) -> Update:
         if value is None:
             return self.remove(name)
         alias = self.v(value)
@@ -86,16 +86,16 @@ class Update(Expr):
         self._set.append(f"{self.p(name)} = {alias}")
         return self
 
-    def set_default(self, name: str, value: Any) -> "Update":
+    def set_default(self, name: str, value: Any) -> Update:
         alias = self.n(name)
         self._set.append(f"{alias} = if_not_exists({alias}, {self.v(value)})")
         return self
 
-    def add(self, name: str, value: Any) -> "Update":
+    def add(self, name: str, value: Any) -> Update:
         self._add.append(f"{self.n(name)} {self.v(value)}")
         return self
 
-    def remove(self, name: "str | tuple[str, ...]") -> "Update":
+    def remove(self, name: str | tuple[str, ...]) -> Update:
         self._remove.append(self.p(name))
         return self
 

@@ -16,7 +16,7 @@ from typing import Any
 from laneflow.adapters.store.encoding import COST_DECIMALS, dumps, worker_text
 from laneflow.domain.records import Attempt, PromptLayer, Run, RunStatus, Step
 from laneflow.domain.tenants import check_tenant
-from laneflow.domain.workers import LocalProcess, LambdaRequest, StepFunctionsExecution, FargateTask
+from laneflow.domain.workers import FargateTask, LambdaRequest, LocalProcess, StepFunctionsExecution
 
 BLOB_THRESHOLD = 64 * 1024
 

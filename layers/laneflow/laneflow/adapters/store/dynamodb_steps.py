@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from laneflow.adapters.store.dynamodb_blobs import Blobs
 from laneflow.adapters.store.dynamodb_expr import Expr, Update, fence_condition, fence_holds
@@ -176,7 +177,7 @@ class StepItems:
 
     # -- items of a step and its trace ----------------------------------------------------------
 
-    def step_items(self, blobs: "Blobs", tenant: str, run_id: str, step: Step) -> list[dict[str, Any]]:
+    def step_items(self, blobs: Blobs, tenant: str, run_id: str, step: Step) -> list[dict[str, Any]]:
         """A step record with whatever events, calls and layers it carries (the layers and
         the spans that fit in the step item, the rest as items)."""
         pk = {"pk": pk_of(tenant, run_id)}
@@ -461,7 +462,7 @@ class StepItems:
     def _attempt_write(
         self,
         ref: AttemptRef,
-        blobs: "Blobs",
+        blobs: Blobs,
         build: Build,
         *,
         calls: list[ModelCall] | None = None,
@@ -501,7 +502,7 @@ class StepItems:
         condition: str,
         puts: list[dict[str, Any]],
         indexes: int,
-        blobs: "Blobs",
+        blobs: Blobs,
         size: int,
     ) -> None:
         """The step item's fenced update (or a ConditionCheck, when it changes nothing) and
@@ -520,7 +521,7 @@ class StepItems:
             self.table.transact([self.table.tx_check(key, e, fence_condition(e, ref))] + [self.table.tx_put(i) for i in batch])
         self.table.transact(actions + [self.table.tx_put(i) for i in batches[0]], indexes=indexes, squeeze=(blobs, [(key["sk"]["S"], u)]))
 
-    def _span_bodies(self, blobs: "Blobs", ref: AttemptRef, calls: list[ModelCall]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+    def _span_bodies(self, blobs: Blobs, ref: AttemptRef, calls: list[ModelCall]) -> dict[str, tuple[str, dict[str, Any] | None]]:
         """Spans by id (a later one of the same id wins): the body, and the item of one too
         large to keep in the step item."""
         spans: dict[str, tuple[str, dict[str, Any] | None]] = {}

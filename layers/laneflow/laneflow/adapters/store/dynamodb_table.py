@@ -202,8 +202,8 @@ class Table:
         condition: str | None = None,
         *,
         returns: str = "NONE",
-        indexes: "int | Callable[[dict[str, Any]], int]" = 0,
-        blobs: "Blobs | None" = None,
+        indexes: int | Callable[[dict[str, Any]], int] = 0,
+        blobs: Blobs | None = None,
         size: int = 0,
     ) -> dict[str, Any] | None:
         """One UpdateItem. If the item would pass 400 KB with what it already holds (the
@@ -235,7 +235,7 @@ class Table:
         actions: list[tuple[dict[str, Any], int]],
         *,
         indexes: int = 0,
-        squeeze: "tuple[Blobs, list[tuple[str, Update]]] | None" = None,
+        squeeze: tuple[Blobs, list[tuple[str, Update]]] | None = None,
     ) -> None:
         """One TransactWriteItems of (action, size) pairs: all land or none. A refused
         condition raises `ConditionFailed` with a reason per action; a conflict with a concurrent

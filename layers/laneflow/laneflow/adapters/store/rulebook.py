@@ -151,7 +151,7 @@ def _entry(*masked: str) -> Callable[[_F], _F]:
         signature = inspect.signature(method)
 
         @functools.wraps(method)
-        def entry(self: "RuleBookStore", *args: Any, **kwargs: Any) -> Any:
+        def entry(self: RuleBookStore, *args: Any, **kwargs: Any) -> Any:
             redactor = self.redactor
             if masked and redactor:  # nothing to mask: no cost on the write path
                 bound = signature.bind(self, *args, **kwargs)

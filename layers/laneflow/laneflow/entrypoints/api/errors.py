@@ -8,7 +8,8 @@ and no secret.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aws_lambda_powertools.event_handler import (
     APIGatewayRestResolver,

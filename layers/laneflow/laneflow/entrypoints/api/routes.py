@@ -43,7 +43,6 @@ from laneflow.usecases.start_run_idempotent import StartRun, start_run_idempoten
 from laneflow.usecases.stop import stop_run
 
 
-
 def _read_body(text: str) -> Any:
     """Every body, read strictly (`laneflow.jsonsafe`). Text that is not JSON raises
     `json.JSONDecodeError`, which Powertools answers as its own 400; JSON laneflow does not

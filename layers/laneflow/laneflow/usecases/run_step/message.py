@@ -28,7 +28,7 @@ class EarlierAttempt:
     kind: FailureKind | None = None
 
     @classmethod
-    def of(cls, attempt: Attempt) -> "EarlierAttempt":
+    def of(cls, attempt: Attempt) -> EarlierAttempt:
         return cls(n=attempt.n, status=attempt.status, reason=attempt.reason or "", kind=attempt.reason_kind)
 
     def told(self) -> str:

@@ -12,8 +12,9 @@ import datetime as _dt
 import functools
 import logging
 import secrets as _secrets
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from laneflow.domain.errors import (
     AttemptEnded,
@@ -86,7 +87,7 @@ class StepRunner:
         step: Step,
         attempt: Attempt,
         *,
-        briefing: "Briefing",
+        briefing: Briefing,
         cycle: int = 0,
         open_gate: Callable[[str], int] | None = None,
     ):
@@ -269,7 +270,7 @@ class StepRunner:
         self._keep(agent, recorder)
         return outcome, data, recorder
 
-    def _keep(self, agent: Agent, recorder: "StepRecorder") -> None:
+    def _keep(self, agent: Agent, recorder: StepRecorder) -> None:
         """The attempt completed: what it wrote that outlives it goes back to the workspace
         (the tenant's S3 prefix in the cloud), and only while this attempt is still the
         running one, so an attempt a stop or an interruption ended meanwhile keeps nothing."""
@@ -290,7 +291,7 @@ class StepRunner:
             self.copy.discard()
             self.copy = None
 
-    def _judge(self, ws: Workspace, job: StepJob, outcome: StepOutcome, recorder: "StepRecorder") -> None:
+    def _judge(self, ws: Workspace, job: StepJob, outcome: StepOutcome, recorder: StepRecorder) -> None:
         """`verify: judge:` asks the judge model (AGENTS.md `judge:`, workspace over account,
         field by field; the run's `--model` wins). A failing verdict fails the attempt with the
         judge's reason, and the next attempt is told it."""
