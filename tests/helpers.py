@@ -6,6 +6,8 @@ path); tests/conftest.py keeps only fixtures and hooks."""
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 # The engine's threads against moto's DynamoDB (see laneflow_dev/moto_support.py).
@@ -16,3 +18,17 @@ FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ROOT / "examples"
 
 __all__ = ["EXAMPLES", "FIXTURES", "ROOT", "moto_dynamodb_serialized"]
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """How long until the server closed the connection (None: still open after `seconds`)."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionError:
+        pass
+    return time.monotonic() - started

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, closed_within
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.errors import InvalidInput
@@ -249,20 +249,6 @@ def test_a_chunked_or_ambiguous_body_length_is_refused(server):
 
 
 # -- clients that stall --------------------------------------------------------------------------
-
-
-def closed_within(sock: socket.socket, seconds: float) -> float | None:
-    """How long until the server closed the connection (None: still open after `seconds`)."""
-    started = time.monotonic()
-    sock.settimeout(seconds)
-    try:
-        while sock.recv(4096):
-            pass
-    except TimeoutError:
-        return None
-    except ConnectionError:
-        pass
-    return time.monotonic() - started
 
 
 def test_a_half_sent_request_is_dropped_after_its_deadline_while_others_are_answered(server):

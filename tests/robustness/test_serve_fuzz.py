@@ -28,7 +28,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from helpers import FIXTURES, ROOT
+from helpers import FIXTURES, ROOT, closed_within
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.adapters.store import Store, open_store
@@ -268,15 +268,7 @@ def stall(port: int, partial: bytes) -> float | None:
     """Send part of a request and wait; how long until the server dropped it (None: never)."""
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S + 4) as sock:
         sock.sendall(partial)
-        started = time.monotonic()
-        try:
-            while sock.recv(4096):
-                pass
-        except TimeoutError:
-            return None
-        except ConnectionError:
-            pass
-        return time.monotonic() - started
+        return closed_within(sock, TIMEOUT_S + 4)
 
 
 # -- the fuzz ----------------------------------------------------------------------------------
