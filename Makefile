@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(BIN)/laneflow demo
 
 lint: $(STAMP)
+	$(BIN)/ruff check layers devtools functions bench tests scripts setup.py
 	$(BIN)/lint-imports
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/statelint statemachines/*.asl.json

@@ -25,7 +25,7 @@ def store_url(tmp_path: Path) -> str:
 
 def agents_md_layer(workspace: Path, agent: str, account: Path | None):
     ws = load_workspace(workspace, account)
-    [layer] = [l for l in build_system_prompt(ws, load_agent(ws, agent)).records() if l.name == "agents.md"]
+    [layer] = [each for each in build_system_prompt(ws, load_agent(ws, agent)).records() if each.name == "agents.md"]
     return layer
 
 
@@ -41,7 +41,7 @@ def test_an_account_agents_md_reaches_every_step_and_every_retry_of_a_run(tmp_pa
     flaky = record["steps"][2]
     assert flaky["agent"] == "flaky" and flaky["attempts"] == 2  # its layers are the retry's, read afresh
     for step in record["steps"]:
-        [layer] = [l for l in step["prompt_layers"] if l["name"] == "agents.md"]
+        [layer] = [each for each in step["prompt_layers"] if each["name"] == "agents.md"]
         assert layer == agents_md_layer(WS, step["agent"], account).model_dump()
         assert layer != agents_md_layer(WS, step["agent"], None).model_dump()  # without it, another layer
 

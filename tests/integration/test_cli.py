@@ -61,7 +61,7 @@ def test_an_invalid_flow_exits_2_lists_every_problem_and_writes_nothing(store, c
     code = main(["run", str(FIXTURES / "ws_broken"), "messy", "--store", store])
     err = capsys.readouterr().err
     assert code == 2
-    assert "flows/messy.yaml" in err and len([l for l in err.splitlines() if "messy.yaml:" in l]) >= 5
+    assert "flows/messy.yaml" in err and len([line for line in err.splitlines() if "messy.yaml:" in line]) >= 5
     assert runs_in(store, capsys) == []
 
 
@@ -91,7 +91,7 @@ def test_check_lists_every_problem_and_exits_1(capsys):
     out = capsys.readouterr().out
     assert code == 1
     assert "agents/broken/agent.md:4" in out
-    assert len([l for l in out.splitlines() if l.startswith("flows/messy.yaml")]) >= 5
+    assert len([line for line in out.splitlines() if line.startswith("flows/messy.yaml")]) >= 5
 
 
 def test_check_a_clean_workspace_exits_0(capsys):

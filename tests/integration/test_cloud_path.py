@@ -143,13 +143,13 @@ print("RESULT " + json.dumps(out))
            "AWS_DEFAULT_REGION": "us-east-1"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
-    result = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert result == {"index": 0, "status": "completed", "attempts": 1}
-    logs = [l for l in lines if l.get("message") == "handled"]
+    logs = [line for line in lines if line.get("message") == "handled"]
     assert logs and logs[0]["run_id"] and logs[0]["step"] == 0 and logs[0]["attempt"] == 1
     assert logs[0]["function_name"] == "RunStepFunction" and logs[0]["level"] == "INFO"
-    emf = [l for l in lines if "_aws" in l]
+    emf = [line for line in lines if "_aws" in line]
     names = {m["Name"] for m in emf[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
     assert emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "laneflow"
     assert {"StepCostUSD", "StepDuration", "CacheReadTokens", "CacheWriteTokens", "ColdPrefixesWritten"} <= names

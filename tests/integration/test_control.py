@@ -254,34 +254,37 @@ def test_stop_is_one_way_under_concurrent_saves(svc):
     import random
 
     for seed in range(5):
-        rng = random.Random(seed)
-        run = create_run(svc, CTRL, "stop")
-        t, r = run.tenant, run.id
-        svc.store.update_run(t, r, RunChanges(status=RunStatus.running))
-        barrier = threading.Barrier(9)
+        _race_a_stop(svc, random.Random(seed))
 
-        def saver(k: int) -> None:
-            barrier.wait()
-            for _ in range(30):
-                changes = rng.choice([{"error": None}, {"driven_at": "2026-01-01T00:00:00.000Z"}, {"options": {"k": k}}, {"execution": f"e{k}"}])
-                svc.store.update_run(t, r, RunChanges.model_validate(changes))
 
-        def stopper() -> None:
-            barrier.wait()
-            time.sleep(rng.random() / 100)
-            stop_run(svc, t, r)
+def _race_a_stop(svc, rng) -> None:
+    run = create_run(svc, CTRL, "stop")
+    t, r = run.tenant, run.id
+    svc.store.update_run(t, r, RunChanges(status=RunStatus.running))
+    barrier = threading.Barrier(9)
 
-        threads = [threading.Thread(target=saver, args=(k,)) for k in range(8)] + [threading.Thread(target=stopper)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        final = svc.store.get_run(t, r, steps=False)
-        assert final.stop_requested
-        from laneflow.domain.messages import DriveRef, EndRunRequest
-        from laneflow.usecases.end_run import end_run
+    def saver(k: int) -> None:
+        barrier.wait()
+        for _ in range(30):
+            changes = rng.choice([{"error": None}, {"driven_at": "2026-01-01T00:00:00.000Z"}, {"options": {"k": k}}, {"execution": f"e{k}"}])
+            svc.store.update_run(t, r, RunChanges.model_validate(changes))
 
-        assert end_run(svc, EndRunRequest(run=DriveRef(tenant=t, run_id=r))).status == RunStatus.failed
+    def stopper() -> None:
+        barrier.wait()
+        time.sleep(rng.random() / 100)
+        stop_run(svc, t, r)
+
+    threads = [threading.Thread(target=saver, args=(k,)) for k in range(8)] + [threading.Thread(target=stopper)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    final = svc.store.get_run(t, r, steps=False)
+    assert final.stop_requested
+    from laneflow.domain.messages import DriveRef, EndRunRequest
+    from laneflow.usecases.end_run import end_run
+
+    assert end_run(svc, EndRunRequest(run=DriveRef(tenant=t, run_id=r))).status == RunStatus.failed
 
 
 # -- budgets -----------------------------------------------------------------------------------
@@ -354,6 +357,8 @@ def test_a_flow_with_fan_out_rescue_loop_approval_budget_and_judge_runs_to_the_e
     researchers = run.steps[:3]
     assert all(s.status == StepStatus.completed for s in researchers)
     failer, checker = run.steps[3], run.steps[4]
+    assert failer.status == StepStatus.completed and failer.cycle == 1  # carried by its rescue
+    assert failer.result == rescues_of(run, 3)[-1].result
     assert checker.conclusion == "Looks good. APPROVED" and checker.cycle == 1
     assert [r.cycle for r in rescues_of(run, 3)] == [0, 1]
     answer_approval(svc, run.tenant, run.id, approve=True)

@@ -6,6 +6,7 @@ run ends as it would have without the crash."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -41,7 +42,7 @@ def assert_invariants(db, run) -> None:
         by_step.setdefault(a.index, []).append(a)
     for index, tries in by_step.items():
         tries.sort(key=lambda a: a.n)
-        for earlier, later in zip(tries, tries[1:]):
+        for earlier, later in itertools.pairwise(tries):
             assert earlier.ended_at and earlier.ended_at <= later.started_at, f"step {index}: attempts overlapped"
         completed = [a for a in tries if a.status == AttemptStatus.completed]
         assert len(completed) <= 1, f"step {index} completed twice: a finished result was run again"
@@ -156,7 +157,7 @@ def test_past_the_drive_limit_the_run_is_closed_failed_with_the_reason(tmp_path)
     run = db.get_run("local", run.id)
     assert run.status == RunStatus.failed and "its drive went away 1 times" in run.error
     assert_invariants(db, run)
-    events = [json.loads(l) for l in (tmp_path / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [(e["run_id"], e["status"]) for e in events] == [(run.id, "failed")]  # the on-end hook was told
 
 

@@ -3,8 +3,10 @@ substitution to a function whose handler exists, and the interpreter loads the d
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import operator
 import re
 import types
 import typing
@@ -53,7 +55,7 @@ def _strict_type(annotation):
         return annotation
     args = tuple(_strict_type(a) for a in args)
     if origin in (typing.Union, types.UnionType):
-        return typing.Union[args]
+        return functools.reduce(operator.or_, args)
     return origin[args if len(args) > 1 else args[0]]
 
 

@@ -266,7 +266,7 @@ def test_the_tool_directive_script_over_two_turns(server):
     prompt = 'Fix the bug\n[[tool read_file {"path": "a.py"}]]\n[[tool run_tests {}]]'
     messages: list[dict] = [{"role": "user", "content": prompt}]
     seen = []
-    for turn in range(2):
+    for _turn in range(2):
         m = client.messages.create(model=MODEL, max_tokens=1024, messages=messages, stream=False)
         assert m.stop_reason == "tool_use"
         text, call = m.content

@@ -128,7 +128,7 @@ def test_sigterm_leaves_the_run_resumable_and_reconcile_re_drives_it_with_its_ac
     # The re-drive, in another process, read the workspace with the run's account again.
     expected = agents_md_layer(WS, "slow", account)
     for index in SLOW:
-        [layer] = [l for l in db.get_step("local", run_id, index, detail=True).prompt_layers if l.name == "agents.md"]
+        [layer] = [each for each in db.get_step("local", run_id, index, detail=True).prompt_layers if each.name == "agents.md"]
         assert layer == expected
 
 

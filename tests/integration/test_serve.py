@@ -68,7 +68,7 @@ def raw_request(
 ) -> bytes:
     lines = [f"{method} {path} HTTP/1.1"]
     if host is not None:
-        lines.append(f"Host: {'127.0.0.1:%d' % port_of(server) if host == 'own' else host}")
+        lines.append(f"Host: {f'127.0.0.1:{port_of(server)}' if host == 'own' else host}")
     lines += [f"{k}: {v}" for k, v in headers]
     if body is not None and not any(k.lower() == "content-length" for k, _ in headers):
         lines.append(f"Content-Length: {len(body)}")

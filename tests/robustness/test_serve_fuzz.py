@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -157,6 +158,46 @@ def bodies(rng: random.Random) -> bytes | None:
     return b'{"workspace": "ws_control\xc3\x28", "flow": "approval"}'  # not UTF-8
 
 
+def _wrong_part(rng: random.Random, wrong: str, port: int, own: str) -> object:
+    """A wrong value for one part of a request."""
+    choices: dict[str, list[object]] = {
+        "method": ["HEAD", "OPTIONS", "PUT", "DELETE", "PATCH", "get", "FROB", "G\x00T", "POST", "GET"],
+        "path": [
+            "/", "/runs?limit=-1", "/runs?limit=x&limit=9", "/openapi.json", "//runs", "/runs/", "/no/such", "/runs#frag",
+            "http://evil.example/runs", "*", "/" + "x" * 3000, "/runs/%00/stop", "/runs/" + "a" * 300, "/runs/../../etc/passwd",
+        ],
+        "host": [f"localhost:{port}", f"[::1]:{port}", "evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", "", None, "two"],
+        "origin": ["http://evil.example", "null", f"http://localhost:{port}", f"https://{own}", f"http://127.0.0.1:{port + 1}"],
+        "site": ["cross-site", "same-site", "none", "CROSS-SITE"],
+        "content_type": [
+            "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=b",
+            "application/json; charset=latin-1", None, "application/json; charset=utf-8", "APPLICATION/JSON", "application/jsonp",
+        ],
+        "lie": ["less", "more", "none", "bad", "two", "huge"],
+        "version": ["HTTP/1.0", "HTTP/2.0", "HTTP/9", ""],
+        "extra": [[("Expect", "100-continue")], [("Transfer-Encoding", "chunked")], [("X-Filler", "f" * 100)] * 120],
+    }
+    if wrong == "body":
+        return bodies(rng)
+    return rng.choice(choices[wrong])
+
+
+def _length_headers(rng: random.Random, lie: str, body: bytes | None) -> tuple[list[tuple[str, str]], bool]:
+    """The Content-Length headers a request says (true, or one of its lies), and whether the
+    server may rightly wait for more."""
+    size = len(body or b"")
+    if lie == "true":
+        return ([("Content-Length", str(size))] if body is not None else []), False
+    lies: dict[str, list[tuple[str, str]]] = {
+        "less": [("Content-Length", str(size // 2))] if size > 1 else [],
+        "more": [("Content-Length", str(size + 50))],
+        "bad": [("Content-Length", rng.choice(["-5", "abc", "1e3", "0x10", " "]))],
+        "two": [("Content-Length", str(size)), ("Content-Length", str(size + 1))],
+        "huge": [("Content-Length", str(10**15))],
+    }
+    return lies.get(lie, []), lie == "more"
+
+
 def a_request(rng: random.Random, port: int, run_ids: list[str]) -> Sent:
     """A request that would be answered (a read, a start, a stop, an approval), with none to
     four of its parts made wrong, so that each refusal is also met on its own."""
@@ -172,42 +213,16 @@ def a_request(rng: random.Random, port: int, run_ids: list[str]) -> Sent:
             ("POST", f"/runs/{run_id}/approval", json.dumps({"approve": True}).encode()),
         ]
     )
-    host: str | None = own
-    origin = rng.choice([None, f"http://{own}"])
-    site = rng.choice([None, "same-origin"])
-    content_type: str | None = "application/json" if body is not None else None
-    lie, version, extra = "true", "HTTP/1.1", []
-    for wrong in rng.sample(["method", "path", "host", "origin", "site", "type", "body", "length", "version", "extra"], rng.choice([0, 1, 1, 1, 2, 2, 3, 4])):
-        if wrong == "method":
-            method = rng.choice(["HEAD", "OPTIONS", "PUT", "DELETE", "PATCH", "get", "FROB", "G\x00T", "POST", "GET"])
-        elif wrong == "path":
-            path = rng.choice(
-                [
-                    "/", "/runs?limit=-1", "/runs?limit=x&limit=9", "/openapi.json", "//runs", "/runs/", "/no/such", "/runs#frag",
-                    "http://evil.example/runs", "*", "/" + "x" * 3000, "/runs/%00/stop", "/runs/" + "a" * 300, "/runs/../../etc/passwd",
-                ]
-            )
-        elif wrong == "host":
-            host = rng.choice([f"localhost:{port}", f"[::1]:{port}", "evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", "", None, "two"])
-        elif wrong == "origin":
-            origin = rng.choice(["http://evil.example", "null", f"http://localhost:{port}", f"https://{own}", f"http://127.0.0.1:{port + 1}"])
-        elif wrong == "site":
-            site = rng.choice(["cross-site", "same-site", "none", "CROSS-SITE"])
-        elif wrong == "type":
-            content_type = rng.choice(
-                [
-                    "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=b",
-                    "application/json; charset=latin-1", None, "application/json; charset=utf-8", "APPLICATION/JSON", "application/jsonp",
-                ]
-            )
-        elif wrong == "body":
-            body = bodies(rng)
-        elif wrong == "length":
-            lie = rng.choice(["less", "more", "none", "bad", "two", "huge"])
-        elif wrong == "version":
-            version = rng.choice(["HTTP/1.0", "HTTP/2.0", "HTTP/9", ""])
-        else:
-            extra = rng.choice([[("Expect", "100-continue")], [("Transfer-Encoding", "chunked")], [("X-Filler", "f" * 100)] * 120])
+    parts: dict[str, Any] = {
+        "method": method, "path": path, "body": body, "host": own, "origin": rng.choice([None, f"http://{own}"]),
+        "site": rng.choice([None, "same-origin"]), "content_type": "application/json" if body is not None else None,
+        "lie": "true", "version": "HTTP/1.1", "extra": [],
+    }
+    names = ["method", "path", "host", "origin", "site", "content_type", "body", "lie", "version", "extra"]
+    for wrong in rng.sample(names, rng.choice([0, 1, 1, 1, 2, 2, 3, 4])):
+        parts[wrong] = _wrong_part(rng, wrong, port, own)
+    method, path, body, host = parts["method"], parts["path"], parts["body"], parts["host"]
+    origin, site, content_type, version = parts["origin"], parts["site"], parts["content_type"], parts["version"]
 
     headers: list[tuple[str, str]] = []
     if host == "two":
@@ -217,22 +232,10 @@ def a_request(rng: random.Random, port: int, run_ids: list[str]) -> Sent:
     headers += [("Origin", origin)] if origin else []
     headers += [("Sec-Fetch-Site", site)] if site else []
     headers += [("Content-Type", content_type)] if content_type else []
-    headers += extra
-    size = len(body or b"")
-    may_stall = not version  # a one-word request line may never end its headers
-    if lie == "true" and body is not None:
-        headers.append(("Content-Length", str(size)))
-    elif lie == "less" and size > 1:
-        headers.append(("Content-Length", str(size // 2)))
-    elif lie == "more":
-        headers.append(("Content-Length", str(size + 50)))
-        may_stall = True
-    elif lie == "bad":
-        headers.append(("Content-Length", rng.choice(["-5", "abc", "1e3", "0x10", " "])))
-    elif lie == "two":
-        headers += [("Content-Length", str(size)), ("Content-Length", str(size + 1))]
-    elif lie == "huge":
-        headers.append(("Content-Length", str(10**15)))
+    headers += parts["extra"]
+    lengths, waits = _length_headers(rng, parts["lie"], body)
+    headers += lengths
+    may_stall = not version or waits  # a one-word request line may never end its headers
 
     # What the rules refuse whatever else is wrong: another host; a state change from another
     # site; a state change labelled other than JSON.
@@ -298,7 +301,7 @@ def test_a_bounded_fuzz_of_serve_gets_no_5xx_and_changes_nothing_on_a_refusal(se
         answers = list(pool.map(lambda s: send(port, s), requests))
         dropped = [f.result() for f in stalls]
 
-    for sent, answer in zip(requests, answers):
+    for sent, answer in zip(requests, answers, strict=True):
         where = f"{sent.raw[:160]!r}"
         if answer.status is None:
             assert sent.may_stall, f"no answer to {where}"
@@ -319,7 +322,7 @@ def test_a_bounded_fuzz_of_serve_gets_no_5xx_and_changes_nothing_on_a_refusal(se
     stored = svc.store.list_runs(TENANT, limit=500)  # the store still lists
     assert {r.id for r in stored} == created
     assert sorted(svc.drives.started) == sorted(created)
-    stopped = {s.path.split("/")[2] for s, a in zip(requests, answers) if a.status == 200 and s.path.endswith("/stop")}
+    stopped = {s.path.split("/")[2] for s, a in zip(requests, answers, strict=True) if a.status == 200 and s.path.endswith("/stop")}
     for run in stored:
         assert run.stop_requested == (run.id in stopped), run.id
     # The server still answers, and as before.

@@ -33,7 +33,7 @@ def test_lanes_are_keyed_by_agent_and_model_in_index_order():
     flow = flow_of([StepSpec(agent="a"), StepSpec(agent="b")])
     steps = [step(0, "a"), step(1, "b", slot=1), step(2, "a", model="claude-x"), step(3, "a")]
     lanes = plan_lanes(steps, flow, 100)
-    assert [(l.agent, l.model, [s.index for s in l.steps]) for l in lanes] == [
+    assert [(lane.agent, lane.model, [s.index for s in lane.steps]) for lane in lanes] == [
         ("a", "stub", [0, 3]), ("b", "stub", [1]), ("a", "claude-x", [2])]
 
 
@@ -71,7 +71,7 @@ def test_start_drive_sets_running_driven_at_and_counts_drives(svc, started):
 def test_next_group_plans_the_first_group_with_pending_steps_then_ends(svc, started):
     run, ref = started
     plan = next_group(svc, NextGroupRequest(run=ref))
-    assert plan.action == "run" and plan.group == 0 and {l.agent for l in plan.lanes} == {"optional_failer", "scout"}
+    assert plan.action == "run" and plan.group == 0 and {lane.agent for lane in plan.lanes} == {"optional_failer", "scout"}
     for s in svc.store.get_steps(run.tenant, run.id):
         svc.store.update_step(run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed))
     assert next_group(svc, NextGroupRequest(run=ref)).action == "end"

@@ -24,34 +24,34 @@ def test_stable_layers_come_before_every_dynamic_layer():
     flags = [layer.dynamic for layer in prompt.layers]
     assert True in flags and False in flags
     assert flags == sorted(flags), "a dynamic layer stands before a stable one"
-    assert {l.name for l in prompt.layers if l.dynamic} == {"memory", "state", "clock"}
+    assert {layer.name for layer in prompt.layers if layer.dynamic} == {"memory", "state", "clock"}
 
 
 def test_layers_keep_design_order_within_each_half():
     prompt = researcher_prompt()
     order = [name for name, _ in LAYER_ORDER]
     for half in (False, True):
-        names = [l.name for l in prompt.layers if l.dynamic is half]
+        names = [layer.name for layer in prompt.layers if layer.dynamic is half]
         assert names == sorted(names, key=order.index)
 
 
 def test_the_researcher_gets_every_layer_its_folder_supports():
-    names = {l.name for l in researcher_prompt().layers}
+    names = {layer.name for layer in researcher_prompt().layers}
     assert {"persona", "where", "agents.md", "skills", "memory", "knowledge", "scripts", "state", "clock", "rules"} <= names
 
 
 def test_each_layer_records_name_size_hash_prefix_and_dynamic():
     prompt = researcher_prompt()
-    for layer, record in zip(prompt.layers, prompt.records()):
+    for layer, record in zip(prompt.layers, prompt.records(), strict=True):
         assert record.name == layer.name and record.chars == len(layer.text)
         assert record.sha256 == hashlib.sha256(layer.text.encode()).hexdigest()[:12]
         assert record.dynamic == layer.dynamic
 
 
 def test_skills_are_one_line_each_from_both_layouts():
-    skills = next(l for l in researcher_prompt().layers if l.name == "skills").text
+    skills = next(layer for layer in researcher_prompt().layers if layer.name == "skills").text
     lines = [line for line in skills.splitlines() if line.startswith("- ")]
-    assert len(lines) == 2 and any("web-search" in l for l in lines) and any("summarize" in l for l in lines)
+    assert len(lines) == 2 and any("web-search" in line for line in lines) and any("summarize" in line for line in lines)
 
 
 def test_stable_half_is_unchanged_by_a_new_day_and_new_memory(tmp_path):
@@ -61,14 +61,14 @@ def test_stable_half_is_unchanged_by_a_new_day_and_new_memory(tmp_path):
     (root / "memory" / "feedback.md").write_text("A new lesson learned today.\n")
     after = researcher_prompt(root, now=NOW + dt.timedelta(days=1))
     assert before.stable == after.stable
-    changed = {a.name for a, b in zip(before.records(), after.records()) if a.sha256 != b.sha256}
+    changed = {a.name for a, b in zip(before.records(), after.records(), strict=True) if a.sha256 != b.sha256}
     assert changed == {"memory", "clock"}
 
 
 def test_secrets_layer_names_secrets_but_never_values(tmp_path):
     ws = load_workspace(FIXTURES / "ws_ok")
     prompt = build_system_prompt(ws, load_agent(ws, "researcher"), secrets=["SEARCH_API_KEY"], now=NOW)
-    text = next(l for l in prompt.layers if l.name == "secrets").text
+    text = next(layer for layer in prompt.layers if layer.name == "secrets").text
     assert "SEARCH_API_KEY" in text
 
 

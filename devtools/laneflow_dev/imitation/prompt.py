@@ -108,10 +108,9 @@ def _cache_control_ttl(block: dict, where: str) -> str | None:
 
 
 
-def analyze_prompt(body: dict, chars_per_token: int) -> Prompt:
-    """Count the prompt's tokens and find its cache breakpoints (validating them)."""
-    model = body["model"]
-    items: list[tuple[str, Any, dict, bool]] = []  # (where, position, block, is_tool)
+def _prompt_items(body: dict) -> list[tuple[str, Any, dict, bool]]:
+    """The request's blocks in cache order: (where, position, block, is_tool)."""
+    items: list[tuple[str, Any, dict, bool]] = []
     tools = body.get("tools") or []
     if not isinstance(tools, list):
         raise RequestError(400, "tools: Input should be a valid list")
@@ -135,6 +134,13 @@ def analyze_prompt(body: dict, chars_per_token: int) -> Prompt:
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         for bi, block in enumerate(blocks):
             items.append((f"messages.{mi}.content.{bi}", ["message", mi, message["role"]], block, False))
+    return items
+
+
+def analyze_prompt(body: dict, chars_per_token: int) -> Prompt:
+    """Count the prompt's tokens and find its cache breakpoints (validating them)."""
+    model = body["model"]
+    items = _prompt_items(body)
 
     hasher = hashlib.sha256(model.encode("utf-8"))
     total = 0
@@ -174,7 +180,12 @@ def validate_body(body: Any) -> None:
         raise RequestError(400, "max_tokens: Input should be a valid integer")
     if mt < 1:
         raise RequestError(400, "max_tokens: Input should be greater than or equal to 1")
-    messages = body["messages"]
+    _validate_messages(body["messages"])
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise RequestError(400, "stream: Input should be a valid boolean")
+
+
+def _validate_messages(messages: Any) -> None:
     if not isinstance(messages, list):
         raise RequestError(400, "messages: Input should be a valid list")
     if not messages:
@@ -193,5 +204,3 @@ def validate_body(body: Any) -> None:
                     raise RequestError(400, f"messages.{i}.content.{j}: Input should be a content block with a type")
         elif not isinstance(content, str):
             raise RequestError(400, f"messages.{i}.content: Input should be a valid string or list")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise RequestError(400, "stream: Input should be a valid boolean")

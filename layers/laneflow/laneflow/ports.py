@@ -367,7 +367,8 @@ class Store(ABC):
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:  # pragma: no cover - trivial default
-        """Release connections."""
+        """Release connections (none, unless a store holds some)."""
+        return None
 
 
 

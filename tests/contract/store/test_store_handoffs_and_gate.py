@@ -24,31 +24,35 @@ def test_the_gate_rendezvous_hands_every_token_back_exactly_once_under_a_race(st
     """Siblings arrive while the lead opens: each token is either kept and handed to the
     lead, or its sibling is told the gate is open. None is lost, none is handed back twice."""
     for trial in range(5):
-        run = new_run(store)
-        key = f"g0c0:lane-{trial}"
-        told_open: list[str] = []
-        handed: list[str] = []
-        lock = threading.Lock()
-        barrier = threading.Barrier(21)
+        _race_the_rendezvous(store, trial)
 
-        def sibling(n: int) -> None:
-            barrier.wait()
-            token = f"tok-{n}"
-            if store.gate_wait(TENANT, run.id, key, token):
-                with lock:
-                    told_open.append(token)
 
-        def lead() -> None:
-            barrier.wait()
-            time.sleep(0.001 * trial)
-            tokens = store.gate_open(TENANT, run.id, key)
+def _race_the_rendezvous(store: Store, trial: int) -> None:
+    run = new_run(store)
+    key = f"g0c0:lane-{trial}"
+    told_open: list[str] = []
+    handed: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(21)
+
+    def sibling(n: int) -> None:
+        barrier.wait()
+        token = f"tok-{n}"
+        if store.gate_wait(TENANT, run.id, key, token):
             with lock:
-                handed.extend(tokens)
+                told_open.append(token)
 
-        threads = [threading.Thread(target=sibling, args=(n,)) for n in range(20)] + [threading.Thread(target=lead)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert sorted(told_open + handed) == sorted(f"tok-{n}" for n in range(20))
-        assert store.gate_open(TENANT, run.id, key) == []
+    def lead() -> None:
+        barrier.wait()
+        time.sleep(0.001 * trial)
+        tokens = store.gate_open(TENANT, run.id, key)
+        with lock:
+            handed.extend(tokens)
+
+    threads = [threading.Thread(target=sibling, args=(n,)) for n in range(20)] + [threading.Thread(target=lead)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(told_open + handed) == sorted(f"tok-{n}" for n in range(20))
+    assert store.gate_open(TENANT, run.id, key) == []

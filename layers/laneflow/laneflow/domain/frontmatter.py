@@ -300,7 +300,8 @@ def read_front(path: Path, rel: str) -> Front:
             error = e if quoted else strict_error
             raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(error, rel, first_line, handler.fm)]) from None
         if not quoted:  # pragma: no cover - the lenient pass changed nothing, so it fails too
-            raise WorkspaceInvalid(f"{rel} does not parse", [_yaml_problem(strict_error, rel, first_line, handler.fm)])
+            problem = _yaml_problem(strict_error, rel, first_line, handler.fm)
+            raise WorkspaceInvalid(f"{rel} does not parse", [problem]) from None
         warnings = [
             Problem(
                 file=rel,

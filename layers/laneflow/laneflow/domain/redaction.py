@@ -89,7 +89,7 @@ class Redactor:
             return obj if _same_dict(obj, out) else out
         if isinstance(obj, (list, tuple)):
             items = [self._value(v) for v in obj]
-            if all(a is b for a, b in zip(obj, items)):
+            if all(a is b for a, b in zip(obj, items, strict=True)):
                 return obj
             return tuple(items) if isinstance(obj, tuple) else items
         if isinstance(obj, BaseModel):
@@ -109,7 +109,7 @@ class Redactor:
 def _same_dict(before: dict[Any, Any], after: dict[Any, Any]) -> bool:
     if len(before) != len(after):
         return False
-    return all(a is b and va is vb for (a, va), (b, vb) in zip(before.items(), after.items()))
+    return all(a is b and va is vb for (a, va), (b, vb) in zip(before.items(), after.items(), strict=True))
 
 
 

@@ -438,7 +438,7 @@ def describe(run: Run) -> str:
             first = s.conclusion.strip().splitlines()[0] if s.conclusion.strip() else ""
             lines.append(f"      → {first[:100]}")
         if s.prompt_layers:
-            layers = " ".join(f"{l.name}{'*' if l.dynamic else ''}:{l.chars}" for l in s.prompt_layers)
+            layers = " ".join(f"{layer.name}{'*' if layer.dynamic else ''}:{layer.chars}" for layer in s.prompt_layers)
             lines.append(f"      layers: {layers}")
     return "\n".join(lines)
 

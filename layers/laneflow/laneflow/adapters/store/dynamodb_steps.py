@@ -551,12 +551,7 @@ class StepItems:
         small = [i for i, (_, item) in spans.items() if item is None]
         large = [i for i, (_, item) in spans.items() if item is not None]
         if found is None:
-            if small:
-                condition.append(f"({u.exists('calls')} AND size({u.n('calls')}) <= {u.v(CALLS_ON_STEP - len(small))})")
-            for i in small:
-                u.set(("calls", i), spans[i][0])
-            condition += [u.absent(("calls", i)) for i in large]  # else the map's older version would win
-            return [spans[i][1] for i in large]  # type: ignore[misc]
+            return self._place_spans_blind(u, condition, spans, small, large)
         held = found.get("calls", {}).get("M")
         room = CALLS_ON_STEP - len(held or {})
         inline, out = [], list(large)
@@ -579,6 +574,28 @@ class StepItems:
             for i in out:
                 if i in held:
                     u.remove(("calls", i))
+        return self._span_items(ref, spans, out)
+
+    @staticmethod
+    def _place_spans_blind(
+        u: Update,
+        condition: list[str],
+        spans: dict[str, tuple[str, dict[str, Any] | None]],
+        small: list[str],
+        large: list[str],
+    ) -> list[dict[str, Any]]:
+        """The cheap form of `_place_spans`: every small span into the map, conditional on its room."""
+        if small:
+            condition.append(f"({u.exists('calls')} AND size({u.n('calls')}) <= {u.v(CALLS_ON_STEP - len(small))})")
+        for i in small:
+            u.set(("calls", i), spans[i][0])
+        condition += [u.absent(("calls", i)) for i in large]  # else the map's older version would win
+        return [spans[i][1] for i in large]  # type: ignore[misc]
+
+    def _span_items(
+        self, ref: AttemptRef, spans: dict[str, tuple[str, dict[str, Any] | None]], out: list[str]
+    ) -> list[dict[str, Any]]:
+        """The items for the spans that do not go into the step item's map."""
         overflow = [i for i in out if spans[i][1] is None]
         stored = self._stored_spans(ref) if overflow else {}
         items = []

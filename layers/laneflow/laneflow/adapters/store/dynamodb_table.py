@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from botocore.exceptions import ClientError
 
@@ -120,7 +120,7 @@ class Table:
         try:
             return call(**kwargs)
         except ClientError as error:
-            raise transient(error) or error
+            _reraise(error)
 
     def count(self, *, read: float = 0.0, write: float = 0.0) -> None:
         self.meter.count(getattr(self._op, "name", None) or "other", read=read, write=write)
@@ -137,7 +137,7 @@ class Table:
                 raise ConditionFailed([{"Code": "ConditionalCheckFailed", "Item": error.response.get("Item")}]) from None
             if code == "ValidationException" and "size" in message.lower():
                 raise too_large(message, self.bucket) from None
-            raise transient(error) or error
+            _reraise(error)
 
     def get(self, key: dict[str, Any]) -> dict[str, Any] | None:
         item = self.request("get_item", Key=key, ConsistentRead=True).get("Item")
@@ -278,7 +278,7 @@ class Table:
                     code == "TransactionCanceledException" and codes <= {"None", "TransactionConflict", None}
                 )
                 if not conflict:
-                    raise transient(error) or error
+                    _reraise(error)
                 time.sleep(random.uniform(0, 0.01 * 2**attempt))
         else:
             raise Conflict("a write kept conflicting with concurrent writes to the same items; try again")
@@ -361,3 +361,11 @@ class Table:
     def close(self) -> None:
         self._db.close()
         self._s3.close()
+
+
+def _reraise(error: ClientError) -> NoReturn:
+    """Raise a throttle as `TransientError` (chained to it), anything else as it came."""
+    wrapped = transient(error)
+    if wrapped is None:
+        raise error
+    raise wrapped from error

@@ -274,7 +274,7 @@ class SqliteStore(RuleBookStore):
             " WHERE tenant = ? AND run_id = ? AND op_id = ?",
             (tenant, run_id, op_id),
         ).fetchone()
-        return None if row is None else JournalEntry(tenant=tenant, run_id=run_id, **dict(zip(_JOURNAL_FIELDS, row)))
+        return None if row is None else JournalEntry(tenant=tenant, run_id=run_id, **dict(zip(_JOURNAL_FIELDS, row, strict=True)))
 
     def _runs(self, db: sqlite3.Connection, rows: list[tuple[str, str, str | None]]) -> list[tuple[str, Doc | RecordDamaged]]:
         """(id, JSON or why it cannot be read) of (tenant, id, JSON) rows."""

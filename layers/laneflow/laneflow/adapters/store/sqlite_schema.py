@@ -282,7 +282,8 @@ def damage(
     row = db.execute(
         f"SELECT {', '.join(checks)} FROM {table} WHERE {where} AND NOT ({' AND '.join(checks)}) LIMIT 1", tuple(args)
     ).fetchone()
-    return damaged(what, [field for field, ok in zip(json_fields, row or ()) if not ok])
+    bad = [field for field, ok in zip(json_fields, row, strict=True) if not ok] if row else []
+    return damaged(what, bad)
 
 
 

@@ -130,7 +130,6 @@ class StepRunner:
         self.svc.telemetry.step_metrics(cost_usd=step.cost_usd, duration_ms=spent, calls=step.calls, gate_wait_ms=gate_wait)
 
     def _run_attempts(self) -> StepReport:
-        store = self.svc.store
         while True:
             self.recorder = None
             self.svc.telemetry.bind(attempt=self.attempt.n)
@@ -141,38 +140,12 @@ class StepRunner:
                 outcome, data, recorder = self._attempt()
             except AttemptEnded:
                 return self._report()
-            except StepFailed as failure:
-                reason, retryable, kind = failure.reason, failure.retryable, failure.kind
-                stopped = isinstance(failure, StepStopped)
-            except InvalidInput as error:  # an agent that cannot be read: say where (file, line)
-                reason, retryable, stopped, kind = error.one_line(), False, False, FailureKind.other
-            except LaneflowError as error:
-                reason, retryable, stopped, kind = str(error).splitlines()[0], False, False, FailureKind.other
-            except Exception as error:  # a bug or an unexpected library error: end the attempt, say what
-                if self.svc.leaving.is_set():
+            except Exception as error:
+                failure = self._failure_of(error)
+                if failure is None:
                     return self._interrupted()
-                log.exception("step %s of %s: attempt %s crashed", self.step.index, self.run.id, self.attempt.n)
-                reason, retryable, stopped, kind = f"{type(error).__name__}: {error}", False, False, FailureKind.other
             else:
-                cost = recorder.cost_usd
-                try:
-                    store.end_attempt(
-                        self.ref,
-                        AttemptStatus.completed,
-                        step=StepChanges(
-                            status=StepStatus.completed,
-                            result=outcome.result,
-                            conclusion=outcome.conclusion,
-                            data=data,
-                            error=None,
-                            cost_usd=round(self.step.cost_usd + cost, 6),
-                            finished_at=utcnow(),
-                        ),
-                        calls=list(recorder.spans.values()),
-                    )
-                except AttemptEnded:
-                    pass
-                crashpoint("after-result")
+                self._complete(outcome, data, recorder)
                 return self._report()
             finally:
                 self._discard()  # however the attempt ended, its copy of the workspace goes
@@ -180,44 +153,84 @@ class StepRunner:
             if self.svc.leaving.is_set():
                 # The attempt ended because its worker is going away (Ctrl-C): not its doing.
                 return self._interrupted()
-            # Masked here too (the store masks what it writes): the next attempt's message is
-            # built from it in memory and must read as it would after a resume.
-            reason = self.svc.redactor(scrub_paths(reason, self.run.workspace_uri))
-            cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
-            self.step.cost_usd = round(self.step.cost_usd + cost, 6)
-            retry = retryable and self.failures < self.spec.retries
-            try:
-                self._note(EventType.error, f"attempt {self.attempt.n} failed: {reason}")
-                ends: dict[str, Any] = {} if retry else {"status": StepStatus.failed, "finished_at": utcnow()}
-                changes = StepChanges(error=reason, cost_usd=self.step.cost_usd, **ends)
-                ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
-                spans = list(self.recorder.spans.values()) if self.recorder else []
-                store.end_attempt(
-                    self.ref, ended, reason=reason, step=changes, calls=spans, reason_kind=None if stopped else kind
-                )
-            except AttemptEnded:
+            if not self._end_failed(*failure):
                 return self._report()
-            if not retry:
-                return self._report()
-            if self.open_gate:
-                # Siblings do not wait through the lead's retries: they start and write the prefix themselves.
-                self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
-            self.history.append(EarlierAttempt(n=self.attempt.n, status=AttemptStatus.failed, reason=reason, kind=kind))
-            self.failures += 1
-            self.message = user_message(self.step, self.spec, self.handoff, self.history)
-            try:
-                self.attempt = store.claim_attempt(
-                    self.run.tenant,
-                    self.run.id,
-                    self.step.index,
-                    token=_secrets.token_hex(16),
-                    started_at=utcnow(),
-                    expect_status=(StepStatus.running,),
-                    worker=self.attempt.worker,
-                    message=self.message,
-                )
-            except Conflict:
-                return self._report()
+
+    def _failure_of(self, error: Exception) -> tuple[str, bool, bool, FailureKind] | None:
+        """(reason, retryable, stopped, kind) for an attempt that raised `error`; None when it was
+        interrupted because its worker is leaving."""
+        if isinstance(error, StepFailed):
+            return error.reason, error.retryable, isinstance(error, StepStopped), error.kind
+        if isinstance(error, InvalidInput):  # an agent that cannot be read: say where (file, line)
+            return error.one_line(), False, False, FailureKind.other
+        if isinstance(error, LaneflowError):
+            return str(error).splitlines()[0], False, False, FailureKind.other
+        # A bug or an unexpected library error: end the attempt, say what.
+        if self.svc.leaving.is_set():
+            return None
+        log.exception("step %s of %s: attempt %s crashed", self.step.index, self.run.id, self.attempt.n)
+        return f"{type(error).__name__}: {error}", False, False, FailureKind.other
+
+    def _complete(self, outcome: StepOutcome, data: Any, recorder: StepRecorder) -> None:
+        try:
+            self.svc.store.end_attempt(
+                self.ref,
+                AttemptStatus.completed,
+                step=StepChanges(
+                    status=StepStatus.completed,
+                    result=outcome.result,
+                    conclusion=outcome.conclusion,
+                    data=data,
+                    error=None,
+                    cost_usd=round(self.step.cost_usd + recorder.cost_usd, 6),
+                    finished_at=utcnow(),
+                ),
+                calls=list(recorder.spans.values()),
+            )
+        except AttemptEnded:
+            pass
+        crashpoint("after-result")
+
+    def _end_failed(self, reason: str, retryable: bool, stopped: bool, kind: FailureKind) -> bool:
+        """Record a failed attempt; True when a retry has been claimed and the loop goes on."""
+        store = self.svc.store
+        # Masked here too (the store masks what it writes): the next attempt's message is
+        # built from it in memory and must read as it would after a resume.
+        reason = self.svc.redactor(scrub_paths(reason, self.run.workspace_uri))
+        cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
+        self.step.cost_usd = round(self.step.cost_usd + cost, 6)
+        retry = retryable and self.failures < self.spec.retries
+        try:
+            self._note(EventType.error, f"attempt {self.attempt.n} failed: {reason}")
+            ends: dict[str, Any] = {} if retry else {"status": StepStatus.failed, "finished_at": utcnow()}
+            changes = StepChanges(error=reason, cost_usd=self.step.cost_usd, **ends)
+            ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
+            spans = list(self.recorder.spans.values()) if self.recorder else []
+            store.end_attempt(self.ref, ended, reason=reason, step=changes, calls=spans, reason_kind=None if stopped else kind)
+        except AttemptEnded:
+            return False
+        if not retry:
+            return False
+        if self.open_gate:
+            # Siblings do not wait through the lead's retries: they start and write the prefix themselves.
+            self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
+        self.history.append(EarlierAttempt(n=self.attempt.n, status=AttemptStatus.failed, reason=reason, kind=kind))
+        self.failures += 1
+        self.message = user_message(self.step, self.spec, self.handoff, self.history)
+        try:
+            self.attempt = store.claim_attempt(
+                self.run.tenant,
+                self.run.id,
+                self.step.index,
+                token=_secrets.token_hex(16),
+                started_at=utcnow(),
+                expect_status=(StepStatus.running,),
+                worker=self.attempt.worker,
+                message=self.message,
+            )
+        except Conflict:
+            return False
+        return True
 
     def _attempt(self) -> tuple[StepOutcome, Any, StepRecorder]:
         svc, run, step = self.svc, self.run, self.step
