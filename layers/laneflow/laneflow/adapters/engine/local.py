@@ -9,6 +9,10 @@ Why this shape (docs/ARCHITECTURE.md, "The embedded engine"):
   function is replaced by a direct call of the handler (2-3 ms per Task instead of building
   a boto3 client per call). It is a moto internal, so moto is pinned exactly (pyproject) and
   tests/unit/test_engine_patch.py fails if the hook moves.
+- Drives run at once: each execution is answered by its own drive's handlers and services
+  (moto_patches notes which execution a Lambda call serves), never by globally installed
+  ones. `laneflow serve` drives on a bounded pool (LocalDrives) and forgets each execution
+  once it ended, so a long-lived process stays flat.
 - One drive is one execution. The engine waits for it and, if it ended without closing the
   run (a crashed definition), closes the run `failed` with the reason: no run is left
   `running` with nothing working on it.
@@ -30,11 +34,13 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from laneflow.adapters.engine import moto_patches
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
 from laneflow.domain.records import Run
@@ -82,8 +88,14 @@ class LambdaContext:
 class HandlerRegistry:
     """The template's functions, their handler modules loaded from `functions/<name>/`."""
 
-    def __init__(self, template: Template, leaving: threading.Event | None = None):
+    def __init__(
+        self,
+        template: Template,
+        leaving: threading.Event | None = None,
+        bind: Callable[[], AbstractContextManager[Any]] | None = None,
+    ):
         self.functions = template.functions()
+        self.bind = bind  # makes this drive's services the handlers' while one runs
         self._modules: dict[str, ModuleType] = {}
         self._lock = threading.Lock()
         self.leaving = leaving  # set: this worker is going away, and runs no handler any more
@@ -118,7 +130,8 @@ class HandlerRegistry:
                 return _function_error("WorkerLeaving", "this worker is going away")
             self._running += 1
         try:
-            result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
+            with self.bind() if self.bind is not None else nullcontext():
+                result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
         except Exception as exc:  # noqa: BLE001 - every error crosses as a Lambda function error
             logging.getLogger("laneflow.engine").debug("handler %s raised", logical_id, exc_info=True)
             return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc)[-5:])
@@ -148,14 +161,26 @@ def _function_error(error_type: str, message: str, stack: list[str] | None = Non
 
 _registry_lock = threading.Lock()
 
-_registry: HandlerRegistry | None = None
+# The handlers of each running drive, by the ARN of the execution they answer.
+_registries: dict[str, HandlerRegistry] = {}
+
+
+
+def serve_execution(execution_arn: str, registry: HandlerRegistry | None) -> None:
+    """Answer the Lambda calls of an execution with `registry`'s handlers (None: no more)."""
+    with _registry_lock:
+        if registry is None:
+            _registries.pop(execution_arn, None)
+        else:
+            _registries[execution_arn] = registry
 
 
 
 def _invoke_in_process(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
-    registry = _registry
+    execution = moto_patches.current_execution()
+    registry = _registries.get(execution) if execution else None
     if registry is None:
-        return _function_error("ServiceException", "the local engine is not running")
+        return _function_error("ServiceException", f"the local engine drives no execution {execution}")
     raw = parameters.get("Payload")
     payload = json.loads(raw) if isinstance(raw, (bytes, str)) and raw else (raw or {})
     return registry.invoke(parameters["FunctionName"], payload)
@@ -171,6 +196,13 @@ def install_interpreter_hook() -> None:
     if not hasattr(lambda_eval_utils, "_invoke_lambda_function"):  # pragma: no cover - guarded by a test
         raise RuntimeError("moto's Step Functions interpreter changed: lambda_eval_utils._invoke_lambda_function is gone")
     lambda_eval_utils._invoke_lambda_function = _invoke_in_process
+    moto_patches.install()
+
+
+
+def execution_arn(state_machine_arn: str, name: str) -> str:
+    """The ARN moto gives an execution named `name` of the state machine."""
+    return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
 
 
 
@@ -217,27 +249,24 @@ class DriveResult:
 class LocalEngine:
     """Runs drives of runs through the real definition, one execution per drive.
 
-    Only one engine drives at a time in a process (the handlers read the installed services);
-    a second `drive` call waits for the first to finish."""
+    Drives of a process run at once: the handlers of an execution get the services of the
+    engine that started it (`bind`), whatever else runs."""
 
-    _drive_lock = threading.Lock()
     _machines: dict[str, str] = {}
 
     def __init__(
         self,
         svc: Services,
         *,
-        install: Callable[[Services | None], None],
-        installed: Callable[[], Services | None],
+        bind: Callable[[Services], AbstractContextManager[Any]],
         project: str | Path | None = None,
     ):
         # Tokens are completed on this process's interpreter: the engine's own copy of the
         # services says so (the caller's are left as they are).
         self.svc = dataclasses.replace(svc, callbacks=LocalCallbacks())
-        self._install, self._installed = install, installed
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
-        self.registry = HandlerRegistry(self.template, svc.leaving)
+        self.registry = HandlerRegistry(self.template, svc.leaving, bind=lambda: bind(self.svc))
         self.definition = self.template.definition(lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}")
 
     @property
@@ -255,41 +284,43 @@ class LocalEngine:
 
     def drive(self, tenant: str, run_id: str, *, on_tick: Callable[[], None] | None = None, tick_s: float = 0.1) -> DriveResult:
         """Run one drive of a run to its end (blocking) and return the run as stored."""
-        global _registry
-        with self._drive_lock:
-            install_interpreter_hook()
-            before = self._installed()
-            self._install(self.svc)
-            _registry = self.registry
+        install_interpreter_hook()
+        machine = self.state_machine_arn
+        name = f"{run_id}-{_secrets.token_hex(4)}"
+        # Known before it starts (moto names it so), since its first state calls a handler at once.
+        arn = execution_arn(machine, name)
+        serve_execution(arn, self.registry)
+        try:
             try:
-                backend = _backend()
-                name = f"{run_id}-{_secrets.token_hex(4)}"
-                try:
-                    execution = backend.start_execution(
-                        self.state_machine_arn, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id})
-                    )
-                    while execution.status == "RUNNING":
-                        if on_tick:
-                            on_tick()
-                        time.sleep(tick_s)
-                except KeyboardInterrupt:
-                    self._leave(tenant, run_id)
-                    raise
-                status = str(execution.status)
-                if status != "SUCCEEDED":
-                    close_run(self.svc, tenant, run_id, error=str(execution.error or status), cause=str(execution.cause or ""))
-                if on_tick:
-                    on_tick()
-                return DriveResult(
-                    run=self.svc.store.get_run(tenant, run_id),
-                    execution_arn=execution.execution_arn,
-                    execution_status=status,
-                    error=execution.error,
-                    cause=execution.cause,
-                )
-            finally:
-                _registry = None
-                self._install(before)
+                execution = _backend().start_execution(machine, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id}))
+                if execution.execution_arn != arn:  # pragma: no cover - guarded by test_engine_patch
+                    raise RuntimeError(f"moto named the execution {execution.execution_arn}, not {arn}")
+                while execution.status == "RUNNING":
+                    if on_tick:
+                        on_tick()
+                    time.sleep(tick_s)
+            except KeyboardInterrupt:
+                self._leave(tenant, run_id)
+                raise
+            status = str(execution.status)
+            if status != "SUCCEEDED":
+                close_run(self.svc, tenant, run_id, error=str(execution.error or status), cause=str(execution.cause or ""))
+            if on_tick:
+                on_tick()
+            return DriveResult(
+                run=self.svc.store.get_run(tenant, run_id),
+                execution_arn=execution.execution_arn,
+                execution_status=status,
+                error=execution.error,
+                cause=execution.cause,
+            )
+        finally:
+            serve_execution(arn, None)
+
+    def forget(self, execution_arn: str) -> None:
+        """Drop an ended execution (its history too) from the interpreter: a long-lived
+        process keeps nothing of the drives it has finished."""
+        moto_patches.forget(_backend(), execution_arn)
 
     def _leave(self, tenant: str, run_id: str) -> None:
         """This worker is going away (SIGINT, SIGTERM): the run stays resumable. No handler
@@ -311,26 +342,40 @@ class LocalEngine:
 
 class LocalDrives:
     """Starts drives on threads of this process (`laneflow serve`): each runs the embedded
-    engine to the drive's end. Drives of one process run one at a time (the handlers read
-    the installed services), in the order they were started."""
+    engine to the drive's end, and then forgets its execution. At most `pool` drives run at
+    once (LANEFLOW_LOCAL_DRIVES); a drive started past that waits for a free place, holding
+    nothing. Drives run at once, so a slow run never holds a quick one. The threads are
+    daemons: a person's Ctrl-C ends the process, and reconcile takes over what was driving."""
 
-    def __init__(self, engine: Callable[[], LocalEngine]):
+    def __init__(self, engine: Callable[[], LocalEngine], pool: int = 4):
+        if pool < 1:
+            raise ValueError(f"a pool of {pool} drives runs nothing")
         self.engine = engine
+        self.pool = pool
+        self._places = threading.BoundedSemaphore(pool)
+        self._lock = threading.Lock()
         self.threads: list[threading.Thread] = []
 
     def start(self, tenant: str, run_id: str) -> str:
         name = f"local-drive-{run_id}"
         thread = threading.Thread(target=self._drive, args=(tenant, run_id), name=name, daemon=True)
-        self.threads.append(thread)
+        with self._lock:
+            self.threads = [t for t in self.threads if t.is_alive()]
+            self.threads.append(thread)
         thread.start()
         return name
 
     def _drive(self, tenant: str, run_id: str) -> None:
-        try:
-            self.engine().drive(tenant, run_id)
-        except Exception:  # noqa: BLE001 - reconcile picks up a drive that failed to run
-            logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
+        with self._places:
+            try:
+                engine = self.engine()
+                result = engine.drive(tenant, run_id)
+                engine.forget(result.execution_arn)
+            except Exception:  # noqa: BLE001 - reconcile picks up a drive that failed to run
+                logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
 
     def join(self, timeout: float | None = None) -> None:
-        for thread in list(self.threads):
+        with self._lock:
+            threads = list(self.threads)
+        for thread in threads:
             thread.join(timeout)
