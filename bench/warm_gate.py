@@ -243,7 +243,7 @@ def markdown(r: dict) -> str:
     ]
     for row in r["rows"]:
         d = row["gate_on"]["dollars"]
-        shown = f"{d['vs_formula_pct']:+.2f}%" if d["vs_formula_pct"] is not None else "—"
+        shown = f"{d['vs_formula_pct'] + 0.0:+.2f}%" if d["vs_formula_pct"] is not None else "—"  # no "-0.00"
         lines.append(f"| {row['n']} | {d['prefix_tokens_sent']} | ${d['prefix_usd']:.6f} | ${d['formula_usd']:.6f} | {shown} |")
     lines += ["", "| goal | met |", "|---|---|"]
     for name, ok in r["goals"].items():
