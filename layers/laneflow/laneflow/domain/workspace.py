@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from laneflow.domain.errors import Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, read_frontmatter, read_text, type_name
 from laneflow.domain.stub_answers import header_problems
+from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools
 
 __all__ = [
     "AgentSettings",
@@ -58,13 +59,13 @@ class AgentSettings(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", protected_namespaces=())
 
     model: str | None = None
-    effort: str | None = None
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
     tools: list[str] = Field(default_factory=list)
     budget: float | None = Field(default=None, gt=0, description="USD cap for one step")
     timeout: float | None = Field(default=None, gt=0, description="seconds")
     max_turns: int | None = Field(default=None, ge=1)
     sandbox: bool = False
-    size: str | None = None
+    size: Literal["small", "medium", "large"] | None = None
     secrets: list[str] = Field(default_factory=list)
     apis: list[str] = Field(default_factory=list)
     stub: str | list[str] | None = None
@@ -120,7 +121,14 @@ class Agent(BaseModel):
     memory: list[Doc] = Field(default_factory=list)
     knowledge: list[Doc] = Field(default_factory=list)
     scripts: list[str] = Field(default_factory=list)  # relative paths
+    script_tools: list[ScriptTool] = Field(default_factory=list)  # its own and the workspace's executables
     warnings: list[Problem] = Field(default_factory=list)
+
+    @property
+    def sandboxed(self) -> bool:
+        """The step runs in a sandbox worker: its agent says `sandbox: true`, or it may run
+        programs (`bash`, `scripts` or a `script_*` tool)."""
+        return self.settings.sandbox or runs_programs(self.settings.tools)
 
 
 
@@ -495,6 +503,25 @@ def _read_skills(agent_dir: Path, root: Path, errors: list[Problem], warnings: l
 
 
 
+def _ignored_settings(settings: AgentSettings, front: Front, rel: str, scripts: list[ScriptTool]) -> list[Problem]:
+    """What agent.md asks for that nothing would do, refused rather than silently ignored: a
+    tool name that names no tool (with the closest one), and `apis:` (no API tools yet)."""
+    problems = []
+    for index, name, close in unknown_tools(settings.tools, scripts):
+        hint = f" (did you mean {close!r}?)" if close else ""
+        problems.append(Problem(
+            file=rel, line=front.lines.get(f"tools[{index}]", front.lines.get("tools")), field=f"tools[{index}]",
+            message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts and script_<name>",
+        ))
+    if settings.apis:
+        problems.append(Problem(
+            file=rel, line=front.lines.get("apis"), field="apis",
+            message="API tools (apis:) are not available in this version; remove it, it would be ignored",
+        ))
+    return problems
+
+
+
 def load_agent(ws: Workspace, name: str) -> Agent:
     """Read `agents/<name>/`: settings and persona from agent.md, skills, memory,
     knowledge and scripts. Parses afresh on every call.
@@ -512,6 +539,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
     warnings: list[Problem] = []
     settings: AgentSettings | None = None
     persona = ""
+    script_tools = discover_scripts(root, _rel(agent_dir, root))
     try:
         front = read_front(md, rel)
     except WorkspaceInvalid as e:
@@ -524,6 +552,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         warnings.extend(warns)
         if settings is not None:
             errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
+            errors.extend(_ignored_settings(settings, front, rel, script_tools))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)
@@ -542,6 +571,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         memory=_docs(agent_dir / "memory", root, "*.md", warnings),
         knowledge=_docs(agent_dir / "knowledge", root, "*.md", warnings),
         scripts=scripts,
+        script_tools=script_tools,
         warnings=warnings,
     )
 
