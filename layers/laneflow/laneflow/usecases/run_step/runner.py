@@ -274,6 +274,10 @@ class StepRunner:
             max_turns=agent.settings.max_turns,
             timeout=agent.settings.timeout,
             budget=budget,
+            effort=agent.settings.effort,
+            size=agent.settings.size,
+            network_enforce=bool(ws.settings.network_enforce),
+            sandboxed=agent.sandboxed,
         )
         crashpoint("rescue-running" if step.rescue_of is not None else "executor-started")
         outcome = svc.executor(step.model).execute(job, recorder)
