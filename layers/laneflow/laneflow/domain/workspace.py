@@ -503,17 +503,20 @@ def _read_skills(agent_dir: Path, root: Path, errors: list[Problem], warnings: l
 
 
 
-def _ignored_settings(settings: AgentSettings, front: Front, rel: str, scripts: list[ScriptTool]) -> list[Problem]:
+def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list[Problem]:
     """What agent.md asks for that nothing would do, refused rather than silently ignored: a
-    tool name that names no tool (with the closest one), and `apis:` (no API tools yet)."""
+    tool name that names no tool (with the closest one), and `apis:` (no API tools yet).
+    Read from the frontmatter as written, so they are found beside a setting of the wrong type."""
     problems = []
-    for index, name, close in unknown_tools(settings.tools, scripts):
+    tools = front.data.get("tools")
+    names = [t for t in tools if isinstance(t, str)] if isinstance(tools, list) else []
+    for index, name, close in unknown_tools(names, scripts):
         hint = f" (did you mean {close!r}?)" if close else ""
         problems.append(Problem(
             file=rel, line=front.lines.get(f"tools[{index}]", front.lines.get("tools")), field=f"tools[{index}]",
             message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts and script_<name>",
         ))
-    if settings.apis:
+    if front.data.get("apis"):
         problems.append(Problem(
             file=rel, line=front.lines.get("apis"), field="apis",
             message="API tools (apis:) are not available in this version; remove it, it would be ignored",
@@ -550,9 +553,9 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         settings, errs, warns = _settings(AgentSettings, front, rel)
         errors.extend(errs)
         warnings.extend(warns)
+        errors.extend(_ignored_settings(front, rel, script_tools))
         if settings is not None:
             errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
-            errors.extend(_ignored_settings(settings, front, rel, script_tools))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)
