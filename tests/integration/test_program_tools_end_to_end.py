@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import anthropic
@@ -20,9 +22,10 @@ from laneflow.adapters.executors.isolation import SUBPROCESS, detect
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.store import open_store
 from laneflow.domain.flow import check_workspace
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
+from laneflow.usecases.stop import stop_run
 from laneflow.wiring import for_store, local_engine
 from laneflow_dev.imitation import MessagesImitation
 
@@ -102,6 +105,33 @@ def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(s
     assert "is not JSON" in unparsed["output"]
     assert (ws / "storage" / "shouted.txt").read_text() == "ADA: HELLO THERE\n"  # the script's file persists
     assert step.calls[0].tools == 4  # the turn's span counts its calls
+
+
+def test_a_stop_kills_a_sleeping_script_within_2_s_and_ends_the_attempt_stopped_on_both_stores(svc, tmp_path):
+    stub = 'tool: bash {"command": "touch storage/started; sleep 60; touch storage/finished"}\n===\nSlept.\n'
+    ws = workspace(tmp_path, agent_md=stub_agent(stub), flow=EACH)
+    run = create_run(svc, ws, "shout", {"names": ["ada"]})
+    stopped_at: list[float] = []
+
+    def stop_once_sleeping():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (ws / "storage" / "started").exists():
+            time.sleep(0.02)
+        stopped_at.append(time.monotonic())
+        stop_run(svc, run.tenant, run.id)
+
+    watcher = threading.Thread(target=stop_once_sleeping)
+    watcher.start()
+    final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    ended = time.monotonic()
+    watcher.join()
+    [step] = final.steps
+    assert final.status == RunStatus.failed and step.status == StepStatus.failed
+    [attempt] = svc.store.list_attempts(run.tenant, run.id, 0)
+    assert attempt.status == AttemptStatus.stopped and "its bash call was killed" in attempt.reason
+    assert ended - stopped_at[0] < 2, "the sleeping script outlived the stop by more than 2 s"
+    time.sleep(0.2)
+    assert not (ws / "storage" / "finished").exists()
 
 
 def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_before_any_turn(tmp_path):
@@ -231,3 +261,14 @@ def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_
     assert "did you mean 'script_count'" in problems[("tools[2]", 5)]
     assert "one of 'small', 'medium', 'large'" in problems[("size", 6)]
     assert "it would be ignored" in problems[("apis", 7)]
+
+
+def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_ok", root)
+    md = root / "agents" / "writer" / "agent.md"
+    md.write_text("---\nmodel: claude-haiku-4-5\neffort: high\n---\nYou write.\n")
+    [warning] = [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"]
+    assert warning.severity == "warning" and warning.line == 3 and "takes no effort setting" in warning.message
+    md.write_text("---\nmodel: claude-opus-4-6\neffort: max\n---\nYou write.\n")
+    assert [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"] == []

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from laneflow.domain.errors import Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, read_frontmatter, read_text, type_name
+from laneflow.domain.pricing import catalog
 from laneflow.domain.stub_answers import header_problems
 from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools
 
@@ -503,6 +504,20 @@ def _read_skills(agent_dir: Path, root: Path, errors: list[Problem], warnings: l
 
 
 
+def _effort_not_taken(settings: AgentSettings, model: str | None, front: Front, rel: str) -> list[Problem]:
+    """A warning when the agent's model (its own, else the workspace's) is known not to take
+    its `effort:` level: the step would not send it (and its trace would say so)."""
+    price = catalog().price(model) if settings.effort and model and model != "stub" else None
+    if price is None or settings.effort in price.efforts:
+        return []
+    takes = f"takes effort {', '.join(price.efforts)}" if price.efforts else "takes no effort setting"
+    return [Problem(
+        file=rel, line=front.lines.get("effort"), field="effort", severity="warning",
+        message=f"model {model} {takes}: effort {settings.effort!r} would not be sent",
+    )]
+
+
+
 def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list[Problem]:
     """What agent.md asks for that nothing would do, refused rather than silently ignored: a
     tool name that names no tool (with the closest one), and `apis:` (no API tools yet).
@@ -556,6 +571,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         errors.extend(_ignored_settings(front, rel, script_tools))
         if settings is not None:
             errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
+            warnings.extend(_effort_not_taken(settings, settings.model or ws.settings.model, front, rel))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)

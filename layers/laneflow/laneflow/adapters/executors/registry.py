@@ -161,6 +161,8 @@ class StepTools:
             command = args.get("command")
             if not isinstance(command, str) or not command.strip():
                 raise ToolError('bash takes {"command": "..."}: a non-empty string')
+            if "\x00" in command:
+                raise ToolError("bash: a command cannot hold a NUL character")
             return self._program(name, [shutil.which("bash") or "/bin/bash", "-c", command], "")
         script = self.scripts.get(name)
         if script is not None:

@@ -330,6 +330,7 @@ class StepRunner:
             stub=settings.get("stub") or "PASS",
             answer_index=job.attempt - 1,
             timeout=job.timeout,
+            effort=settings.get("effort") if isinstance(settings.get("effort"), str) else None,
         )
         reply = self.svc.executor(model).execute(verdict_job, recorder)
         passed, reason = parse_verdict(reply.conclusion or reply.result)
