@@ -5,6 +5,7 @@ agent's `effort` reaches the API the way each model takes it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import textwrap
@@ -272,3 +273,29 @@ def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):
     assert warning.severity == "warning" and warning.line == 3 and "takes no effort setting" in warning.message
     md.write_text("---\nmodel: claude-opus-4-6\neffort: max\n---\nYou write.\n")
     assert [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"] == []
+
+
+# -- the example ---------------------------------------------------------------------------------
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tides"
+
+
+SECRETS_LOADED = importlib.util.find_spec("laneflow.usecases.run_step.secrets") is not None
+
+
+@pytest.mark.skipif(not SECRETS_LOADED, reason="declared secrets are loaded by the secrets use case, not on this branch yet")
+def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_path):
+    ws = tmp_path / "tides"
+    shutil.copytree(EXAMPLE, ws)
+    assert check_workspace(ws) == []
+    svc = for_store(open_store(f"sqlite:///{tmp_path / 'l.db'}"), Settings(capture_dir=str(tmp_path / "captures")))
+    run = drive(svc, ws, "tides", {"places": ["Brest", "St Malo"]})
+    assert run.status == RunStatus.completed, run.error
+    for step in run.steps:
+        [call] = [e for e in step.events if e.type == "tool"]
+        output = captured(tmp_path, call)["output"]
+        assert output.startswith("exit code: 0"), output
+        assert "demo-tides-token" not in output
+    assert (ws / "storage" / "tides-brest.md").read_text().startswith("# Tides at Brest")
+    assert (ws / "storage" / "tides-st-malo.md").exists() and (ws / "state" / "tables-filed").read_text() == "2\n"
