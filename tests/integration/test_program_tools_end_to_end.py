@@ -19,8 +19,7 @@ from contract.store.backends import dynamodb_store, sqlite_store
 from test_claude_tools import KEY, Recording, directives
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
-from laneflow.adapters.executors.isolation import SUBPROCESS, detect
-from laneflow.adapters.executors.stub import StubExecutor
+from laneflow.adapters.executors.isolation import detect
 from laneflow.adapters.store import open_store
 from laneflow.domain.flow import check_workspace
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
@@ -74,9 +73,7 @@ EACH = "input:\n  type: object\n  properties:\n    names: {type: array}\nsteps:\
 @pytest.fixture(params=[sqlite_store, dynamodb_store], ids=["sqlite", "dynamodb"])
 def svc(request, tmp_path: Path):
     with request.param(tmp_path) as store:
-        service = for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
-        service.executors["stub"] = StubExecutor(isolation=detect())
-        yield service
+        yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
 def drive(svc, ws: Path, flow: str, run_input=None):
@@ -138,8 +135,9 @@ def test_a_stop_kills_a_sleeping_script_within_2_s_and_ends_the_attempt_stopped_
 def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_before_any_turn(tmp_path):
     ws = workspace(tmp_path, agent_md=stub_agent(), flow=EACH)
     (ws / "AGENTS.md").write_text("---\nmodel: stub\nnetwork_enforce: true\n---\nShared rules.\n")
-    svc = for_store(open_store(f"sqlite:///{tmp_path / 'l.db'}"), Settings(capture_dir=str(tmp_path / "captures")))
-    svc.executors["stub"] = StubExecutor(isolation=SUBPROCESS)
+    # LANEFLOW_ISOLATION=subprocess: the plain subprocess, whose network cannot be fenced.
+    settings = Settings.from_env({"LANEFLOW_ISOLATION": "subprocess", "LANEFLOW_CAPTURE_DIR": str(tmp_path / "captures")})
+    svc = for_store(open_store(f"sqlite:///{tmp_path / 'l.db'}"), settings)
     run = drive(svc, ws, "shout", {"names": ["ada"]})
     [step] = run.steps
     assert run.status == RunStatus.failed and step.status == StepStatus.failed and step.attempts == 1  # not retried

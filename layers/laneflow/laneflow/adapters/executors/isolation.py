@@ -108,6 +108,12 @@ def detect() -> Isolation:
     return BUBBLEWRAP if _bwrap_works() else SUBPROCESS
 
 
+def choose(level: str) -> Isolation | None:
+    """The isolation a setting names (`LANEFLOW_ISOLATION`): None for `auto` (found when a
+    step first runs a program), SUBPROCESS for `subprocess`."""
+    return SUBPROCESS if level == "subprocess" else None
+
+
 def bubblewrap_available() -> bool:
     return _bwrap_works()
 
