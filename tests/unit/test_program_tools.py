@@ -251,6 +251,8 @@ ESCAPES = {
     "read laneflow's environ": "cat /proc/{pid}/environ",
     "rewrite agent.md": "echo 'tools: [everything]' > agents/worker/agent.md",
     "reach the network": "exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected",
+    "read the host's home": "test -e {home}",
+    "read the password hashes": "grep -q : /etc/shadow",
 }
 
 
@@ -269,7 +271,7 @@ def test_escape_attempts_fail_under_bubblewrap(ws, tmp_path, listener, monkeypat
     port, accepted = listener
     agent_md = (ws / "agents" / "worker" / "agent.md").read_text()
     for what in ESCAPES:
-        ok, said = _attempt(ws, BUBBLEWRAP, what, outside=outside, pid=os.getpid(), port=port)
+        ok, said = _attempt(ws, BUBBLEWRAP, what, outside=outside, pid=os.getpid(), port=port, home=Path.home())
         assert not ok, (what, said)
     assert not (outside / "escaped.txt").exists()
     assert (ws / "agents" / "worker" / "agent.md").read_text() == agent_md

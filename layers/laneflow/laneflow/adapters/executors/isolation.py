@@ -1,7 +1,8 @@
 """Where a step's programs run (bash, script tools): the strongest isolation the machine offers.
 
 - `bubblewrap` (Debian's `bwrap`): new namespaces with `--unshare-all` (so no network), the
-  system's folders read-only, a private `/tmp`, the step's scratch copy of the workspace as
+  system's folders read-only (the host's password hashes, sudo rules and SSH host keys
+  masked), a private `/tmp`, the step's scratch copy of the workspace as
   the only writable place (its agents' definitions read-only within it), `--die-with-parent`.
 - `subprocess`: a plain child process. Neither the network nor the file system is fenced;
   the trace says so, and `network_enforce: true` refuses such a step.
@@ -37,6 +38,12 @@ PATH = "/usr/local/bin:/usr/bin:/bin"
 
 # System folders a program may read (never /root, /home or where laneflow itself lives).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+
+# What stays hidden inside those (bubblewrap): the host's password hashes, its sudo rules and
+# its SSH host keys, readable by a root-owned program otherwise.
+MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+
+MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d")
 
 DEFAULT_SIZE = "medium"
 
@@ -196,6 +203,12 @@ def _bwrap_argv(argv: list[str], scratch: Path, read_only: list[Path]) -> list[s
             out += ["--symlink", os.readlink(folder), folder]
         elif os.path.isdir(folder):
             out += ["--ro-bind", folder, folder]
+    for path in MASKED_FILES:
+        if os.path.isfile(path):
+            out += ["--ro-bind", "/dev/null", path]
+    for path in MASKED_DIRS:
+        if os.path.isdir(path):
+            out += ["--tmpfs", path]
     out += ["--bind", str(scratch), str(scratch)]
     for path in read_only:
         out += ["--ro-bind", str(path), str(path)]
