@@ -203,12 +203,12 @@ def _bwrap_argv(argv: list[str], scratch: Path, read_only: list[Path]) -> list[s
             out += ["--symlink", os.readlink(folder), folder]
         elif os.path.isdir(folder):
             out += ["--ro-bind", folder, folder]
-    for path in MASKED_FILES:
-        if os.path.isfile(path):
-            out += ["--ro-bind", "/dev/null", path]
-    for path in MASKED_DIRS:
-        if os.path.isdir(path):
-            out += ["--tmpfs", path]
+    for masked in MASKED_FILES:
+        if os.path.isfile(masked):
+            out += ["--ro-bind", "/dev/null", masked]
+    for hidden in MASKED_DIRS:
+        if os.path.isdir(hidden):
+            out += ["--tmpfs", hidden]
     out += ["--bind", str(scratch), str(scratch)]
     for path in read_only:
         out += ["--ro-bind", str(path), str(path)]
