@@ -205,7 +205,7 @@ def test_a_claude_call_past_the_agents_timeout_is_killed_and_the_step_ends_with_
     assert step.status == StepStatus.failed and "timed out after 1 s" in step.error
     [call] = [e for e in step.events if e.type == "tool"]
     assert call.data["tool"] == "bash" and call.data["ms"] < 3000
-    assert "timed out after 1 s and was killed" in captured(tmp_path, call)["output"]
+    assert "timed out and was killed after" in captured(tmp_path, call)["output"]
 
 
 # -- effort --------------------------------------------------------------------------------

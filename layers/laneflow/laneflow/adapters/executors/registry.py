@@ -3,8 +3,8 @@ grants, with their definitions in a stable order (they are part of the cached pr
 prefix), run the same way for the Claude executor and the stub's `tool:` lines.
 
 `bash` and the script tools run programs in the step's scratch copy of the workspace under
-the machine's strongest isolation (`isolation.py`), each call time-limited (the agent's
-`timeout:`, else DEFAULT_CALL_TIMEOUT_S), each output cut at MAX_OUTPUT_CHARS saying so.
+the machine's strongest isolation (`isolation.py`), each call time-limited (what is left of
+the agent's `timeout:` for the step, else DEFAULT_CALL_TIMEOUT_S), each output cut at MAX_OUTPUT_CHARS saying so.
 A program's own failure (a non-zero exit, its time limit, input that is not what the tool
 takes, a script that cannot start) is a `ToolError`: an `is_error` result for the model. A
 stop kills the program's process group and ends the attempt (`StepStopped`).
@@ -93,6 +93,8 @@ class StepTools:
         self.bash = BASH in plain and self.root is not None
         self.scripts: dict[str, ScriptTool] = {s.name: s for s in chosen} if self.root else {}
         self._isolation = isolation
+        # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
+        self._deadline = time.monotonic() + job.timeout if job.timeout else None
 
     @property
     def runs_programs(self) -> bool:
@@ -183,8 +185,8 @@ class StepTools:
 
     def _program(self, name: str, argv: list[str], stdin: str) -> str:
         assert self.root is not None
-        timeout = self.job.timeout or DEFAULT_CALL_TIMEOUT_S
         started = time.monotonic()
+        timeout = DEFAULT_CALL_TIMEOUT_S if self._deadline is None else max(0.1, self._deadline - started)
         try:
             done = run_program(
                 argv,
@@ -204,7 +206,8 @@ class StepTools:
             raise StepStopped(f"stopped by a person (its {name} call was killed after {time.monotonic() - started:.1f} s)")
         report = _report(done)
         if done.timed_out:
-            raise ToolError(f"{name} timed out after {timeout:g} s and was killed\n{report}")
+            limit = f"the step's timeout of {self.job.timeout:g} s" if self._deadline else f"{DEFAULT_CALL_TIMEOUT_S:g} s a call"
+            raise ToolError(f"{name} timed out and was killed after {time.monotonic() - started:.1f} s ({limit})\n{report}")
         if done.exit_code != 0:
             raise ToolError(report)
         return report
