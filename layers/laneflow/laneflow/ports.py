@@ -108,6 +108,14 @@ class StepJob:
     max_turns: int | None = None
     timeout: float | None = None
     budget: float | None = None
+    # What the step's programs (bash, scripts) get beyond the fixed variables: the declared
+    # secrets, NAME -> value (for `@NAME`, the path of its 0600 file), under the names they
+    # cross as (a model-named secret already renamed `LANEFLOW_DECLARED_<NAME>`).
+    secret_env: dict[str, str] = field(default_factory=dict)
+    effort: str | None = None  # agent `effort:`, sent the way the model takes it (or not, saying so)
+    size: str | None = None  # agent `size:` (small, medium, large): the programs' limits
+    network_enforce: bool = False  # AGENTS.md `network_enforce:`: refuse a sandbox without a network fence
+    sandboxed: bool = False  # `Agent.sandboxed`: the step runs in a sandbox worker
 
 
 

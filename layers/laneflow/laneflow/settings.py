@@ -31,6 +31,9 @@ class Settings(BaseModel):
     in_lambda: bool = False  # AWS_LAMBDA_FUNCTION_NAME is set: Powertools logging, tracing, metrics
     anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud, step runners only)
     anthropic_enabled: bool = False  # LANEFLOW_ANTHROPIC_ENABLED: the stack holds a key its step runners read (the API accepts Claude runs)
+    # LANEFLOW_ISOLATION: where a step's programs run: `auto` (the strongest the machine offers:
+    # bubblewrap where it can run) or `subprocess` (a plain child process, never bubblewrap).
+    isolation: Literal["auto", "subprocess"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL
 
     @field_validator("log_level", mode="before")
@@ -68,6 +71,7 @@ class Settings(BaseModel):
             ("anthropic_secret", "LANEFLOW_ANTHROPIC_SECRET"),
             ("anthropic_enabled", "LANEFLOW_ANTHROPIC_ENABLED"),
             ("log_level", "POWERTOOLS_LOG_LEVEL"),
+            ("isolation", "LANEFLOW_ISOLATION"),
         ):
             if env.get(name):
                 values[field] = env[name]

@@ -24,6 +24,7 @@ from laneflow.adapters.aws.stepfunctions import (
     execution_alive,
 )
 from laneflow.adapters.engine.local import LocalDrives, LocalEngine
+from laneflow.adapters.executors.isolation import choose
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.local.on_end import LocalOnEnd
@@ -62,10 +63,10 @@ def make_executor(cfg: Settings) -> Callable[[str, str | None], Executor]:
 
     def make(model: str, key: str | None) -> Executor:
         if model == "stub":
-            return StubExecutor()
+            return StubExecutor(isolation=choose(cfg.isolation))
         from laneflow.adapters.executors.anthropic import AnthropicExecutor
 
-        return AnthropicExecutor(api_key=key, base_url=cfg.anthropic_base_url)
+        return AnthropicExecutor(api_key=key, base_url=cfg.anthropic_base_url, isolation=choose(cfg.isolation))
 
     return make
 

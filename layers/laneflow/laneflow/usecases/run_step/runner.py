@@ -282,6 +282,10 @@ class StepRunner:
             max_turns=agent.settings.max_turns,
             timeout=agent.settings.timeout,
             budget=budget,
+            effort=agent.settings.effort,
+            size=agent.settings.size,
+            network_enforce=bool(ws.settings.network_enforce),
+            sandboxed=agent.sandboxed,
         )
         crashpoint("rescue-running" if step.rescue_of is not None else "executor-started")
         outcome = svc.executor(step.model).execute(job, recorder)
@@ -334,6 +338,7 @@ class StepRunner:
             stub=settings.get("stub") or "PASS",
             answer_index=job.attempt - 1,
             timeout=job.timeout,
+            effort=settings.get("effort") if isinstance(settings.get("effort"), str) else None,
         )
         reply = self.svc.executor(model).execute(verdict_job, recorder)
         passed, reason = parse_verdict(reply.conclusion or reply.result)
