@@ -20,6 +20,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check layers devtools functions bench tests scripts setup.py
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
