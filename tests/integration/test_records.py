@@ -2,8 +2,9 @@
 - a retried or resumed step is told the truth about each earlier attempt, and the user
   message its latest attempt was sent is kept on the step (`message`);
 - a run that ends leaves no step pending: what did not run is skipped, with the reason;
-- the model's key is never stored in clear: not in the store (SQLite file, DynamoDB items,
-  S3 blobs), the captures, the on-end hook's events or the log."""
+- the model's key and every declared secret are never stored in clear: not in the store
+  (SQLite file, DynamoDB items, S3 blobs), the captures, the on-end hook's events or the
+  logs; a run's secrets are dropped when it ends."""
 
 from __future__ import annotations
 
@@ -263,6 +264,76 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, mon
     stored = stored_bytes(on.kind, tmp_path)
     assert KEY.encode() not in stored and MASK.encode() in stored
     assert KEY not in logged
+
+
+def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_when_it_ends(on, tmp_path, monkeypatch, caplog, capfd):
+    # Given three declared secrets (a variable, a file, a model-named one) in a --secrets file
+    token, cert, named = "tok-declared-0123456789", "cert-declared-abcdefghij", "sk-ant-declared-for-scripts-42"
+    given = tmp_path / "ws" / "given.env"  # the grep of stored bytes leaves the workspace out
+    given.parent.mkdir()
+    given.write_text(f"TOKEN={token}\nCERT={cert}\nANTHROPIC_API_KEY={named}\n")
+    svc = on(LANEFLOW_SECRETS_FILE=str(given))
+    log_file = tmp_path / "logs" / "laneflow.log"  # a log kept on disk is grepped too
+    log_file.parent.mkdir()
+    handler = logging.FileHandler(log_file, encoding="utf-8")
+    logging.getLogger().addHandler(handler)
+    every = f"{token} {cert} {named}"
+    declared = {"secrets": ["TOKEN", "@CERT", "ANTHROPIC_API_KEY"]}
+    ws = write_workspace(
+        tmp_path / "ws",
+        {
+            "leaky": {**declared, "stub": f"call: lookup {every} => found {every}\n===\nThe answer is {every}.\n"
+                                            f"```json\n{{\"token\": \"{token}\", \"nested\": [\"x {cert} y\"]}}\n```"},
+            "reader": {},
+            "bigmouth": {**declared, "stub": f"A long answer. {every}\n" + "tide " * 20_000},  # an S3 blob on DynamoDB
+            "breaker": {**declared, "stub": f"fail: refused {every}"},
+            "crasher": {**declared},
+        },
+        {"leak": {"steps": [
+            {"agent": "leaky", "instruction": "Research.", "output": "json"},
+            {"agent": "reader", "instruction": "Read it."},
+            {"agent": "bigmouth"},
+            {"agent": "breaker", "retries": 0, "optional": True},
+            {"agent": "crasher"},
+        ]}},
+    )
+    checked = step_module.check_output
+
+    def choke(spec, outcome):  # an unexpected error whose message holds the values (logged, recorded)
+        if spec.agent == "crasher":
+            raise RuntimeError(f"the parser choked on {every}")
+        return checked(spec, outcome)
+
+    monkeypatch.setattr(step_module, "check_output", choke)
+    caplog.set_level(logging.WARNING)
+
+    # When the run is driven to its end
+    try:
+        run = drive(svc, ws, "leak")
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+    # Then every value is its name wherever the run is recorded
+    masked = "[TOKEN] [CERT] [ANTHROPIC_API_KEY]"
+    leaky, reader, bigmouth, breaker, crasher = run.steps
+    assert leaky.data == {"token": "[TOKEN]", "nested": ["x [CERT] y"]} and f"The answer is {masked}." in leaky.result
+    assert f"The answer is {masked}." in reader.message  # the handoff
+    assert bigmouth.result.startswith(f"A long answer. {masked}")
+    assert breaker.error == f"refused {masked}"
+    assert run.status == RunStatus.failed and f"the parser choked on {masked}" in run.error
+    [tool] = [e for e in leaky.events if e.type == "tool"]
+    assert svc.captures.get(tool.data["capture"])["output"] == f"found {masked}"
+    ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert masked in ended[0]["error"]  # the on-end event
+    logged = caplog.text + capfd.readouterr().err + log_file.read_text()
+    assert f"the parser choked on {masked}" in logged
+    stored = stored_bytes(on.kind, tmp_path)
+    for value in (token, cert, named):
+        assert value.encode() not in stored and value not in logged
+    assert b"[TOKEN]" in stored and b"[CERT]" in stored
+    # And the run has ended: no value is held any more
+    assert svc.redactor.held() == [] and svc.redactor(every) == every
 
 
 def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on):
