@@ -14,7 +14,7 @@ import pytest
 from laneflow.adapters.local.secrets import LocalSecrets, PrivateSecretFiles, parse_dotenv
 from laneflow.domain.errors import InvalidInput
 from laneflow.domain.redaction import Redactor
-from laneflow.domain.secrets import crossing_note, declared_secrets, not_set, run_scope
+from laneflow.domain.secrets import crossing_note, declared_secrets, not_set, run_scope, secret_file_folders
 
 VALUE = "s3cr3t-value-0123456789"
 
@@ -135,6 +135,8 @@ def test_a_secret_file_is_0600_in_a_private_0700_folder_of_its_own_and_removed_w
     for name, path in first.paths.items():
         assert Path(path).name == name and stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert Path(first.paths["CERT"]).read_text() == VALUE
+    # A sandbox finds the folder to bind in from the job's variables alone.
+    assert secret_file_folders({**first.paths, "TOKEN": VALUE, "OTHER": "/etc/hosts"}) == [str(folder)]
     first.remove()
     first.remove()  # idempotent
     assert not folder.exists() and Path(second.paths["CERT"]).exists()

@@ -9,7 +9,9 @@ never replaces those settings: it crosses as `LANEFLOW_DECLARED_<NAME>`, and the
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from laneflow.domain.errors import InvalidInput
 
@@ -21,6 +23,9 @@ RESERVED_PREFIXES: tuple[tuple[str, str], ...] = (
 )
 
 DECLARED_PREFIX = "LANEFLOW_DECLARED_"
+
+# The folder an attempt's `@NAME` files are written in is named so (in the temp folder).
+SECRET_FOLDER_PREFIX = "laneflow-secrets-"
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -81,3 +86,14 @@ def crossing_note(secret: DeclaredSecret) -> str:
 def run_scope(tenant: str, run_id: str) -> str:
     """The redactor scope a run's secret values are held under (see `Redactor.hold`)."""
     return f"run:{tenant}/{run_id}"
+
+
+def secret_file_folders(secret_env: Mapping[str, str]) -> list[str]:
+    """The folders holding an attempt's `@NAME` files, from its `StepJob.secret_env`: what a
+    sandbox that mounts a private /tmp binds in read-only so its programs can read them."""
+    folders = {
+        str(PurePosixPath(value).parent)
+        for value in secret_env.values()
+        if value.startswith("/") and PurePosixPath(value).parent.name.startswith(SECRET_FOLDER_PREFIX)
+    }
+    return sorted(folders)

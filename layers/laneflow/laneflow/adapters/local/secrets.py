@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from laneflow.domain.errors import InvalidInput
-from laneflow.domain.secrets import RESERVED_PREFIXES
+from laneflow.domain.secrets import RESERVED_PREFIXES, SECRET_FOLDER_PREFIX
 
 WORKSPACE_FILE = ".secrets.env"
 
@@ -142,7 +142,7 @@ class PrivateSecretFiles:
         self.root = root
 
     def write(self, values: dict[str, str]) -> PrivateFileSet:
-        folder = Path(tempfile.mkdtemp(prefix="laneflow-secrets-", dir=self.root))  # 0700
+        folder = Path(tempfile.mkdtemp(prefix=SECRET_FOLDER_PREFIX, dir=self.root))  # 0700
         files = PrivateFileSet(folder)
         try:
             for name, value in values.items():
