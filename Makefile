@@ -25,8 +25,9 @@ lint: $(STAMP)
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
 
+# The suite runs on every core (pytest-xdist); `pytest` alone runs it in one process.
 test: $(STAMP) lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 # The quick loop while working: no test marked slow, and the SQLite store only.
 test-fast: $(STAMP)
