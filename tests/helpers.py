@@ -76,6 +76,11 @@ def services_on(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **en
     with mock_aws(), moto_dynamodb_serialized():
         init_store(DYNAMODB)
         store = open_store(DYNAMODB)
+        # This process's clients are made: from here on the endpoint only reaches children (a
+        # sandbox worker), through a moto server sharing the mock's state.
+        from contract.store.backends import _moto_server_url
+
+        monkeypatch.setenv("AWS_ENDPOINT_URL", _moto_server_url())
         try:
             yield for_store(store, Settings.from_env({**environ, "LANEFLOW_STORE": DYNAMODB}))
         finally:

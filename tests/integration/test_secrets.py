@@ -13,10 +13,11 @@
 
 The stub executor cannot read its environment, so a test executor around it keeps each
 job's `secret_env` (and a file's mode and text while the attempt runs): the window on what
-the step's programs get, until the real tools run them."""
+the step's programs get; where the bash tool exists, a real program prints them back."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import stat
@@ -330,3 +331,36 @@ def test_past_the_capture_limit_no_later_call_of_the_step_is_captured_and_the_tr
     assert "capture" not in [e for e in step.events if e.type == EventType.tool][-1].data
     captures = list((tmp_path / "captures").rglob("*.json"))
     assert len(captures) == 1
+
+
+# -- real programs (bash), when the tools are here -------------------------------------------------
+# A bash step is sandboxed: it runs in a sandbox worker (a child process) where one exists, so
+# the secrets file must reach the worker, and under bubblewrap (a private /tmp) the folder of
+# the `@NAME` files must be bound in (`domain.secrets.secret_file_folders`).
+
+TOOLS = importlib.util.find_spec("laneflow.adapters.executors.isolation") is not None
+
+SHOW = (
+    'tool: bash {"command": "echo T=$TOKEN; cat \\"$CERT\\"; echo; stat -c %a \\"$CERT\\"; '
+    'echo N=$LANEFLOW_DECLARED_ANTHROPIC_API_KEY; echo K=${ANTHROPIC_API_KEY:-unset}"}\n===\nShown.'
+)
+
+
+@pytest.mark.skipif(not TOOLS, reason="bash and script tools are not on this branch yet")
+@pytest.mark.parametrize("isolation", ["auto", "subprocess"])
+def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_masked(on, tmp_path, isolation):
+    given = secrets_file(tmp_path, TOKEN=TOKEN, CERT=CERT, ANTHROPIC_API_KEY=MODEL_NAMED)
+    svc = on(LANEFLOW_SECRETS_FILE=str(given), LANEFLOW_ISOLATION=isolation)
+    ws = write_workspace(
+        tmp_path / "ws",
+        {"fetcher": {"tools": ["bash"], "secrets": ["TOKEN", "@CERT", "ANTHROPIC_API_KEY"], "stub": SHOW}},
+        {"fetch": {"steps": [{"agent": "fetcher", "instruction": "Show them.", "retries": 0}]}},
+    )
+    run = drive(svc, ws, "fetch")
+    assert run.status == RunStatus.completed, run.error
+    [tool] = [e for e in run.steps[0].events if e.type == EventType.tool]
+    output = svc.captures.get(tool.data["capture"])["output"]
+    assert "T=[TOKEN]\n[CERT]\n600\nN=[ANTHROPIC_API_KEY]\nK=unset" in output, output
+    stored = stored_bytes(on.kind, tmp_path)
+    for value in (TOKEN, CERT, MODEL_NAMED):
+        assert value.encode() not in stored
