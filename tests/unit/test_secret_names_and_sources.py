@@ -56,14 +56,14 @@ def test_the_missing_secret_reason_names_the_secret_and_the_agent():
 def test_a_dotenv_file_gives_bare_quoted_and_exported_values():
     text = (
         "\ufeff# a comment\n\nPLAIN=abc def  # said after\nexport EXPORTED = x=y\nSINGLE='a #b \\n c'\n"
-        'DOUBLE="line1\\nline2 \\"q\\" \\\\ #not a comment"\nMULTI="first\nsecond"\nEMPTY=\n'
+        'DOUBLE="line1\\nline2 \\"q\\" \\\\ #not a comment"\nMULTI="first  \n  second"\nEMPTY=\n'
     )
     assert parse_dotenv(text, "f") == {
         "PLAIN": "abc def",
         "EXPORTED": "x=y",
         "SINGLE": "a #b \\n c",
         "DOUBLE": 'line1\nline2 "q" \\ #not a comment',
-        "MULTI": "first\nsecond",
+        "MULTI": "first  \n  second",
         "EMPTY": "",
     }
 

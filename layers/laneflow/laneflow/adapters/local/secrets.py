@@ -37,9 +37,9 @@ def parse_dotenv(text: str, source: str) -> dict[str, str]:
     lines = text.removeprefix("\ufeff").splitlines()
     i = 0
     while i < len(lines):
-        number, line = i + 1, lines[i].strip()
+        number, line = i + 1, lines[i].lstrip()  # the right side may be inside quotes
         i += 1
-        if not line or line.startswith("#"):
+        if not line.strip() or line.startswith("#"):
             continue
         match = _LINE.fullmatch(line)
         if not match:
