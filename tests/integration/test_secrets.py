@@ -364,3 +364,10 @@ def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_maske
     stored = stored_bytes(on.kind, tmp_path)
     for value in (TOKEN, CERT, MODEL_NAMED):
         assert value.encode() not in stored
+
+
+@pytest.mark.parametrize("command", [["run", "WS", "FLOW"], ["demo"], ["resume", "RUN"], ["approve", "RUN"], ["reconcile"], ["serve"]])
+def test_every_command_that_runs_steps_takes_a_secrets_file(command):
+    from laneflow.entrypoints.cli import build_parser
+
+    assert build_parser().parse_args([*command, "--secrets", "prod.env"]).secrets == "prod.env"
