@@ -184,3 +184,23 @@ def test_two_runs_scopes_are_dropped_each_with_its_own_last_step():
     redact.add("TOKEN", "value-of-run-two", scope=two)
     redact.release(one)
     assert redact("value-of-run-one value-of-run-two") == "value-of-run-one [TOKEN]"
+
+
+# -- Secrets Manager's refusals ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "retryable"), [("AccessDeniedException", False), ("DecryptionFailure", False), ("ThrottlingException", True)])
+def test_a_secret_secrets_manager_refuses_fails_the_attempt_naming_it_retried_only_when_it_may_pass(code, retryable):
+    import boto3
+    from botocore.stub import Stubber
+
+    from laneflow.adapters.aws.secrets import SecretsManagerSecrets
+    from laneflow.domain.errors import StepFailed
+
+    client = boto3.client("secretsmanager", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stub:
+        stub.add_client_error("get_secret_value", service_error_code=code, expected_params={"SecretId": "laneflow/acme/TOKEN"})
+        with pytest.raises(StepFailed) as caught:
+            SecretsManagerSecrets(client).read("acme", "", ["TOKEN"])
+    assert caught.value.reason == f"secret TOKEN could not be read from Secrets Manager (laneflow/acme/TOKEN): {code}"
+    assert caught.value.retryable is retryable
