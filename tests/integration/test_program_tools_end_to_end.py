@@ -5,7 +5,6 @@ agent's `effort` reaches the API the way each model takes it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import textwrap
@@ -283,10 +282,8 @@ def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tides"
 
 
-SECRETS_LOADED = importlib.util.find_spec("laneflow.usecases.run_step.secrets") is not None
 
 
-@pytest.mark.skipif(not SECRETS_LOADED, reason="declared secrets are loaded by the secrets use case, not on this branch yet")
 def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_path):
     ws = tmp_path / "tides"
     shutil.copytree(EXAMPLE, ws)

@@ -34,6 +34,8 @@ class Settings(BaseModel):
     # LANEFLOW_ISOLATION: where a step's programs run: `auto` (the strongest the machine offers:
     # bubblewrap where it can run) or `subprocess` (a plain child process, never bubblewrap).
     isolation: Literal["auto", "subprocess"] = "auto"
+    secrets_file: str | None = None  # LANEFLOW_SECRETS_FILE (`--secrets FILE`): declared secrets, dotenv (local)
+    secret_source: Literal["local", "secretsmanager"] = "local"  # LANEFLOW_SECRET_SOURCE: where declared secrets are read
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL
 
     @field_validator("log_level", mode="before")
@@ -70,6 +72,8 @@ class Settings(BaseModel):
             ("workspaces", "LANEFLOW_WORKSPACES"),
             ("anthropic_secret", "LANEFLOW_ANTHROPIC_SECRET"),
             ("anthropic_enabled", "LANEFLOW_ANTHROPIC_ENABLED"),
+            ("secrets_file", "LANEFLOW_SECRETS_FILE"),
+            ("secret_source", "LANEFLOW_SECRET_SOURCE"),
             ("log_level", "POWERTOOLS_LOG_LEVEL"),
             ("isolation", "LANEFLOW_ISOLATION"),
         ):

@@ -23,6 +23,7 @@ from laneflow.adapters.executors.isolation import Finished, Isolation, detect, l
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
+from laneflow.domain.secrets import secret_file_folders
 from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted
 from laneflow.ports import ExecutionSink, StepJob
 
@@ -197,7 +198,9 @@ class StepTools:
                 timeout_s=timeout,
                 limits=limits_for(self.job.size),
                 stopped=self.sink.stopped,
-                read_only=_definitions_read_only(self.root),
+                # The definitions stay read-only; the @NAME secret files' folders (in the host's
+                # temp folder, which the sandbox's private /tmp would hide) are bound in read-only.
+                read_only=_definitions_read_only(self.root) + [Path(f) for f in secret_file_folders(self.job.secret_env)],
                 keep_chars=MAX_OUTPUT_CHARS,
             )
         except OSError as exc:
