@@ -32,6 +32,11 @@ class Settings(BaseModel):
     in_lambda: bool = False  # AWS_LAMBDA_FUNCTION_NAME is set: Powertools logging, tracing, metrics
     anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud, step runners only)
     anthropic_enabled: bool = False  # LANEFLOW_ANTHROPIC_ENABLED: the stack holds a key its step runners read (the API accepts Claude runs)
+    # LANEFLOW_ISOLATION: where a step's programs run: `auto` (the strongest the machine offers:
+    # bubblewrap where it can run) or `subprocess` (a plain child process, never bubblewrap).
+    isolation: Literal["auto", "subprocess"] = "auto"
+    secrets_file: str | None = None  # LANEFLOW_SECRETS_FILE (`--secrets FILE`): declared secrets, dotenv (local)
+    secret_source: Literal["local", "secretsmanager"] = "local"  # LANEFLOW_SECRET_SOURCE: where declared secrets are read
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL
 
     @field_validator("log_level", mode="before")
@@ -69,7 +74,10 @@ class Settings(BaseModel):
             ("workspaces", "LANEFLOW_WORKSPACES"),
             ("anthropic_secret", "LANEFLOW_ANTHROPIC_SECRET"),
             ("anthropic_enabled", "LANEFLOW_ANTHROPIC_ENABLED"),
+            ("secrets_file", "LANEFLOW_SECRETS_FILE"),
+            ("secret_source", "LANEFLOW_SECRET_SOURCE"),
             ("log_level", "POWERTOOLS_LOG_LEVEL"),
+            ("isolation", "LANEFLOW_ISOLATION"),
         ):
             if env.get(name):
                 values[field] = env[name]
