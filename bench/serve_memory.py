@@ -101,7 +101,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--drives", type=int, default=10)
     parser.add_argument("--fanout", type=int, default=100)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep ended executions (the engine before)")
     parser.add_argument("--both", action="store_true", help="measure --keep too, in a child process")
     parser.add_argument("--json", action="store_true")
