@@ -176,9 +176,16 @@ def serve_execution(execution_arn: str, registry: HandlerRegistry | None) -> Non
 
 
 
+def registry_of(execution_arn: str | None) -> HandlerRegistry | None:
+    """The handlers (and so the services) of the drive that serves this execution, if any."""
+    with _registry_lock:
+        return _registries.get(execution_arn) if execution_arn else None
+
+
+
 def _invoke_in_process(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
     execution = moto_patches.current_execution()
-    registry = _registries.get(execution) if execution else None
+    registry = registry_of(execution)
     if registry is None:
         return _function_error("ServiceException", f"the local engine drives no execution {execution}")
     raw = parameters.get("Payload")

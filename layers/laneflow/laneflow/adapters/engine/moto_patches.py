@@ -42,7 +42,9 @@ def current_execution() -> str | None:
     return arn
 
 
-def _execution_of(env: Any) -> str | None:
+def execution_of(env: Any) -> str | None:
+    """The ARN of the execution a state's environment belongs to (`$$.Execution.Id`): for
+    any other integration the engine answers in-process, to find the drive it serves."""
     execution = env.states.context_object.context_object_data.get("Execution") or {}
     arn = execution.get("Id")
     return str(arn) if arn else None
@@ -52,7 +54,7 @@ def _noting_execution(integration: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(integration)
     def integrate(env: Any, parameters: dict[str, Any], region: str, state_credentials: Any) -> None:
         before = getattr(_calling, "execution", None)
-        _calling.execution = _execution_of(env)
+        _calling.execution = execution_of(env)
         try:
             integration(env, parameters, region, state_credentials)
         finally:
