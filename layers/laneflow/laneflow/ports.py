@@ -68,6 +68,10 @@ class TaskCallbacks(Protocol):
     def fail(self, token: str, error: str, cause: str) -> None:
         """Fail the waiting task with an error name the definition can catch."""
 
+    def heartbeat(self, token: str) -> None:
+        """The worker of the waiting task is alive (a task with `HeartbeatSeconds` that hears
+        nothing for that long times out). Raises TokenGone if nothing waits on it."""
+
 
 
 class DriveStarter(Protocol):
@@ -443,6 +447,9 @@ class Services:
     # new attempt is claimed, running ones see it as a stop and are marked interrupted.
     leaving: threading.Event = field(default_factory=threading.Event)
     executors: dict[str, Executor] = field(default_factory=dict)
+    # This process is a sandbox worker (laneflow.entrypoints.sandbox_worker): the only kind of
+    # worker that may run a sandboxed agent's step, each attempt in a scratch copy.
+    sandbox: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def __post_init__(self) -> None:

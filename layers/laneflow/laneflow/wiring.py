@@ -9,10 +9,11 @@ handlers on its own threads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
@@ -24,6 +25,7 @@ from laneflow.adapters.aws.stepfunctions import (
     execution_alive,
 )
 from laneflow.adapters.engine.local import LocalDrives, LocalEngine
+from laneflow.adapters.engine.sandbox import RelayCallbacks
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.local.on_end import LocalOnEnd
@@ -172,6 +174,21 @@ def reconcile_cloud(svc: Services) -> ReconcileReport:
         drives.start(run.tenant, run.id)
 
     return Reconciler(svc, Liveness(execution_alive=execution_alive()), redrive=redrive if drives else None).run()
+
+
+def sandbox_services(environ: Mapping[str, str]) -> Services:
+    """The services of a sandbox worker (laneflow.entrypoints.sandbox_worker): the store
+    and settings its environment names, every attempt in a scratch copy of its workspace,
+    and its callbacks through Step Functions, or locally through the engine's relay."""
+    cfg = Settings.from_env(dict(environ))
+    svc = for_store(open_store(cfg.store_url), cfg)
+    relay = environ.get("LANEFLOW_RELAY")
+    return dataclasses.replace(
+        svc,
+        callbacks=RelayCallbacks(relay) if relay else svc.callbacks,
+        folders=SyncedFolders(scratch=True),
+        sandbox=True,
+    )
 
 
 def local_engine(svc: Services) -> LocalEngine:

@@ -122,6 +122,19 @@ class Agent(BaseModel):
     scripts: list[str] = Field(default_factory=list)  # relative paths
     warnings: list[Problem] = Field(default_factory=list)
 
+    @property
+    def sandboxed(self) -> bool:
+        """Whether its steps run whole in a sandbox worker (a child process locally, a Fargate
+        task in the cloud) working in a scratch copy: it says `sandbox: true`, or it runs
+        programs (`bash`, `scripts`, a `script_<name>` tool)."""
+        tools = self.settings.tools
+        return (
+            self.settings.sandbox
+            or "bash" in tools
+            or "scripts" in tools
+            or any(t.startswith("script_") for t in tools)
+        )
+
 
 
 class Workspace(BaseModel):

@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,9 +259,16 @@ class WorkingCopy:
         return sorted(found)
 
     def keep(self, paths: list[str]) -> None:
-        """Upload these files of the copy (what `changed` found) to the workspace's S3
-        prefix, each at its own path; nothing for a local workspace."""
+        """Carry these files of the copy (what `changed` found) back to the workspace: to its
+        S3 prefix, each at its own path, or into a local workspace's folder (a scratch copy);
+        nothing for a local workspace worked in in place."""
         if self.pristine is None or not paths:
+            return
+        if not self.uri.startswith("s3://"):
+            for rel in paths:
+                dest = Path(self.uri) / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.root / rel, dest)
             return
         bucket, prefix = _split(self.uri)
         s3 = _s3(self.client)
@@ -274,28 +282,46 @@ class WorkingCopy:
 
 
 
-def checkout(uri: str, client: Any | None = None) -> WorkingCopy:
+NOT_COPIED = (".git", ".secrets.env")  # never in a scratch copy: history, and the local secrets file
+
+
+
+def _not_copied(top: Path) -> Callable[[str, list[str]], set[str]]:
+    """What the copy leaves out of the workspace's top folder (programs run in it)."""
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return {n for n in names if n in NOT_COPIED} if Path(folder) == top else set()
+
+    return ignore
+
+
+
+def checkout(uri: str, client: Any | None = None, *, scratch: bool = False) -> WorkingCopy:
     """The folder an attempt works in: for an S3 workspace, a fresh copy of its pristine
-    download in a folder of its own under /tmp; for a local one, the workspace itself."""
-    if not uri.startswith("s3://"):
+    download in a folder of its own under /tmp; for a local one, the workspace itself, or
+    with `scratch` (a sandboxed attempt) a fresh copy of it, compared with the workspace
+    when the attempt completes (what changed in the four kept folders is copied back)."""
+    if not uri.startswith("s3://") and not scratch:
         return WorkingCopy(root=Path(uri), uri=uri)
     pristine = local_path(uri, client)
     ATTEMPTS.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="attempt-", dir=ATTEMPTS)) / pristine.name
     try:
-        shutil.copytree(pristine, root, symlinks=True)
+        shutil.copytree(pristine, root, symlinks=True, ignore=_not_copied(pristine))
     except BaseException:
         shutil.rmtree(root.parent, ignore_errors=True)
         raise
     return WorkingCopy(root=root, uri=uri, pristine=pristine, client=client)
 class SyncedFolders:
-    """`WorkspaceFolders`: a local workspace is its own folder; one in S3 is synced to /tmp."""
+    """`WorkspaceFolders`: a local workspace is its own folder (a sandbox worker's attempts
+    get a scratch copy of it); one in S3 is synced to /tmp."""
 
-    def __init__(self, client: Any | None = None):
+    def __init__(self, client: Any | None = None, *, scratch: bool = False):
         self._client = client
+        self.scratch = scratch  # a sandbox worker's: every attempt works in a scratch copy
 
     def open(self, uri: str) -> Path:
         return local_path(uri, self._client)
 
     def checkout(self, uri: str) -> WorkingCopy:
-        return checkout(uri, self._client)
+        return checkout(uri, self._client, scratch=self.scratch)

@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import secrets as _secrets
 import threading
 import time
@@ -35,6 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
 from laneflow.domain.records import Run
@@ -161,15 +163,79 @@ def _invoke_in_process(parameters: dict[str, Any], region: str, state_credential
 
 
 
+_sandboxes: Sandboxes | None = None
+
+
+
+def _field(params: dict[str, Any], name: str) -> Any:
+    """A request field whatever its casing (moto leaves the definition's `Overrides`, boto
+    names it `overrides`)."""
+    for key, value in params.items():
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+
+def overrides_environment(params: dict[str, Any]) -> dict[str, str]:
+    """The environment a runTask's container overrides give its (first) container."""
+    containers = _field(_field(params, "Overrides") or {}, "ContainerOverrides") or [{}]
+    return {str(_field(e, "Name")): str(_field(e, "Value")) for e in _field(containers[0], "Environment") or []}
+
+
+
+def _run_task_locally(original: Callable[..., Any]) -> Callable[..., Any]:
+    """moto's ECS integration, answered while the engine drives by a child process running
+    the sandbox worker (its token and request in its environment, as the task's overrides
+    give them); outside a drive (a test under `mock_aws`), moto's own."""
+
+    def run_task(self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any) -> None:
+        sandboxes = _sandboxes
+        if sandboxes is None:
+            return original(self, env, resource_runtime_part, normalised_parameters, state_credentials)  # type: ignore[no-any-return]
+        child = sandboxes.launch(overrides_environment(normalised_parameters))
+        task = f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/local/{child.process.pid}"
+        env.stack.append({"Tasks": [{"TaskArn": task, "ClusterArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/local", "LastStatus": "RUNNING"}]})
+        return None
+
+    run_task.original = original  # type: ignore[attr-defined]
+    return run_task
+
+
+
 def install_interpreter_hook() -> None:
-    """Point moto's Lambda integration at the in-process handlers (idempotent)."""
+    """Point moto's Lambda integration at the in-process handlers, and its ECS integration
+    at local sandbox workers (idempotent)."""
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
         lambda_eval_utils,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_ecs import (
+        StateTaskServiceEcs,
     )
 
     if not hasattr(lambda_eval_utils, "_invoke_lambda_function"):  # pragma: no cover - guarded by a test
         raise RuntimeError("moto's Step Functions interpreter changed: lambda_eval_utils._invoke_lambda_function is gone")
     lambda_eval_utils._invoke_lambda_function = _invoke_in_process
+    ecs_task = StateTaskServiceEcs._eval_service_task
+    if not hasattr(ecs_task, "original"):
+        StateTaskServiceEcs._eval_service_task = _run_task_locally(ecs_task)  # type: ignore[method-assign]
+
+
+
+def child_environ(svc: Services, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What a local sandbox worker inherits: this process's environment (the model's
+    settings, AWS endpoints) and the store and captures this engine uses, which the CLI may
+    have been given as flags rather than variables. (The programs its tools run see none of
+    it: their environment is built from scratch.)"""
+    env = dict(os.environ if environ is None else environ)
+    env["LANEFLOW_STORE"] = svc.store.url
+    env["LANEFLOW_TENANT"] = svc.settings.tenant
+    if svc.settings.capture_dir:
+        env["LANEFLOW_CAPTURE_DIR"] = svc.settings.capture_dir
+    if svc.settings.anthropic_base_url:
+        env["ANTHROPIC_BASE_URL"] = svc.settings.anthropic_base_url
+    env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
+    return env
 
 
 
@@ -177,6 +243,14 @@ def _backend() -> Any:
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
     return stepfunctions_parser_backends[ACCOUNT][REGION]
+
+
+
+def _sandboxes_for(sandboxes: Sandboxes | None) -> Any:
+    """Make `sandboxes` the ones the ECS hook starts children with (None: none)."""
+    global _sandboxes
+    _sandboxes = sandboxes
+    return sandboxes
 
 
 
@@ -200,6 +274,9 @@ class LocalCallbacks:
 
     def fail(self, token: str, error: str, cause: str) -> None:
         self._call("send_task_failure", token, error, cause)
+
+    def heartbeat(self, token: str) -> None:
+        self._call("send_task_heartbeat", token)
 
 
 
@@ -237,6 +314,7 @@ class LocalEngine:
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
         self.registry = HandlerRegistry(self.template, svc.leaving)
+        self.sandboxes: Sandboxes | None = None  # the sandbox workers of the drive under way
         self.definition = self.template.definition(lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}")
 
     @property
@@ -260,6 +338,7 @@ class LocalEngine:
             before = self._installed()
             self._install(self.svc)
             _registry = self.registry
+            self.sandboxes = _sandboxes_for(Sandboxes(self.svc.callbacks, child_environ(self.svc)))
             try:
                 backend = _backend()
                 name = f"{run_id}-{_secrets.token_hex(4)}"
@@ -288,6 +367,9 @@ class LocalEngine:
                 )
             finally:
                 _registry = None
+                _sandboxes_for(None)
+                self.sandboxes.close()
+                self.sandboxes = None
                 self._install(before)
 
     def _leave(self, tenant: str, run_id: str) -> None:
@@ -297,6 +379,8 @@ class LocalEngine:
         of this process is still running is interrupted by exact identity, and the drive is
         ended."""
         self.svc.leaving.set()
+        if self.sandboxes is not None:
+            self.sandboxes.stop_all()  # their attempts read as gone once their processes are
         self.registry.wait_idle(LEAVE_WAIT_S)
         worker = current_worker()
         leave_drive(self.svc, tenant, run_id, worker, Liveness(gone=worker))

@@ -1,0 +1,205 @@
+"""Sandbox workers on one machine: the embedded engine's answer to the definition's sandbox
+state (`ecs:runTask.waitForTaskToken`).
+
+The state's container overrides (its task token, its step request) become the environment
+of a child process running the sandbox worker's entrypoint
+(`python -m laneflow.entrypoints.sandbox_worker`), exactly as a Fargate task would get them.
+The child cannot reach the engine's interpreter, which lives in this process, so every
+callback it makes (its own heartbeat, success or failure, and a sandboxed lead's release of
+its siblings' gate) is relayed: one JSON line per call over a Unix socket the engine listens
+on (`LANEFLOW_RELAY`), answered by one line, so a token that is gone reads as `TokenGone`
+in the child as it would from Step Functions.
+
+A child that exits without completing its token (a crash, a kill) fails it here with
+`SandboxWorkerExited`, which the state's Catch turns into StepCrashed, as for a Lambda that
+died. Stopping the engine (`stop_all`) kills every child's process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from laneflow.ports import TaskCallbacks, TokenGone
+
+log = logging.getLogger("laneflow.sandbox")
+
+WORKER_MODULE = "laneflow.entrypoints.sandbox_worker"
+
+KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL of a child's process group
+
+
+# -- the child's side --------------------------------------------------------------------------
+
+
+class RelayCallbacks:
+    """`TaskCallbacks` of a local sandbox worker: each call goes to the engine's relay."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._file: Any = None
+
+    def _ask(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self._sock.connect(self.path)
+                self._file = self._sock.makefile("rwb")
+            self._file.write(json.dumps(message).encode() + b"\n")
+            self._file.flush()
+            answer = json.loads(self._file.readline() or b'{"error": "the engine closed the relay"}')
+        if "gone" in answer:
+            raise TokenGone(answer["gone"])
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
+        self._ask({"op": "succeed", "token": token, "output": output})
+
+    def fail(self, token: str, error: str, cause: str) -> None:
+        self._ask({"op": "fail", "token": token, "error": error, "cause": cause})
+
+    def heartbeat(self, token: str) -> None:
+        self._ask({"op": "heartbeat", "token": token})
+
+
+# -- the engine's side -------------------------------------------------------------------------
+
+
+@dataclass
+class Child:
+    token: str
+    process: subprocess.Popen[bytes]
+    completed: threading.Event = field(default_factory=threading.Event)
+
+
+class Sandboxes:
+    """The engine's sandbox workers: starts one child per sandbox state, relays their
+    callbacks to `callbacks` (the in-process interpreter's), and ends them."""
+
+    def __init__(self, callbacks: TaskCallbacks, environ: Mapping[str, str]):
+        self.callbacks = callbacks
+        self.environ = dict(environ)  # what every child inherits (the store, the model's settings)
+        self.children: dict[str, Child] = {}
+        self._lock = threading.Lock()
+        self._dir = Path(tempfile.mkdtemp(prefix="laneflow-relay-"))
+        self.path = str(self._dir / "relay.sock")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(self.path)
+        os.chmod(self.path, 0o600)
+        self._server.listen(64)
+        self._closed = False
+        threading.Thread(target=self._accept, name="sandbox-relay", daemon=True).start()
+
+    # the relay
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="sandbox-relay-conn", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as fh:
+            for line in fh:
+                fh.write(json.dumps(self._answer(json.loads(line))).encode() + b"\n")
+                fh.flush()
+
+    def _answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        token = str(message.get("token", ""))
+        try:
+            match message.get("op"):
+                case "succeed":
+                    self.callbacks.succeed(token, message.get("output") or {})
+                case "fail":
+                    self.callbacks.fail(token, str(message.get("error")), str(message.get("cause") or ""))
+                case "heartbeat":
+                    self.callbacks.heartbeat(token)
+                case other:
+                    return {"error": f"unknown relay call {other!r}"}
+        except TokenGone as gone:
+            return {"gone": str(gone)}
+        except Exception as error:  # noqa: BLE001 - the child is told, and decides
+            return {"error": f"{type(error).__name__}: {error}"}
+        if message.get("op") in ("succeed", "fail"):
+            with self._lock:
+                child = self.children.get(token)
+            if child is not None:
+                child.completed.set()
+        return {"ok": True}
+
+    # the children
+
+    def launch(self, env: Mapping[str, str]) -> Child:
+        """Start a sandbox worker for one sandbox state, with the state's overrides as its
+        environment over the engine's."""
+        token = env["LANEFLOW_TASK_TOKEN"]
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", WORKER_MODULE],
+            env={**self.environ, **env, "LANEFLOW_RELAY": self.path},
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: a stop kills all it started
+        )
+        child = Child(token=token, process=process)
+        with self._lock:
+            self.children[token] = child
+        threading.Thread(target=self._reap, args=(child,), name=f"sandbox-reap-{process.pid}", daemon=True).start()
+        return child
+
+    def _reap(self, child: Child) -> None:
+        code = child.process.wait()
+        with self._lock:
+            self.children.pop(child.token, None)
+        if child.completed.is_set() or self._closed:
+            return
+        try:  # it died without a word: the state catches this as a crashed worker
+            self.callbacks.fail(child.token, "SandboxWorkerExited", f"the sandbox worker exited with code {code} before it reported")
+        except TokenGone:
+            pass
+        except Exception:  # noqa: BLE001 - the interpreter has gone with its drive
+            log.debug("could not fail the token of a sandbox worker that exited", exc_info=True)
+
+    def stop_all(self, grace_s: float = KILL_GRACE_S) -> None:
+        """End every child's process group: SIGTERM, then SIGKILL after `grace_s`."""
+        with self._lock:
+            children = list(self.children.values())
+        for child in children:
+            _signal_group(child.process, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for child in children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(max(0.0, deadline - time.monotonic()))
+            if child.process.poll() is None:
+                _signal_group(child.process, signal.SIGKILL)
+                child.process.wait()
+
+    def close(self) -> None:
+        self.stop_all()
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._server.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+            self._dir.rmdir()
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)

@@ -1,0 +1,140 @@
+"""The sandbox worker: runs one sandboxed step whole (its model loop and its tools) and
+completes the state machine's task token with the step's report.
+
+`python -m laneflow.entrypoints.sandbox_worker` is what the Fargate task runs in the cloud
+(template.yaml's SandboxTaskDefinition) and what the embedded engine starts locally, as a
+child process, for the same state of the same definition (`ecs:runTask.waitForTaskToken`).
+What it is given, as environment variables (the state's container overrides):
+- `LANEFLOW_TASK_TOKEN`: the state's task token;
+- `LANEFLOW_STEP_REQUEST`: the state's input as JSON (a `RunStepRequest`, as the RunStep
+  function is given it);
+- `LANEFLOW_OP_EXECUTION`, `LANEFLOW_OP_STATE`, `LANEFLOW_OP_RETRY`: where it comes from in
+  the orchestrator (the claim journal's operation id, as for RunStep);
+- `LANEFLOW_RELAY` (local only): the engine's socket its callbacks go through, since the
+  engine's interpreter is in another process.
+It runs the same `run_step` use case as the RunStep function, with its own worker
+reference (the Fargate task, else this process), heartbeats while it runs, and ends with
+send-task-success (the report the RunStep function returns) or send-task-failure (the
+exception's name, which the definition retries and catches by, as for a Lambda).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("laneflow.sandbox")
+
+HEARTBEAT_S = 30.0  # well inside the state's HeartbeatSeconds (120)
+
+
+def request_of(environ: Mapping[str, str]) -> Any:
+    """The step request the state passed, with its operation context."""
+    from laneflow.domain.messages import OpContext, RunStepRequest
+
+    req = RunStepRequest.model_validate_json(environ["LANEFLOW_STEP_REQUEST"])
+    raw = json.loads(environ["LANEFLOW_STEP_REQUEST"])
+    op = OpContext(
+        execution=environ.get("LANEFLOW_OP_EXECUTION", ""),
+        state=environ.get("LANEFLOW_OP_STATE", ""),
+        map_index=raw.get("map_index"),
+        retry=int(environ.get("LANEFLOW_OP_RETRY") or 0),
+    )
+    return req.model_copy(update={"op": op})
+
+
+def worker_of(environ: Mapping[str, str]) -> Any:
+    """This worker's reference: the Fargate task (from ECS's task metadata, or
+    `LANEFLOW_WORKER_TASK_ARN`), else this local process."""
+    from laneflow.adapters.workers import local_worker
+    from laneflow.domain.workers import FargateTask
+
+    if environ.get("LANEFLOW_WORKER_TASK_ARN"):
+        return FargateTask(task=environ["LANEFLOW_WORKER_TASK_ARN"], cluster=environ.get("LANEFLOW_WORKER_CLUSTER") or None)
+    metadata = environ.get("ECS_CONTAINER_METADATA_URI_V4")
+    if metadata:
+        with urllib.request.urlopen(f"{metadata}/task", timeout=5) as response:  # noqa: S310 - ECS's own endpoint
+            task = json.loads(response.read())
+        return FargateTask(task=task["TaskARN"], cluster=task.get("Cluster"))
+    return local_worker()
+
+
+class _Heartbeat:
+    """Tells the waiting state this worker is alive, every `every_s`, until stopped."""
+
+    def __init__(self, callbacks: Any, token: str, every_s: float):
+        self.callbacks, self.token, self.every_s = callbacks, token, every_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="sandbox-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self.done.wait(self.every_s):
+            try:
+                self.callbacks.heartbeat(self.token)
+            except Exception as error:  # noqa: BLE001 - a missed beat is not the step's failure
+                log.warning("heartbeat failed: %s", error)
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+
+def _watch_parent(parent: int) -> None:
+    """Locally: a worker whose engine went away (even by SIGKILL) ends too, at once."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(70)
+
+    threading.Thread(target=watch, name="sandbox-parent-watch", daemon=True).start()
+
+
+def run(environ: Mapping[str, str]) -> int:
+    """Run the step the environment names and complete its token. 0 when the token was
+    completed (success or failure), 1 when even that failed."""
+    from laneflow.ports import TokenGone
+    from laneflow.usecases.run_step.runner import run_step
+    from laneflow.wiring import sandbox_services
+
+    token = environ["LANEFLOW_TASK_TOKEN"]
+    svc = sandbox_services(environ)
+    try:
+        with _Heartbeat(svc.callbacks, token, float(environ.get("LANEFLOW_HEARTBEAT_S") or HEARTBEAT_S)):
+            try:
+                report = run_step(svc, request_of(environ), worker_of(environ))
+            except Exception as error:  # noqa: BLE001 - crosses as the task's failure, by its name
+                log.exception("the sandboxed step failed")
+                svc.callbacks.fail(token, type(error).__name__, svc.redactor(str(error))[:32000])
+                return 0
+        svc.callbacks.succeed(token, report.model_dump(mode="json"))
+        return 0
+    except TokenGone as gone:
+        log.warning("the state no longer waits for this step (%s)", gone)
+        return 0
+    except Exception:  # noqa: BLE001 - the state times out on its heartbeat and catches it
+        log.exception("could not complete the task token")
+        return 1
+    finally:
+        svc.store.close()
+
+
+def main() -> int:
+    logging.basicConfig(level=os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING", stream=sys.stderr)
+    if os.environ.get("LANEFLOW_RELAY"):
+        _watch_parent(os.getppid())
+    return run(os.environ)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
