@@ -9,6 +9,7 @@ handed a `Services` holding them, never reaching for a global.
 - `CaptureSink`: keeping tool calls' input and output beside the run.
 - `OnEnd`: told about every run that ends.
 - `WorkspaceSource`: finding a workspace by name; `WorkspaceFolders`: a folder holding it.
+- `SandboxTasks`: stopping the Fargate task a sandboxed step runs in.
 - `WorkerLiveness`: whether the worker of an attempt or a drive is still there.
 - `Telemetry`: log context and step metrics (Powertools in Lambda, nothing locally).
 """
@@ -44,7 +45,7 @@ from laneflow.domain.records import (
     StepStatus,
 )
 from laneflow.domain.redaction import Redactor, redact_logs
-from laneflow.domain.workers import WorkerRef
+from laneflow.domain.workers import FargateTask, WorkerRef
 from laneflow.settings import Settings
 
 log = logging.getLogger("laneflow.ports")
@@ -399,6 +400,11 @@ class WorkspaceFolders(Protocol):
         """The attempt's own working copy of the workspace at `uri`."""
 
 
+class SandboxTasks(Protocol):
+    def stop(self, task: FargateTask, reason: str) -> None:
+        """Stop a sandbox task (a person stopped its run): its worker is told to end."""
+
+
 class WorkerLiveness(Protocol):
     def alive(self, worker: WorkerRef | None) -> bool | None:
         """Is that worker still there: True, False, or None (cannot tell)."""
@@ -442,6 +448,7 @@ class Services:
     on_end: OnEnd | None = None  # told about every run that ends
     drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
+    tasks: SandboxTasks | None = None  # stops the Fargate tasks of sandboxed steps (cloud)
     telemetry: Telemetry = field(default_factory=NoTelemetry)
     # Set when this worker is going away (a local runner got SIGINT or SIGTERM): one-way. No
     # new attempt is claimed, running ones see it as a stop and are marked interrupted.

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from laneflow.adapters.aws.ecs import EcsTasks, task_alive
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.adapters.aws.s3 import S3Captures, S3Workspaces, SyncedFolders
 from laneflow.adapters.aws.secrets import read_model_key
@@ -101,6 +102,7 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         drives=StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None,
         workspaces=workspace_source(cfg),
         telemetry=telemetry(),
+        tasks=EcsTasks(),  # its client is made only if a run with a Fargate-task attempt is stopped
     )
 
 
@@ -173,7 +175,8 @@ def reconcile_cloud(svc: Services) -> ReconcileReport:
         assert drives is not None
         drives.start(run.tenant, run.id)
 
-    return Reconciler(svc, Liveness(execution_alive=execution_alive()), redrive=redrive if drives else None).run()
+    liveness = Liveness(execution_alive=execution_alive(), task_alive=task_alive())
+    return Reconciler(svc, liveness, redrive=redrive if drives else None).run()
 
 
 def sandbox_services(environ: Mapping[str, str]) -> Services:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -33,6 +34,8 @@ from typing import Any
 log = logging.getLogger("laneflow.sandbox")
 
 HEARTBEAT_S = 30.0  # well inside the state's HeartbeatSeconds (120)
+
+SIGTERM_GRACE_S = 20.0  # inside ECS's default stop timeout (30 s)
 
 
 def request_of(environ: Mapping[str, str]) -> Any:
@@ -129,10 +132,27 @@ def run(environ: Mapping[str, str]) -> int:
         svc.store.close()
 
 
+def _on_sigterm(grace_s: float) -> None:
+    """ECS StopTask (a person stopped the run) sends SIGTERM, then SIGKILL after the
+    container's stop timeout (30 s). The step sees its run's stop at its next check and ends
+    its attempt `stopped` itself, completing its token; if it has not within `grace_s`, the
+    worker exits, and the state's heartbeat timeout and reconcile end the attempt."""
+
+    def handler(signum: int, frame: Any) -> None:
+        log.warning("SIGTERM: ending within %.0f s", grace_s)
+        timer = threading.Timer(grace_s, os._exit, args=(143,))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main() -> int:
     logging.basicConfig(level=os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING", stream=sys.stderr)
     if os.environ.get("LANEFLOW_RELAY"):
         _watch_parent(os.getppid())
+    else:
+        _on_sigterm(SIGTERM_GRACE_S)
     return run(os.environ)
 
 

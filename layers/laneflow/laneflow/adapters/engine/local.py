@@ -219,6 +219,30 @@ def install_interpreter_hook() -> None:
     ecs_task = StateTaskServiceEcs._eval_service_task
     if not hasattr(ecs_task, "original"):
         StateTaskServiceEcs._eval_service_task = _run_task_locally(ecs_task)  # type: ignore[method-assign]
+    _hear_an_early_outcome()
+
+
+
+def _hear_an_early_outcome() -> None:
+    """A fix to moto's callback endpoint (idempotent). A task with `HeartbeatSeconds` waits
+    on its heartbeat endpoint, made only once the task was submitted; a worker that completes
+    the token before that (a fast child process, a worker failing at once) notified no
+    endpoint, so the state sat until its heartbeat timed out. The endpoint made after an
+    outcome now starts notified, and the state sees the outcome at once."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    setup = CallbackEndpoint.setup_heartbeat_endpoint
+    if hasattr(setup, "original"):
+        return
+
+    def setup_heartbeat_endpoint(self: Any, heartbeat_seconds: int) -> Any:
+        endpoint = setup(self, heartbeat_seconds)
+        if self.get_outcome() is not None:
+            endpoint.notify()  # type: ignore[no-untyped-call]
+        return endpoint
+
+    setup_heartbeat_endpoint.original = setup  # type: ignore[attr-defined]
+    CallbackEndpoint.setup_heartbeat_endpoint = setup_heartbeat_endpoint  # type: ignore[method-assign]
 
 
 
@@ -306,6 +330,8 @@ class LocalEngine:
         install: Callable[[Services | None], None],
         installed: Callable[[], Services | None],
         project: str | Path | None = None,
+        local_sandboxes: bool = True,
+        substitutions: dict[str, str] | None = None,
     ):
         # Tokens are completed on this process's interpreter: the engine's own copy of the
         # services says so (the caller's are left as they are).
@@ -315,7 +341,12 @@ class LocalEngine:
         self.template = Template.load(self.project / "template.yaml")
         self.registry = HandlerRegistry(self.template, svc.leaving)
         self.sandboxes: Sandboxes | None = None  # the sandbox workers of the drive under way
-        self.definition = self.template.definition(lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}")
+        # False: the sandbox state goes to moto's own ECS integration (a test of the cloud
+        # path under `mock_aws` plays the Fargate task itself).
+        self.local_sandboxes = local_sandboxes
+        self.definition = self.template.definition(
+            lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}", values=substitutions
+        )
 
     @property
     def state_machine_arn(self) -> str:
@@ -338,7 +369,8 @@ class LocalEngine:
             before = self._installed()
             self._install(self.svc)
             _registry = self.registry
-            self.sandboxes = _sandboxes_for(Sandboxes(self.svc.callbacks, child_environ(self.svc)))
+            if self.local_sandboxes:
+                self.sandboxes = _sandboxes_for(Sandboxes(self.svc.callbacks, child_environ(self.svc)))
             try:
                 backend = _backend()
                 name = f"{run_id}-{_secrets.token_hex(4)}"
@@ -368,8 +400,9 @@ class LocalEngine:
             finally:
                 _registry = None
                 _sandboxes_for(None)
-                self.sandboxes.close()
-                self.sandboxes = None
+                if self.sandboxes is not None:
+                    self.sandboxes.close()
+                    self.sandboxes = None
                 self._install(before)
 
     def _leave(self, tenant: str, run_id: str) -> None:

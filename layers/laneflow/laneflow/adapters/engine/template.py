@@ -92,15 +92,18 @@ class Template:
             return str(sep).join(self._resolve(p, arn_for) for p in parts)
         return str(value)
 
-    def definition(self, arn_for: Callable[[str], str], logical_id: str = "FlowStateMachine") -> str:
+    def definition(
+        self, arn_for: Callable[[str], str], logical_id: str = "FlowStateMachine", *, values: dict[str, str] | None = None
+    ) -> str:
         """The state machine's definition with every `${Name}` substituted. `arn_for` turns a
         function's logical id into the ARN the engine answers to."""
         path, subs = self.state_machine(logical_id)
-        values = {name: self._resolve(value, arn_for) for name, value in subs.items()}
+        given = values or {}  # substitutions given as they are (a test's own cluster, subnets)
+        resolved = {name: given.get(name) or self._resolve(value, arn_for) for name, value in subs.items()}
         text = path.read_text(encoding="utf-8")
-        missing = sorted(set(re.findall(r"\$\{(\w+)\}", text)) - set(values))
+        missing = sorted(set(re.findall(r"\$\{(\w+)\}", text)) - set(resolved))
         if missing:
             raise ValueError(f"{path.name}: no DefinitionSubstitutions for {', '.join(missing)}")
-        text = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
+        text = re.sub(r"\$\{(\w+)\}", lambda m: resolved[m.group(1)], text)
         json.loads(text)  # it must still be JSON
         return text
