@@ -191,6 +191,10 @@ def test_a_sandbox_worker_that_dies_is_caught_as_a_crashed_step_like_a_lambda(sv
     (ws / "flows" / "build.yaml").write_text("steps:\n  - agent: builder\n    retries: 0\n    instruction: Build.\n")
     run, thread, out = _drive_in_thread(svc, ws)
     pid = _running_child(svc, run.id)
+    with open(f"/proc/{pid}/stat") as fh:
+        parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+    with open(f"/proc/{parent}/cmdline", "rb") as fh:
+        assert b"--zygote" in fh.read()  # forked by the warm worker, not a fresh interpreter
     os.kill(pid, 9)
     thread.join(60)
     assert not thread.is_alive()

@@ -39,6 +39,7 @@ from typing import Any
 from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
+from laneflow.domain.lanes import sandboxed_agents
 from laneflow.domain.records import Run
 from laneflow.paths import project_root
 from laneflow.ports import Services, TokenGone
@@ -194,7 +195,7 @@ def _run_task_locally(original: Callable[..., Any]) -> Callable[..., Any]:
         if sandboxes is None:
             return original(self, env, resource_runtime_part, normalised_parameters, state_credentials)  # type: ignore[no-any-return]
         child = sandboxes.launch(overrides_environment(normalised_parameters))
-        task = f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/local/{child.process.pid}"
+        task = f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/local/{child.pid}"
         env.stack.append({"Tasks": [{"TaskArn": task, "ClusterArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/local", "LastStatus": "RUNNING"}]})
         return None
 
@@ -370,7 +371,9 @@ class LocalEngine:
             self._install(self.svc)
             _registry = self.registry
             if self.local_sandboxes:
-                self.sandboxes = _sandboxes_for(Sandboxes(self.svc.callbacks, child_environ(self.svc)))
+                # A run with sandboxed agents gets a warm worker at once, ready by its first step.
+                warm = bool(sandboxed_agents(self.svc.store.get_run(tenant, run_id, steps=False).options))
+                self.sandboxes = _sandboxes_for(Sandboxes(self.svc.callbacks, child_environ(self.svc), warm=warm))
             try:
                 backend = _backend()
                 name = f"{run_id}-{_secrets.token_hex(4)}"

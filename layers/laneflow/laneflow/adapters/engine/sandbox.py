@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -83,19 +84,74 @@ class RelayCallbacks:
 
 @dataclass
 class Child:
+    """One sandbox worker: the token it completes, its process (its own process group)."""
+
     token: str
-    process: subprocess.Popen[bytes]
-    completed: threading.Event = field(default_factory=threading.Event)
+    pid: int
+    completed: threading.Event = field(default_factory=threading.Event)  # it completed its token
+    exited: threading.Event = field(default_factory=threading.Event)
+    code: int | None = None
+
+
+class Zygote:
+    """The warm worker (`sandbox_worker --zygote`): one Python that imported laneflow once
+    and forks a sandbox worker per step, so a step does not pay an interpreter's start."""
+
+    def __init__(self, environ: Mapping[str, str], on_exit: Any):
+        self.on_exit = on_exit  # (pid, code) of each worker that ended
+        self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", WORKER_MODULE, "--zygote"],
+            env=dict(environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+        )
+        self._answers: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._lock = threading.Lock()
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, name="sandbox-zygote", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            message = json.loads(line)
+            if "exit" in message:
+                self.on_exit(int(message["exit"]), int(message["code"]))
+            elif "ready" in message:
+                self.ready.set()
+            else:
+                self._answers.put(message)
+        self._answers.put({"error": "the warm worker ended"})
+
+    def fork(self, env: Mapping[str, str], timeout_s: float = 30.0) -> int:
+        """A new sandbox worker with `env` as its whole environment; its pid."""
+        assert self._process.stdin is not None
+        with self._lock:
+            self._process.stdin.write(json.dumps({"env": dict(env)}).encode() + b"\n")
+            self._process.stdin.flush()
+            answer = self._answers.get(timeout=timeout_s)
+        if "pid" not in answer:
+            raise RuntimeError(str(answer.get("error")))
+        return int(answer["pid"])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self._process.stdin is not None:
+                self._process.stdin.close()
+        try:
+            self._process.wait(2)
+        except subprocess.TimeoutExpired:
+            _signal_group(self._process.pid, signal.SIGKILL)
+            self._process.wait()
 
 
 class Sandboxes:
-    """The engine's sandbox workers: starts one child per sandbox state, relays their
-    callbacks to `callbacks` (the in-process interpreter's), and ends them."""
+    """The engine's sandbox workers: starts one per sandbox state (forked by the warm worker
+    when `warm`, else a fresh interpreter), relays their callbacks to `callbacks` (the
+    in-process interpreter's), and ends them."""
 
-    def __init__(self, callbacks: TaskCallbacks, environ: Mapping[str, str]):
+    def __init__(self, callbacks: TaskCallbacks, environ: Mapping[str, str], *, warm: bool = False):
         self.callbacks = callbacks
         self.environ = dict(environ)  # what every child inherits (the store, the model's settings)
         self.children: dict[str, Child] = {}
+        self._by_pid: dict[int, Child] = {}
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="laneflow-relay-"))
         self.path = str(self._dir / "relay.sock")
@@ -105,6 +161,7 @@ class Sandboxes:
         self._server.listen(64)
         self._closed = False
         threading.Thread(target=self._accept, name="sandbox-relay", daemon=True).start()
+        self.zygote = Zygote(self.environ, self._exited) if warm else None
 
     # the relay
 
@@ -151,22 +208,30 @@ class Sandboxes:
         """Start a sandbox worker for one sandbox state, with the state's overrides as its
         environment over the engine's."""
         token = env["LANEFLOW_TASK_TOKEN"]
-        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", WORKER_MODULE],
-            env={**self.environ, **env, "LANEFLOW_RELAY": self.path},
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: a stop kills all it started
-        )
-        child = Child(token=token, process=process)
-        with self._lock:
+        whole = {**self.environ, **env, "LANEFLOW_RELAY": self.path}
+        with self._lock:  # an exit is told by pid: the child is known before its pid can end
+            if self.zygote is not None and self.zygote.ready.wait(30):
+                child = Child(token=token, pid=self.zygote.fork(whole))
+            else:
+                process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                    [sys.executable, "-m", WORKER_MODULE], env=whole, stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own process group: a stop kills all it started
+                )
+                child = Child(token=token, pid=process.pid)
+                threading.Thread(target=lambda: self._exited(process.pid, process.wait()), daemon=True).start()
             self.children[token] = child
-        threading.Thread(target=self._reap, args=(child,), name=f"sandbox-reap-{process.pid}", daemon=True).start()
+            self._by_pid[child.pid] = child
         return child
 
-    def _reap(self, child: Child) -> None:
-        code = child.process.wait()
+    def _exited(self, pid: int, code: int) -> None:
         with self._lock:
-            self.children.pop(child.token, None)
+            child = self._by_pid.pop(pid, None)
+            if child is not None:
+                self.children.pop(child.token, None)
+        if child is None:
+            return
+        child.code = code
+        child.exited.set()
         if child.completed.is_set() or self._closed:
             return
         try:  # it died without a word: the state catches this as a crashed worker
@@ -181,18 +246,18 @@ class Sandboxes:
         with self._lock:
             children = list(self.children.values())
         for child in children:
-            _signal_group(child.process, signal.SIGTERM)
+            _signal_group(child.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for child in children:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.process.wait(max(0.0, deadline - time.monotonic()))
-            if child.process.poll() is None:
-                _signal_group(child.process, signal.SIGKILL)
-                child.process.wait()
+            if not child.exited.wait(max(0.0, deadline - time.monotonic())):
+                _signal_group(child.pid, signal.SIGKILL)
+                child.exited.wait(5)
 
     def close(self) -> None:
         self.stop_all()
         self._closed = True
+        if self.zygote is not None:
+            self.zygote.close()
         with contextlib.suppress(OSError):
             self._server.close()
         with contextlib.suppress(OSError):
@@ -200,6 +265,6 @@ class Sandboxes:
             self._dir.rmdir()
 
 
-def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
+        os.killpg(pid, sig)
