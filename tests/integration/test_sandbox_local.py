@@ -217,3 +217,37 @@ def test_a_stop_ends_the_sandbox_worker_and_its_attempt(svc, tmp_path):
     stored = svc.store.get_run(run.tenant, run.id)
     assert stored.status.ended and stored.stop_requested
     assert [a.status for a in svc.store.list_attempts(run.tenant, run.id)] == [AttemptStatus.stopped]
+
+
+def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_interrupted(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from laneflow.adapters.store import open_store
+    from laneflow.usecases.reconcile import INTERRUPTED
+
+    ws = workspace(tmp_path, "ttft_ms: 60000\nnever")
+    store_url = f"sqlite:///{tmp_path / 'int.db'}"
+    exe = Path(sys.executable).parent / "laneflow"
+    proc = subprocess.Popen([str(exe), "run", str(ws), "build", "--store", store_url, "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline, pid, db = time.monotonic() + 60, None, None
+        while pid is None and time.monotonic() < deadline and proc.poll() is None:
+            if (tmp_path / "int.db").exists():
+                db = db or open_store(store_url)
+                running = [a for _, a in db.running_attempts("local")]
+                pid = running[0].worker.pid if running and running[0].worker else None
+            time.sleep(0.05)
+        assert pid and pid != proc.pid, proc.stderr.read() if proc.poll() is not None else "no sandboxed attempt"
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    deadline = time.monotonic() + 5
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid), "the sandbox worker outlived its engine"
+    (attempt,) = db.list_attempts("local", db.list_runs("local")[0].id)
+    assert attempt.status == AttemptStatus.interrupted and attempt.reason == INTERRUPTED

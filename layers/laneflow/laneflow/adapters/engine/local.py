@@ -333,6 +333,7 @@ class LocalEngine:
         project: str | Path | None = None,
         local_sandboxes: bool = True,
         substitutions: dict[str, str] | None = None,
+        warm_sandboxes: bool | None = None,
     ):
         # Tokens are completed on this process's interpreter: the engine's own copy of the
         # services says so (the caller's are left as they are).
@@ -345,6 +346,7 @@ class LocalEngine:
         # False: the sandbox state goes to moto's own ECS integration (a test of the cloud
         # path under `mock_aws` plays the Fargate task itself).
         self.local_sandboxes = local_sandboxes
+        self.warm_sandboxes = warm_sandboxes  # None: a warm worker for runs with sandboxed agents
         self.definition = self.template.definition(
             lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}", values=substitutions
         )
@@ -372,7 +374,9 @@ class LocalEngine:
             _registry = self.registry
             if self.local_sandboxes:
                 # A run with sandboxed agents gets a warm worker at once, ready by its first step.
-                warm = bool(sandboxed_agents(self.svc.store.get_run(tenant, run_id, steps=False).options))
+                warm = self.warm_sandboxes
+                if warm is None:
+                    warm = bool(sandboxed_agents(self.svc.store.get_run(tenant, run_id, steps=False).options))
                 self.sandboxes = _sandboxes_for(Sandboxes(self.svc.callbacks, child_environ(self.svc), warm=warm))
             try:
                 backend = _backend()
