@@ -20,12 +20,14 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check layers devtools functions bench tests scripts setup.py
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
 
+# The suite runs on every core (pytest-xdist); `pytest` alone runs it in one process.
 test: $(STAMP) lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 # The quick loop while working: no test marked slow, and the SQLite store only.
 test-fast: $(STAMP)

@@ -55,7 +55,7 @@ def canonical(value: Any) -> str:
 
 
 
-def _block_text(block: dict, *, is_tool: bool = False) -> str:
+def _block_text(block: dict[str, Any], *, is_tool: bool = False) -> str:
     """The text whose length stands for a block's tokens."""
     if is_tool:
         return canonical(_strip_cache_control(block))
@@ -95,7 +95,7 @@ class Prompt:
 
 
 
-def _cache_control_ttl(block: dict, where: str) -> str | None:
+def _cache_control_ttl(block: dict[str, Any], where: str) -> str | None:
     cc = block.get("cache_control")
     if cc is None:
         return None
@@ -104,13 +104,13 @@ def _cache_control_ttl(block: dict, where: str) -> str | None:
     ttl = cc.get("ttl", "5m")
     if ttl not in ("5m", "1h"):
         raise RequestError(400, f"{where}.cache_control.ttl: Input should be '5m' or '1h'")
-    return ttl
+    return str(ttl)
 
 
 
-def _prompt_items(body: dict) -> list[tuple[str, Any, dict, bool]]:
+def _prompt_items(body: dict[str, Any]) -> list[tuple[str, Any, dict[str, Any], bool]]:
     """The request's blocks in cache order: (where, position, block, is_tool)."""
-    items: list[tuple[str, Any, dict, bool]] = []
+    items: list[tuple[str, Any, dict[str, Any], bool]] = []
     tools = body.get("tools") or []
     if not isinstance(tools, list):
         raise RequestError(400, "tools: Input should be a valid list")
@@ -137,7 +137,7 @@ def _prompt_items(body: dict) -> list[tuple[str, Any, dict, bool]]:
     return items
 
 
-def analyze_prompt(body: dict, chars_per_token: int) -> Prompt:
+def analyze_prompt(body: dict[str, Any], chars_per_token: int) -> Prompt:
     """Count the prompt's tokens and find its cache breakpoints (validating them)."""
     model = body["model"]
     items = _prompt_items(body)

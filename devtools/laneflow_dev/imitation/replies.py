@@ -15,12 +15,12 @@ class Reply:
     """One assistant turn the server will send."""
 
     text: str = ""
-    tool_uses: list[dict] = field(default_factory=list)  # each {"name": str, "input": dict}
+    tool_uses: list[dict[str, Any]] = field(default_factory=list)  # each {"name": str, "input": dict}
     stop_reason: str | None = None  # default: "tool_use" if tool_uses else "end_turn"
 
 
 
-Responder = Callable[[dict], Reply]
+Responder = Callable[[dict[str, Any]], Reply]
 
 
 _TOOL_DIRECTIVE = re.compile(r"^\[\[tool\s+([^\s\]]+)(?:\s+(.*?))?\s*\]\]$")
@@ -42,9 +42,9 @@ def _text_of(content: Any) -> str:
 
 
 
-def _parse_script(text: str) -> tuple[list[dict], str | None, list[str]]:
+def _parse_script(text: str) -> tuple[list[dict[str, Any]], str | None, list[str]]:
     """(tool directives in order, the [[reply]] text or None, the other lines)."""
-    tools: list[dict] = []
+    tools: list[dict[str, Any]] = []
     reply: str | None = None
     rest: list[str] = []
     for raw in text.splitlines():
@@ -69,7 +69,7 @@ def _parse_script(text: str) -> tuple[list[dict], str | None, list[str]]:
 
 
 
-def default_responder(body: dict) -> Reply:
+def default_responder(body: dict[str, Any]) -> Reply:
     """Scriptable without Python. In the FIRST user message, lines ``[[tool NAME {json}]]``
     script tool calls: on the k-th assistant turn (k = assistant messages already present)
     the k-th directive, if any, is answered with "Calling NAME." plus that tool_use.

@@ -132,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
                 if size == 0:
@@ -264,7 +264,7 @@ class MessagesImitation:
 
     # -- controls -------------------------------------------------------------------------
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         with self._lock:
             out: dict[str, Any] = dict(self._totals)
             out["by_model"] = {m: dict(c) for m, c in self._by_model.items()}
@@ -389,6 +389,7 @@ class MessagesImitation:
         except RequestError as e:
             fail(e.status, e.message)
             return
+        assert model is not None  # validate_body found body["model"] a string
         try:
             reply = self.responder(body)
         except Exception as e:  # a responder's bug answers a 500, like a server error
@@ -420,7 +421,7 @@ class MessagesImitation:
             "output_tokens": output_tokens,
             "service_tier": "standard",
         }
-        message = {
+        message: dict[str, Any] = {
             "id": _new_id("msg_"),
             "type": "message",
             "role": "assistant",
@@ -445,10 +446,10 @@ class MessagesImitation:
     def _tokens(self, text: str) -> int:
         return math.ceil(len(text) / self.chars_per_token)
 
-    def _render(self, reply: Reply, max_tokens: int) -> tuple[list[tuple[dict, list[str]]], str, int]:
+    def _render(self, reply: Reply, max_tokens: int) -> tuple[list[tuple[dict[str, Any], list[str]]], str, int]:
         """The reply's content blocks, each with its delta pieces; its stop reason; its
         output tokens (cut at max_tokens)."""
-        blocks: list[tuple[dict, list[str]]] = []
+        blocks: list[tuple[dict[str, Any], list[str]]] = []
         budget = max_tokens
         text = reply.text or ""
         truncated = False
@@ -481,8 +482,8 @@ class MessagesImitation:
         self,
         h: _Handler,
         plan: _Plan,
-        message: dict,
-        blocks: list[tuple[dict, list[str]]],
+        message: dict[str, Any],
+        blocks: list[tuple[dict[str, Any], list[str]]],
         stop_reason: str,
         output_tokens: int,
     ) -> None:
@@ -504,7 +505,7 @@ class MessagesImitation:
             return  # the client went away during the prefill (a stop): nothing is sent
         self._begin(plan)  # the prefill is done: what this request wrote is readable now
 
-        def send(event: str, data: dict) -> None:
+        def send(event: str, data: dict[str, Any]) -> None:
             h.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
             h.wfile.flush()
 
@@ -514,6 +515,7 @@ class MessagesImitation:
         try:
             send("message_start", {"type": "message_start", "message": dict(message, usage=start_usage)})
             for index, (block, pieces) in enumerate(blocks):
+                shell: dict[str, Any]
                 if block["type"] == "text":
                     shell = {"type": "text", "text": ""}
                 else:

@@ -163,8 +163,9 @@ def _check_each_input(schema: dict[str, Any] | None, name: str) -> None:
     one (without one, only the run's input can tell)."""
     if schema is None:
         return
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    raw_properties, raw_required = schema.get("properties"), schema.get("required")
+    properties: dict[str, Any] = raw_properties if isinstance(raw_properties, dict) else {}
+    required: list[Any] = raw_required if isinstance(raw_required, list) else []
     if name not in properties and name not in required:
         declared = ", ".join(sorted({*properties, *map(str, required)})) or "none"
         raise _problem(f"input.{name} is not in the flow's input schema (it declares: {declared})")
@@ -362,7 +363,7 @@ def load_flow(ws: Workspace, name: str) -> Flow:
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:
-    seen: set[tuple] = set()
+    seen: set[tuple[str, int | None, str | None, str, str]] = set()
     out = []
     for p in problems:
         key = (p.file, p.line, p.field, p.message, p.severity)

@@ -69,7 +69,8 @@ class StrictLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > jsonsafe.MAX_DEPTH:
-                mark = self.peek_event().start_mark
+                # types-PyYAML leaves Parser.peek_event unannotated
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise UnfitValue(None, None, f"nested deeper than {jsonsafe.MAX_DEPTH} levels", mark)
             return super().compose_node(parent, index)
         finally:
@@ -336,7 +337,7 @@ def read_front(path: Path, rel: str) -> Front:
 
 
 
-def read_frontmatter(path: Path, rel: str) -> tuple[dict, str, list[Problem]]:
+def read_frontmatter(path: Path, rel: str) -> tuple[dict[str, Any], str, list[Problem]]:
     """Read a Markdown file's YAML frontmatter and body.
 
     Strict first; YAML that fails because a plain value contains `: ` is read again with

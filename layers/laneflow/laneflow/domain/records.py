@@ -272,6 +272,12 @@ class Run(Record):
 
 
 
+# The default of a change-set field that may not be None: None all the same, since unset it
+# changes nothing and `Changes.changed()` leaves it out. Pydantic's typing cannot say "defaults
+# to None, refuses None", so this one default is typed Any (given, None is still refused).
+_UNSET: Any = None
+
+
 class Changes(BaseModel):
     """A change set: the fields given are what changes (`model_fields_set`); the others are
     left as stored. A field that cannot be changed this way, or a value of the wrong type,
@@ -290,34 +296,34 @@ class RunChanges(Changes):
     """What `Store.update_run` may change of a run. `stop_requested` is not among them: only
     `request_stop` sets it, and nothing clears it."""
 
-    status: RunStatus = Field(default=None)
+    status: RunStatus = Field(default=_UNSET)
     driven_at: str | None = None
     finished_at: str | None = None
     parked_at: str | None = None
     revision: str | None = None
-    cost_usd: float = Field(default=None)
-    drives: int = Field(default=None)
+    cost_usd: float = Field(default=_UNSET)
+    drives: int = Field(default=_UNSET)
     error: str | None = None
     execution: str | None = None
     driver: WorkerRef | None = None
-    options: dict[str, Any] = Field(default=None)
+    options: dict[str, Any] = Field(default=_UNSET)
 
 
 class StepChanges(Changes):
     """What `Store.update_step` and `Store.end_attempt(step=...)` may change of a step."""
 
-    status: StepStatus = Field(default=None)
-    attempts: int = Field(default=None)
-    cycle: int = Field(default=None)
-    instruction: str = Field(default=None)
+    status: StepStatus = Field(default=_UNSET)
+    attempts: int = Field(default=_UNSET)
+    cycle: int = Field(default=_UNSET)
+    instruction: str = Field(default=_UNSET)
     message: str | None = None
     result: str | None = None
     conclusion: str | None = None
     data: Any = None
     skip_reason: str | None = None
     error: str | None = None
-    cost_usd: float = Field(default=None)
-    model: str = Field(default=None)
+    cost_usd: float = Field(default=_UNSET)
+    model: str = Field(default=_UNSET)
     started_at: str | None = None
     finished_at: str | None = None
 

@@ -40,7 +40,7 @@ _TRAILING = " \t\r\n.!*_`'\""
 
 def ends_with_marker(reply: str | None, marker: str) -> bool:
     """Does the reply end with the marker (trailing spaces, punctuation and emphasis aside)?"""
-    return bool(reply) and reply.rstrip(_TRAILING).endswith(marker.rstrip(_TRAILING))
+    return bool(reply and reply.rstrip(_TRAILING).endswith(marker.rstrip(_TRAILING)))
 
 
 

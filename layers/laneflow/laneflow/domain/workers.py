@@ -26,7 +26,7 @@ class _Worker(BaseModel):
     def same(self, other: WorkerRef | None) -> bool:
         """Whether `other` names the same worker (the same process, request, execution or
         task), whatever else it says (a Lambda's deadline is computed anew on every call)."""
-        return type(other) is type(self) and self._identity() == other._identity()  # type: ignore[union-attr]
+        return type(other) is type(self) and self._identity() == other._identity()
 
     def _identity(self) -> tuple[Any, ...]:
         raise NotImplementedError

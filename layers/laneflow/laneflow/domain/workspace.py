@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from laneflow.domain.errors import Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, read_frontmatter, read_text, type_name
@@ -224,7 +225,7 @@ def _settings(
     try:
         return cls.model_validate(data), [], warnings
     except ValidationError as e:
-        by_field: dict[str, list[dict]] = {}
+        by_field: dict[str, list[ErrorDetails]] = {}
         for err in e.errors():
             by_field.setdefault(str(err["loc"][0]), []).append(err)
         errors = []

@@ -26,6 +26,7 @@ import datetime as _dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from laneflow.domain.errors import (
     AttemptEnded,
@@ -91,7 +92,7 @@ class ReconcileReport:
         out += [f"passed over: {why}" for _, why in self.damaged]
         return out or ["nothing to reconcile"]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "journal": [{"run_id": r, "op_id": o, "status": s} for r, o, s in self.journal],
             "attempts": [a.__dict__ for a in self.attempts],
@@ -254,6 +255,7 @@ def interrupt(
     A stopped run's step ends failed instead. A worker that interrupts its own attempt (it is
     leaving) also passes what the attempt spent: its spans and the step's cost with them."""
     store = svc.store
+    fields: dict[str, Any]
     if run.stop_requested:
         fields = {"status": StepStatus.failed, "error": f"{reason}; the run was stopped", "finished_at": utcnow()}
     else:
@@ -273,7 +275,7 @@ def interrupt(
 
 
 
-def reconcile(svc: Services, liveness: Liveness, **kwargs) -> ReconcileReport:
+def reconcile(svc: Services, liveness: Liveness, **kwargs: Any) -> ReconcileReport:
     return Reconciler(svc, liveness, **kwargs).run()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from laneflow.domain.errors import Conflict
 from laneflow.domain.messages import (
     DriveRef,
@@ -29,7 +31,7 @@ def start_drive(svc: Services, req: StartDriveRequest, worker: WorkerRef) -> Dri
     if run.status not in ACTIVE:
         return DriveRef(tenant=run.tenant, run_id=run.id, drive=run.drives)
     driver = StepFunctionsExecution(execution=req.execution) if isinstance(worker, LambdaRequest) else worker
-    first = {"driven_at": utcnow()} if run.driven_at is None else {}
+    first: dict[str, Any] = {"driven_at": utcnow()} if run.driven_at is None else {}
     changes = RunChanges(status=RunStatus.running, execution=req.execution or None, driver=driver, **first)
     try:
         run = store.update_run(req.tenant, req.run_id, changes, expect_status=ACTIVE, add_drives=1)

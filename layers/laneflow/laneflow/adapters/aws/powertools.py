@@ -42,7 +42,7 @@ class _CurrentStream(logging.StreamHandler):  # type: ignore[type-arg]
         self._which = which
         super().__init__()
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return getattr(sys, self._which)
 

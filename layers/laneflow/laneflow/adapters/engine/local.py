@@ -105,7 +105,8 @@ class HandlerRegistry:
                 module = importlib.util.module_from_spec(loader_spec)
                 loader_spec.loader.exec_module(module)
                 self._modules[logical_id] = module
-        return getattr(module, attr)
+        handler: Callable[[Any, Any], Any] = getattr(module, attr)
+        return handler
 
     def invoke(self, function_name: str, payload: Any) -> dict[str, Any]:
         """Answer like the Lambda Invoke API: the handler's result, or a function error
@@ -427,7 +428,8 @@ class LocalEngine:
 
     def history(self, execution_arn: str) -> list[dict[str, Any]]:
         """The execution's history events, AWS-shaped (for tests and the store-cost benchmark)."""
-        return _backend().get_execution_history(execution_arn)["events"]
+        events: list[dict[str, Any]] = _backend().get_execution_history(execution_arn)["events"]
+        return events
 
 
 

@@ -28,6 +28,7 @@ def _cfn_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str,
     elif isinstance(node, yaml.SequenceNode):
         value = loader.construct_sequence(node, deep=True)
     else:
+        assert isinstance(node, yaml.MappingNode)  # the only other kind of node
         value = loader.construct_mapping(node, deep=True)
     return {name: value}
 
@@ -58,7 +59,8 @@ class Template:
 
     @property
     def resources(self) -> dict[str, Any]:
-        return self.body.get("Resources", {})
+        resources: dict[str, Any] = self.body.get("Resources", {})
+        return resources
 
     def functions(self) -> dict[str, FunctionSpec]:
         default_handler = self.body.get("Globals", {}).get("Function", {}).get("Handler", "app.handler")

@@ -62,5 +62,5 @@ def open_store(url: str | None = None, *, default_dir: str | os.PathLike[str] = 
             DynamoStore,  # boto3 is only imported by whoever uses DynamoDB
         )
 
-        return DynamoStore(parts.netloc, **{k: v for k, v in options.items() if v})
+        return DynamoStore(parts.netloc, bucket=options.get("bucket") or None, region=options.get("region") or None)
     raise InvalidInput(f"unknown store URL {url!r}; use {_FORMS}")

@@ -135,7 +135,7 @@ def fence_holds(item: dict[str, Any] | None, ref: AttemptRef) -> bool:
     record = record_of(item, ref.n)
     if record is None or item is None:
         return False
-    return (
+    return bool(
         record.get("t", {}).get("S") == ref.token
         and record.get("s", {}).get("S") == ref.started_at
         and record.get("r", {}).get("S") == ref.resumed_at

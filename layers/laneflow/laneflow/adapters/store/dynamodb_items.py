@@ -293,7 +293,8 @@ def record_of(item: dict[str, Any] | None, n: int) -> dict[str, Any] | None:
     """Attempt n's record on a step item (its AttributeValue map), if the item keeps it."""
     if item is None:
         return None
-    return item.get(attempt_attr(n), {}).get("M")
+    record: dict[str, Any] | None = item.get(attempt_attr(n), {}).get("M")
+    return record
 
 
 

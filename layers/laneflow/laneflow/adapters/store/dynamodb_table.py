@@ -83,7 +83,9 @@ class Meter:
 
     def snapshot(self, reset: bool = False) -> dict[str, dict[str, float]]:
         with self._lock:
-            out = {"read": dict(self._units["read"]), "write": dict(self._units["write"]), "requests": dict(self._requests)}
+            out: dict[str, dict[str, float]] = {
+                "read": dict(self._units["read"]), "write": dict(self._units["write"]), "requests": dict(self._requests)
+            }
             if reset:
                 self._reset()
             return out
@@ -129,7 +131,8 @@ class Table:
         """One DynamoDB request; a refused condition raises `ConditionFailed`, an item too large
         `ItemTooLarge`."""
         try:
-            return getattr(self._db, method)(TableName=self.name, **kwargs)
+            response: dict[str, Any] = getattr(self._db, method)(TableName=self.name, **kwargs)
+            return response
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
             message = error.response.get("Error", {}).get("Message", "")
@@ -271,7 +274,7 @@ class Table:
                 if code == "TransactionCanceledException" and codes & _THROTTLED_REASONS and not codes & {"ConditionalCheckFailed"}:
                     raise TransientError(f"DynamoDB throttled a transaction on {self.name}: {message.strip()}") from error
                 if code == "TransactionCanceledException" and "ConditionalCheckFailed" in codes:
-                    raise ConditionFailed(reasons) from None
+                    raise ConditionFailed([dict(r) for r in reasons]) from None
                 if (code == "ValidationException" or "ValidationError" in codes) and "size" in message.lower():
                     raise too_large(message, self.bucket) from None
                 conflict = code == "TransactionConflictException" or (

@@ -227,9 +227,9 @@ class RuleBookStore(Primitives, Store):
                 " the rules are RuleBookStore's"
             )
 
-    @property  # type: ignore[override]
+    @property
     def redactor(self) -> Redactor:
-        found = self.__dict__.get("_redactor")
+        found: Redactor | None = self.__dict__.get("_redactor")
         if found is None:
             found = self.__dict__.setdefault("_redactor", Redactor())
         return found

@@ -226,7 +226,8 @@ class SqliteStore(RuleBookStore):
             return None
         if row[0] is None:
             raise damage(db, "runs", RUN_COLUMNS, "tenant = ? AND id = ?", (tenant, run_id), f"run {run_id!r}")
-        return row[0]
+        text: str = row[0]
+        return text
 
     @staticmethod
     def _steps_json(
@@ -234,9 +235,11 @@ class SqliteStore(RuleBookStore):
     ) -> list[tuple[int, str]]:
         """(index, JSON) of a run's steps (or step `index`, or group `group`), by index. With
         `detail`, each carries its events, calls and prompt layers: one query per table."""
+        args: list[str | int]
         where, args = "tenant = ? AND run_id = ?", [tenant, run_id]
         if index is not None:
             where, args = where + " AND idx = ?", args + [index]
+        group_args: list[str | int]
         only_group, group_args = ("", []) if group is None else (" AND grp = ?", [group])
         steps = db.execute(f"SELECT idx, {STEP_JSON} FROM steps WHERE {where}{only_group} ORDER BY idx", args + group_args).fetchall()
         for idx, step in steps:
@@ -319,6 +322,7 @@ class SqliteStore(RuleBookStore):
             return self._steps_json(db, tenant, run_id, index=index, group=group, detail=detail)  # type: ignore[return-value]
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
+        args: list[str | int]
         sql, args = f"SELECT {ATTEMPT_JSON} FROM attempts WHERE tenant = ? AND run_id = ?", [tenant, run_id]
         if index is not None:
             sql, args = sql + " AND idx = ?", args + [index]

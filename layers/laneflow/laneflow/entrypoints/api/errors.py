@@ -49,7 +49,7 @@ class ErrorBody(BaseModel):
 
 
 
-def error_response(status: int, message: str, problems: list[dict[str, Any]] | None = None) -> Response:
+def error_response(status: int, message: str, problems: list[dict[str, Any]] | None = None) -> Response[dict[str, Any]]:
     body = ErrorBody(message=message, problems=problems or [])
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body.model_dump())
 
@@ -66,7 +66,7 @@ def scrub(text: str, svc: Services | None) -> str:
 
 
 
-def domain_error(exc: LaneflowError, svc: Services | None) -> Response:
+def domain_error(exc: LaneflowError, svc: Services | None) -> Response[dict[str, Any]]:
     if exc.http_status == 500:  # not said on purpose: its message is not for the caller
         log.error("request failed: %s", type(exc).__name__, exc_info=exc)
         return error_response(exc.http_status, GENERIC_ERROR)
@@ -80,7 +80,7 @@ def domain_error(exc: LaneflowError, svc: Services | None) -> Response:
 
 
 
-def request_invalid(exc: RequestValidationError) -> Response:
+def request_invalid(exc: RequestValidationError) -> Response[dict[str, Any]]:
     # Only where and what: never the input itself or pydantic's internals.
     problems = []
     for e in exc.errors():
@@ -94,13 +94,13 @@ def request_invalid(exc: RequestValidationError) -> Response:
 
 
 
-def service_error(exc: ServiceError) -> Response:
+def service_error(exc: ServiceError) -> Response[dict[str, Any]]:
     # Powertools' own (a route that does not exist is a NotFoundError).
-    return error_response(exc.status_code, exc.msg)
+    return error_response(exc.status_code, str(exc.msg))  # a str from Powertools; its type allows a dict
 
 
 
-def unexpected(exc: Exception) -> Response:
+def unexpected(exc: Exception) -> Response[dict[str, Any]]:
     log.error("request failed unexpectedly: %s", type(exc).__name__, exc_info=exc)
     return error_response(500, GENERIC_ERROR)
 

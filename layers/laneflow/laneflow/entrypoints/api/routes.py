@@ -27,6 +27,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.event_handler.request import Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -70,7 +71,7 @@ _resolving = threading.Lock()
 def resolve(event: dict[str, Any], context: Any, svc: Services) -> dict[str, Any]:
     """Answer one API Gateway REST proxy event with the routes below, over `svc`."""
     with _resolving:
-        app.append_context(services=svc)
+        app.append_context(services=svc)  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
         return app.resolve(_as_json(event), context)
 
 
@@ -116,7 +117,8 @@ def caller_tenant(request: Request) -> str:
 
 
 def bound_services() -> Services:
-    return app.context["services"]
+    services: Services = app.context["services"]
+    return services
 
 
 
@@ -137,12 +139,12 @@ def _record(run: Run) -> dict[str, Any]:
 
 
 
-def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[Any]:
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=headers)
 
 
 
-def _errors(*statuses: int) -> dict[int, dict[str, Any]]:
+def _errors(*statuses: int) -> dict[int, OpenAPIResponse]:
     said = {
         401: "no identity to take a tenant from",
         404: "no such run (or workspace) for this tenant",
@@ -256,8 +258,8 @@ def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, s
     if body.approve and svc.drives is None:
         raise Unavailable("this deployment cannot start drives")
     run = answer_approval(svc, tenant, run_id, approve=body.approve)
-    if body.approve:
-        svc.drives.start(tenant, run.id)  # type: ignore[union-attr] - checked above
+    if body.approve and svc.drives is not None:  # (not None when approving: checked above)
+        svc.drives.start(tenant, run.id)
     return _record(run)
 
 

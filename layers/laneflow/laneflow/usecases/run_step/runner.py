@@ -14,7 +14,7 @@ import logging
 import secrets as _secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from laneflow.domain.errors import (
     AttemptEnded,
@@ -33,6 +33,7 @@ from laneflow.domain.records import (
     Event,
     EventType,
     FailureKind,
+    ModelCall,
     Run,
     Step,
     StepChanges,
@@ -72,6 +73,13 @@ class PreparedAttempt:
     copy: WorkingCopy
 
 
+class GateOpener(Protocol):
+    """A lane lead's gate: releases its waiting siblings, saying why and when the lead's reply
+    began (now, when not given). Returns how many it released."""
+
+    def __call__(self, why: str, at: str | None = None) -> int: ...
+
+
 
 # -- the attempt loop ---------------------------------------------------------------------------
 
@@ -89,7 +97,7 @@ class StepRunner:
         *,
         briefing: Briefing,
         cycle: int = 0,
-        open_gate: Callable[[str], int] | None = None,
+        open_gate: GateOpener | None = None,
     ):
         self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
         self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
@@ -205,7 +213,7 @@ class StepRunner:
             ends: dict[str, Any] = {} if retry else {"status": StepStatus.failed, "finished_at": utcnow()}
             changes = StepChanges(error=reason, cost_usd=self.step.cost_usd, **ends)
             ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
-            spans = list(self.recorder.spans.values()) if self.recorder else []
+            spans: list[ModelCall] = list(self.recorder.spans.values()) if self.recorder else []
             store.end_attempt(self.ref, ended, reason=reason, step=changes, calls=spans, reason_kind=None if stopped else kind)
         except AttemptEnded:
             return False
@@ -298,11 +306,11 @@ class StepRunner:
         (the tenant's S3 prefix in the cloud), and only while this attempt is still the
         running one, so an attempt a stop or an interruption ended meanwhile keeps nothing."""
         kept = self.copy.changed(agent.path) if self.copy is not None else []
-        if not kept:
+        if self.copy is None or not kept:
             return
         self.svc.store.heartbeat(self.ref, utcnow())  # AttemptEnded if it was ended meanwhile
         try:
-            self.copy.keep(kept)  # type: ignore[union-attr] - there is something to keep
+            self.copy.keep(kept)
         except Exception as error:  # noqa: BLE001 - S3 or disk: the attempt did not complete
             log.warning("step %s of %s: keeping its files failed: %s", self.step.index, self.run.id, error)
             raise StepFailed(f"what it wrote could not be kept in the workspace ({type(error).__name__})", retryable=True) from None
