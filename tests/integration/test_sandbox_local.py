@@ -251,3 +251,33 @@ def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_i
     assert _gone(pid), "the sandbox worker outlived its engine"
     (attempt,) = db.list_attempts("local", db.list_runs("local")[0].id)
     assert attempt.status == AttemptStatus.interrupted and attempt.reason == INTERRUPTED
+
+
+def test_a_sandboxed_rescue_runs_through_the_rescue_choice_in_a_child(svc, tmp_path):
+    ws = workspace(tmp_path, "rescued it")
+    (ws / "agents" / "breaker").mkdir()
+    (ws / "agents" / "breaker" / "agent.md").write_text('---\nstub: "fail: it broke"\n---\nYou break.\n')
+    (ws / "flows" / "rescue.yaml").write_text("steps:\n  - agent: breaker\n    retries: 0\n    on_fail: builder\n    instruction: Try.\n")
+    result = drive(svc, ws, "rescue")
+    assert result.execution_status == "SUCCEEDED", (result.error, result.cause)
+    run = svc.store.get_run(result.run.tenant, result.run.id)
+    assert run.options["sandboxed"] == ["builder"]  # recorded as the run started: its rescuer too
+    rescue = next(s for s in run.steps if s.rescue_of is not None)
+    assert rescue.status == StepStatus.completed and rescue.result == "rescued it"
+    (attempt,) = svc.store.list_attempts(run.tenant, run.id, rescue.index)
+    assert attempt.worker.pid != os.getpid()
+    (breaker,) = svc.store.list_attempts(run.tenant, run.id, 0)
+    assert breaker.worker.pid == os.getpid()  # the unsandboxed step ran in the engine's process
+    entered = [e["stateEnteredEventDetails"]["name"] for e in local_engine(svc).history(result.execution_arn) if "stateEnteredEventDetails" in e]
+    assert "RescueSandboxed" in entered and "SandboxRescue" in entered and "RunRescue" not in entered
+
+
+def test_an_agent_made_sandboxed_after_its_run_started_is_refused_outside_a_sandbox(svc, tmp_path):
+    ws = workspace(tmp_path, "ran", sandbox=False)
+    run = create_run(svc, ws, "build", {})
+    agent_md = ws / "agents" / "builder" / "agent.md"
+    agent_md.write_text(agent_md.read_text().replace("sandbox: false", "sandbox: true"))
+    result = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
+    (step,) = svc.store.get_run(result.run.tenant, result.run.id).steps
+    assert step.status == StepStatus.failed and "this worker is not one" in step.error
+    assert step.attempts == 1  # not retried: it is the agent's doing, not the worker's

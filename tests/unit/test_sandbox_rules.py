@@ -1,0 +1,76 @@
+"""Which steps run in a sandbox worker, unit-tested without any engine: the agent's rule, the
+run's record of its sandboxed agents, and the lanes and rescues the planner marks."""
+
+from __future__ import annotations
+
+import pytest
+
+from laneflow.domain.flow import Entry, Flow, StepSpec
+from laneflow.domain.lanes import SANDBOXED, plan_lanes, sandboxed_agents
+from laneflow.domain.records import Step
+from laneflow.domain.workspace import Agent, AgentSettings
+
+
+def agent(**settings) -> Agent:
+    return Agent(name="a", path="agents/a", settings=AgentSettings(**settings), persona="")
+
+
+@pytest.mark.parametrize(
+    ("settings", "sandboxed"),
+    [
+        ({}, False),
+        ({"tools": ["read_file", "write_file"]}, False),
+        ({"sandbox": True}, True),
+        ({"tools": ["bash"]}, True),
+        ({"tools": ["scripts"]}, True),
+        ({"tools": ["read_file", "script_count"]}, True),
+    ],
+)
+def test_an_agent_is_sandboxed_when_it_says_so_or_runs_programs(settings, sandboxed):
+    assert agent(**settings).sandboxed is sandboxed
+
+
+def test_a_lane_is_sandboxed_when_its_agent_is_and_only_then():
+    flow = Flow(name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a"), StepSpec(agent="b")])])
+    steps = [Step(index=0, group=0, entry=0, slot=0, agent="a", model="stub"), Step(index=1, group=0, entry=0, slot=1, agent="b", model="stub")]
+    lanes = {lane.agent: lane.sandboxed for lane in plan_lanes(steps, flow, 10, sandboxed={"b"})}
+    assert lanes == {"a": False, "b": True}
+    assert all(not lane.sandboxed for lane in plan_lanes(steps, flow, 10))
+
+
+def test_the_runs_record_of_sandboxed_agents_reads_back_and_anything_else_reads_as_none():
+    assert sandboxed_agents({SANDBOXED: ["b", "a"]}) == {"a", "b"}
+    assert sandboxed_agents({}) == frozenset()
+    assert sandboxed_agents({SANDBOXED: "a"}) == frozenset()  # a hand edit, not a list
+
+
+def test_a_scratch_copy_of_a_local_workspace_leaves_out_its_secrets_and_history_and_keeps_only_four_folders(tmp_path):
+    from laneflow.adapters.aws.s3 import checkout
+
+    ws = tmp_path / "ws"
+    for sub in ("agents/a/outputs", "knowledge", ".git", "sub"):
+        (ws / sub).mkdir(parents=True)
+    (ws / ".secrets.env").write_text("TOKEN=abcdefgh12345\n")
+    (ws / ".git" / "HEAD").write_text("ref\n")
+    (ws / "sub" / ".secrets.env").write_text("only the top folder's is left out\n")
+    (ws / "agents" / "a" / "outputs" / "old.md").write_text("old\n")
+    copy = checkout(str(ws), scratch=True)
+    try:
+        assert copy.root != ws and (copy.root / "agents" / "a" / "outputs" / "old.md").is_file()
+        assert not (copy.root / ".secrets.env").exists() and not (copy.root / ".git").exists()
+        assert (copy.root / "sub" / ".secrets.env").exists()
+        (copy.root / "agents" / "a" / "outputs" / "new.md").write_text("new\n")
+        (copy.root / "agents" / "a" / "outputs" / "old.md").write_text("changed\n")
+        (copy.root / "state").mkdir()
+        (copy.root / "state" / "n.json").write_text("1\n")
+        (copy.root / "knowledge" / "stray.md").write_text("stray\n")
+        changed = copy.changed("agents/a")
+        assert changed == ["agents/a/outputs/new.md", "agents/a/outputs/old.md", "state/n.json"]
+        copy.keep(changed)
+    finally:
+        copy.discard()
+    assert (ws / "agents" / "a" / "outputs" / "old.md").read_text() == "changed\n"
+    assert (ws / "state" / "n.json").read_text() == "1\n" and not (ws / "knowledge" / "stray.md").exists()
+    assert not copy.root.exists()
+    in_place = checkout(str(ws))  # an unsandboxed attempt still works in the workspace itself
+    assert in_place.root == ws and in_place.changed("agents/a") == []
