@@ -74,3 +74,41 @@ def test_a_scratch_copy_of_a_local_workspace_leaves_out_its_secrets_and_history_
     assert not copy.root.exists()
     in_place = checkout(str(ws))  # an unsandboxed attempt still works in the workspace itself
     assert in_place.root == ws and in_place.changed("agents/a") == []
+
+
+def test_the_worker_reference_comes_from_ecs_task_metadata_in_fargate(monkeypatch):
+    import http.server
+    import json
+    import threading
+
+    from laneflow.domain.workers import FargateTask, LocalProcess
+    from laneflow.entrypoints.sandbox_worker import worker_of
+
+    arn = "arn:aws:ecs:us-east-1:123456789012:task/laneflow-sandbox/0123456789abcdef"
+
+    class Metadata(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            body = json.dumps({"TaskARN": arn, "Cluster": "laneflow-sandbox"}).encode() if self.path.endswith("/task") else b"{}"
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Metadata)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {"ECS_CONTAINER_METADATA_URI_V4": f"http://127.0.0.1:{server.server_port}/v4/abc"}
+        assert worker_of(env) == FargateTask(task=arn, cluster="laneflow-sandbox")
+    finally:
+        server.shutdown()
+    assert isinstance(worker_of({}), LocalProcess)
+
+
+def test_a_task_arn_names_its_cluster():
+    from laneflow.adapters.aws.ecs import cluster_of
+
+    assert cluster_of("arn:aws:ecs:us-east-1:1:task/laneflow-sandbox/abc") == "laneflow-sandbox"
+    assert cluster_of("arn:aws:ecs:us-east-1:1:task/abc") is None  # the old format: the default cluster
+    assert cluster_of("arn:aws:ecs:us-east-1:1:task/x/abc", "given") == "given"
