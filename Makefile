@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+	-@sh scripts/system-packages.sh
 
 demo: $(STAMP)
 	$(BIN)/laneflow demo

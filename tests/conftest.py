@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import services_on
 
 from laneflow.adapters.engine.local import DriveResult
 from laneflow.adapters.store import open_store
@@ -37,6 +38,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def svc(tmp_path: Path) -> Services:
     store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
     return for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def on(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """on(**env) -> Services on the parametrized store, SQLite or DynamoDB under moto (one
+    per test); `env` is the environment its settings are read from."""
+    opened: list[Any] = []
+
+    def make(**env: str) -> Services:
+        cm = services_on(request.param, tmp_path, monkeypatch, **env)
+        opened.append(cm)
+        return cm.__enter__()
+
+    make.kind = request.param  # type: ignore[attr-defined]
+    yield make
+    for cm in reversed(opened):
+        cm.__exit__(None, None, None)
 
 
 @pytest.fixture

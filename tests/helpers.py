@@ -1,14 +1,34 @@
 """What several test files share that is not a fixture: where things are in the checkout,
-and the moto helper the engine's threads need against moto's DynamoDB.
+the moto helper the engine's threads need against moto's DynamoDB, services on either
+store (`services_on`, behind conftest's `on` fixture), a stub workspace written from
+dicts, one drive through the real definition, and every byte a run left stored.
 
 Importable as `helpers` from every test (pyproject's pytest `pythonpath` puts `tests/` on the
 path); tests/conftest.py keeps only fixtures and hooks."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+
+from laneflow.adapters.store import open_store
+from laneflow.adapters.store.provision import init_store
+from laneflow.domain.records import Run
+from laneflow.ports import Services
+from laneflow.settings import Settings
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store, local_engine
 
 # The engine's threads against moto's DynamoDB (see laneflow_dev/moto_support.py).
 from laneflow_dev.moto_support import serialized_dynamodb as moto_dynamodb_serialized
@@ -17,7 +37,91 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ROOT / "examples"
 
-__all__ = ["EXAMPLES", "FIXTURES", "ROOT", "moto_dynamodb_serialized"]
+DYNAMODB_TABLE, DYNAMODB_BUCKET, DYNAMODB_REGION = "laneflow-runs", "laneflow-blobs", "us-east-1"
+DYNAMODB = f"dynamodb://{DYNAMODB_TABLE}?bucket={DYNAMODB_BUCKET}&region={DYNAMODB_REGION}"
+
+__all__ = [
+    "DYNAMODB",
+    "DYNAMODB_BUCKET",
+    "DYNAMODB_REGION",
+    "DYNAMODB_TABLE",
+    "EXAMPLES",
+    "FIXTURES",
+    "ROOT",
+    "drive",
+    "moto_dynamodb_serialized",
+    "services_on",
+    "stored_bytes",
+    "write_workspace",
+]
+
+
+@contextmanager
+def services_on(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Iterator[Services]:
+    """Services on a fresh store of `kind`: a SQLite file, or DynamoDB and S3 under moto
+    (the table from template.yaml). Captures and the on-end hook's events.jsonl go under
+    tmp_path; `env` is the environment the settings are read from."""
+    environ = {"LANEFLOW_CAPTURE_DIR": str(tmp_path / "captures"), **env}
+    if kind == "sqlite":
+        store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
+        try:
+            yield for_store(store, Settings.from_env(environ))
+        finally:
+            store.close()
+        return
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)  # no profile, region or endpoint of the person running the tests
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": DYNAMODB_REGION}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws(), moto_dynamodb_serialized():
+        init_store(DYNAMODB)
+        store = open_store(DYNAMODB)
+        # This process's clients are made: from here on the endpoint only reaches children (a
+        # sandbox worker), through a moto server sharing the mock's state.
+        from contract.store.backends import _moto_server_url
+
+        monkeypatch.setenv("AWS_ENDPOINT_URL", _moto_server_url())
+        try:
+            yield for_store(store, Settings.from_env({**environ, "LANEFLOW_STORE": DYNAMODB}))
+        finally:
+            store.close()
+
+
+def drive(svc: Services, workspace: Path | str, flow: str, run_input: Any = None, **kwargs: Any) -> Run:
+    """One run of `flow` through the real definition on the embedded engine, to its end."""
+    run = create_run(svc, workspace, flow, run_input, **kwargs)
+    return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+
+
+def write_workspace(root: Path, agents: dict[str, dict[str, Any]], flows: dict[str, dict[str, Any]], agents_md: str = "model: stub\n") -> Path:
+    """A workspace on the stub model: agents as frontmatter, flows as YAML, AGENTS.md's
+    frontmatter as given."""
+    (root / "AGENTS.md").parent.mkdir(parents=True, exist_ok=True)
+    (root / "AGENTS.md").write_text(f"---\n{agents_md}---\nA workspace of the tests.\n")
+    for name, settings in agents.items():
+        folder = root / "agents" / name
+        folder.mkdir(parents=True)
+        (folder / "agent.md").write_text("---\n" + yaml.safe_dump(settings, sort_keys=False) + f"---\nYou are {name}.\n")
+    (root / "flows").mkdir()
+    for name, flow in flows.items():
+        (root / "flows" / f"{name}.yaml").write_text(yaml.safe_dump(flow, sort_keys=False))
+    return root
+
+
+def stored_bytes(kind: str, tmp_path: Path) -> bytes:
+    """Everything written: every file under tmp_path but the workspace `ws/` (the SQLite file
+    and its WAL, the captures, events.jsonl, logs) and, for DynamoDB, every item of the
+    table and every S3 object."""
+    parts = [p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file() and "ws" not in p.relative_to(tmp_path).parts[:1]]
+    if kind == "dynamodb":
+        db = boto3.client("dynamodb", region_name=DYNAMODB_REGION)
+        for page in db.get_paginator("scan").paginate(TableName=DYNAMODB_TABLE):
+            parts.append(json.dumps(page["Items"], ensure_ascii=False).encode())
+        s3 = boto3.client("s3", region_name=DYNAMODB_REGION)
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=DYNAMODB_BUCKET):
+            for obj in page.get("Contents", []):
+                parts.append(s3.get_object(Bucket=DYNAMODB_BUCKET, Key=obj["Key"])["Body"].read())
+    return b"\n".join(parts)
 
 
 def closed_within(sock: socket.socket, seconds: float) -> float | None:

@@ -2,33 +2,29 @@
 - a retried or resumed step is told the truth about each earlier attempt, and the user
   message its latest attempt was sent is kept on the step (`message`);
 - a run that ends leaves no step pending: what did not run is skipped, with the reason;
-- the model's key is never stored in clear: not in the store (SQLite file, DynamoDB items,
-  S3 blobs), the captures, the on-end hook's events or the log."""
+- the model's key and every declared secret are never stored in clear: not in the store
+  (SQLite file, DynamoDB items, S3 blobs), the captures, the on-end hook's events or the
+  logs; a run's secrets are dropped when it ends."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
-import yaml
-from helpers import FIXTURES, moto_dynamodb_serialized
-from moto import mock_aws
+from helpers import DYNAMODB_BUCKET as BUCKET
+from helpers import DYNAMODB_REGION as REGION
+from helpers import DYNAMODB_TABLE as TABLE
+from helpers import FIXTURES, drive, stored_bytes, write_workspace
 
 import laneflow.usecases.run_step.runner as step_module
 from laneflow.adapters.store import open_store
-from laneflow.adapters.store.provision import init_store
 from laneflow.adapters.workers import Liveness
 from laneflow.domain.records import AttemptStatus, FailureKind, Run, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
 from laneflow.domain.workers import LambdaRequest
 from laneflow.entrypoints.cli import main
-from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.reconcile import interrupt, reconcile
@@ -38,72 +34,9 @@ from laneflow.wiring import for_store, local_engine
 
 SEM = FIXTURES / "ws_semantics"
 CTRL = FIXTURES / "ws_control"
-TABLE, BUCKET, REGION = "laneflow-runs", "laneflow-blobs", "us-east-1"
-DYNAMODB = f"dynamodb://{TABLE}?bucket={BUCKET}&region={REGION}"
 KEY = "sk-ant-fake-" + "0123456789abcdef" * 3  # a long fake model key; the model stays stub
 MASK = "[ANTHROPIC_API_KEY]"
 GONE = LambdaRequest(request_id="gone", deadline=0)  # a worker long past its deadline
-
-
-@contextmanager
-def services_on(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Iterator[Services]:
-    """Services on a fresh store of `kind`: a SQLite file, or DynamoDB and S3 under moto
-    (the table from template.yaml). Captures and the on-end hook's events.jsonl go under
-    tmp_path; `env` is the environment the settings are read from."""
-    environ = {"LANEFLOW_CAPTURE_DIR": str(tmp_path / "captures"), **env}
-    if kind == "sqlite":
-        store = open_store(f"sqlite:///{tmp_path / 'laneflow.db'}")
-        try:
-            yield for_store(store, Settings.from_env(environ))
-        finally:
-            store.close()
-        return
-    for name in [n for n in os.environ if n.startswith("AWS_")]:
-        monkeypatch.delenv(name)  # no profile, region or endpoint of the person running the tests
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws(), moto_dynamodb_serialized():
-        init_store(DYNAMODB)
-        store = open_store(DYNAMODB)
-        try:
-            yield for_store(store, Settings.from_env({**environ, "LANEFLOW_STORE": DYNAMODB}))
-        finally:
-            store.close()
-
-
-@pytest.fixture(params=["sqlite", "dynamodb"])
-def on(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """on(**env) -> Services on the parametrized store (one per test)."""
-    opened: list[Any] = []
-
-    def make(**env: str) -> Services:
-        cm = services_on(request.param, tmp_path, monkeypatch, **env)
-        opened.append(cm)
-        return cm.__enter__()
-
-    make.kind = request.param  # type: ignore[attr-defined]
-    yield make
-    for cm in reversed(opened):
-        cm.__exit__(None, None, None)
-
-
-def drive(svc: Services, workspace: Path | str, flow: str, run_input: Any = None, **kwargs: Any) -> Run:
-    run = create_run(svc, workspace, flow, run_input, **kwargs)
-    return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
-
-
-def workspace(root: Path, agents: dict[str, dict[str, Any]], flows: dict[str, dict[str, Any]]) -> Path:
-    """A workspace on the stub model: agents as frontmatter, flows as YAML."""
-    (root / "AGENTS.md").parent.mkdir(parents=True, exist_ok=True)
-    (root / "AGENTS.md").write_text("---\nmodel: stub\n---\nA workspace of the record tests.\n")
-    for name, settings in agents.items():
-        folder = root / "agents" / name
-        folder.mkdir(parents=True)
-        (folder / "agent.md").write_text("---\n" + yaml.safe_dump(settings, sort_keys=False) + f"---\nYou are {name}.\n")
-    (root / "flows").mkdir()
-    for name, flow in flows.items():
-        (root / "flows" / f"{name}.yaml").write_text(yaml.safe_dump(flow, sort_keys=False))
-    return root
 
 
 def assert_no_step_pending(run: Run) -> None:
@@ -168,7 +101,7 @@ def test_each_step_keeps_the_message_its_latest_attempt_was_sent(on):
 def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on, tmp_path):
     svc = on()
     big = "tide " * 90_000  # 450 KB: past DynamoDB's 400 KB item, let alone its 64 KB blob threshold
-    ws = workspace(
+    ws = write_workspace(
         tmp_path / "ws",
         {"talker": {"stub": big}, "reader": {}},
         {"big": {"steps": [{"agent": "talker"}, {"agent": "reader", "instruction": "Read it."}]}},
@@ -212,7 +145,7 @@ def test_a_run_that_spends_its_budget_skips_every_step_it_did_not_run_budget_spe
 
 
 def test_a_rescue_left_pending_when_the_budget_ends_the_run_is_skipped_budget_spent(svc, tmp_path):
-    ws = workspace(
+    ws = write_workspace(
         tmp_path / "ws",
         {"spendthrift": {"stub": "cost: 0.10\nSpent it all."}, "failer": {"stub": "fail: cannot"}, "rescuer": {}, "writer": {}},
         {"broke": {"budget": 0.05, "steps": [
@@ -276,26 +209,11 @@ def test_a_run_closed_past_its_drive_limit_skips_what_did_not_run(svc):
 # -- item: the model's key is never stored in clear -------------------------------------------------
 
 
-def _stored_bytes(kind: str, tmp_path: Path) -> bytes:
-    """Everything written: every file under tmp_path (the SQLite file and its WAL, the
-    captures, events.jsonl) and, for DynamoDB, every item of the table and every S3 object."""
-    parts = [p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file() and "ws" not in p.relative_to(tmp_path).parts[:1]]
-    if kind == "dynamodb":
-        db = boto3.client("dynamodb", region_name=REGION)
-        for page in db.get_paginator("scan").paginate(TableName=TABLE):
-            parts.append(json.dumps(page["Items"], ensure_ascii=False).encode())
-        s3 = boto3.client("s3", region_name=REGION)
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
-            for obj in page.get("Contents", []):
-                parts.append(s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read())
-    return b"\n".join(parts)
-
-
 def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, monkeypatch, caplog, capfd):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     svc = on(ANTHROPIC_API_KEY=os.environ["ANTHROPIC_API_KEY"])  # the model stays stub
     big = f"A long answer. {KEY}\n" + "tide " * 20_000  # past the 64 KB blob threshold: S3 on DynamoDB
-    ws = workspace(
+    ws = write_workspace(
         tmp_path / "ws",
         {
             "leaky": {"stub": f"call: lookup {KEY} => found {KEY}\n===\nThe answer is {KEY}.\n"
@@ -343,9 +261,79 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, mon
     logged = caplog.text + capfd.readouterr().err
     assert f"the parser choked on {MASK}" in logged
 
-    stored = _stored_bytes(on.kind, tmp_path)
+    stored = stored_bytes(on.kind, tmp_path)
     assert KEY.encode() not in stored and MASK.encode() in stored
     assert KEY not in logged
+
+
+def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_when_it_ends(on, tmp_path, monkeypatch, caplog, capfd):
+    # Given three declared secrets (a variable, a file, a model-named one) in a --secrets file
+    token, cert, named = "tok-declared-0123456789", "cert-declared-abcdefghij", "sk-ant-declared-for-scripts-42"
+    given = tmp_path / "ws" / "given.env"  # the grep of stored bytes leaves the workspace out
+    given.parent.mkdir()
+    given.write_text(f"TOKEN={token}\nCERT={cert}\nANTHROPIC_API_KEY={named}\n")
+    svc = on(LANEFLOW_SECRETS_FILE=str(given))
+    log_file = tmp_path / "logs" / "laneflow.log"  # a log kept on disk is grepped too
+    log_file.parent.mkdir()
+    handler = logging.FileHandler(log_file, encoding="utf-8")
+    logging.getLogger().addHandler(handler)
+    every = f"{token} {cert} {named}"
+    declared = {"secrets": ["TOKEN", "@CERT", "ANTHROPIC_API_KEY"]}
+    ws = write_workspace(
+        tmp_path / "ws",
+        {
+            "leaky": {**declared, "stub": f"call: lookup {every} => found {every}\n===\nThe answer is {every}.\n"
+                                            f"```json\n{{\"token\": \"{token}\", \"nested\": [\"x {cert} y\"]}}\n```"},
+            "reader": {},
+            "bigmouth": {**declared, "stub": f"A long answer. {every}\n" + "tide " * 20_000},  # an S3 blob on DynamoDB
+            "breaker": {**declared, "stub": f"fail: refused {every}"},
+            "crasher": {**declared},
+        },
+        {"leak": {"steps": [
+            {"agent": "leaky", "instruction": "Research.", "output": "json"},
+            {"agent": "reader", "instruction": "Read it."},
+            {"agent": "bigmouth"},
+            {"agent": "breaker", "retries": 0, "optional": True},
+            {"agent": "crasher"},
+        ]}},
+    )
+    checked = step_module.check_output
+
+    def choke(spec, outcome):  # an unexpected error whose message holds the values (logged, recorded)
+        if spec.agent == "crasher":
+            raise RuntimeError(f"the parser choked on {every}")
+        return checked(spec, outcome)
+
+    monkeypatch.setattr(step_module, "check_output", choke)
+    caplog.set_level(logging.WARNING)
+
+    # When the run is driven to its end
+    try:
+        run = drive(svc, ws, "leak")
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+    # Then every value is its name wherever the run is recorded
+    masked = "[TOKEN] [CERT] [ANTHROPIC_API_KEY]"
+    leaky, reader, bigmouth, breaker, crasher = run.steps
+    assert leaky.data == {"token": "[TOKEN]", "nested": ["x [CERT] y"]} and f"The answer is {masked}." in leaky.result
+    assert f"The answer is {masked}." in reader.message  # the handoff
+    assert bigmouth.result.startswith(f"A long answer. {masked}")
+    assert breaker.error == f"refused {masked}"
+    assert run.status == RunStatus.failed and f"the parser choked on {masked}" in run.error
+    [tool] = [e for e in leaky.events if e.type == "tool"]
+    assert svc.captures.get(tool.data["capture"])["output"] == f"found {masked}"
+    ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert masked in ended[0]["error"]  # the on-end event
+    logged = caplog.text + capfd.readouterr().err + log_file.read_text()
+    assert f"the parser choked on {masked}" in logged
+    stored = stored_bytes(on.kind, tmp_path)
+    for value in (token, cert, named):
+        assert value.encode() not in stored and value not in logged
+    assert b"[TOKEN]" in stored and b"[CERT]" in stored
+    # And the run has ended: no value is held any more
+    assert svc.redactor.held() == [] and svc.redactor(every) == every
 
 
 def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on):

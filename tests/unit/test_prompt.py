@@ -35,9 +35,33 @@ def test_layers_keep_design_order_within_each_half():
         assert names == sorted(names, key=order.index)
 
 
-def test_the_researcher_gets_every_layer_its_folder_supports():
-    names = {layer.name for layer in researcher_prompt().layers}
-    assert {"persona", "where", "agents.md", "skills", "memory", "knowledge", "scripts", "state", "clock", "rules"} <= names
+def scripted_researcher(tmp_path: Path, tools: str = "[read_file, scripts]") -> Path:
+    """ws_ok with the researcher's script executable and granted (`tools:` as given)."""
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_ok", root)
+    (root / "agents" / "researcher" / "scripts" / "fetch.sh").chmod(0o755)
+    md = root / "agents" / "researcher" / "agent.md"
+    md.write_text(md.read_text().replace("tools: [read_file]", f"tools: {tools}"))
+    return root
+
+
+def test_the_researcher_gets_every_layer_its_folder_supports(tmp_path):
+    names = {layer.name for layer in researcher_prompt(scripted_researcher(tmp_path)).layers}
+    assert {"persona", "where", "agents.md", "skills", "memory", "knowledge", "scripts", "script-tools", "state", "clock", "rules"} <= names
+
+
+def test_scripts_and_secrets_layers_are_left_out_when_the_step_cannot_run_a_program(tmp_path):
+    ws = load_workspace(scripted_researcher(tmp_path, tools="[read_file]"))
+    prompt = build_system_prompt(ws, load_agent(ws, "researcher"), secrets=["SEARCH_API_KEY"], now=NOW)
+    names = {layer.name for layer in prompt.layers}
+    assert not names & {"scripts", "script-tools", "secrets"}
+
+
+def test_the_scripts_layer_names_each_granted_script_tool_and_the_program_layer_says_what_is_kept(tmp_path):
+    ws = load_workspace(scripted_researcher(tmp_path, tools="[bash, script_fetch]"))
+    layers = {layer.name: layer.text for layer in build_system_prompt(ws, load_agent(ws, "researcher"), now=NOW).layers}
+    assert "agents/researcher/scripts/fetch.sh (tool `script_fetch`)" in layers["scripts"]
+    assert "bash" in layers["script-tools"] and "outputs/" in layers["script-tools"] and "30,000" in layers["script-tools"]
 
 
 def test_each_layer_records_name_size_hash_prefix_and_dynamic():
@@ -66,10 +90,11 @@ def test_stable_half_is_unchanged_by_a_new_day_and_new_memory(tmp_path):
 
 
 def test_secrets_layer_names_secrets_but_never_values(tmp_path):
-    ws = load_workspace(FIXTURES / "ws_ok")
-    prompt = build_system_prompt(ws, load_agent(ws, "researcher"), secrets=["SEARCH_API_KEY"], now=NOW)
+    ws = load_workspace(scripted_researcher(tmp_path))
+    prompt = build_system_prompt(ws, load_agent(ws, "researcher"), secrets=["SEARCH_API_KEY", "@CERT"], now=NOW)
     text = next(layer for layer in prompt.layers if layer.name == "secrets").text
-    assert "SEARCH_API_KEY" in text
+    assert "SEARCH_API_KEY" in text and "environment variable" in text
+    assert "CERT" in text and "@CERT" not in text and "path" in text
 
 
 def test_no_layer_carries_a_local_path():

@@ -124,13 +124,13 @@ def test_workspace_setting_of_the_wrong_type_names_file_line_and_field(tmp_path)
 def test_strict_frontmatter_gives_typed_settings_and_no_warnings(tmp_path):
     ws_root = agent_ws(
         tmp_path,
-        "---\nmodel: m1\ntools: [read, write]\nbudget: 0.5\ntimeout: 30\nmax_turns: 4\n"
+        "---\nmodel: m1\ntools: [read_file, write_file]\nbudget: 0.5\ntimeout: 30\nmax_turns: 4\n"
         "sandbox: true\nsecrets: [API_KEY]\nstub: [one, two]\n---\n\nYou are A.\n",
     )
     agent = load_agent(load_workspace(ws_root), "a")
 
     s = agent.settings
-    assert (s.model, s.tools, s.budget, s.timeout, s.max_turns) == ("m1", ["read", "write"], 0.5, 30.0, 4)
+    assert (s.model, s.tools, s.budget, s.timeout, s.max_turns) == ("m1", ["read_file", "write_file"], 0.5, 30.0, 4)
     assert s.sandbox is True and s.secrets == ["API_KEY"] and s.stub == ["one", "two"]
     assert agent.persona == "You are A."
     assert agent.warnings == []

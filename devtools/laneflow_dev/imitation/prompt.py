@@ -204,3 +204,45 @@ def _validate_messages(messages: Any) -> None:
                     raise RequestError(400, f"messages.{i}.content.{j}: Input should be a content block with a type")
         elif not isinstance(content, str):
             raise RequestError(400, f"messages.{i}.content: Input should be a valid string or list")
+
+
+# The effort levels each model takes (`output_config.effort`), as the API documents them, and
+# the beta header a model needs them under where they are in beta. Kept here on its own (not
+# read from laneflow's price catalog), so a test against the imitation checks the catalog.
+EFFORT_LEVELS: dict[str, tuple[str, ...]] = {
+    "claude-opus-4-6": ("low", "medium", "high", "max"),
+    "claude-opus-4-5": ("low", "medium", "high"),
+    "claude-sonnet-4-6": ("low", "medium", "high"),
+}
+
+EFFORT_BETAS: dict[str, str] = {"claude-opus-4-5": "effort-2025-11-24"}
+
+
+def _family(model: str, table: dict[str, Any]) -> str | None:
+    return max((name for name in table if model == name or model.startswith(name + "-")), key=len, default=None)
+
+
+def validate_output_config(body: dict[str, Any], betas: set[str]) -> None:
+    """`output_config.effort` the way the API takes it: an object, a level this model takes,
+    and, for a model that takes it only in beta, the `anthropic-beta` header naming it."""
+    if "output_config" not in body:
+        return
+    config = body["output_config"]
+    if not isinstance(config, dict):
+        raise RequestError(400, "output_config: Input should be a valid dictionary")
+    unknown = sorted(set(config) - {"effort"})
+    if unknown:
+        raise RequestError(400, f"output_config.{unknown[0]}: Extra inputs are not permitted")
+    if "effort" not in config:
+        return
+    effort, model = config["effort"], body["model"]
+    family = _family(model, EFFORT_LEVELS)
+    if family is None:
+        raise RequestError(400, f"output_config.effort: effort is not supported by model {model}")
+    if effort not in EFFORT_LEVELS[family]:
+        raise RequestError(
+            400, f"output_config.effort: {effort!r} is not supported by model {model}; supported values: {list(EFFORT_LEVELS[family])}"
+        )
+    beta = EFFORT_BETAS.get(family)
+    if beta and beta not in betas:
+        raise RequestError(400, f"output_config.effort: model {model} takes effort only with the beta header anthropic-beta: {beta}")

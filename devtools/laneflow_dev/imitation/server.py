@@ -22,10 +22,13 @@ from laneflow_dev.imitation.prompt import (
     analyze_prompt,
     canonical,
     validate_body,
+    validate_output_config,
 )
 from laneflow_dev.imitation.replies import Reply, Responder, default_responder
 
 HOST = "127.0.0.1"
+
+MAX_KEPT = 1_000  # requests kept in `received`
 
 
 ERROR_TYPES: dict[int, str] = {
@@ -229,6 +232,8 @@ class MessagesImitation:
         self._since_sweep = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        # The requests to /v1/messages as they arrived (the last MAX_KEPT): body and headers.
+        self.received: list[dict[str, Any]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -383,8 +388,13 @@ class MessagesImitation:
         if body is None:
             fail(400, "Request body is not valid JSON")
             return
+        betas = {b.strip() for b in (h.headers.get("anthropic-beta") or "").split(",") if b.strip()}
+        with self._lock:
+            self.received.append({"body": body, "betas": sorted(betas)})
+            del self.received[:-MAX_KEPT]
         try:
             validate_body(body)
+            validate_output_config(body, betas)
             prompt = analyze_prompt(body, self.chars_per_token)
         except RequestError as e:
             fail(e.status, e.message)

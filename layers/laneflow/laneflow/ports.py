@@ -10,6 +10,7 @@ handed a `Services` holding them, never reaching for a global.
 - `OnEnd`: told about every run that ends.
 - `WorkspaceSource`: finding a workspace by name; `WorkspaceFolders`: a folder holding it.
 - `SandboxTasks`: stopping the Fargate task a sandboxed step runs in.
+- `SecretSource`: the values of an agent's declared secrets; `SecretFiles`: `@NAME` files.
 - `WorkerLiveness`: whether the worker of an attempt or a drive is still there.
 - `Telemetry`: log context and step metrics (Powertools in Lambda, nothing locally).
 """
@@ -113,6 +114,14 @@ class StepJob:
     max_turns: int | None = None
     timeout: float | None = None
     budget: float | None = None
+    # What the step's programs (bash, scripts) get beyond the fixed variables: the declared
+    # secrets, NAME -> value (for `@NAME`, the path of its 0600 file), under the names they
+    # cross as (a model-named secret already renamed `LANEFLOW_DECLARED_<NAME>`).
+    secret_env: dict[str, str] = field(default_factory=dict)
+    effort: str | None = None  # agent `effort:`, sent the way the model takes it (or not, saying so)
+    size: str | None = None  # agent `size:` (small, medium, large): the programs' limits
+    network_enforce: bool = False  # AGENTS.md `network_enforce:`: refuse a sandbox without a network fence
+    sandboxed: bool = False  # `Agent.sandboxed`: the step runs in a sandbox worker
 
 
 
@@ -411,6 +420,36 @@ class SandboxTasks(Protocol):
         """Stop a sandbox task (a person stopped its run): its worker is told to end."""
 
 
+class SecretSource(Protocol):
+    """Where declared secrets' values come from: locally a dotenv file or the environment,
+    in the cloud Secrets Manager under `laneflow/<tenant>/<NAME>`."""
+
+    def read(self, tenant: str, workspace_uri: str, names: list[str]) -> dict[str, str]:
+        """The values of `names` that are set (a name not set is left out). A source that
+        cannot be read raises `StepFailed` (retryable when it may work later: a throttle,
+        the network) or `InvalidInput` (a dotenv file that does not parse), never with a
+        value in its message."""
+
+    def where(self, workspace_uri: str) -> str:
+        """Where values are read from, in words fit for the trace (no path, no value)."""
+
+
+
+class SecretFileSet(Protocol):
+    paths: dict[str, str]  # name -> the file's absolute path
+
+    def remove(self) -> None:
+        """Remove every file and their folder (idempotent)."""
+
+
+
+class SecretFiles(Protocol):
+    def write(self, values: dict[str, str]) -> SecretFileSet:
+        """Write each value (name -> value) to its own 0600 file in a fresh private folder
+        outside any workspace; the caller removes them when the attempt ends."""
+
+
+
 class WorkerLiveness(Protocol):
     def alive(self, worker: WorkerRef | None) -> bool | None:
         """Is that worker still there: True, False, or None (cannot tell)."""
@@ -456,6 +495,8 @@ class Services:
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
     tasks: SandboxTasks | None = None  # stops the Fargate tasks of sandboxed steps (cloud)
     telemetry: Telemetry = field(default_factory=NoTelemetry)
+    secrets: SecretSource | None = None  # declared secrets' values (None: a step declaring one fails)
+    secret_files: SecretFiles | None = None  # where `@NAME` secrets are written for an attempt
     # Set when this worker is going away (a local runner got SIGINT or SIGTERM): one-way. No
     # new attempt is claimed, running ones see it as a stop and are marked interrupted.
     leaving: threading.Event = field(default_factory=threading.Event)

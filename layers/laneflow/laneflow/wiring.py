@@ -19,7 +19,7 @@ from pathlib import Path
 from laneflow.adapters.aws.ecs import EcsTasks, task_alive
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.adapters.aws.s3 import S3Captures, S3Workspaces, SyncedFolders
-from laneflow.adapters.aws.secrets import read_model_key
+from laneflow.adapters.aws.secrets import SecretsManagerSecrets, read_model_key
 from laneflow.adapters.aws.stepfunctions import (
     StepFunctionsCallbacks,
     StepFunctionsDrives,
@@ -27,9 +27,11 @@ from laneflow.adapters.aws.stepfunctions import (
 )
 from laneflow.adapters.engine.local import LocalDrives, LocalEngine
 from laneflow.adapters.engine.sandbox import RelayCallbacks
+from laneflow.adapters.executors.isolation import choose
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.local.on_end import LocalOnEnd
+from laneflow.adapters.local.secrets import LocalSecrets, PrivateSecretFiles
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import Liveness
@@ -39,6 +41,7 @@ from laneflow.ports import (
     Executor,
     NoTelemetry,
     OnEnd,
+    SecretSource,
     Services,
     Store,
     Telemetry,
@@ -65,10 +68,10 @@ def make_executor(cfg: Settings) -> Callable[[str, str | None], Executor]:
 
     def make(model: str, key: str | None) -> Executor:
         if model == "stub":
-            return StubExecutor()
+            return StubExecutor(isolation=choose(cfg.isolation))
         from laneflow.adapters.executors.anthropic import AnthropicExecutor
 
-        return AnthropicExecutor(api_key=key, base_url=cfg.anthropic_base_url)
+        return AnthropicExecutor(api_key=key, base_url=cfg.anthropic_base_url, isolation=choose(cfg.isolation))
 
     return make
 
@@ -103,7 +106,18 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         workspaces=workspace_source(cfg),
         telemetry=telemetry(),
         tasks=EcsTasks(),  # its client is made only if a run with a Fargate-task attempt is stopped
+        secrets=secret_source(cfg),
+        secret_files=PrivateSecretFiles(),
     )
+
+
+def secret_source(cfg: Settings) -> SecretSource:
+    """Where agents' declared secrets are read: Secrets Manager (`laneflow/<tenant>/<NAME>`)
+    where the deployment says so (the functions and tasks that run steps), else this
+    machine's `--secrets` file, the workspace's `.secrets.env` or the environment."""
+    if cfg.secret_source == "secretsmanager":
+        return SecretsManagerSecrets()
+    return LocalSecrets(cfg.secrets_file)
 
 
 def workspace_source(cfg: Settings) -> WorkspaceSource | None:

@@ -1,11 +1,12 @@
 """The price catalog (prices.json beside this file): per model, USD per million tokens for
-input, output, cache writes (5-minute and 1-hour) and cache reads. Spend counts cache writes
-and reads at their own prices."""
+input, output, cache writes (5-minute and 1-hour) and cache reads, and the `effort` levels
+the model takes (none: it takes no effort setting) with the beta header it needs them under,
+if it takes them only in beta. Spend counts cache writes and reads at their own prices."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,6 +23,8 @@ class Price:
     cache_write_5m: float
     cache_write_1h: float
     cache_read: float
+    efforts: tuple[str, ...] = field(default=())  # the `output_config.effort` levels it takes
+    effort_beta: str | None = None  # the beta header those need, where they are in beta
 
     def cost(self, tokens: Tokens, *, cache_ttl: str = "5m") -> float:
         write = self.cache_write_1h if cache_ttl == "1h" else self.cache_write_5m
@@ -41,7 +44,12 @@ class PriceCatalog:
     @classmethod
     def load(cls, path: str | Path = CATALOG) -> PriceCatalog:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls({name: Price(**fields) for name, fields in raw["models"].items()})
+        prices = {}
+        for name, fields in raw["models"].items():
+            fields = dict(fields)
+            fields["efforts"] = tuple(fields.get("efforts", ()))
+            prices[name] = Price(**fields)
+        return cls(prices)
 
     def price(self, model: str) -> Price | None:
         """The price of a model id; dated ids (claude-sonnet-4-5-20250929) match their

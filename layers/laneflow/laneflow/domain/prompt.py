@@ -16,6 +16,7 @@ import hashlib
 from dataclasses import dataclass
 
 from laneflow.domain.records import PromptLayer
+from laneflow.domain.tools import BASH, granted
 from laneflow.domain.workspace import Agent, Doc, Workspace
 
 # The order layers are computed in (a fixed order); `dynamic` marks those that change
@@ -85,6 +86,35 @@ def _docs(title: str, docs: list[Doc]) -> str:
 
 
 
+def _program_tools(has_scripts: bool, has_bash: bool) -> str:
+    """How this step's programs run: what is true of its sandbox whatever the machine."""
+    what = " and ".join(w for w, on in (("the script tools", has_scripts), ("bash", has_bash)) if on)
+    lines = [
+        f"# Running programs\n{what.capitalize()} run in your sandbox, in a copy of the workspace (the working folder and $HOME).",
+        "- Only what you create or change under your own `outputs/` and `memory/` and the shared `storage/` and `state/` is kept, "
+        "and only when this step completes.",
+        "- Each call has a time limit; its output is cut at 30,000 characters. A non-zero exit comes back as an error.",
+    ]
+    if has_scripts:
+        lines.append('- Call a script tool with {"args": ["..."], "stdin": "..."} (both optional).')
+    return "\n".join(lines)
+
+
+
+def _secrets(secrets: list[str]) -> str:
+    """The `secrets` layer: names only, and how each reaches the step's programs."""
+    names = sorted(n.lstrip("@") for n in secrets if not n.startswith("@"))
+    files = sorted(n.lstrip("@") for n in secrets if n.startswith("@"))
+    parts = ["# Secrets"]
+    if names:
+        parts.append("These are set as environment variables for your programs (bash, scripts): " + ", ".join(names) + ".")
+    if files:
+        parts.append("These are files whose path is in the environment variable of the same name: " + ", ".join(files) + ".")
+    parts.append("Never write their values anywhere.")
+    return "\n".join(parts)
+
+
+
 def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.datetime) -> dict[str, str]:
     folder = agent.path
     layers: dict[str, str] = {}
@@ -105,17 +135,19 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
         layers["skills"] = "# Skills (read a skill's file before you use it)\n" + "\n".join(lines)
     layers["memory"] = _docs("Memory", agent.memory + ws.memory)
     layers["knowledge"] = _docs("Knowledge", agent.knowledge + ws.knowledge)
-    if agent.scripts:
-        layers["scripts"] = "# Scripts you can run\n" + "\n".join(f"- {path}" for path in agent.scripts)
+    plain, scripts = granted(agent.settings.tools, agent.script_tools)
+    programs = bool(scripts) or BASH in plain
+    if scripts:
+        layers["scripts"] = "# Scripts you can run\n" + "\n".join(
+            f"- {s.path} (tool `{s.name}`)" + (f": {s.description}" if s.description else "") for s in scripts
+        )
     layers["state"] = _docs("State carried between runs", ws.state)
     zone = now.tzname() or "UTC"
     layers["clock"] = f"Today is {now.strftime('%A %Y-%m-%d')} ({zone})."
-    if secrets:
-        layers["secrets"] = (
-            "# Secrets\nThese are set as environment variables for your scripts and API tools: "
-            + ", ".join(sorted(secrets))
-            + ". Never write their values anywhere."
-        )
+    if programs:
+        layers["script-tools"] = _program_tools(scripts != [], BASH in plain)
+    if secrets and programs:
+        layers["secrets"] = _secrets(secrets)
     layers["rules"] = (
         "# Rules\n"
         f"- Put working text for later steps in `{folder}/outputs/`, deliverables for people in `storage/`.\n"

@@ -5,7 +5,7 @@ first. The store applies its redactor to everything it writes, the captures shar
 `redact_logs` applies it to the process's log records: three doors, one set of values.
 `scrub_paths` removes local filesystem paths from reasons. A capture holds a tool call's
 input and output, masked; at most `STEP_CAPTURE_LIMIT` characters per step, after which
-calls keep names, sizes and times only.
+no later call of the step is captured (its calls keep names, sizes and times only).
 """
 
 from __future__ import annotations
@@ -35,28 +35,68 @@ class Redactor:
     value first.
 
     One redactor belongs to a store and is shared by its captures and the process's log
-    records, so every write is masked in one place. Its values grow as secrets become known
-    (`add`): the model's key when the services are built, an agent's declared secrets
-    later. Safe to use from many threads."""
+    records, so every write is masked in one place. Its values grow as secrets become known:
+    the model's key when the services are built (`add`, for the life of the process), a
+    run's declared secrets while an attempt of that run works here (`hold`, dropped with the
+    last `release`). Safe to use from many threads."""
 
     MIN_LEN = 8
 
     def __init__(self, secrets: dict[str, str] | None = None):
         self._lock = threading.Lock()
-        self._values: dict[str, str] = {}
+        self._values: dict[str, str] = {}  # value -> name, for the life of the redactor
+        # scope -> (holders, {value: name}): a run's declared secrets, held by its attempts.
+        self._scopes: dict[str, tuple[int, dict[str, str]]] = {}
         self._pairs: tuple[tuple[str, str], ...] = ()
         for name, value in (secrets or {}).items():
             self.add(name, value)
 
-    def add(self, name: str, value: str | None) -> None:
-        """Mask `value` as `[name]` from now on (values shorter than MIN_LEN are left alone:
-        masking them would mangle ordinary text)."""
+    def add(self, name: str, value: str | None, *, scope: str | None = None) -> None:
+        """Mask `value` as `[name]` from now on: for the life of the redactor, or with `scope`
+        (held: see `hold`) until the scope's last release. Values shorter than MIN_LEN are
+        left alone: masking them would mangle ordinary text."""
         if not value or len(value) < self.MIN_LEN:
             return
         with self._lock:
-            self._values[value] = name
-            # Longest first, so a value that contains another is masked whole.
-            self._pairs = tuple(sorted(((n, v) for v, n in self._values.items()), key=lambda p: len(p[1]), reverse=True))
+            if scope is None:
+                self._values[value] = name
+            else:
+                if scope not in self._scopes:
+                    raise ValueError(f"redactor scope {scope!r} is not held")
+                self._scopes[scope][1][value] = name
+            self._rebuild()
+
+    def hold(self, scope: str) -> None:
+        """One more holder of `scope` (an attempt of the run it names, working in this
+        process). Values added under it stay masked until the last holder releases it. Each
+        `hold` is matched by one `release`."""
+        with self._lock:
+            holders, values = self._scopes.get(scope, (0, {}))
+            self._scopes[scope] = (holders + 1, values)
+
+    def release(self, scope: str) -> None:
+        """One holder of `scope` is done. With the last one, the scope's values are dropped:
+        nothing of them stays in the redactor (a value also `add`ed stays masked)."""
+        with self._lock:
+            holders, values = self._scopes.get(scope, (0, {}))
+            if holders <= 1:
+                self._scopes.pop(scope, None)
+            else:
+                self._scopes[scope] = (holders - 1, values)
+            self._rebuild()
+
+    def held(self) -> list[str]:
+        """The scopes held now (a run's secrets are in memory while its scope is held)."""
+        with self._lock:
+            return sorted(self._scopes)
+
+    def _rebuild(self) -> None:
+        names = dict(self._values)
+        for _, values in self._scopes.values():
+            for value, name in values.items():
+                names.setdefault(value, name)
+        # Longest first, so a value that contains another is masked whole.
+        self._pairs = tuple(sorted(((n, v) for v, n in names.items()), key=lambda p: len(p[1]), reverse=True))
 
     def names(self) -> list[str]:
         """The names masked (never the values)."""

@@ -1,5 +1,6 @@
 """The stub model's answers (an agent's `stub:`): picking the k-th, reading its header lines
-(`cost:`, `ttft_ms:`, `delay_ms:`, `fail:`), its `call:` lines and its `===` turns, and the
+(`cost:`, `ttft_ms:`, `delay_ms:`, `fail:`), its `call:` lines (pretend tool calls), its
+`tool: NAME {JSON}` lines (real calls of the step's tools) and its `===` turns, and the
 bounds a header value must keep."""
 
 from __future__ import annotations
@@ -26,13 +27,19 @@ _HEADER = re.compile(r"^\s*(cost|ttft_ms|delay_ms|fail)\s*:\s*(.*?)\s*$")
 
 _CALL = re.compile(r"^\s*call:\s*(\S+)\s*(.*?)\s*(?:=>\s*(.*?))?\s*$")
 
+_TOOL = re.compile(r"^\s*tool:\s*(\S+)\s*(.*?)\s*$")
+
 _TURN_BREAK = re.compile(r"^\s*===\s*$")
 
 @dataclass
 class StubCall:
+    """A tool call of a stub turn: pretend (`call:`, its output as written) or, when `real`,
+    a `tool:` line whose `input` (JSON text) is given to the step's real tool."""
+
     tool: str
     input: str
     output: str
+    real: bool = False
 
 @dataclass
 class StubTurn:
@@ -108,8 +115,11 @@ def parse_answer(text: str) -> StubAnswer:
             turns.append(StubTurn(text="\n".join(current).strip(), calls=calls))
             current, calls = [], []
             continue
+        real = _TOOL.match(line)
         call = _CALL.match(line)
-        if call:
+        if real:
+            calls.append(StubCall(tool=real.group(1), input=real.group(2) or "{}", output="", real=True))
+        elif call:
             calls.append(StubCall(tool=call.group(1), input=call.group(2) or "", output=call.group(3) or ""))
         else:
             current.append(line)

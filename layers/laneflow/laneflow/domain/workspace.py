@@ -30,7 +30,9 @@ from pydantic_core import ErrorDetails
 
 from laneflow.domain.errors import Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, read_frontmatter, read_text, type_name
+from laneflow.domain.pricing import catalog
 from laneflow.domain.stub_answers import header_problems
+from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools
 
 __all__ = [
     "AgentSettings",
@@ -59,13 +61,13 @@ class AgentSettings(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", protected_namespaces=())
 
     model: str | None = None
-    effort: str | None = None
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
     tools: list[str] = Field(default_factory=list)
     budget: float | None = Field(default=None, gt=0, description="USD cap for one step")
     timeout: float | None = Field(default=None, gt=0, description="seconds")
     max_turns: int | None = Field(default=None, ge=1)
     sandbox: bool = False
-    size: str | None = None
+    size: Literal["small", "medium", "large"] | None = None
     secrets: list[str] = Field(default_factory=list)
     apis: list[str] = Field(default_factory=list)
     stub: str | list[str] | None = None
@@ -121,20 +123,14 @@ class Agent(BaseModel):
     memory: list[Doc] = Field(default_factory=list)
     knowledge: list[Doc] = Field(default_factory=list)
     scripts: list[str] = Field(default_factory=list)  # relative paths
+    script_tools: list[ScriptTool] = Field(default_factory=list)  # its own and the workspace's executables
     warnings: list[Problem] = Field(default_factory=list)
 
     @property
     def sandboxed(self) -> bool:
-        """Whether its steps run whole in a sandbox worker (a child process locally, a Fargate
-        task in the cloud) working in a scratch copy: it says `sandbox: true`, or it runs
-        programs (`bash`, `scripts`, a `script_<name>` tool)."""
-        tools = self.settings.tools
-        return (
-            self.settings.sandbox
-            or "bash" in tools
-            or "scripts" in tools
-            or any(t.startswith("script_") for t in tools)
-        )
+        """The step runs in a sandbox worker: its agent says `sandbox: true`, or it may run
+        programs (`bash`, `scripts` or a `script_*` tool)."""
+        return self.settings.sandbox or runs_programs(self.settings.tools)
 
 
 
@@ -509,6 +505,42 @@ def _read_skills(agent_dir: Path, root: Path, errors: list[Problem], warnings: l
 
 
 
+def _effort_not_taken(settings: AgentSettings, model: str | None, front: Front, rel: str) -> list[Problem]:
+    """A warning when the agent's model (its own, else the workspace's) is known not to take
+    its `effort:` level: the step would not send it (and its trace would say so)."""
+    price = catalog().price(model) if settings.effort and model and model != "stub" else None
+    if price is None or settings.effort in price.efforts:
+        return []
+    takes = f"takes effort {', '.join(price.efforts)}" if price.efforts else "takes no effort setting"
+    return [Problem(
+        file=rel, line=front.lines.get("effort"), field="effort", severity="warning",
+        message=f"model {model} {takes}: effort {settings.effort!r} would not be sent",
+    )]
+
+
+
+def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list[Problem]:
+    """What agent.md asks for that nothing would do, refused rather than silently ignored: a
+    tool name that names no tool (with the closest one), and `apis:` (no API tools yet).
+    Read from the frontmatter as written, so they are found beside a setting of the wrong type."""
+    problems = []
+    tools = front.data.get("tools")
+    names = [t for t in tools if isinstance(t, str)] if isinstance(tools, list) else []
+    for index, name, close in unknown_tools(names, scripts):
+        hint = f" (did you mean {close!r}?)" if close else ""
+        problems.append(Problem(
+            file=rel, line=front.lines.get(f"tools[{index}]", front.lines.get("tools")), field=f"tools[{index}]",
+            message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts and script_<name>",
+        ))
+    if front.data.get("apis"):
+        problems.append(Problem(
+            file=rel, line=front.lines.get("apis"), field="apis",
+            message="API tools (apis:) are not available in this version; remove it, it would be ignored",
+        ))
+    return problems
+
+
+
 def load_agent(ws: Workspace, name: str) -> Agent:
     """Read `agents/<name>/`: settings and persona from agent.md, skills, memory,
     knowledge and scripts. Parses afresh on every call.
@@ -526,6 +558,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
     warnings: list[Problem] = []
     settings: AgentSettings | None = None
     persona = ""
+    script_tools = discover_scripts(root, _rel(agent_dir, root))
     try:
         front = read_front(md, rel)
     except WorkspaceInvalid as e:
@@ -536,8 +569,10 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         settings, errs, warns = _settings(AgentSettings, front, rel)
         errors.extend(errs)
         warnings.extend(warns)
+        errors.extend(_ignored_settings(front, rel, script_tools))
         if settings is not None:
             errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
+            warnings.extend(_effort_not_taken(settings, settings.model or ws.settings.model, front, rel))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)
@@ -556,6 +591,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         memory=_docs(agent_dir / "memory", root, "*.md", warnings),
         knowledge=_docs(agent_dir / "knowledge", root, "*.md", warnings),
         scripts=scripts,
+        script_tools=script_tools,
         warnings=warnings,
     )
 

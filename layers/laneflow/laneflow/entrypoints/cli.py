@@ -126,7 +126,21 @@ def _services(args: argparse.Namespace, settings: Settings | None = None) -> Ser
     from laneflow.settings import settings as from_env
 
     cfg = settings or from_env()  # first: a bad LANEFLOW_TENANT is refused before a store is made
+    if getattr(args, "secrets", None):
+        cfg = cfg.model_copy(update={"secrets_file": secrets_file(args.secrets)})
     return for_store(open_store(args.store), cfg)
+
+
+
+def secrets_file(given: str) -> str:
+    """`--secrets FILE`: the dotenv file declared secrets are read from (for every step this
+    process runs, and the sandbox workers it starts: they inherit LANEFLOW_SECRETS_FILE).
+    A file that is not there is bad input, said before anything runs."""
+    path = Path(given).expanduser().resolve()
+    if not path.is_file():
+        raise InvalidInput(f"--secrets {given}: no such file")
+    os.environ["LANEFLOW_SECRETS_FILE"] = str(path)
+    return str(path)
 
 
 
@@ -461,6 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
         p.add_argument("--quiet", action="store_true", help="no progress on stderr")
         p.add_argument("--no-gate", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: turn the warm gate off
+        secrets_flag(p)
+
+    def secrets_flag(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--secrets", default=None, metavar="FILE",
+            help="read agents' declared secrets from this dotenv file (default: the workspace's .secrets.env, else the environment)",
+        )
 
     p = with_store(sub.add_parser("run", help="run a flow of a workspace"))
     p.add_argument("workspace")
@@ -490,22 +511,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reject", action="store_true", help="reject: the run fails with 'rejected by a person'")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
+    secrets_flag(p)
     p.set_defaults(func=cmd_approve, drives=True)
 
     p = with_store(sub.add_parser("resume", help="re-drive a run whose drive went away (Ctrl-C, a crash), now, here"))
     p.add_argument("run")
     p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    secrets_flag(p)
     p.set_defaults(func=cmd_resume, drives=True)
 
     p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
     p.add_argument("--json", action="store_true")
+    secrets_flag(p)
     p.set_defaults(func=cmd_reconcile, drives=True)
 
     p = with_store(sub.add_parser("serve", help="serve the HTTP API and the run viewer on this machine"))
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--workspaces", default=None, help="a folder of workspaces (default: the project's examples/)")
+    secrets_flag(p)
     p.set_defaults(func=cmd_serve)
 
     p = with_store(sub.add_parser("init-store", help="create a DynamoDB store's table (and bucket) from template.yaml"))

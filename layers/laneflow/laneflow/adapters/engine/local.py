@@ -249,17 +249,14 @@ def _hear_an_early_outcome() -> None:
 
 
 def child_environ(svc: Services, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """What a local sandbox worker inherits: this process's environment (the model's
-    settings, AWS endpoints) and the store and captures this engine uses, which the CLI may
-    have been given as flags rather than variables. (The programs its tools run see none of
-    it: their environment is built from scratch.)"""
+    """What a local sandbox worker inherits: this process's environment (AWS endpoints and
+    the like) and this engine's settings as the variables they are read from (the CLI may
+    have been given them as flags: the store, captures, the model's settings, the secrets
+    file, the isolation). The programs its tools run see none of it: their environment is
+    built from scratch."""
     env = dict(os.environ if environ is None else environ)
+    env.update(svc.settings.to_env())
     env["LANEFLOW_STORE"] = svc.store.url
-    env["LANEFLOW_TENANT"] = svc.settings.tenant
-    if svc.settings.capture_dir:
-        env["LANEFLOW_CAPTURE_DIR"] = svc.settings.capture_dir
-    if svc.settings.anthropic_base_url:
-        env["ANTHROPIC_BASE_URL"] = svc.settings.anthropic_base_url
     env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
     return env
 

@@ -4,7 +4,13 @@
   dynamic layers follow it, uncached. Tools are sent in a stable order, so they are part of
   the cached prefix.
 - The stream's first event opens the warm gate (`sink.first_event`).
-- A tool-use loop over the step's file tools, each call recorded as a tool event.
+- A tool-use loop over the step's tools (`StepTools`: the file tools, bash and the script
+  tools its agent.md grants, the same registry the stub's `tool:` lines use), each call
+  recorded as a tool event.
+- The agent's `effort` goes as `output_config={"effort": ...}` to a model whose catalog
+  entry lists that level (with the beta header the catalog names, through the SDK's beta
+  messages, where the model takes it only in beta); to any other model it is not sent, and
+  the trace says so once.
 - Every turn is a model-call span with usage (input, output, cache read and write), time to
   first token and cost from the price catalog; a turn is reported when it starts and
   updated when it ends (one span).
@@ -26,7 +32,9 @@ from typing import Any
 
 import anthropic
 
-from laneflow.adapters.executors.tools import FileTools, ToolError
+from laneflow.adapters.executors.isolation import Isolation
+from laneflow.adapters.executors.registry import StepTools
+from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import AttemptEnded, StepFailed, StepStopped
 from laneflow.domain.pricing import PriceCatalog, catalog
 from laneflow.domain.records import EventType, ModelCall, Tokens, utcnow
@@ -143,7 +151,9 @@ class AnthropicExecutor:
         api_retries: int = 4,
         backoff_s: float = 0.5,
         client_factory: Callable[[], anthropic.Anthropic] | None = None,
+        isolation: Isolation | None = None,
     ):
+        self.isolation = isolation  # where the step's programs run (None: the strongest here)
         self._api_key, self._base_url = api_key, base_url
         self.prices = prices or catalog()
         self.api_retries, self.backoff_s = api_retries, backoff_s
@@ -164,8 +174,9 @@ class AnthropicExecutor:
     # -- one attempt ---------------------------------------------------------------------
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
-        tools = FileTools(job.workspace_root, job.agent_path) if job.workspace_root else None
-        tool_defs = tools.definitions(tuple(job.tools) or None) if tools else []
+        tools = StepTools(job, sink, isolation=self.isolation)
+        tools.prepare()  # before any model call: the isolation named, network_enforce honoured
+        tool_defs = tools.definitions()
         system: list[dict[str, Any]] = [{"type": "text", "text": job.system_stable, "cache_control": {"type": "ephemeral"}}]
         if job.system_dynamic:
             system.append({"type": "text", "text": job.system_dynamic})
@@ -175,10 +186,11 @@ class AnthropicExecutor:
         price = self.prices.price(job.model)
         if price is None:
             sink.event(EventType.warning, f"no price for model {job.model} in the catalog: its spend is counted as 0")
+        effort = _effort_params(job, price, sink)
         texts: list[str] = []
         cost = 0.0
         for number in range(1, max_turns + 1):
-            params: dict[str, Any] = {"model": job.model, "max_tokens": DEFAULT_MAX_TOKENS, "system": system, "messages": messages}
+            params: dict[str, Any] = {"model": job.model, "max_tokens": DEFAULT_MAX_TOKENS, "system": system, "messages": messages, **effort}
             if tool_defs:
                 params["tools"] = tool_defs
             if job.budget is not None and cost >= job.budget:
@@ -195,7 +207,7 @@ class AnthropicExecutor:
             for use in turn.tool_uses:
                 started = time.monotonic()
                 try:
-                    if tools is None:
+                    if not tool_defs:
                         raise ToolError("this step has no tools")
                     if UNREADABLE_INPUT in use["input"]:
                         raise ToolError(f"the input of this {use['name']} call is not a JSON object; call it again with one")
@@ -242,6 +254,13 @@ class AnthropicExecutor:
                 raise StepStopped()
             time.sleep(min(0.1, left))
 
+    def _create(self, params: dict[str, Any], timeout: float | None) -> Any:
+        """Start one turn's stream: through the beta messages where the request names betas
+        (a model that takes a parameter only in beta, such as effort on Opus 4.5)."""
+        if "betas" in params:
+            return self.client.beta.messages.create(**params, stream=True, timeout=timeout)
+        return self.client.messages.create(**params, stream=True, timeout=timeout)
+
     def _turn(
         self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any, left: float | None
     ) -> Turn:
@@ -250,7 +269,7 @@ class AnthropicExecutor:
         turn = reader.turn
         watch = _CallWatch(sink).start()
         try:
-            stream = self.client.messages.create(**params, stream=True, timeout=timeout)
+            stream = self._create(params, timeout)
             watch.attach(stream.response)
             with stream:
                 for event in stream:
@@ -371,6 +390,26 @@ class _TurnReader:
         self.turn.stop = event.delta.stop_reason
         if event.usage and event.usage.output_tokens is not None:
             self.turn.tokens = self.turn.tokens.model_copy(update={"output": event.usage.output_tokens})
+
+
+def _effort_params(job: StepJob, price: Any, sink: ExecutionSink) -> dict[str, Any]:
+    """What a request carries for the agent's `effort`: `output_config` (and `betas` where
+    the model takes it in beta) when the catalog says the model takes that level; else
+    nothing, and the trace says so once."""
+    if not job.effort:
+        return {}
+    levels = price.efforts if price else ()
+    if job.effort not in levels:
+        if levels:
+            why = f"model {job.model} takes effort {', '.join(levels)}, not {job.effort!r}"
+        else:
+            why = f"model {job.model} does not take an effort setting"
+        sink.event(EventType.warning, f"effort {job.effort!r} is not sent: {why}")
+        return {}
+    params: dict[str, Any] = {"output_config": {"effort": job.effort}}
+    if price.effort_beta:
+        params["betas"] = [price.effort_beta]
+    return params
 
 
 def _time_left(deadline: float | None, job: StepJob) -> float | None:

@@ -12,20 +12,27 @@ MAX_SIMULATED_MS (ten minutes); anything else fails the attempt (not retried) na
 agent.md and the answer, and `laneflow check` reports it with its line.
 
 The rest is the reply. In it, `call: TOOL INPUT => OUTPUT` lines are pretend tool calls,
-recorded exactly as real ones, and a `===` line separates earlier turns from the final one.
+recorded exactly as real ones; `tool: NAME {JSON}` lines make a REAL call of one of the
+step's tools (through the same `StepTools` the Claude executor uses: bash and scripts run in
+the sandbox), recorded exactly like a model's call, a tool's own failure included; and a
+`===` line separates earlier turns from the final one.
 Every turn is recorded as a model-call span (model `stub`, its simulated times, tokens
 estimated from text lengths), so a stub run's record has the shape of a real one.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
+from laneflow.adapters.executors.isolation import Isolation
+from laneflow.adapters.executors.registry import StepTools
+from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.placeholders import fill
 from laneflow.domain.records import ModelCall, Tokens, utcnow
-from laneflow.domain.stub_answers import BadHeader, parse_answer, pick_answer
+from laneflow.domain.stub_answers import BadHeader, StubCall, parse_answer, pick_answer
 from laneflow.ports import ExecutionSink, StepJob, StepOutcome
 
 
@@ -42,6 +49,16 @@ def _answer_source(job: StepJob) -> str:
 
 
 
+def _real_call(call: StubCall, tools: StepTools) -> str:
+    """A `tool:` line run for real: its output, or its own failure's message (ToolError)."""
+    try:
+        args = json.loads(call.input) if call.input.strip() else {}
+    except ValueError:
+        raise ToolError(f"the input of this {call.tool} call is not JSON; write tool: NAME {{...}}") from None
+    return tools.run(call.tool, args)
+
+
+
 def _estimate_tokens(chars: int) -> int:
     return max(1, (chars + 3) // 4) if chars else 0
 
@@ -52,8 +69,9 @@ class StubExecutor:
 
     name = "stub"
 
-    def __init__(self, slice_s: float = 0.05):
+    def __init__(self, slice_s: float = 0.05, *, isolation: Isolation | None = None):
         self._slice = slice_s
+        self.isolation = isolation  # None: the strongest the machine offers
 
     def _wait(self, ms: int, sink: ExecutionSink) -> None:
         deadline = time.monotonic() + ms / 1000
@@ -61,6 +79,20 @@ class StubExecutor:
             if sink.stopped():
                 raise StepStopped()
             time.sleep(min(self._slice, left))
+
+    @staticmethod
+    def _call(call: StubCall, tools: StepTools, sink: ExecutionSink) -> str:
+        """Record one tool call of a turn (a real one run first) and return its output."""
+        if not call.real:
+            sink.tool_call(call.tool, call.input, call.output)
+            return call.output
+        started = time.monotonic()
+        try:
+            output = _real_call(call, tools)
+        except ToolError as exc:  # the tool's own failure: recorded, and the turn goes on
+            output = str(exc)
+        sink.tool_call(call.tool, call.input, output, ms=int((time.monotonic() - started) * 1000))
+        return output
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
         default = f"Done: {job.user.splitlines()[0] if job.user else job.agent}"
@@ -71,6 +103,8 @@ class StubExecutor:
         except BadHeader as exc:
             raise StepFailed(f"the stub answer in {_answer_source(job)} is not valid: {exc}", retryable=False) from None
 
+        tools = StepTools(job, sink, isolation=self.isolation)
+        tools.prepare()  # before any turn: the isolation named, network_enforce honoured
         if answer.fail:
             self._wait(answer.ttft_ms, sink)
             raise StepFailed(answer.fail, retryable=True)
@@ -84,8 +118,7 @@ class StubExecutor:
             if number == 1:
                 sink.first_event()
             self._wait(max(0, answer.delay_ms - answer.ttft_ms), sink)
-            for call in turn.calls:
-                sink.tool_call(call.tool, call.input, call.output)
+            outputs = [self._call(call, tools, sink) for call in turn.calls]
             last = number == len(answer.turns)
             out_chars = len(turn.text) + sum(len(c.tool) + len(c.input) for c in turn.calls)
             over_budget = last and job.budget is not None and answer.cost > job.budget
@@ -107,7 +140,7 @@ class StubExecutor:
                     f"stopped at its budget: this attempt cost ${answer.cost:.4f}, ${job.budget:.4f} was left", retryable=False
                 )
             # What the model saw grows with each turn: its own text and the tool results.
-            prompt_chars += out_chars + sum(len(c.output) for c in turn.calls)
+            prompt_chars += out_chars + sum(len(o) for o in outputs)
             if turn.text:
                 texts.append(turn.text)
         conclusion = answer.turns[-1].text if answer.turns else ""

@@ -14,6 +14,7 @@ from laneflow.domain.records import (
     Event,
     EventType,
     ModelCall,
+    Step,
     utcnow,
 )
 from laneflow.domain.redaction import STEP_CAPTURE_LIMIT, Redactor
@@ -23,6 +24,24 @@ from laneflow.usecases.crashpoints import crashpoint
 HEARTBEAT_S = 60.0
 
 FLUSH_S = 30.0
+
+
+
+CAPTURE_FULL = "capture limit of"  # how the trace line that says so begins
+
+
+def captured(step: Step) -> int:
+    """Characters the step's earlier attempts captured (the limit is the step's, not an attempt's)."""
+    return sum(
+        int(e.data.get("input_chars", 0)) + int(e.data.get("output_chars", 0))
+        for e in step.events
+        if e.type == EventType.tool and e.data and "capture" in e.data
+    )
+
+
+def capture_full(step: Step) -> bool:
+    """An earlier attempt of the step reached the capture limit (nothing more is captured)."""
+    return any(e.type == EventType.warning and e.text.startswith(CAPTURE_FULL) for e in step.events)
 
 
 
@@ -43,8 +62,8 @@ class StepRecorder:
     began: bool = False
     _numbers: dict[str, int] = field(default_factory=dict)
     _costs: dict[str, float] = field(default_factory=dict)
-    _captured: int = 0
-    _capture_full_noted: bool = False
+    _captured: int = 0  # characters this attempt has captured
+    _capture_full: bool = False  # the limit was reached: nothing more is captured
     _stop_checked: float = 0.0
     _stopped: bool = False
     _beat: float = field(default_factory=time.monotonic)
@@ -82,21 +101,40 @@ class StepRecorder:
         self.svc.store.add_event(self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref)
 
     def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:
+        """A tool event and, while the step captures, the call's input and output.
+
+        With `capture: metadata` no input or output text is kept anywhere (the event holds
+        the tool's name, the sizes and the time). With `full`, calls are captured until the
+        step's captures would pass STEP_CAPTURE_LIMIT characters; from that call on none is
+        (however small), and their events too keep names, sizes and times only."""
         # Masked first, so the sizes recorded are those of what the capture keeps.
         tool_input, tool_output = self.redact(tool_input), self.redact(tool_output)
         data: dict[str, Any] = {"tool": name, "input_chars": len(tool_input), "output_chars": len(tool_output), "ms": ms}
         size = len(tool_input) + len(tool_output)
-        if self.capture and self._captured + size <= STEP_CAPTURE_LIMIT:
-            self._captured += size
+        with self._lock:
+            if self.capture and not self._capture_full and self._captured + size > STEP_CAPTURE_LIMIT:
+                self._capture_full = True
+                full_now = True
+            else:
+                full_now = False
+            keep = self.capture and not self._capture_full
+            if keep:
+                self._captured += size
+        if full_now:
+            self.event(
+                EventType.warning,
+                f"{CAPTURE_FULL} {STEP_CAPTURE_LIMIT:,} characters reached: this and later tool calls keep names, sizes and times only",
+                {"captured_chars": self._captured},
+            )
+        if keep:
             key = f"s{self.ref.index}-a{self.ref.n}-{_secrets.token_hex(4)}"
             data["capture"] = self.svc.captures.put(
                 self.ref.tenant, self.ref.run_id, key, {"tool": name, "input": tool_input, "output": tool_output, "at": utcnow()}
             )
-        elif self.capture and not self._capture_full_noted:
-            self._capture_full_noted = True
-            self.event(EventType.warning, f"capture limit of {STEP_CAPTURE_LIMIT:,} characters reached: later tool calls keep names, sizes and times only")
-        shown = tool_input if len(tool_input) <= 200 else tool_input[:200] + "…"
-        self.event(EventType.tool, f"{name} {shown}".strip(), data)
+            shown = tool_input if len(tool_input) <= 200 else tool_input[:200] + "…"
+            self.event(EventType.tool, f"{name} {shown}".strip(), data)
+        else:
+            self.event(EventType.tool, name, data)
 
     def stopped(self) -> bool:
         if self.svc.leaving.is_set():

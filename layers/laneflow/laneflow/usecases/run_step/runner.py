@@ -53,7 +53,8 @@ from laneflow.usecases.run_step.message import (
     user_message,
 )
 from laneflow.usecases.run_step.output import check_output
-from laneflow.usecases.run_step.recorder import StepRecorder
+from laneflow.usecases.run_step.recorder import StepRecorder, capture_full, captured
+from laneflow.usecases.run_step.secrets import AttemptSecrets, hold_run_secrets, load_secrets, release_run_secrets
 from laneflow.usecases.start_run import run_account
 from laneflow.usecases.wait_for_lead import open_gate
 
@@ -104,6 +105,7 @@ class StepRunner:
         self.prepared: PreparedAttempt | None = None  # the first attempt's, built before its claim
         self.copy: WorkingCopy | None = None  # the folder the current attempt works in
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
+        self.secrets: AttemptSecrets | None = None  # the current attempt's declared secrets
         self.spec, self.handoff = briefing.spec, briefing.handoff
         # What earlier attempts of this pass ended with (a retry, or a resume after a crash):
         # each new attempt is told the truth about why it runs again.
@@ -120,10 +122,16 @@ class StepRunner:
         self.svc.store.add_event(self.run.tenant, self.run.id, self.step.index, Event(type=type, text=text, data=data), attempt=self.ref)
 
     def run_attempts(self) -> StepReport:
+        # The run's secrets stay masked while this step works here, through the end of its
+        # last attempt's record; then they are let go (dropped with the run's last step here).
+        hold_run_secrets(self.svc, self.run)
         try:
             return self._run_attempts()
         finally:
-            self._metrics()
+            try:
+                self._metrics()
+            finally:
+                release_run_secrets(self.svc, self.run)
 
     def _metrics(self) -> None:
         if not self.svc.telemetry.metrics_on:  # metrics are off locally: no read for them
@@ -156,7 +164,7 @@ class StepRunner:
                 self._complete(outcome, data, recorder)
                 return self._report()
             finally:
-                self._discard()  # however the attempt ended, its copy of the workspace goes
+                self._discard()  # however the attempt ended, its copy of the workspace and its secret files go
 
             if self.svc.leaving.is_set():
                 # The attempt ended because its worker is going away (Ctrl-C): not its doing.
@@ -267,11 +275,15 @@ class StepRunner:
             base_n=len(prior.calls),
             redact=svc.redactor,
             capture=ws.settings.capture == "full",
+            _captured=captured(prior),
+            _capture_full=capture_full(prior),
             on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
         )
         if svc.sandbox:
             recorder.event(EventType.info, "sandbox worker: the step runs whole here, in a scratch copy of the workspace",
                            {"worker": self.attempt.worker.model_dump(mode="json") if self.attempt.worker else None})
+        # After the claim, before the model: a secret not set fails the attempt here.
+        self.secrets = load_secrets(svc, run, agent, recorder)
         job = StepJob(
             tenant=run.tenant,
             run_id=run.id,
@@ -292,6 +304,11 @@ class StepRunner:
             max_turns=agent.settings.max_turns,
             timeout=agent.settings.timeout,
             budget=budget,
+            effort=agent.settings.effort,
+            size=agent.settings.size,
+            network_enforce=bool(ws.settings.network_enforce),
+            sandboxed=agent.sandboxed,
+            secret_env=dict(self.secrets.env),
         )
         crashpoint("rescue-running" if step.rescue_of is not None else "executor-started")
         outcome = svc.executor(step.model).execute(job, recorder)
@@ -317,7 +334,11 @@ class StepRunner:
         recorder.event(EventType.info, f"kept in the workspace: {', '.join(kept)}", {"kept": kept})
 
     def _discard(self) -> None:
-        """Remove the current attempt's working copy (a local workspace is left as it is)."""
+        """Remove the current attempt's secret files and working copy (a local workspace is
+        left as it is)."""
+        if self.secrets is not None:
+            self.secrets.close()
+            self.secrets = None
         if self.copy is not None:
             self.copy.discard()
             self.copy = None
@@ -344,6 +365,7 @@ class StepRunner:
             stub=settings.get("stub") or "PASS",
             answer_index=job.attempt - 1,
             timeout=job.timeout,
+            effort=settings.get("effort") if isinstance(settings.get("effort"), str) else None,
         )
         reply = self.svc.executor(model).execute(verdict_job, recorder)
         passed, reason = parse_verdict(reply.conclusion or reply.result)

@@ -1,0 +1,221 @@
+"""One step's tools (`StepTools`): the file tools, `bash` and the script tools its agent.md
+grants, with their definitions in a stable order (they are part of the cached prompt
+prefix), run the same way for the Claude executor and the stub's `tool:` lines.
+
+`bash` and the script tools run programs in the step's scratch copy of the workspace under
+the machine's strongest isolation (`isolation.py`), each call time-limited (what is left of
+the agent's `timeout:` for the step, else DEFAULT_CALL_TIMEOUT_S), each output cut at MAX_OUTPUT_CHARS saying so.
+A program's own failure (a non-zero exit, its time limit, input that is not what the tool
+takes, a script that cannot start) is a `ToolError`: an `is_error` result for the model. A
+stop kills the program's process group and ends the attempt (`StepStopped`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from laneflow.adapters.executors.isolation import Finished, Isolation, detect, limits_for, run_program
+from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
+from laneflow.domain.errors import StepFailed, StepStopped
+from laneflow.domain.records import EventType
+from laneflow.domain.secrets import secret_file_folders
+from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted
+from laneflow.ports import ExecutionSink, StepJob
+
+MAX_OUTPUT_CHARS = 30_000
+
+DEFAULT_CALL_TIMEOUT_S = 300.0
+
+# What a program sees of the machine's settings, when laneflow's own environment sets none.
+DEFAULT_LANG = "C.UTF-8"
+
+DEFAULT_TZ = "UTC"
+
+_PLAIN_ENV = ("PATH", "HOME", "LANG", "TZ", "LANEFLOW_RUN_ID", "LANEFLOW_STEP", "LANEFLOW_AGENT", "LANEFLOW_WORKSPACE")
+
+
+def program_env(job: StepJob, scratch: Path) -> dict[str, str]:
+    """The whole environment of a step's programs: the listed variables and the declared
+    secrets, nothing else of laneflow's own (never the model's key or any credential)."""
+    env = dict(job.secret_env)
+    env.update({
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(scratch),
+        "LANG": os.environ.get("LANG") or DEFAULT_LANG,
+        "TZ": os.environ.get("TZ") or DEFAULT_TZ,
+        "LANEFLOW_RUN_ID": job.run_id,
+        "LANEFLOW_STEP": str(job.index),
+        "LANEFLOW_AGENT": job.agent,
+        "LANEFLOW_WORKSPACE": str(scratch),
+    })
+    return env
+
+
+def _cut(label: str, text: str, total: int) -> str:
+    if total <= MAX_OUTPUT_CHARS and len(text) <= MAX_OUTPUT_CHARS:
+        return text
+    return text[:MAX_OUTPUT_CHARS] + f"\n[{label} cut at {MAX_OUTPUT_CHARS:,} of {total:,} characters]"
+
+
+def _report(done: Finished) -> str:
+    head = f"exit code: {done.exit_code}" if done.exit_code is not None else "exit code: none (killed)"
+    return (
+        f"{head}\n--- stdout ---\n{_cut('stdout', done.stdout, done.stdout_chars)}"
+        f"\n--- stderr ---\n{_cut('stderr', done.stderr, done.stderr_chars)}"
+    )
+
+
+def _definitions_read_only(scratch: Path) -> list[Path]:
+    """Every agent's definition in the scratch copy and the workspace's scripts: mounted
+    read-only where the isolation can, so no program rewrites an agent."""
+    paths = [scratch / "scripts"] if (scratch / "scripts").is_dir() else []
+    agents = scratch / "agents"
+    if agents.is_dir():
+        for folder in sorted(p for p in agents.iterdir() if p.is_dir()):
+            paths += [folder / name for name in DEFINITION if (folder / name).exists()]
+    return paths
+
+
+class StepTools:
+    """The tools one attempt of one step may use (see the module docstring)."""
+
+    def __init__(self, job: StepJob, sink: ExecutionSink, *, isolation: Isolation | None = None):
+        self.job, self.sink = job, sink
+        self.root = Path(job.workspace_root) if job.workspace_root else None
+        scripts = discover_scripts(self.root, job.agent_path) if self.root else []
+        plain, chosen = granted(job.tools, scripts)
+        self.files = FileTools(self.root, job.agent_path) if self.root else None
+        self.file_names = [n for n in plain if n in FILE_TOOLS] if self.files else []
+        self.bash = BASH in plain and self.root is not None
+        self.scripts: dict[str, ScriptTool] = {s.name: s for s in chosen} if self.root else {}
+        self._isolation = isolation
+        # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
+        self._deadline = time.monotonic() + job.timeout if job.timeout else None
+
+    @property
+    def runs_programs(self) -> bool:
+        return self.bash or bool(self.scripts)
+
+    @property
+    def isolation(self) -> Isolation:
+        if self._isolation is None:
+            self._isolation = detect()
+        return self._isolation
+
+    @property
+    def names(self) -> list[str]:
+        return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts])
+
+    def prepare(self) -> None:
+        """Before the first model call: the trace names the isolation the step's programs
+        get, and `network_enforce: true` where it cannot be enforced fails the attempt."""
+        if not (self.runs_programs or self.job.sandboxed):
+            return
+        isolation = self.isolation
+        self.sink.event(EventType.info, isolation.describe(), {"isolation": isolation.name, "network_enforced": isolation.network_enforced})
+        if self.job.network_enforce and not isolation.network_enforced:
+            raise StepFailed(
+                f"network_enforce is set (AGENTS.md) but this machine cannot enforce the network ({isolation.name} isolation); "
+                "install bubblewrap or run it where the network can be fenced",
+                retryable=False,
+            )
+
+    # -- definitions ---------------------------------------------------------------------
+
+    def definitions(self) -> list[dict[str, Any]]:
+        defs = {d["name"]: d for d in (self.files.definitions(tuple(self.file_names)) if self.files and self.file_names else [])}
+        if self.bash:
+            defs[BASH] = {
+                "name": BASH,
+                "description": (
+                    "Run a bash command in your sandbox: the working folder is a copy of the workspace. "
+                    f"Returns the exit code, stdout and stderr (each cut at {MAX_OUTPUT_CHARS:,} characters)."
+                ),
+                "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+            }
+        for name, script in self.scripts.items():
+            defs[name] = {
+                "name": name,
+                "description": (script.description or f"Runs {script.path}.") + f" (the script {script.path})",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {
+                        "args": {"type": "array", "items": {"type": "string"}, "description": "its command-line arguments"},
+                        "stdin": {"type": "string", "description": "what it reads on its standard input"},
+                    },
+                },
+            }
+        return [defs[name] for name in sorted(defs)]
+
+    # -- one call ------------------------------------------------------------------------
+
+    def run(self, name: str, args: Any) -> str:
+        """Do one tool call and return its output; its own failure is a `ToolError`."""
+        if not isinstance(args, dict):
+            raise ToolError(f"{name} takes a JSON object of arguments, not {type(args).__name__}")
+        if name in self.file_names and self.files is not None:
+            return self.files.run(name, args)
+        if name == BASH and self.bash:
+            command = args.get("command")
+            if not isinstance(command, str) or not command.strip():
+                raise ToolError('bash takes {"command": "..."}: a non-empty string')
+            if "\x00" in command:
+                raise ToolError("bash: a command cannot hold a NUL character")
+            return self._program(name, [shutil.which("bash") or "/bin/bash", "-c", command], "")
+        script = self.scripts.get(name)
+        if script is not None:
+            argv, stdin = self._script_input(name, args)
+            return self._program(name, [str(self.root / script.path), *argv], stdin)  # type: ignore[operator]
+        raise ToolError(f"no tool {name!r}; this step's tools are {', '.join(self.names) or 'none'}")
+
+    @staticmethod
+    def _script_input(name: str, args: dict[str, Any]) -> tuple[list[str], str]:
+        argv, stdin = args.get("args", []), args.get("stdin", "")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise ToolError(f'{name} takes {{"args": [strings], "stdin": "text"}}: args must be a list of strings')
+        if not isinstance(stdin, str):
+            raise ToolError(f"{name}: stdin must be a string")
+        if any("\x00" in a for a in argv):
+            raise ToolError(f"{name}: an argument cannot hold a NUL character")
+        return argv, stdin
+
+    def _program(self, name: str, argv: list[str], stdin: str) -> str:
+        assert self.root is not None
+        started = time.monotonic()
+        timeout = DEFAULT_CALL_TIMEOUT_S if self._deadline is None else max(0.1, self._deadline - started)
+        try:
+            done = run_program(
+                argv,
+                isolation=self.isolation,
+                scratch=self.root,
+                env=program_env(self.job, self.root),
+                stdin=stdin,
+                timeout_s=timeout,
+                limits=limits_for(self.job.size),
+                stopped=self.sink.stopped,
+                # The definitions stay read-only; the @NAME secret files' folders (in the host's
+                # temp folder, which the sandbox's private /tmp would hide) are bound in read-only.
+                read_only=_definitions_read_only(self.root) + [Path(f) for f in secret_file_folders(self.job.secret_env)],
+                keep_chars=MAX_OUTPUT_CHARS,
+            )
+        except OSError as exc:
+            raise ToolError(f"{name} could not start: {os.strerror(exc.errno) if exc.errno else type(exc).__name__}") from None
+        if done.stopped:
+            raise StepStopped(f"stopped by a person (its {name} call was killed after {time.monotonic() - started:.1f} s)")
+        report = _report(done)
+        if done.timed_out:
+            limit = f"the step's timeout of {self.job.timeout:g} s" if self._deadline else f"{DEFAULT_CALL_TIMEOUT_S:g} s a call"
+            raise ToolError(f"{name} timed out and was killed after {time.monotonic() - started:.1f} s ({limit})\n{report}")
+        if done.exit_code != 0:
+            raise ToolError(report)
+        return report
+
+
+def input_text(args: Any) -> str:
+    """A call's input as recorded (JSON)."""
+    return json.dumps(args, ensure_ascii=False)
