@@ -281,3 +281,17 @@ def test_an_agent_made_sandboxed_after_its_run_started_is_refused_outside_a_sand
     (step,) = svc.store.get_run(result.run.tenant, result.run.id).steps
     assert step.status == StepStatus.failed and "this worker is not one" in step.error
     assert step.attempts == 1  # not retried: it is the agent's doing, not the worker's
+
+
+def test_quick_sandboxed_steps_one_after_another_never_wait_on_each_others_exits(svc, tmp_path):
+    # A worker can end (and the warm worker say so) before the engine has its pid from the
+    # fork's answer: that exit must not block the answer, nor fail a token it completed.
+    ws = workspace(tmp_path, "built {item}", fan_out=6, parallel=1)
+    started = time.monotonic()
+    result = drive(svc, ws)
+    assert time.monotonic() - started < 20
+    run = svc.store.get_run(result.run.tenant, result.run.id)
+    assert [s.status for s in run.steps] == [StepStatus.completed] * 6
+    assert not [e for s in run.steps for e in s.events if "SandboxWorkerExited" in e.text]
+    failed = [e for e in local_engine(svc).history(result.execution_arn) if e["type"] in ("TaskFailed", "ExecutionFailed")]
+    assert not failed

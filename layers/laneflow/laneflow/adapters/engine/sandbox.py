@@ -88,7 +88,6 @@ class Child:
 
     token: str
     pid: int
-    completed: threading.Event = field(default_factory=threading.Event)  # it completed its token
     exited: threading.Event = field(default_factory=threading.Event)
     code: int | None = None
 
@@ -152,6 +151,8 @@ class Sandboxes:
         self.environ = dict(environ)  # what every child inherits (the store, the model's settings)
         self.children: dict[str, Child] = {}
         self._by_pid: dict[int, Child] = {}
+        self._early_exits: dict[int, int] = {}  # pid -> exit code, of workers not yet registered
+        self._reported: set[str] = set()  # the tokens their workers completed
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="laneflow-relay-"))
         self.path = str(self._dir / "relay.sock")
@@ -196,10 +197,8 @@ class Sandboxes:
         except Exception as error:  # noqa: BLE001 - the child is told, and decides
             return {"error": f"{type(error).__name__}: {error}"}
         if message.get("op") in ("succeed", "fail"):
-            with self._lock:
-                child = self.children.get(token)
-            if child is not None:
-                child.completed.set()
+            with self._lock:  # by token: a worker may report before `launch` has registered it
+                self._reported.add(token)
         return {"ok": True}
 
     # the children
@@ -209,30 +208,35 @@ class Sandboxes:
         environment over the engine's."""
         token = env["LANEFLOW_TASK_TOKEN"]
         whole = {**self.environ, **env, "LANEFLOW_RELAY": self.path}
-        with self._lock:  # an exit is told by pid: the child is known before its pid can end
-            if self.zygote is not None and self.zygote.ready.wait(30):
-                child = Child(token=token, pid=self.zygote.fork(whole))
-            else:
-                process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                    [sys.executable, "-m", WORKER_MODULE], env=whole, stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # its own process group: a stop kills all it started
-                )
-                child = Child(token=token, pid=process.pid)
-                threading.Thread(target=lambda: self._exited(process.pid, process.wait()), daemon=True).start()
+        if self.zygote is not None and self.zygote.ready.wait(30):
+            pid = self.zygote.fork(whole)
+        else:
+            process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", WORKER_MODULE], env=whole, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: a stop kills all it started
+            )
+            pid = process.pid
+            threading.Thread(target=lambda: self._exited(process.pid, process.wait()), daemon=True).start()
+        child = Child(token=token, pid=pid)
+        with self._lock:
             self.children[token] = child
-            self._by_pid[child.pid] = child
+            self._by_pid[pid] = child
+            early = self._early_exits.pop(pid, None)  # it ended before it was known here
+        if early is not None:
+            self._exited(pid, early)
         return child
 
     def _exited(self, pid: int, code: int) -> None:
         with self._lock:
             child = self._by_pid.pop(pid, None)
-            if child is not None:
-                self.children.pop(child.token, None)
-        if child is None:
-            return
+            if child is None:
+                self._early_exits[pid] = code  # told before `launch` knew its pid
+                return
+            self.children.pop(child.token, None)
+            reported = child.token in self._reported
         child.code = code
         child.exited.set()
-        if child.completed.is_set() or self._closed:
+        if reported or self._closed:
             return
         try:  # it died without a word: the state catches this as a crashed worker
             self.callbacks.fail(child.token, "SandboxWorkerExited", f"the sandbox worker exited with code {code} before it reported")
