@@ -8,7 +8,8 @@ A flow of N groups of one stub step each (no delay), run through the real defini
 The extra cost per step is the sandboxed mean minus the unsandboxed mean. Beside it: the
 scratch copy of the bench's workspace alone, a bare interpreter that imports laneflow, and
 one program started per isolation level (a plain subprocess; bubblewrap with no network),
-which each tool call of a sandboxed step pays.
+which each tool call of a sandboxed step pays, and a sandboxed step that makes one real
+`bash` call (a stub `tool:` line) under each isolation level (`LANEFLOW_ISOLATION`).
 
     python bench/sandbox.py [--groups 10] [--repeat 3] [--json] [--write]
 """
@@ -40,21 +41,26 @@ GOAL_MS = 150.0
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all", "--die-with-parent"]
 
 
-def workspace(root: Path, groups: int, sandbox: bool) -> Path:
-    ws = root / f"ws-{'sandboxed' if sandbox else 'plain'}"
+def workspace(root: Path, groups: int, sandbox: bool, bash: bool = False) -> Path:
+    ws = root / f"ws-{'sandboxed' if sandbox else 'plain'}{'-bash' if bash else ''}"
     for sub in ("agents/builder/outputs", "agents/builder/memory", "knowledge", "storage", "state", "flows"):
         (ws / sub).mkdir(parents=True, exist_ok=True)
     (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nSandbox benchmark.\n")
     (ws / "knowledge" / "style.md").write_text("Plain words.\n" * 50)
-    (ws / "agents" / "builder" / "agent.md").write_text(f"---\nsandbox: {str(sandbox).lower()}\nstub: built\n---\nYou build.\n")
+    if bash:  # one real program per step: `bash -c true` in the step's isolation
+        settings = 'tools: [bash]\nstub: "tool: bash {\\"command\\": \\"true\\"}\\n===\\nbuilt"\n'
+    else:
+        settings = f"sandbox: {str(sandbox).lower()}\nstub: built\n"
+    (ws / "agents" / "builder" / "agent.md").write_text(f"---\n{settings}---\nYou build.\n")
     (ws / "flows" / "chain.yaml").write_text("steps:\n" + "".join(f"  - agent: builder\n    instruction: Build part {i}.\n" for i in range(groups)))
     return ws
 
 
-def drive_ms(root: Path, groups: int, sandbox: bool, warm: bool | None) -> float:
+def drive_ms(root: Path, groups: int, sandbox: bool, warm: bool | None, isolation: str | None = None) -> float:
     store = open_store(f"sqlite:///{root / f'bench-{sandbox}-{warm}.db'}")
-    svc = for_store(store, Settings(capture_dir=str(root / "captures")))
-    ws = workspace(root, groups, sandbox)
+    extra = {"isolation": isolation} if isolation else {}
+    svc = for_store(store, Settings(capture_dir=str(root / "captures"), **extra))
+    ws = workspace(root, groups, sandbox, bash=isolation is not None)
     engine = LocalEngine(svc, install=install, installed=installed, warm_sandboxes=warm)
     run = create_run(svc, ws, "chain", {})
     started = time.perf_counter()
@@ -99,17 +105,26 @@ def components(root: Path) -> dict:
     return out
 
 
+MODES: dict[str, tuple[bool, bool | None, str | None]] = {
+    "unsandboxed": (False, None, None),
+    "sandboxed_warm": (True, True, None),
+    "sandboxed_fresh_interpreter": (True, False, None),
+    "bash_bubblewrap": (True, True, "auto"),
+    "bash_subprocess": (True, True, "subprocess"),
+}
+
+
 def run_bench(groups: int, repeat: int) -> dict:
-    modes = {"unsandboxed": (False, None), "sandboxed_warm": (True, True), "sandboxed_fresh_interpreter": (True, False)}
-    per_step: dict[str, list[float]] = {m: [] for m in modes}
+    per_step: dict[str, list[float]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        drive_ms(root / "warmup", 2, True, True) if (root / "warmup").mkdir() is None else None
+        (root / "warmup").mkdir()
+        drive_ms(root / "warmup", 2, True, True)
         for i in range(repeat):
-            for mode, (sandbox, warm) in modes.items():
+            for mode, (sandbox, warm, isolation) in MODES.items():
                 where = root / f"{mode}-{i}"
                 where.mkdir()
-                per_step[mode].append(drive_ms(where, groups, sandbox, warm))
+                per_step[mode].append(drive_ms(where, groups, sandbox, warm, isolation))
         parts = components(root)
     med = {m: round(statistics.median(v), 1) for m, v in per_step.items()}
     return {
@@ -138,6 +153,8 @@ def markdown(out: dict) -> str:
         f"| sandboxed, a fresh interpreter per step | {m['sandboxed_fresh_interpreter']} |",
         f"| **extra per sandboxed step, warm worker** | **{out['extra_ms_warm']}** |",
         f"| extra per sandboxed step, fresh interpreter | {out['extra_ms_fresh_interpreter']} |",
+        f"| a sandboxed step that runs one `bash` call, isolation bubblewrap (auto) | {m['bash_bubblewrap']} |",
+        f"| a sandboxed step that runs one `bash` call, isolation subprocess | {m['bash_subprocess']} |",
         f"| of which: the scratch copy ({c['workspace_files']} files) | {c['scratch_copy_ms']} |",
         f"| a Python that imports laneflow (what the warm worker saves) | {c['python_importing_laneflow_ms']} |",
         f"| one program, plain subprocess (per tool call) | {c['program_subprocess_ms']} |",
