@@ -184,3 +184,50 @@ def test_reconcile_marks_the_attempt_of_a_stopped_task_interrupted(aws, tmp_path
     assert [a.outcome for a in report.attempts] == ["interrupted"]
     (attempt,) = svc.store.list_attempts(run.tenant, run.id)
     assert attempt.status == AttemptStatus.interrupted and attempt.reason == INTERRUPTED
+
+
+def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_reaches_s3(aws, tmp_path):
+    # Given the tides example in the tenant's S3 prefix, its secret in Secrets Manager under
+    # laneflow/<tenant>/TIDES_TOKEN, and a run started on it as the API starts one
+    from helpers import EXAMPLES
+
+    from laneflow.adapters.aws.s3 import S3Workspaces, local_path
+    from laneflow.usecases.start_run import prepare_run
+
+    svc = aws["svc"]
+    s3 = boto3.client("s3", region_name=REGION)
+    source = EXAMPLES / "tides"
+    for path in source.rglob("*"):
+        if path.is_file() and path.name != ".secrets.env":
+            s3.upload_file(str(path), "laneflow-blobs", f"workspaces/{TENANT}/tides/{path.relative_to(source).as_posix()}")
+    token = "cloud-tides-token-9f8e7d6c5b4a"
+    boto3.client("secretsmanager", region_name=REGION).create_secret(Name=f"laneflow/{TENANT}/TIDES_TOKEN", SecretString=token)
+    uri = S3Workspaces("laneflow-blobs").locate(TENANT, "tides")
+    run = prepare_run(svc, local_path(uri), "tides", {"places": ["Brest"]}, tenant=TENANT)
+    run.workspace_uri = uri
+    svc.store.create_run(run)
+    assert run.options["sandboxed"] == ["tide-keeper"]  # a script tool: sandboxed
+    engine = LocalEngine(svc, install=install, installed=installed, local_sandboxes=False, substitutions=aws["subs"])
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
+    thread.start()
+    # When the Fargate task runs the worker, reading secrets from Secrets Manager
+    env = fargate_environment(the_task(aws))
+    env.update(LANEFLOW_SECRET_SOURCE="secretsmanager", LANEFLOW_WORKSPACES="s3://laneflow-blobs/workspaces")
+    assert sandbox_worker.run(env) == 0
+    thread.join(60)
+    # Then the step completed, its script got the secret, and what it filed is in S3
+    assert out["result"].execution_status == "SUCCEEDED", (out["result"].error, out["result"].cause)
+    stored = svc.store.get_run(run.tenant, run.id)
+    assert stored.status == RunStatus.completed, stored.error
+    table = s3.get_object(Bucket="laneflow-blobs", Key=f"workspaces/{TENANT}/tides/storage/tides-brest.md")["Body"].read().decode()
+    assert "# Tides at Brest" in table
+    counted = s3.get_object(Bucket="laneflow-blobs", Key=f"workspaces/{TENANT}/tides/state/tables-filed")["Body"].read()
+    assert counted.strip() == b"1"
+    [tool] = [e for e in stored.steps[0].events if e.type == "tool"]
+    from laneflow.adapters.aws.s3 import S3Captures
+
+    captured = S3Captures("laneflow-blobs", client=s3).get(tool.data["capture"])  # in the cloud, captures are in S3
+    assert f"token of {len(token)} characters used" in captured["output"]
+    items = boto3.client("dynamodb", region_name=REGION).scan(TableName="laneflow-runs")["Items"]
+    assert token not in str(items)

@@ -3,6 +3,8 @@ run's record of its sandboxed agents, and the lanes and rescues the planner mark
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from laneflow.domain.flow import Entry, Flow, StepSpec
@@ -112,3 +114,24 @@ def test_a_task_arn_names_its_cluster():
     assert cluster_of("arn:aws:ecs:us-east-1:1:task/laneflow-sandbox/abc") == "laneflow-sandbox"
     assert cluster_of("arn:aws:ecs:us-east-1:1:task/abc") is None  # the old format: the default cluster
     assert cluster_of("arn:aws:ecs:us-east-1:1:task/x/abc", "given") == "given"
+
+
+def test_the_relay_socket_fits_a_unix_socket_path_under_a_long_temp_folder_and_only_its_user_reaches_it(tmp_path, monkeypatch):
+    import stat
+    import tempfile
+
+    from laneflow.adapters.engine.sandbox import Sandboxes
+
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    sandboxes = Sandboxes(callbacks=None, environ={})  # type: ignore[arg-type]
+    assert sandboxes.path == ""  # a drive with no sandboxed step opens no relay
+    try:
+        sandboxes._listen()
+        assert len(sandboxes.path.encode()) < 108
+        assert stat.S_IMODE(Path(sandboxes.path).stat().st_mode) == 0o600
+        assert stat.S_IMODE(Path(sandboxes.path).parent.stat().st_mode) == 0o700
+    finally:
+        sandboxes.close()
+    assert not Path(sandboxes.path).exists()

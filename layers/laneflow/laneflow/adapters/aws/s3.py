@@ -81,6 +81,8 @@ CACHE = Path(tempfile.gettempdir()) / "laneflow-workspaces"  # pristine download
 
 ATTEMPTS = Path(tempfile.gettempdir()) / "laneflow-attempts"  # one folder per running attempt
 
+DOWNLOAD_FORMAT = "scripts-executable\n"
+
 PRUNE_AFTER_S = 600.0  # a superseded download unused this long is removed
 
 KEPT = ("storage", "state")  # the workspace's folders an attempt's writes outlive it in
@@ -148,6 +150,14 @@ def _objects(uri: str, client: Any | None = None) -> list[dict[str, Any]]:
 
 
 
+def is_script(rel: str) -> bool:
+    """A file directly in the workspace's or an agent's `scripts/` folder. S3 keeps no file
+    modes, so a downloaded workspace's scripts are made executable (its script tools)."""
+    parts = rel.split("/")
+    return (len(parts) == 2 and parts[0] == "scripts") or (len(parts) == 4 and parts[0] == "agents" and parts[2] == "scripts")
+
+
+
 def _download_plan(name: str, prefix: str, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(key, relative path) of each file to download. A key that would land outside the
     workspace's folder (a `..` part, an absolute part: zip-slip) refuses the whole workspace
@@ -178,7 +188,9 @@ def local_path(uri: str, client: Any | None = None) -> Path:
     bucket, prefix = _split(uri)
     name = Path(prefix.rstrip("/")).name
     objects = sorted(_objects(uri, client), key=lambda o: o["Key"])
-    listing = "".join(f"{o['Key']}:{o.get('ETag', '')}:{o.get('Size', '')}\n" for o in objects)
+    # DOWNLOAD_FORMAT names how a download is laid out, so one made before a change of it
+    # (scripts made executable) is never read as if it were made after.
+    listing = DOWNLOAD_FORMAT + "".join(f"{o['Key']}:{o.get('ETag', '')}:{o.get('Size', '')}\n" for o in objects)
     home = CACHE / hashlib.sha256(uri.encode()).hexdigest()[:16]
     held = home / hashlib.sha256(listing.encode()).hexdigest()[:16]
     target = held / name
@@ -195,6 +207,8 @@ def local_path(uri: str, client: Any | None = None) -> Path:
                 dest = staging / name / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 s3.download_file(bucket, key, str(dest))
+                if is_script(rel):
+                    dest.chmod(0o755)
             try:
                 staging.rename(held)
             except OSError:  # another process downloaded the same content first

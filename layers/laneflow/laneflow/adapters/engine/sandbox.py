@@ -154,22 +154,34 @@ class Sandboxes:
         self._early_exits: dict[int, int] = {}  # pid -> exit code, of workers not yet registered
         self._reported: set[str] = set()  # the tokens their workers completed
         self._lock = threading.Lock()
-        self._dir = Path(tempfile.mkdtemp(prefix="laneflow-relay-"))
-        self.path = str(self._dir / "relay.sock")
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(self.path)
-        os.chmod(self.path, 0o600)
-        self._server.listen(64)
+        self._dir: Path | None = None
+        self.path = ""  # the relay's socket, made when the first worker starts
+        self._server: socket.socket | None = None
         self._closed = False
-        threading.Thread(target=self._accept, name="sandbox-relay", daemon=True).start()
         self.zygote = Zygote(self.environ, self._exited) if warm else None
 
     # the relay
 
-    def _accept(self) -> None:
+    def _listen(self) -> None:
+        """Open the relay (once): a socket only this user may reach, in a private folder whose
+        path fits a Unix socket's 108 bytes (a long TMPDIR falls back to /tmp)."""
+        with self._lock:
+            if self._server is not None:
+                return
+            base = tempfile.gettempdir()
+            self._dir = Path(tempfile.mkdtemp(prefix="laneflow-relay-", dir=base if len(base) <= 60 else "/tmp"))
+            self.path = str(self._dir / "relay.sock")
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(self.path)
+            os.chmod(self.path, 0o600)
+            server.listen(64)
+            self._server = server
+        threading.Thread(target=self._accept, args=(server,), name="sandbox-relay", daemon=True).start()
+
+    def _accept(self, server: socket.socket) -> None:
         while not self._closed:
             try:
-                conn, _ = self._server.accept()
+                conn, _ = server.accept()
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(conn,), name="sandbox-relay-conn", daemon=True).start()
@@ -207,6 +219,7 @@ class Sandboxes:
         """Start a sandbox worker for one sandbox state, with the state's overrides as its
         environment over the engine's."""
         token = env["LANEFLOW_TASK_TOKEN"]
+        self._listen()
         whole = {**self.environ, **env, "LANEFLOW_RELAY": self.path}
         if self.zygote is not None and self.zygote.ready.wait(30):
             pid = self.zygote.fork(whole)
@@ -262,6 +275,8 @@ class Sandboxes:
         self._closed = True
         if self.zygote is not None:
             self.zygote.close()
+        if self._server is None or self._dir is None:
+            return
         with contextlib.suppress(OSError):
             self._server.close()
         with contextlib.suppress(OSError):
