@@ -69,13 +69,37 @@ def _states(node):
             yield from _states(branch)
 
 
-def test_every_substitution_in_the_definition_is_wired_to_a_template_function():
+def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or_the_sandbox():
     path, subs = TEMPLATE.state_machine()
     used = set(re.findall(r"\$\{(\w+)\}", path.read_text()))
     assert used == set(subs), "definition and DefinitionSubstitutions disagree"
     functions = TEMPLATE.functions()
+    sandbox = {"SandboxCluster", "SandboxTaskDefinition", "SandboxSubnets", "SandboxSecurityGroups", "SandboxAssignPublicIp"}
     for name, value in subs.items():
-        assert value["Fn::GetAtt"][0] in functions, name
+        if name.endswith("FunctionArn"):
+            assert value["Fn::GetAtt"][0] in functions, name
+            continue
+        refs = value.get("Fn::Join", [None, value])[1]
+        refs = refs if isinstance(refs, list) else [refs]
+        target = refs[0].get("Ref") or refs[0].get("Fn::GetAtt", [None])[0]
+        assert target in sandbox and (target in TEMPLATE.resources or target in TEMPLATE.body["Parameters"]), name
+
+
+def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_ecs_with_a_heartbeat():
+    definition = json.loads(TEMPLATE.definition(lambda lid: f"arn:aws:lambda:us-east-1:123456789012:function:{lid}"))
+    states = dict(_states(definition))
+    assert states["LaneSandboxed"]["Choices"][0] == {"Variable": "$.lane.sandboxed", "BooleanEquals": True, "Next": "RunSandboxLane"}
+    assert states["RescueSandboxed"]["Choices"][0]["Variable"] == "$.step.sandboxed"
+    for name in ("SandboxStarter", "SandboxSibling", "SandboxRescue"):
+        state = states[name]
+        assert state["Resource"] == "arn:aws:states:::ecs:runTask.waitForTaskToken"
+        assert 0 < state["HeartbeatSeconds"] < state["TimeoutSeconds"]
+        env = {e["Name"]: e for e in state["Parameters"]["Overrides"]["ContainerOverrides"][0]["Environment"]}
+        assert env["LANEFLOW_TASK_TOKEN"]["Value.$"] == "$$.Task.Token"
+        assert env["LANEFLOW_STEP_REQUEST"]["Value.$"] == "States.JsonToString($)"
+        assert state["Catch"][0]["ErrorEquals"] == ["States.ALL"]  # a crash ends the attempt like the Lambda path
+        crashed = states[state["Catch"][0]["Next"]]
+        assert "StepCrashed" in crashed["Parameters"]["FunctionName"]
 
 
 def test_every_function_has_a_thin_handler_that_imports():

@@ -212,3 +212,33 @@ def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_runn
     finally:
         release.set()
         alive.join(5)
+
+
+def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once():
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service, state_task_service_ecs
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    local.install_interpreter_hook()
+    local.install_interpreter_hook()  # idempotent: wrapped once
+    hooked = state_task_service_ecs.StateTaskServiceEcs._eval_service_task
+    assert hooked.original.__qualname__ == "StateTaskServiceEcs._eval_service_task"
+    assert "_eval_service_task(" in inspect.getsource(state_task_service.StateTaskService._eval_execution)
+    params = list(inspect.signature(hooked.original).parameters)
+    assert params == ["self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials"]
+    assert CallbackEndpoint.setup_heartbeat_endpoint.original.__qualname__ == "CallbackEndpoint.setup_heartbeat_endpoint"
+
+
+def test_an_outcome_before_the_heartbeat_endpoint_exists_is_heard_at_once():
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, CallbackOutcomeSuccess
+
+    local.install_interpreter_hook()
+    endpoint = CallbackEndpoint("token")
+    endpoint.notify(CallbackOutcomeSuccess("token", "{}"))  # the worker was faster than the state
+    heartbeat = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=120)
+    assert heartbeat.clear_and_wait() is True  # not a 120-second wait
+
+
+def test_the_overrides_environment_is_read_in_the_definitions_casing_and_in_boto3s():
+    definition = {"Overrides": {"ContainerOverrides": [{"Name": "step", "Environment": [{"Name": "A", "Value": "1"}]}]}}
+    boto = {"overrides": {"containerOverrides": [{"name": "step", "environment": [{"name": "A", "value": "1"}]}]}}
+    assert local.overrides_environment(definition) == local.overrides_environment(boto) == {"A": "1"}

@@ -9,6 +9,7 @@ handed a `Services` holding them, never reaching for a global.
 - `CaptureSink`: keeping tool calls' input and output beside the run.
 - `OnEnd`: told about every run that ends.
 - `WorkspaceSource`: finding a workspace by name; `WorkspaceFolders`: a folder holding it.
+- `SandboxTasks`: stopping the Fargate task a sandboxed step runs in.
 - `SecretSource`: the values of an agent's declared secrets; `SecretFiles`: `@NAME` files.
 - `WorkerLiveness`: whether the worker of an attempt or a drive is still there.
 - `Telemetry`: log context and step metrics (Powertools in Lambda, nothing locally).
@@ -45,7 +46,7 @@ from laneflow.domain.records import (
     StepStatus,
 )
 from laneflow.domain.redaction import Redactor, redact_logs
-from laneflow.domain.workers import WorkerRef
+from laneflow.domain.workers import FargateTask, WorkerRef
 from laneflow.settings import Settings
 
 log = logging.getLogger("laneflow.ports")
@@ -68,6 +69,10 @@ class TaskCallbacks(Protocol):
 
     def fail(self, token: str, error: str, cause: str) -> None:
         """Fail the waiting task with an error name the definition can catch."""
+
+    def heartbeat(self, token: str) -> None:
+        """The worker of the waiting task is alive (a task with `HeartbeatSeconds` that hears
+        nothing for that long times out). Raises TokenGone if nothing waits on it."""
 
 
 
@@ -410,6 +415,11 @@ class WorkspaceFolders(Protocol):
         """The attempt's own working copy of the workspace at `uri`."""
 
 
+class SandboxTasks(Protocol):
+    def stop(self, task: FargateTask, reason: str) -> None:
+        """Stop a sandbox task (a person stopped its run): its worker is told to end."""
+
+
 class SecretSource(Protocol):
     """Where declared secrets' values come from: locally a dotenv file or the environment,
     in the cloud Secrets Manager under `laneflow/<tenant>/<NAME>`."""
@@ -483,6 +493,7 @@ class Services:
     on_end: OnEnd | None = None  # told about every run that ends
     drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
+    tasks: SandboxTasks | None = None  # stops the Fargate tasks of sandboxed steps (cloud)
     telemetry: Telemetry = field(default_factory=NoTelemetry)
     secrets: SecretSource | None = None  # declared secrets' values (None: a step declaring one fails)
     secret_files: SecretFiles | None = None  # where `@NAME` secrets are written for an attempt
@@ -490,6 +501,9 @@ class Services:
     # new attempt is claimed, running ones see it as a stop and are marked interrupted.
     leaving: threading.Event = field(default_factory=threading.Event)
     executors: dict[str, Executor] = field(default_factory=dict)
+    # This process is a sandbox worker (laneflow.entrypoints.sandbox_worker): the only kind of
+    # worker that may run a sandboxed agent's step, each attempt in a scratch copy.
+    sandbox: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -10,6 +10,31 @@ from pydantic import BaseModel, SecretStr, field_validator
 
 from laneflow.domain.tenants import check_tenant
 
+# Each setting read from the environment, and the variable it is read from.
+ENV_NAMES: tuple[tuple[str, str], ...] = (
+    ("anthropic_api_key", "ANTHROPIC_API_KEY"),
+    ("anthropic_base_url", "ANTHROPIC_BASE_URL"),
+    ("store_url", "LANEFLOW_STORE"),
+    ("tenant", "LANEFLOW_TENANT"),
+    ("capture_dir", "LANEFLOW_CAPTURE_DIR"),
+    ("capture_bucket", "LANEFLOW_CAPTURE_BUCKET"),
+    ("default_model", "LANEFLOW_MODEL"),
+    ("max_lane_parallel", "LANEFLOW_MAX_LANE_PARALLEL"),
+    ("local_drives", "LANEFLOW_LOCAL_DRIVES"),
+    ("max_drives", "LANEFLOW_MAX_DRIVES"),
+    ("on_end_command", "LANEFLOW_ON_END_COMMAND"),
+    ("event_bus", "LANEFLOW_EVENT_BUS"),
+    ("state_machine_arn", "LANEFLOW_STATE_MACHINE_ARN"),
+    ("workspaces", "LANEFLOW_WORKSPACES"),
+    ("anthropic_secret", "LANEFLOW_ANTHROPIC_SECRET"),
+    ("anthropic_enabled", "LANEFLOW_ANTHROPIC_ENABLED"),
+    ("secrets_file", "LANEFLOW_SECRETS_FILE"),
+    ("secret_source", "LANEFLOW_SECRET_SOURCE"),
+    ("log_level", "POWERTOOLS_LOG_LEVEL"),
+    ("isolation", "LANEFLOW_ISOLATION"),
+)
+
+
 
 class Settings(BaseModel):
     """Process-wide settings. Locally the CLI fills most of these from its flags; in Lambda
@@ -57,33 +82,26 @@ class Settings(BaseModel):
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {"in_lambda": bool(env.get("AWS_LAMBDA_FUNCTION_NAME"))}
-        for field, name in (
-            ("anthropic_api_key", "ANTHROPIC_API_KEY"),
-            ("anthropic_base_url", "ANTHROPIC_BASE_URL"),
-            ("store_url", "LANEFLOW_STORE"),
-            ("tenant", "LANEFLOW_TENANT"),
-            ("capture_dir", "LANEFLOW_CAPTURE_DIR"),
-            ("capture_bucket", "LANEFLOW_CAPTURE_BUCKET"),
-            ("default_model", "LANEFLOW_MODEL"),
-            ("max_lane_parallel", "LANEFLOW_MAX_LANE_PARALLEL"),
-            ("local_drives", "LANEFLOW_LOCAL_DRIVES"),
-            ("max_drives", "LANEFLOW_MAX_DRIVES"),
-            ("on_end_command", "LANEFLOW_ON_END_COMMAND"),
-            ("event_bus", "LANEFLOW_EVENT_BUS"),
-            ("state_machine_arn", "LANEFLOW_STATE_MACHINE_ARN"),
-            ("workspaces", "LANEFLOW_WORKSPACES"),
-            ("anthropic_secret", "LANEFLOW_ANTHROPIC_SECRET"),
-            ("anthropic_enabled", "LANEFLOW_ANTHROPIC_ENABLED"),
-            ("secrets_file", "LANEFLOW_SECRETS_FILE"),
-            ("secret_source", "LANEFLOW_SECRET_SOURCE"),
-            ("log_level", "POWERTOOLS_LOG_LEVEL"),
-            ("isolation", "LANEFLOW_ISOLATION"),
-        ):
+        for field, name in ENV_NAMES:
             if env.get(name):
                 values[field] = env[name]
         if "tenant" in values:
             check_tenant(values["tenant"], source="LANEFLOW_TENANT")
         return cls.model_validate(values)
+
+    def to_env(self) -> dict[str, str]:
+        """The variables `from_env` reads these settings back from (those set): what a child
+        process of laneflow's own (a local sandbox worker) is given, whatever this process
+        was configured with (flags or variables)."""
+        out = {}
+        for field, name in ENV_NAMES:
+            value = getattr(self, field)
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            if value is None or value == "" or value is False:
+                continue
+            out[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
 
 
 

@@ -9,13 +9,15 @@ threads (`bound`), so drives with different services run at once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from laneflow.adapters.aws.ecs import EcsTasks, task_alive
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.adapters.aws.s3 import S3Captures, S3Workspaces, SyncedFolders
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets, read_model_key
@@ -25,6 +27,7 @@ from laneflow.adapters.aws.stepfunctions import (
     execution_alive,
 )
 from laneflow.adapters.engine.local import LocalDrives, LocalEngine
+from laneflow.adapters.engine.sandbox import RelayCallbacks
 from laneflow.adapters.executors.isolation import choose
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.captures import FolderCaptures
@@ -103,6 +106,7 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         drives=StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None,
         workspaces=workspace_source(cfg),
         telemetry=telemetry(),
+        tasks=EcsTasks(),  # its client is made only if a run with a Fargate-task attempt is stopped
         secrets=secret_source(cfg),
         secret_files=PrivateSecretFiles(),
     )
@@ -205,7 +209,23 @@ def reconcile_cloud(svc: Services) -> ReconcileReport:
         assert drives is not None
         drives.start(run.tenant, run.id)
 
-    return Reconciler(svc, Liveness(execution_alive=execution_alive()), redrive=redrive if drives else None).run()
+    liveness = Liveness(execution_alive=execution_alive(), task_alive=task_alive())
+    return Reconciler(svc, liveness, redrive=redrive if drives else None).run()
+
+
+def sandbox_services(environ: Mapping[str, str]) -> Services:
+    """The services of a sandbox worker (laneflow.entrypoints.sandbox_worker): the store
+    and settings its environment names, every attempt in a scratch copy of its workspace,
+    and its callbacks through Step Functions, or locally through the engine's relay."""
+    cfg = Settings.from_env(dict(environ))
+    svc = for_store(open_store(cfg.store_url), cfg)
+    relay = environ.get("LANEFLOW_RELAY")
+    return dataclasses.replace(
+        svc,
+        callbacks=RelayCallbacks(relay) if relay else svc.callbacks,
+        folders=SyncedFolders(scratch=True),
+        sandbox=True,
+    )
 
 
 def local_engine(svc: Services) -> LocalEngine:

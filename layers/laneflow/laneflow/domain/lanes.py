@@ -4,6 +4,7 @@ siblings, and the gate's key and trace line."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 
 from laneflow.domain.flow import Flow
 from laneflow.domain.messages import (
@@ -28,14 +29,17 @@ def waiting_line(agent: str) -> str:
 
 
 
-def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool = False) -> list[Lane]:
+def plan_lanes(
+    steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool = False, sandboxed: Collection[str] = ()
+) -> list[Lane]:
     """Group a launching group's steps into lanes keyed by (agent, model), in index order.
 
     A lane's concurrency is the tightest `parallel:` among its entries (never more than
     `max_parallel`, so the engine's threads stay bounded). With the gate on, a lane of two or
     more steps has a lead (its first step) and siblings, which run at most `parallel - 1`
     at a time beside the lead; a lone step, or a lane capped at one at a time (whose
-    siblings start only after the lead ends anyway), has no gate."""
+    siblings start only after the lead ends anyway), has no gate. A lane whose agent is in
+    `sandboxed` runs its steps in sandbox workers (all steps of a lane share its agent)."""
     caps = {(e.index, slot): spec.parallel for e in flow.entries for slot, spec in enumerate(e.steps)}
     lanes: OrderedDict[LaneKey, list[Step]] = OrderedDict()
     for step in sorted(steps, key=lambda s: s.index):
@@ -60,6 +64,7 @@ def plan_lanes(steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool =
                 starters=starters,
                 siblings=siblings,
                 sibling_parallel=max(1, parallel - 1),
+                sandboxed=lane.agent in sandboxed,
             )
         )
     return planned
@@ -76,3 +81,14 @@ def unsettled_group(steps: list[Step]) -> tuple[int, int] | None:
         or (s.rescue_of is None and s.status == StepStatus.failed and not s.optional)
     ]
     return min(found) if found else None
+
+
+
+SANDBOXED = "sandboxed"  # the run option naming the agents whose steps run in a sandbox worker
+
+
+
+def sandboxed_agents(options: dict[str, object]) -> frozenset[str]:
+    """The agents of a run whose steps run in a sandbox worker (as its start recorded them)."""
+    names = options.get(SANDBOXED) or []
+    return frozenset(str(n) for n in names) if isinstance(names, list) else frozenset()

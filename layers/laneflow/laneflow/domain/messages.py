@@ -38,6 +38,9 @@ class DriveRef(Contract):
 class LaneStep(Contract):
     index: int
     role: Literal["solo", "lead", "sibling"] = "solo"
+    # A rescue whose agent runs in a sandbox worker (the definition routes each rescue on it;
+    # a lane's steps are routed on `Lane.sandboxed`).
+    sandboxed: bool = False
 
 
 
@@ -74,6 +77,9 @@ class Lane(Contract):
     starters: list[LaneStep]
     siblings: list[LaneStep] = Field(default_factory=list)
     sibling_parallel: int = 1
+    # Its agent runs in a sandbox worker: the definition runs the lane's steps through the
+    # sandbox state (`ecs:runTask.waitForTaskToken`), not the RunStep function.
+    sandboxed: bool = False
 
     @property
     def steps(self) -> list[LaneStep]:

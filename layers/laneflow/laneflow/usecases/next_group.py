@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from laneflow.domain.flow import Flow
-from laneflow.domain.lanes import plan_lanes, unsettled_group
+from laneflow.domain.lanes import plan_lanes, sandboxed_agents, unsettled_group
 from laneflow.domain.messages import (
     NextGroupRequest,
     Plan,
@@ -62,7 +62,10 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         return Plan(action="park", group=group, reason="an approval")
     crashpoint("group-transition")
     flow = Flow.model_validate(run.flow_spec)
-    lanes = plan_lanes(launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)))
+    lanes = plan_lanes(
+        launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)),
+        sandboxed=sandboxed_agents(run.options),
+    )
     cycle = max(s.cycle for s in launching)
     prepare_handoffs(svc, run, group, cycle, {flow.spec(s.entry, s.slot).handoff for s in launching})
     return Plan(action="run", group=group, cycle=cycle, lanes=lanes)

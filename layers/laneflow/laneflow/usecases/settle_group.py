@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from laneflow.domain.errors import AttemptEnded, Conflict
 from laneflow.domain.flow import Flow
+from laneflow.domain.lanes import sandboxed_agents
 from laneflow.domain.messages import (
     DriveRef,
     LaneStep,
@@ -160,7 +161,9 @@ class Settler:
         for index in plan.supersede:
             self._supersede(index)
         keep = self._resume(plan.resume) if plan.resume is not None else self._new_rescue(plan.new)  # type: ignore[arg-type]
-        return LaneStep(index=keep.index) if keep.status == StepStatus.pending else None
+        if keep.status != StepStatus.pending:
+            return None
+        return LaneStep(index=keep.index, sandboxed=(keep.agent or "") in sandboxed_agents(self.run.options))
 
     def _resume(self, rescue: Step) -> Step:
         """A leftover rescue still marked running when its group is settled: nothing in this

@@ -14,6 +14,7 @@ from typing import Any
 
 from laneflow.domain import jsonsafe
 from laneflow.domain.flow import Flow, StepSpec, load_flow, validate_input
+from laneflow.domain.lanes import SANDBOXED
 from laneflow.domain.placeholders import fill, lookup_input
 from laneflow.domain.records import Run, Step
 from laneflow.domain.workspace import (
@@ -108,6 +109,10 @@ def prepare_run(
         # Every attempt reads the workspace afresh (also on a retry, a resume, a re-drive):
         # the account it was started with is kept on the run so each reads it the same way.
         options["account"] = str(Path(account).expanduser().resolve())
+    # Which agents run in a sandbox worker is fixed as the run starts, so the planner routes
+    # their lanes without reading agents (a step's own worker still reads its agent afresh,
+    # and refuses a sandboxed agent outside a sandbox: StepRunner).
+    options[SANDBOXED] = sandboxed_names(ws, flow)
     budget = flow.budget or ws.settings.budget
     if budget:
         options.setdefault("budget", budget)  # the run's budget is fixed as it starts
@@ -124,6 +129,14 @@ def prepare_run(
         flow_spec=flow.model_dump(mode="json", by_alias=True),
         steps=steps,
     )
+
+
+
+def sandboxed_names(ws: Workspace, flow: Flow) -> list[str]:
+    """The flow's agents (its steps' and their rescues') whose steps run in a sandbox worker."""
+    names = {spec.agent for entry in flow.entries for spec in entry.steps}
+    names |= {spec.on_fail for entry in flow.entries for spec in entry.steps if spec.on_fail}
+    return sorted(name for name in names if load_agent(ws, name).sandboxed)
 
 
 

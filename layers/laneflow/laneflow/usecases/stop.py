@@ -9,12 +9,16 @@ parked.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from laneflow.domain.messages import DriveRef, EndRunRequest
 from laneflow.domain.records import Run, RunStatus
+from laneflow.domain.workers import FargateTask
 from laneflow.ports import Services
 from laneflow.usecases.end_run import end_run
+
+log = logging.getLogger("laneflow.stop")
 
 
 def _close(svc: Services, run: Run) -> Run:
@@ -45,4 +49,25 @@ def stop_run(svc: Services, tenant: str, run_id: str) -> StopOutcome:
         return StopOutcome(run, f"run {run_id} stopped")
     if not newly:
         return StopOutcome(run, f"run {run_id} already stopped: it is ending")
-    return StopOutcome(run, f"run {run_id}: stop requested; its running steps end at their next check")
+    stopped = stop_sandbox_tasks(svc, tenant, run_id)
+    tasks = f"; {stopped} sandbox task(s) told to stop" if stopped else ""
+    return StopOutcome(run, f"run {run_id}: stop requested; its running steps end at their next check{tasks}")
+
+
+
+def stop_sandbox_tasks(svc: Services, tenant: str, run_id: str) -> int:
+    """Send StopTask to the Fargate task of each of the run's running attempts (a sandboxed
+    step): its worker sees the stop as every worker does, and the task ends with it.
+    Only attempts of this run, by what each names as its worker. How many were told."""
+    if svc.tasks is None:
+        return 0
+    told = 0
+    for _, attempt in svc.store.running_attempts(tenant):
+        if attempt.run_id != run_id or not isinstance(attempt.worker, FargateTask):
+            continue
+        try:
+            svc.tasks.stop(attempt.worker, f"laneflow: run {run_id} was stopped")
+            told += 1
+        except Exception as error:  # noqa: BLE001 - the worker still sees the stop itself
+            log.warning("could not stop sandbox task %s: %s", attempt.worker.task, error)
+    return told

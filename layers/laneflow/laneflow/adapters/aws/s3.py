@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,8 @@ class S3Captures:
 CACHE = Path(tempfile.gettempdir()) / "laneflow-workspaces"  # pristine downloads, read only
 
 ATTEMPTS = Path(tempfile.gettempdir()) / "laneflow-attempts"  # one folder per running attempt
+
+DOWNLOAD_FORMAT = "scripts-executable\n"
 
 PRUNE_AFTER_S = 600.0  # a superseded download unused this long is removed
 
@@ -147,6 +150,14 @@ def _objects(uri: str, client: Any | None = None) -> list[dict[str, Any]]:
 
 
 
+def is_script(rel: str) -> bool:
+    """A file directly in the workspace's or an agent's `scripts/` folder. S3 keeps no file
+    modes, so a downloaded workspace's scripts are made executable (its script tools)."""
+    parts = rel.split("/")
+    return (len(parts) == 2 and parts[0] == "scripts") or (len(parts) == 4 and parts[0] == "agents" and parts[2] == "scripts")
+
+
+
 def _download_plan(name: str, prefix: str, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(key, relative path) of each file to download. A key that would land outside the
     workspace's folder (a `..` part, an absolute part: zip-slip) refuses the whole workspace
@@ -177,7 +188,9 @@ def local_path(uri: str, client: Any | None = None) -> Path:
     bucket, prefix = _split(uri)
     name = Path(prefix.rstrip("/")).name
     objects = sorted(_objects(uri, client), key=lambda o: o["Key"])
-    listing = "".join(f"{o['Key']}:{o.get('ETag', '')}:{o.get('Size', '')}\n" for o in objects)
+    # DOWNLOAD_FORMAT names how a download is laid out, so one made before a change of it
+    # (scripts made executable) is never read as if it were made after.
+    listing = DOWNLOAD_FORMAT + "".join(f"{o['Key']}:{o.get('ETag', '')}:{o.get('Size', '')}\n" for o in objects)
     home = CACHE / hashlib.sha256(uri.encode()).hexdigest()[:16]
     held = home / hashlib.sha256(listing.encode()).hexdigest()[:16]
     target = held / name
@@ -194,6 +207,8 @@ def local_path(uri: str, client: Any | None = None) -> Path:
                 dest = staging / name / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 s3.download_file(bucket, key, str(dest))
+                if is_script(rel):
+                    dest.chmod(0o755)
             try:
                 staging.rename(held)
             except OSError:  # another process downloaded the same content first
@@ -258,9 +273,16 @@ class WorkingCopy:
         return sorted(found)
 
     def keep(self, paths: list[str]) -> None:
-        """Upload these files of the copy (what `changed` found) to the workspace's S3
-        prefix, each at its own path; nothing for a local workspace."""
+        """Carry these files of the copy (what `changed` found) back to the workspace: to its
+        S3 prefix, each at its own path, or into a local workspace's folder (a scratch copy);
+        nothing for a local workspace worked in in place."""
         if self.pristine is None or not paths:
+            return
+        if not self.uri.startswith("s3://"):
+            for rel in paths:
+                dest = Path(self.uri) / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.root / rel, dest)
             return
         bucket, prefix = _split(self.uri)
         s3 = _s3(self.client)
@@ -274,28 +296,46 @@ class WorkingCopy:
 
 
 
-def checkout(uri: str, client: Any | None = None) -> WorkingCopy:
+NOT_COPIED = (".git", ".secrets.env")  # never in a scratch copy: history, and the local secrets file
+
+
+
+def _not_copied(top: Path) -> Callable[[str, list[str]], set[str]]:
+    """What the copy leaves out of the workspace's top folder (programs run in it)."""
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return {n for n in names if n in NOT_COPIED} if Path(folder) == top else set()
+
+    return ignore
+
+
+
+def checkout(uri: str, client: Any | None = None, *, scratch: bool = False) -> WorkingCopy:
     """The folder an attempt works in: for an S3 workspace, a fresh copy of its pristine
-    download in a folder of its own under /tmp; for a local one, the workspace itself."""
-    if not uri.startswith("s3://"):
+    download in a folder of its own under /tmp; for a local one, the workspace itself, or
+    with `scratch` (a sandboxed attempt) a fresh copy of it, compared with the workspace
+    when the attempt completes (what changed in the four kept folders is copied back)."""
+    if not uri.startswith("s3://") and not scratch:
         return WorkingCopy(root=Path(uri), uri=uri)
     pristine = local_path(uri, client)
     ATTEMPTS.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="attempt-", dir=ATTEMPTS)) / pristine.name
     try:
-        shutil.copytree(pristine, root, symlinks=True)
+        shutil.copytree(pristine, root, symlinks=True, ignore=_not_copied(pristine))
     except BaseException:
         shutil.rmtree(root.parent, ignore_errors=True)
         raise
     return WorkingCopy(root=root, uri=uri, pristine=pristine, client=client)
 class SyncedFolders:
-    """`WorkspaceFolders`: a local workspace is its own folder; one in S3 is synced to /tmp."""
+    """`WorkspaceFolders`: a local workspace is its own folder (a sandbox worker's attempts
+    get a scratch copy of it); one in S3 is synced to /tmp."""
 
-    def __init__(self, client: Any | None = None):
+    def __init__(self, client: Any | None = None, *, scratch: bool = False):
         self._client = client
+        self.scratch = scratch  # a sandbox worker's: every attempt works in a scratch copy
 
     def open(self, uri: str) -> Path:
         return local_path(uri, self._client)
 
     def checkout(self, uri: str) -> WorkingCopy:
-        return checkout(uri, self._client)
+        return checkout(uri, self._client, scratch=self.scratch)

@@ -41,6 +41,9 @@ class StepFunctionsCallbacks:
     def fail(self, token: str, error: str, cause: str) -> None:
         self._call("send_task_failure", taskToken=token, error=error, cause=cause[:32000])
 
+    def heartbeat(self, token: str) -> None:
+        self._call("send_task_heartbeat", taskToken=token)
+
 
 
 class StepFunctionsDrives:

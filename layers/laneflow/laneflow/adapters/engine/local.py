@@ -12,7 +12,8 @@ Why this shape (docs/ARCHITECTURE.md, "The embedded engine"):
 - Drives run at once: each execution is answered by its own drive's handlers and services
   (moto_patches notes which execution a Lambda call serves), never by globally installed
   ones. `laneflow serve` drives on a bounded pool (LocalDrives) and forgets each execution
-  once it ended, so a long-lived process stays flat.
+  once it ended, so a long-lived process stays flat. A sandboxed step's ECS task is
+  answered by the sandbox workers of the drive whose execution asks, found the same way.
 - One drive is one execution. The engine waits for it and, if it ended without closing the
   run (a crashed definition), closes the run `failed` with the reason: no run is left
   `running` with nothing working on it.
@@ -28,6 +29,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import secrets as _secrets
 import threading
 import time
@@ -41,8 +43,10 @@ from types import ModuleType
 from typing import Any
 
 from laneflow.adapters.engine import moto_patches
+from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
+from laneflow.domain.lanes import sandboxed_agents
 from laneflow.domain.records import Run
 from laneflow.paths import project_root
 from laneflow.ports import Services, TokenGone
@@ -194,16 +198,103 @@ def _invoke_in_process(parameters: dict[str, Any], region: str, state_credential
 
 
 
+# The sandbox workers of each running drive that has them, by the ARN of its execution.
+_sandboxes: dict[str, Sandboxes] = {}
+
+
+
+def _field(params: dict[str, Any], name: str) -> Any:
+    """A request field whatever its casing (moto leaves the definition's `Overrides`, boto
+    names it `overrides`)."""
+    for key, value in params.items():
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+
+def overrides_environment(params: dict[str, Any]) -> dict[str, str]:
+    """The environment a runTask's container overrides give its (first) container."""
+    containers = _field(_field(params, "Overrides") or {}, "ContainerOverrides") or [{}]
+    return {str(_field(e, "Name")): str(_field(e, "Value")) for e in _field(containers[0], "Environment") or []}
+
+
+
+def _run_task_locally(original: Callable[..., Any]) -> Callable[..., Any]:
+    """moto's ECS integration, answered while the engine drives by a child process running
+    the sandbox worker (its token and request in its environment, as the task's overrides
+    give them); outside a drive (a test under `mock_aws`), moto's own."""
+
+    def run_task(self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any) -> None:
+        with _registry_lock:
+            sandboxes = _sandboxes.get(moto_patches.execution_of(env) or "")
+        if sandboxes is None:
+            return original(self, env, resource_runtime_part, normalised_parameters, state_credentials)  # type: ignore[no-any-return]
+        child = sandboxes.launch(overrides_environment(normalised_parameters))
+        task = f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/local/{child.pid}"
+        env.stack.append({"Tasks": [{"TaskArn": task, "ClusterArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/local", "LastStatus": "RUNNING"}]})
+        return None
+
+    run_task.original = original  # type: ignore[attr-defined]
+    return run_task
+
+
+
 def install_interpreter_hook() -> None:
-    """Point moto's Lambda integration at the in-process handlers (idempotent)."""
+    """Point moto's Lambda integration at the in-process handlers, and its ECS integration
+    at local sandbox workers (idempotent)."""
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
         lambda_eval_utils,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_ecs import (
+        StateTaskServiceEcs,
     )
 
     if not hasattr(lambda_eval_utils, "_invoke_lambda_function"):  # pragma: no cover - guarded by a test
         raise RuntimeError("moto's Step Functions interpreter changed: lambda_eval_utils._invoke_lambda_function is gone")
     lambda_eval_utils._invoke_lambda_function = _invoke_in_process
+    ecs_task = StateTaskServiceEcs._eval_service_task
+    if not hasattr(ecs_task, "original"):
+        StateTaskServiceEcs._eval_service_task = _run_task_locally(ecs_task)  # type: ignore[method-assign]
+    _hear_an_early_outcome()
     moto_patches.install()
+
+
+
+def _hear_an_early_outcome() -> None:
+    """A fix to moto's callback endpoint (idempotent). A task with `HeartbeatSeconds` waits
+    on its heartbeat endpoint, made only once the task was submitted; a worker that completes
+    the token before that (a fast child process, a worker failing at once) notified no
+    endpoint, so the state sat until its heartbeat timed out. The endpoint made after an
+    outcome now starts notified, and the state sees the outcome at once."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    setup = CallbackEndpoint.setup_heartbeat_endpoint
+    if hasattr(setup, "original"):
+        return
+
+    def setup_heartbeat_endpoint(self: Any, heartbeat_seconds: int) -> Any:
+        endpoint = setup(self, heartbeat_seconds)
+        if self.get_outcome() is not None:
+            endpoint.notify()  # type: ignore[no-untyped-call]
+        return endpoint
+
+    setup_heartbeat_endpoint.original = setup  # type: ignore[attr-defined]
+    CallbackEndpoint.setup_heartbeat_endpoint = setup_heartbeat_endpoint  # type: ignore[method-assign]
+
+
+
+def child_environ(svc: Services, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What a local sandbox worker inherits: this process's environment (AWS endpoints and
+    the like) and this engine's settings as the variables they are read from (the CLI may
+    have been given them as flags: the store, captures, the model's settings, the secrets
+    file, the isolation). The programs its tools run see none of it: their environment is
+    built from scratch."""
+    env = dict(os.environ if environ is None else environ)
+    env.update(svc.settings.to_env())
+    env["LANEFLOW_STORE"] = svc.store.url
+    env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
+    return env
 
 
 
@@ -241,6 +332,9 @@ class LocalCallbacks:
     def fail(self, token: str, error: str, cause: str) -> None:
         self._call("send_task_failure", token, error, cause)
 
+    def heartbeat(self, token: str) -> None:
+        self._call("send_task_heartbeat", token)
+
 
 
 @dataclass
@@ -267,6 +361,9 @@ class LocalEngine:
         *,
         bind: Callable[[Services], AbstractContextManager[Any]],
         project: str | Path | None = None,
+        local_sandboxes: bool = True,
+        substitutions: dict[str, str] | None = None,
+        warm_sandboxes: bool | None = None,
     ):
         # Tokens are completed on this process's interpreter: the engine's own copy of the
         # services says so (the caller's are left as they are).
@@ -274,7 +371,14 @@ class LocalEngine:
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
         self.registry = HandlerRegistry(self.template, svc.leaving, bind=lambda: bind(self.svc))
-        self.definition = self.template.definition(lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}")
+        self.sandboxes: Sandboxes | None = None  # the sandbox workers of the drive under way
+        # False: the sandbox state goes to moto's own ECS integration (a test of the cloud
+        # path under `mock_aws` plays the Fargate task itself).
+        self.local_sandboxes = local_sandboxes
+        self.warm_sandboxes = warm_sandboxes  # None: a warm worker for runs with sandboxed agents
+        self.definition = self.template.definition(
+            lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}", values=substitutions
+        )
 
     @property
     def state_machine_arn(self) -> str:
@@ -298,6 +402,7 @@ class LocalEngine:
         arn = execution_arn(machine, name)
         serve_execution(arn, self.registry)
         try:
+            self._start_sandboxes(arn, tenant, run_id)
             try:
                 execution = _backend().start_execution(machine, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id}))
                 if execution.execution_arn != arn:  # pragma: no cover - guarded by test_engine_patch
@@ -323,6 +428,23 @@ class LocalEngine:
             )
         finally:
             serve_execution(arn, None)
+            with _registry_lock:
+                _sandboxes.pop(arn, None)
+            if self.sandboxes is not None:
+                self.sandboxes.close()
+                self.sandboxes = None
+
+    def _start_sandboxes(self, arn: str, tenant: str, run_id: str) -> None:
+        """The sandbox workers of this drive, for the ECS hook to start children with."""
+        if not self.local_sandboxes:
+            return
+        # A run with sandboxed agents gets a warm worker at once, ready by its first step.
+        warm = self.warm_sandboxes
+        if warm is None:
+            warm = bool(sandboxed_agents(self.svc.store.get_run(tenant, run_id, steps=False).options))
+        self.sandboxes = Sandboxes(self.svc.callbacks, child_environ(self.svc), warm=warm)
+        with _registry_lock:
+            _sandboxes[arn] = self.sandboxes
 
     def forget(self, execution_arn: str) -> None:
         """Drop an ended execution (its history too) from the interpreter: a long-lived
@@ -336,6 +458,8 @@ class LocalEngine:
         of this process is still running is interrupted by exact identity, and the drive is
         ended."""
         self.svc.leaving.set()
+        if self.sandboxes is not None:
+            self.sandboxes.stop_all()  # their attempts read as gone once their processes are
         self.registry.wait_idle(LEAVE_WAIT_S)
         worker = current_worker()
         leave_drive(self.svc, tenant, run_id, worker, Liveness(gone=worker))

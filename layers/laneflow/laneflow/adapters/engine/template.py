@@ -80,22 +80,32 @@ class Template:
         props = self.resources[logical_id]["Properties"]
         return (self.path.parent / props["DefinitionUri"]).resolve(), props.get("DefinitionSubstitutions", {})
 
-    def definition(self, arn_for: Callable[[str], str], logical_id: str = "FlowStateMachine") -> str:
+    def _resolve(self, value: Any, arn_for: Callable[[str], str]) -> str:
+        """A substitution's value: a resource's ARN (`arn_for`), a parameter's default, or a
+        `!Join` of those (a parameter's list joined)."""
+        if isinstance(value, dict) and "Fn::GetAtt" in value:
+            return arn_for(value["Fn::GetAtt"][0])
+        if isinstance(value, dict) and "Ref" in value:
+            param = self.body.get("Parameters", {}).get(value["Ref"])
+            return str(param.get("Default", "")) if param is not None else arn_for(value["Ref"])
+        if isinstance(value, dict) and "Fn::Join" in value:
+            sep, parts = value["Fn::Join"]
+            parts = parts if isinstance(parts, list) else [parts]
+            return str(sep).join(self._resolve(p, arn_for) for p in parts)
+        return str(value)
+
+    def definition(
+        self, arn_for: Callable[[str], str], logical_id: str = "FlowStateMachine", *, values: dict[str, str] | None = None
+    ) -> str:
         """The state machine's definition with every `${Name}` substituted. `arn_for` turns a
         function's logical id into the ARN the engine answers to."""
         path, subs = self.state_machine(logical_id)
-        values: dict[str, str] = {}
-        for name, value in subs.items():
-            if isinstance(value, dict) and "Fn::GetAtt" in value:
-                values[name] = arn_for(value["Fn::GetAtt"][0])
-            elif isinstance(value, dict) and "Ref" in value:
-                values[name] = arn_for(value["Ref"])
-            else:
-                values[name] = str(value)
+        given = values or {}  # substitutions given as they are (a test's own cluster, subnets)
+        resolved = {name: given.get(name) or self._resolve(value, arn_for) for name, value in subs.items()}
         text = path.read_text(encoding="utf-8")
-        missing = sorted(set(re.findall(r"\$\{(\w+)\}", text)) - set(values))
+        missing = sorted(set(re.findall(r"\$\{(\w+)\}", text)) - set(resolved))
         if missing:
             raise ValueError(f"{path.name}: no DefinitionSubstitutions for {', '.join(missing)}")
-        text = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
+        text = re.sub(r"\$\{(\w+)\}", lambda m: resolved[m.group(1)], text)
         json.loads(text)  # it must still be JSON
         return text

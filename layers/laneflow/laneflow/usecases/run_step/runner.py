@@ -256,6 +256,13 @@ class StepRunner:
             prepared = prepare(svc, run, step)
             svc.store.set_prompt_layers(self.ref, prepared.prompt.records())
         ws, agent, prompt, self.copy = prepared.workspace, prepared.agent, prepared.prompt, prepared.copy
+        if agent.sandboxed and not svc.sandbox:
+            # Routed by what the run recorded as it started; its agent.md says otherwise now.
+            raise StepFailed(
+                f"agent {agent.name} runs programs or says sandbox: true, so its steps run in a sandbox worker;"
+                " this worker is not one (was its agent.md changed after the run started?)",
+                retryable=False,
+            )
         prior = svc.store.get_step(run.tenant, run.id, step.index, detail=True)
         budget = None
         if agent.settings.budget is not None:
@@ -272,6 +279,9 @@ class StepRunner:
             _capture_full=capture_full(prior),
             on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
         )
+        if svc.sandbox:
+            recorder.event(EventType.info, "sandbox worker: the step runs whole here, in a scratch copy of the workspace",
+                           {"worker": self.attempt.worker.model_dump(mode="json") if self.attempt.worker else None})
         # After the claim, before the model: a secret not set fails the attempt here.
         self.secrets = load_secrets(svc, run, agent, recorder)
         job = StepJob(

@@ -1,0 +1,237 @@
+"""The sandbox worker: runs one sandboxed step whole (its model loop and its tools) and
+completes the state machine's task token with the step's report.
+
+`python -m laneflow.entrypoints.sandbox_worker` is what the Fargate task runs in the cloud
+(template.yaml's SandboxTaskDefinition) and what the embedded engine starts locally, as a
+child process, for the same state of the same definition (`ecs:runTask.waitForTaskToken`).
+What it is given, as environment variables (the state's container overrides):
+- `LANEFLOW_TASK_TOKEN`: the state's task token;
+- `LANEFLOW_STEP_REQUEST`: the state's input as JSON (a `RunStepRequest`, as the RunStep
+  function is given it);
+- `LANEFLOW_OP_EXECUTION`, `LANEFLOW_OP_STATE`, `LANEFLOW_OP_RETRY`: where it comes from in
+  the orchestrator (the claim journal's operation id, as for RunStep);
+- `LANEFLOW_RELAY` (local only): the engine's socket its callbacks go through, since the
+  engine's interpreter is in another process.
+It runs the same `run_step` use case as the RunStep function, with its own worker
+reference (the Fargate task, else this process), heartbeats while it runs, and ends with
+send-task-success (the report the RunStep function returns) or send-task-failure (the
+exception's name, which the definition retries and catches by, as for a Lambda).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger("laneflow.sandbox")
+
+HEARTBEAT_S = 30.0  # well inside the state's HeartbeatSeconds (120)
+
+SIGTERM_GRACE_S = 20.0  # inside ECS's default stop timeout (30 s)
+
+
+def request_of(environ: Mapping[str, str]) -> Any:
+    """The step request the state passed, with its operation context."""
+    from laneflow.domain.messages import OpContext, RunStepRequest
+
+    req = RunStepRequest.model_validate_json(environ["LANEFLOW_STEP_REQUEST"])
+    raw = json.loads(environ["LANEFLOW_STEP_REQUEST"])
+    op = OpContext(
+        execution=environ.get("LANEFLOW_OP_EXECUTION", ""),
+        state=environ.get("LANEFLOW_OP_STATE", ""),
+        map_index=raw.get("map_index"),
+        retry=int(environ.get("LANEFLOW_OP_RETRY") or 0),
+    )
+    return req.model_copy(update={"op": op})
+
+
+def worker_of(environ: Mapping[str, str]) -> Any:
+    """This worker's reference: the Fargate task (from ECS's task metadata, or
+    `LANEFLOW_WORKER_TASK_ARN`), else this local process."""
+    from laneflow.adapters.workers import local_worker
+    from laneflow.domain.workers import FargateTask
+
+    if environ.get("LANEFLOW_WORKER_TASK_ARN"):
+        return FargateTask(task=environ["LANEFLOW_WORKER_TASK_ARN"], cluster=environ.get("LANEFLOW_WORKER_CLUSTER") or None)
+    metadata = environ.get("ECS_CONTAINER_METADATA_URI_V4")
+    if metadata:
+        with urllib.request.urlopen(f"{metadata}/task", timeout=5) as response:  # noqa: S310 - ECS's own endpoint
+            task = json.loads(response.read())
+        return FargateTask(task=task["TaskARN"], cluster=task.get("Cluster"))
+    return local_worker()
+
+
+class _Heartbeat:
+    """Tells the waiting state this worker is alive, every `every_s`, until stopped."""
+
+    def __init__(self, callbacks: Any, token: str, every_s: float):
+        self.callbacks, self.token, self.every_s = callbacks, token, every_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="sandbox-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self.done.wait(self.every_s):
+            try:
+                self.callbacks.heartbeat(self.token)
+            except Exception as error:  # noqa: BLE001 - a missed beat is not the step's failure
+                log.warning("heartbeat failed: %s", error)
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+
+def _watch_parent(parent: int) -> None:
+    """Locally: a worker whose engine went away (even by SIGKILL) ends too, at once."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(70)
+
+    threading.Thread(target=watch, name="sandbox-parent-watch", daemon=True).start()
+
+
+def run(environ: Mapping[str, str]) -> int:
+    """Run the step the environment names and complete its token. 0 when the token was
+    completed (success or failure), 1 when even that failed."""
+    from laneflow.ports import TokenGone
+    from laneflow.usecases.run_step.runner import run_step
+    from laneflow.wiring import sandbox_services
+
+    token = environ["LANEFLOW_TASK_TOKEN"]
+    svc = sandbox_services(environ)
+    try:
+        with _Heartbeat(svc.callbacks, token, float(environ.get("LANEFLOW_HEARTBEAT_S") or HEARTBEAT_S)):
+            try:
+                report = run_step(svc, request_of(environ), worker_of(environ))
+            except Exception as error:  # noqa: BLE001 - crosses as the task's failure, by its name
+                log.exception("the sandboxed step failed")
+                svc.callbacks.fail(token, type(error).__name__, svc.redactor(str(error))[:32000])
+                return 0
+        svc.callbacks.succeed(token, report.model_dump(mode="json"))
+        return 0
+    except TokenGone as gone:
+        log.warning("the state no longer waits for this step (%s)", gone)
+        return 0
+    except Exception:  # noqa: BLE001 - the state times out on its heartbeat and catches it
+        log.exception("could not complete the task token")
+        return 1
+    finally:
+        svc.store.close()
+
+
+def _on_sigterm(grace_s: float) -> None:
+    """ECS StopTask (a person stopped the run) sends SIGTERM, then SIGKILL after the
+    container's stop timeout (30 s). The step sees its run's stop at its next check and ends
+    its attempt `stopped` itself, completing its token; if it has not within `grace_s`, the
+    worker exits, and the state's heartbeat timeout and reconcile end the attempt."""
+
+    def handler(signum: int, frame: Any) -> None:
+        log.warning("SIGTERM: ending within %.0f s", grace_s)
+        timer = threading.Timer(grace_s, os._exit, args=(143,))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+# -- the warm worker (locally) -------------------------------------------------------------------
+
+
+def _preload() -> None:
+    """What every step needs, imported once by the warm worker before it forks (Powertools'
+    tracer alone takes about 0.3 s to import, boto3 about 0.1 s)."""
+    import boto3  # noqa: F401 - a DynamoDB store, S3 workspaces
+
+    import laneflow.adapters.aws.powertools  # noqa: F401 - the services' telemetry
+    import laneflow.adapters.executors.stub  # noqa: F401
+    import laneflow.usecases.run_step.runner  # noqa: F401
+    import laneflow.wiring  # noqa: F401
+
+
+def _forked(environ: dict[str, str]) -> None:
+    """In a worker forked for one step: its own session, environment and caches, then run."""
+    import random
+
+    from laneflow.adapters.workers import local_worker
+    from laneflow.settings import settings
+
+    os.setsid()  # its own process group: a stop kills all it started
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the warm worker's requests are not this worker's
+    os.dup2(2, 1)  # nor are its answers: this worker's output goes to stderr
+    sys.argv = sys.argv[:1]
+    os.environ.clear()
+    os.environ.update(environ)
+    local_worker.cache_clear()  # this process, not the warm worker
+    settings.cache_clear()
+    random.seed()
+    code = 1
+    try:
+        code = main()
+    finally:
+        logging.shutdown()
+        os._exit(code)
+
+
+def zygote() -> int:
+    """The warm worker: imports laneflow once, then forks one sandbox worker per request.
+
+    Reads one JSON line per step on stdin (`{"env": {...}}`: the step's whole environment)
+    and answers `{"pid": N}`; tells `{"exit": N, "code": C}` when a worker ends. It ends when
+    its stdin closes (the engine is done) or its engine goes away. Starting a Python that
+    imports laneflow costs about 0.4 s on a small machine; a fork of this one, milliseconds."""
+    _preload()
+    _watch_parent(os.getppid())
+    out_lock = threading.Lock()
+
+    def say(message: dict[str, Any]) -> None:
+        with out_lock:
+            sys.stdout.write(json.dumps(message) + "\n")
+            sys.stdout.flush()
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                time.sleep(0.05)
+                continue
+            say({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    threading.Thread(target=reap, name="zygote-reap", daemon=True).start()
+    say({"ready": os.getpid()})
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _forked(request["env"])
+        say({"pid": pid})
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--zygote"]:
+        return zygote()
+    logging.basicConfig(level=os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING", stream=sys.stderr)
+    if os.environ.get("LANEFLOW_RELAY"):
+        _watch_parent(os.getppid())
+    else:
+        _on_sigterm(SIGTERM_GRACE_S)
+    return run(os.environ)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
