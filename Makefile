@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo demo-sandbox test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/laneflow demo
+
+# The second demo: a sandboxed agent runs a script with a declared secret (examples/tides).
+demo-sandbox: $(STAMP)
+	$(BIN)/laneflow demo tides
 
 lint: $(STAMP)
 	$(BIN)/ruff check layers devtools functions bench tests scripts setup.py

@@ -4,6 +4,7 @@ imitation (`laneflow demo --imitate`), so a person sees cache reads without an A
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
@@ -13,6 +14,26 @@ WORKSPACE = "examples/newsroom"
 FLOW = "brief"
 
 INPUT = {"topics": ["tides", "coral reefs", "deep-sea vents", "kelp forests", "sea ice"]}
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One of the demos `laneflow demo NAME` runs: an example workspace, a flow and its input.
+    `writes`: its steps keep files in the workspace, so it runs on a fresh copy of the example
+    (beside the store), never on the project's own examples/."""
+
+    workspace: str
+    flow: str
+    input: dict[str, Any]
+    writes: bool = False
+    imitates: bool = True  # `--imitate` can run it (the imitation answers its steps)
+
+
+DEMOS = {
+    "newsroom": Demo(WORKSPACE, FLOW, INPUT),
+    # A sandboxed agent runs the harbour's script with its declared secret (examples/tides/.secrets.env).
+    "tides": Demo("examples/tides", "tides", {"places": ["Brest", "Saint-Malo", "Dover"]}, writes=True, imitates=False),
+}
 
 IMITATION_MODEL = "claude-sonnet-4-6"
 

@@ -175,6 +175,30 @@ def test_the_demo_on_the_messages_api_imitation_shows_cache_reads(store, capsys)
     assert "tokens read, 0 written" in capsys.readouterr().out
 
 
+def test_the_sandbox_demo_runs_the_tides_script_with_its_secret_on_a_copy_of_the_example(tmp_path, capsys):
+    """`laneflow demo tides`: each step runs in a sandbox worker, its script gets the
+    declared secret from the example's .secrets.env, and what it files is kept in a fresh
+    copy of the example beside the store, never in the project's examples/."""
+    from laneflow.paths import project_root
+
+    example = project_root() / "examples" / "tides"
+    before = sorted(p.relative_to(example).as_posix() for p in example.rglob("*"))
+    store = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert main(["demo", "tides", "--json", "--store", store]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["status"] == "completed" and [s["status"] for s in record["steps"]] == ["completed"] * 3
+    for step in record["steps"]:
+        said = [e["text"] for e in step["events"]]
+        assert any(t.startswith("sandbox worker:") for t in said), said
+        assert any(t.startswith("isolation: ") for t in said), said
+        assert "secrets from the workspace's .secrets.env: TIDES_TOKEN" in said
+    copy = tmp_path / "demo-workspaces" / "tides"
+    assert sorted(p.name for p in (copy / "storage").glob("tides-*.md")) == ["tides-brest.md", "tides-dover.md", "tides-saint-malo.md"]
+    assert (copy / "state" / "tables-filed").read_text().strip() == "3"
+    assert sorted(p.relative_to(example).as_posix() for p in example.rglob("*")) == before  # the example is untouched
+    assert main(["demo", "tides", "--imitate", "--store", store]) == 2  # its steps are scripted for the stub only
+
+
 CTRL = FIXTURES / "ws_control"
 
 

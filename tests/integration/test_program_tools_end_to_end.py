@@ -94,6 +94,7 @@ def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(s
     assert isolation == [detect().describe()]
     calls = [e for e in step.events if e.type == "tool"]
     assert [e.data["tool"] for e in calls] == ["script_shout", "bash", "bash", "script_shout"]
+    assert [e.data.get("is_error", False) for e in calls] == [False, True, False, True]  # as a model's would be
     shout, failing, env, unparsed = (captured(tmp_path, e) for e in calls)
     assert json.loads(shout["input"]) == {"args": ["ada"], "stdin": "hello there"}  # {item} filled
     assert shout["output"] == "exit code: 0\n--- stdout ---\nADA: HELLO THERE\n\n--- stderr ---\n"
@@ -188,6 +189,8 @@ def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come
     assert tool_defs[2]["description"].startswith("Shouts its stdin, prefixed by its first argument, and keeps it")
     results = recording.tool_results()
     assert [r["is_error"] for r in results] == [False, True, False, True]
+    events = [e for e in run.steps[0].events if e.type == "tool"]
+    assert [e.data.get("is_error", False) for e in events] == [False, True, False, True]  # recorded as sent
     assert "BOB: HI" in results[0]["content"] and results[1]["content"].startswith("exit code: 3")
     assert "BOB: HI" in results[1]["content"] and "args must be a list" in results[3]["content"]
     assert md.read_text().startswith("---\ntools: [bash")
@@ -263,6 +266,18 @@ def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_
     assert "did you mean 'script_count'" in problems[("tools[2]", 5)]
     assert "one of 'small', 'medium', 'large'" in problems[("size", 6)]
     assert "it would be ignored" in problems[("apis", 7)]
+
+
+def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_would_use(tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_ok", root)
+    md = root / "agents" / "writer" / "agent.md"
+    md.write_text("---\nsecrets: [GOOD, \"9LIVES\", GOOD]\nsize: small\n---\nYou write.\n")
+    problems = {(p.field, p.line): p for p in check_workspace(root) if p.file == "agents/writer/agent.md"}
+    assert "'9LIVES' is not a secret name" in problems[("secrets", 2)].message
+    assert problems[("size", 3)].severity == "error" and "runs none" in problems[("size", 3)].message
+    md.write_text("---\ntools: [bash]\nsecrets: [GOOD, \"@KEYFILE\"]\nsize: small\n---\nYou write.\n")
+    assert [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"] == []
 
 
 def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):

@@ -30,7 +30,7 @@ class Sink:
     def event(self, type, text, data=None):
         self.events.append((type, text, data))
 
-    def tool_call(self, name, tool_input, tool_output, *, ms=0):
+    def tool_call(self, name, tool_input, tool_output, *, ms=0, is_error=False):
         self.tools.append((name, tool_input, tool_output))
 
     def stopped(self) -> bool:

@@ -148,8 +148,9 @@ class ExecutionSink(Protocol):
     def event(self, type: EventType, text: str, data: dict[str, Any] | None = None) -> None:
         """Append a trace line."""
 
-    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:
-        """Record a tool call: a tool event and, unless capture is off, its input and output."""
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None:
+        """Record a tool call: a tool event and, unless capture is off, its input and output;
+        `is_error`: the call failed and its output, sent to the model as an error, says why."""
 
     def stopped(self) -> bool:
         """True when the run was stopped: the executor ends the attempt as soon as it can."""

@@ -28,9 +28,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
-from laneflow.domain.errors import Problem, WorkspaceInvalid
+from laneflow.domain.errors import InvalidInput, Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, read_frontmatter, read_text, type_name
 from laneflow.domain.pricing import catalog
+from laneflow.domain.secrets import declared_secrets
 from laneflow.domain.stub_answers import header_problems
 from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools
 
@@ -541,6 +542,23 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
 
 
 
+def _program_settings(settings: AgentSettings, front: Front, rel: str) -> list[Problem]:
+    """Settings of the programs an agent runs, checked: `secrets:` names that cannot be
+    declared, and `size:` on an agent that runs no program (its limits would bind nothing)."""
+    problems = []
+    try:
+        declared_secrets(list(settings.secrets))
+    except InvalidInput as error:
+        problems.append(Problem(file=rel, line=front.lines.get("secrets"), field="secrets", message=str(error).removeprefix("secrets: ")))
+    if settings.size and not runs_programs(settings.tools):
+        problems.append(Problem(
+            file=rel, line=front.lines.get("size"), field="size",
+            message="size sets the limits of the programs an agent runs (bash, script tools); this agent runs none, so it would be ignored",
+        ))
+    return problems
+
+
+
 def load_agent(ws: Workspace, name: str) -> Agent:
     """Read `agents/<name>/`: settings and persona from agent.md, skills, memory,
     knowledge and scripts. Parses afresh on every call.
@@ -573,6 +591,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         if settings is not None:
             errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
             warnings.extend(_effort_not_taken(settings, settings.model or ws.settings.model, front, rel))
+            errors.extend(_program_settings(settings, front, rel))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)

@@ -12,8 +12,10 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -334,9 +336,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from laneflow.settings import settings
     from laneflow_dev import demo
 
-    root = str(project_root() / demo.WORKSPACE)
+    chosen = demo.DEMOS[args.example]
+    root = project_root() / chosen.workspace
+    if chosen.writes:
+        root = _fresh_copy(root, _demo_folder(args) / args.example)
     if not args.imitate:
-        return cmd_run(args, workspace=root, flow=demo.FLOW, run_input=demo.INPUT)
+        return cmd_run(args, workspace=str(root), flow=chosen.flow, run_input=chosen.input)
+    if not chosen.imitates:
+        _err(f"the {args.example} demo runs on the stub model only (its steps call tools the imitation does not script)")
+        return EXIT_INVALID
     # The Claude executor, through the real SDK, against a local imitation of the API.
     with demo.imitation() as api:
         from pydantic import SecretStr
@@ -345,7 +353,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.model = args.model or demo.IMITATION_MODEL
         if not args.json and not args.quiet:
             _err(f"Messages API imitation at {api.url} (model {args.model}); nothing leaves this machine")
-        return cmd_run(args, workspace=root, flow=demo.FLOW, run_input=demo.INPUT, settings=cfg)
+        return cmd_run(args, workspace=str(root), flow=chosen.flow, run_input=chosen.input, settings=cfg)
+
+
+def _demo_folder(args: argparse.Namespace) -> Path:
+    """Where a demo that writes files gets its copy of the example: beside an SQLite store's
+    file (the default `.laneflow/`), else in the temp folder."""
+    from laneflow.settings import settings
+
+    uri = args.store or settings().store_url or "sqlite:///.laneflow/laneflow.db"
+    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        return Path(uri[len("sqlite:///") :]).parent / "demo-workspaces"
+    return Path(tempfile.gettempdir()) / "laneflow" / "demo-workspaces"
+
+
+def _fresh_copy(example: Path, target: Path) -> Path:
+    """A fresh copy of an example workspace (what an earlier demo kept there is replaced)."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(example, target, symlinks=True)
+    return target
 
 
 
@@ -490,7 +517,11 @@ def build_parser() -> argparse.ArgumentParser:
     run_flags(p)
     p.set_defaults(func=cmd_run, drives=True)
 
-    p = with_store(sub.add_parser("demo", help="run the example newsroom flow on the stub model"))
+    p = with_store(sub.add_parser("demo", help="run an example flow on the stub model (newsroom, or tides: a sandboxed script with a secret)"))
+    p.add_argument(
+        "example", nargs="?", default="newsroom", choices=["newsroom", "tides"],
+        help="newsroom (default): a fan-out, a brief, a check, a post; tides: a sandboxed agent runs a script with a declared secret",
+    )
     run_flags(p)
     p.add_argument("--imitate", action="store_true", help="run it on Claude's executor against a local imitation of the Messages API")
     p.set_defaults(func=cmd_demo, input=None, drives=True)

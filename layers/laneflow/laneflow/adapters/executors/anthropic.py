@@ -214,7 +214,9 @@ class AnthropicExecutor:
                     output, is_error = tools.run(use["name"], use["input"]), False
                 except ToolError as exc:  # a tool's own failure is the model's to hear, never a crashed step
                     output, is_error = str(exc), True
-                sink.tool_call(use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000))
+                sink.tool_call(
+                    use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000), is_error=is_error
+                )
                 results.append({"type": "tool_result", "tool_use_id": use["id"], "content": output, "is_error": is_error})
             messages.append({"role": "user", "content": results})
         raise StepFailed(f"reached max_turns ({max_turns}) before a final reply", retryable=False)

@@ -88,10 +88,10 @@ class StubExecutor:
             return call.output
         started = time.monotonic()
         try:
-            output = _real_call(call, tools)
+            output, failed = _real_call(call, tools), False
         except ToolError as exc:  # the tool's own failure: recorded, and the turn goes on
-            output = str(exc)
-        sink.tool_call(call.tool, call.input, output, ms=int((time.monotonic() - started) * 1000))
+            output, failed = str(exc), True
+        sink.tool_call(call.tool, call.input, output, ms=int((time.monotonic() - started) * 1000), is_error=failed)
         return output
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:

@@ -100,7 +100,7 @@ class StepRecorder:
         # Masked by the store, like every write.
         self.svc.store.add_event(self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref)
 
-    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0) -> None:
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None:
         """A tool event and, while the step captures, the call's input and output.
 
         With `capture: metadata` no input or output text is kept anywhere (the event holds
@@ -110,6 +110,8 @@ class StepRecorder:
         # Masked first, so the sizes recorded are those of what the capture keeps.
         tool_input, tool_output = self.redact(tool_input), self.redact(tool_output)
         data: dict[str, Any] = {"tool": name, "input_chars": len(tool_input), "output_chars": len(tool_output), "ms": ms}
+        if is_error:
+            data["is_error"] = True
         size = len(tool_input) + len(tool_output)
         with self._lock:
             if self.capture and not self._capture_full and self._captured + size > STEP_CAPTURE_LIMIT:
