@@ -34,7 +34,7 @@ from laneflow.adapters.engine.local import LocalEngine
 from laneflow.adapters.store import open_store
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
-from laneflow.wiring import for_store, install, installed
+from laneflow.wiring import bound, for_store
 
 HERE = Path(__file__).resolve().parent
 GOAL_MS = 150.0
@@ -61,7 +61,7 @@ def drive_ms(root: Path, groups: int, sandbox: bool, warm: bool | None, isolatio
     extra = {"isolation": isolation} if isolation else {}
     svc = for_store(store, Settings(capture_dir=str(root / "captures"), **extra))
     ws = workspace(root, groups, sandbox, bash=isolation is not None)
-    engine = LocalEngine(svc, install=install, installed=installed, warm_sandboxes=warm)
+    engine = LocalEngine(svc, bind=bound, warm_sandboxes=warm)
     run = create_run(svc, ws, "chain", {})
     started = time.perf_counter()
     result = engine.drive(run.tenant, run.id, tick_s=0.005)

@@ -6,7 +6,8 @@
    and DynamoDB write and read capacity units per step (counted by the store from item
    sizes: 1 WCU per KB written, 4 KB per RCU, transactions and index writes included).
 2. Reconcile's reads over 10,000 finished runs and 100 active ones, next to 1,000 finished
-   and 100 active: they should grow with active runs, not with all runs.
+   and 100 active: they should grow with active runs, not with all runs. The finished runs
+   are one run written by the store and cloned by moto's plain put (see clone_run_items).
 
     python bench/store_cost.py [--steps 100] [--finished 10000] [--json] [--write]
 """
@@ -77,9 +78,13 @@ def drive_flow(svc, engine, ws: Path, flow: str, steps: int, gate: bool = True) 
 
 
 def clone_run_items(store_url: str, template_id: str, new_ids: list[str]) -> None:
-    """Copy every item of a run under other run ids (batch writes of 25)."""
+    """Copy every item of a run under other run ids, through moto's own `put_item` (the
+    backend's plain put, no request round trip). The store would write each run in a
+    transaction, and moto deep-copies the whole table for every item of a transaction: over
+    10,000 runs that setup alone outgrew 20 GB."""
     import boto3
-    from boto3.dynamodb.types import TypeDeserializer  # noqa: F401 - items are copied as they are
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
 
     table = store_url.split("://", 1)[1].split("?", 1)[0]
     client = boto3.client("dynamodb", region_name="us-east-1")
@@ -90,15 +95,11 @@ def clone_run_items(store_url: str, template_id: str, new_ids: list[str]) -> Non
         start = page.get("LastEvaluatedKey")
         if not start:
             break
+    backend = dynamodb_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
     text = json.dumps(items)
-    batch = []
     for new_id in new_ids:
-        batch += json.loads(text.replace(template_id, new_id))
-        while len(batch) >= 25:
-            client.batch_write_item(RequestItems={table: [{"PutRequest": {"Item": it}} for it in batch[:25]]})
-            batch = batch[25:]
-    if batch:
-        client.batch_write_item(RequestItems={table: [{"PutRequest": {"Item": it}} for it in batch]})
+        for item in json.loads(text.replace(template_id, new_id)):
+            backend.put_item(table, item)
 
 
 def reconcile_reads(store_url: str, finished: int, active: int) -> dict:
@@ -111,14 +112,14 @@ def reconcile_reads(store_url: str, finished: int, active: int) -> dict:
     store = open_store(store_url)
     svc = for_store(store, Settings(store_url=store_url))
     started = time.perf_counter()
-    # One finished run written by the store, then cloned under new ids with plain batch
-    # writes: the same items, without moto copying the whole table per transaction.
-    store.create_run(Run(id="run-done-template", workspace="w", flow="f", status=RunStatus.completed,
-                         steps=[Step(index=0, group=0, agent="a")]))
-    clone_run_items(store_url, "run-done-template", [f"run-done-{i:06d}" for i in range(finished)])
+    # The active runs and one finished run are written by the store while the table is
+    # small; the finished one is then cloned under new ids by plain puts.
     for i in range(active):
         store.create_run(Run(id=f"run-live-{i:04d}", workspace="w", flow="f", status=RunStatus.running, drives=9,
                              steps=[Step(index=0, group=0, agent="a")]))
+    store.create_run(Run(id="run-done-template", workspace="w", flow="f", status=RunStatus.completed,
+                         steps=[Step(index=0, group=0, agent="a")]))
+    clone_run_items(store_url, "run-done-template", [f"run-done-{i:06d}" for i in range(finished)])
     made = time.perf_counter() - started
     store.consumed(reset=True)
     report = reconcile(svc, Liveness(), redrive=None)
@@ -137,6 +138,7 @@ def run_bench(steps: int, finished: int) -> dict:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    import boto3
     from moto import mock_aws
 
     from laneflow.adapters.store import open_store
@@ -159,6 +161,8 @@ def run_bench(steps: int, finished: int) -> dict:
             url = URL.replace("laneflow-bench", f"laneflow-rec-{finished_runs}")
             init_store(url)
             out["reconcile"].append(reconcile_reads(url, finished_runs, 100))
+            # Gone before the next: every transaction reconcile writes copies each table it names.
+            boto3.client("dynamodb", region_name="us-east-1").delete_table(TableName=url.split("://", 1)[1].split("?", 1)[0])
     happy = out["happy_path"]
     rec = out["reconcile"]
     out["goals"] = {

@@ -29,7 +29,7 @@ from laneflow.settings import Settings
 from laneflow.usecases.reconcile import INTERRUPTED, Reconciler
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.stop import stop_run
-from laneflow.wiring import for_store, install, installed
+from laneflow.wiring import bound, for_store
 from laneflow_dev.moto_support import ecs_in_step_functions
 
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
@@ -77,7 +77,7 @@ def workspace(tmp_path, stub: str):
 def start(aws, ws):
     svc = aws["svc"]
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
-    engine = LocalEngine(svc, install=install, installed=installed, local_sandboxes=False, substitutions=aws["subs"])
+    engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
     out: dict = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
     thread.start()
@@ -207,7 +207,7 @@ def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_
     run.workspace_uri = uri
     svc.store.create_run(run)
     assert run.options["sandboxed"] == ["tide-keeper"]  # a script tool: sandboxed
-    engine = LocalEngine(svc, install=install, installed=installed, local_sandboxes=False, substitutions=aws["subs"])
+    engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
     out: dict = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
     thread.start()

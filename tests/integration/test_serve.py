@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import pytest
+from contract.store.backends import STORE_FACTORIES
 from helpers import FIXTURES, closed_within
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
@@ -23,6 +24,8 @@ from laneflow.domain.errors import InvalidInput
 from laneflow.domain.records import RunStatus
 from laneflow.entrypoints.serve import MAX_BODY, ApiServer, make_server
 from laneflow.ports import Services
+from laneflow.settings import Settings
+from laneflow.wiring import for_store, local_drives
 
 START = json.dumps({"workspace": "ws_control", "flow": "approval"}).encode()
 JSON = [("Content-Type", "application/json")]
@@ -338,3 +341,67 @@ def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [f"laneflow: port {port} on 127.0.0.1 is in use (another laneflow serve?): stop it, or choose another with --port"]
     assert done.stdout == ""
+
+
+# -- drives at once ------------------------------------------------------------------------------
+
+
+def _slow_and_quick_workspace(root) -> None:
+    ws = root / "ws_pace"
+    for agent, delay in (("slow", 6000), ("quick", 0)):
+        (ws / "agents" / agent).mkdir(parents=True)
+        (ws / "agents" / agent / "agent.md").write_text(f"---\nstub: |\n  delay_ms: {delay}\n  Done.\n---\nYou work.\n")
+    (ws / "flows").mkdir()
+    (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nPacing.\n")
+    for agent in ("slow", "quick"):
+        (ws / "flows" / f"{agent}.yaml").write_text(f"description: one {agent} step\nsteps:\n  - agent: {agent}\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make_store", STORE_FACTORIES, ids=lambda f: f.__name__)
+def test_serve_drives_runs_at_once_so_a_quick_run_started_after_a_slow_one_ends_first(tmp_path, make_store):
+    # Given laneflow serve with its own drives (the embedded engine on a bounded pool)
+    _slow_and_quick_workspace(tmp_path)
+    with make_store(tmp_path) as store:
+        svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures"), local_drives=2))
+        svc.workspaces = FolderWorkspaces(tmp_path)
+        svc.drives = drives = local_drives(svc)
+        server = make_server(svc, "127.0.0.1", 0, request_timeout_s=5)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        try:
+            # When a slow run (one 6 s step) starts, and then a quick one
+            slow = _start(server, "slow")
+            _wait(server, slow, lambda run: run["status"] == "running" and run["steps"][0]["status"] == "running")
+            quick = _start(server, "quick")
+            # Then the quick one completes while the slow one still runs
+            done = _wait(server, quick, lambda run: RunStatus(run["status"]).ended, timeout_s=60)
+            assert done["status"] == "completed", done
+            assert _get(server, slow)["status"] == "running"
+            drives.join(60)
+            assert _get(server, slow)["status"] == "completed"
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+
+
+def _start(server: ApiServer, flow: str) -> str:
+    status, run, _ = ask(server, "POST", "/runs", JSON, json.dumps({"workspace": "ws_pace", "flow": flow}).encode())
+    assert status == 201, run
+    return run["id"]
+
+
+def _get(server: ApiServer, run_id: str) -> dict:
+    status, run, _ = ask(server, "GET", f"/runs/{run_id}")
+    assert status == 200, run
+    return run
+
+
+def _wait(server: ApiServer, run_id: str, until, timeout_s: float = 30) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = _get(server, run_id)
+        if until(run) or time.monotonic() > deadline:
+            return run
+        time.sleep(0.05)

@@ -165,3 +165,25 @@ def test_a_lane_capped_at_one_at_a_time_has_no_gate():
     flow = flow_of([StepSpec(agent="a", parallel=1)])
     [lane] = plan_lanes([step(i, "a") for i in range(3)], flow, 100, gate=True)
     assert [s.role for s in lane.starters] == ["solo"] * 3 and lane.siblings == []
+
+
+def test_settle_reads_the_run_s_steps_whole_once_and_settles_its_cost_from_that_read(svc, started, monkeypatch):
+    run, ref = started
+    t, r = run.tenant, run.id
+    svc.store.update_step(t, r, 0, StepChanges(status=StepStatus.completed, cost_usd=0.25))
+    svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.completed, cost_usd=0.5))
+    reads, get_steps = [], svc.store.get_steps
+
+    def counted(tenant, run_id, *, group=None):
+        reads.append(group)
+        return get_steps(tenant, run_id, group=group)
+
+    monkeypatch.setattr(svc.store, "get_steps", counted)
+    assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "next"
+    assert reads == [0, None]  # the group's steps to tidy, then the run's once
+    assert svc.store.get_run(t, r, steps=False).cost_usd == 0.75
+    reads.clear()
+    svc.store.request_stop(t, r)
+    svc.store.update_step(t, r, 1, StepChanges(cost_usd=1.0))
+    assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "end"
+    assert reads == [None] and svc.store.get_run(t, r, steps=False).cost_usd == 1.25  # a stopped run's cost still settles

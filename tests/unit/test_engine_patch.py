@@ -1,5 +1,7 @@
-"""The one moto internal the local engine replaces. If moto moves it, these fail loudly
-instead of the engine silently calling a real Lambda endpoint."""
+"""The moto internals the local engine replaces (its Lambda call, the execution a call serves,
+JSONPath parsing, what moto keeps of ended executions). If moto moves one, these fail loudly
+instead of the engine silently calling a real Lambda endpoint, answering with another
+drive's services, slowing down, or growing without end."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def _registry(tmp_path, leaving=None) -> local.HandlerRegistry:
     registry._modules = {}
     registry._lock = threading.Lock()
     registry.leaving = leaving
+    registry.bind = None
     registry._running = 0
     registry._idle = threading.Condition()
     return registry
@@ -82,6 +85,133 @@ def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_
     started = time.monotonic()
     assert registry.wait_idle(5) is True and time.monotonic() - started < 2
     running.join(5)
+
+
+def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thread():
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    from laneflow.adapters.engine import moto_patches
+
+    local.install_interpreter_hook()
+    integration = lambda_eval_utils.execute_lambda_function_integration
+    assert getattr(integration, "__laneflow_patch__", False), "the integration is not wrapped"
+    # the wrapper sits over moto's own function, which still calls the hooked one
+    assert "_invoke_lambda_function(" in inspect.getsource(integration.__wrapped__)
+    seen = []
+
+    class Env:  # what the wrapper and moto's integration read of a state's environment
+        stack: list = []
+
+        def is_mocked_mode(self):
+            return False
+
+        class states:
+            class context_object:
+                context_object_data = {"Execution": {"Id": "arn:aws:states:us-east-1:1:execution:m:e1"}}
+
+    def fake_invoke(parameters, region, state_credentials):
+        seen.append(moto_patches.current_execution())
+        return {"StatusCode": 200, "Payload": {}}
+
+    original = lambda_eval_utils._invoke_lambda_function
+    lambda_eval_utils._invoke_lambda_function = fake_invoke
+    try:
+        integration(Env(), {"FunctionName": "F", "Payload": b"{}"}, "us-east-1", None)
+    finally:
+        lambda_eval_utils._invoke_lambda_function = original
+    assert seen == ["arn:aws:states:us-east-1:1:execution:m:e1"]
+    assert moto_patches.current_execution() is None  # only for the call's duration
+
+
+def test_a_lambda_call_of_an_execution_no_drive_serves_is_refused_not_answered_by_another():
+    from laneflow.adapters.engine import moto_patches
+
+    local.install_interpreter_hook()
+    assert moto_patches.current_execution() is None
+    answer = local._invoke_in_process({"FunctionName": "F", "Payload": b"{}"}, "us-east-1", None)
+    assert answer["FunctionError"] == "Unhandled" and answer["Payload"]["errorType"] == "ServiceException"
+
+
+def test_the_execution_arn_the_engine_expects_is_the_one_moto_gives():
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    source = inspect.getsource(StepFunctionsParserBackend.start_execution)
+    assert '"arn:{}:states:{}:{}:execution:{}:{}"' in source
+    machine = "arn:aws:states:us-east-1:123456789012:stateMachine:laneflow-flow-abc"
+    assert local.execution_arn(machine, "r1-ff") == "arn:aws:states:us-east-1:123456789012:execution:laneflow-flow-abc:r1-ff"
+
+
+def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evaluate():
+    from moto.stepfunctions.parser.asl.component.common.path import result_path
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    local.install_interpreter_hook()
+    for module in (json_path, result_path):
+        assert getattr(module.parse, "__laneflow_patch__", False), module.__name__
+        assert module.parse("$.plan.lanes") is module.parse("$.plan.lanes")  # parsed once
+    # moto's functions still read the patched module global, and answer as before
+    assert "parse(path)" in inspect.getsource(json_path.extract_json)
+    assert "parse(self.result_path_src)" in inspect.getsource(result_path.ResultPath._eval_body)
+    assert json_path.extract_json("$.a.b", {"a": {"b": 2}}) == 2
+    assert json_path.extract_json("$.a[*].b", {"a": [{"b": 1}, {"b": 2}]}) == [1, 2]
+    data = {"x": 1}
+    assert result_path.parse("$.r").update_or_create(data, {"y": 2}) == {"x": 1, "r": {"y": 2}}
+    assert result_path.parse("$.r").update_or_create({"x": 3}, 4) == {"x": 3, "r": 4}  # the cached path kept nothing
+
+
+def test_install_is_idempotent_and_wraps_nothing_twice():
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    from laneflow.adapters.engine import moto_patches
+
+    local.install_interpreter_hook()
+    integration, parse = lambda_eval_utils.execute_lambda_function_integration, json_path.parse
+    moto_patches._installed = False  # as if a second engine installed them again
+    moto_patches.install()
+    assert lambda_eval_utils.execute_lambda_function_integration is integration and json_path.parse is parse
+
+
+def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_running_ones():
+    import threading
+
+    from moto.stepfunctions.parser import utils
+
+    from laneflow.adapters.engine import moto_patches
+
+    class Execution:
+        def __init__(self, arn, status):
+            self.execution_arn, self.status = arn, status
+
+    class Machine:
+        def __init__(self, *executions):
+            self.executions = list(executions)
+
+    ended, running = Execution("a", "SUCCEEDED"), Execution("b", "RUNNING")
+    machine = Machine(ended, running)
+    backend = type("Backend", (), {"state_machines": [machine]})()
+    done = threading.Thread(target=lambda: None)
+    done.start()
+    done.join()
+    release = threading.Event()
+    alive = threading.Thread(target=release.wait, args=(5,))
+    alive.start()
+    threads = utils.TMP_THREADS
+    threads.extend([done, alive])
+    try:
+        moto_patches.forget(backend, "a")
+        moto_patches.forget(backend, "b")  # still running: kept
+        assert machine.executions == [running]
+        assert done not in utils.TMP_THREADS and alive in utils.TMP_THREADS
+        assert utils.TMP_THREADS is threads  # the very list moto's modules append to
+        from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import (
+            inline_iteration_component,
+        )
+
+        assert inline_iteration_component.TMP_THREADS is utils.TMP_THREADS
+    finally:
+        release.set()
+        alive.join(5)
 
 
 def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once():

@@ -20,6 +20,7 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("capture_bucket", "LANEFLOW_CAPTURE_BUCKET"),
     ("default_model", "LANEFLOW_MODEL"),
     ("max_lane_parallel", "LANEFLOW_MAX_LANE_PARALLEL"),
+    ("local_drives", "LANEFLOW_LOCAL_DRIVES"),
     ("max_drives", "LANEFLOW_MAX_DRIVES"),
     ("on_end_command", "LANEFLOW_ON_END_COMMAND"),
     ("event_bus", "LANEFLOW_EVENT_BUS"),
@@ -47,6 +48,7 @@ class Settings(BaseModel):
     anthropic_api_key: SecretStr | None = None  # ANTHROPIC_API_KEY (never printed: SecretStr)
     anthropic_base_url: str | None = None  # ANTHROPIC_BASE_URL (a local imitation, a proxy)
     max_lane_parallel: int = 100  # the most steps of one lane in flight when `parallel:` is unset
+    local_drives: int = 4  # LANEFLOW_LOCAL_DRIVES: drives `laneflow serve` runs at once (more wait)
     max_drives: int = 5  # LANEFLOW_MAX_DRIVES: reconcile closes a run failed after this many drives
     on_end_command: str | None = None  # LANEFLOW_ON_END_COMMAND: run with "run finished" JSON on stdin
     event_bus: str | None = None  # LANEFLOW_EVENT_BUS: EventBridge bus for "run finished" (cloud)

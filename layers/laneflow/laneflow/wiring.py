@@ -3,8 +3,8 @@ a process's handlers hand to the use cases: store, captures, executors, callback
 telemetry, settings.
 
 In Lambda they are built once per container from `Settings`. The local engine installs its
-own (the store the CLI opened) for as long as a drive runs, since the interpreter calls the
-handlers on its own threads.
+own (the store the CLI opened) for each handler call of its drives, on the interpreter's
+threads (`bound`), so drives with different services run at once.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import dataclasses
 import logging
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from laneflow.adapters.aws.ecs import EcsTasks, task_alive
@@ -155,11 +156,30 @@ def local_folder(store: Store, cfg: Settings) -> Path:
 
 _current: Services | None = None
 
+# Services bound to this thread for as long as one handler runs (the embedded engine's
+# drives: each execution's handlers use their own drive's services).
+_bound = threading.local()
+
+
+@contextmanager
+def bound(svc: Services) -> Iterator[None]:
+    """Make `svc` what `services()` returns on this thread until the block ends."""
+    before = getattr(_bound, "svc", None)
+    _bound.svc = svc
+    try:
+        yield
+    finally:
+        _bound.svc = before
+
 
 def services() -> Services:
-    """The installed services, or ones built from the environment (first call in Lambda).
-    Building them reads no secret: the model's key is read when a step first needs it."""
+    """The services bound to this thread (a handler of an embedded drive), else the installed
+    ones, else ones built from the environment (first call in Lambda). Building them reads
+    no secret: the model's key is read when a step first needs it."""
     global _current
+    svc: Services | None = getattr(_bound, "svc", None)
+    if svc is not None:
+        return svc
     with _lock:
         if _current is None:
             cfg = settings()
@@ -209,10 +229,11 @@ def sandbox_services(environ: Mapping[str, str]) -> Services:
 
 
 def local_engine(svc: Services) -> LocalEngine:
-    """The embedded engine over `svc`, installing them for the handlers while it drives."""
-    return LocalEngine(svc, install=install, installed=installed)
+    """The embedded engine over `svc`: its handlers use them (bound per call), whatever else
+    the process drives at the same time."""
+    return LocalEngine(svc, bind=bound)
 
 
 def local_drives(svc: Services) -> LocalDrives:
     """Drives started on threads of this process (`laneflow serve`), on the embedded engine."""
-    return LocalDrives(lambda: local_engine(svc))
+    return LocalDrives(lambda: local_engine(svc), pool=svc.settings.local_drives)

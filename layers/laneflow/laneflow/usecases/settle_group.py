@@ -1,7 +1,7 @@
 """Flow control when a group has run (README, "Flow control"): rescues, evaluator loops, budgets.
 
-SettleGroup reads the run and its steps, and writes what the rules of
-`laneflow.domain.settlement` say, in this order:
+SettleGroup reads the run, the group's steps, and then (once) all of the run's steps, and
+writes what the rules of `laneflow.domain.settlement` say, in this order:
 1. a stop ends the run (nothing else is written);
 2. finished rescues are applied to the steps they took over (a rescued step carries its
    rescue's result; a rescue's failure is recorded on the step it took over);
@@ -58,13 +58,6 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
     """What a finished group means for the run: the next group, rescues, a loop back, or
     the end (its reason kept on the run)."""
     run = svc.store.get_run(req.run.tenant, req.run.run_id, steps=False)
-    # The run's cost is settled once per group (steps carry their own as they end).
-    spent = round(sum(s.cost_usd for s in svc.store.get_steps(run.tenant, run.id)), 6)
-    if spent != run.cost_usd:
-        try:
-            run = svc.store.update_run(run.tenant, run.id, RunChanges(cost_usd=spent), expect_status=(RunStatus.running,))
-        except Conflict:
-            pass
     settled = Settler(svc, run, req.group).settle()
     if settled.action == "end" and settled.reason and settled.reason != STOPPED:
         try:
@@ -85,11 +78,26 @@ class Settler:
         self.flow = Flow.model_validate(run.flow_spec)
 
     def settle(self) -> Settlement:
-        if self.run.stop_requested:  # nothing is read or written for a stopped run
+        """The run's steps are read whole once, after the group's own are tidied: that one
+        read settles the run's cost and decides."""
+        if self.run.stop_requested:  # nothing else is read or written for a stopped run
+            self.settle_cost(self.store.get_steps(self.run.tenant, self.run.id))
             return Settlement(action="end", reason=STOPPED)
         self.apply_tidying(tidy(self.run, self.store.get_steps(self.run.tenant, self.run.id, group=self.group)))
-        decision = decide(self.run, self.flow, self.group, self.store.get_steps(self.run.tenant, self.run.id))
-        return self.apply(decision)
+        every = self.store.get_steps(self.run.tenant, self.run.id)
+        self.settle_cost(every)
+        return self.apply(decide(self.run, self.flow, self.group, every))
+
+    def settle_cost(self, steps: list[Step]) -> None:
+        """The run's cost is settled once per group, as the sum of its steps' (each step
+        carries its own as it ends)."""
+        spent = round(sum(s.cost_usd for s in steps), 6)
+        if spent == self.run.cost_usd:
+            return
+        try:
+            self.run = self.store.update_run(self.run.tenant, self.run.id, RunChanges(cost_usd=spent), expect_status=(RunStatus.running,))
+        except Conflict:
+            pass
 
     def _event(self, index: int, text: str, type: EventType = EventType.info) -> None:
         self.store.add_event(self.run.tenant, self.run.id, index, Event(type=type, text=text))

@@ -9,6 +9,11 @@ Why this shape (docs/ARCHITECTURE.md, "The embedded engine"):
   function is replaced by a direct call of the handler (2-3 ms per Task instead of building
   a boto3 client per call). It is a moto internal, so moto is pinned exactly (pyproject) and
   tests/unit/test_engine_patch.py fails if the hook moves.
+- Drives run at once: each execution is answered by its own drive's handlers and services
+  (moto_patches notes which execution a Lambda call serves), never by globally installed
+  ones. `laneflow serve` drives on a bounded pool (LocalDrives) and forgets each execution
+  once it ended, so a long-lived process stays flat. A sandboxed step's ECS task is
+  answered by the sandbox workers of the drive whose execution asks, found the same way.
 - One drive is one execution. The engine waits for it and, if it ended without closing the
   run (a crashed definition), closes the run `failed` with the reason: no run is left
   `running` with nothing working on it.
@@ -31,11 +36,13 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from laneflow.adapters.engine import moto_patches
 from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
@@ -85,8 +92,14 @@ class LambdaContext:
 class HandlerRegistry:
     """The template's functions, their handler modules loaded from `functions/<name>/`."""
 
-    def __init__(self, template: Template, leaving: threading.Event | None = None):
+    def __init__(
+        self,
+        template: Template,
+        leaving: threading.Event | None = None,
+        bind: Callable[[], AbstractContextManager[Any]] | None = None,
+    ):
         self.functions = template.functions()
+        self.bind = bind  # makes this drive's services the handlers' while one runs
         self._modules: dict[str, ModuleType] = {}
         self._lock = threading.Lock()
         self.leaving = leaving  # set: this worker is going away, and runs no handler any more
@@ -121,7 +134,8 @@ class HandlerRegistry:
                 return _function_error("WorkerLeaving", "this worker is going away")
             self._running += 1
         try:
-            result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
+            with self.bind() if self.bind is not None else nullcontext():
+                result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
         except Exception as exc:  # noqa: BLE001 - every error crosses as a Lambda function error
             logging.getLogger("laneflow.engine").debug("handler %s raised", logical_id, exc_info=True)
             return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc)[-5:])
@@ -151,21 +165,41 @@ def _function_error(error_type: str, message: str, stack: list[str] | None = Non
 
 _registry_lock = threading.Lock()
 
-_registry: HandlerRegistry | None = None
+# The handlers of each running drive, by the ARN of the execution they answer.
+_registries: dict[str, HandlerRegistry] = {}
+
+
+
+def serve_execution(execution_arn: str, registry: HandlerRegistry | None) -> None:
+    """Answer the Lambda calls of an execution with `registry`'s handlers (None: no more)."""
+    with _registry_lock:
+        if registry is None:
+            _registries.pop(execution_arn, None)
+        else:
+            _registries[execution_arn] = registry
+
+
+
+def registry_of(execution_arn: str | None) -> HandlerRegistry | None:
+    """The handlers (and so the services) of the drive that serves this execution, if any."""
+    with _registry_lock:
+        return _registries.get(execution_arn) if execution_arn else None
 
 
 
 def _invoke_in_process(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
-    registry = _registry
+    execution = moto_patches.current_execution()
+    registry = registry_of(execution)
     if registry is None:
-        return _function_error("ServiceException", "the local engine is not running")
+        return _function_error("ServiceException", f"the local engine drives no execution {execution}")
     raw = parameters.get("Payload")
     payload = json.loads(raw) if isinstance(raw, (bytes, str)) and raw else (raw or {})
     return registry.invoke(parameters["FunctionName"], payload)
 
 
 
-_sandboxes: Sandboxes | None = None
+# The sandbox workers of each running drive that has them, by the ARN of its execution.
+_sandboxes: dict[str, Sandboxes] = {}
 
 
 
@@ -192,7 +226,8 @@ def _run_task_locally(original: Callable[..., Any]) -> Callable[..., Any]:
     give them); outside a drive (a test under `mock_aws`), moto's own."""
 
     def run_task(self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any) -> None:
-        sandboxes = _sandboxes
+        with _registry_lock:
+            sandboxes = _sandboxes.get(moto_patches.execution_of(env) or "")
         if sandboxes is None:
             return original(self, env, resource_runtime_part, normalised_parameters, state_credentials)  # type: ignore[no-any-return]
         child = sandboxes.launch(overrides_environment(normalised_parameters))
@@ -222,6 +257,7 @@ def install_interpreter_hook() -> None:
     if not hasattr(ecs_task, "original"):
         StateTaskServiceEcs._eval_service_task = _run_task_locally(ecs_task)  # type: ignore[method-assign]
     _hear_an_early_outcome()
+    moto_patches.install()
 
 
 
@@ -262,18 +298,16 @@ def child_environ(svc: Services, environ: dict[str, str] | None = None) -> dict[
 
 
 
+def execution_arn(state_machine_arn: str, name: str) -> str:
+    """The ARN moto gives an execution named `name` of the state machine."""
+    return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
+
+
+
 def _backend() -> Any:
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
     return stepfunctions_parser_backends[ACCOUNT][REGION]
-
-
-
-def _sandboxes_for(sandboxes: Sandboxes | None) -> Any:
-    """Make `sandboxes` the ones the ECS hook starts children with (None: none)."""
-    global _sandboxes
-    _sandboxes = sandboxes
-    return sandboxes
 
 
 
@@ -316,18 +350,16 @@ class DriveResult:
 class LocalEngine:
     """Runs drives of runs through the real definition, one execution per drive.
 
-    Only one engine drives at a time in a process (the handlers read the installed services);
-    a second `drive` call waits for the first to finish."""
+    Drives of a process run at once: the handlers of an execution get the services of the
+    engine that started it (`bind`), whatever else runs."""
 
-    _drive_lock = threading.Lock()
     _machines: dict[str, str] = {}
 
     def __init__(
         self,
         svc: Services,
         *,
-        install: Callable[[Services | None], None],
-        installed: Callable[[], Services | None],
+        bind: Callable[[Services], AbstractContextManager[Any]],
         project: str | Path | None = None,
         local_sandboxes: bool = True,
         substitutions: dict[str, str] | None = None,
@@ -336,10 +368,9 @@ class LocalEngine:
         # Tokens are completed on this process's interpreter: the engine's own copy of the
         # services says so (the caller's are left as they are).
         self.svc = dataclasses.replace(svc, callbacks=LocalCallbacks())
-        self._install, self._installed = install, installed
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
-        self.registry = HandlerRegistry(self.template, svc.leaving)
+        self.registry = HandlerRegistry(self.template, svc.leaving, bind=lambda: bind(self.svc))
         self.sandboxes: Sandboxes | None = None  # the sandbox workers of the drive under way
         # False: the sandbox state goes to moto's own ECS integration (a test of the cloud
         # path under `mock_aws` plays the Fargate task itself).
@@ -364,51 +395,61 @@ class LocalEngine:
 
     def drive(self, tenant: str, run_id: str, *, on_tick: Callable[[], None] | None = None, tick_s: float = 0.1) -> DriveResult:
         """Run one drive of a run to its end (blocking) and return the run as stored."""
-        global _registry
-        with self._drive_lock:
-            install_interpreter_hook()
-            before = self._installed()
-            self._install(self.svc)
-            _registry = self.registry
-            if self.local_sandboxes:
-                # A run with sandboxed agents gets a warm worker at once, ready by its first step.
-                warm = self.warm_sandboxes
-                if warm is None:
-                    warm = bool(sandboxed_agents(self.svc.store.get_run(tenant, run_id, steps=False).options))
-                self.sandboxes = _sandboxes_for(Sandboxes(self.svc.callbacks, child_environ(self.svc), warm=warm))
+        install_interpreter_hook()
+        machine = self.state_machine_arn
+        name = f"{run_id}-{_secrets.token_hex(4)}"
+        # Known before it starts (moto names it so), since its first state calls a handler at once.
+        arn = execution_arn(machine, name)
+        serve_execution(arn, self.registry)
+        try:
+            self._start_sandboxes(arn, tenant, run_id)
             try:
-                backend = _backend()
-                name = f"{run_id}-{_secrets.token_hex(4)}"
-                try:
-                    execution = backend.start_execution(
-                        self.state_machine_arn, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id})
-                    )
-                    while execution.status == "RUNNING":
-                        if on_tick:
-                            on_tick()
-                        time.sleep(tick_s)
-                except KeyboardInterrupt:
-                    self._leave(tenant, run_id)
-                    raise
-                status = str(execution.status)
-                if status != "SUCCEEDED":
-                    close_run(self.svc, tenant, run_id, error=str(execution.error or status), cause=str(execution.cause or ""))
-                if on_tick:
-                    on_tick()
-                return DriveResult(
-                    run=self.svc.store.get_run(tenant, run_id),
-                    execution_arn=execution.execution_arn,
-                    execution_status=status,
-                    error=execution.error,
-                    cause=execution.cause,
-                )
-            finally:
-                _registry = None
-                _sandboxes_for(None)
-                if self.sandboxes is not None:
-                    self.sandboxes.close()
-                    self.sandboxes = None
-                self._install(before)
+                execution = _backend().start_execution(machine, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id}))
+                if execution.execution_arn != arn:  # pragma: no cover - guarded by test_engine_patch
+                    raise RuntimeError(f"moto named the execution {execution.execution_arn}, not {arn}")
+                while execution.status == "RUNNING":
+                    if on_tick:
+                        on_tick()
+                    time.sleep(tick_s)
+            except KeyboardInterrupt:
+                self._leave(tenant, run_id)
+                raise
+            status = str(execution.status)
+            if status != "SUCCEEDED":
+                close_run(self.svc, tenant, run_id, error=str(execution.error or status), cause=str(execution.cause or ""))
+            if on_tick:
+                on_tick()
+            return DriveResult(
+                run=self.svc.store.get_run(tenant, run_id),
+                execution_arn=execution.execution_arn,
+                execution_status=status,
+                error=execution.error,
+                cause=execution.cause,
+            )
+        finally:
+            serve_execution(arn, None)
+            with _registry_lock:
+                _sandboxes.pop(arn, None)
+            if self.sandboxes is not None:
+                self.sandboxes.close()
+                self.sandboxes = None
+
+    def _start_sandboxes(self, arn: str, tenant: str, run_id: str) -> None:
+        """The sandbox workers of this drive, for the ECS hook to start children with."""
+        if not self.local_sandboxes:
+            return
+        # A run with sandboxed agents gets a warm worker at once, ready by its first step.
+        warm = self.warm_sandboxes
+        if warm is None:
+            warm = bool(sandboxed_agents(self.svc.store.get_run(tenant, run_id, steps=False).options))
+        self.sandboxes = Sandboxes(self.svc.callbacks, child_environ(self.svc), warm=warm)
+        with _registry_lock:
+            _sandboxes[arn] = self.sandboxes
+
+    def forget(self, execution_arn: str) -> None:
+        """Drop an ended execution (its history too) from the interpreter: a long-lived
+        process keeps nothing of the drives it has finished."""
+        moto_patches.forget(_backend(), execution_arn)
 
     def _leave(self, tenant: str, run_id: str) -> None:
         """This worker is going away (SIGINT, SIGTERM): the run stays resumable. No handler
@@ -432,26 +473,40 @@ class LocalEngine:
 
 class LocalDrives:
     """Starts drives on threads of this process (`laneflow serve`): each runs the embedded
-    engine to the drive's end. Drives of one process run one at a time (the handlers read
-    the installed services), in the order they were started."""
+    engine to the drive's end, and then forgets its execution. At most `pool` drives run at
+    once (LANEFLOW_LOCAL_DRIVES); a drive started past that waits for a free place, holding
+    nothing. Drives run at once, so a slow run never holds a quick one. The threads are
+    daemons: a person's Ctrl-C ends the process, and reconcile takes over what was driving."""
 
-    def __init__(self, engine: Callable[[], LocalEngine]):
+    def __init__(self, engine: Callable[[], LocalEngine], pool: int = 4):
+        if pool < 1:
+            raise ValueError(f"a pool of {pool} drives runs nothing")
         self.engine = engine
+        self.pool = pool
+        self._places = threading.BoundedSemaphore(pool)
+        self._lock = threading.Lock()
         self.threads: list[threading.Thread] = []
 
     def start(self, tenant: str, run_id: str) -> str:
         name = f"local-drive-{run_id}"
         thread = threading.Thread(target=self._drive, args=(tenant, run_id), name=name, daemon=True)
-        self.threads.append(thread)
+        with self._lock:
+            self.threads = [t for t in self.threads if t.is_alive()]
+            self.threads.append(thread)
         thread.start()
         return name
 
     def _drive(self, tenant: str, run_id: str) -> None:
-        try:
-            self.engine().drive(tenant, run_id)
-        except Exception:  # noqa: BLE001 - reconcile picks up a drive that failed to run
-            logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
+        with self._places:
+            try:
+                engine = self.engine()
+                result = engine.drive(tenant, run_id)
+                engine.forget(result.execution_arn)
+            except Exception:  # noqa: BLE001 - reconcile picks up a drive that failed to run
+                logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
 
     def join(self, timeout: float | None = None) -> None:
-        for thread in list(self.threads):
+        with self._lock:
+            threads = list(self.threads)
+        for thread in threads:
             thread.join(timeout)

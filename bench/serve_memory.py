@@ -1,0 +1,127 @@
+"""Benchmark: does a long-lived `laneflow serve` stay flat? One process drives run after run
+through `LocalDrives` (serve's own drive starter: the embedded engine on its pool, each
+ended execution forgotten), and the process's resident memory is read after each drive.
+
+After `--warmup` drives (imports, caches, the first tables), `--drives` more drives of a
+fan-out of `--fanout` gated stub steps each; the figure is the RSS growth over them per
+1,000 steps. `--keep` drives the same way but keeps every execution in moto, as the engine
+did before it forgot them (the comparison, in the same process conditions).
+
+    python bench/serve_memory.py [--drives 10] [--fanout 100] [--keep] [--json] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from local_engine import machine, make_workspace, write_section
+
+from laneflow.adapters.engine.local import LocalDrives
+from laneflow.adapters.store import open_store
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store, local_engine
+
+HERE = Path(__file__).resolve().parent
+GOAL_KIB_PER_1000 = 1024
+
+
+def rss_kib() -> int:
+    """The process's resident memory now (not its peak), in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+class KeepingDrives(LocalDrives):
+    """LocalDrives as before: every ended execution stays in moto."""
+
+    def _drive(self, tenant: str, run_id: str) -> None:
+        with self._places:
+            self.engine().drive(tenant, run_id)
+
+
+def run_bench(drives: int, fanout: int, warmup: int, keep: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ws = make_workspace(root, 1)
+        svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"))
+        starter = (KeepingDrives if keep else LocalDrives)(lambda: local_engine(svc), pool=1)
+        samples: list[int] = []
+        for _ in range(warmup + drives):
+            run = create_run(svc, ws, "bench", {"items": [f"item-{i}" for i in range(fanout)]}, options={"gate": True})
+            starter.start(run.tenant, run.id)
+            starter.join()
+            assert svc.store.get_run(run.tenant, run.id, steps=False).status == "completed"
+            gc.collect()
+            samples.append(rss_kib())
+    measured = samples[warmup - 1:]
+    growth = measured[-1] - measured[0]
+    per_1000 = growth * 1000 / (drives * fanout)
+    return {
+        "benchmark": "serve_memory",
+        "forgets_executions": not keep,
+        "warmup_drives": warmup,
+        "drives": drives,
+        "fanout": fanout,
+        "rss_mib_after_each_drive": [round(s / 1024, 1) for s in samples],
+        "growth_mib": round(growth / 1024, 2),
+        "growth_kib_per_1000_steps": round(per_1000, 1),
+        "goal": "under 1 MiB RSS growth per 1,000 steps after warm-up, over 10 drives",
+        "goal_met": per_1000 < GOAL_KIB_PER_1000,
+        "machine": machine(),
+    }
+
+
+def markdown(rows: list[dict]) -> str:
+    first = rows[0]
+    lines = [
+        f"## serve_memory — {first['drives']} drives of {first['fanout']} gated stub steps in one process, after {first['warmup_drives']} warm-up drives",
+        "",
+        f"Machine: {first['machine']}. Command: `python bench/serve_memory.py --write` (with and without `--keep`, one process each).",
+        "",
+        "| executions | RSS after each drive, MiB | growth | per 1,000 steps | goal: under 1 MiB per 1,000 steps |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {'forgotten once ended' if r['forgets_executions'] else 'kept (before)'} | "
+            f"{', '.join(str(s) for s in r['rss_mib_after_each_drive'])} | {r['growth_mib']} MiB | "
+            f"{r['growth_kib_per_1000_steps']} KiB | {'met' if r['goal_met'] else 'NOT met'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--drives", type=int, default=10)
+    parser.add_argument("--fanout", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=8)
+    parser.add_argument("--keep", action="store_true", help="keep ended executions (the engine before)")
+    parser.add_argument("--both", action="store_true", help="measure --keep too, in a child process")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md (implies --both)")
+    args = parser.parse_args()
+    rows = [run_bench(args.drives, args.fanout, args.warmup, args.keep)]
+    if (args.both or args.write) and not args.keep:
+        import subprocess
+
+        argv = [sys.executable, __file__, "--keep", "--json", "--drives", str(args.drives),
+                "--fanout", str(args.fanout), "--warmup", str(args.warmup)]
+        rows.append(json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)["runs"][0])
+    if args.write:
+        write_section(HERE / "RESULTS.md", "serve_memory", markdown(rows))
+    if args.json:
+        print(json.dumps({"benchmark": "serve_memory", "runs": rows}))
+    else:
+        print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

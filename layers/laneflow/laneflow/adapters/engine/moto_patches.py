@@ -1,0 +1,116 @@
+"""What the embedded engine changes in moto's Step Functions interpreter besides its Lambda
+call, each a narrow, idempotent replacement of one moto internal (moto is pinned exactly;
+tests/unit/test_engine_patch.py fails loudly if any of them moves):
+
+- **Which execution a Lambda call serves.** moto's Lambda integration
+  (`lambda_eval_utils.execute_lambda_function_integration`) knows the state's environment,
+  and with it the execution; the function the engine replaces
+  (`_invoke_lambda_function`) does not. The integration is wrapped so the execution's ARN is
+  noted on the calling thread for the duration of the call (`current_execution`): the engine
+  then answers with the handlers and services of the drive that execution belongs to, so
+  drives run at once.
+- **JSONPath parses are memoized.** moto parses a path with jsonpath-ng on every evaluation
+  (`json_path.extract_json`, `ResultPath._eval_body`), about 1 ms of ply parsing each; a
+  definition holds a few dozen distinct paths, so each is parsed once per process. A parsed
+  path is not changed by `find` or `update_or_create`, so threads share it.
+- **Finished executions are forgotten** (`forget`): moto keeps every execution (its history,
+  its environment) and every worker thread it ever started (`utils.TMP_THREADS`, a list
+  nothing reads), so a long-lived process (`laneflow serve`) grew by ~24 KiB a step forever.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# Distinct JSONPath expressions kept parsed: a definition has a few dozen; the bound only
+# stops a definition that builds paths from data from growing the cache without end.
+PARSE_CACHE_SIZE = 1024
+
+_lock = threading.Lock()
+
+_installed = False
+
+_calling = threading.local()
+
+
+def current_execution() -> str | None:
+    """The ARN of the execution whose Lambda integration runs on this thread, if any."""
+    arn: str | None = getattr(_calling, "execution", None)
+    return arn
+
+
+def execution_of(env: Any) -> str | None:
+    """The ARN of the execution a state's environment belongs to (`$$.Execution.Id`): for
+    any other integration the engine answers in-process, to find the drive it serves."""
+    execution = env.states.context_object.context_object_data.get("Execution") or {}
+    arn = execution.get("Id")
+    return str(arn) if arn else None
+
+
+def _noting_execution(integration: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(integration)
+    def integrate(env: Any, parameters: dict[str, Any], region: str, state_credentials: Any) -> None:
+        before = getattr(_calling, "execution", None)
+        _calling.execution = execution_of(env)
+        try:
+            integration(env, parameters, region, state_credentials)
+        finally:
+            _calling.execution = before
+
+    integrate.__laneflow_patch__ = True  # type: ignore[attr-defined]
+    return integrate
+
+
+def _memoized(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    cached = functools.lru_cache(maxsize=PARSE_CACHE_SIZE)(parse)
+    cached.__laneflow_patch__ = True  # type: ignore[attr-defined]
+    return cached
+
+
+def _require(module: Any, name: str) -> Any:
+    if not hasattr(module, name):  # pragma: no cover - guarded by tests/unit/test_engine_patch.py
+        raise RuntimeError(f"moto's Step Functions interpreter changed: {module.__name__}.{name} is gone")
+    return getattr(module, name)
+
+
+def _replace(module: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+    current = _require(module, name)
+    if not getattr(current, "__laneflow_patch__", False):
+        setattr(module, name, wrap(current))
+
+
+def install() -> None:
+    """Make the replacements above (idempotent, thread-safe)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        from moto.stepfunctions.parser.asl.component.common.path import result_path
+        from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+            lambda_eval_utils,
+        )
+        from moto.stepfunctions.parser.asl.utils import json_path
+
+        _replace(lambda_eval_utils, "execute_lambda_function_integration", _noting_execution)
+        _replace(json_path, "parse", _memoized)
+        _replace(result_path, "parse", _memoized)
+        _installed = True
+
+
+def forget(backend: Any, execution_arn: str) -> None:
+    """Drop a finished execution from moto's backend, and the worker threads of moto's that
+    have ended, so nothing of it stays in the process. A running execution is kept."""
+    from moto.stepfunctions.parser import utils
+
+    for machine in list(backend.state_machines):
+        executions = machine.executions
+        for execution in list(executions):
+            if execution.execution_arn == execution_arn and execution.status != "RUNNING":
+                executions.remove(execution)
+    # Rebuilt in place (the interpreter's modules hold this very list). A thread appended
+    # while it is rebuilt may be left out: nothing reads the list, so that only frees it.
+    threads = utils.TMP_THREADS
+    threads[:] = [thread for thread in threads if thread.is_alive()]

@@ -1,0 +1,68 @@
+"""Drives at once in one process: each execution's handlers use the services of the drive
+that started it (its own store), whatever else the process drives at the same time."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from laneflow.adapters.engine.local import LocalDrives, _backend
+from laneflow.adapters.store import open_store
+from laneflow.domain.errors import RunNotFound
+from laneflow.domain.records import RunStatus
+from laneflow.settings import Settings
+from laneflow.usecases.start_run import create_run
+from laneflow.wiring import for_store, local_engine
+
+
+def _workspace(root: Path) -> Path:
+    ws = root / "ws_pace"
+    for agent, delay in (("slow", 4000), ("quick", 0)):
+        (ws / "agents" / agent).mkdir(parents=True)
+        (ws / "agents" / agent / "agent.md").write_text(f"---\nstub: |\n  delay_ms: {delay}\n  {agent} done.\n---\nYou work.\n")
+    (ws / "flows").mkdir()
+    (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nPacing.\n")
+    for agent in ("slow", "quick"):
+        (ws / "flows" / f"{agent}.yaml").write_text(f"description: one {agent} step\nsteps:\n  - agent: {agent}\n")
+    return ws
+
+
+@pytest.mark.slow
+def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_store(tmp_path):
+    # Given two stores, each with its own engine, and a slow run in one, a quick run in the other
+    ws = _workspace(tmp_path)
+    svc_a = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca")))
+    svc_b = for_store(open_store(f"sqlite:///{tmp_path / 'b.db'}"), Settings(capture_dir=str(tmp_path / "cb")))
+    slow = create_run(svc_a, ws, "slow")
+    quick = create_run(svc_b, ws, "quick")
+    results = {}
+    # When the slow one is driven, and the quick one is started while it runs
+    driving = threading.Thread(target=lambda: results.setdefault("slow", local_engine(svc_a).drive(slow.tenant, slow.id, tick_s=0.02)))
+    driving.start()
+    results["quick"] = local_engine(svc_b).drive(quick.tenant, quick.id, tick_s=0.02)
+    # Then the quick one ended while the slow one still ran, each in its own store only
+    assert results["quick"].run.status == RunStatus.completed
+    assert driving.is_alive(), "the quick drive waited for the slow one"
+    driving.join(60)
+    assert results["slow"].run.status == RunStatus.completed
+    assert results["slow"].run.steps[0].result == "slow done." and results["quick"].run.steps[0].result == "quick done."
+    with pytest.raises(RunNotFound):
+        svc_a.store.get_run(quick.tenant, quick.id)
+    with pytest.raises(RunNotFound):
+        svc_b.store.get_run(slow.tenant, slow.id)
+
+
+def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_refused(tmp_path):
+    ws = _workspace(tmp_path)
+    svc = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca")))
+    drives = LocalDrives(lambda: local_engine(svc), pool=1)
+    run = create_run(svc, ws, "quick")
+    drives.start(run.tenant, run.id)
+    drives.join(60)
+    assert svc.store.get_run(run.tenant, run.id, steps=False).status == RunStatus.completed
+    kept = [e.execution_arn for m in _backend().state_machines for e in m.executions if run.id in e.execution_arn]
+    assert kept == []
+    with pytest.raises(ValueError):
+        LocalDrives(lambda: local_engine(svc), pool=0)
