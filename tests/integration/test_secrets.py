@@ -25,13 +25,14 @@ from typing import Any
 
 import boto3
 import pytest
-from helpers import ROOT, drive, services_on, stored_bytes, write_workspace
+from helpers import ROOT, drive, local_engine, services_on, stored_bytes, write_workspace
 
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets
 from laneflow.adapters.engine.template import Template
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.store import open_store
+from laneflow.domain.errors import WorkspaceInvalid
 from laneflow.domain.records import AttemptRef, AttemptStatus, EventType, FailureKind, RunStatus, StepStatus, utcnow
 from laneflow.domain.redaction import STEP_CAPTURE_LIMIT
 from laneflow.domain.tenants import TenantInvalid
@@ -186,11 +187,24 @@ def test_a_missing_secret_fails_a_claude_step_before_any_request_reaches_the_api
         assert run.steps[0].attempts == 1 and api.stats()["requests"] == 0
 
 
-def test_a_bad_secret_name_fails_the_step_naming_it_and_the_agent(on, tmp_path):
+def test_a_bad_secret_name_is_refused_before_the_run_and_fails_a_step_whose_agent_changed_after(on, tmp_path):
+    """`laneflow check`'s refusal holds at the start of a run (nothing is written); an agent.md
+    given a bad name after its run started fails that step, naming the file and the name,
+    not retried."""
     svc = on()
-    run = drive(svc, fetcher_workspace(tmp_path, ["MY-TOKEN"], "Done.", retries=2), "fetch")
-    assert run.steps[0].status == StepStatus.failed and run.steps[0].attempts == 1
-    assert "secrets of agent fetcher: 'MY-TOKEN' is not a secret name" in run.steps[0].error
+    ws = fetcher_workspace(tmp_path, ["MY-TOKEN"], "Done.", retries=2)
+    with pytest.raises(WorkspaceInvalid) as refused:
+        drive(svc, ws, "fetch")
+    assert "agents/fetcher/agent.md:2: secrets: 'MY-TOKEN' is not a secret name" in str(refused.value)
+    assert svc.store.list_runs("local") == []
+
+    ws = fetcher_workspace(tmp_path / "later", ["TOKEN"], "Done.", retries=2)
+    run = create_run(svc, ws, "fetch")
+    md = ws / "agents" / "fetcher" / "agent.md"
+    md.write_text(md.read_text().replace("TOKEN", "MY-TOKEN"))
+    step = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run.steps[0]
+    assert step.status == StepStatus.failed and step.attempts == 1
+    assert "'MY-TOKEN' is not a secret name" in (step.error or "") and "agents/fetcher/agent.md" in (step.error or "")
 
 
 # -- the cloud source: Secrets Manager, by tenant ---------------------------------------------------
