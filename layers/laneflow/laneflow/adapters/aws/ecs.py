@@ -5,10 +5,10 @@ person stopped its run) and asks whether one is still there (reconcile)."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
+from laneflow.adapters.aws.clients import LazyClient
 from laneflow.domain.workers import FargateTask
 
 log = logging.getLogger("laneflow.ecs")
@@ -23,21 +23,10 @@ def cluster_of(task_arn: str, cluster: str | None = None) -> str | None:
     return parts[1] if len(parts) == 3 else None
 
 
-class EcsTasks:
+class EcsTasks(LazyClient):
     """`SandboxTasks` through boto3's ECS client (made on first use)."""
 
-    def __init__(self, client: Any | None = None):
-        self._client = client
-        self._lock = threading.Lock()
-
-    @property
-    def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                import boto3
-
-                self._client = boto3.client("ecs")
-            return self._client
+    service = "ecs"
 
     def stop(self, task: FargateTask, reason: str) -> None:
         """StopTask: ECS sends the container SIGTERM, then SIGKILL after its stop timeout."""

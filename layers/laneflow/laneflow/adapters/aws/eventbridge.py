@@ -5,21 +5,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from laneflow.adapters.aws.clients import LazyClient
 from laneflow.domain.records import Run, finished_event
 
 
-class EventBridgeOnEnd:
+class EventBridgeOnEnd(LazyClient):
     """PutEvents of "run finished" on a bus (the cloud adapter)."""
 
+    service = "events"
+
     def __init__(self, bus: str, client: Any | None = None):
+        super().__init__(client)
         self.bus = bus
-        self._client = client
 
     def __call__(self, run: Run) -> None:
-        if self._client is None:
-            import boto3
-
-            self._client = boto3.client("events")
-        self._client.put_events(
+        self.client.put_events(
             Entries=[{"Source": "laneflow", "DetailType": "run finished", "Detail": json.dumps(finished_event(run)), "EventBusName": self.bus}]
         )

@@ -5,28 +5,17 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 from collections.abc import Callable
 from typing import Any
 
+from laneflow.adapters.aws.clients import LazyClient
 from laneflow.ports import TokenGone
 
 
-class StepFunctionsCallbacks:
+class StepFunctionsCallbacks(LazyClient):
     """SendTaskSuccess / SendTaskFailure through boto3 (the cloud adapter)."""
 
-    def __init__(self, client: Any | None = None):
-        self._client = client
-        self._lock = threading.Lock()
-
-    @property
-    def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                import boto3
-
-                self._client = boto3.client("stepfunctions")
-            return self._client
+    service = "stepfunctions"
 
     def _call(self, method: str, **kwargs: Any) -> None:
         errors = self.client.exceptions
@@ -46,19 +35,18 @@ class StepFunctionsCallbacks:
 
 
 
-class StepFunctionsDrives:
+class StepFunctionsDrives(LazyClient):
     """StartExecution on the deployed state machine."""
 
+    service = "stepfunctions"
+
     def __init__(self, state_machine_arn: str, client: Any | None = None):
-        self.arn, self._client = state_machine_arn, client
+        super().__init__(client)
+        self.arn = state_machine_arn
 
     def start(self, tenant: str, run_id: str) -> str:
-        if self._client is None:
-            import boto3
-
-            self._client = boto3.client("stepfunctions")
         name = f"{run_id}-{secrets.token_hex(4)}"[:80]
-        out = self._client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps({"tenant": tenant, "run_id": run_id}))
+        out = self.client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps({"tenant": tenant, "run_id": run_id}))
         return str(out["executionArn"])
 
 
