@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -28,7 +27,7 @@ from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.domain.redaction import masked
 from laneflow.ports import Services
 from laneflow.settings import Settings
-from laneflow.wiring import for_store, local_drives, local_engine
+from laneflow.wiring import for_store, local_drives, local_engine, local_folder
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
@@ -150,11 +149,17 @@ def secrets_file(given: str) -> str:
 
 
 def cmd_run(
-    args: argparse.Namespace, *, workspace: str | None = None, flow: str | None = None, run_input: Any = None, settings: Settings | None = None
+    args: argparse.Namespace,
+    *,
+    workspace: str | None = None,
+    flow: str | None = None,
+    run_input: Any = None,
+    settings: Settings | None = None,
+    svc: Services | None = None,
 ) -> int:
     from laneflow.usecases.start_run import create_run
 
-    svc = _services(args, settings)
+    svc = svc or _services(args, settings)
     _reconcile_quietly(svc, args)
     run_input = parse_input(args.input) if run_input is None else run_input
     options = {"gate": not args.no_gate}
@@ -338,13 +343,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     chosen = demo.DEMOS[args.example]
     root = project_root() / chosen.workspace
-    if chosen.writes:
-        root = _fresh_copy(root, _demo_folder(args) / args.example)
-    if not args.imitate:
-        return cmd_run(args, workspace=str(root), flow=chosen.flow, run_input=chosen.input)
-    if not chosen.imitates:
+    if args.imitate and not chosen.imitates:
         _err(f"the {args.example} demo runs on the stub model only (its steps call tools the imitation does not script)")
         return EXIT_INVALID
+    if not args.imitate:
+        svc = _services(args)
+        if chosen.writes:  # its steps keep files: a fresh copy beside the store, never examples/ itself
+            root = _fresh_copy(root, local_folder(svc.store, svc.settings) / "demo-workspaces" / args.example)
+        return cmd_run(args, workspace=str(root), flow=chosen.flow, run_input=chosen.input, svc=svc)
     # The Claude executor, through the real SDK, against a local imitation of the API.
     with demo.imitation() as api:
         from pydantic import SecretStr
@@ -354,17 +360,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if not args.json and not args.quiet:
             _err(f"Messages API imitation at {api.url} (model {args.model}); nothing leaves this machine")
         return cmd_run(args, workspace=str(root), flow=chosen.flow, run_input=chosen.input, settings=cfg)
-
-
-def _demo_folder(args: argparse.Namespace) -> Path:
-    """Where a demo that writes files gets its copy of the example: beside an SQLite store's
-    file (the default `.laneflow/`), else in the temp folder."""
-    from laneflow.settings import settings
-
-    uri = args.store or settings().store_url or "sqlite:///.laneflow/laneflow.db"
-    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
-        return Path(uri[len("sqlite:///") :]).parent / "demo-workspaces"
-    return Path(tempfile.gettempdir()) / "laneflow" / "demo-workspaces"
 
 
 def _fresh_copy(example: Path, target: Path) -> Path:

@@ -36,7 +36,6 @@ DEFAULT_LANG = "C.UTF-8"
 
 DEFAULT_TZ = "UTC"
 
-_PLAIN_ENV = ("PATH", "HOME", "LANG", "TZ", "LANEFLOW_RUN_ID", "LANEFLOW_STEP", "LANEFLOW_AGENT", "LANEFLOW_WORKSPACE")
 
 
 def program_env(job: StepJob, scratch: Path) -> dict[str, str]:
