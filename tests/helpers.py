@@ -108,6 +108,14 @@ def write_workspace(root: Path, agents: dict[str, dict[str, Any]], flows: dict[s
     return root
 
 
+def pacing_workspace(root: Path, slow_ms: int) -> Path:
+    """`root/ws_pace`: a one-step flow `slow` whose step takes `slow_ms`, and a one-step flow
+    `quick` whose step does not wait; each step replies "<agent> done."."""
+    agents = {agent: {"stub": f"delay_ms: {delay}\n{agent} done.\n"} for agent, delay in (("slow", slow_ms), ("quick", 0))}
+    flows = {agent: {"description": f"one {agent} step", "steps": [{"agent": agent}]} for agent in ("slow", "quick")}
+    return write_workspace(root / "ws_pace", agents, flows)
+
+
 def stored_bytes(kind: str, tmp_path: Path) -> bytes:
     """Everything written: every file under tmp_path but the workspace `ws/` (the SQLite file
     and its WAL, the captures, events.jsonl, logs) and, for DynamoDB, every item of the

@@ -4,9 +4,9 @@ that started it (its own store), whatever else the process drives at the same ti
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
+from helpers import pacing_workspace
 
 from laneflow.adapters.engine.local import LocalDrives, _backend
 from laneflow.adapters.store import open_store
@@ -17,22 +17,10 @@ from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
 
 
-def _workspace(root: Path) -> Path:
-    ws = root / "ws_pace"
-    for agent, delay in (("slow", 4000), ("quick", 0)):
-        (ws / "agents" / agent).mkdir(parents=True)
-        (ws / "agents" / agent / "agent.md").write_text(f"---\nstub: |\n  delay_ms: {delay}\n  {agent} done.\n---\nYou work.\n")
-    (ws / "flows").mkdir()
-    (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nPacing.\n")
-    for agent in ("slow", "quick"):
-        (ws / "flows" / f"{agent}.yaml").write_text(f"description: one {agent} step\nsteps:\n  - agent: {agent}\n")
-    return ws
-
-
 @pytest.mark.slow
 def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_store(tmp_path):
     # Given two stores, each with its own engine, and a slow run in one, a quick run in the other
-    ws = _workspace(tmp_path)
+    ws = pacing_workspace(tmp_path, slow_ms=4000)
     svc_a = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca")))
     svc_b = for_store(open_store(f"sqlite:///{tmp_path / 'b.db'}"), Settings(capture_dir=str(tmp_path / "cb")))
     slow = create_run(svc_a, ws, "slow")
@@ -55,7 +43,7 @@ def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_sto
 
 
 def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_refused(tmp_path):
-    ws = _workspace(tmp_path)
+    ws = pacing_workspace(tmp_path, slow_ms=4000)
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca")))
     drives = LocalDrives(lambda: local_engine(svc), pool=1)
     run = create_run(svc, ws, "quick")

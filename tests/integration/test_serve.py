@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from contract.store.backends import STORE_FACTORIES
-from helpers import FIXTURES, closed_within
+from helpers import FIXTURES, closed_within, pacing_workspace
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.errors import InvalidInput
@@ -346,22 +346,11 @@ def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path):
 # -- drives at once ------------------------------------------------------------------------------
 
 
-def _slow_and_quick_workspace(root) -> None:
-    ws = root / "ws_pace"
-    for agent, delay in (("slow", 6000), ("quick", 0)):
-        (ws / "agents" / agent).mkdir(parents=True)
-        (ws / "agents" / agent / "agent.md").write_text(f"---\nstub: |\n  delay_ms: {delay}\n  Done.\n---\nYou work.\n")
-    (ws / "flows").mkdir()
-    (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nPacing.\n")
-    for agent in ("slow", "quick"):
-        (ws / "flows" / f"{agent}.yaml").write_text(f"description: one {agent} step\nsteps:\n  - agent: {agent}\n")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("make_store", STORE_FACTORIES, ids=lambda f: f.__name__)
 def test_serve_drives_runs_at_once_so_a_quick_run_started_after_a_slow_one_ends_first(tmp_path, make_store):
     # Given laneflow serve with its own drives (the embedded engine on a bounded pool)
-    _slow_and_quick_workspace(tmp_path)
+    pacing_workspace(tmp_path, slow_ms=6000)
     with make_store(tmp_path) as store:
         svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures"), local_drives=2))
         svc.workspaces = FolderWorkspaces(tmp_path)
