@@ -258,13 +258,14 @@ def test_only_the_roles_that_run_steps_may_read_declared_secrets_and_only_under_
 
 @pytest.fixture
 def fresh_settings(monkeypatch):
-    monkeypatch.setenv("LANEFLOW_SECRETS_FILE", "")  # restored after the test: the CLI sets it
+    monkeypatch.setenv("LANEFLOW_SECRETS_FILE", "")  # none from the machine: only what the command is given
     settings.cache_clear()
     yield
     settings.cache_clear()
 
 
-def test_laneflow_run_reads_the_secrets_file_it_is_given(tmp_path, capsys, fresh_settings):
+def test_laneflow_run_reads_the_secrets_file_it_is_given(tmp_path, capsys, fresh_settings, monkeypatch):
+    monkeypatch.delenv("TOKEN", raising=False)
     given = secrets_file(tmp_path, TOKEN=TOKEN)
     ws = fetcher_workspace(tmp_path, ["TOKEN"], f"Said {TOKEN}.")
     store = f"sqlite:///{tmp_path / 'cli.db'}"
@@ -272,7 +273,16 @@ def test_laneflow_run_reads_the_secrets_file_it_is_given(tmp_path, capsys, fresh
     out = capsys.readouterr()
     assert code == 0, out.err
     assert json.loads(out.out)["steps"][0]["result"] == "Said [TOKEN]." and TOKEN not in out.out + out.err
-    assert os.environ["LANEFLOW_SECRETS_FILE"] == str(given.resolve())  # for the workers it starts
+
+    # A sandboxed step runs in a worker process: the file it was given reaches it too.
+    md = ws / "agents" / "fetcher" / "agent.md"
+    md.write_text(md.read_text().replace("---\n", "---\nsandbox: true\n", 1))
+    code = main(["run", str(ws), "fetch", "--store", store, "--secrets", str(given), "--json", "--quiet"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    [step] = json.loads(out.out)["steps"]
+    assert any(e["text"].startswith("sandbox worker:") for e in step["events"]) and step["result"] == "Said [TOKEN]."
+    assert TOKEN not in out.out + out.err
 
     code = main(["run", str(ws), "fetch", "--store", store, "--secrets", str(tmp_path / "nope.env")])
     assert code == 2 and f"--secrets {tmp_path / 'nope.env'}: no such file" in capsys.readouterr().err

@@ -134,13 +134,13 @@ def _services(args: argparse.Namespace, settings: Settings | None = None) -> Ser
 
 
 def secrets_file(given: str) -> str:
-    """`--secrets FILE`: the dotenv file declared secrets are read from (for every step this
-    process runs, and the sandbox workers it starts: they inherit LANEFLOW_SECRETS_FILE).
-    A file that is not there is bad input, said before anything runs."""
+    """`--secrets FILE`: the dotenv file declared secrets are read from, as an absolute path
+    (the settings carry it to every step this process runs, and to the sandbox workers it
+    starts, which are given the engine's settings). A file that is not there is bad input,
+    said before anything runs."""
     path = Path(given).expanduser().resolve()
     if not path.is_file():
         raise InvalidInput(f"--secrets {given}: no such file")
-    os.environ["LANEFLOW_SECRETS_FILE"] = str(path)
     return str(path)
 
 
