@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import secrets as _secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from laneflow.domain.lanes import SANDBOXED
 from laneflow.domain.placeholders import fill, lookup_input
 from laneflow.domain.records import Run, Step
 from laneflow.domain.workspace import (
+    Agent,
     Workspace,
     load_agent,
     load_workspace,
@@ -51,18 +53,18 @@ def resolve_model(spec: StepSpec, agent_model: str | None, ws: Workspace, *, ove
 
 
 
-def expand_steps(flow: Flow, ws: Workspace, run_input: Any, *, override: str | None, default_model: str) -> list[Step]:
-    """One step record per step of the flow, fan-outs expanded, in group order."""
-    agent_models: dict[str, str | None] = {}
+def expand_steps(
+    flow: Flow, ws: Workspace, agents: Mapping[str, Agent], run_input: Any, *, override: str | None, default_model: str
+) -> list[Step]:
+    """One step record per step of the flow, fan-outs expanded, in group order (`agents`:
+    the flow's agents, read once: `flow_agents`)."""
     steps: list[Step] = []
     for group, entry in enumerate(flow.entries):
         if entry.kind == "approval":
             steps.append(Step(index=len(steps), group=group, entry=entry.index, agent=None, instruction=entry.approval or ""))
             continue
         for slot, spec in enumerate(entry.steps):
-            if spec.agent not in agent_models:
-                agent_models[spec.agent] = load_agent(ws, spec.agent).settings.model
-            model = resolve_model(spec, agent_models[spec.agent], ws, override=override, default=default_model)
+            model = resolve_model(spec, agents[spec.agent].settings.model, ws, override=override, default=default_model)
             items = each_items(spec, run_input)
             for item in items if items is not None else [None]:
                 steps.append(
@@ -101,7 +103,8 @@ def prepare_run(
     ws = load_workspace(workspace, account)
     flow = load_flow(ws, flow_name)
     validate_input(flow, run_input)
-    steps = expand_steps(flow, ws, run_input, override=model, default_model=svc.settings.default_model)
+    agents = flow_agents(ws, flow)
+    steps = expand_steps(flow, ws, agents, run_input, override=model, default_model=svc.settings.default_model)
     for used in sorted({s.model for s in steps if s.agent}):
         svc.check_model(used)  # a model without what it needs: ModelNotConfigured, before anything is written
     options = dict(options or {})
@@ -112,7 +115,7 @@ def prepare_run(
     # Which agents run in a sandbox worker is fixed as the run starts, so the planner routes
     # their lanes without reading agents (a step's own worker still reads its agent afresh,
     # and refuses a sandboxed agent outside a sandbox: StepRunner).
-    options[SANDBOXED] = sandboxed_names(ws, flow)
+    options[SANDBOXED] = sorted(name for name, agent in agents.items() if agent.sandboxed)
     budget = flow.budget or ws.settings.budget
     if budget:
         options.setdefault("budget", budget)  # the run's budget is fixed as it starts
@@ -132,11 +135,11 @@ def prepare_run(
 
 
 
-def sandboxed_names(ws: Workspace, flow: Flow) -> list[str]:
-    """The flow's agents (its steps' and their rescues') whose steps run in a sandbox worker."""
-    names = {spec.agent for entry in flow.entries for spec in entry.steps}
-    names |= {spec.on_fail for entry in flow.entries for spec in entry.steps if spec.on_fail}
-    return sorted(name for name in names if load_agent(ws, name).sandboxed)
+def flow_agents(ws: Workspace, flow: Flow) -> dict[str, Agent]:
+    """The flow's agents (its steps' and their rescues'), each read once, in flow order."""
+    names = [spec.agent for entry in flow.entries for spec in entry.steps]
+    names += [spec.on_fail for entry in flow.entries for spec in entry.steps if spec.on_fail]
+    return {name: load_agent(ws, name) for name in dict.fromkeys(names)}
 
 
 
