@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import SecretStr
 
 from laneflow.domain.errors import ModelNotConfigured
+from laneflow.domain.messages import ExecutionInput
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -79,6 +80,11 @@ class TaskCallbacks(Protocol):
 class DriveStarter(Protocol):
     def start(self, tenant: str, run_id: str) -> str:
         """Start a new drive of the run; returns the execution's id."""
+
+    def continue_drive(self, start: ExecutionInput, name: str) -> str:
+        """Start the execution `name` that continues a drive (NextDrive), with `start` as its
+        input; idempotent: an execution of that name already started is the one returned.
+        Returns the execution's id."""
 
 
 

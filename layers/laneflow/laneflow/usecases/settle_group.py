@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from laneflow.domain.errors import AttemptEnded, Conflict
 from laneflow.domain.flow import Flow
+from laneflow.domain.history import history_costs
 from laneflow.domain.lanes import sandboxed_agents
 from laneflow.domain.messages import (
     DriveRef,
@@ -48,6 +49,7 @@ from laneflow.domain.settlement import (
     decide,
     tidy,
 )
+from laneflow.domain.windows import rescue_window, within
 from laneflow.domain.workspace import load_agent, load_workspace
 from laneflow.ports import Services
 from laneflow.usecases.run_step.handoff import feedback_key
@@ -58,13 +60,23 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
     """What a finished group means for the run: the next group, rescues, a loop back, or
     the end (its reason kept on the run)."""
     run = svc.store.get_run(req.run.tenant, req.run.run_id, steps=False)
-    settled = Settler(svc, run, req.group).settle()
+    settled = Settler(svc, run, req.group, through=req.through).settle()
     if settled.action == "end" and settled.reason and settled.reason != STOPPED:
         try:
             svc.store.update_run(run.tenant, run.id, RunChanges(error=settled.reason), expect_status=(RunStatus.running,))
         except Conflict:
             pass
-    return settled
+    echo = {"group": req.group, "cycle": req.cycle, "through": req.through, "used": req.used}
+    if settled.action != "rescue":
+        return settled.model_copy(update=echo)
+    # Rescues run as many as fit this execution's history; the others stay pending, and the
+    # group is settled again after these (here, or in a fresh execution: `continue`).
+    costs = history_costs()
+    taken, used = rescue_window(settled.rescues, used=req.used, budget=svc.settings.history_budget, costs=costs,
+                                fresh=req.used <= costs.group)
+    if not taken:
+        return settled.model_copy(update={**echo, "action": "continue", "rescues": []})
+    return settled.model_copy(update={**echo, "rescues": taken, "used": used})
 
 
 
@@ -72,8 +84,9 @@ class Settler:
     """Writes a group's settlement: what `tidy` says to record, then what `decide` says
     the group means, each write conditional on what the rules read."""
 
-    def __init__(self, svc: Services, run: Run, group: int):
+    def __init__(self, svc: Services, run: Run, group: int, *, through: int = -1):
         self.svc, self.run, self.group = svc, run, group
+        self.through = through  # the window that ran (-1: the whole group)
         self.store = svc.store
         self.flow = Flow.model_validate(run.flow_spec)
 
@@ -83,9 +96,13 @@ class Settler:
         if self.run.stop_requested:  # nothing else is read or written for a stopped run
             self.settle_cost(self.store.get_steps(self.run.tenant, self.run.id))
             return Settlement(action="end", reason=STOPPED)
-        self.apply_tidying(tidy(self.run, self.store.get_steps(self.run.tenant, self.run.id, group=self.group)))
+        members = self.store.get_steps(self.run.tenant, self.run.id, group=self.group)
+        later = [s for s in members if s.rescue_of is None and s.status == StepStatus.pending and 0 <= self.through < s.index]
+        self.apply_tidying(tidy(self.run, within(members, self.through)))
         every = self.store.get_steps(self.run.tenant, self.run.id)
         self.settle_cost(every)
+        if later:  # the group's later windows are still to run: it is settled after its last
+            return Settlement(action="next", reason=f"{len(later)} step(s) of group {self.group} still to run")
         return self.apply(decide(self.run, self.flow, self.group, every))
 
     def settle_cost(self, steps: list[Step]) -> None:

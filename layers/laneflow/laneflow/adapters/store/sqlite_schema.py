@@ -14,7 +14,7 @@ from laneflow.adapters.store.rulebook import damaged
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.records import Run, Step
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Columns added after a table was first shipped: (table, column, declaration). A database
 # made by an older version gets them on open.
@@ -23,6 +23,7 @@ ADDED_COLUMNS = (
     ("attempts", "heartbeat_at", "TEXT"),
     ("steps", "message", "TEXT"),
     ("attempts", "reason_kind", "TEXT"),
+    ("runs", "segments", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 BUSY_TIMEOUT_S = 10.0
@@ -45,6 +46,7 @@ CREATE TABLE IF NOT EXISTS runs (
     revision       TEXT,
     cost_usd       REAL NOT NULL DEFAULT 0,
     drives         INTEGER NOT NULL DEFAULT 0,
+    segments       INTEGER NOT NULL DEFAULT 0,
     error          TEXT,
     model          TEXT,
     options        TEXT NOT NULL,
@@ -191,6 +193,7 @@ RUN_COLUMNS: dict[str, tuple[str, str]] = {
     "revision": ("revision", "plain"),
     "cost_usd": ("cost_usd", "cost"),
     "drives": ("drives", "plain"),
+    "segments": ("segments", "plain"),
     "error": ("error", "plain"),
     "model": ("model", "plain"),
     "options": ("options", "json"),
