@@ -157,14 +157,14 @@ def test_earlier_attempts_are_those_of_this_pass_only_a_new_loop_cycle_is_told_n
 def test_a_gated_lane_runs_its_lead_plus_at_most_parallel_minus_one_siblings():
     flow = flow_of([StepSpec(agent="a", parallel=3)])
     [lane] = plan_lanes([step(i, "a") for i in range(6)], flow, 100, gate=True)
-    assert [s.index for s in lane.starters] == [0] and [s.index for s in lane.siblings] == [1, 2, 3, 4, 5]
+    assert (lane.starters, lane.starter_role, lane.siblings) == ([0], "lead", [1, 2, 3, 4, 5])
     assert (lane.parallel, lane.sibling_parallel) == (3, 2)
 
 
 def test_a_lane_capped_at_one_at_a_time_has_no_gate():
     flow = flow_of([StepSpec(agent="a", parallel=1)])
     [lane] = plan_lanes([step(i, "a") for i in range(3)], flow, 100, gate=True)
-    assert [s.role for s in lane.starters] == ["solo"] * 3 and lane.siblings == []
+    assert (lane.starters, lane.starter_role, lane.siblings) == ([0, 1, 2], "solo", [])
 
 
 def test_settle_reads_the_run_s_steps_whole_once_and_settles_its_cost_from_that_read(svc, started, monkeypatch):

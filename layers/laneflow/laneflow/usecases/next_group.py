@@ -22,8 +22,8 @@ from laneflow.domain.records import (
     Step,
     StepStatus,
 )
-from laneflow.domain.windows import fits, plan_window, window_cost
 from laneflow.domain.settlement import STOPPED, budget_spent
+from laneflow.domain.windows import fits, plan_window, window_cost
 from laneflow.ports import Services
 from laneflow.usecases.crashpoints import crashpoint
 from laneflow.usecases.run_step.handoff import prepare_handoffs
