@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.messages import ExecutionInput
+from laneflow.domain.outline import GroupOutline
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -232,6 +233,11 @@ class Store(ABC):
     @abstractmethod
     def get_steps(self, tenant: str, run_id: str, *, group: int | None = None) -> list[Step]:
         """Steps ordered by index (without events, calls or layers), of one group if given."""
+
+    @abstractmethod
+    def group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        """The run's groups in numbers, by group (`laneflow.domain.outline`): what a drive's
+        decisions need of the steps they do not read whole. `RunNotFound` if absent."""
 
     @abstractmethod
     def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:

@@ -13,7 +13,6 @@ from laneflow.domain.messages import (
 )
 from laneflow.domain.records import (
     Step,
-    StepStatus,
 )
 
 
@@ -80,21 +79,6 @@ def plan_lanes(
             )
         )
     return planned
-
-
-
-def unsettled_group(steps: list[Step]) -> tuple[int, int] | None:
-    """The earliest group an earlier drive left unsettled: a rescue not finished, or a
-    required flow step that failed (its group's settlement never ran). (group, cycle)."""
-    running = {s.group for s in steps if s.rescue_of is None and s.status == StepStatus.pending}
-    found = [
-        (s.group, s.cycle)
-        for s in steps
-        if (s.rescue_of is not None and s.status in (StepStatus.pending, StepStatus.running))
-        # a group with steps still to run (its later windows) is under way, not left unsettled
-        or (s.rescue_of is None and s.status == StepStatus.failed and not s.optional and s.group not in running)
-    ]
-    return min(found) if found else None
 
 
 

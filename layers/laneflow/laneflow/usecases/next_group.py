@@ -10,12 +10,14 @@ import logging
 
 from laneflow.domain.flow import Flow
 from laneflow.domain.history import history_costs
-from laneflow.domain.lanes import plan_lanes, sandboxed_agents, unsettled_group
+from laneflow.domain.lanes import plan_lanes, sandboxed_agents
 from laneflow.domain.messages import (
     Lane,
     NextGroupRequest,
     Plan,
 )
+from laneflow.domain.outline import first_pending, unsettled
+from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     RunChanges,
     RunStatus,
@@ -50,30 +52,28 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         return Plan(action="end", reason=f"run is {run.status}", used=req.used)
     if run.stop_requested:
         return Plan(action="end", reason=STOPPED, used=req.used)
-    every = store.get_steps(run.tenant, run.id)
-    unsettled = unsettled_group(every)
-    if unsettled is not None:
-        group, cycle = unsettled
+    outline = store.group_outline(run.tenant, run.id)  # one row per group, not every step
+    left = unsettled(outline)
+    if left is not None:
         settle = costs.group - costs.states.get("RunGroup", 0)
         if req.used and not fits(req.used, settle, svc.settings.history_budget, costs):
-            return Plan(action="continue", group=group, cycle=cycle, used=req.used)
-        return Plan(action="settle", group=group, cycle=cycle, reason="an earlier drive left this group unsettled",
+            return Plan(action="continue", group=left.group, cycle=left.cycle, used=req.used)
+        return Plan(action="settle", group=left.group, cycle=left.cycle, reason="an earlier drive left this group unsettled",
                     used=req.used + settle)
-    steps = [s for s in every if s.rescue_of is None]
-    pending = [s for s in steps if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
-    if not pending:
+    first = first_pending(outline)
+    if first is None:
         return Plan(action="end", used=req.used)
-    spent = budget_spent(run, sum(s.cost_usd for s in every))
+    spent = budget_spent(run, spent_of(outline))
     if spent:
         store.update_run(run.tenant, run.id, RunChanges(error=spent), expect_status=(RunStatus.running,))
         return Plan(action="end", reason=spent, used=req.used)
-    group = min(s.group for s in pending)
-    launching = [s for s in pending if s.group == group]
+    group = first.group
+    members = [s for s in store.get_steps(run.tenant, run.id, group=group) if s.rescue_of is None]
+    launching = [s for s in members if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
     if any(s.agent is None for s in launching):
         return Plan(action="park", group=group, reason="an approval", used=req.used)
     crashpoint("group-transition")
     flow = Flow.model_validate(run.flow_spec)
-    members = [s for s in steps if s.group == group]
     cycle = max(s.cycle for s in launching)
 
     def plan(window: list[Step]) -> list[Lane]:

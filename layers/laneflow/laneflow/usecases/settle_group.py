@@ -1,7 +1,7 @@
 """Flow control when a group has run (README, "Flow control"): rescues, evaluator loops, budgets.
 
-SettleGroup reads the run, the group's steps, and then (once) all of the run's steps, and
-writes what the rules of `laneflow.domain.settlement` say, in this order:
+SettleGroup reads the run, the group's steps and the run's group outline (never every step
+of the run), and writes what the rules of `laneflow.domain.settlement` say, in this order:
 1. a stop ends the run (nothing else is written);
 2. finished rescues are applied to the steps they took over (a rescued step carries its
    rescue's result; a rescue's failure is recorded on the step it took over);
@@ -27,6 +27,8 @@ from laneflow.domain.messages import (
     Settlement,
     StepCrashedRequest,
 )
+from laneflow.domain.outline import GroupOutline
+from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     AttemptRef,
     AttemptStatus,
@@ -47,6 +49,7 @@ from laneflow.domain.settlement import (
     RescuePlan,
     Tidying,
     decide,
+    loop_target_group,
     tidy,
 )
 from laneflow.domain.windows import rescue_window, within
@@ -91,24 +94,39 @@ class Settler:
         self.flow = Flow.model_validate(run.flow_spec)
 
     def settle(self) -> Settlement:
-        """The run's steps are read whole once, after the group's own are tidied: that one
-        read settles the run's cost and decides."""
+        """Only what the decision needs is read: the group's steps (again once they are
+        tidied), the run's group outline (its cost, its last index), and the steps of the
+        groups an `until:` step of this group loops back to. Never every step of the run."""
+        tenant, run_id = self.run.tenant, self.run.id
         if self.run.stop_requested:  # nothing else is read or written for a stopped run
-            self.settle_cost(self.store.get_steps(self.run.tenant, self.run.id))
+            self.settle_cost(self.store.group_outline(tenant, run_id))
             return Settlement(action="end", reason=STOPPED)
-        members = self.store.get_steps(self.run.tenant, self.run.id, group=self.group)
+        members = self.store.get_steps(tenant, run_id, group=self.group)
         later = [s for s in members if s.rescue_of is None and s.status == StepStatus.pending and 0 <= self.through < s.index]
         self.apply_tidying(tidy(self.run, within(members, self.through)))
-        every = self.store.get_steps(self.run.tenant, self.run.id)
-        self.settle_cost(every)
+        outline = self.store.group_outline(tenant, run_id)
+        self.settle_cost(outline)
         if later:  # the group's later windows are still to run: it is settled after its last
             return Settlement(action="next", reason=f"{len(later)} step(s) of group {self.group} still to run")
-        return self.apply(decide(self.run, self.flow, self.group, every))
+        members = self.store.get_steps(tenant, run_id, group=self.group)
+        steps = [s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g)] + members
+        last = max((o.last_index for o in outline), default=-1)
+        return self.apply(decide(self.run, self.flow, self.group, steps, next_index=last + 1, spent=spent_of(outline)))
 
-    def settle_cost(self, steps: list[Step]) -> None:
+    def _looped_to(self, members: list[Step]) -> list[int]:
+        """The earlier groups this group's completed `until:` steps may loop back to (their
+        steps are reset with a loop)."""
+        targets = set()
+        for step in members:
+            spec = self.flow.spec(step.entry, step.slot) if step.rescue_of is None else None
+            if spec is not None and spec.until and spec.loop and step.status == StepStatus.completed:
+                targets.add(loop_target_group(self.flow, step, spec.loop))
+        return list(range(min(targets), self.group)) if targets else []
+
+    def settle_cost(self, outline: list[GroupOutline]) -> None:
         """The run's cost is settled once per group, as the sum of its steps' (each step
         carries its own as it ends)."""
-        spent = round(sum(s.cost_usd for s in steps), 6)
+        spent = spent_of(outline)
         if spent == self.run.cost_usd:
             return
         try:
