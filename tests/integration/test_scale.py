@@ -79,6 +79,7 @@ def comparable(run) -> list[tuple]:
     return [(s.index, s.group, str(s.status), s.result, s.attempts, s.skip_reason) for s in run.steps]
 
 
+@pytest.mark.slow
 def test_a_run_that_spends_its_history_budget_continues_as_new_and_ends_as_it_would_have(tmp_path):
     # Given 4 groups of 10 and a budget that holds about one group per execution
     ws = workspace(tmp_path, groups=4)

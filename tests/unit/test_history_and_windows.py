@@ -139,3 +139,24 @@ def test_a_continuation_claims_no_drive_and_records_its_execution(svc, big):
     assert stored.drives == 1 and stored.execution == "second" and stored.status == RunStatus.running
     anew = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id, execution="third"), worker=local_worker())
     assert (anew.drive, anew.segment) == (2, 0)
+
+
+@pytest.mark.slow  # making 100,000 steps takes seconds
+def test_a_window_of_a_fan_out_of_100000_stays_far_under_the_state_limit():
+    """NextGroup's output (the plan, its lanes as indexes) for a fan-out of 100,000 at the
+    default budget: a window bounds every list, so it is kilobytes, not megabytes."""
+    from laneflow.domain.messages import Plan
+
+    import time
+
+    costs, steps, flow = history_costs(), _steps(100_000), _flow()
+
+    def plan(window):
+        return plan_lanes(window, flow, 100, gate=True, group=steps[:2])
+
+    started = time.perf_counter()
+    lanes, through = plan_window(steps, plan, used=0, budget=18_000, costs=costs, fresh=True)
+    assert time.perf_counter() - started < 5, "planning a window must not cost the whole group"
+    out = Plan(action="run", group=0, lanes=lanes, through=through, used=window_cost(lanes, costs)).model_dump_json()
+    assert 1_000 < through < 2_000 and costs.drive + window_cost(lanes, costs) <= 18_000
+    assert len(out.encode()) < 20_000

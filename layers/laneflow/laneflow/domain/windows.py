@@ -54,10 +54,14 @@ def plan_window(
     ordered = sorted(pending, key=lambda s: s.index)
     if not ordered:
         return None
-    lanes = plan(ordered)
-    if fits(used, window_cost(lanes, costs), budget, costs):
-        return lanes, -1  # the whole group
-    low, high = 0, len(ordered) - 1  # the cost grows with k: the largest k that fits
+    # No window holds more steps than the room left pays for at the cheapest step's cost.
+    room = budget - costs.drive - used - costs.group - costs.lane
+    most = max(1, room // max(1, min(costs.step.values())))
+    if len(ordered) <= most:
+        lanes = plan(ordered)
+        if fits(used, window_cost(lanes, costs), budget, costs):
+            return lanes, -1  # the whole group
+    low, high = 0, min(len(ordered) - 1, most)  # the cost grows with k: the largest k that fits
     best: list[Lane] | None = None
     while low < high:
         k = (low + high + 1) // 2

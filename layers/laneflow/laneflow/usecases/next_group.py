@@ -76,10 +76,17 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     flow = Flow.model_validate(run.flow_spec)
     cycle = max(s.cycle for s in launching)
 
+    # Of the whole group, a lane's lead and whether it is gated need only its first two steps.
+    firsts: dict[tuple[str | None, str], list[Step]] = {}
+    for s in sorted(members, key=lambda s: s.index):
+        if len(kept := firsts.setdefault((s.agent, s.model), [])) < 2:
+            kept.append(s)
+    leads = [s for kept in firsts.values() for s in kept]
+
     def plan(window: list[Step]) -> list[Lane]:
         return plan_lanes(
             window, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)),
-            sandboxed=sandboxed_agents(run.options), group=members,
+            sandboxed=sandboxed_agents(run.options), group=leads,
         )
 
     window = plan_window(launching, plan, used=req.used, budget=svc.settings.history_budget, costs=costs,
