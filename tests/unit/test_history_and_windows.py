@@ -145,9 +145,9 @@ def test_a_continuation_claims_no_drive_and_records_its_execution(svc, big):
 def test_a_window_of_a_fan_out_of_100000_stays_far_under_the_state_limit():
     """NextGroup's output (the plan, its lanes as indexes) for a fan-out of 100,000 at the
     default budget: a window bounds every list, so it is kilobytes, not megabytes."""
-    from laneflow.domain.messages import Plan
-
     import time
+
+    from laneflow.domain.messages import Plan
 
     costs, steps, flow = history_costs(), _steps(100_000), _flow()
 
