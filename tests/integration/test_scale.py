@@ -263,3 +263,73 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
         for e in sfn.list_executions(stateMachineArn=machine)["executions"]:
             if e["status"] == "RUNNING":
                 sfn.stop_execution(executionArn=e["executionArn"])
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows_it_to_its_end(tmp_path):
+    # Given `laneflow run` of a lane of 30 slow-ish steps in windows of about 10
+    import signal
+
+    ws = workspace(tmp_path, parallel=3, stub="delay_ms: 200\nDone with {item}.")
+    store = f"sqlite:///{tmp_path / 'int.db'}"
+    environ = {**os.environ, "LANEFLOW_HISTORY_BUDGET": "200"}
+    proc = subprocess.Popen(
+        [str(EXE), "run", str(ws), "fan", "--input", json.dumps({"items": [f"i{n}" for n in range(30)]}),
+         "--store", store, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=environ,
+    )
+    db, run_id = None, None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (tmp_path / "int.db").exists():
+            db = db or open_store(store)
+            runs = db.list_runs("local")
+            if runs and runs[0].segments >= 1 and any(s.status == StepStatus.running for s in db.get_steps("local", runs[0].id)):
+                run_id = runs[0].id
+                break
+        time.sleep(0.02)
+    assert run_id and db, f"the run never reached its second execution: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+    # When the person presses Ctrl-C while the second execution runs
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    # Then the run is left resumable, and `laneflow resume` drives it through its later executions
+    assert proc.returncode == 130, err
+    left = db.get_run("local", run_id)
+    assert left.status == RunStatus.running and left.driver is None and left.drives == 1
+    assert not [a for a in db.list_attempts("local", run_id) if a.status == AttemptStatus.running]
+    resumed = subprocess.run([str(EXE), "resume", run_id, "--store", store, "--quiet"], capture_output=True, text=True,
+                             timeout=180, cwd=tmp_path, env=environ)
+    assert resumed.returncode == 0, resumed.stderr[-800:]
+    run = db.get_run("local", run_id)
+    assert run.status == RunStatus.completed and run.drives == 2 and run.segments >= 2
+    assert all(s.status == StepStatus.completed and s.result for s in run.steps)
+
+
+def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_path):
+    """`laneflow serve` keeps nothing of a finished drive, however many executions it took."""
+    from laneflow.adapters.engine.local import LocalDrives, _backend
+
+    ws = workspace(tmp_path)
+    svc = services(tmp_path, 150)
+    engine = local_engine(svc)
+    ran: list = []
+
+    class Recording:
+        def __call__(self):
+            return self
+
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+        def drive(self, tenant, run_id):
+            result = engine.drive(tenant, run_id, tick_s=0.02)
+            ran.append(result)
+            return result
+
+    run = create_run(svc, ws, "fan", {"items": [f"i{n}" for n in range(30)]})
+    drives = LocalDrives(Recording(), pool=1)
+    drives.start(run.tenant, run.id)
+    drives.join(120)
+    [result] = ran
+    assert result.run.status == RunStatus.completed and len(result.executions) >= 2
+    known = {e.execution_arn for m in _backend().state_machines for e in m.executions}
+    assert not known & set(result.executions)
