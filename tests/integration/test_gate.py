@@ -25,8 +25,9 @@ def ts(text: str) -> dt.datetime:
 
 
 def released_at(step) -> dt.datetime:
-    [event] = [e for e in step.events if e.type == "gate" and "released" in e.text]
-    return ts(event.t)
+    """When the lead released the siblings waiting for its reply (the first release it wrote;
+    a second one, at its end, is the reserve's)."""
+    return ts([e for e in step.events if e.type == "gate" and "released" in e.text][0].t)
 
 
 def test_the_lead_starts_first_and_no_sibling_starts_before_its_first_stream_event(run_flow):
@@ -133,14 +134,14 @@ def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc
     (the sibling is told the gate is open); a token is handed back only once."""
     run = create_run(svc, GATE, "fanout")
     store, t, r = svc.store, run.tenant, run.id
-    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-1") is False
-    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-2") is False
-    assert store.gate_open(t, r, "g0c0:quick@stub") == ["tok-1", "tok-2"]
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-1") is None
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-2") is None
+    assert [w.token for w in store.gate_open(t, r, "g0c0:quick@stub")] == ["tok-1", "tok-2"]
     assert store.gate_open(t, r, "g0c0:quick@stub") == []
-    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-3") is True
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-3") is not None
     assert store.gate_open(t, r, "g0c0:quick@stub") == []
     # another lane's gate is its own
-    assert store.gate_wait(t, r, "g0c0:other@stub", "tok-4") is False
+    assert store.gate_wait(t, r, "g0c0:other@stub", "tok-4") is None
 
 
 def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):

@@ -38,7 +38,7 @@ def _race_the_rendezvous(store: Store, trial: int) -> None:
     def sibling(n: int) -> None:
         barrier.wait()
         token = f"tok-{n}"
-        if store.gate_wait(TENANT, run.id, key, token):
+        if store.gate_wait(TENANT, run.id, key, token) is not None:
             with lock:
                 told_open.append(token)
 
@@ -47,7 +47,7 @@ def _race_the_rendezvous(store: Store, trial: int) -> None:
         time.sleep(0.001 * trial)
         tokens = store.gate_open(TENANT, run.id, key)
         with lock:
-            handed.extend(tokens)
+            handed.extend(w.token for w in tokens)
 
     threads = [threading.Thread(target=sibling, args=(n,)) for n in range(20)] + [threading.Thread(target=lead)]
     for th in threads:
