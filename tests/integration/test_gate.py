@@ -9,9 +9,11 @@ import datetime as dt
 import threading
 import time
 
+import pytest
 from helpers import FIXTURES
 
 from laneflow.adapters.workers import local_worker
+from laneflow.domain.gate import reserve_line
 from laneflow.domain.lanes import waiting_line
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.usecases.run_step.runner import WAITED_TO_START
@@ -171,3 +173,30 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
     report = run_step(svc, RunStepRequest(run=ref, group=0, lane=lane, step=LaneStep(index=0, role="lead")), worker=local_worker())
     assert report.status == StepStatus.skipped and report.attempts == 0
     assert completed == ["tok-1"]
+
+
+def _most_at_once(spans) -> int:
+    return max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+
+
+@pytest.mark.slow
+def test_a_gated_lane_runs_parallel_steps_at_once_and_takes_about_the_ideal_time(run_flow):
+    """12 stub steps of 2 s at `parallel: 3` (reply after 200 ms): from the steps' recorded
+    start and end times, never more than 3 run at once, the makespan is within 10 % of the
+    ideal ceil(12 / 3) x 2 s, and the reserve said why it waited for the lead's end."""
+    run = run_flow(GATE, "lane12").run
+    assert run.status == RunStatus.completed
+    spans = sorted((ts(s.started_at), ts(s.finished_at)) for s in run.steps)
+    assert _most_at_once(spans) == 3
+    makespan = (max(b for _, b in spans) - min(a for a, _ in spans)).total_seconds()
+    ideal = 4 * 2.0
+    assert makespan <= ideal * 1.10, f"makespan {makespan:.2f} s against an ideal of {ideal} s"
+    lead, *siblings = run.steps
+    reserve = siblings[2]  # the siblings' Map iteration parallel - 1
+    lines = [e.text for e in reserve.events if e.type == "gate"]
+    assert lines == [reserve_line("steady", 3)]
+    assert ts(reserve.started_at) >= ts(lead.finished_at)
+    # Once the lead has ended, the lane runs 3 siblings at once, not 2.
+    after = [(a, b) for a, b in spans if a >= ts(lead.finished_at)]
+    assert _most_at_once(after) == 3
+    assert [e.text for e in lead.events if e.type == "gate"][-1] == "prompt cache: released 1 waiting sibling(s): the lead ended"
