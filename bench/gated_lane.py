@@ -85,8 +85,8 @@ def run_bench(steps: int, parallel: int, delay_ms: int, ttft_ms: int) -> dict:
         "delay_ms": delay_ms,
         "ttft_ms": ttft_ms,
         "runs": runs,
-        "goal": "gated makespan within 10 % of the ideal, never more than `parallel` running",
-        "goal_met": all(r["over_ideal_pct"] <= 10 and r["most_running"] <= parallel for r in runs),
+        "goal": "gated makespan within 10 % of the ideal, never more than `parallel` running (the run without the gate is for comparison)",
+        "goal_met": all(r["over_ideal_pct"] <= 10 and r["most_running"] <= parallel for r in runs if r["gate"]),
         "machine": machine(),
     }
 

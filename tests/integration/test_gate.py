@@ -200,3 +200,46 @@ def test_a_gated_lane_runs_parallel_steps_at_once_and_takes_about_the_ideal_time
     after = [(a, b) for a, b in spans if a >= ts(lead.finished_at)]
     assert _most_at_once(after) == 3
     assert [e.text for e in lead.events if e.type == "gate"][-1] == "prompt cache: released 1 waiting sibling(s): the lead ended"
+
+
+class _Completed:
+    """The callbacks port, keeping the tokens completed (in order)."""
+
+    def __init__(self):
+        self.tokens: list[str] = []
+
+    def succeed(self, token, output):
+        self.tokens.append(token)
+
+    def fail(self, token, error, cause):  # pragma: no cover - not expected
+        raise AssertionError(error)
+
+
+def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_crashes(svc):
+    """The siblings' Map iteration parallel - 1 waits for the lead's end: the reply releases
+    the others only; the lead's StepCrashed (its worker died) releases the reserve, and the
+    reserve's trace says what it waited for."""
+    from laneflow.domain.messages import LaneStep, StartDriveRequest, StepCrashedRequest, WaitForLeadRequest
+    from laneflow.usecases.start_drive import start_drive
+    from laneflow.usecases.step_crashed import step_crashed
+    from laneflow.usecases.wait_for_lead import open_gate, wait_for_lead
+
+    svc.callbacks = completed = _Completed()
+    run = create_run(svc, GATE, "fanout")
+    ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
+    lane = "quick@stub"
+
+    def arrive(index: int, map_index: int) -> bool:
+        req = WaitForLeadRequest(
+            run=ref, group=0, lane=lane, step=LaneStep(index=index, role="sibling"), token=f"tok-{index}", map_index=map_index, parallel=2
+        )
+        return wait_for_lead(svc, req).waiting
+
+    assert arrive(1, 0) and arrive(2, 1)  # iteration 1 of a lane at parallel 2 is the reserve
+    open_gate(svc, run.tenant, run.id, group=0, cycle=0, lane=lane, lead=0, why="the lead's reply began")
+    assert completed.tokens == ["tok-1"]
+    assert not arrive(3, 2)  # a later iteration, after the reply: at once
+    step_crashed(svc, StepCrashedRequest(run=ref, step=LaneStep(index=0, role="lead"), group=0, lane=lane, error={"Error": "Lambda.Timeout"}))
+    assert completed.tokens == ["tok-1", "tok-3", "tok-2"]
+    reserve = svc.store.get_step(run.tenant, run.id, 2, detail=True)
+    assert [e.text for e in reserve.events if e.type == "gate"] == [reserve_line("quick", 2)]

@@ -109,38 +109,39 @@ def test_reserves_and_siblings_racing_both_openings_are_each_handed_back_exactly
     """Siblings and reserves arrive while the lead's reply begins and then it ends: every
     token is handed back once (or its sibling told to go), and no reserve goes before the end."""
     for trial in range(3):
-        run = new_run(store)
-        key = f"g0c0:lane-{trial}"
-        passed: dict[str, bool] = {}
-        handed_at_reply: list[str] = []
-        handed_at_end: list[str] = []
-        ended = threading.Event()
-        lock = threading.Lock()
-        barrier = threading.Barrier(17)
+        _race_both_openings(store, trial)
 
-        def sibling(n: int) -> None:
-            barrier.wait()
-            reserve = n % 4 == 0
-            if store.gate_wait(TENANT, run.id, key, f"tok-{n}", index=n, until_lead_ends=reserve) is not None:
-                with lock:
-                    passed[f"tok-{n}"] = ended.is_set() or not reserve
 
-        def lead() -> None:
-            barrier.wait()
-            time.sleep(0.001 * trial)
-            handed_at_reply.extend(w.token for w in store.gate_open(TENANT, run.id, key))
-            time.sleep(0.002)
-            ended.set()
-            handed_at_end.extend(w.token for w in store.gate_open(TENANT, run.id, key, lead_ended=True))
+def _race_both_openings(store: Store, trial: int) -> None:
+    run = new_run(store)
+    key = f"g0c0:lane-{trial}"
+    passed: dict[str, bool] = {}  # token -> the lead's end had begun when it was told to go
+    handed_at_reply: list[str] = []
+    handed_at_end: list[str] = []
+    ended = threading.Event()
+    lock = threading.Lock()
+    barrier = threading.Barrier(17)
 
-        threads = [threading.Thread(target=sibling, args=(n,)) for n in range(16)] + [threading.Thread(target=lead)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        everyone = sorted(list(passed) + handed_at_reply + handed_at_end)
-        assert everyone == sorted(f"tok-{n}" for n in range(16))
-        assert not any(int(t.split("-")[1]) % 4 == 0 for t in handed_at_reply), "a reserve went with the reply"
-        # A reserve told to go itself had seen the lead's end: `ended` is set before that opening.
-        reserves_passed = [t for t in passed if int(t.split("-")[1]) % 4 == 0]
-        assert all(passed[t] for t in reserves_passed)
+    def sibling(n: int) -> None:
+        barrier.wait()
+        reserve = n % 4 == 0
+        if store.gate_wait(TENANT, run.id, key, f"tok-{n}", index=n, until_lead_ends=reserve) is not None:
+            with lock:
+                passed[f"tok-{n}"] = ended.is_set() or not reserve
+
+    def lead() -> None:
+        barrier.wait()
+        time.sleep(0.001 * trial)
+        handed_at_reply.extend(w.token for w in store.gate_open(TENANT, run.id, key))
+        time.sleep(0.002)
+        ended.set()
+        handed_at_end.extend(w.token for w in store.gate_open(TENANT, run.id, key, lead_ended=True))
+
+    threads = [threading.Thread(target=sibling, args=(n,)) for n in range(16)] + [threading.Thread(target=lead)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(list(passed) + handed_at_reply + handed_at_end) == sorted(f"tok-{n}" for n in range(16))
+    assert not any(int(t.split("-")[1]) % 4 == 0 for t in handed_at_reply), "a reserve went with the reply"
+    assert all(passed.values()), "a reserve was told to go before the lead ended"
