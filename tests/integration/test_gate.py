@@ -243,3 +243,27 @@ def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_cra
     assert completed.tokens == ["tok-1", "tok-3", "tok-2"]
     reserve = svc.store.get_step(run.tenant, run.id, 2, detail=True)
     assert [e.text for e in reserve.events if e.type == "gate"] == [reserve_line("quick", 2)]
+
+
+def test_an_older_database_s_gate_gains_the_lead_s_end_and_its_bare_tokens_still_come_back(tmp_path):
+    """A database made before the gate knew the lead's end (schema 5: bare tokens, no
+    ended_at or note) is upgraded on open, and a token it kept is still handed back."""
+    import sqlite3
+
+    from laneflow.adapters.store import open_store
+    from laneflow.domain.gate import GateWaiter
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE gates (tenant TEXT NOT NULL, run_id TEXT NOT NULL, key TEXT NOT NULL, opened_at TEXT,"
+        " tokens TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (tenant, run_id, key)) WITHOUT ROWID"
+    )
+    db.execute("""INSERT INTO gates VALUES ('local', 'run-1', 'g0c0:quick@stub', NULL, '["tok-old"]')""")
+    db.execute("PRAGMA user_version = 5")
+    db.commit()
+    db.close()
+    store = open_store(f"sqlite:///{path}")
+    assert store.gate_wait("local", "run-1", "g0c0:quick@stub", "tok-new", index=2, until_lead_ends=True) is None
+    assert store.gate_open("local", "run-1", "g0c0:quick@stub", note="n") == [GateWaiter(token="tok-old")]
+    assert store.gate_open("local", "run-1", "g0c0:quick@stub", lead_ended=True) == [GateWaiter(token="tok-new", index=2, until_lead_ends=True)]
