@@ -215,7 +215,7 @@ class _Completed:
         raise AssertionError(error)
 
 
-def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_crashes(svc):
+def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_crashes(on):
     """The siblings' Map iteration parallel - 1 waits for the lead's end: the reply releases
     the others only; the lead's StepCrashed (its worker died) releases the reserve, and the
     reserve's trace says what it waited for."""
@@ -224,6 +224,7 @@ def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_cra
     from laneflow.usecases.step_crashed import step_crashed
     from laneflow.usecases.wait_for_lead import open_gate, wait_for_lead
 
+    svc = on()
     svc.callbacks = completed = _Completed()
     run = create_run(svc, GATE, "fanout")
     ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
