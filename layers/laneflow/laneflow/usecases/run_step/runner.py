@@ -324,7 +324,8 @@ class StepRunner:
     def _uncacheable(self, tokens: int, minimum: int) -> None:
         """The lead's prefix is below its model's minimum cacheable length: nothing it writes
         could be read, so its siblings start now, and every trace of the lane says why."""
-        assert self.open_gate is not None
+        if self.open_gate is None:  # only a lead is told (its recorder is the one given this)
+            return
         note = below_minimum_line(self.step.agent or "", tokens, self.step.model, minimum)
         self._note(EventType.gate, note, {"prefix_tokens": tokens, "min_cacheable": minimum})
         self.open_gate("the lead's prefix cannot be cached", note=note)
