@@ -35,9 +35,11 @@ def plan_lanes(
 
     A lane's concurrency is the tightest `parallel:` among its entries (never more than
     `max_parallel`, so the engine's threads stay bounded). With the gate on, a lane of two or
-    more steps has a lead (its first step) and siblings, which run at most `parallel - 1`
-    at a time beside the lead; a lone step, or a lane capped at one at a time (whose
-    siblings start only after the lead ends anyway), has no gate. A lane whose agent is in
+    more steps has a lead (its first step) and siblings, whose Map runs `parallel` at a
+    time: the sibling that would pass the cap while the lead runs waits for the lead's end
+    (laneflow.domain.gate), so the gate never lowers the lane's concurrency. A lone step, or
+    a lane capped at one at a time (whose siblings start only after the lead ends anyway),
+    has no gate. A lane whose agent is in
     `sandboxed` runs its steps in sandbox workers (all steps of a lane share its agent).
 
     `steps` may be a window of the group (`group`, all its flow steps): a lane's lead is its
@@ -74,7 +76,7 @@ def plan_lanes(
                 starters=starters,
                 siblings=siblings,
                 starter_role="lead" if gated else "solo",
-                sibling_parallel=max(1, parallel - 1),
+                sibling_parallel=parallel,
                 sandboxed=lane.agent in sandboxed,
             )
         )
