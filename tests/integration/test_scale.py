@@ -121,7 +121,8 @@ def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_sibling
     assert all(entered(h, "WaitForLead") > 0 for h in histories)
     assert sum(entered(h, "WaitForLead") for h in histories) == 29
     lead = result.run.steps[0]
-    [release] = [e for e in lead.events if e.type == "gate" and "released" in e.text]
+    # the lead released its waiting siblings when its reply began (and its reserve when it ended)
+    release = [e for e in lead.events if e.type == "gate" and "released" in e.text][0]
     later = [s for s in result.run.steps if s.index >= 15]
     assert all(s.started_at >= release.t for s in result.run.steps[1:])
     # siblings of later windows found the gate open: they never waited for it
