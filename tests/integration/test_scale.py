@@ -334,3 +334,26 @@ def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_pat
     assert result.run.status == RunStatus.completed and len(result.executions) >= 2
     known = {e.execution_arn for m in _backend().state_machines for e in m.executions}
     assert not known & set(result.executions)
+
+
+def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_each_once(tmp_path):
+    # Given a fan-out of 20 that all fail, each with a rescue, and a budget of about 10 steps
+    ws = workspace(tmp_path, stub="fail: cannot today")
+    (ws / "agents" / "fixer").mkdir()
+    (ws / "agents" / "fixer" / "agent.md").write_text("---\nstub: \"Fixed {item}.\"\n---\nYou fix.\n")
+    flow = (ws / "flows" / "fan.yaml").read_text().replace("    instruction:", "    retries: 0\n    on_fail: fixer\n    instruction:")
+    (ws / "flows" / "fan.yaml").write_text(flow)
+    svc = services(tmp_path, 200)
+    engine = local_engine(svc)
+    run = create_run(svc, ws, "fan", {"items": [f"i{n}" for n in range(20)]}, options={"gate": False})
+    # When it is driven
+    result = engine.drive(run.tenant, run.id, tick_s=0.02)
+    # Then every failure was rescued, once, across several executions within their budget
+    assert result.run.status == RunStatus.completed, result.run.error
+    histories = assert_within_bounds(engine, result, 200)
+    assert len(histories) >= 3
+    rescues = [s for s in result.run.steps if s.rescue_of is not None]
+    assert sorted(s.rescue_of for s in rescues) == list(range(20))
+    assert all(s.status == StepStatus.completed for s in rescues)
+    assert sum(entered(h, "RunRescue") for h in histories) == 20
+    assert all(s.status == StepStatus.completed and s.result == f"Fixed i{s.index}." for s in result.run.steps if s.rescue_of is None)
