@@ -27,7 +27,7 @@ from laneflow.entrypoints.serve import ApiServer, make_server
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.wiring import for_store, local_drives
-from laneflow_dev.imitation import MessagesImitation
+from laneflow_dev.imitation import MessagesImitation, Responder
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -60,14 +60,17 @@ class Served:
     url: str
     tenant: str
 
-    def start(self, workspace: str, flow: str, **body: Any) -> str:
-        """Start a run through the API (as a person's script would); its id."""
-        request = urllib.request.Request(
-            self.url + "/runs", data=json.dumps({"workspace": workspace, "flow": flow, **body}).encode(), method="POST",
-            headers={"Content-Type": "application/json"},
-        )
+    def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """POST to the API (as a person's script would); its JSON answer."""
+        data = json.dumps(body or {}).encode()
+        request = urllib.request.Request(self.url + path, data=data, method="POST", headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=10) as answer:
-            run_id: str = json.loads(answer.read())["id"]
+            answered: dict[str, Any] = json.loads(answer.read())
+        return answered
+
+    def start(self, workspace: str, flow: str, **body: Any) -> str:
+        """Start a run through the API; its id."""
+        run_id: str = self.post("/runs", {"workspace": workspace, "flow": flow, **body})["id"]
         return run_id
 
     def run(self, run_id: str) -> Run:
@@ -86,15 +89,16 @@ class Served:
 
 
 @contextmanager
-def served(fixtures: Path, names: tuple[str, ...] = ("ws_claude", "ws_gate", "ws_control")) -> Iterator[Served]:
-    """`laneflow serve` on a free port of 127.0.0.1, over copies of the `names` workspaces of
-    `fixtures` and a fresh SQLite store, driving runs on this process's threads; Claude models
-    answer from the Messages API imitation."""
+def served(workspaces: dict[str, Path], responder: Responder | None = None) -> Iterator[Served]:
+    """`laneflow serve` on a free port of 127.0.0.1, over copies of `workspaces` (by the name
+    runs are started with) and a fresh SQLite store, driving runs on this process's threads;
+    Claude models answer from the Messages API imitation (with `responder`'s replies)."""
     folder = Path(tempfile.mkdtemp(prefix="laneflow-viewer-"))
     try:
-        for name in names:
-            shutil.copytree(fixtures / name, folder / "ws" / name)
-        with MessagesImitation(ttft_ms=300, token_ms=2, api_keys={KEY}) as api:
+        for name, source in workspaces.items():
+            shutil.copytree(source, folder / "ws" / name)
+        replies = {"responder": responder} if responder else {}
+        with MessagesImitation(ttft_ms=300, token_ms=2, api_keys={KEY}, **replies) as api:
             settings = Settings(anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(folder / "captures"))
             svc = for_store(open_store(f"sqlite:///{folder / 'laneflow.db'}"), settings)
             svc.workspaces = FolderWorkspaces(folder / "ws")

@@ -14,6 +14,8 @@ from laneflow_dev import browser as harness
 
 REASON = harness.missing()
 
+WORKSPACES = ("ws_claude", "ws_gate", "ws_control")
+
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
@@ -31,7 +33,7 @@ def chromium() -> Iterator[Any]:
 def served() -> Iterator[harness.Served]:
     if REASON:
         pytest.skip(REASON)
-    with harness.served(FIXTURES) as running:
+    with harness.served({name: FIXTURES / name for name in WORKSPACES}) as running:
         yield running
 
 

@@ -218,7 +218,7 @@ function RunPage({ id, live }) {
       <${CacheCard} groups=${grouped} derived=${!Array.isArray(run.lanes)} />
       <${TimeCard} run=${run} now=${now} />
     </div>
-    ${grouped.map((g) => html`<${Group} key=${g.group + "/" + g.cycle} g=${g} run=${run} now=${now} open=${open} toggle=${toggle} />`)}
+    ${grouped.map((g, i) => html`<${Group} key=${g.group + "/" + g.cycle} g=${{ ...g, first: i === 0 }} run=${run} now=${now} open=${open} toggle=${toggle} />`)}
   </div>`;
 }
 
@@ -231,9 +231,9 @@ function CacheCard({ groups, derived }) {
     <p class="headline" data-k="gate-saved">${avoided
       ? html`The warm gate saved <b>${avoided}</b> cold prefix${avoided === 1 ? "" : "es"}: about <b>${m.tokens(tokensSaved)}</b> tokens read from the cache instead of written again.`
       : lanes.some((l) => l.figures.steps > 1) ? "No cold prefix avoided on this run (nothing was written to the cache, or every step wrote its own)." : "No lane has more than one step: the gate had nothing to share."}</p>
-    <div class="scroll"><table class="lanes"><thead><tr><th>group</th><th>lane</th><th class="num">steps</th><th class="num">cold prefixes</th><th class="num">cache read</th><th class="num">cache write</th><th class="num">gate wait</th></tr></thead>
+    <div class="scroll"><table class="lanes"><thead><tr><th class="grp">group</th><th>lane</th><th class="num">steps</th><th class="num" title="steps that wrote the lane's prompt prefix to the cache">cold</th><th class="num">cache read</th><th class="num">cache write</th><th class="num" title="summed over the lane's steps">gate wait</th></tr></thead>
     <tbody>${lanes.map((l) => html`<tr key=${l.group + "/" + l.cycle + "/" + l.lane} data-lane=${l.lane}>
-      <td>${l.group}${l.cycle ? "." + l.cycle : ""}</td><td>${l.lane}</td><td class="num">${l.figures.steps}</td>
+      <td class="grp">${l.group}${l.cycle ? "." + l.cycle : ""}</td><td class="lane-name"><b>${l.lane.split("@")[0]}</b> <span class="muted">${l.lane.split("@").slice(1).join("@")}</span></td><td class="num">${l.figures.steps}</td>
       <td class="num" data-k="cold">${l.figures.cold_prefixes}</td><td class="num" data-k="read">${m.tokens(l.figures.cache_read)}</td>
       <td class="num" data-k="write">${m.tokens(l.figures.cache_write)}</td><td class="num" data-k="wait">${m.duration(l.figures.gate_wait_ms)}</td></tr>`)}</tbody></table></div>
   </section>`;
@@ -243,8 +243,9 @@ function TimeCard({ run, now }) {
   const { total, parts } = m.timeParts(run, now);
   return html`<section class="card time" data-k="time"><div class="card-head"><h2>Where the time went</h2><span class="muted">${m.duration(total)} in all</span></div>
     <div class="stack" aria-hidden="true">${parts.map((p, i) => html`<span key=${i} class=${p.approval ? "seg approval" : p.what === "queued" ? "seg queued" : "seg group"} style=${{ flexGrow: Math.max(p.ms, 0) || 0.0001 }} title=${p.what + ": " + m.duration(p.ms)} />`)}</div>
-    <ul class="parts">${parts.map((p, i) => html`<li key=${i}><span class="what">${p.what}</span><span class="num">${m.duration(p.ms)}</span>
-      ${p.gate ? html`<span class="muted"> · gate waits ${m.duration(p.gate)}</span>` : ""}${p.model ? html`<span class="muted"> · model calls ${m.duration(p.model)}</span>` : ""}</li>`)}</ul></section>`;
+    <table class="parts"><tbody>${parts.map((p, i) => html`<tr key=${i}><td class="what">${p.what}</td><td class="num">${m.duration(p.ms)}</td>
+      <td class="muted note">${[p.model ? `model ${m.duration(p.model)}` : "", p.gate ? `gate waits ${m.duration(p.gate)}` : ""].filter(Boolean).join(" · ")}</td></tr>`)}</tbody></table>
+    <p class="muted small">A group's model and gate times are summed over its steps, which run at once.</p></section>`;
 }
 
 function Axis({ g }) {
@@ -257,13 +258,14 @@ function Axis({ g }) {
 function Group({ g, run, now, open, toggle }) {
   const ended = m.ENDED.has(run.status);
   return html`<section class="card group" data-group=${g.group}>
-    <div class="card-head"><h2>Group ${g.group}${g.cycle ? ` · cycle ${g.cycle}` : ""}</h2><span class="muted">${m.duration(g.to - g.from)}</span></div>
+    <div class="card-head"><h2>Group ${g.group}${g.cycle ? ` · cycle ${g.cycle}` : ""}</h2><span class="muted">${m.duration(g.to - g.from)}</span>
+      <span class="grow" />${g.first && html`<span class="legend"><span class="key k-gate" /> waiting for its lead <span class="key k-bar" /> running <span class="key k-call" /> model call <span class="key k-ttft" /> first token</span>`}</div>
     ${g.lanes.map((l) => html`<div class="lane" key=${l.lane} data-lane=${l.lane}>
       <div class="lane-head"><b>${l.lane}</b>
         ${l.lane !== "approval" && html`<span class="chips"><span class="chip" data-k="cold">${l.figures.cold_prefixes} cold prefix${l.figures.cold_prefixes === 1 ? "" : "es"}</span>
         <span class="chip">cache read ${m.tokens(l.figures.cache_read)}</span><span class="chip">write ${m.tokens(l.figures.cache_write)}</span>
-        <span class="chip gatewait">gate wait ${m.duration(l.figures.gate_wait_ms)}</span></span>`}</div>
-      <div class="rows"><div class="row axis-row"><span class="label"></span><${Axis} g=${g} /></div>
+        ${l.figures.gate_wait_ms > 0 && html`<span class="chip gatewait" title="the lane's steps' waits for their lead, summed">gate wait ${m.duration(l.figures.gate_wait_ms)}</span>`}</span>`}</div>
+      <div class="rows"><div class="row axis-row"><span class="label"></span><${Axis} g=${g} /><span class="figs muted">took · cache r / w</span></div>
       ${l.steps.map((s) => html`<${StepRow} key=${s.index} s=${s} g=${g} run=${run} now=${now} ended=${ended} open=${open.has(s.index)} toggle=${toggle} />`)}</div>
     </div>`)}
   </section>`;
@@ -283,8 +285,8 @@ function StepRow({ s, g, run, now, ended, open, toggle }) {
           ${(s.calls || []).map((c) => html`<span key=${c.n} class="call" style=${{ left: ((m.at(c.at) - x.start) / Math.max(1, x.end - x.start)) * 100 + "%", width: (c.ms / Math.max(1, x.end - x.start)) * 100 + "%" }} />`)}
         </span>`}
         ${Number.isFinite(ft) && html`<span class="ttft" data-k="first-token" title=${"first token after " + m.duration(s.calls[0].ttft_ms)} style=${{ left: pct(ft) + "%" }} />`}
-        <span class="bar-text">${Number.isFinite(x.start) ? m.duration(x.end - x.start) : ""}${cache.read || cache.write ? ` · r ${m.tokens(cache.read)} w ${m.tokens(cache.write)}` : ""}</span>
       </span>
+      <span class="figs">${Number.isFinite(x.start) ? m.duration(x.end - x.start) : phase === "waiting" ? "waiting" : ""}${cache.read || cache.write ? html` · <span title="cache read / cache write tokens">${m.tokens(cache.read)} / ${m.tokens(cache.write)}</span>` : ""}</span>
     </button>
     ${open && html`<${StepDetail} s=${s} run=${run} now=${now} />`}
   </div>`;
@@ -301,6 +303,7 @@ function StepDetail({ s, run, now }) {
   const rel = (iso) => { const d = m.at(iso) - t0; return (d >= 0 ? "+" : "−") + m.duration(Math.abs(d)); };
   const prev = m.previousOf(run, s), diff = m.layerDiff(s, prev);
   const changed = diff.filter((l) => l.change === "changed" || l.change === "new" || l.change === "gone");
+  const breaking = changed.filter((l) => !l.dynamic);
   const [allLayers, setAllLayers] = useState(false);
   return html`<div class="detail" data-detail=${s.index}>
     <dl class="facts">
@@ -320,7 +323,9 @@ function StepDetail({ s, run, now }) {
     <${Pre} title="result" text=${s.result} />
     ${s.data != null && html`<${Pre} title="data" text=${s.data} />`}
     ${(s.prompt_layers || []).length > 0 && html`<div class="block layers" data-k="layers"><h4>prompt layers
-        <span class="muted">${prev ? (changed.length ? ` · ${changed.length} changed since #${prev.index}: ${changed.map((l) => l.name).join(", ")}` : ` · all the same as #${prev.index}`) : " · the agent's first step"}</span></h4>
+        <span class="muted">${!prev ? " · the agent's first step" : !changed.length ? ` · all the same as #${prev.index}` : ` · changed since #${prev.index}: ${changed.map((l) => l.name).join(", ")}`}</span></h4>
+      ${prev && breaking.length > 0 && html`<p class="breaking" data-k="breaking">Stable layer${breaking.length === 1 ? "" : "s"} <b>${breaking.map((l) => l.name).join(", ")}</b> changed since #${prev.index}: this step could not read that step's cached prefix.</p>`}
+      ${prev && changed.length > 0 && !breaking.length && html`<p class="muted small">Only dynamic layers changed: they sit after the cache breakpoint, so the cached prefix still matched.</p>`}
       <table class="layer-table"><tbody>${(allLayers ? diff : diff.filter((l) => l.change !== "same")).map((l) => html`<tr key=${l.name} class=${"ch-" + l.change}>
         <td>${l.name}${l.dynamic ? html` <span class="muted">dynamic</span>` : ""}</td><td class="num">${l.chars} ch</td>
         <td><code>${l.sha256}</code>${l.change === "changed" ? html` <span class="muted">was <code>${l.before.sha256}</code></span>` : ""}</td><td class="change">${l.change}</td></tr>`)}</tbody></table>
