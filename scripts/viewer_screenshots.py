@@ -35,7 +35,7 @@ def main() -> int:
 
         browser = playwright.chromium.launch(executable_path=harness.CHROMIUM, args=harness.CHROMIUM_ARGS)
         for width, height, name in ((1280, 800, "desktop"), (390, 844, "phone")):
-            page = browser.new_page(viewport={"width": width, "height": height}, device_scale_factor=1 if width > 400 else 2)
+            page = browser.new_page(viewport={"width": width, "height": height}, device_scale_factor=1)
             page.goto(served.url + "/")
             page.wait_for_selector("tr.run-row")
             page.wait_for_timeout(400)
