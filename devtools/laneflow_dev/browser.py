@@ -97,8 +97,7 @@ def served(workspaces: dict[str, Path], responder: Responder | None = None) -> I
     try:
         for name, source in workspaces.items():
             shutil.copytree(source, folder / "ws" / name)
-        replies = {"responder": responder} if responder else {}
-        with MessagesImitation(ttft_ms=300, token_ms=2, api_keys={KEY}, **replies) as api:
+        with MessagesImitation(ttft_ms=300, token_ms=2, api_keys={KEY}, responder=responder) as api:
             settings = Settings(anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(folder / "captures"))
             svc = for_store(open_store(f"sqlite:///{folder / 'laneflow.db'}"), settings)
             svc.workspaces = FolderWorkspaces(folder / "ws")
