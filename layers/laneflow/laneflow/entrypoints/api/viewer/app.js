@@ -89,12 +89,14 @@ function Actions({ run, onDone }) {
 }
 
 function Sparkline({ series, width = 160, height = 34 }) {
-  if (series.length < 2) return null;
+  if (series.length < 3) return null; // a line needs at least two calls to say anything
   const t0 = series[0][0], t1 = series[series.length - 1][0] || t0 + 1, top = series[series.length - 1][1] || 1;
   const x = (t) => ((t - t0) / Math.max(1, t1 - t0)) * (width - 2) + 1, y = (c) => height - 2 - (c / top) * (height - 4);
   let d = `M${x(series[0][0]).toFixed(1)},${y(0).toFixed(1)}`;
   for (const [t, c] of series.slice(1)) d += `H${x(t).toFixed(1)}V${y(c).toFixed(1)}`;
-  return html`<svg class="spark" viewBox=${`0 0 ${width} ${height}`} width=${width} height=${height} role="img" aria-label="the run's cost as it grew"><path d=${d} /></svg>`;
+  const area = `${d}V${y(0).toFixed(1)}Z`;
+  return html`<svg class="spark" viewBox=${`0 0 ${width} ${height}`} width=${width} height=${height} role="img" aria-label="the run's cost as it grew">
+    <title>the run's cost as it grew</title><path class="area" d=${area} /><path d=${d} /></svg>`;
 }
 
 // -- the list -----------------------------------------------------------------------------------
@@ -261,7 +263,7 @@ function Group({ g, run, now, open, toggle }) {
     <div class="card-head"><h2>Group ${g.group}${g.cycle ? ` · cycle ${g.cycle}` : ""}</h2><span class="muted">${m.duration(g.to - g.from)}</span>
       <span class="grow" />${g.first && html`<span class="legend"><span class="key k-gate" /> waiting for its lead <span class="key k-bar" /> running <span class="key k-call" /> model call <span class="key k-ttft" /> first token</span>`}</div>
     ${g.lanes.map((l) => html`<div class="lane" key=${l.lane} data-lane=${l.lane}>
-      <div class="lane-head"><b>${l.lane}</b>
+      <div class="lane-head"><b>${l.lane}</b>${l.lane === "approval" && html`<span class="question">${l.steps.map((s) => s.instruction).filter(Boolean).join(" · ")}</span>`}
         ${l.lane !== "approval" && html`<span class="chips"><span class="chip" data-k="cold">${l.figures.cold_prefixes} cold prefix${l.figures.cold_prefixes === 1 ? "" : "es"}</span>
         <span class="chip">cache read ${m.tokens(l.figures.cache_read)}</span><span class="chip">write ${m.tokens(l.figures.cache_write)}</span>
         ${l.figures.gate_wait_ms > 0 && html`<span class="chip gatewait" title="the lane's steps' waits for their lead, summed">gate wait ${m.duration(l.figures.gate_wait_ms)}</span>`}</span>`}</div>
@@ -272,7 +274,7 @@ function Group({ g, run, now, open, toggle }) {
 }
 
 function StepRow({ s, g, run, now, ended, open, toggle }) {
-  const x = m.span(s, now, ended), pct = (t) => ((t - g.from) / (g.to - g.from)) * 100;
+  const x = m.span(s, now, ended, run), pct = (t) => ((t - g.from) / (g.to - g.from)) * 100;
   const phase = m.phase(s, ended), ft = m.firstToken(s), cache = m.cacheOf(s);
   const label = s.agent == null ? "approval" : s.item == null ? s.agent : typeof s.item === "string" ? s.item : JSON.stringify(s.item);
   return html`<div class=${"step" + (open ? " open" : "")} data-step=${s.index} data-phase=${phase}>
@@ -298,7 +300,7 @@ function Pre({ title, text, cls }) {
 }
 
 function StepDetail({ s, run, now }) {
-  const cache = m.cacheOf(s), wait = m.gateWait(s, now), start = m.at(s.started_at);
+  const cache = m.cacheOf(s), wait = m.gateWait(s, now, m.at(run.finished_at)), start = m.at(s.started_at);
   const t0 = Number.isFinite(start) ? start : m.at(run.created_at);
   const rel = (iso) => { const d = m.at(iso) - t0; return (d >= 0 ? "+" : "−") + m.duration(Math.abs(d)); };
   const prev = m.previousOf(run, s), diff = m.layerDiff(s, prev);

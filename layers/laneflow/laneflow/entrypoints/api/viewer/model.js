@@ -65,11 +65,12 @@ export function cacheOf(s) {
 const isWaiting = (e) => e.type === "gate" && /waiting/.test(e.text || "");
 
 // The step's wait at the warm gate: from its "waiting" line to its start (or now, while it waits).
-export function gateWait(s, now) {
+export function gateWait(s, now, runEnd = NaN) {
   const line = (s.events || []).find(isWaiting);
   if (!line) return null;
   const from = at(line.t);
-  const to = s.started_at ? at(s.started_at) : (s.status === "pending" ? now : NaN);
+  // A sibling skipped while it waited (the run was stopped) waited until it was skipped.
+  const to = s.started_at ? at(s.started_at) : s.status === "pending" ? now : s.finished_at ? at(s.finished_at) : runEnd;
   return Number.isFinite(to) && to >= from ? { from, to } : null;
 }
 
@@ -84,10 +85,17 @@ export function firstToken(s) {
   return c && c.ttft_ms != null ? at(c.at) + c.ttft_ms : NaN;
 }
 
+// When an approval began to wait for a person: the run's park, else the end of the steps before it.
+function approvalStart(run, s) {
+  if (s.status === "awaiting-approval" && run.parked_at) return at(run.parked_at);
+  const before = (run.steps || []).filter((x) => x.index < s.index && x.finished_at).map((x) => at(x.finished_at));
+  return before.length ? Math.max(...before) : NaN;
+}
+
 // A step's interval on the timeline: from its gate wait (or start) to its end (or now).
-export function span(s, now, runEnded) {
-  const wait = gateWait(s, now);
-  const start = s.started_at ? at(s.started_at) : NaN;
+export function span(s, now, runEnded, run) {
+  const wait = gateWait(s, now, run ? at(run.finished_at) : NaN);
+  const start = s.started_at ? at(s.started_at) : s.agent == null && run ? approvalStart(run, s) : NaN;
   const end = s.finished_at ? at(s.finished_at) : (Number.isFinite(start) && !runEnded ? now : start);
   const from = wait ? wait.from : start;
   return { from, start, end: Number.isFinite(end) ? end : (wait ? wait.to : NaN), wait };
@@ -108,9 +116,9 @@ export function groups(run, now) {
   return [...byGroup.values()].sort((a, b) => a.group - b.group || a.cycle - b.cycle).map((g) => {
     const lanes = [...g.lanes.entries()].map(([lane, steps]) => {
       const row = rows && rows.find((r) => r.group === g.group && (r.cycle || 0) === g.cycle && r.lane === lane);
-      return { lane, steps, figures: row ? { ...row, derived: false } : deriveFigures(steps, now) };
+      return { lane, steps, figures: row ? { ...row, derived: false } : deriveFigures(steps, now, at(run.finished_at)) };
     });
-    const spans = (run.steps || []).filter((s) => s.group === g.group && (s.cycle || 0) === g.cycle).map((s) => span(s, now, ended));
+    const spans = (run.steps || []).filter((s) => s.group === g.group && (s.cycle || 0) === g.cycle).map((s) => span(s, now, ended, run));
     const from = Math.min(...spans.map((x) => x.from).filter(Number.isFinite));
     const to = Math.max(...spans.map((x) => x.end).filter(Number.isFinite));
     return { ...g, lanes, from, to: Number.isFinite(to) && to > from ? to : from + 1 };
@@ -118,10 +126,10 @@ export function groups(run, now) {
 }
 
 // A lane's figures from its steps: a cold prefix is a step whose first call wrote the cache.
-export function deriveFigures(steps, now) {
+export function deriveFigures(steps, now, runEnd = NaN) {
   const agentSteps = steps.filter((s) => s.agent != null);
   const cache = agentSteps.map(cacheOf);
-  const waits = agentSteps.map((s) => gateWait(s, now)).filter(Boolean);
+  const waits = agentSteps.map((s) => gateWait(s, now, runEnd)).filter(Boolean);
   return {
     steps: steps.length,
     cold_prefixes: agentSteps.filter((s) => { const c = (s.calls || [])[0]; return c && c.tokens && c.tokens.cache_write > 0; }).length,
