@@ -163,3 +163,36 @@ def test_at_a_phones_width_nothing_overflows_and_every_request_stays_on_the_serv
     finally:
         context.close()
     assert requests and all(url.startswith(served.url + "/") for url in requests), requests
+
+
+def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_changed_layer(page, served):
+    # Given a real record, as a newer API answers it: with `lanes` rows and a step's
+    # `cache_break` (and that step's `skills` layer changed since the agent's previous step),
+    run_id = served.start("ws_claude", "fanout")
+    record = served.wait(run_id, "completed").public()
+    record["lanes"] = [{"group": 0, "cycle": 0, "lane": LANE, "steps": 4, "cold_prefixes": 2, "cache_read": 111, "cache_write": 222, "gate_wait_ms": 4321}]
+    changed = record["steps"][2]
+    changed["cache_break"] = {"layer": "skills", "since": f"{run_id}/1"}
+    changed["prompt_layers"] = [*changed["prompt_layers"], {"name": "skills", "chars": 40, "sha256": "0123456789ab", "dynamic": False}]
+    for step in record["steps"][:2]:
+        step["prompt_layers"] = [*step["prompt_layers"], {"name": "skills", "chars": 38, "sha256": "ba9876543210", "dynamic": False}]
+    page.route(f"**/runs/{run_id}/stream", lambda route: route.fulfill(status=404, json={"message": "no stream here"}))
+    page.route(f"**/runs/{run_id}", lambda route: route.fulfill(status=200, json=record))
+
+    run_page(page, served, run_id)
+
+    # Then the lane's figures are the record's rows (not sums of the calls),
+    row = page.locator(f'table.lanes tr[data-lane="{LANE}"]')
+    expect(row.locator('[data-k="cold"]')).to_have_text("2")
+    expect(row.locator('[data-k="read"]')).to_have_text("111")
+    expect(row.locator('[data-k="wait"]')).to_have_text("4.32 s")
+    expect(page.locator('[data-k="cache"]')).not_to_contain_text("from the steps' calls")
+    # the step carries its cache break, and its layers name the one that changed.
+    step = page.locator('.step[data-step="2"]')
+    expect(step.locator('[data-k="cache-break"]')).to_have_text("cache break: skills")
+    step.locator("> button.row").click()
+    detail = page.locator('[data-detail="2"]')
+    expect(detail).to_contain_text(f"layer skills changed (since {run_id}/1)")
+    expect(detail.locator('[data-k="breaking"]')).to_contain_text("skills")
+    expect(detail.locator("tr.ch-changed")).to_contain_text("was ba9876543210")
+    expect(page.locator('[data-k="live"]')).to_have_text("polling")  # no stream: it polls
