@@ -43,6 +43,14 @@ def test_the_list_shows_each_run_with_its_status_flow_and_cost(page, served):
     # A run started now appears without a reload.
     third = served.start("ws_gate", "lone")
     expect(page.locator(f'tr.run-row[data-run="{third}"]')).to_be_visible()
+    # A filter shows only the runs of one status.
+    parked = served.start("ws_control", "approval")
+    served.wait(parked, "awaiting-approval")
+    page.get_by_role("button", name="awaiting-approval").click()
+    expect(rows).to_have_count(1)
+    expect(rows.nth(0)).to_contain_text(parked)
+    page.get_by_role("button", name="all").click()
+    expect(rows).to_have_count(4)
     assert not page.errors
 
 

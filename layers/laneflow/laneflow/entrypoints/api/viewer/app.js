@@ -101,8 +101,13 @@ function Sparkline({ series, width = 160, height = 34 }) {
 
 // -- the list -----------------------------------------------------------------------------------
 
+const FILTERS = [["all", () => true], ["active", (r) => !m.ENDED.has(r.status)], ["awaiting-approval", (r) => r.status === "awaiting-approval"],
+  ["failed", (r) => r.status === "failed"], ["completed", (r) => r.status === "completed"]];
+
 function RunList({ live }) {
   const [runs, setRuns] = useState(null);
+  const [filter, setFilter] = useState(() => sessionStorage.getItem("laneflow-filter") || "all");
+  const choose = (f) => { sessionStorage.setItem("laneflow-filter", f); setFilter(f); };
   const [error, setError] = useState(null);
   const now = useNow(true);
   const load = useCallback(async () => {
@@ -124,10 +129,12 @@ function RunList({ live }) {
   if (!runs) return html`<p class="muted">${error ? "Cannot list runs: " + error.message : "Loading runs…"}</p>`;
   if (!runs.length) return html`<div class="empty"><h2>No runs yet</h2><p>Start one with <code>laneflow run WORKSPACE FLOW</code> or <code>POST ${BASE}/runs</code>; it shows here at once.</p></div>`;
   const parked = runs.filter((r) => r.status === "awaiting-approval").length;
+  const shown = runs.filter((FILTERS.find(([f]) => f === filter) || FILTERS[0])[1]);
   return html`<section class="card">
-    <div class="card-head"><h2>Runs</h2><span class="muted">${runs.length} shown${parked ? ` · ${parked} awaiting approval` : ""}${error ? " · " + error.message : ""}</span></div>
+    <div class="card-head"><h2>Runs</h2><span class="muted">${runs.length} shown${parked ? ` · ${parked} awaiting approval` : ""}${error ? " · " + error.message : ""}</span>
+      <span class="grow" /><span class="filters" role="group" aria-label="show">${FILTERS.map(([f]) => html`<button key=${f} class=${"filter" + (f === filter ? " on" : "")} aria-pressed=${f === filter} onClick=${() => choose(f)}>${f}</button>`)}</span></div>
     <table class="runs"><thead><tr><th>status</th><th>run</th><th>flow</th><th class="num">cost</th><th>started</th><th class="num">took</th><th></th></tr></thead>
-    <tbody>${runs.map((r) => html`<tr key=${r.id} class="run-row" data-run=${r.id}>
+    <tbody>${shown.map((r) => html`<tr key=${r.id} class="run-row" data-run=${r.id}>
       <td data-k="status"><${Status} s=${r.status} /></td>
       <td data-k="run"><a href=${"#/runs/" + encodeURIComponent(r.id)}>${r.id}</a></td>
       <td data-k="flow">${r.workspace} / <b>${r.flow}</b></td>
@@ -135,7 +142,7 @@ function RunList({ live }) {
       <td data-k="started" title=${r.created_at}>${m.age(r.created_at, now)}</td>
       <td data-k="took" class="num">${m.duration((r.finished_at ? m.at(r.finished_at) : now) - m.at(r.created_at))}</td>
       <td data-k="">${r.status === "awaiting-approval" ? html`<${Actions} run=${r} onDone=${load} />` : r.stop_requested && !m.ENDED.has(r.status) ? html`<span class="muted">stopping</span>` : ""}</td>
-    </tr>`)}</tbody></table></section>`;
+    </tr>`)}</tbody></table>${!shown.length && html`<p class="muted">No ${filter} run among the last ${runs.length}.</p>`}</section>`;
 }
 
 function SignIn({ error }) {
