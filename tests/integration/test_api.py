@@ -556,6 +556,8 @@ def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(ap
     assert http(served, "GET", "/assets/app.js")[0] == 200
     status, _, headers = http(served, "DELETE", "/runs")
     assert status == 405 and headers["Allow"] == "GET, POST"
+    with urllib.request.urlopen(urllib.request.Request(served + "/runs", method="HEAD"), timeout=10) as head:  # GET without the body
+        assert head.status == 200 and head.read() == b"" and int(head.headers["Content-Length"]) > 0
 
 
 def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_svc, served):

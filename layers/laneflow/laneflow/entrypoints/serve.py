@@ -209,8 +209,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command == "GET" and (streamed := STREAM_PATH.fullmatch(self.path.split("?", 1)[0])):
             self._stream(unquote(streamed.group(1)))
             return
+        # HEAD is answered as GET without its body (_reply leaves it out), as HTTP expects.
         event = proxy_event(
-            self.command, self.path, list(self.headers.items()), body, tenant=svc.settings.tenant, source_ip=self.client_address[0]
+            "GET" if self.command == "HEAD" else self.command, self.path, list(self.headers.items()), body, tenant=svc.settings.tenant, source_ip=self.client_address[0]
         )
         try:
             out = api.resolve(event, None, svc)
