@@ -91,17 +91,21 @@ def test_a_gated_fan_out_shows_its_lane_with_one_cold_prefix_its_gate_waits_and_
     assert not page.errors
 
 
-def test_live_updates_keep_an_opened_step_open_until_the_run_ends(page, served):
-    # Given a run whose steps take over a second each,
-    run_id = served.start("ws_gate", "two_lanes")
+def test_live_updates_keep_an_opened_step_open_while_the_run_changes(page, served):
+    # Given a run whose siblings wait for a lead that takes 20 s,
+    run_id = served.start("ws_gate", "stop")
     served.wait(run_id, "running")
     run_page(page, served, run_id)
-    # When a person opens a step while the run goes on,
-    page.locator('.step[data-step="0"] > button.row').click()
-    expect(page.locator('[data-detail="0"]')).to_be_visible()
-    # Then the page follows the run to its end (streamed) and the step stays open.
-    expect(page.locator(".run")).to_have_attribute("data-status", "completed", timeout=30000)
-    expect(page.locator('[data-detail="0"]')).to_be_visible()
+    expect(page.locator(".run")).to_have_attribute("data-status", "running")
+    # When a person opens a waiting sibling, and the run is then stopped elsewhere (the API),
+    page.locator('.step[data-step="1"] > button.row').click()
+    detail = page.locator('[data-detail="1"]')
+    expect(detail).to_contain_text("waiting for the first long step")
+    served.post(f"/runs/{run_id}/stop")
+    # Then the page follows the change (streamed) and the opened step stays open, updated.
+    expect(page.locator(".run")).to_have_attribute("data-status", "failed", timeout=15000)
+    expect(detail).to_be_visible()
+    expect(detail).to_contain_text("skipped")
     expect(page.locator('[data-k="live"]')).to_have_text(re.compile("live|ended"))
     assert any(url.endswith(f"/runs/{run_id}/stream") for url in page.requests)
 
