@@ -221,6 +221,7 @@ function RunPage({ id, live }) {
         <${Actions} run=${run} onDone=${refresh} />
       </div>
       ${run.error && html`<p class="err run-error">${run.error}</p>`}
+      <details class="input"><summary>input</summary><pre>${JSON.stringify(run.input, null, 2)}</pre></details>
       ${error && html`<p class="err">Not up to date: ${error.message}</p>`}
     </section>
     <div class="two">
@@ -287,6 +288,7 @@ function StepRow({ s, g, run, now, ended, open, toggle }) {
   return html`<div class=${"step" + (open ? " open" : "")} data-step=${s.index} data-phase=${phase}>
     <button class="row" aria-expanded=${open} onClick=${() => toggle(s.index)}>
       <span class="label"><span class="idx">#${s.index}</span> <span class="name">${label}</span> <${Status} s=${phase} label=${phase === "waiting" ? "waiting for lead" : null} />
+        ${s.rescue_of != null && html`<span class="muted small-tag">rescue of #${s.rescue_of}</span>`}${s.cycle > 0 && html`<span class="muted small-tag">cycle ${s.cycle}</span>`}
         ${s.cache_break && html`<span class="break" data-k="cache-break" title=${m.cacheBreakText(s.cache_break)}>cache break: ${s.cache_break.layer}</span>`}</span>
       <span class="track">
         ${x.wait && html`<span class="gate" data-k="gate-wait" title=${"waited for its lead " + m.duration(x.wait.to - x.wait.from)} style=${{ left: pct(x.wait.from) + "%", width: Math.max(0.4, pct(x.wait.to) - pct(x.wait.from)) + "%" }} />`}
