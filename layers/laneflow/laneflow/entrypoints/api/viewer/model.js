@@ -62,7 +62,8 @@ export function cacheOf(s) {
     input: sum(calls.map((c) => c.tokens && c.tokens.input)), output: sum(calls.map((c) => c.tokens && c.tokens.output)) };
 }
 
-const isWaiting = (e) => e.type === "gate" && /waiting/.test(e.text || "");
+// A sibling waiting for its lead: for its reply, or (the reserve) for its end. Not the lead's "released N waiting sibling(s)".
+const isWaiting = (e) => e.type === "gate" && /^prompt cache: waiting/.test(e.text || "");
 
 // The step's wait at the warm gate: from its "waiting" line to its start (or now, while it waits).
 export function gateWait(s, now, runEnd = NaN) {
