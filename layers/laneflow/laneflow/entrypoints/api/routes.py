@@ -312,8 +312,8 @@ def not_found(_: Exception) -> Response[dict[str, Any]]:
     """No route for this method and path: a 405 naming the methods the path answers (in
     `Allow`), or a 404 when no route has this path."""
     event = app.current_event
-    path = event.path
-    allowed = sorted({route.method for route in app._static_routes + app._dynamic_routes if route.rule.match(path)})
+    path = errors.scrub(event.path, app.context.get("services"))  # said back: no secret, no local path
+    allowed = sorted({route.method for route in app._static_routes + app._dynamic_routes if route.rule.match(event.path)})
     if not allowed:
         return errors.error_response(404, f"no route {path[:100]!r} here (see /openapi.json)")
     response = errors.error_response(405, f"{event.http_method[:20]} is not answered on {path[:100]!r}: use {', '.join(allowed)}")
