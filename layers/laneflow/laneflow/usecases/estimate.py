@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_of
 from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS, Estimate, LaneEstimate, LanePlan, cache_figures
 from laneflow.domain.flow import Flow, step_spec
@@ -20,6 +22,7 @@ from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.placeholders import fill
 from laneflow.domain.pricing import PriceCatalog, catalog
 from laneflow.domain.prompt import SystemPrompt, build_system_prompt
+from laneflow.domain.errors import Unavailable
 from laneflow.domain.records import Run, Step, Tokens
 from laneflow.domain.stub_answers import BadHeader, StubAnswer, parse_answer, pick_answer
 from laneflow.domain.workspace import Agent, load_workspace
@@ -121,10 +124,11 @@ def estimate_run(
     account: str | Path | None = None,
     output_tokens: int = DEFAULT_OUTPUT_TOKENS,
     prices: PriceCatalog | None = None,
+    tenant: str | None = None,
 ) -> Estimate:
     """The estimate of a run of `flow_name` on `run_input` (`InvalidInput` as a run would
     refuse it). Each group's first cycle; rescues and loops' later cycles are not counted."""
-    run = prepare_run(svc, workspace, flow_name, run_input, model=model, account=account, check_models=False)
+    run = prepare_run(svc, workspace, flow_name, run_input, tenant=tenant, model=model, account=account, check_models=False)
     ws = load_workspace(run.workspace_uri, run_account(run))
     agents = flow_agents(ws, Flow.model_validate(run.flow_spec))
     prompts = {name: build_system_prompt(ws, agent) for name, agent in agents.items()}
@@ -148,3 +152,30 @@ def estimate_run(
             result.low += _priced(plan, prices, result.unpriced, gate=True, output_scale=0.5)
             result.high += _priced(plan, prices, result.unpriced, gate=False, output_scale=2.0)
     return result
+
+
+
+class EstimateRequest(BaseModel):
+    """`POST /estimates`: what a run of a flow of a workspace on an input would cache and cost."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workspace: str = Field(min_length=1, max_length=200, description="the workspace's name")
+    flow: str = Field(min_length=1, max_length=200, description="the flow's name (flows/<flow>.yaml)")
+    input: dict[str, Any] = Field(default_factory=dict, description="the run's input, checked against the flow's `input:` schema")
+    model: str | None = Field(default=None, min_length=1, max_length=200, description="estimate every step on this model")
+    output_tokens: int = Field(
+        default=DEFAULT_OUTPUT_TOKENS, ge=0, le=1_000_000, description="output tokens a Claude turn is assumed to write"
+    )
+
+
+
+def estimate_request(svc: Services, tenant: str, request: EstimateRequest) -> dict[str, Any]:
+    """The estimate of the tenant's own workspace's flow, as `laneflow estimate --json` prints it."""
+    if svc.workspaces is None:
+        raise Unavailable("this deployment has no workspaces to estimate runs of")
+    uri = svc.workspaces.locate(tenant, request.workspace)  # the caller's own workspace, never another tenant's
+    result = estimate_run(
+        svc, svc.folders.open(uri), request.flow, request.input, model=request.model, output_tokens=request.output_tokens, tenant=tenant
+    )
+    return result.as_dict()
