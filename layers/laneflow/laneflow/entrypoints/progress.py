@@ -103,10 +103,12 @@ def _group_line(group: int, steps: list[Step]) -> Text:
 def render(run: Run, elapsed_s: float = 0.0) -> Group:
     """The live view of a run: one renderable whose every line fits the console's width."""
     steps = [s for s in run.steps if s.rescue_of is None]
+    # What matters most first, so a narrow terminal cuts the least useful end: the status,
+    # the cost so far, the time, then which run.
     lines = [
         _line(
-            ("laneflow ", "bold"), (f"{run.workspace}/{run.flow} ", ""), (f"{run.status} ", RUN_STYLE.get(str(run.status), "bold")),
-            (f"${live_cost(run):.4f} ", "bold green"), (f"{elapsed_s:.1f}s ", "dim"), (run.id, "dim"),
+            (f"{run.status} ", RUN_STYLE.get(str(run.status), "bold")), (f"${live_cost(run):.4f} ", "bold green"),
+            (f"{elapsed_s:.1f}s ", "dim"), (f"{run.workspace}/{run.flow} ", ""), (run.id, "dim"),
         )
     ]
     for g in sorted({s.group for s in steps}):
