@@ -16,13 +16,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_of
+from laneflow.domain.errors import Unavailable
 from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS, Estimate, LaneEstimate, LanePlan, cache_figures
 from laneflow.domain.flow import Flow, step_spec
 from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.placeholders import fill
 from laneflow.domain.pricing import PriceCatalog, catalog
 from laneflow.domain.prompt import SystemPrompt, build_system_prompt
-from laneflow.domain.errors import Unavailable
 from laneflow.domain.records import Run, Step, Tokens
 from laneflow.domain.stub_answers import BadHeader, StubAnswer, parse_answer, pick_answer
 from laneflow.domain.workspace import Agent, load_workspace
