@@ -4,6 +4,7 @@ definition on the stub model (whose pretend cache keeps the real rules)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -61,3 +62,32 @@ def test_a_changed_layer_in_the_next_run_is_named_with_the_step_it_differs_from(
     third = drive(svc, ws, "lone")  # nothing changed: the stub's cache lasts one run
     [again, _] = svc.store.get_run(third.tenant, third.id, detail=True).steps
     assert again.cache_break == {"layer": "expired", "since": f"{second.id}/{step.index}"}
+
+
+def test_show_prints_lanes_durations_gate_waits_cache_breaks_and_events_and_follow_waits_for_the_end(svc, tmp_path, capsys):
+    import threading
+
+    from laneflow.entrypoints.cli import main
+    from laneflow.usecases.start_run import create_run
+    from laneflow.wiring import local_engine
+
+    ws = _gate_copy(tmp_path)
+    drive(svc, ws, "fanout")
+    (ws / "agents" / "quick" / "agent.md").write_text((ws / "agents" / "quick" / "agent.md").read_text() + "More.\n")
+    run = create_run(svc, ws, "fanout")
+    driving = threading.Thread(target=lambda: local_engine(svc).drive(run.tenant, run.id, tick_s=0.02))
+    driving.start()
+    try:
+        assert main(["show", run.id, "--follow", "--store", svc.store.url]) == 0
+    finally:
+        driving.join(60)
+    followed = capsys.readouterr().out
+    assert "following; Ctrl-C to stop following" in followed and f"{run.id}: completed" in followed.splitlines()[-1]
+    assert "gate: prompt cache: waiting for the first quick step's reply" in followed
+    assert main(["show", run.id, "--store", svc.store.url]) == 0
+    shown = capsys.readouterr().out
+    assert "COLD  CACHE READ  CACHE WRITE  GATE WAIT" in shown and "quick@stub" in shown
+    assert "gate wait: " in shown and "events:" in shown and "call 1: " in shown
+    assert "cache break: persona changed since run-" in shown  # the lead: the persona changed since the last fanout run
+    assert main(["show", run.id, "--follow", "--json", "--store", svc.store.url]) == 0
+    assert json.loads(capsys.readouterr().out)["lanes"][0]["cold_prefixes"] == 1
