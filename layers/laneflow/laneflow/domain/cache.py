@@ -4,8 +4,8 @@ A prefix's size in tokens is counted the way the stub and the Messages API imita
 it: ``ceil(chars / 4)`` per block (a tool definition is its canonical JSON, the stable system
 block its text). The real API's tokenizer differs by a few per cent; the estimate says so.
 
-The minimum cacheable prefix per Claude model (Anthropic's prompt-caching documentation):
-below it a request neither writes nor reads the cache. The stub has no minimum.
+The minimum cacheable prefix of a Claude model is the price catalog's (`prices.json`
+`min_cacheable`): below it a request neither writes nor reads the cache. The stub has none.
 """
 
 from __future__ import annotations
@@ -22,21 +22,8 @@ CACHE_TTL_S = 300.0  # a 5-minute cache entry, refreshed by every read
 
 SHA_PREFIX = 12
 
-# Longest-prefix match on the model id (dated ids match their family); "*" for other Claude models.
-MIN_CACHEABLE: dict[str, int] = {
-    "claude-opus-4-6": 4096,
-    "claude-opus-4-5": 4096,
-    "claude-haiku-4-5": 4096,
-    "claude-sonnet-4-6": 2048,
-    "claude-sonnet-4-5": 1024,
-    "claude-opus-4-1": 1024,
-    "claude-opus-4": 1024,
-    "claude-sonnet-4": 1024,
-    "claude-3-7-sonnet": 1024,
-    "claude-3-5-haiku": 2048,
-    "claude-3-haiku": 2048,
-    "*": 1024,
-}
+# A Claude model the catalog gives no minimum for is taken to cache from this many tokens.
+FALLBACK_MIN_CACHEABLE = 1024
 
 
 
@@ -64,8 +51,11 @@ def tools_digest(names: Iterable[str]) -> str:
 
 
 def min_cacheable(model: str) -> int:
-    """The fewest prefix tokens the model caches (0 for the stub: it always caches)."""
+    """The fewest prefix tokens the model caches: the price catalog's `min_cacheable` (0 for
+    the stub: it always caches)."""
     if model == "stub":
         return 0
-    best = max((name for name in MIN_CACHEABLE if name != "*" and model.startswith(name)), key=len, default=None)
-    return MIN_CACHEABLE[best] if best else MIN_CACHEABLE["*"]
+    from laneflow.domain.pricing import catalog  # the catalog reads the records' token counts
+
+    known = catalog().min_cacheable(model)
+    return known if known is not None else FALLBACK_MIN_CACHEABLE
