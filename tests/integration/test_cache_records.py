@@ -91,3 +91,16 @@ def test_show_prints_lanes_durations_gate_waits_cache_breaks_and_events_and_foll
     assert "cache break: persona changed since run-" in shown  # the lead: the persona changed since the last fanout run
     assert main(["show", run.id, "--follow", "--json", "--store", svc.store.url]) == 0
     assert json.loads(capsys.readouterr().out)["lanes"][0]["cold_prefixes"] == 1
+
+
+def test_the_apis_run_json_carries_the_lanes_and_each_steps_cache_break(svc, tmp_path):
+    from test_api import call
+
+    ws = _gate_copy(tmp_path)
+    run = drive(svc, ws, "fanout", tenant="acme", options={"gate": False})
+    status, record, _ = call(svc, "GET", f"/runs/{run.id}")
+    assert status == 200
+    assert record["lanes"][0]["lane"] == "quick@stub" and record["lanes"][0]["cold_prefixes"] == 4
+    assert all("cache_break" in s and "prefix" in s for s in record["steps"])
+    assert any(s["cache_break"] == {"layer": "expired", "since": f"{run.id}/{s2['index']}"}
+               for s in record["steps"] for s2 in record["steps"] if s2 is not s)

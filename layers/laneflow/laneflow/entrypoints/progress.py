@@ -143,6 +143,7 @@ class Progress:
         self._seen: dict[int, tuple[StepStatus, int, bool]] = {}
         self._run_status: str | None = None
         self._live: Live | None = None
+        self._done = False
         self._console = Console(file=self.stream, width=width, force_terminal=self.live or None, no_color=plain_wanted()) if self.live else None
 
     def _elapsed(self) -> float:
@@ -155,16 +156,22 @@ class Progress:
             self._changes(run)
 
     def close(self) -> None:
-        """Leave the last frame on the screen."""
+        """Leave the last frame on the screen; later updates draw nothing."""
+        self._done = True
         if self._live is not None:
             self._live.stop()
             self._live = None
 
     def _redraw(self, run: Run) -> None:
+        if self._done:
+            return
         view = render(run, self._elapsed())
         if self._live is None:
             assert self._console is not None
-            self._live = Live(view, console=self._console, auto_refresh=False, transient=False)
+            # Nothing else is redirected: stdout stays the record's (--json), stderr the errors'.
+            self._live = Live(
+                view, console=self._console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False
+            )
             self._live.start()
         self._live.update(view, refresh=True)
         if run.status in ("completed", "failed", "awaiting-approval"):
