@@ -27,9 +27,15 @@ FALLBACK_MIN_CACHEABLE = 1024
 
 
 
+def tokens_in(chars: int) -> int:
+    """Tokens of a block of `chars` characters (/ 4, rounded up)."""
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+
 def tokens_of(text: str) -> int:
-    """Tokens of one block of text (its characters / 4, rounded up)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """Tokens of one block of text."""
+    return tokens_in(len(text))
 
 
 

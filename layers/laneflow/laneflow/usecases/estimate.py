@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_of
+from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_in, tokens_of
 from laneflow.domain.errors import Unavailable
 from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS, Estimate, LaneEstimate, LanePlan, cache_figures
 from laneflow.domain.flow import Flow, step_spec
@@ -45,7 +45,7 @@ def _stub_answer(agent: Agent, step: Step, run: Run) -> StubAnswer | None:
 
 def _stub_output(answer: StubAnswer) -> int:
     chars = [len(t.text) + sum(len(c.tool) + len(c.input) for c in t.calls) for t in answer.turns]
-    return sum(max(1, (n + 3) // 4) if n else 0 for n in chars)
+    return sum(tokens_in(n) for n in chars)  # as the stub counts its output
 
 
 

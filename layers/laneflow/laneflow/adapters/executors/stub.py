@@ -38,7 +38,7 @@ import uuid
 from laneflow.adapters.executors.isolation import Isolation
 from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
-from laneflow.domain.cache import CACHE_TTL_S, prefix_tokens
+from laneflow.domain.cache import CACHE_TTL_S, prefix_tokens, tokens_in
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.placeholders import fill
 from laneflow.domain.records import ModelCall, Tokens, utcnow
@@ -66,11 +66,6 @@ def _real_call(call: StubCall, tools: StepTools) -> str:
     except ValueError:
         raise ToolError(f"the input of this {call.tool} call is not JSON; write tool: NAME {{...}}") from None
     return tools.run(call.tool, args)
-
-
-
-def _estimate_tokens(chars: int) -> int:
-    return max(1, (chars + 3) // 4) if chars else 0
 
 
 
@@ -182,7 +177,7 @@ class StubExecutor:
                     ttft_ms=answer.ttft_ms,
                     model="stub",
                     tokens=Tokens(
-                        input=_estimate_tokens(prompt_chars), output=_estimate_tokens(out_chars),
+                        input=tokens_in(prompt_chars), output=tokens_in(out_chars),
                         cache_read=prefix if read else 0, cache_write=0 if read else prefix,
                     ),
                     tools=len(turn.calls),
