@@ -105,3 +105,14 @@ def test_post_estimates_answers_the_estimate_and_400s_naming_the_field(svc):
     status, body, _ = call(svc, "POST", "/estimates", {"workspace": "ws_gate", "flow": "fanuot"})
     assert status == 400 and "did you mean 'fanout'?" in body["message"]
     assert svc.store.list_runs("acme") == []  # nothing was written
+
+
+def test_the_openapi_document_describes_the_estimate_and_its_400(svc):
+    from test_api import call
+
+    status, document, _ = call(svc, "GET", "/openapi.json", tenant=None)
+    operation = document["paths"]["/estimates"]["post"]
+    assert status == 200 and {"200", "400"} <= set(operation["responses"])
+    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer["$ref"].endswith("/EstimateAnswer")
+    assert "output_tokens" in json.dumps(document["components"]["schemas"]["EstimateRequest"])

@@ -170,6 +170,22 @@ class EstimateRequest(BaseModel):
 
 
 
+class EstimateAnswer(BaseModel):
+    """What `POST /estimates` answers (and `laneflow estimate --json` prints)."""
+
+    workspace: str
+    flow: str
+    output_tokens_per_turn: int = Field(description="the output a Claude turn was assumed to write")
+    lanes: list[dict[str, Any]] = Field(
+        description="per lane: group, lane (agent@model), steps, parallel, turns, prefix_tokens, min_cacheable, cacheable, "
+        "and with_gate / without_gate: cold_prefixes, cache_write, cache_read, input, output, cost_usd"
+    )
+    totals: dict[str, Any] = Field(description="with_gate / without_gate: cold_prefixes, cache_write, cache_read, cost_usd")
+    cost_usd: dict[str, float] = Field(description="expected (with the gate), without_gate, low, high")
+    unpriced_models: list[str] = Field(description="models the price catalog has no price for (counted as $0)")
+
+
+
 def estimate_request(svc: Services, tenant: str, request: EstimateRequest) -> dict[str, Any]:
     """The estimate of the tenant's own workspace's flow, as `laneflow estimate --json` prints it."""
     if svc.workspaces is None:
