@@ -309,6 +309,7 @@ class StepRunner:
             network_enforce=bool(ws.settings.network_enforce),
             sandboxed=agent.sandboxed,
             secret_env=dict(self.secrets.env),
+            apis=tuple(agent.apis),
         )
         crashpoint("rescue-running" if step.rescue_of is not None else "executor-started")
         outcome = svc.executor(step.model).execute(job, recorder)
