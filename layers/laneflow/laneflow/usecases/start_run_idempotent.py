@@ -75,7 +75,23 @@ def start_run_idempotent(svc: Services, tenant: str, request: StartRun) -> Start
     if run_id and (earlier := _earlier(svc, tenant, run_id, request)):
         return Started(earlier, replayed=True)
     uri = svc.workspaces.locate(tenant, request.workspace)  # the caller's own workspace, never another tenant's
-    run = prepare_run(svc, svc.folders.open(uri), request.flow, request.input, tenant=tenant, model=request.model)
+    return start_in(svc, tenant, request, uri)
+
+
+
+def start_in(
+    svc: Services, tenant: str, request: StartRun, uri: str, *, account: str | None = None, options: dict[str, Any] | None = None
+) -> Started:
+    """`start_run_idempotent` in the workspace at `uri` (already the tenant's own): make the
+    run (or, for a key seen before, answer the one it made) and start its drive where this
+    deployment can (`svc.drives`); where it cannot, the run is left `queued`, and whoever
+    drives runs here (`laneflow run`, reconcile's re-drive of queued runs) drives it."""
+    run_id = idempotent_run_id(tenant, request.idempotency_key) if request.idempotency_key else None
+    if run_id and (earlier := _earlier(svc, tenant, run_id, request)):
+        return Started(earlier, replayed=True)
+    run = prepare_run(
+        svc, svc.folders.open(uri), request.flow, request.input, tenant=tenant, model=request.model, account=account, options=options
+    )
     run.workspace_uri = uri  # where every later reader finds it (an S3 URI in the cloud)
     if run_id:
         run.id = run_id
@@ -87,7 +103,8 @@ def start_run_idempotent(svc: Services, tenant: str, request: StartRun) -> Start
         if run_id and (earlier := _earlier(svc, tenant, run_id, request)):
             return Started(earlier, replayed=True)
         raise
-    svc.drives.start(tenant, run.id)
+    if svc.drives is not None:
+        svc.drives.start(tenant, run.id)
     return Started(run)
 
 

@@ -17,12 +17,12 @@ sandbox worker (they all run a step's tools through `StepTools`).
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from email.message import Message
+from http.client import HTTPMessage
 from typing import Any
 
 from laneflow.adapters.executors.tools import ToolError
@@ -50,7 +50,7 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
     def __init__(self, base_url: str):
         self.base_url = base_url
 
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Message, newurl: str) -> urllib.request.Request | None:
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: HTTPMessage, newurl: str) -> urllib.request.Request | None:
         why = within(self.base_url, newurl)
         if why:
             raise ToolError(f"refused: the server redirected ({code}) to {newurl.split('?')[0]}, and {why}")
@@ -104,7 +104,7 @@ class ApiTools:
     def definitions(self) -> list[dict[str, Any]]:
         defs = []
         for name, spec in sorted(self.apis.items()):
-            listed = f"; its operations are listed in your instructions" if spec.operations else ""
+            listed = "; its operations are listed in your instructions" if spec.operations else ""
             defs.append({
                 "name": name,
                 "description": (
@@ -140,6 +140,7 @@ class ApiTools:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _Redirects(spec.base_url))
         sent = sorted(spec.headers)
         started = time.monotonic()
+        where = f"{call.method} {url.split('?')[0]}"
         try:
             with opener.open(request, timeout=timeout_s) as response:
                 body, more = _read(response)
@@ -147,12 +148,10 @@ class ApiTools:
         except urllib.error.HTTPError as e:
             body, more = _read(e)
             raise ToolError(f"{name}: the API answered {e.code}\n" + _report(e.code, str(e.reason or ""), e.headers, body, more, sent)) from None
-        except (TimeoutError, socket.timeout):
-            raise ToolError(f"{name}: no answer within {timeout_s:.1f} s ({call.method} {url.split('?')[0]}); the call was given up") from None
-        except urllib.error.URLError as e:
-            if isinstance(e.reason, (TimeoutError, socket.timeout)):
-                raise ToolError(f"{name}: no answer within {timeout_s:.1f} s ({call.method} {url.split('?')[0]}); the call was given up") from None
-            raise ToolError(f"{name}: could not reach {url.split('?')[0]} ({e.reason})") from None
+        except (TimeoutError, urllib.error.URLError) as e:
+            if isinstance(e, TimeoutError) or isinstance(e.reason, TimeoutError):
+                raise ToolError(f"{name}: no answer within {timeout_s:.1f} s ({where}); the call was given up") from None
+            raise ToolError(f"{name}: could not reach {where} ({e.reason})") from None
         except (OSError, ValueError) as e:  # a reset connection, a malformed answer
             raise ToolError(f"{name}: the call failed ({type(e).__name__}: {e})") from None
         if stopped():
