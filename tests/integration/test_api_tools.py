@@ -258,3 +258,14 @@ def test_an_openapi_files_operations_are_listed_in_the_stable_apis_layer(tmp_pat
     assert "## api_tracker: https://tracker.example.com/api/v1 (sends the headers Accept, X-Token)" in layer.text
     assert "- GET /issues: List issues\n- POST /issues: createIssue\n- DELETE /issues/{id}: Delete an issue." in layer.text
     assert TOKEN not in prompt.stable + prompt.dynamic
+
+
+def test_in_a_sandboxed_step_the_call_is_made_by_the_sandbox_worker_with_the_same_code(svc, tmp_path, server):
+    ws = tracker_workspace(tmp_path, server.url, ['{"path": "/issues"}', '{"path": "http://example.com/"}'], sandbox=True)
+    run = drive(svc, ws, "fix")
+    assert run.status == RunStatus.completed, run.error
+    [step] = run.steps
+    assert any("sandbox worker" in e.text for e in step.events)  # it ran whole in the child
+    assert server.seen[0]["headers"]["X-Token"] == TOKEN
+    assert [failed for _, failed in outputs(svc, step)] == [False, True]
+    assert TOKEN.encode() not in stored_bytes("sqlite", tmp_path)
