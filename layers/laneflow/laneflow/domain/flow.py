@@ -309,7 +309,8 @@ class Flow(BaseModel):
     )
     input_schema: Annotated[dict[str, Any] | None, Says("input is a JSON Schema (a mapping)")] = None  # `input:`
     entries: list[Entry]
-    then: ThenSpec | None = None  # checked by flow_check (it needs the steps' agents)
+    # checked by flow_check (it needs the steps' agents)
+    then: Annotated[ThenSpec | None, Says("then is a mapping {flow: NAME, input: {...}}")] = None
 
     @field_validator("description", mode="before")
     @classmethod
