@@ -212,7 +212,7 @@ def base_url_problem(url: Any) -> str:
         return "base_url cannot hold spaces, line breaks or backslashes"
     try:
         parts = urlsplit(url)
-        port = parts.port
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as e:
         return f"base_url is not a URL ({e})"
     if parts.scheme not in ("http", "https"):
@@ -223,7 +223,6 @@ def base_url_problem(url: Any) -> str:
         return "base_url cannot carry a user or password; put credentials in a header naming a secret (${NAME})"
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         return "base_url cannot carry a query or fragment; pass query parameters in each call's query"
-    del port
     return ""
 
 
@@ -458,9 +457,9 @@ def target_url(base_url: str, call: ApiCall) -> str:
             path = _base_path(base_url) + relative.lstrip("/")
             if not relative.strip("/"):  # the base URL itself, as written
                 path = urlsplit(base_url).path or "/"
-    except ValueError as e:
-        if isinstance(e, CallInvalid):
-            raise
+    except CallInvalid:
+        raise
+    except ValueError as e:  # urlsplit: a malformed host or port
         raise CallInvalid(f"path is not a URL path ({e})") from None
     clean = _normalized(path)
     base = urlsplit(base_url)
