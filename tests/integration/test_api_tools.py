@@ -39,6 +39,7 @@ class Server:
 
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
+        self.on_slow: Any = None  # called when a request for /slow arrives
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -51,7 +52,9 @@ class Server:
                 outer.seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body})
                 path = self.path.split("?")[0]
                 if path == "/api/v1/slow":
-                    time.sleep(3)
+                    if outer.on_slow:
+                        outer.on_slow()
+                    time.sleep(6 if outer.on_slow else 3)
                 if path == "/api/v1/big":
                     return self._send(200, "x" * 45_000, "text/plain")
                 if path == "/api/v1/missing":
@@ -269,3 +272,17 @@ def test_in_a_sandboxed_step_the_call_is_made_by_the_sandbox_worker_with_the_sam
     assert server.seen[0]["headers"]["X-Token"] == TOKEN
     assert [failed for _, failed in outputs(svc, step)] == [False, True]
     assert TOKEN.encode() not in stored_bytes("sqlite", tmp_path)
+
+
+def test_a_stop_during_a_call_ends_the_step_at_once(svc, tmp_path, server):
+    from laneflow.usecases.stop import stop_run
+
+    ws = tracker_workspace(tmp_path, server.url, ['{"path": "/slow"}'])
+    stopped_at: list[float] = []
+    server.on_slow = lambda: (stop_run(svc, "local", svc.store.list_runs("local")[0].id), stopped_at.append(time.monotonic()))
+    run = drive(svc, ws, "fix")
+    took = time.monotonic() - stopped_at[0]
+    [step] = run.steps
+    assert run.status == RunStatus.failed and run.stop_requested
+    assert step.error.startswith("stopped by a person (during its api_tracker call"), step.error
+    assert took < 4, took  # the call was left, not waited for (the server answers after 6 s)

@@ -17,6 +17,7 @@ sandbox worker (they all run a step's tools through `StepTools`).
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +38,8 @@ MAX_READ_BYTES = 4 * MAX_RESPONSE_CHARS + 1_000_000  # read no further: the repo
 DEFAULT_API_TIMEOUT_S = 60.0
 
 MAX_REDIRECTS = 5
+
+STOP_POLL_S = 0.05  # how often a call in flight looks for a stop
 
 SHOWN_HEADERS = ("content-type", "content-length", "location", "retry-after", "etag", "last-modified", "link")
 
@@ -138,22 +141,50 @@ class ApiTools:
             headers.setdefault("Content-Type", call.content_type)
         request = urllib.request.Request(url, data=call.body, headers=headers, method=call.method)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _Redirects(spec.base_url))
-        sent = sorted(spec.headers)
+        exchange = _Exchange(name, opener, request, timeout_s, sent=sorted(spec.headers), where=f"{call.method} {url.split('?')[0]}")
+        # The call runs on its own thread, so a stop ends the attempt at once (the abandoned
+        # call ends by its own timeout; nothing reads what it gets).
+        worker = threading.Thread(target=exchange, name=f"laneflow-{name}", daemon=True)
         started = time.monotonic()
-        where = f"{call.method} {url.split('?')[0]}"
+        worker.start()
+        while worker.is_alive():
+            worker.join(STOP_POLL_S)
+            if stopped():
+                raise StepStopped(f"stopped by a person (during its {name} call, after {time.monotonic() - started:.1f} s)")
+        if exchange.error is not None:
+            raise exchange.error
+        return exchange.report
+
+
+
+class _Exchange:
+    """One request and its report, or the `ToolError` saying how it failed."""
+
+    def __init__(self, name: str, opener: urllib.request.OpenerDirector, request: urllib.request.Request, timeout_s: float, *, sent: list[str], where: str):
+        self.name, self.opener, self.request, self.timeout_s, self.sent, self.where = name, opener, request, timeout_s, sent, where
+        self.report = ""
+        self.error: ToolError | None = None
+
+    def __call__(self) -> None:
         try:
-            with opener.open(request, timeout=timeout_s) as response:
+            self.report = self._exchange()
+        except ToolError as error:
+            self.error = error
+        except Exception as error:  # noqa: BLE001 - whatever the call met is the tool's own failure
+            self.error = ToolError(f"{self.name}: the call failed ({type(error).__name__}: {error})")
+
+    def _exchange(self) -> str:
+        name, sent, where = self.name, self.sent, self.where
+        try:
+            with self.opener.open(self.request, timeout=self.timeout_s) as response:
                 body, more = _read(response)
-                report = _report(response.status, response.reason, response.headers, body, more, sent)
+                return _report(response.status, response.reason, response.headers, body, more, sent)
         except urllib.error.HTTPError as e:
             body, more = _read(e)
             raise ToolError(f"{name}: the API answered {e.code}\n" + _report(e.code, str(e.reason or ""), e.headers, body, more, sent)) from None
         except (TimeoutError, urllib.error.URLError) as e:
             if isinstance(e, TimeoutError) or isinstance(e.reason, TimeoutError):
-                raise ToolError(f"{name}: no answer within {timeout_s:.1f} s ({where}); the call was given up") from None
+                raise ToolError(f"{name}: no answer within {self.timeout_s:.1f} s ({where}); the call was given up") from None
             raise ToolError(f"{name}: could not reach {where} ({e.reason})") from None
         except (OSError, ValueError) as e:  # a reset connection, a malformed answer
             raise ToolError(f"{name}: the call failed ({type(e).__name__}: {e})") from None
-        if stopped():
-            raise StepStopped(f"stopped by a person (during its {name} call, after {time.monotonic() - started:.1f} s)")
-        return report
