@@ -34,54 +34,62 @@ from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
 TOKEN = "tracker-token-5f1c9a77d2"
 
 
+class Handler(BaseHTTPRequestHandler):
+    """Answers by path (`ROUTES`); keeps what each request carried on its server's `Server`."""
+
+    owner: Server
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode() if length else ""
+        self.owner.seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body})
+        route = ROUTES.get(self.path.split("?")[0])
+        if route is None:
+            return self.send(200, json.dumps({"method": self.command, "path": self.path, "body": body}))
+        route(self)
+
+    def send(self, status: int, text: str, kind: str = "application/json", location: str = "") -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        if location:
+            self.send_header("Location", location)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_DELETE = _answer
+
+
+def _slow(h: Handler) -> None:
+    if h.owner.on_slow:
+        h.owner.on_slow()
+    time.sleep(6 if h.owner.on_slow else 3)
+    h.send(200, "late")
+
+
+ROUTES = {
+    "/api/v1/slow": _slow,
+    "/api/v1/big": lambda h: h.send(200, "x" * 45_000, "text/plain"),
+    "/api/v1/missing": lambda h: h.send(404, '{"error": "no such issue"}'),
+    "/api/v1/boom": lambda h: h.send(500, "it broke"),
+    # a careless server echoes the credential back
+    "/api/v1/whoami": lambda h: h.send(200, json.dumps({"token": h.headers.get("X-Token")})),
+    "/api/v1/away": lambda h: h.send(302, "", location=f"http://localhost:{h.owner.port}/api/v1/echo"),
+    "/api/v1/inside": lambda h: h.send(302, "", location="/api/v1/echo?moved=1"),
+}
+
+
 class Server:
     """A small HTTP server on 127.0.0.1 in a thread; keeps what each request carried."""
 
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
         self.on_slow: Any = None  # called when a request for /slow arrives
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length).decode() if length else ""
-                outer.seen.append({"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body})
-                path = self.path.split("?")[0]
-                if path == "/api/v1/slow":
-                    if outer.on_slow:
-                        outer.on_slow()
-                    time.sleep(6 if outer.on_slow else 3)
-                if path == "/api/v1/big":
-                    return self._send(200, "x" * 45_000, "text/plain")
-                if path == "/api/v1/missing":
-                    return self._send(404, '{"error": "no such issue"}')
-                if path == "/api/v1/boom":
-                    return self._send(500, "it broke")
-                if path == "/api/v1/whoami":  # a careless server echoes the credential
-                    return self._send(200, json.dumps({"token": self.headers.get("X-Token")}))
-                if path == "/api/v1/away":
-                    return self._send(302, "", location=f"http://localhost:{outer.port}/api/v1/echo")
-                if path == "/api/v1/inside":
-                    return self._send(302, "", location="/api/v1/echo?moved=1")
-                return self._send(200, json.dumps({"method": self.command, "path": self.path, "body": body}))
-
-            def _send(self, status: int, text: str, kind: str = "application/json", location: str = "") -> None:
-                data = text.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                if location:
-                    self.send_header("Location", location)
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = _answer
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("Bound", (Handler,), {"owner": self}))
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/api/v1"
