@@ -148,3 +148,21 @@ def test_check_refuses_a_then_naming_an_unknown_flow_or_agents_not_in_the_flow(t
     found = {(p.line, p.field): p.message for p in check_workspace(ws)}
     assert "did you mean 'flow'" in found[(4, "then.flw")]
     assert "then.input is a mapping" in found[(5, "then.input")]
+
+
+def test_a_chained_run_nothing_drives_is_started_by_reconcile_as_in_the_cloud(svc, tmp_path):
+    """Where the run's end cannot start drives (EndRun in the cloud), the chained run waits
+    queued, and reconcile's re-drive of queued runs starts it."""
+    first = drive(svc, desk(tmp_path), "brief", {"topic": "tides"})
+    redriven: list[str] = []
+    reconcile(svc, Liveness(), redrive=lambda run: redriven.append(run.id))
+    assert redriven == [first.then_run]
+
+
+def test_laneflow_run_says_it_drives_the_chained_run_and_prints_both_summaries(tmp_path, capsys):
+    ws = desk(tmp_path)
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["run", str(ws), "brief", "--input", '{"topic": "tides"}', "--store", store]) == 0
+    captured = capsys.readouterr()
+    assert "chains to flow publish: run run-k-" in captured.err
+    assert captured.out.count(": completed (") == 2
