@@ -355,3 +355,11 @@ def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_pa
         assert "demo-tides-token" not in output
     assert (ws / "storage" / "tides-brest.md").read_text().startswith("# Tides at Brest")
     assert (ws / "storage" / "tides-st-malo.md").exists() and (ws / "state" / "tables-filed").read_text() == "2\n"
+
+
+def test_check_says_an_api_tool_comes_from_its_apis_entry_not_tools(tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_ok", root)
+    (root / "agents" / "writer" / "agent.md").write_text("---\ntools: [read_file, api_tracker]\n---\nYou write.\n")
+    [problem] = [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"]
+    assert (problem.line, problem.field) == (2, "tools[1]") and "comes from its apis: entry alone" in problem.message

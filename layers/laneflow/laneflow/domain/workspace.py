@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
-from laneflow.domain.apis import ApiSpec, check_apis
+from laneflow.domain.apis import API_PREFIX, ApiSpec, check_apis
 from laneflow.domain.errors import InvalidInput, Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, read_frontmatter, read_text, type_name
 from laneflow.domain.pricing import catalog
@@ -531,6 +531,8 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
     names = [t for t in tools if isinstance(t, str)] if isinstance(tools, list) else []
     for index, name, close in unknown_tools(names, scripts):
         hint = f" (did you mean {close!r}?)" if close else ""
+        if name.startswith(API_PREFIX):  # an API's tool is granted by its apis: entry alone
+            hint = f" (an API tool comes from its apis: entry alone; remove {name} from tools:)"
         problems.append(Problem(
             file=rel, line=front.lines.get(f"tools[{index}]", front.lines.get("tools")), field=f"tools[{index}]",
             message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts and script_<name>",
