@@ -98,8 +98,8 @@ class _Checker:
     problems: list[Problem]
 
     def error(self, index: int, field: str, message: str) -> None:
-        line = self.lines.get(f"apis[{index}]", self.lines.get("apis"))
         where = f"apis[{index}]" + (f".{field}" if field else "")
+        line = self.lines.get(where, self.lines.get(f"apis[{index}]", self.lines.get("apis")))
         self.problems.append(Problem(file=self.rel, line=line, field=where, message=message))
 
     def entry(self, index: int, raw: Any, seen: set[str]) -> ApiSpec | None:
