@@ -308,6 +308,13 @@ def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path
         "    headers: {Authorization: 'Bearer ${TRACKER_TOKEN}'}\n---\nYou write.\n"
     )
     assert [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"] == []
+    # Written as blocks, each problem is on its own key's line.
+    md.write_text(
+        "---\nsecrets: [TRACKER_TOKEN]\napis:\n  - name: tracker\n    base_url: ftp://tracker.example.com\n"
+        "    headers:\n      Accept: json\n      Authorization: 'Bearer ${TRACKER}'\n---\nYou write.\n"
+    )
+    lines = {p.field: p.line for p in check_workspace(root) if p.file == "agents/writer/agent.md"}
+    assert lines == {"apis[0].base_url": 5, "apis[0].headers.Authorization": 8}
 
 
 def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_would_use(tmp_path):
