@@ -46,7 +46,7 @@ def start_chained(svc: Services, run: Run) -> str | None:
         options["gate"] = run.options["gate"]
     try:
         request = StartRun(workspace=run.workspace, flow=str(then["flow"]), input=run_input, model=run.model, idempotency_key=then_key(run.id))
-        started = start_in(svc, run.tenant, request, run.workspace_uri, account=run_account(run), options=options)
+        started = start_in(svc, run.tenant, request, lambda: run.workspace_uri, account=run_account(run), options=options)
     except (LaneflowError, ValueError) as error:  # the flow or its input: the run records why
         reason = str(error).splitlines()[0]
         problems = getattr(error, "problems", None)
