@@ -161,6 +161,8 @@ def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secre
     assert not failed and created.startswith("HTTP 200 OK\ncontent-type: application/json")
     assert "(sent the headers Accept, X-Token)" in created  # names only
     assert '"token": "[TRACKER_TOKEN]"' in echoed  # the echo is masked
+    said = [e.text for e in run.steps[0].events if e.type == EventType.info]
+    assert f"API tools: api_tracker reaches {server.url} sending Accept, X-Token" in said
     assert TOKEN.encode() not in stored_bytes(on.kind, tmp_path)
     assert b"tracker-token" not in stored_bytes(on.kind, tmp_path)
 

@@ -75,7 +75,11 @@ def _secret_values(spec: ApiSpec, secret_env: dict[str, str]) -> dict[str, str]:
 
 
 def _report(status: int, reason: str, headers: Message, body: bytes, more: bool, sent: list[str]) -> str:
-    text = body.decode("utf-8", "replace")
+    charset = headers.get_content_charset() or "utf-8"
+    try:
+        text = body.decode(charset, "replace")
+    except LookupError:  # a charset Python does not know
+        text = body.decode("utf-8", "replace")
     total = f"more than {len(text):,}" if more else f"{len(text):,}"
     if more or len(text) > MAX_RESPONSE_CHARS:
         text = text[:MAX_RESPONSE_CHARS] + f"\n[body cut at {MAX_RESPONSE_CHARS:,} of {total} characters]"
@@ -103,6 +107,14 @@ class ApiTools:
     @property
     def names(self) -> list[str]:
         return sorted(self.apis)
+
+    def describe(self) -> str:
+        """One trace line: each tool, where it reaches, the headers it sends (names only)."""
+        parts = [
+            f"{name} reaches {spec.base_url}" + (f" sending {', '.join(sorted(spec.headers))}" if spec.headers else "")
+            for name, spec in sorted(self.apis.items())
+        ]
+        return "API tools: " + "; ".join(parts)
 
     def definitions(self) -> list[dict[str, Any]]:
         defs = []

@@ -114,7 +114,10 @@ class StepTools:
 
     def prepare(self) -> None:
         """Before the first model call: the trace names the isolation the step's programs
-        get, and `network_enforce: true` where it cannot be enforced fails the attempt."""
+        get, and `network_enforce: true` where it cannot be enforced fails the attempt. The
+        trace also names the step's API tools, where each reaches and which headers it sends."""
+        if self.apis.apis:
+            self.sink.event(EventType.info, self.apis.describe(), {"apis": self.apis.names})
         if not (self.runs_programs or self.job.sandboxed):
             return
         isolation = self.isolation
