@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laneflow.domain.apis import CallInvalid, check_apis, origin, parse_call, target_url
+from laneflow.domain.apis import CallInvalid, check_apis, origin, parse_call, read_operations, target_url
 
 BASES = st.sampled_from(["http://127.0.0.1:8080/api/v1", "https://api.example.com", "https://api.example.com/v2/", "http://h:81/a/b"])
 
@@ -83,3 +84,19 @@ def test_any_apis_entry_is_checked_into_problems_never_an_exception(raw):
     assert all(p.file == "agents/a/agent.md" and p.field and p.field.startswith("apis") for p in problems)
     if raw is not None and not problems:
         assert isinstance(raw, list) and len(specs) == len(raw)
+
+
+OPENAPI = st.one_of(
+    st.text(max_size=60),
+    st.sampled_from(["paths: {}", "paths: []", "paths:\n  /x:\n    get: {summary: 1}\n", "paths:\n  /x: [1]\n", "openapi: 3\npaths:\n  /x:\n    post: ~\n    x-y: 1\n",
+                     '{"paths": {"/a": {"get": {"description": "\\n"}}}}', "[", "{", ".inf", "a: *b", "\ufeffpaths: {}", "paths:\n  1: {get: {}}\n"]),
+)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+@given(text=OPENAPI)
+def test_any_openapi_file_gives_operations_or_a_reason_never_an_exception(tmp_path_factory, suffix, text):
+    path = tmp_path_factory.mktemp("openapi") / f"api{suffix}"
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    operations, problem = read_operations(path)
+    assert (operations == []) if problem else all(op.method and isinstance(op.path, str) for op in operations)
