@@ -5,7 +5,6 @@ Chromium or Playwright is absent; CI installs both (`make setup`)."""
 from __future__ import annotations
 
 import os
-
 from collections.abc import Iterator
 from typing import Any
 
