@@ -370,6 +370,7 @@ def test_the_openapi_document_lists_every_route(api_svc):
         ("/runs/{run_id}", "GET"),
         ("/runs/{run_id}/stop", "POST"),
         ("/runs/{run_id}/approval", "POST"),
+        ("/estimates", "POST"),
         ("/openapi.json", "GET"),
         ("/", "GET"),
         ("/assets/{name}", "GET"),

@@ -40,6 +40,7 @@ from laneflow.entrypoints.api import errors, viewer_assets
 from laneflow.entrypoints.api.errors import ErrorBody, Unauthenticated
 from laneflow.ports import Services
 from laneflow.usecases.approve import answer_approval
+from laneflow.usecases.estimate import EstimateAnswer, EstimateRequest, estimate_request
 from laneflow.usecases.start_run_idempotent import StartRun, start_run_idempotent
 from laneflow.usecases.stop import stop_run
 
@@ -261,6 +262,23 @@ def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, s
     if body.approve and svc.drives is not None:  # (not None when approving: checked above)
         svc.drives.start(tenant, run.id)
     return _record(run)
+
+
+
+# -- estimating a run ---------------------------------------------------------------------------
+
+
+@app.post(
+    "/estimates",
+    summary="Estimate a run before it runs: each lane's prefix, cache writes and reads with and without the gate, the cost range",
+    tags=["runs"],
+    responses={
+        200: {"description": "the estimate (nothing is written, nothing runs)", "content": {"application/json": {"model": EstimateAnswer}}},
+        **_errors(400, 401, 404, 503),
+    },
+)
+def estimate(body: Annotated[EstimateRequest, Body()], tenant: Tenant, svc: Svc) -> dict[str, Any]:
+    return estimate_request(svc, tenant, body)
 
 
 
