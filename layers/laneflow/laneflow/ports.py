@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import SecretStr
 
+from laneflow.domain.apis import ApiSpec
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.messages import ExecutionInput
@@ -130,6 +131,7 @@ class StepJob:
     size: str | None = None  # agent `size:` (small, medium, large): the programs' limits
     network_enforce: bool = False  # AGENTS.md `network_enforce:`: refuse a sandbox without a network fence
     sandboxed: bool = False  # `Agent.sandboxed`: the step runs in a sandbox worker
+    apis: tuple[ApiSpec, ...] = ()  # agent `apis:`: its `api_<name>` tools (headers unfilled)
 
 
 
