@@ -232,7 +232,7 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
     import dataclasses
 
     drives = StepFunctionsDrives(machine, client=sfn)
-    svc = dataclasses.replace(svc, drives=drives)
+    svc = dataclasses.replace(svc, drives=drives, continuations=drives)
     run = create_run(svc, workspace(tmp_path), "fan", {"items": ["a"]})
     first = drives.start(run.tenant, run.id)
     svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, execution=first,

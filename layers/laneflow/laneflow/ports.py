@@ -84,6 +84,10 @@ class DriveStarter(Protocol):
     def start(self, tenant: str, run_id: str) -> str:
         """Start a new drive of the run; returns the execution's id."""
 
+
+
+
+class DriveContinuer(Protocol):
     def continue_drive(self, start: ExecutionInput, name: str) -> str:
         """Start the execution `name` that continues a drive (NextDrive), with `start` as its
         input; idempotent: an execution of that name already started is the one returned.
@@ -523,6 +527,7 @@ class Services:
     read_secret: Callable[[str], str]
     on_end: OnEnd | None = None  # told about every run that ends
     drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
+    continuations: DriveContinuer | None = None  # continues a drive in a fresh execution (NextDrive)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
     tasks: SandboxTasks | None = None  # stops the Fargate tasks of sandboxed steps (cloud)
     telemetry: Telemetry = field(default_factory=NoTelemetry)

@@ -26,11 +26,11 @@ def next_drive(svc: Services, req: NextDriveRequest) -> DriveContinued:
     run = svc.store.get_run(tenant, run_id, steps=False)
     if run.status != RunStatus.running:
         return DriveContinued(run_id=run_id, execution=None, segment=req.run.segment)
-    if svc.drives is None:
+    if svc.continuations is None:
         raise Unavailable("this deployment cannot start executions, so a drive cannot go on in a fresh one")
     name = segment_name(run_id, req.run.drive, segment)
     start = ExecutionInput(tenant=tenant, run_id=run_id, drive=req.run.drive, segment=segment)
-    execution = svc.drives.continue_drive(start, name)
+    execution = svc.continuations.continue_drive(start, name)
     if run.execution != execution:  # a retried NextDrive has recorded it already
         driver: WorkerRef | None = StepFunctionsExecution(execution=execution) if isinstance(run.driver, StepFunctionsExecution) else run.driver
         try:

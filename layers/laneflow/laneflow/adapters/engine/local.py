@@ -48,12 +48,11 @@ from laneflow.adapters.engine import moto_patches
 from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
-from laneflow.domain.errors import Unavailable
 from laneflow.domain.lanes import sandboxed_agents
 from laneflow.domain.messages import ExecutionInput
 from laneflow.domain.records import Run
 from laneflow.paths import project_root
-from laneflow.ports import DriveStarter, Services, TokenGone
+from laneflow.ports import Services, TokenGone
 from laneflow.usecases.end_run import close_run
 from laneflow.usecases.reconcile import leave_drive
 
@@ -356,20 +355,15 @@ class DriveResult:
 
 
 class LocalContinuations:
-    """The engine's drive starter for its handlers: NextDrive's continuation is a fresh
+    """The engine's continuations for its handlers: NextDrive's continuation is a fresh
     execution on this process's interpreter, served by the same drive's handlers and
     sandbox workers, and followed by the drive that started the first (`LocalEngine.drive`
-    waits for each in turn). A new drive (`start`) is the caller's starter's, if it had one."""
+    waits for each in turn)."""
 
-    def __init__(self, engine: LocalEngine, drives: DriveStarter | None):
-        self.engine, self.drives = engine, drives
+    def __init__(self, engine: LocalEngine):
+        self.engine = engine
         self._lock = threading.Lock()
         self.followed: dict[str, list[str]] = {}  # run id -> its drive's executions, in order
-
-    def start(self, tenant: str, run_id: str) -> str:
-        if self.drives is None:
-            raise Unavailable("this process starts no new drives")
-        return self.drives.start(tenant, run_id)
 
     def follow(self, run_id: str, arn: str) -> None:
         with self._lock:
@@ -427,8 +421,8 @@ class LocalEngine:
         # Tokens are completed on this process's interpreter, and a drive continues in a fresh
         # execution of it: the engine's own copy of the services says so (the caller's are
         # left as they are).
-        self.continuations = LocalContinuations(self, svc.drives)
-        self.svc = dataclasses.replace(svc, callbacks=LocalCallbacks(), drives=self.continuations)
+        self.continuations = LocalContinuations(self)
+        self.svc = dataclasses.replace(svc, callbacks=LocalCallbacks(), continuations=self.continuations)
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
         self.registry = HandlerRegistry(self.template, svc.leaving, bind=lambda: bind(self.svc))
@@ -586,11 +580,6 @@ class LocalDrives:
             self.threads.append(thread)
         thread.start()
         return name
-
-    def continue_drive(self, start: ExecutionInput, name: str) -> str:
-        """A continuation is started by the engine driving the run (its handlers' starter,
-        `LocalContinuations`), never as a drive of its own."""
-        raise Unavailable(f"a continuation of {start.run_id} is started by the engine that drives it")
 
     def _drive(self, tenant: str, run_id: str) -> None:
         with self._places:
