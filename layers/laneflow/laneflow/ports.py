@@ -6,6 +6,7 @@ handed a `Services` holding them, never reaching for a global.
 - `Executor` / `ExecutionSink`: running one attempt of one step on a model.
 - `TaskCallbacks`: completing a state machine's callback tokens.
 - `DriveStarter`: starting a new drive of a run.
+- `DriveContinuer`: continuing a drive in a fresh execution (NextDrive).
 - `CaptureSink`: keeping tool calls' input and output beside the run.
 - `OnEnd`: told about every run that ends.
 - `WorkspaceSource`: finding a workspace by name; `WorkspaceFolders`: a folder holding it.
