@@ -1,7 +1,7 @@
 """Benchmark: what a drive's decisions read from the store, for 100 groups of 10 stub steps.
 
 NextGroup and SettleGroup decide what runs next; this counts the store reads they make (calls
-of `get_steps` and `group_outline`, and the rows those return) over a whole run on the
+of `get_steps` and `get_group_outline`, and the rows those return) over a whole run on the
 embedded engine. RunStep's own reads are not counted (one step each).
 
     python bench/drive_reads.py [--groups 100] [--fanout 10] [--json]
@@ -26,7 +26,7 @@ from laneflow.wiring import for_store, local_engine
 
 def counted(store, reads: Counter) -> None:
     """Count the calls and rows of the store's step reads, on the store itself."""
-    for name in ("get_steps", "group_outline"):
+    for name in ("get_steps", "get_group_outline"):
         method = getattr(store, name, None)
         if method is None:
             continue

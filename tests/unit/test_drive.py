@@ -173,7 +173,7 @@ def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settl
     t, r = run.tenant, run.id
     svc.store.update_step(t, r, 0, StepChanges(status=StepStatus.completed, cost_usd=0.25))
     svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.completed, cost_usd=0.5))
-    reads, get_steps, outline = [], svc.store.get_steps, svc.store.group_outline
+    reads, get_steps, outline = [], svc.store.get_steps, svc.store.get_group_outline
 
     def counted(tenant, run_id, *, group=None):
         reads.append(group)
@@ -184,7 +184,7 @@ def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settl
         return outline(tenant, run_id)
 
     monkeypatch.setattr(svc.store, "get_steps", counted)
-    monkeypatch.setattr(svc.store, "group_outline", outlined)
+    monkeypatch.setattr(svc.store, "get_group_outline", outlined)
     assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "next"
     assert reads == [0, "outline", 0]  # the group's steps to tidy, the outline, the group as tidied
     assert svc.store.get_run(t, r, steps=False).cost_usd == 0.75

@@ -248,7 +248,7 @@ class Store(ABC):
         """Steps ordered by index (without events, calls or layers), of one group if given."""
 
     @abstractmethod
-    def group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+    def get_group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
         """The run's groups in numbers, by group (`laneflow.domain.outline`): what a drive's
         decisions need of the steps they do not read whole. `RunNotFound` if absent."""
 

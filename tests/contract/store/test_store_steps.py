@@ -91,7 +91,7 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
     store.update_step(t, r, 4, StepChanges(status=StepStatus.awaiting_approval))
     store.update_step(t, r, 6, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"))
 
-    outline = store.group_outline(t, r)
+    outline = store.get_group_outline(t, r)
 
     assert outline == [
         GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7),
@@ -103,7 +103,7 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
                        optional=s.optional, cost_usd=s.cost_usd) for s in store.get_steps(t, r)]
     assert outline_of(facts) == outline
     with pytest.raises(NotFound):
-        store.group_outline(t, "run-none")
+        store.get_group_outline(t, "run-none")
 
 
 def test_a_steps_cache_break_and_prefix_are_kept_with_its_attempts_end_and_read_back_as_written(store: Store):

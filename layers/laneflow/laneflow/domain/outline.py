@@ -1,5 +1,5 @@
 """A run's groups in numbers: what NextGroup and SettleGroup decide on without reading every
-step of the run (`Store.group_outline`). A run of 100 groups of 10 read its 1,000 steps whole
+step of the run (`Store.get_group_outline`). A run of 100 groups of 10 read its 1,000 steps whole
 at every group; the outline is one row per group, and only the group a decision is about is
 read whole."""
 

@@ -52,7 +52,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         return Plan(action="end", reason=f"run is {run.status}", used=req.used)
     if run.stop_requested:
         return Plan(action="end", reason=STOPPED, used=req.used)
-    outline = store.group_outline(run.tenant, run.id)  # one row per group, not every step
+    outline = store.get_group_outline(run.tenant, run.id)  # one row per group, not every step
     left = unsettled(outline)
     if left is not None:
         settle = costs.group - costs.states.get("RunGroup", 0)

@@ -99,12 +99,12 @@ class Settler:
         groups an `until:` step of this group loops back to. Never every step of the run."""
         tenant, run_id = self.run.tenant, self.run.id
         if self.run.stop_requested:  # nothing else is read or written for a stopped run
-            self.settle_cost(self.store.group_outline(tenant, run_id))
+            self.settle_cost(self.store.get_group_outline(tenant, run_id))
             return Settlement(action="end", reason=STOPPED)
         members = self.store.get_steps(tenant, run_id, group=self.group)
         later = [s for s in members if s.rescue_of is None and s.status == StepStatus.pending and 0 <= self.through < s.index]
         self.apply_tidying(tidy(self.run, within(members, self.through)))
-        outline = self.store.group_outline(tenant, run_id)
+        outline = self.store.get_group_outline(tenant, run_id)
         self.settle_cost(outline)
         if later:  # the group's later windows are still to run: it is settled after its last
             return Settlement(action="next", reason=f"{len(later)} step(s) of group {self.group} still to run")

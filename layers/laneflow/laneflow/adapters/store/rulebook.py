@@ -330,7 +330,7 @@ class RuleBookStore(Primitives, Store):
         return self._steps(docs, run_id)
 
     @_entry()
-    def group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+    def get_group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
         check_tenant(tenant)
         outline = self._read_outline(tenant, run_id)
         if not outline and not self._run_exists(tenant, run_id):
