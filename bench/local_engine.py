@@ -5,18 +5,24 @@ handlers in-process) and the real SQLite store, so the figure is laneflow's orch
 overhead per step. Writes bench/RESULTS.md's section (with --write) and prints a table, or
 one JSON object with --json.
 
-    python bench/local_engine.py [--groups 10] [--fanout 100] [--json] [--write]
+    python bench/local_engine.py [--groups 10] [--fanout 100] [--json] [--write] [--copies]
+
+`--copies` also times every deep copy moto's interpreter makes (it copies a state's input
+for each Map iteration, Parallel branch and Task frame), summed over its threads, and prints
+that per step: how much of a step's cost is copying what the definition carries.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
 import resource
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +32,39 @@ from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
 
 HERE = Path(__file__).resolve().parent
+
+
+class CopyClock:
+    """Times the outermost `copy.deepcopy` calls of every thread (moto calls it through the
+    module, so replacing the module's function sees them all)."""
+
+    def __init__(self) -> None:
+        self.seconds, self.calls = 0.0, 0
+        self._lock, self._depth = threading.Lock(), threading.local()
+        self._original = copy.deepcopy
+
+    def __enter__(self) -> CopyClock:
+        original = self._original
+
+        def timed(value, memo=None, _nil=[]):  # noqa: B006 - copy.deepcopy's own signature
+            depth = getattr(self._depth, "n", 0)
+            if depth:
+                return original(value, memo, _nil)
+            self._depth.n = 1
+            started = time.perf_counter()
+            try:
+                return original(value, memo, _nil)
+            finally:
+                self._depth.n = 0
+                with self._lock:
+                    self.seconds += time.perf_counter() - started
+                    self.calls += 1
+
+        copy.deepcopy = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        copy.deepcopy = self._original
 
 
 def make_workspace(root: Path, groups: int) -> Path:
@@ -59,7 +98,7 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
 
 
-def run_bench(groups: int, fanout: int, gate: bool = False) -> dict:
+def run_bench(groups: int, fanout: int, gate: bool = False, copies: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ws = make_workspace(root, groups)
@@ -70,12 +109,18 @@ def run_bench(groups: int, fanout: int, gate: bool = False) -> dict:
         engine.drive(warm.tenant, warm.id)
 
         run = create_run(svc, ws, "bench", {"items": [f"item-{i}" for i in range(fanout)]}, options={"gate": gate})
+        clock = CopyClock()
         started = time.perf_counter()
-        result = engine.drive(run.tenant, run.id)
+        if copies:
+            with clock:
+                result = engine.drive(run.tenant, run.id)
+        else:
+            result = engine.drive(run.tenant, run.id)
         wall = time.perf_counter() - started
         steps = len(result.run.steps)
         statuses = Counter(str(s.status) for s in result.run.steps)
-        history = engine.history(result.execution_arn)
+        executions = getattr(result, "executions", None) or [result.execution_arn]
+        history = [e for arn in executions for e in engine.history(arn)]
         entered = sum(1 for e in history if e["type"].endswith("StateEntered"))
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
@@ -93,6 +138,9 @@ def run_bench(groups: int, fanout: int, gate: bool = False) -> dict:
         "history_events": len(history),
         "history_events_per_step": round(len(history) / steps, 2),
         "peak_rss_mib": round(rss_mib, 1),
+        "executions": len(executions),
+        **({"deepcopy_ms_per_step": round(clock.seconds * 1000 / steps, 3), "deepcopy_calls_per_step": round(clock.calls / steps, 1)}
+           if copies else {}),
         "goal": "1,000 steps in under 8 s on 2 cores",
         "goal_met": steps == groups * fanout and result.run.status == "completed" and wall < 8,
         "machine": machine(),
@@ -138,8 +186,9 @@ def main() -> int:
     parser.add_argument("--fanout", type=int, default=100)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
+    parser.add_argument("--copies", action="store_true", help="also time moto's deep copies (per step)")
     args = parser.parse_args()
-    rows = [run_bench(args.groups, args.fanout, gate=False), run_bench(args.groups, args.fanout, gate=True)]
+    rows = [run_bench(args.groups, args.fanout, gate=g, copies=args.copies) for g in (False, True)]
     if args.write:
         write_section(HERE / "RESULTS.md", "local_engine", markdown(rows))
     if args.json:

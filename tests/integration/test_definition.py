@@ -28,6 +28,7 @@ EVENT_MODELS = {
     "settle_group": contracts.SettleGroupRequest,
     "end_run": contracts.EndRunRequest,
     "park_run": contracts.ParkRequest,
+    "next_drive": contracts.NextDriveRequest,
 }
 
 

@@ -158,33 +158,38 @@ def test_a_gated_lane_s_siblings_map_runs_the_lane_s_whole_cap():
     # The reserve (laneflow.domain.gate), not a smaller Map, keeps lead + siblings within it.
     flow = flow_of([StepSpec(agent="a", parallel=3)])
     [lane] = plan_lanes([step(i, "a") for i in range(6)], flow, 100, gate=True)
-    assert [s.index for s in lane.starters] == [0] and [s.index for s in lane.siblings] == [1, 2, 3, 4, 5]
+    assert (lane.starters, lane.starter_role, lane.siblings) == ([0], "lead", [1, 2, 3, 4, 5])
     assert (lane.parallel, lane.sibling_parallel) == (3, 3)
 
 
 def test_a_lane_capped_at_one_at_a_time_has_no_gate():
     flow = flow_of([StepSpec(agent="a", parallel=1)])
     [lane] = plan_lanes([step(i, "a") for i in range(3)], flow, 100, gate=True)
-    assert [s.role for s in lane.starters] == ["solo"] * 3 and lane.siblings == []
+    assert (lane.starters, lane.starter_role, lane.siblings) == ([0, 1, 2], "solo", [])
 
 
-def test_settle_reads_the_run_s_steps_whole_once_and_settles_its_cost_from_that_read(svc, started, monkeypatch):
+def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settles_its_cost_from_that(svc, started, monkeypatch):
     run, ref = started
     t, r = run.tenant, run.id
     svc.store.update_step(t, r, 0, StepChanges(status=StepStatus.completed, cost_usd=0.25))
     svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.completed, cost_usd=0.5))
-    reads, get_steps = [], svc.store.get_steps
+    reads, get_steps, outline = [], svc.store.get_steps, svc.store.get_group_outline
 
     def counted(tenant, run_id, *, group=None):
         reads.append(group)
         return get_steps(tenant, run_id, group=group)
 
+    def outlined(tenant, run_id):
+        reads.append("outline")
+        return outline(tenant, run_id)
+
     monkeypatch.setattr(svc.store, "get_steps", counted)
+    monkeypatch.setattr(svc.store, "get_group_outline", outlined)
     assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "next"
-    assert reads == [0, None]  # the group's steps to tidy, then the run's once
+    assert reads == [0, "outline", 0]  # the group's steps to tidy, the outline, the group as tidied
     assert svc.store.get_run(t, r, steps=False).cost_usd == 0.75
     reads.clear()
     svc.store.request_stop(t, r)
     svc.store.update_step(t, r, 1, StepChanges(cost_usd=1.0))
     assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "end"
-    assert reads == [None] and svc.store.get_run(t, r, steps=False).cost_usd == 1.25  # a stopped run's cost still settles
+    assert reads == ["outline"] and svc.store.get_run(t, r, steps=False).cost_usd == 1.25  # a stopped run's cost still settles

@@ -6,6 +6,7 @@ handed a `Services` holding them, never reaching for a global.
 - `Executor` / `ExecutionSink`: running one attempt of one step on a model.
 - `TaskCallbacks`: completing a state machine's callback tokens.
 - `DriveStarter`: starting a new drive of a run.
+- `DriveContinuer`: continuing a drive in a fresh execution (NextDrive).
 - `CaptureSink`: keeping tool calls' input and output beside the run.
 - `OnEnd`: told about every run that ends.
 - `WorkspaceSource`: finding a workspace by name; `WorkspaceFolders`: a folder holding it.
@@ -30,6 +31,8 @@ from pydantic import SecretStr
 from laneflow.domain.apis import ApiSpec
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.messages import ExecutionInput
+from laneflow.domain.outline import GroupOutline
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -81,6 +84,15 @@ class TaskCallbacks(Protocol):
 class DriveStarter(Protocol):
     def start(self, tenant: str, run_id: str) -> str:
         """Start a new drive of the run; returns the execution's id."""
+
+
+
+
+class DriveContinuer(Protocol):
+    def continue_drive(self, start: ExecutionInput, name: str) -> str:
+        """Start the execution `name` that continues a drive (NextDrive), with `start` as its
+        input; idempotent: an execution of that name already started is the one returned.
+        Returns the execution's id."""
 
 
 
@@ -234,6 +246,11 @@ class Store(ABC):
     @abstractmethod
     def get_steps(self, tenant: str, run_id: str, *, group: int | None = None) -> list[Step]:
         """Steps ordered by index (without events, calls or layers), of one group if given."""
+
+    @abstractmethod
+    def get_group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        """The run's groups in numbers, by group (`laneflow.domain.outline`): what a drive's
+        decisions need of the steps they do not read whole. `RunNotFound` if absent."""
 
     @abstractmethod
     def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
@@ -511,6 +528,7 @@ class Services:
     read_secret: Callable[[str], str]
     on_end: OnEnd | None = None  # told about every run that ends
     drives: DriveStarter | None = None  # starts a new drive of a run (API, reconcile in the cloud)
+    continuations: DriveContinuer | None = None  # continues a drive in a fresh execution (NextDrive)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
     tasks: SandboxTasks | None = None  # stops the Fargate tasks of sandboxed steps (cloud)
     telemetry: Telemetry = field(default_factory=NoTelemetry)

@@ -6,7 +6,7 @@ import os
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from laneflow.domain.tenants import check_tenant
 
@@ -22,6 +22,7 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("max_lane_parallel", "LANEFLOW_MAX_LANE_PARALLEL"),
     ("local_drives", "LANEFLOW_LOCAL_DRIVES"),
     ("max_drives", "LANEFLOW_MAX_DRIVES"),
+    ("history_budget", "LANEFLOW_HISTORY_BUDGET"),
     ("on_end_command", "LANEFLOW_ON_END_COMMAND"),
     ("event_bus", "LANEFLOW_EVENT_BUS"),
     ("state_machine_arn", "LANEFLOW_STATE_MACHINE_ARN"),
@@ -50,6 +51,9 @@ class Settings(BaseModel):
     max_lane_parallel: int = 100  # the most steps of one lane in flight when `parallel:` is unset
     local_drives: int = 4  # LANEFLOW_LOCAL_DRIVES: drives `laneflow serve` runs at once (more wait)
     max_drives: int = 5  # LANEFLOW_MAX_DRIVES: reconcile closes a run failed after this many drives
+    # LANEFLOW_HISTORY_BUDGET: the most history events one execution of a drive records before
+    # the drive continues in a fresh one (AWS keeps 25,000; this project allows 20,000).
+    history_budget: int = Field(default=18_000, ge=100)
     on_end_command: str | None = None  # LANEFLOW_ON_END_COMMAND: run with "run finished" JSON on stdin
     event_bus: str | None = None  # LANEFLOW_EVENT_BUS: EventBridge bus for "run finished" (cloud)
     state_machine_arn: str | None = None  # LANEFLOW_STATE_MACHINE_ARN: drives start executions of it (cloud)

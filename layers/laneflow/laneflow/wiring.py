@@ -95,6 +95,7 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         if cfg.event_bus
         else LocalOnEnd(local_folder(store, cfg) / "events.jsonl", cfg.on_end_command)
     )
+    drives = StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None
     return Services(
         store=store,
         captures=capture_sink(store, cfg),
@@ -104,7 +105,8 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         make_executor=make_executor(cfg),
         read_secret=read_model_key,
         on_end=on_end,
-        drives=StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None,
+        drives=drives,
+        continuations=drives,
         workspaces=workspace_source(cfg),
         telemetry=telemetry(),
         tasks=EcsTasks(),  # its client is made only if a run with a Fargate-task attempt is stopped

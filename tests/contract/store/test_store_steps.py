@@ -77,6 +77,35 @@ def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_stat
     assert snapshot(store, run) == before
 
 
+def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: Store):
+    """NextGroup and SettleGroup decide on the outline instead of reading every step: it must
+    say what the steps say, whatever the backend counts it with."""
+    from laneflow.domain.outline import GroupOutline, StepFacts, outline_of
+
+    run = new_run(store, steps=7)  # groups 0, 0, 1, 1, 2, 2, 3
+    t, r = run.tenant, run.id
+    store.update_step(t, r, 0, StepChanges(status=StepStatus.completed, cost_usd=0.25))
+    store.update_step(t, r, 1, StepChanges(status=StepStatus.failed, cost_usd=0.5))
+    store.add_steps(t, r, [Step(index=7, group=0, rescue_of=1, agent="fixer", instruction="rescue", cost_usd=0.125)])
+    store.update_step(t, r, 2, StepChanges(status=StepStatus.failed, cycle=2))
+    store.update_step(t, r, 4, StepChanges(status=StepStatus.awaiting_approval))
+    store.update_step(t, r, 6, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"))
+
+    outline = store.get_group_outline(t, r)
+
+    assert outline == [
+        GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7),
+        GroupOutline(group=1, cycle=2, pending=1, failed_required=1, unfinished_rescues=0, cost_usd=0.0, last_index=3),
+        GroupOutline(group=2, cycle=0, pending=2, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=5),
+        GroupOutline(group=3, cycle=0, pending=0, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=6),
+    ]
+    facts = [StepFacts(index=s.index, group=s.group, cycle=s.cycle, status=s.status.value, rescue=s.rescue_of is not None,
+                       optional=s.optional, cost_usd=s.cost_usd) for s in store.get_steps(t, r)]
+    assert outline_of(facts) == outline
+    with pytest.raises(NotFound):
+        store.get_group_outline(t, "run-none")
+
+
 def test_a_steps_cache_break_and_prefix_are_kept_with_its_attempts_end_and_read_back_as_written(store: Store):
     from laneflow.domain.records import AttemptRef, AttemptStatus
 

@@ -10,11 +10,9 @@ from laneflow.domain.flow import Flow
 from laneflow.domain.messages import (
     Lane,
     LaneKey,
-    LaneStep,
 )
 from laneflow.domain.records import (
     Step,
-    StepStatus,
 )
 
 
@@ -30,7 +28,8 @@ def waiting_line(agent: str) -> str:
 
 
 def plan_lanes(
-    steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool = False, sandboxed: Collection[str] = ()
+    steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool = False, sandboxed: Collection[str] = (),
+    group: Collection[Step] | None = None,
 ) -> list[Lane]:
     """Group a launching group's steps into lanes keyed by (agent, model), in index order.
 
@@ -41,22 +40,33 @@ def plan_lanes(
     (laneflow.domain.gate), so the gate never lowers the lane's concurrency. A lone step, or
     a lane capped at one at a time (whose siblings start only after the lead ends anyway),
     has no gate. A lane whose agent is in
-    `sandboxed` runs its steps in sandbox workers (all steps of a lane share its agent)."""
+    `sandboxed` runs its steps in sandbox workers (all steps of a lane share its agent).
+
+    `steps` may be a window of the group (`group`, all its flow steps): a lane's lead is its
+    first step in the whole group, so a window without it has siblings only, which find the
+    gate its lead opened in an earlier window; whether a lane is gated is decided by its
+    size in the whole group."""
     caps = {(e.index, slot): spec.parallel for e in flow.entries for slot, spec in enumerate(e.steps)}
     lanes: OrderedDict[LaneKey, list[Step]] = OrderedDict()
     for step in sorted(steps, key=lambda s: s.index):
         lanes.setdefault(LaneKey(step.agent or "", step.model), []).append(step)
+    whole: dict[LaneKey, list[int]] = {}
+    for step in sorted(group if group is not None else steps, key=lambda s: s.index):
+        if step.rescue_of is None:
+            whole.setdefault(LaneKey(step.agent or "", step.model), []).append(step.index)
     planned = []
     for lane, members in lanes.items():
         limits = [caps.get((s.entry, s.slot)) for s in members]
         parallel = min([c for c in limits if c] + [max_parallel, len(members)])
         parallel = max(1, parallel)
-        gated = gate and len(members) > 1 and parallel > 1
-        if gated:
-            starters = [LaneStep(index=members[0].index, role="lead")]
-            siblings = [LaneStep(index=s.index, role="sibling") for s in members[1:]]
+        indexes = whole.get(lane) or [s.index for s in members]
+        gated = gate and len(indexes) > 1 and min([c for c in limits if c] + [max_parallel, len(indexes)]) > 1
+        if gated and members[0].index == indexes[0]:
+            starters, siblings = [members[0].index], [s.index for s in members[1:]]
+        elif gated:
+            starters, siblings = [], [s.index for s in members]
         else:
-            starters, siblings = [LaneStep(index=s.index, role="solo") for s in members], []
+            starters, siblings = [s.index for s in members], []
         planned.append(
             Lane(
                 key=str(lane),
@@ -65,24 +75,12 @@ def plan_lanes(
                 parallel=parallel,
                 starters=starters,
                 siblings=siblings,
+                starter_role="lead" if gated else "solo",
                 sibling_parallel=parallel,
                 sandboxed=lane.agent in sandboxed,
             )
         )
     return planned
-
-
-
-def unsettled_group(steps: list[Step]) -> tuple[int, int] | None:
-    """The earliest group an earlier drive left unsettled: a rescue not finished, or a
-    required flow step that failed (its group's settlement never ran). (group, cycle)."""
-    found = [
-        (s.group, s.cycle)
-        for s in steps
-        if (s.rescue_of is not None and s.status in (StepStatus.pending, StepStatus.running))
-        or (s.rescue_of is None and s.status == StepStatus.failed and not s.optional)
-    ]
-    return min(found) if found else None
 
 
 

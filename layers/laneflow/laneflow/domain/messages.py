@@ -19,10 +19,27 @@ class Contract(BaseModel):
 
 
 
+class ExecutionInput(Contract):
+    """What an execution of the state machine is started with. A continuation (a drive
+    going on in a fresh execution: NextDrive) names its drive and its segment number; a
+    drive's first execution has segment 0."""
+
+    tenant: str
+    run_id: str
+    drive: int = 0
+    segment: int = 0
+
+
+
 class StartDriveRequest(Contract):
     tenant: str
     run_id: str
     execution: str = ""  # $$.Execution.Id
+    input: ExecutionInput | None = None  # the execution's input ($)
+
+    @property
+    def segment(self) -> int:
+        return self.input.segment if self.input is not None else 0
 
 
 
@@ -32,6 +49,7 @@ class DriveRef(Contract):
     tenant: str
     run_id: str
     drive: int = 0
+    segment: int = 0  # which execution of this drive (0: its first; NextDrive counts on)
 
 
 
@@ -70,14 +88,19 @@ class Lane(Contract):
     most `parallel` at a time; `siblings` wait for the lead's reply, at most
     `sibling_parallel` (= `parallel`) at a time, the one that would pass the cap while the
     lead runs waiting for its end (laneflow.domain.gate), so the lane never runs more than
-    `parallel` at once."""
+    `parallel` at once.
+
+    Steps are carried as their indexes only (the definition makes each Map item's step
+    `{index, role}` from `starter_role`, or "sibling"): a window of a fan-out of 100,000
+    stays a few kilobytes, and each Map iteration copies little."""
 
     key: str  # str(LaneKey): "<agent>@<model>"
     agent: str
     model: str
     parallel: int
-    starters: list[LaneStep]
-    siblings: list[LaneStep] = Field(default_factory=list)
+    starters: list[int]
+    siblings: list[int] = Field(default_factory=list)
+    starter_role: Literal["solo", "lead"] = "solo"  # a gated lane's one starter is its lead
     sibling_parallel: int = 1
     # Its agent runs in a sandbox worker: the definition runs the lane's steps through the
     # sandbox state (`ecs:runTask.waitForTaskToken`), not the RunStep function.
@@ -85,12 +108,15 @@ class Lane(Contract):
 
     @property
     def steps(self) -> list[LaneStep]:
-        return self.starters + self.siblings
+        return [LaneStep(index=i, role=self.starter_role) for i in self.starters] + [
+            LaneStep(index=i, role="sibling") for i in self.siblings
+        ]
 
 
 
 class NextGroupRequest(Contract):
     run: DriveRef
+    used: int = 0  # history events this execution has recorded so far (laneflow.domain.history)
 
 
 
@@ -104,6 +130,11 @@ class Plan(Contract):
     cycle: int = 0
     lanes: list[Lane] = Field(default_factory=list)
     reason: str | None = None
+    # The window a `run` plan holds: the group's pending steps up to this index (-1: all
+    # of them). A lane larger than what is left of the execution's history budget runs in
+    # windows, later ones in later executions; SettleGroup settles the group after its last.
+    through: int = -1
+    used: int = 0  # history events this execution will have recorded once the plan has run
 
 
 
@@ -174,6 +205,8 @@ class SettleGroupRequest(Contract):
     run: DriveRef
     group: int
     cycle: int = 0
+    through: int = -1  # the window that ran (Plan.through); -1: the whole group
+    used: int = 0
 
 
 
@@ -181,9 +214,31 @@ class Settlement(Contract):
     """SettleGroup's answer: the next group, rescues to run first, a loop back to an
     earlier group (a new cycle), or the end of the run."""
 
-    action: Literal["next", "rescue", "loop", "end"]
+    action: Literal["next", "rescue", "loop", "end", "continue"]
     reason: str | None = None
     rescues: list[LaneStep] = Field(default_factory=list)
+    # Echoed for the definition, which keeps the settlement where the plan was (so the
+    # plan's lanes are dropped once its group has run): the group, its window, and the
+    # history events used (the rescues to run counted in).
+    group: int = -1
+    cycle: int = 0
+    through: int = -1
+    used: int = 0
+
+
+
+class NextDriveRequest(Contract):
+    """NextDrive: this execution's history is spent; the drive goes on in a fresh one."""
+
+    run: DriveRef
+    execution: str = ""  # $$.Execution.Id of the execution that ends
+
+
+
+class DriveContinued(Contract):
+    run_id: str
+    execution: str | None  # the fresh execution (None: the run had ended, nothing started)
+    segment: int
 
 
 

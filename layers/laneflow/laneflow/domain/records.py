@@ -256,6 +256,9 @@ class Run(Record):
     revision: str | None = None
     cost_usd: float = 0.0
     drives: int = 0
+    # Continuations: how many times a drive went on in a fresh execution because its history
+    # budget was spent (NextDrive). Not drives: `drives` counts the first drive and re-drives.
+    segments: int = 0
     error: str | None = None
     model: str | None = None  # a run-wide model override (`--model`)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -321,6 +324,7 @@ class RunChanges(Changes):
     revision: str | None = None
     cost_usd: float = Field(default=_UNSET)
     drives: int = Field(default=_UNSET)
+    segments: int = Field(default=_UNSET)
     error: str | None = None
     execution: str | None = None
     driver: WorkerRef | None = None

@@ -170,10 +170,14 @@ def tidy(run: Run, steps: list[Step]) -> Tidying:
     return Tidying(rescued=tuple(rescued), rescue_failed=tuple(failed), abandoned=tuple(abandoned))
 
 
-def decide(run: Run, flow: Flow, group: int, steps: list[Step]) -> Decision:
-    """What group `group` means for the run, from the run and all its steps as read after
+def decide(
+    run: Run, flow: Flow, group: int, steps: list[Step], *, next_index: int | None = None, spent: float | None = None
+) -> Decision:
+    """What group `group` means for the run, from the run and its steps as read after
     `tidy`'s records: the end (a stop, the budget, a required failure), a loop back,
-    rescues, or the next group."""
+    rescues, or the next group. `steps` must hold the group's steps and those of the groups
+    its `until:` steps loop back to; `next_index` (the index a new rescue gets) and `spent`
+    (the run's cost) default to what `steps` say, when they are all of the run's."""
     if run.stop_requested:
         return Decision(action="end", reason=STOPPED)
     members = [s for s in steps if s.group == group]
@@ -185,10 +189,12 @@ def decide(run: Run, flow: Flow, group: int, steps: list[Step]) -> Decision:
         s.model_copy(update={"status": StepStatus.failed, "error": ended[s.index]}) if s.index in ended else s
         for s in members
     ]
-    plans, failed = _plan_rescues(flow, members, next_index=max((s.index for s in steps), default=-1) + 1)
+    if next_index is None:
+        next_index = max((s.index for s in steps), default=-1) + 1
+    plans, failed = _plan_rescues(flow, members, next_index=next_index)
     unrescued = _failure_reason(failed)
     if plans:
-        budget = budget_spent(run, sum(s.cost_usd for s in steps))
+        budget = budget_spent(run, sum(s.cost_usd for s in steps) if spent is None else spent)
         if budget:
             return Decision(action="end", reason=budget, exhausted=exhausted, rescues=plans, unrescued=unrescued)
         return Decision(action="rescue", exhausted=exhausted, rescues=plans, unrescued=unrescued)

@@ -71,7 +71,7 @@ class _Lanes:
         handed_on = 0
         by_index = {s.index: s for s in steps}
         for lane in plan_lanes(steps, self.flow, self.svc.settings.max_lane_parallel, gate=True):
-            members = [by_index[ls.index] for ls in [*lane.starters, *lane.siblings]]
+            members = [by_index[i] for i in [*lane.starters, *lane.siblings]]
             agent, prompt = self.agents[lane.agent], self.prompts[lane.agent]
             stub = lane.model == "stub"
             answers = [_stub_answer(agent, s, self.run) for s in members] if stub else []

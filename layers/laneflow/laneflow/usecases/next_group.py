@@ -9,17 +9,23 @@ from __future__ import annotations
 import logging
 
 from laneflow.domain.flow import Flow
-from laneflow.domain.lanes import plan_lanes, sandboxed_agents, unsettled_group
+from laneflow.domain.history import history_costs
+from laneflow.domain.lanes import plan_lanes, sandboxed_agents
 from laneflow.domain.messages import (
+    Lane,
     NextGroupRequest,
     Plan,
 )
+from laneflow.domain.outline import first_pending, unsettled
+from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     RunChanges,
     RunStatus,
+    Step,
     StepStatus,
 )
 from laneflow.domain.settlement import STOPPED, budget_spent
+from laneflow.domain.windows import fits, plan_window, window_cost
 from laneflow.ports import Services
 from laneflow.usecases.crashpoints import crashpoint
 from laneflow.usecases.run_step.handoff import prepare_handoffs
@@ -36,36 +42,60 @@ FAILED_DURING = "the run failed before this step finished"  # it had begun: an i
 
 
 def next_group(svc: Services, req: NextGroupRequest) -> Plan:
-    """The first group with a pending flow step runs next; none left means the run ends."""
+    """The first group with a pending flow step runs next, as much of it as fits this
+    execution's history budget (a window); none left means the run ends, and a window that
+    does not fit means the drive continues in a fresh execution."""
     store = svc.store
+    costs = history_costs()
     run = store.get_run(req.run.tenant, req.run.run_id, steps=False)
     if run.status != RunStatus.running:
-        return Plan(action="end", reason=f"run is {run.status}")
+        return Plan(action="end", reason=f"run is {run.status}", used=req.used)
     if run.stop_requested:
-        return Plan(action="end", reason=STOPPED)
-    every = store.get_steps(run.tenant, run.id)
-    unsettled = unsettled_group(every)
-    if unsettled is not None:
-        group, cycle = unsettled
-        return Plan(action="settle", group=group, cycle=cycle, reason="an earlier drive left this group unsettled")
-    steps = [s for s in every if s.rescue_of is None]
-    pending = [s for s in steps if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
-    if not pending:
-        return Plan(action="end")
-    spent = budget_spent(run, sum(s.cost_usd for s in every))
+        return Plan(action="end", reason=STOPPED, used=req.used)
+    outline = store.get_group_outline(run.tenant, run.id)  # one row per group, not every step
+    left = unsettled(outline)
+    if left is not None:
+        settle = costs.group - costs.states.get("RunGroup", 0)
+        if req.used and not fits(req.used, settle, svc.settings.history_budget, costs):
+            return Plan(action="continue", group=left.group, cycle=left.cycle, used=req.used)
+        return Plan(action="settle", group=left.group, cycle=left.cycle, reason="an earlier drive left this group unsettled",
+                    used=req.used + settle)
+    first = first_pending(outline)
+    if first is None:
+        return Plan(action="end", used=req.used)
+    spent = budget_spent(run, spent_of(outline))
     if spent:
         store.update_run(run.tenant, run.id, RunChanges(error=spent), expect_status=(RunStatus.running,))
-        return Plan(action="end", reason=spent)
-    group = min(s.group for s in pending)
-    launching = [s for s in pending if s.group == group]
+        return Plan(action="end", reason=spent, used=req.used)
+    group = first.group
+    members = [s for s in store.get_steps(run.tenant, run.id, group=group) if s.rescue_of is None]
+    launching = [s for s in members if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
     if any(s.agent is None for s in launching):
-        return Plan(action="park", group=group, reason="an approval")
+        return Plan(action="park", group=group, reason="an approval", used=req.used)
     crashpoint("group-transition")
     flow = Flow.model_validate(run.flow_spec)
-    lanes = plan_lanes(
-        launching, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)),
-        sandboxed=sandboxed_agents(run.options),
-    )
     cycle = max(s.cycle for s in launching)
-    prepare_handoffs(svc, run, group, cycle, {flow.spec(s.entry, s.slot).handoff for s in launching})
-    return Plan(action="run", group=group, cycle=cycle, lanes=lanes)
+
+    # Of the whole group, a lane's lead and whether it is gated need only its first two steps.
+    firsts: dict[tuple[str | None, str], list[Step]] = {}
+    for s in sorted(members, key=lambda s: s.index):
+        if len(kept := firsts.setdefault((s.agent, s.model), [])) < 2:
+            kept.append(s)
+    leads = [s for kept in firsts.values() for s in kept]
+
+    def plan(window: list[Step]) -> list[Lane]:
+        return plan_lanes(
+            window, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)),
+            sandboxed=sandboxed_agents(run.options), group=leads,
+        )
+
+    window = plan_window(launching, plan, used=req.used, budget=svc.settings.history_budget, costs=costs,
+                         fresh=req.used == 0)
+    if window is None:
+        return Plan(action="continue", group=group, cycle=cycle, used=req.used,
+                    reason="this execution's history budget is spent: the drive goes on in a fresh one")
+    lanes, through = window
+    planned = [s for s in launching if through < 0 or s.index <= through]
+    prepare_handoffs(svc, run, group, cycle, {flow.spec(s.entry, s.slot).handoff for s in planned})
+    return Plan(action="run", group=group, cycle=cycle, lanes=lanes, through=through,
+                used=req.used + window_cost(lanes, costs))

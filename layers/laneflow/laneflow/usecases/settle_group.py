@@ -1,7 +1,7 @@
 """Flow control when a group has run (README, "Flow control"): rescues, evaluator loops, budgets.
 
-SettleGroup reads the run, the group's steps, and then (once) all of the run's steps, and
-writes what the rules of `laneflow.domain.settlement` say, in this order:
+SettleGroup reads the run, the group's steps and the run's group outline (never every step
+of the run), and writes what the rules of `laneflow.domain.settlement` say, in this order:
 1. a stop ends the run (nothing else is written);
 2. finished rescues are applied to the steps they took over (a rescued step carries its
    rescue's result; a rescue's failure is recorded on the step it took over);
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from laneflow.domain.errors import AttemptEnded, Conflict
 from laneflow.domain.flow import Flow
+from laneflow.domain.history import history_costs
 from laneflow.domain.lanes import sandboxed_agents
 from laneflow.domain.messages import (
     DriveRef,
@@ -26,6 +27,8 @@ from laneflow.domain.messages import (
     Settlement,
     StepCrashedRequest,
 )
+from laneflow.domain.outline import GroupOutline
+from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     AttemptRef,
     AttemptStatus,
@@ -46,8 +49,10 @@ from laneflow.domain.settlement import (
     RescuePlan,
     Tidying,
     decide,
+    loop_target_group,
     tidy,
 )
+from laneflow.domain.windows import rescue_window, within
 from laneflow.domain.workspace import load_agent, load_workspace
 from laneflow.ports import Services
 from laneflow.usecases.run_step.handoff import feedback_key
@@ -58,13 +63,23 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
     """What a finished group means for the run: the next group, rescues, a loop back, or
     the end (its reason kept on the run)."""
     run = svc.store.get_run(req.run.tenant, req.run.run_id, steps=False)
-    settled = Settler(svc, run, req.group).settle()
+    settled = Settler(svc, run, req.group, through=req.through).settle()
     if settled.action == "end" and settled.reason and settled.reason != STOPPED:
         try:
             svc.store.update_run(run.tenant, run.id, RunChanges(error=settled.reason), expect_status=(RunStatus.running,))
         except Conflict:
             pass
-    return settled
+    echo = {"group": req.group, "cycle": req.cycle, "through": req.through, "used": req.used}
+    if settled.action != "rescue":
+        return settled.model_copy(update=echo)
+    # Rescues run as many as fit this execution's history; the others stay pending, and the
+    # group is settled again after these (here, or in a fresh execution: `continue`).
+    costs = history_costs()
+    taken, used = rescue_window(settled.rescues, used=req.used, budget=svc.settings.history_budget, costs=costs,
+                                fresh=req.used <= costs.group)
+    if not taken:
+        return settled.model_copy(update={**echo, "action": "continue", "rescues": []})
+    return settled.model_copy(update={**echo, "rescues": taken, "used": used})
 
 
 
@@ -72,26 +87,46 @@ class Settler:
     """Writes a group's settlement: what `tidy` says to record, then what `decide` says
     the group means, each write conditional on what the rules read."""
 
-    def __init__(self, svc: Services, run: Run, group: int):
+    def __init__(self, svc: Services, run: Run, group: int, *, through: int = -1):
         self.svc, self.run, self.group = svc, run, group
+        self.through = through  # the window that ran (-1: the whole group)
         self.store = svc.store
         self.flow = Flow.model_validate(run.flow_spec)
 
     def settle(self) -> Settlement:
-        """The run's steps are read whole once, after the group's own are tidied: that one
-        read settles the run's cost and decides."""
+        """Only what the decision needs is read: the group's steps (again once they are
+        tidied), the run's group outline (its cost, its last index), and the steps of the
+        groups an `until:` step of this group loops back to. Never every step of the run."""
+        tenant, run_id = self.run.tenant, self.run.id
         if self.run.stop_requested:  # nothing else is read or written for a stopped run
-            self.settle_cost(self.store.get_steps(self.run.tenant, self.run.id))
+            self.settle_cost(self.store.get_group_outline(tenant, run_id))
             return Settlement(action="end", reason=STOPPED)
-        self.apply_tidying(tidy(self.run, self.store.get_steps(self.run.tenant, self.run.id, group=self.group)))
-        every = self.store.get_steps(self.run.tenant, self.run.id)
-        self.settle_cost(every)
-        return self.apply(decide(self.run, self.flow, self.group, every))
+        members = self.store.get_steps(tenant, run_id, group=self.group)
+        later = [s for s in members if s.rescue_of is None and s.status == StepStatus.pending and 0 <= self.through < s.index]
+        self.apply_tidying(tidy(self.run, within(members, self.through)))
+        outline = self.store.get_group_outline(tenant, run_id)
+        self.settle_cost(outline)
+        if later:  # the group's later windows are still to run: it is settled after its last
+            return Settlement(action="next", reason=f"{len(later)} step(s) of group {self.group} still to run")
+        members = self.store.get_steps(tenant, run_id, group=self.group)
+        steps = [s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g)] + members
+        last = max((o.last_index for o in outline), default=-1)
+        return self.apply(decide(self.run, self.flow, self.group, steps, next_index=last + 1, spent=spent_of(outline)))
 
-    def settle_cost(self, steps: list[Step]) -> None:
+    def _looped_to(self, members: list[Step]) -> list[int]:
+        """The earlier groups this group's completed `until:` steps may loop back to (their
+        steps are reset with a loop)."""
+        targets = set()
+        for step in members:
+            spec = self.flow.spec(step.entry, step.slot) if step.rescue_of is None else None
+            if spec is not None and spec.until and spec.loop and step.status == StepStatus.completed:
+                targets.add(loop_target_group(self.flow, step, spec.loop))
+        return list(range(min(targets), self.group)) if targets else []
+
+    def settle_cost(self, outline: list[GroupOutline]) -> None:
         """The run's cost is settled once per group, as the sum of its steps' (each step
         carries its own as it ends)."""
-        spent = round(sum(s.cost_usd for s in steps), 6)
+        spent = spent_of(outline)
         if spent == self.run.cost_usd:
             return
         try:

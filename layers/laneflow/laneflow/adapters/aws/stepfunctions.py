@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from laneflow.adapters.aws.clients import LazyClient
+from laneflow.domain.messages import ExecutionInput
 from laneflow.ports import TokenGone
 
 
@@ -47,6 +48,16 @@ class StepFunctionsDrives(LazyClient):
     def start(self, tenant: str, run_id: str) -> str:
         name = f"{run_id}-{secrets.token_hex(4)}"[:80]
         out = self.client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps({"tenant": tenant, "run_id": run_id}))
+        return str(out["executionArn"])
+
+    def continue_drive(self, start: ExecutionInput, name: str) -> str:
+        """StartExecution of the continuation `name`. Step Functions answers a second start of
+        a running execution with the same name and input with that execution; one that has
+        already ended with ExecutionAlreadyExists: the same execution, whose ARN the name gives."""
+        try:
+            out = self.client.start_execution(stateMachineArn=self.arn, name=name, input=start.model_dump_json())
+        except self.client.exceptions.ExecutionAlreadyExists:
+            return self.arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
         return str(out["executionArn"])
 
 

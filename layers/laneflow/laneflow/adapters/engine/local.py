@@ -14,9 +14,11 @@ Why this shape (docs/ARCHITECTURE.md, "The embedded engine"):
   ones. `laneflow serve` drives on a bounded pool (LocalDrives) and forgets each execution
   once it ended, so a long-lived process stays flat. A sandboxed step's ECS task is
   answered by the sandbox workers of the drive whose execution asks, found the same way.
-- One drive is one execution. The engine waits for it and, if it ended without closing the
-  run (a crashed definition), closes the run `failed` with the reason: no run is left
-  `running` with nothing working on it.
+- A drive is one execution, or a chain of them: an execution whose history budget is spent
+  continues the drive in a fresh one (NextDrive), which the engine starts on the same
+  interpreter, serves with the same handlers and follows (`LocalContinuations`). The engine
+  waits for the last and, if it ended without closing the run (a crashed definition),
+  closes the run `failed` with the reason: no run is left `running` with nothing working on it.
 - Ctrl-C (or SIGTERM, raised as a KeyboardInterrupt) is this worker going away, not a
   failure: no handler runs any more, the drive's running attempts are marked interrupted by
   exact identity and its drive ended, so the run stays resumable (reconcile.leave_drive).
@@ -47,6 +49,7 @@ from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
 from laneflow.domain.lanes import sandboxed_agents
+from laneflow.domain.messages import ExecutionInput
 from laneflow.domain.records import Run
 from laneflow.paths import project_root
 from laneflow.ports import Services, TokenGone
@@ -340,10 +343,60 @@ class LocalCallbacks:
 @dataclass
 class DriveResult:
     run: Run
-    execution_arn: str
+    execution_arn: str  # the drive's last execution
     execution_status: str
     error: str | None = None
     cause: str | None = None
+    # Every execution of the drive, in order: its first, then each continuation NextDrive
+    # started once the one before had spent its history budget (read each one's history
+    # with `LocalEngine.history`).
+    executions: list[str] = dataclasses.field(default_factory=list)
+
+
+
+class LocalContinuations:
+    """The engine's continuations for its handlers: NextDrive's continuation is a fresh
+    execution on this process's interpreter, served by the same drive's handlers and
+    sandbox workers, and followed by the drive that started the first (`LocalEngine.drive`
+    waits for each in turn)."""
+
+    def __init__(self, engine: LocalEngine):
+        self.engine = engine
+        self._lock = threading.Lock()
+        self.followed: dict[str, list[str]] = {}  # run id -> its drive's executions, in order
+
+    def follow(self, run_id: str, arn: str) -> None:
+        with self._lock:
+            self.followed[run_id] = [arn]
+
+    def after(self, run_id: str, arn: str) -> str | None:
+        """The execution that continued `arn`, if one did."""
+        with self._lock:
+            chain = self.followed.get(run_id, [])
+            at = chain.index(arn) if arn in chain else -1
+            return chain[at + 1] if 0 <= at < len(chain) - 1 else None
+
+    def chain(self, run_id: str) -> list[str]:
+        with self._lock:
+            return list(self.followed.get(run_id, []))
+
+    def done(self, run_id: str) -> list[str]:
+        with self._lock:
+            return self.followed.pop(run_id, [])
+
+    def continue_drive(self, start: ExecutionInput, name: str) -> str:
+        machine = self.engine.state_machine_arn
+        arn = execution_arn(machine, name)
+        with self._lock:
+            chain = self.followed.setdefault(start.run_id, [])
+            if arn in chain:  # a retried NextDrive: the same execution
+                return arn
+            chain.append(arn)
+        self.engine.serve(arn)
+        execution = _backend().start_execution(machine, name=name, execution_input=start.model_dump_json())
+        if execution.execution_arn != arn:  # pragma: no cover - guarded by test_engine_patch
+            raise RuntimeError(f"moto named the execution {execution.execution_arn}, not {arn}")
+        return arn
 
 
 
@@ -365,9 +418,11 @@ class LocalEngine:
         substitutions: dict[str, str] | None = None,
         warm_sandboxes: bool | None = None,
     ):
-        # Tokens are completed on this process's interpreter: the engine's own copy of the
-        # services says so (the caller's are left as they are).
-        self.svc = dataclasses.replace(svc, callbacks=LocalCallbacks())
+        # Tokens are completed on this process's interpreter, and a drive continues in a fresh
+        # execution of it: the engine's own copy of the services says so (the caller's are
+        # left as they are).
+        self.continuations = LocalContinuations(self)
+        self.svc = dataclasses.replace(svc, callbacks=LocalCallbacks(), continuations=self.continuations)
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
         self.registry = HandlerRegistry(self.template, svc.leaving, bind=lambda: bind(self.svc))
@@ -394,23 +449,22 @@ class LocalEngine:
         return arn
 
     def drive(self, tenant: str, run_id: str, *, on_tick: Callable[[], None] | None = None, tick_s: float = 0.1) -> DriveResult:
-        """Run one drive of a run to its end (blocking) and return the run as stored."""
+        """Run one drive of a run to its end (blocking), following it into each fresh
+        execution it continues in (NextDrive), and return the run as stored."""
         install_interpreter_hook()
         machine = self.state_machine_arn
         name = f"{run_id}-{_secrets.token_hex(4)}"
         # Known before it starts (moto names it so), since its first state calls a handler at once.
         arn = execution_arn(machine, name)
-        serve_execution(arn, self.registry)
+        self.continuations.follow(run_id, arn)
+        self.serve(arn)
         try:
             self._start_sandboxes(arn, tenant, run_id)
             try:
                 execution = _backend().start_execution(machine, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id}))
                 if execution.execution_arn != arn:  # pragma: no cover - guarded by test_engine_patch
                     raise RuntimeError(f"moto named the execution {execution.execution_arn}, not {arn}")
-                while execution.status == "RUNNING":
-                    if on_tick:
-                        on_tick()
-                    time.sleep(tick_s)
+                execution = self._follow(run_id, execution, on_tick, tick_s)
             except KeyboardInterrupt:
                 self._leave(tenant, run_id)
                 raise
@@ -425,14 +479,45 @@ class LocalEngine:
                 execution_status=status,
                 error=execution.error,
                 cause=execution.cause,
+                executions=self.continuations.chain(run_id),
             )
         finally:
-            serve_execution(arn, None)
-            with _registry_lock:
-                _sandboxes.pop(arn, None)
+            for each in self.continuations.done(run_id) or [arn]:
+                serve_execution(each, None)
+                with _registry_lock:
+                    _sandboxes.pop(each, None)
             if self.sandboxes is not None:
                 self.sandboxes.close()
                 self.sandboxes = None
+
+    def _follow(self, run_id: str, execution: Any, on_tick: Callable[[], None] | None, tick_s: float) -> Any:
+        """Wait for the execution to end; if it continued in a fresh one, wait for that too,
+        and so on: the drive's last execution."""
+        while True:
+            while execution.status == "RUNNING":
+                if on_tick:
+                    on_tick()
+                time.sleep(tick_s)
+            following = self.continuations.after(run_id, execution.execution_arn)
+            if following is None or str(execution.status) != "SUCCEEDED":
+                return execution
+            serve_execution(execution.execution_arn, None)  # its handlers have all returned
+            execution = self._execution(following)
+
+    @staticmethod
+    def _execution(arn: str) -> Any:
+        for machine in _backend().state_machines:
+            for execution in machine.executions:
+                if execution.execution_arn == arn:
+                    return execution
+        raise RuntimeError(f"the interpreter has no execution {arn}")
+
+    def serve(self, arn: str) -> None:
+        """Answer the execution's Lambda calls (and its sandboxed steps) with this drive's."""
+        serve_execution(arn, self.registry)
+        if self.sandboxes is not None:
+            with _registry_lock:
+                _sandboxes[arn] = self.sandboxes
 
     def _start_sandboxes(self, arn: str, tenant: str, run_id: str) -> None:
         """The sandbox workers of this drive, for the ECS hook to start children with."""
@@ -501,7 +586,8 @@ class LocalDrives:
             try:
                 engine = self.engine()
                 result = engine.drive(tenant, run_id)
-                engine.forget(result.execution_arn)
+                for arn in result.executions or [result.execution_arn]:
+                    engine.forget(arn)
             except Exception:  # noqa: BLE001 - reconcile picks up a drive that failed to run
                 logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
 

@@ -155,6 +155,7 @@ from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused
 from laneflow.adapters.store.rulebook import RuleBookStore, trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.outline import StepFacts
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -348,6 +349,26 @@ class DynamoStore(RuleBookStore):
         if group is not None:
             params["FilterExpression"] = e.eq("group", group)
         return [(int(i["index"]["N"]), self._step_of(i)) for i in self._table.query(**params, **e.params())]
+
+    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
+        """The step items' few small attributes (a projection: DynamoDB still reads each item,
+        but only these cross the wire and are decoded)."""
+        e = Expr()
+        steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
+        names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd")
+        wanted = ", ".join(e.n(n) for n in names)
+        items = self._table.query(KeyConditionExpression=steps, ProjectionExpression=wanted, **e.params())
+
+        def number(item: dict[str, Any], name: str) -> float | None:
+            value = item.get(name) or {}
+            return float(value["N"]) if "N" in value else None
+
+        return [
+            StepFacts(index=int(number(i, "index") or 0), group=int(number(i, "group") or 0), cycle=int(number(i, "cycle") or 0),
+                      status=str((i.get("status") or {}).get("S", "")), rescue=number(i, "rescue_of") is not None,
+                      optional=bool((i.get("optional") or {}).get("BOOL", False)), cost_usd=number(i, "cost_usd") or 0.0)
+            for i in items
+        ]
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         return self._items.attempts(tenant, run_id, index, n)

@@ -43,6 +43,7 @@ from typing import Any
 
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.outline import GroupOutline, StepFacts, outline_of
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -143,6 +144,15 @@ class Primitives(ABC):
     ) -> list[tuple[int, Doc]]:
         """(index, step) of a run's steps, by index: all, the one `index`, or those of
         `group`; with `detail`, as `_read_run`. [] when there are none (or no run)."""
+
+    @abstractmethod
+    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
+        """What the group outline counts of each of a run's steps (a few small fields, not
+        the step). [] when there are none (or no run)."""
+
+    def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        """The run's group outline; a backend that can count in the store does so."""
+        return outline_of(self._read_step_facts(tenant, run_id))
 
     @abstractmethod
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:

@@ -38,6 +38,7 @@ from laneflow.adapters.store.encoding import cost
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced, Primitives, Refused, StepState
 from laneflow.domain.errors import AttemptEnded, Conflict, NotFound, RecordDamaged, RunNotFound
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.outline import GroupOutline
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -327,6 +328,14 @@ class RuleBookStore(Primitives, Store):
         if not docs and not self._run_exists(tenant, run_id):
             raise RunNotFound(run_id)
         return self._steps(docs, run_id)
+
+    @_entry()
+    def get_group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        check_tenant(tenant)
+        outline = self._read_outline(tenant, run_id)
+        if not outline and not self._run_exists(tenant, run_id):
+            raise RunNotFound(run_id)
+        return outline
 
     @_entry()
     def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:

@@ -91,6 +91,7 @@ from laneflow.adapters.store.sqlite_schema import (
 )
 from laneflow.domain.errors import RecordDamaged, TransientError
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.outline import GroupOutline, StepFacts
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -321,6 +322,30 @@ class SqliteStore(RuleBookStore):
     ) -> list[tuple[int, Doc]]:
         with self._read() as db:
             return self._steps_json(db, tenant, run_id, index=index, group=group, detail=detail)  # type: ignore[return-value]
+
+    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT idx, grp, cycle, status, rescue_of IS NOT NULL, optional, cost_usd FROM steps"
+                " WHERE tenant = ? AND run_id = ? ORDER BY idx", (tenant, run_id),
+            ).fetchall()
+        return [StepFacts(index=i, group=g, cycle=c, status=st, rescue=bool(r), optional=bool(o), cost_usd=float(cu or 0))
+                for i, g, c, st, r, o, cu in rows]
+
+    def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        """Counted in SQL: one row per group leaves the database, not one per step."""
+        flow, rescue = "rescue_of IS NULL", "rescue_of IS NOT NULL"
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT grp, COALESCE(MAX(CASE WHEN {flow} THEN cycle END), 0),"
+                f" SUM({flow} AND status IN ('pending', 'awaiting-approval')),"
+                f" SUM({flow} AND status = 'failed' AND optional = 0),"
+                f" SUM({rescue} AND status IN ('pending', 'running')),"
+                " SUM(cost_usd), MAX(idx)"
+                " FROM steps WHERE tenant = ? AND run_id = ? GROUP BY grp ORDER BY grp", (tenant, run_id),
+            ).fetchall()
+        return [GroupOutline(group=g, cycle=c, pending=p, failed_required=f, unfinished_rescues=u, cost_usd=round(cu or 0.0, 6),
+                             last_index=last) for g, c, p, f, u, cu, last in rows]
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         args: list[str | int]

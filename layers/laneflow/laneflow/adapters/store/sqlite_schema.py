@@ -14,7 +14,7 @@ from laneflow.adapters.store.rulebook import damaged
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.records import Run, Step
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Columns added after a table was first shipped: (table, column, declaration). A database
 # made by an older version gets them on open.
@@ -27,6 +27,7 @@ ADDED_COLUMNS = (
     ("gates", "note", "TEXT"),
     ("steps", "cache_break", "TEXT"),
     ("steps", "prefix", "TEXT"),
+    ("runs", "segments", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 BUSY_TIMEOUT_S = 10.0
@@ -49,6 +50,7 @@ CREATE TABLE IF NOT EXISTS runs (
     revision       TEXT,
     cost_usd       REAL NOT NULL DEFAULT 0,
     drives         INTEGER NOT NULL DEFAULT 0,
+    segments       INTEGER NOT NULL DEFAULT 0,
     error          TEXT,
     model          TEXT,
     options        TEXT NOT NULL,
@@ -199,6 +201,7 @@ RUN_COLUMNS: dict[str, tuple[str, str]] = {
     "revision": ("revision", "plain"),
     "cost_usd": ("cost_usd", "cost"),
     "drives": ("drives", "plain"),
+    "segments": ("segments", "plain"),
     "error": ("error", "plain"),
     "model": ("model", "plain"),
     "options": ("options", "json"),

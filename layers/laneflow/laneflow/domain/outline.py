@@ -1,0 +1,79 @@
+"""A run's groups in numbers: what NextGroup and SettleGroup decide on without reading every
+step of the run (`Store.get_group_outline`). A run of 100 groups of 10 read its 1,000 steps whole
+at every group; the outline is one row per group, and only the group a decision is about is
+read whole."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from laneflow.domain.records import StepStatus
+
+PENDING = (StepStatus.pending.value, StepStatus.awaiting_approval.value)
+
+UNFINISHED = (StepStatus.pending.value, StepStatus.running.value)
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What the outline counts of one step."""
+
+    index: int
+    group: int
+    cycle: int
+    status: str
+    rescue: bool
+    optional: bool
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class GroupOutline:
+    """One group of a run: its flow steps still to run, its required failures, its rescues not
+    finished, its cost (rescues included), its highest cycle and its highest step index."""
+
+    group: int
+    cycle: int = 0
+    pending: int = 0  # flow steps pending or awaiting approval
+    failed_required: int = 0  # flow steps failed that are not optional
+    unfinished_rescues: int = 0  # rescues pending or running
+    cost_usd: float = 0.0
+    last_index: int = -1
+
+
+def outline_of(facts: Iterable[StepFacts]) -> list[GroupOutline]:
+    """The outline of a run's steps, by group."""
+    groups: dict[int, dict[str, float]] = {}
+    for f in facts:
+        g = groups.setdefault(f.group, {"cycle": 0, "pending": 0, "failed_required": 0, "unfinished_rescues": 0,
+                                        "cost_usd": 0.0, "last_index": -1})
+        g["cost_usd"] += f.cost_usd
+        g["last_index"] = max(g["last_index"], f.index)
+        if f.rescue:
+            g["unfinished_rescues"] += f.status in UNFINISHED
+            continue
+        g["cycle"] = max(g["cycle"], f.cycle)
+        g["pending"] += f.status in PENDING
+        g["failed_required"] += f.status == StepStatus.failed.value and not f.optional
+    return [
+        GroupOutline(group=n, cycle=int(g["cycle"]), pending=int(g["pending"]), failed_required=int(g["failed_required"]),
+                     unfinished_rescues=int(g["unfinished_rescues"]), cost_usd=round(g["cost_usd"], 6),
+                     last_index=int(g["last_index"]))
+        for n, g in sorted(groups.items())
+    ]
+
+
+def unsettled(outline: list[GroupOutline]) -> GroupOutline | None:
+    """The earliest group an earlier drive left unsettled: a rescue not finished, or a
+    required flow step that failed while none of the group is left to run (a group with
+    steps still to run, its later windows, is under way)."""
+    return next((o for o in outline if o.unfinished_rescues or (o.failed_required and not o.pending)), None)
+
+
+def first_pending(outline: list[GroupOutline]) -> GroupOutline | None:
+    return next((o for o in outline if o.pending), None)
+
+
+def spent(outline: list[GroupOutline]) -> float:
+    return round(sum(o.cost_usd for o in outline), 6)
