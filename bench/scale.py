@@ -132,7 +132,7 @@ def run_one(name: str) -> dict[str, Any]:
         result = engine.drive(run.tenant, run.id)
         wall = time.perf_counter() - started
         final = svc.store.get_run(run.tenant, run.id)
-        arns = executions_of(_backend(), engine.state_machine_arn, run.id) or [result.execution_arn]
+        arns = list(getattr(result, "executions", None) or executions_of(_backend(), engine.state_machine_arn, run.id))
         histories = [engine.history(arn) for arn in arns]
         steps = [s for s in final.steps if s.rescue_of is None]
         figures: dict[str, Any] = {

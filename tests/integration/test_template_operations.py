@@ -213,3 +213,19 @@ def test_sam_builds_the_layer_and_every_handler_with_make_so_python312_need_not_
         subprocess.run(["make", "-f", str(source / "Makefile"), f"build-{logical_id}", f"ARTIFACTS_DIR={out}"],
                        cwd=scratch, capture_output=True, text=True, timeout=60, check=True)
         assert (out / "app.py").read_bytes() == (source / "app.py").read_bytes(), logical_id
+
+
+@pytest.mark.parametrize("function", ["NextDriveFunction", "EndRunFunction"])
+def test_the_functions_that_start_drives_from_inside_the_machine_name_it_by_its_fixed_name(function):
+    """NextDrive (continue-as-new) and EndRun (a chained flow's drive) start executions of the
+    state machine that names them: they get its ARN built from its fixed name, never a !Ref of
+    it (a cycle), and may call StartExecution on exactly that ARN."""
+    machine = RESOURCES["FlowStateMachine"]["Properties"]
+    name = machine.get("Name")
+    assert name == {"Fn::Sub": "${AWS::StackName}-flow"}
+    props = FUNCTIONS[function]["Properties"]
+    arn = props["Environment"]["Variables"]["LANEFLOW_STATE_MACHINE_ARN"]
+    assert isinstance(arn, dict) and arn.get("Fn::Sub", "").endswith(":stateMachine:${AWS::StackName}-flow")
+    statements = [s for p in props["Policies"] if isinstance(p, dict) for s in p.get("Statement", [])]
+    starts = [s for s in statements if s.get("Action") == "states:StartExecution"]
+    assert starts and all(s["Resource"] == arn for s in starts)
