@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import SecretStr
 
 from laneflow.domain.errors import ModelNotConfigured
+from laneflow.domain.inbox import Note
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -384,6 +385,45 @@ class Store(ABC):
     def gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
         """Open the gate (idempotent) and hand back, at once, the tokens kept so far; a token
         is handed back only once. A second call returns []."""
+
+    # -- inboxes (peers, ask) ----------------------------------------------------------------
+
+    @abstractmethod
+    def post_note(self, tenant: str, run_id: str, note: Note) -> None:
+        """Put a message or a question into step `note.to_index`'s inbox (its text masked).
+        `Conflict` if the note's id is taken; `NotFound` / `RunNotFound` if there is no
+        such step or run."""
+
+    @abstractmethod
+    def get_inbox(self, tenant: str, run_id: str, index: int | None = None) -> list[Note]:
+        """The notes of step `index`'s inbox (of every step when None), oldest first.
+        `RunNotFound` if there is no run."""
+
+    @abstractmethod
+    def answer_question(self, tenant: str, run_id: str, note_id: str, text: str, *, at: str) -> Note:
+        """Answer an open question, once: it becomes `answered` with `text` (masked) at
+        `at`. `NotFound` if there is no such question; `Conflict` naming its status if it is
+        not open (answered already, or its step stopped waiting)."""
+
+    @abstractmethod
+    def close_question(self, tenant: str, run_id: str, note_id: str) -> Note:
+        """The asking step stops waiting: an open question becomes `expired`. One that is
+        not open (answered meanwhile) is returned as it is. `NotFound` if there is none."""
+
+    @abstractmethod
+    def observe(self, ref: AttemptRef, ids: list[str]) -> None:
+        """This attempt has observed these notes (`Note.delivery_id`). Fenced like
+        `end_attempt`."""
+
+    @abstractmethod
+    def get_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
+        """What each attempt of step `index` has observed: attempt number -> ids, in the
+        order observed."""
+
+    @abstractmethod
+    def list_open_questions(self, tenant: str | None = None) -> list[tuple[str, Note]]:
+        """(tenant, question) of every question still open, of one tenant or all, read from
+        what is live only (never by scanning every run), oldest first."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
