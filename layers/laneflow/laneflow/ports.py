@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import SecretStr
 
 from laneflow.domain.errors import ModelNotConfigured
-from laneflow.domain.inbox import Note
+from laneflow.domain.inbox import Note, Peer
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -136,8 +136,29 @@ class StepOutcome:
 
 
 
+class StepInbox(Protocol):
+    """A step's colleagues and its inbox, as one attempt sees them (`tools: [peers]`,
+    `tools: [ask]`). A refused message or question raises `NoteRefused`."""
+
+    def peers(self) -> list[Peer]:
+        """The other steps launched in this step's group."""
+
+    def send(self, to: str, text: str) -> Note:
+        """Send a colleague (an agent name or a step index) a message, delivered between its turns."""
+
+    def take(self) -> list[Note]:
+        """What this step has not yet been given (messages, answers to its questions), each
+        recorded as observed by this attempt: given once per step, not once per attempt."""
+
+    def ask(self, question: str) -> str:
+        """Put a question to a person and wait (bounded) for the answer: the tool's result."""
+
+
 class ExecutionSink(Protocol):
-    """Where an executor reports. Every method is a fenced write about this attempt."""
+    """Where an executor reports. Every method is a fenced write about this attempt.
+    `inbox` is the step's colleagues and inbox when its agent has `peers` or `ask`, else None."""
+
+    inbox: StepInbox | None
 
     def first_event(self) -> None:
         """The model's response has begun (the stream's first event): opens the warm gate."""

@@ -16,7 +16,9 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -37,6 +39,21 @@ ASK = "ask"  # the tool grant: ask
 PEER_TOOLS = ("peers_list", "peers_message")
 
 _NOTE_ID = re.compile(r"^[a-z]-[0-9a-f]{4,64}$")
+
+
+class NoteRefused(ValueError):
+    """A message or a question that cannot be sent (an ended or unknown colleague, an empty
+    text): the tool's own failure, an `is_error` result naming why."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A colleague of a step: another step launched in its group."""
+
+    agent: str
+    index: int
+    item: Any
+    status: str
 
 
 class NoteKind(StrEnum):

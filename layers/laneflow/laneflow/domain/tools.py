@@ -27,6 +27,8 @@ ALL_SCRIPTS = "scripts"  # grants every script tool
 
 SCRIPT_PREFIX = "script_"
 
+COLLEAGUE_GRANTS = ("peers", "ask")  # peers_list and peers_message; ask (laneflow.domain.inbox)
+
 PROGRAM_TOOLS = (BASH,)  # besides the script tools: what runs a program in the sandbox
 
 MAX_DESCRIPTION_CHARS = 1_000
@@ -106,7 +108,7 @@ def runs_programs(tools: list[str] | tuple[str, ...]) -> bool:
 
 def unknown_tools(tools: list[str], scripts: list[ScriptTool]) -> list[tuple[int, str, str]]:
     """The names in `tools:` that name no tool: (index, name, a suggestion or "")."""
-    known = [*FILE_TOOLS, BASH, ALL_SCRIPTS, *(s.name for s in scripts)]
+    known = [*FILE_TOOLS, BASH, ALL_SCRIPTS, *COLLEAGUE_GRANTS, *(s.name for s in scripts)]
     found = []
     for index, name in enumerate(tools):
         if name in known:

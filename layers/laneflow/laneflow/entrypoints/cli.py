@@ -391,15 +391,33 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from laneflow.usecases.answer import waiting_questions
+
     svc = _services(args)
     runs = svc.store.list_runs(svc.settings.tenant, limit=args.limit)
+    asking: dict[str, list[int]] = {}  # run id -> the steps waiting on a person's answer
+    for q in waiting_questions(svc, svc.settings.tenant):
+        asking.setdefault(q.run_id, []).append(q.index)
     if args.json:
-        print(json.dumps([r.public() for r in runs]))
+        print(json.dumps([{**r.public(), "asking": asking.get(r.id, [])} for r in runs]))
         return EXIT_OK
     if not runs:
         print("no runs yet")
     for r in runs:
-        print(f"{r.id}  {r.status:<17} {r.workspace}/{r.flow:<16} ${r.cost_usd:<8.4f} {r.created_at}")
+        ask = f"  asking: step {', '.join(map(str, asking[r.id]))}" if r.id in asking else ""
+        print(f"{r.id}  {r.status:<17} {r.workspace}/{r.flow:<16} ${r.cost_usd:<8.4f} {r.created_at}{ask}")
+    return EXIT_OK
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    from laneflow.usecases.answer import answer_question
+
+    svc = _services(args)
+    note = answer_question(svc, svc.settings.tenant, args.run, args.step, args.text)
+    if args.json:
+        print(json.dumps(note.model_dump(mode="json"), ensure_ascii=False))
+    else:
+        print(f"answered step {args.step} of run {args.run}: its ask goes on with your answer")
     return EXIT_OK
 
 
@@ -566,6 +584,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)
+
+    p = with_store(sub.add_parser("answer", help="answer the question a step is waiting on (its ask tool)"))
+    p.add_argument("run")
+    p.add_argument("step", type=int, help="the step's index")
+    p.add_argument("text", help="the answer")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_answer)
 
     p = with_store(sub.add_parser("show", help="show a run and its steps"))
     p.add_argument("run")

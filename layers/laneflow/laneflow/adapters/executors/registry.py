@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from laneflow.adapters.executors.isolation import Finished, Isolation, detect, limits_for, run_program
+from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
@@ -93,6 +94,7 @@ class StepTools:
         self.bash = BASH in plain and self.root is not None
         self.scripts: dict[str, ScriptTool] = {s.name: s for s in chosen} if self.root else {}
         self._isolation = isolation
+        self.colleagues = PeerTools(job, sink)  # peers_list, peers_message, ask (peers.py)
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
 
@@ -108,7 +110,7 @@ class StepTools:
 
     @property
     def names(self) -> list[str]:
-        return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts])
+        return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts, *self.colleagues.names])
 
     def prepare(self) -> None:
         """Before the first model call: the trace names the isolation the step's programs
@@ -149,6 +151,7 @@ class StepTools:
                     },
                 },
             }
+        defs.update({d["name"]: d for d in self.colleagues.definitions()})
         return [defs[name] for name in sorted(defs)]
 
     # -- one call ------------------------------------------------------------------------
@@ -166,6 +169,8 @@ class StepTools:
             if "\x00" in command:
                 raise ToolError("bash: a command cannot hold a NUL character")
             return self._program(name, [shutil.which("bash") or "/bin/bash", "-c", command], "")
+        if name in self.colleagues.names:
+            return self.colleagues.run(name, args)
         script = self.scripts.get(name)
         if script is not None:
             argv, stdin = self._script_input(name, args)

@@ -312,3 +312,6 @@ def _viewer() -> tuple[str, str]:
 
 
 VIEWER_PAGE, VIEWER_POLICY = _viewer()
+
+# Routes kept in modules of their own, on this resolver.
+from laneflow.entrypoints.api import questions as _questions  # noqa: E402,F401
