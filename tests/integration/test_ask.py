@@ -1,0 +1,135 @@
+"""A step asks a person (`tools: [ask]`), on both stores and through the real definition on
+the embedded engine: an answer given from another process (`laneflow answer`) reaches the
+step, an unanswered question times out and the step goes on, and a stop during the wait
+ends the step at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import write_workspace
+
+from laneflow.domain.inbox import QuestionStatus
+from laneflow.domain.records import EventType, RunStatus, StepStatus
+from laneflow.usecases.answer import NoQuestionWaiting, answer_question, waiting_questions
+from laneflow.usecases.start_run import create_run
+from laneflow.usecases.stop import stop_run
+from laneflow.wiring import local_engine
+
+ASK = 'tool: ask {"question": "Which coast first, north or south?"}'
+LANEFLOW = Path(sys.executable).parent / "laneflow"
+
+
+def ask_workspace(root: Path, *, ask_timeout: float = 60, stub: str = f"{ASK}\nAsked.\n===\nDone.") -> Path:
+    agents = {"asker": {"tools": ["ask"], "ask_timeout": ask_timeout, "stub": stub}}
+    return write_workspace(root / "ws", agents, {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}})
+
+
+def start(svc, ws: Path):
+    """The run, and the thread driving it (the ask blocks its step)."""
+    run = create_run(svc, ws, "desk")
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run), daemon=True)
+    thread.start()
+    return run, thread, done
+
+
+def until_asked(svc, run, timeout: float = 30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = waiting_questions(svc, run.tenant, run_id=run.id)
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError("the step never asked")
+
+
+def tool_output(tmp_path: Path, tool: str) -> str:
+    said = [json.loads(p.read_text()) for p in sorted((tmp_path / "captures").rglob("*.json"))]
+    return next(c["output"] for c in said if c["tool"] == tool)
+
+
+def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
+    svc = on()
+    run, thread, done = start(svc, ask_workspace(tmp_path))
+    waiting = until_asked(svc, run)
+    assert waiting.index == 0 and waiting.question == "Which coast first, north or south?"
+    listed = subprocess.run([str(LANEFLOW), "runs", "--store", svc.store.url], capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert listed.returncode == 0 and "asking: step 0" in listed.stdout, listed.stderr
+    answered = subprocess.run(
+        [str(LANEFLOW), "answer", run.id, "0", "The north, then the south.", "--store", svc.store.url],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ),
+    )
+    assert answered.returncode == 0, answered.stderr
+    thread.join(60)
+    [ended] = done
+    assert ended.status == RunStatus.completed, ended.error
+    [step] = ended.steps
+    asks = [e.text for e in step.events if e.type == EventType.ask]
+    assert asks[0].startswith("asked a person: Which coast first") and "a person answered: The north, then the south." in asks
+    assert "answered by a person" in asks
+    assert tool_output(tmp_path, "ask") == "The north, then the south."
+    [question] = svc.store.get_inbox(run.tenant, run.id, 0)
+    assert question.status == QuestionStatus.answered and waiting_questions(svc, run.tenant) == []
+    assert svc.store.get_observed(run.tenant, run.id, 0) == {1: [question.delivery_id]}
+    # Answered once: a second answer is refused, naming why.
+    with pytest.raises(NoQuestionWaiting, match="answered"):
+        answer_question(svc, run.tenant, run.id, 0, "again")
+    again = subprocess.run([str(LANEFLOW), "answer", run.id, "0", "again", "--store", svc.store.url],
+                           capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert again.returncode == 2 and "waiting on no question" in again.stderr
+
+
+def test_an_unanswered_ask_times_out_and_the_step_completes(on, tmp_path):
+    svc = on()
+    started = time.monotonic()
+    run, thread, done = start(svc, ask_workspace(tmp_path, ask_timeout=1))
+    thread.join(60)
+    [ended] = done
+    assert ended.status == RunStatus.completed, ended.error
+    [step] = ended.steps
+    assert step.status == StepStatus.completed and step.conclusion == "Done."
+    assert "no answer within 1 s; the step goes on" in [e.text for e in step.events if e.type == EventType.ask]
+    assert tool_output(tmp_path, "ask").startswith("no answer within 1 s")
+    [question] = svc.store.get_inbox(run.tenant, run.id, 0)
+    assert question.status == QuestionStatus.expired and time.monotonic() - started < 30
+    with pytest.raises(NoQuestionWaiting, match="expired"):
+        answer_question(svc, run.tenant, run.id, 0, "too late")
+
+
+def test_a_stop_during_an_ask_ends_the_step_at_once(on, tmp_path):
+    svc = on()
+    run, thread, done = start(svc, ask_workspace(tmp_path, ask_timeout=600))
+    until_asked(svc, run)
+    stopped_at = time.monotonic()
+    stop_run(svc, run.tenant, run.id)
+    thread.join(60)
+    took = time.monotonic() - stopped_at
+    [ended] = done
+    assert ended.status == RunStatus.failed and ended.stop_requested
+    [step] = ended.steps
+    assert step.status == StepStatus.failed and "waited for an answer" in (step.error or "")
+    [attempt] = svc.store.list_attempts(run.tenant, run.id, 0)
+    assert attempt.status == "stopped"
+    assert took < 10, f"the stop took {took:.1f} s to end the wait"
+    [question] = svc.store.get_inbox(run.tenant, run.id, 0)
+    assert question.status == QuestionStatus.expired and waiting_questions(svc, run.tenant) == []
+
+
+def test_an_ask_never_waits_past_the_steps_own_timeout(svc, tmp_path):
+    ws = ask_workspace(tmp_path, ask_timeout=600)
+    md = ws / "agents" / "asker" / "agent.md"
+    md.write_text(md.read_text().replace("tools:", "timeout: 2\ntools:", 1))
+    run, thread, done = start(svc, ws)
+    thread.join(60)
+    [ended] = done
+    [step] = ended.steps
+    asked = next(e for e in step.events if e.type == EventType.ask)
+    assert 0 < asked.data["wait_s"] <= 2
