@@ -96,3 +96,104 @@ def test_a_secret_in_a_message_never_reaches_a_stored_byte(on, tmp_path):
     [note] = svc.store.get_inbox(run.tenant, run.id, 1)
     assert note.text == "the token is [TRACKER_TOKEN]"
     assert secret.encode() not in stored_bytes(on.kind, tmp_path)
+
+
+def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_path):
+    """A real `laneflow run` gets Ctrl-C after the listener's first attempt observed a
+    message; a second message comes while it is away; `laneflow resume` runs its second
+    attempt, which is given the second message only: the first is not sent twice."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from laneflow.adapters.store import open_store
+    from laneflow.domain.inbox import Note, NoteKind, new_note_id
+
+    exe = Path(sys.executable).parent / "laneflow"
+    ws = peers_workspace(
+        tmp_path,
+        talker=f"{TALK}\nTalked.",
+        listener=["delay_ms: 1500\nOne.\n===\nTwo.\n===\nThree.", "Resumed.\n===\nDone."],
+    )
+    url = f"sqlite:///{tmp_path / 'int.db'}"
+    proc = subprocess.Popen([str(exe), "run", str(ws), "desk", "--store", url, "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    store, run_id = None, None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and run_id is None:
+        if (tmp_path / "int.db").exists():
+            store = store or open_store(url)
+            runs = store.list_runs("local")
+            if runs and any(e.text.startswith("delivered") for e in store.get_step("local", runs[0].id, 1, detail=True).events):
+                run_id = runs[0].id
+        time.sleep(0.05)
+    assert run_id and store, f"the message was never delivered: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    [first] = store.get_inbox("local", run_id, 1)
+    assert store.get_observed("local", run_id, 1) == {1: [first.id]}
+    later = Note(id=new_note_id(NoteKind.message), run_id=run_id, kind=NoteKind.message, to_index=1,
+                 from_index=0, from_agent="talker", attempt=1, text="one more thing: the estuary too")
+    store.post_note("local", run_id, later)
+    resumed = subprocess.run([str(exe), "resume", run_id, "--store", url, "--quiet"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    run = store.get_run("local", run_id)
+    assert run.status == RunStatus.completed, run.error
+    listener = run.steps[1]
+    assert listener.attempts == 2 and listener.conclusion == "Done."
+    assert store.get_observed("local", run_id, 1) == {1: [first.id], 2: [later.id]}
+    delivered = [(e.attempt, e.data["note"]) for e in listener.events if e.text.startswith("delivered")]
+    assert delivered == [(1, first.id), (2, later.id)]
+
+
+def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp_path):
+    """The Claude executor, through the real SDK, against the Messages API imitation: the
+    listener's second request holds the talker's message, after its tool result."""
+    import time
+
+    from laneflow.adapters.executors.anthropic import AnthropicExecutor
+    from laneflow.adapters.store import open_store
+    from laneflow.settings import Settings
+    from laneflow.wiring import for_store
+    from laneflow_dev.imitation import MessagesImitation, Reply
+
+    key = "sk-test-0123456789abcdef"
+    bodies: list[dict] = []
+
+    def respond(body: dict) -> Reply:
+        bodies.append(body)
+        system = "".join(block["text"] for block in body["system"])
+        k = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if "You are listener." in system:
+            if k == 0:
+                time.sleep(1.0)  # still working when the talker writes
+                return Reply(text="Looking around.", tool_uses=[{"name": "peers_list", "input": {}}])
+            return Reply(text="Heard: I take the currents.")
+        if k == 0:
+            return Reply(text="Telling.", tool_uses=[{"name": "peers_message", "input": {"to": 1, "text": "I already covered the tides"}}])
+        return Reply(text="Told.")
+
+    agents = {"talker": {"tools": ["peers"]}, "listener": {"tools": ["peers"]}}
+    flow = {"description": "two colleagues", "steps": [{"group": [{"agent": "talker"}, {"agent": "listener"}]}]}
+    ws = write_workspace(tmp_path / "ws", agents, {"desk": flow}, agents_md="model: claude-sonnet-4-6\n")
+    with MessagesImitation(api_keys={key}, responder=respond) as api:
+        settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
+        svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
+        run = drive(svc, ws, "desk")
+    assert run.status == RunStatus.completed, run.error
+    talker, listener = run.steps
+    assert listener.conclusion == "Heard: I take the currents."
+    second = [b for b in bodies if "You are listener." in "".join(x["text"] for x in b["system"])][1]
+    last = second["messages"][-1]["content"]
+    assert [block["type"] for block in last] == ["tool_result", "text"]
+    assert "message from your colleague talker (step 0)" in last[1]["text"] and "I already covered the tides" in last[1]["text"]
+    assert "never a hand-over" in last[1]["text"]
+    tools = [t["name"] for t in second["tools"]]
+    assert tools == ["peers_list", "peers_message"]
+    assert "peers" in [layer.name for layer in listener.prompt_layers]
+    assert "Colleagues" in second["system"][-1]["text"] and "talker (step 0" in second["system"][-1]["text"]
+    assert any(t.startswith("message to listener (step 1)") for t in peer_events(talker))
+    assert "delivered to its next turn: message from talker (step 0)" in peer_events(listener)
