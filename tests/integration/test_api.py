@@ -370,6 +370,8 @@ def test_the_openapi_document_lists_every_route(api_svc):
         ("/runs/{run_id}", "GET"),
         ("/runs/{run_id}/stop", "POST"),
         ("/runs/{run_id}/approval", "POST"),
+        ("/runs/{run_id}/steps/{index}/answer", "POST"),
+        ("/questions", "GET"),
         ("/openapi.json", "GET"),
         ("/", "GET"),
     }
