@@ -197,3 +197,26 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
     assert "Colleagues" in second["system"][-1]["text"] and "talker (step 0" in second["system"][-1]["text"]
     assert any(t.startswith("message to listener (step 1)") for t in peer_events(talker))
     assert "delivered to its next turn: message from talker (step 0)" in peer_events(listener)
+
+
+def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_process(on, tmp_path):
+    """A talker and a listener that both run in sandbox workers (child processes of the
+    engine): the message goes through the store between the two processes."""
+    import os
+
+    svc = on()
+    ws = peers_workspace(
+        tmp_path,
+        talker=f"{TALK}\nTold them.",
+        listener="delay_ms: 1200\nWorking on the coast.\n===\nHeard.",
+    )
+    for name in ("talker", "listener"):
+        md = ws / "agents" / name / "agent.md"
+        md.write_text(md.read_text().replace("tools:", "sandbox: true\ntools:", 1))
+    run = drive(svc, ws, "desk")
+    assert run.status == RunStatus.completed, run.error
+    talker, listener = run.steps
+    workers = [a.worker for a in svc.store.list_attempts(run.tenant, run.id)]
+    assert all(w is not None and w.kind == "local" and w.pid != os.getpid() for w in workers)  # each in its own worker
+    assert any(t.startswith("message to listener (step 1)") for t in peer_events(talker))
+    assert "delivered to its next turn: message from talker (step 0)" in peer_events(listener)
