@@ -133,3 +133,39 @@ def test_an_ask_never_waits_past_the_steps_own_timeout(svc, tmp_path):
     [step] = ended.steps
     asked = next(e for e in step.events if e.type == EventType.ask)
     assert 0 < asked.data["wait_s"] <= 2
+
+
+def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
+    """The Claude executor, through the real SDK, against the Messages API imitation: the
+    person's answer comes back to the model as the ask tool's result."""
+    from laneflow.adapters.executors.anthropic import AnthropicExecutor
+    from laneflow.adapters.store import open_store
+    from laneflow.settings import Settings
+    from laneflow.wiring import for_store
+    from laneflow_dev.imitation import MessagesImitation, Reply
+
+    key = "sk-test-0123456789abcdef"
+    bodies: list[dict] = []
+
+    def respond(body: dict) -> Reply:
+        bodies.append(body)
+        if not any(m["role"] == "assistant" for m in body["messages"]):
+            return Reply(text="Asking.", tool_uses=[{"name": "ask", "input": {"question": "North or south?"}}])
+        return Reply(text="Going north.")
+
+    ws = write_workspace(tmp_path / "ws", {"asker": {"tools": ["ask"], "ask_timeout": 60}},
+                         {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}}, agents_md="model: claude-sonnet-4-6\n")
+    with MessagesImitation(api_keys={key}, responder=respond) as api:
+        settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
+        svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
+        run, thread, done = start(svc, ws)
+        until_asked(svc, run)
+        answer_question(svc, run.tenant, run.id, 0, "North.")
+        thread.join(60)
+    [ended] = done
+    assert ended.status == RunStatus.completed, ended.error
+    [result] = [b for b in bodies[-1]["messages"][-1]["content"] if b["type"] == "tool_result"]
+    assert result["content"] == "North." and result["is_error"] is False
+    assert [t["name"] for t in bodies[0]["tools"]] == ["ask"]
+    assert "Asking a person" in bodies[0]["system"][0]["text"]  # the ask layer: stable, in the cached block

@@ -220,3 +220,15 @@ def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_proce
     assert all(w is not None and w.kind == "local" and w.pid != os.getpid() for w in workers)  # each in its own worker
     assert any(t.startswith("message to listener (step 1)") for t in peer_events(talker))
     assert "delivered to its next turn: message from talker (step 0)" in peer_events(listener)
+
+
+def test_the_scouts_example_splits_the_coast_through_peers(svc):
+    from helpers import drive as drive_run
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "scouts"
+    run = drive_run(svc, root, "survey")
+    assert run.status == RunStatus.completed, run.error
+    north, south, editor = run.steps
+    assert any(t.startswith("message to south-scout (step 1): I already covered the harbours") for t in peer_events(north))
+    assert "delivered to its next turn: message from north-scout (step 0)" in peer_events(south)
+    assert "estuaries only" in (south.conclusion or "") and editor.status == StepStatus.completed
