@@ -7,14 +7,21 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from helpers import write_workspace
-from test_api import api_svc, call  # noqa: F401  (api_svc is a fixture)
+from test_api import RecordingDrives, call
 
 from laneflow.domain.records import EventType, RunStatus
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import local_engine
 
 TENANT = "acme"
+
+
+@pytest.fixture
+def api_svc(svc):
+    svc.drives = RecordingDrives()
+    return svc
 
 
 def asker_run(svc, tmp_path, *, ask_timeout: float = 60):

@@ -97,32 +97,36 @@ def test_open_questions_of_all_tenants_name_their_tenant(store: Store):
 def test_an_answer_and_the_end_of_the_wait_race_and_exactly_one_wins(store: Store):
     run = new_run(store)
     for _ in range(5):
-        q = question(run.id, 0, "now?")
-        store.post_note(TENANT, run.id, q)
-        outcomes: list[object] = []
-        barrier = threading.Barrier(2)
+        _race_answer_and_close(store, run)
 
-        def answer() -> None:
-            barrier.wait()
-            try:
-                outcomes.append(store.answer_question(TENANT, run.id, q.id, "yes", at=utcnow()).status)
-            except Conflict:
-                outcomes.append("refused")
 
-        def close() -> None:
-            barrier.wait()
-            outcomes.append(("closed", store.close_question(TENANT, run.id, q.id).status))
+def _race_answer_and_close(store: Store, run) -> None:
+    q = question(run.id, 0, "now?")
+    store.post_note(TENANT, run.id, q)
+    outcomes: list[object] = []
+    barrier = threading.Barrier(2)
 
-        threads = [threading.Thread(target=answer), threading.Thread(target=close)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        final = next(n for n in store.get_inbox(TENANT, run.id, 0) if n.id == q.id)
-        if final.status == QuestionStatus.answered:
-            assert QuestionStatus.answered in outcomes and ("closed", QuestionStatus.answered) in outcomes
-        else:
-            assert "refused" in outcomes and ("closed", QuestionStatus.expired) in outcomes
+    def answer() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(store.answer_question(TENANT, run.id, q.id, "yes", at=utcnow()).status)
+        except Conflict:
+            outcomes.append("refused")
+
+    def close() -> None:
+        barrier.wait()
+        outcomes.append(("closed", store.close_question(TENANT, run.id, q.id).status))
+
+    threads = [threading.Thread(target=answer), threading.Thread(target=close)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    final = next(n for n in store.get_inbox(TENANT, run.id, 0) if n.id == q.id)
+    if final.status == QuestionStatus.answered:
+        assert QuestionStatus.answered in outcomes and ("closed", QuestionStatus.answered) in outcomes
+    else:
+        assert "refused" in outcomes and ("closed", QuestionStatus.expired) in outcomes
 
 
 def test_what_an_attempt_observed_is_kept_per_attempt_and_fenced(store: Store):
