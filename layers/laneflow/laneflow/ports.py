@@ -421,6 +421,11 @@ class Store(ABC):
         `RunNotFound` if there is no run."""
 
     @abstractmethod
+    def get_note(self, tenant: str, run_id: str, note_id: str) -> Note:
+        """One note of the run's inboxes. `NotFound` if there is none (`RunNotFound` if
+        there is no run)."""
+
+    @abstractmethod
     def answer_question(self, tenant: str, run_id: str, note_id: str, text: str, *, at: str) -> Note:
         """Answer an open question, once: it becomes `answered` with `text` (masked) at
         `at`. `NotFound` if there is no such question; `Conflict` naming its status if it is

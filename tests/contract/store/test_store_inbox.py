@@ -31,7 +31,11 @@ def test_a_note_is_kept_in_its_recipients_inbox_in_order_and_an_id_is_taken_once
         store.post_note(TENANT, run.id, note)
     assert [n.id for n in store.get_inbox(TENANT, run.id, 1)] == [first.id, second.id]
     assert {n.id for n in store.get_inbox(TENANT, run.id)} == {first.id, second.id, other.id}
-    assert store.get_inbox(TENANT, run.id, 1)[0] == first
+    assert store.get_inbox(TENANT, run.id, 1)[0] == first == store.get_note(TENANT, run.id, first.id)
+    with pytest.raises(NotFound):
+        store.get_note(TENANT, run.id, "m-0000")
+    with pytest.raises(RunNotFound):
+        store.get_note(TENANT, "run-none", first.id)
     before = snapshot(store, run)
     with pytest.raises(Conflict):
         store.post_note(TENANT, run.id, first.model_copy(update={"text": "again"}))

@@ -616,6 +616,16 @@ class RuleBookStore(Primitives, Store):
             raise RunNotFound(run_id)
         return sorted((n for n in notes if index is None or n.to_index == index), key=lambda n: (n.at, n.id))
 
+    @_entry()
+    def get_note(self, tenant: str, run_id: str, note_id: str) -> Note:
+        check_tenant(tenant)
+        found = self._read_note(tenant, run_id, note_id)
+        if found is None:
+            if not self._run_exists(tenant, run_id):
+                raise RunNotFound(run_id)
+            raise NotFound(f"no note {note_id!r} in run {run_id!r}")
+        return found
+
     def _question(self, tenant: str, run_id: str, note_id: str) -> Note:
         found = self._read_note(tenant, run_id, note_id)
         if found is None or found.kind != NoteKind.question:

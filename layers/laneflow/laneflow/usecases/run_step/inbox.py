@@ -200,8 +200,8 @@ class AttemptInbox:
         store, tenant, run_id = self.svc.store, self.ref.tenant, self.ref.run_id
         end = time.monotonic() + wait
         while True:
-            found = next((n for n in store.get_inbox(tenant, run_id, self.step.index) if n.id == note.id), None)
-            if found is not None and found.status == QuestionStatus.answered:
+            found = store.get_note(tenant, run_id, note.id)  # one read of one item
+            if found.status == QuestionStatus.answered:
                 return found
             if self.stopped():
                 store.close_question(tenant, run_id, note.id)
