@@ -35,7 +35,7 @@ def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on, tmp
     ws = peers_workspace(
         tmp_path,
         talker=f"{TALK}\nTold them.\n===\nTalked.",
-        listener="delay_ms: 700\nWorking on the coast.\n===\nHeard: I take the currents.",
+        listener="delay_ms: 2000\nWorking on the coast.\n===\nHeard: I take the currents.",
     )
     run = drive(svc, ws, "desk")
     assert run.status == RunStatus.completed, run.error
@@ -56,7 +56,7 @@ def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on, tmp
 
 def test_a_message_to_a_colleague_that_has_ended_is_refused_and_the_talker_goes_on(on, tmp_path):
     svc = on()
-    ws = peers_workspace(tmp_path, talker=f"delay_ms: 1500\n{TALK}\nTried.", listener="Done at once.")
+    ws = peers_workspace(tmp_path, talker=f"delay_ms: 3000\n{TALK}\nTried.", listener="Done at once.")
     run = drive(svc, ws, "desk")
     assert run.status == RunStatus.completed, run.error
     talker, listener = run.steps
@@ -86,7 +86,7 @@ def test_a_secret_in_a_message_never_reaches_a_stored_byte(on, tmp_path):
     secret = "tracker-secret-4f9a1c77e2"
     svc = on()
     talk = f'tool: peers_message {{"to": "listener", "text": "the token is {secret}"}}'
-    ws = peers_workspace(tmp_path, talker=f"{talk}\nTold.", listener="delay_ms: 700\nWorking.\n===\nDone.")
+    ws = peers_workspace(tmp_path, talker=f"{talk}\nTold.", listener="delay_ms: 2000\nWorking.\n===\nDone.")
     for name in ("talker", "listener"):
         md = ws / "agents" / name / "agent.md"
         md.write_text(md.read_text().replace("tools:", "secrets: [TRACKER_TOKEN]\ntools:", 1))
@@ -114,7 +114,7 @@ def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_pat
     ws = peers_workspace(
         tmp_path,
         talker=f"{TALK}\nTalked.",
-        listener=["delay_ms: 1500\nOne.\n===\nTwo.\n===\nThree.", "Resumed.\n===\nDone."],
+        listener=["delay_ms: 2500\nOne.\n===\nTwo.\n===\nThree.", "Resumed.\n===\nDone."],
     )
     url = f"sqlite:///{tmp_path / 'int.db'}"
     proc = subprocess.Popen([str(exe), "run", str(ws), "desk", "--store", url, "--quiet"],
@@ -208,7 +208,7 @@ def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_proce
     ws = peers_workspace(
         tmp_path,
         talker=f"{TALK}\nTold them.",
-        listener="delay_ms: 1200\nWorking on the coast.\n===\nHeard.",
+        listener="delay_ms: 3000\nWorking on the coast.\n===\nHeard.",
     )
     for name in ("talker", "listener"):
         md = ws / "agents" / name / "agent.md"
