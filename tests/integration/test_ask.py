@@ -169,3 +169,51 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
     assert result["content"] == "North." and result["is_error"] is False
     assert [t["name"] for t in bodies[0]["tools"]] == ["ask"]
     assert "Asking a person" in bodies[0]["system"][0]["text"]  # the ask layer: stable, in the cached block
+
+
+def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_attempt(tmp_path):
+    """A `laneflow run` killed while its step waits on a person: reconcile marks the attempt
+    interrupted, and its question stops being offered to people."""
+    import signal
+
+    from laneflow.adapters.store import open_store
+    from laneflow.settings import Settings
+    from laneflow.wiring import for_store
+
+    ws = ask_workspace(tmp_path, ask_timeout=600)
+    url = f"sqlite:///{tmp_path / 'ask.db'}"
+    proc = subprocess.Popen([str(LANEFLOW), "run", str(ws), "desk", "--store", url, "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    svc = None
+    deadline = time.monotonic() + 60
+    waiting: list = []
+    while time.monotonic() < deadline and not waiting and proc.poll() is None:
+        if (tmp_path / "ask.db").exists():
+            svc = svc or for_store(open_store(url), Settings(capture_dir=str(tmp_path / "captures")))
+            waiting = waiting_questions(svc, "local")
+        time.sleep(0.05)
+    assert waiting and svc, proc.stderr.read() if proc.poll() is not None else "never asked"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    # Reconcile interrupts the attempt and re-drives the run: its second attempt asks anew.
+    reconciling = subprocess.Popen([str(LANEFLOW), "reconcile", "--store", url],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    run_id = waiting[0].run_id
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and reconciling.poll() is None:
+        again = waiting_questions(svc, "local")
+        if again and again[0].id != waiting[0].id:
+            break
+        time.sleep(0.05)
+    first, second = svc.store.get_inbox("local", run_id, 0)
+    assert first.status == QuestionStatus.expired and first.attempt == 1
+    assert second.status == QuestionStatus.open and second.attempt == 2
+    assert [q.id for q in waiting_questions(svc, "local")] == [second.id]
+    answered = subprocess.run([str(LANEFLOW), "answer", run_id, "0", "North.", "--store", url],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert answered.returncode == 0, answered.stderr
+    _, err = reconciling.communicate(timeout=120)
+    assert reconciling.returncode == 0, err
+    run = svc.store.get_run("local", run_id)
+    assert run.status == RunStatus.completed and run.steps[0].attempts == 2
+    assert svc.store.list_open_questions("local") == []

@@ -35,7 +35,7 @@ DEFINITIONS: dict[str, dict[str, Any]] = {
         "input_schema": {
             "type": "object",
             "properties": {
-                "to": {"type": ["string", "integer"], "description": "the colleague's agent name or step index"},
+                "to": {"type": "string", "description": "the colleague's agent name, or its step index (such as \"2\")"},
                 "text": {"type": "string", "description": "what you tell them"},
             },
             "required": ["to", "text"],

@@ -227,3 +227,11 @@ def attempt_inbox(
         ask_timeout=agent.settings.ask_timeout, step_deadline=time.monotonic() + timeout if timeout else None,
         worker=attempt.worker, capture=capture,
     )
+
+
+def expire_questions(svc: Services, tenant: str, run_id: str, index: int, n: int) -> None:
+    """The questions attempt `n` of a step left open are no longer waited on (its worker went
+    away): they expire, so no person is asked to answer into the void."""
+    for note in svc.store.get_inbox(tenant, run_id, index):
+        if note.kind == NoteKind.question and note.status == QuestionStatus.open and note.attempt == n:
+            svc.store.close_question(tenant, run_id, note.id)
