@@ -9,9 +9,11 @@ import datetime as dt
 import threading
 import time
 
+import pytest
 from helpers import FIXTURES
 
 from laneflow.adapters.workers import local_worker
+from laneflow.domain.gate import reserve_line
 from laneflow.domain.lanes import waiting_line
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.usecases.run_step.runner import WAITED_TO_START
@@ -25,8 +27,9 @@ def ts(text: str) -> dt.datetime:
 
 
 def released_at(step) -> dt.datetime:
-    [event] = [e for e in step.events if e.type == "gate" and "released" in e.text]
-    return ts(event.t)
+    """When the lead released the siblings waiting for its reply (the first release it wrote;
+    a second one, at its end, is the reserve's)."""
+    return ts([e for e in step.events if e.type == "gate" and "released" in e.text][0].t)
 
 
 def test_the_lead_starts_first_and_no_sibling_starts_before_its_first_stream_event(run_flow):
@@ -133,14 +136,14 @@ def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc
     (the sibling is told the gate is open); a token is handed back only once."""
     run = create_run(svc, GATE, "fanout")
     store, t, r = svc.store, run.tenant, run.id
-    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-1") is False
-    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-2") is False
-    assert store.gate_open(t, r, "g0c0:quick@stub") == ["tok-1", "tok-2"]
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-1") is None
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-2") is None
+    assert [w.token for w in store.gate_open(t, r, "g0c0:quick@stub")] == ["tok-1", "tok-2"]
     assert store.gate_open(t, r, "g0c0:quick@stub") == []
-    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-3") is True
+    assert store.gate_wait(t, r, "g0c0:quick@stub", "tok-3") is not None
     assert store.gate_open(t, r, "g0c0:quick@stub") == []
     # another lane's gate is its own
-    assert store.gate_wait(t, r, "g0c0:other@stub", "tok-4") is False
+    assert store.gate_wait(t, r, "g0c0:other@stub", "tok-4") is None
 
 
 def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
@@ -170,3 +173,98 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
     report = run_step(svc, RunStepRequest(run=ref, group=0, lane=lane, step=LaneStep(index=0, role="lead")), worker=local_worker())
     assert report.status == StepStatus.skipped and report.attempts == 0
     assert completed == ["tok-1"]
+
+
+def _most_at_once(spans) -> int:
+    return max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+
+
+@pytest.mark.slow
+def test_a_gated_lane_runs_parallel_steps_at_once_and_takes_about_the_ideal_time(run_flow):
+    """12 stub steps of 2 s at `parallel: 3` (reply after 200 ms): from the steps' recorded
+    start and end times, never more than 3 run at once, the makespan is within 10 % of the
+    ideal ceil(12 / 3) x 2 s, and the reserve said why it waited for the lead's end."""
+    run = run_flow(GATE, "lane12").run
+    assert run.status == RunStatus.completed
+    spans = sorted((ts(s.started_at), ts(s.finished_at)) for s in run.steps)
+    assert _most_at_once(spans) == 3
+    makespan = (max(b for _, b in spans) - min(a for a, _ in spans)).total_seconds()
+    ideal = 4 * 2.0
+    assert makespan <= ideal * 1.10, f"makespan {makespan:.2f} s against an ideal of {ideal} s"
+    lead, *siblings = run.steps
+    reserve = siblings[2]  # the siblings' Map iteration parallel - 1
+    lines = [e.text for e in reserve.events if e.type == "gate"]
+    assert lines == [reserve_line("steady", 3)]
+    assert ts(reserve.started_at) >= ts(lead.finished_at)
+    # Once the lead has ended, the lane runs 3 siblings at once, not 2.
+    after = [(a, b) for a, b in spans if a >= ts(lead.finished_at)]
+    assert _most_at_once(after) == 3
+    assert [e.text for e in lead.events if e.type == "gate"][-1] == "prompt cache: released 1 waiting sibling(s): the lead ended"
+
+
+class _Completed:
+    """The callbacks port, keeping the tokens completed (in order)."""
+
+    def __init__(self):
+        self.tokens: list[str] = []
+
+    def succeed(self, token, output):
+        self.tokens.append(token)
+
+    def fail(self, token, error, cause):  # pragma: no cover - not expected
+        raise AssertionError(error)
+
+
+def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_crashes(on):
+    """The siblings' Map iteration parallel - 1 waits for the lead's end: the reply releases
+    the others only; the lead's StepCrashed (its worker died) releases the reserve, and the
+    reserve's trace says what it waited for."""
+    from laneflow.domain.messages import LaneStep, StartDriveRequest, StepCrashedRequest, WaitForLeadRequest
+    from laneflow.usecases.start_drive import start_drive
+    from laneflow.usecases.step_crashed import step_crashed
+    from laneflow.usecases.wait_for_lead import open_gate, wait_for_lead
+
+    svc = on()
+    svc.callbacks = completed = _Completed()
+    run = create_run(svc, GATE, "fanout")
+    ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
+    lane = "quick@stub"
+
+    def arrive(index: int, map_index: int) -> bool:
+        req = WaitForLeadRequest(
+            run=ref, group=0, lane=lane, step=LaneStep(index=index, role="sibling"), token=f"tok-{index}", map_index=map_index, parallel=2
+        )
+        return wait_for_lead(svc, req).waiting
+
+    assert arrive(1, 0) and arrive(2, 1)  # iteration 1 of a lane at parallel 2 is the reserve
+    open_gate(svc, run.tenant, run.id, group=0, cycle=0, lane=lane, lead=0, why="the lead's reply began")
+    assert completed.tokens == ["tok-1"]
+    assert not arrive(3, 2)  # a later iteration, after the reply: at once
+    step_crashed(svc, StepCrashedRequest(run=ref, step=LaneStep(index=0, role="lead"), group=0, lane=lane, error={"Error": "Lambda.Timeout"}))
+    assert completed.tokens == ["tok-1", "tok-3", "tok-2"]
+    reserve = svc.store.get_step(run.tenant, run.id, 2, detail=True)
+    assert [e.text for e in reserve.events if e.type == "gate"] == [reserve_line("quick", 2)]
+
+
+def test_an_older_database_s_gate_gains_the_lead_s_end_and_its_bare_tokens_still_come_back(tmp_path):
+    """A database made before the gate knew the lead's end (schema 5: bare tokens, no
+    ended_at or note) is upgraded on open, and a token it kept is still handed back."""
+    import sqlite3
+
+    from laneflow.adapters.store import open_store
+    from laneflow.domain.gate import GateWaiter
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE gates (tenant TEXT NOT NULL, run_id TEXT NOT NULL, key TEXT NOT NULL, opened_at TEXT,"
+        " tokens TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (tenant, run_id, key)) WITHOUT ROWID"
+    )
+    db.execute("""INSERT INTO gates VALUES ('local', 'run-1', 'g0c0:quick@stub', NULL, '["tok-old"]')""")
+    db.execute("PRAGMA user_version = 5")
+    db.commit()
+    db.close()
+    store = open_store(f"sqlite:///{path}")
+    assert store.gate_wait("local", "run-1", "g0c0:quick@stub", "tok-new", index=2, until_lead_ends=True) is None
+    assert store.gate_open("local", "run-1", "g0c0:quick@stub", note="n") == [GateWaiter(token="tok-old")]
+    assert store.gate_open("local", "run-1", "g0c0:quick@stub", lead_ended=True) == [GateWaiter(token="tok-new", index=2, until_lead_ends=True)]

@@ -154,11 +154,12 @@ def test_earlier_attempts_are_those_of_this_pass_only_a_new_loop_cycle_is_told_n
     assert [(a.n, a.status) for a in told] == [(3, AttemptStatus.interrupted)]
 
 
-def test_a_gated_lane_runs_its_lead_plus_at_most_parallel_minus_one_siblings():
+def test_a_gated_lane_s_siblings_map_runs_the_lane_s_whole_cap():
+    # The reserve (laneflow.domain.gate), not a smaller Map, keeps lead + siblings within it.
     flow = flow_of([StepSpec(agent="a", parallel=3)])
     [lane] = plan_lanes([step(i, "a") for i in range(6)], flow, 100, gate=True)
     assert [s.index for s in lane.starters] == [0] and [s.index for s in lane.siblings] == [1, 2, 3, 4, 5]
-    assert (lane.parallel, lane.sibling_parallel) == (3, 2)
+    assert (lane.parallel, lane.sibling_parallel) == (3, 3)
 
 
 def test_a_lane_capped_at_one_at_a_time_has_no_gate():

@@ -23,6 +23,9 @@ class Sink:
     def first_event(self) -> None:
         self.began_at = self.began_at or time.monotonic()
 
+    def prefix_uncacheable(self, tokens: int, minimum: int) -> None:  # pragma: no cover - the stub has no minimum
+        raise AssertionError("the stub keeps its gate")
+
     def call(self, span: ModelCall) -> ModelCall:
         self.calls.append(span)
         return span

@@ -10,26 +10,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from laneflow.domain.pricing import catalog
+
 MAX_BREAKPOINTS = 4
 
 
 # Minimum cacheable prompt length (tokens of the prefix up to the breakpoint), per Anthropic's
-# prompt-caching documentation. Matched by the longest prefix of the model id, so dated ids
-# (claude-sonnet-4-5-20250929) work; "*" is the fallback.
-DEFAULT_MIN_CACHEABLE: dict[str, int] = {
-    "claude-opus-4-6": 4096,
-    "claude-opus-4-5": 4096,
-    "claude-haiku-4-5": 4096,
-    "claude-sonnet-4-6": 2048,
-    "claude-sonnet-4-5": 1024,
-    "claude-opus-4-1": 1024,
-    "claude-opus-4": 1024,
-    "claude-sonnet-4": 1024,
-    "claude-3-7-sonnet": 1024,
-    "claude-3-5-haiku": 2048,
-    "claude-3-haiku": 2048,
-    "*": 1024,
-}
+# prompt-caching documentation: laneflow's price catalog keeps them (one source for the engine,
+# which skips the warm gate for a prefix below it, and for this imitation). Matched by the
+# longest prefix of the model id, so dated ids (claude-sonnet-4-5-20250929) work; "*" is the
+# fallback.
+DEFAULT_MIN_CACHEABLE: dict[str, int] = {**catalog().min_cacheable_by_model(), "*": 1024}
 
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import SecretStr
 
 from laneflow.domain.errors import ModelNotConfigured
+from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, Peer
 from laneflow.domain.records import (
     Attempt,
@@ -162,6 +163,11 @@ class ExecutionSink(Protocol):
 
     def first_event(self) -> None:
         """The model's response has begun (the stream's first event): opens the warm gate."""
+
+    def prefix_uncacheable(self, tokens: int, minimum: int) -> None:
+        """Before the first model call: the step's stable prefix (about `tokens`) is below
+        its model's minimum cacheable length (`minimum`), so nothing of it will be cached
+        and a lane's lead opens its gate now (its siblings have nothing to wait for)."""
 
     def call(self, span: ModelCall) -> ModelCall:
         """Record (or update, same id) a model-call span. The sink numbers it across the
@@ -396,16 +402,26 @@ class Store(ABC):
     # -- the warm gate ---------------------------------------------------------------------
 
     @abstractmethod
-    def gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
-        """A sibling arrives at its lane's gate with its callback token. At once: if the gate
-        is open, return True (the caller completes its own token); otherwise keep the token
-        for the lead and return False. Together with `gate_open` this is a rendezvous:
-        whichever arrives second completes the token, so no sibling waits forever."""
+    def gate_wait(
+        self, tenant: str, run_id: str, key: str, token: str, *, index: int | None = None, until_lead_ends: bool = False
+    ) -> GatePass | None:
+        """A sibling (step `index`) arrives at its lane's gate with its callback token. At
+        once: if the gate is open, return a `GatePass` (the caller completes its own token;
+        the pass carries the note the lead left, if any); otherwise keep the token for the
+        lead and return None. With `until_lead_ends` (the reserve, laneflow.domain.gate) the
+        gate counts as open only once the lead has ended, not when its reply began. Together
+        with `gate_open` this is a rendezvous: whichever arrives second completes the token,
+        so no sibling waits forever."""
 
     @abstractmethod
-    def gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
-        """Open the gate (idempotent) and hand back, at once, the tokens kept so far; a token
-        is handed back only once. A second call returns []."""
+    def gate_open(
+        self, tenant: str, run_id: str, key: str, *, lead_ended: bool = False, note: str | None = None
+    ) -> list[GateWaiter]:
+        """Open the gate (idempotent) and hand back, at once, the waiters kept so far that
+        this opening releases: those waiting for the lead's reply, and with `lead_ended`
+        the reserve too (the lead has ended). A waiter is handed back only once; a second
+        call of the same kind returns []. `note` (kept by the first opening that gives one)
+        is handed to every later `GatePass`."""
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 

@@ -38,7 +38,7 @@ def _race_the_rendezvous(store: Store, trial: int) -> None:
     def sibling(n: int) -> None:
         barrier.wait()
         token = f"tok-{n}"
-        if store.gate_wait(TENANT, run.id, key, token):
+        if store.gate_wait(TENANT, run.id, key, token) is not None:
             with lock:
                 told_open.append(token)
 
@@ -47,7 +47,7 @@ def _race_the_rendezvous(store: Store, trial: int) -> None:
         time.sleep(0.001 * trial)
         tokens = store.gate_open(TENANT, run.id, key)
         with lock:
-            handed.extend(tokens)
+            handed.extend(w.token for w in tokens)
 
     threads = [threading.Thread(target=sibling, args=(n,)) for n in range(20)] + [threading.Thread(target=lead)]
     for th in threads:
@@ -56,3 +56,92 @@ def _race_the_rendezvous(store: Store, trial: int) -> None:
         th.join()
     assert sorted(told_open + handed) == sorted(f"tok-{n}" for n in range(20))
     assert store.gate_open(TENANT, run.id, key) == []
+
+
+def test_the_reserve_waits_past_the_reply_and_is_handed_back_only_when_the_lead_ends(store: Store):
+    """A sibling waiting for the lead's reply is released when it begins; the reserve (which
+    holds the lead's pool slot) only when the lead ends. Each waiter comes back with its step."""
+    run = new_run(store)
+    key = "g0c0:lane@stub"
+    assert store.gate_wait(TENANT, run.id, key, "tok-1", index=1) is None
+    assert store.gate_wait(TENANT, run.id, key, "tok-3", index=3, until_lead_ends=True) is None
+    reply = store.gate_open(TENANT, run.id, key)
+    assert [(w.token, w.index, w.until_lead_ends) for w in reply] == [("tok-1", 1, False)]
+    assert store.gate_open(TENANT, run.id, key) == []  # the reply's opening happened already
+    # After the reply: a sibling passes at once, a reserve still waits.
+    assert store.gate_wait(TENANT, run.id, key, "tok-2", index=2) is not None
+    assert store.gate_wait(TENANT, run.id, key, "tok-4", index=4, until_lead_ends=True) is None
+    ended = store.gate_open(TENANT, run.id, key, lead_ended=True)
+    assert sorted((w.token, w.index, w.until_lead_ends) for w in ended) == [("tok-3", 3, True), ("tok-4", 4, True)]
+    assert store.gate_open(TENANT, run.id, key, lead_ended=True) == []
+    assert store.gate_open(TENANT, run.id, key) == []
+    # After the lead's end everyone passes.
+    assert store.gate_wait(TENANT, run.id, key, "tok-5", index=5, until_lead_ends=True) is not None
+    assert store.gate_wait(TENANT, run.id, key, "tok-6", index=6) is not None
+
+
+def test_a_lead_that_ends_without_a_reply_hands_back_every_waiter_at_once(store: Store):
+    run = new_run(store)
+    key = "g0c0:lane@stub"
+    assert store.gate_wait(TENANT, run.id, key, "tok-1", index=1) is None
+    assert store.gate_wait(TENANT, run.id, key, "tok-2", index=2, until_lead_ends=True) is None
+    ended = store.gate_open(TENANT, run.id, key, lead_ended=True)
+    assert sorted(w.token for w in ended) == ["tok-1", "tok-2"]
+    assert store.gate_wait(TENANT, run.id, key, "tok-3", index=3) is not None
+
+
+def test_the_lead_s_note_reaches_every_later_pass_and_the_first_note_is_kept(store: Store):
+    run = new_run(store)
+    key = "g0c0:lane@claude"
+    early = store.gate_wait(TENANT, run.id, key, "tok-1", index=1)
+    assert early is None
+    assert [w.token for w in store.gate_open(TENANT, run.id, key, note="below the minimum")] == ["tok-1"]
+    store.gate_open(TENANT, run.id, key, note="a second note")
+    passed = store.gate_wait(TENANT, run.id, key, "tok-2", index=2)
+    assert passed is not None and passed.note == "below the minimum"
+    plain = new_run(store)
+    store.gate_open(TENANT, plain.id, key)
+    passed = store.gate_wait(TENANT, plain.id, key, "tok-3")
+    assert passed is not None and passed.note is None
+
+
+def test_reserves_and_siblings_racing_both_openings_are_each_handed_back_exactly_once(store: Store):
+    """Siblings and reserves arrive while the lead's reply begins and then it ends: every
+    token is handed back once (or its sibling told to go), and no reserve goes before the end."""
+    for trial in range(3):
+        _race_both_openings(store, trial)
+
+
+def _race_both_openings(store: Store, trial: int) -> None:
+    run = new_run(store)
+    key = f"g0c0:lane-{trial}"
+    passed: dict[str, bool] = {}  # token -> the lead's end had begun when it was told to go
+    handed_at_reply: list[str] = []
+    handed_at_end: list[str] = []
+    ended = threading.Event()
+    lock = threading.Lock()
+    barrier = threading.Barrier(17)
+
+    def sibling(n: int) -> None:
+        barrier.wait()
+        reserve = n % 4 == 0
+        if store.gate_wait(TENANT, run.id, key, f"tok-{n}", index=n, until_lead_ends=reserve) is not None:
+            with lock:
+                passed[f"tok-{n}"] = ended.is_set() or not reserve
+
+    def lead() -> None:
+        barrier.wait()
+        time.sleep(0.001 * trial)
+        handed_at_reply.extend(w.token for w in store.gate_open(TENANT, run.id, key))
+        time.sleep(0.002)
+        ended.set()
+        handed_at_end.extend(w.token for w in store.gate_open(TENANT, run.id, key, lead_ended=True))
+
+    threads = [threading.Thread(target=sibling, args=(n,)) for n in range(16)] + [threading.Thread(target=lead)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(list(passed) + handed_at_reply + handed_at_end) == sorted(f"tok-{n}" for n in range(16))
+    assert not any(int(t.split("-")[1]) % 4 == 0 for t in handed_at_reply), "a reserve went with the reply"
+    assert all(passed.values()), "a reserve was told to go before the lead ended"

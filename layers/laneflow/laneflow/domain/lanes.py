@@ -36,9 +36,11 @@ def plan_lanes(
 
     A lane's concurrency is the tightest `parallel:` among its entries (never more than
     `max_parallel`, so the engine's threads stay bounded). With the gate on, a lane of two or
-    more steps has a lead (its first step) and siblings, which run at most `parallel - 1`
-    at a time beside the lead; a lone step, or a lane capped at one at a time (whose
-    siblings start only after the lead ends anyway), has no gate. A lane whose agent is in
+    more steps has a lead (its first step) and siblings, whose Map runs `parallel` at a
+    time: the sibling that would pass the cap while the lead runs waits for the lead's end
+    (laneflow.domain.gate), so the gate never lowers the lane's concurrency. A lone step, or
+    a lane capped at one at a time (whose siblings start only after the lead ends anyway),
+    has no gate. A lane whose agent is in
     `sandboxed` runs its steps in sandbox workers (all steps of a lane share its agent)."""
     caps = {(e.index, slot): spec.parallel for e in flow.entries for slot, spec in enumerate(e.steps)}
     lanes: OrderedDict[LaneKey, list[Step]] = OrderedDict()
@@ -63,7 +65,7 @@ def plan_lanes(
                 parallel=parallel,
                 starters=starters,
                 siblings=siblings,
-                sibling_parallel=max(1, parallel - 1),
+                sibling_parallel=parallel,
                 sandboxed=lane.agent in sandboxed,
             )
         )

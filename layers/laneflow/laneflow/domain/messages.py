@@ -68,7 +68,9 @@ class Lane(Contract):
 
     `starters` start at once (a gated lane's lead, or every step of an ungated lane), at
     most `parallel` at a time; `siblings` wait for the lead's reply, at most
-    `sibling_parallel` at a time, so the lane never runs more than `parallel` at once."""
+    `sibling_parallel` (= `parallel`) at a time, the one that would pass the cap while the
+    lead runs waiting for its end (laneflow.domain.gate), so the lane never runs more than
+    `parallel` at once."""
 
     key: str  # str(LaneKey): "<agent>@<model>"
     agent: str
@@ -138,6 +140,10 @@ class WaitForLeadRequest(Contract):
     lane: str
     step: LaneStep
     token: str
+    # Where it stands in its lane's siblings' Map, and the lane's cap: the iteration
+    # `parallel - 1` holds the lead's pool slot (laneflow.domain.gate). Absent: not known.
+    map_index: int | None = None
+    parallel: int | None = None
 
 
 

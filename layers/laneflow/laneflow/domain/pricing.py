@@ -1,7 +1,8 @@
 """The price catalog (prices.json beside this file): per model, USD per million tokens for
 input, output, cache writes (5-minute and 1-hour) and cache reads, and the `effort` levels
 the model takes (none: it takes no effort setting) with the beta header it needs them under,
-if it takes them only in beta. Spend counts cache writes and reads at their own prices."""
+if it takes them only in beta, and its minimum cacheable prompt length in tokens (a shorter
+prefix is never cached). Spend counts cache writes and reads at their own prices."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class Price:
     cache_read: float
     efforts: tuple[str, ...] = field(default=())  # the `output_config.effort` levels it takes
     effort_beta: str | None = None  # the beta header those need, where they are in beta
+    min_cacheable: int | None = None  # tokens: a shorter prompt prefix is never cached
 
     def cost(self, tokens: Tokens, *, cache_ttl: str = "5m") -> float:
         write = self.cache_write_1h if cache_ttl == "1h" else self.cache_write_5m
@@ -56,6 +58,15 @@ class PriceCatalog:
         family by the longest known prefix."""
         best = max((name for name in self._prices if model == name or model.startswith(name + "-")), key=len, default=None)
         return self._prices.get(best) if best else None
+
+    def min_cacheable(self, model: str) -> int | None:
+        """The model's minimum cacheable prompt length in tokens; None when not known."""
+        price = self.price(model)
+        return price.min_cacheable if price else None
+
+    def min_cacheable_by_model(self) -> dict[str, int]:
+        """Every known minimum cacheable length, by the model id prefix the catalog keys it on."""
+        return {name: p.min_cacheable for name, p in self._prices.items() if p.min_cacheable is not None}
 
 
 

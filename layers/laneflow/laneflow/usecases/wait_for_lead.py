@@ -5,12 +5,19 @@ In the definition a sibling's Map iteration waits in WaitForLead on a callback t
 lead's RunStep completes the tokens when its stream's first event arrives, or when it ends
 without one. The handshake is a rendezvous in the store (`gate_wait` / `gate_open`):
 whichever side arrives second completes the token, in both engines alike.
+
+The gate never lowers the lane's concurrency: the siblings' Map runs `parallel` at a time,
+and one of them, the reserve (laneflow.domain.gate), waits until the lead has ended, so the
+lead and its siblings together never run more than `parallel` at once. Where the lead's
+prefix cannot be cached at all, it opens the gate before its model call, with a note that
+every sibling's trace then carries.
 """
 
 from __future__ import annotations
 
 import logging
 
+from laneflow.domain.gate import is_reserve, reserve_line
 from laneflow.domain.lanes import gate_key, waiting_line
 from laneflow.domain.messages import LaneKey, WaitForLeadReport, WaitForLeadRequest
 from laneflow.domain.records import Event, EventType, utcnow
@@ -21,35 +28,56 @@ log = logging.getLogger("laneflow.gate")
 
 
 def wait_for_lead(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport:
-    """A sibling arrives: go on at once if its lead's reply has begun, else leave its token
-    for the lead (and say so in its trace). It holds no worker while it waits."""
-    tenant, run_id = req.run.tenant, req.run.run_id
+    """A sibling arrives: go on at once if its lead's reply has begun (the reserve: if its
+    lead has ended), else leave its token for the lead (and say so in its trace). It holds
+    no worker while it waits."""
+    tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
     key = gate_key(req.group, req.cycle, req.lane)
-    if svc.store.gate_wait(tenant, run_id, key, req.token):
-        svc.callbacks.succeed(req.token, {"released": "the lead's reply had already begun"})
-        return WaitForLeadReport(index=req.step.index, waiting=False)
+    reserve = is_reserve(req.map_index, req.parallel)
+    passed = svc.store.gate_wait(tenant, run_id, key, req.token, index=index, until_lead_ends=reserve)
+    if passed is not None:
+        if passed.note and not reserve:
+            svc.store.add_event(tenant, run_id, index, Event(type=EventType.gate, text=passed.note))
+        svc.callbacks.succeed(req.token, {"released": "the gate was already open"})
+        return WaitForLeadReport(index=index, waiting=False)
     agent = LaneKey.parse(req.lane).agent
-    svc.store.add_event(tenant, run_id, req.step.index, Event(type=EventType.gate, text=waiting_line(agent)))
-    return WaitForLeadReport(index=req.step.index, waiting=True)
+    line = reserve_line(agent, req.parallel or 0) if reserve else waiting_line(agent)
+    svc.store.add_event(tenant, run_id, index, Event(type=EventType.gate, text=line))
+    return WaitForLeadReport(index=index, waiting=True)
 
 
 
 def open_gate(
-    svc: Services, tenant: str, run_id: str, *, group: int, cycle: int, lane: str, lead: int, why: str, at: str | None = None
+    svc: Services,
+    tenant: str,
+    run_id: str,
+    *,
+    group: int,
+    cycle: int,
+    lane: str,
+    lead: int,
+    why: str,
+    at: str | None = None,
+    lead_ended: bool = False,
+    note: str | None = None,
 ) -> int:
-    """The lead's reply began, or it ended (or will not run) without one: release every
-    sibling waiting so far; later arrivals find the gate open. Idempotent. Returns how many
-    waiting siblings this call released."""
-    tokens = svc.store.gate_open(tenant, run_id, gate_key(group, cycle, lane))
+    """The lead's reply began, or it ended (or will not run) without one, or its prefix
+    cannot be cached (`note` says so): release every sibling waiting so far for its reply;
+    with `lead_ended`, the reserve waiting for its pool slot too. Later arrivals find the
+    gate open. Idempotent. Returns how many waiting siblings this call released."""
+    waiters = svc.store.gate_open(tenant, run_id, gate_key(group, cycle, lane), lead_ended=lead_ended, note=note)
     released = 0
-    for token in tokens:
+    for waiter in waiters:
         try:
-            svc.callbacks.succeed(token, {"released": why})
+            svc.callbacks.succeed(waiter.token, {"released": why})
             released += 1
         except TokenGone:
             log.info("gate %s: a sibling's token was already gone", lane)
-    if tokens:
-        data = {"opened_at": at or utcnow(), "released_at": utcnow(), "released": released}
+            continue
+        if note and waiter.index is not None and not waiter.until_lead_ends:
+            svc.store.add_event(tenant, run_id, waiter.index, Event(type=EventType.gate, text=note))
+    if waiters:
+        data = {"ended_at" if lead_ended else "opened_at": at or utcnow(), "released_at": utcnow(), "released": released}
         svc.store.add_event(
             tenant, run_id, lead, Event(type=EventType.gate, text=f"prompt cache: released {released} waiting sibling(s): {why}", data=data)
         )

@@ -3,7 +3,9 @@
 - The stable prompt layers are one cached system block (`cache_control` at its end); the
   dynamic layers follow it, uncached. Tools are sent in a stable order, so they are part of
   the cached prefix.
-- The stream's first event opens the warm gate (`sink.first_event`).
+- The stream's first event opens the warm gate (`sink.first_event`); a stable prefix below
+  the model's minimum cacheable length (the price catalog's) opens it before the first call
+  (`sink.prefix_uncacheable`), since its siblings could read nothing.
 - A tool-use loop over the step's tools (`StepTools`: the file tools, bash and the script
   tools its agent.md grants, the same registry the stub's `tool:` lines use), each call
   recorded as a tool event. Colleagues' messages and answers not yet given join the next
@@ -38,6 +40,7 @@ from laneflow.adapters.executors.isolation import Isolation
 from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import AttemptEnded, StepFailed, StepStopped
+from laneflow.domain.gate import prefix_tokens
 from laneflow.domain.pricing import PriceCatalog, catalog
 from laneflow.domain.records import EventType, ModelCall, Tokens, utcnow
 from laneflow.ports import ExecutionSink, StepJob, StepOutcome
@@ -183,6 +186,7 @@ class AnthropicExecutor:
         if job.system_dynamic:
             system.append({"type": "text", "text": job.system_dynamic})
         messages: list[dict[str, Any]] = [{"role": "user", "content": _with_notes(job.user, tools.colleagues.pending())}]
+        self._check_cacheable(job, tool_defs, sink)
         deadline = time.monotonic() + job.timeout if job.timeout else None
         max_turns = job.max_turns or DEFAULT_MAX_TURNS
         price = self.prices.price(job.model)
@@ -230,6 +234,17 @@ class AnthropicExecutor:
             use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000), is_error=is_error
         )
         return {"type": "tool_result", "tool_use_id": use["id"], "content": output, "is_error": is_error}
+
+    def _check_cacheable(self, job: StepJob, tool_defs: list[dict[str, Any]], sink: ExecutionSink) -> None:
+        """Before the first model call: a prefix (the stable layers and the tools) below the
+        model's minimum cacheable length is never cached, so a lead need not hold its siblings."""
+        minimum = self.prices.min_cacheable(job.model)
+        if minimum is None:
+            return
+        tools = len(json.dumps(tool_defs, separators=(",", ":"), ensure_ascii=False)) if tool_defs else 0
+        tokens = prefix_tokens(len(job.system_stable), tools)
+        if tokens < minimum:
+            sink.prefix_uncacheable(tokens, minimum)
 
     # -- one turn, with retries of what is not the step's fault ---------------------------
 

@@ -160,6 +160,7 @@ from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, StepState
 from laneflow.adapters.store.rulebook import RuleBookStore, trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
+from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, QuestionStatus
 from laneflow.domain.records import (
     Attempt,
@@ -535,40 +536,51 @@ class DynamoStore(RuleBookStore):
         with self._table.blobs(tenant, run_id) as blobs:
             self._table.put(encode(blobs.item({"pk": pk_of(tenant, run_id), "sk": f"H#{key}", "text": text})))
 
-    def _gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
+    def _gate_wait(self, tenant: str, run_id: str, key: str, waiter: GateWaiter) -> GatePass | None:
         # The rendezvous without a transaction. Each waiting token is an item of its own (a
         # lane may have hundreds of siblings, and a callback token is ~1 KB). A sibling keeps
         # its token, then looks at the gate (strongly consistent reads throughout); the lead
-        # marks the gate open, then takes the tokens kept. A token is handed back by whoever
-        # deletes it (a conditional delete), so exactly once: a sibling that finds the gate
-        # opened after it kept its token takes it back itself unless the lead already did.
+        # marks the gate open (or its end), then takes the tokens kept. A token is handed back
+        # by whoever deletes it (a conditional delete), so exactly once: a sibling that finds
+        # the gate opened after it kept its token takes it back itself unless the lead did.
         gate_key = key_of(tenant, run_id, f"G#{key}")
         gate = self._table.get(gate_key)
-        if gate is not None and "opened_at" in gate:
-            return True  # the lead's reply has begun: nothing to keep
-        item = encode({"pk": pk_of(tenant, run_id), "sk": gate_token_prefix(key) + digest(token), "token": token})
+        if _gate_passes(gate, waiter):
+            return _gate_pass(gate)  # the lead's reply has begun (or it ended): nothing to keep
+        attrs: dict[str, Any] = {"pk": pk_of(tenant, run_id), "sk": gate_token_prefix(key) + digest(waiter.token), "token": waiter.token}
+        attrs.update({"index": waiter.index, "until": "ended" if waiter.until_lead_ends else None})
+        item = encode(attrs)
         self._table.put(item)
         gate = self._table.get(gate_key)
-        if gate is None or "opened_at" not in gate:
-            return False  # kept: the lead will complete it
+        if not _gate_passes(gate, waiter):
+            return None  # kept: the lead will complete it
         if self._table.delete({"pk": item["pk"], "sk": item["sk"]}) is None:
-            return False  # the lead took it first: the lead completes it
+            return None  # the lead took it first: the lead completes it
         self._table.count(write=write_units(item_size(item)))
-        return True
+        return _gate_pass(gate)
 
-    def _gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
+    def _gate_open(self, tenant: str, run_id: str, key: str, *, lead_ended: bool, note: str | None) -> list[GateWaiter]:
         u = Update().set_default("opened_at", utcnow())
+        if lead_ended:
+            u.set_default("ended_at", utcnow())
+        if note:
+            u.set_default("note", note)
         self._table.update(key_of(tenant, run_id, f"G#{key}"), u)
-        # Every token put before the gate opened is now visible; each is handed back by
-        # whoever deletes it (a second opener racing this one gets the others, never the same).
+        # Every token put before this write is now visible; each is handed back by whoever
+        # deletes it (a second opener racing this one gets the others, never the same).
         handed = []
         for item in self._table.query_prefix(pk_of(tenant, run_id), gate_token_prefix(key)):
+            waiter = GateWaiter(
+                token=item["token"]["S"], index=int(item["index"]["N"]) if "index" in item else None, until_lead_ends="until" in item
+            )
+            if waiter.until_lead_ends and not lead_ended:
+                continue  # the reserve waits for the lead's end
             reply = self._table.delete({"pk": item["pk"], "sk": item["sk"]}, returns="ALL_OLD")
             if reply is None:
                 continue
             self._table.count(write=write_units(item_size(item)))
             if "Attributes" in reply:
-                handed.append(reply["Attributes"]["token"]["S"])
+                handed.append(waiter)
         return handed
 
     # == primitives: inboxes ============================================================
@@ -625,3 +637,13 @@ class DynamoStore(RuleBookStore):
         sk = f"{OBSERVED_PREFIX}{ref.index:08d}#{ref.n:06d}#{SEQUENCE.next()}"
         item = encode({"pk": pk_of(ref.tenant, ref.run_id), "sk": sk, "n": ref.n, "ids": json.dumps(ids)})
         self._items.fenced_put(ref, item)
+
+
+def _gate_passes(gate: dict[str, Any] | None, waiter: GateWaiter) -> bool:
+    """Whether a gate item lets this waiter start: opened, or for the reserve, the lead ended."""
+    return gate is not None and ("ended_at" if waiter.until_lead_ends else "opened_at") in gate
+
+
+
+def _gate_pass(gate: dict[str, Any] | None) -> GatePass:
+    return GatePass(note=gate["note"]["S"] if gate and "note" in gate else None)

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laneflow.domain.errors import RecordDamaged
+from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note
 from laneflow.domain.records import (
     Attempt,
@@ -242,15 +243,18 @@ class Primitives(ABC):
         """Keep `text` under `key`, replacing what was there."""
 
     @abstractmethod
-    def _gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
-        """The sibling's side of the rendezvous: True if the gate is open; else keep `token`
-        and return False - unless the gate opened meanwhile and the lead has not taken the
-        token, then take it back and return True. Exactly one side hands a token back."""
+    def _gate_wait(self, tenant: str, run_id: str, key: str, waiter: GateWaiter) -> GatePass | None:
+        """The sibling's side of the rendezvous: a pass if the gate is open for it (opened;
+        for a reserve, `until_lead_ends`, the lead ended); else keep the waiter and return
+        None - unless the gate opened for it meanwhile and the lead has not taken the
+        waiter, then take it back and return a pass. Exactly one side hands a token back."""
 
     @abstractmethod
-    def _gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
-        """The lead's side: open the gate (idempotent) and take every token kept so far,
-        each only once (a token a sibling took back is not handed)."""
+    def _gate_open(self, tenant: str, run_id: str, key: str, *, lead_ended: bool, note: str | None) -> list[GateWaiter]:
+        """The lead's side: open the gate (idempotent; with `lead_ended`, mark the lead
+        ended too), keep `note` if none is kept yet, and take every waiter kept so far that
+        this opening releases (a reserve only with `lead_ended`), each only once (a waiter
+        a sibling took back is not handed)."""
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from laneflow.adapters.store.encoding import cost
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced, Primitives, Refused, StepState
 from laneflow.domain.errors import AttemptEnded, Conflict, NotFound, RecordDamaged, RunNotFound
+from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, NoteKind, QuestionStatus
 from laneflow.domain.records import (
     Attempt,
@@ -584,14 +585,18 @@ class RuleBookStore(Primitives, Store):
     # -- the warm gate ---------------------------------------------------------------------
 
     @_entry()
-    def gate_wait(self, tenant: str, run_id: str, key: str, token: str) -> bool:
+    def gate_wait(
+        self, tenant: str, run_id: str, key: str, token: str, *, index: int | None = None, until_lead_ends: bool = False
+    ) -> GatePass | None:
         check_tenant(tenant)
-        return self._gate_wait(tenant, run_id, key, token)
+        return self._gate_wait(tenant, run_id, key, GateWaiter(token=token, index=index, until_lead_ends=until_lead_ends))
 
     @_entry()
-    def gate_open(self, tenant: str, run_id: str, key: str) -> list[str]:
+    def gate_open(
+        self, tenant: str, run_id: str, key: str, *, lead_ended: bool = False, note: str | None = None
+    ) -> list[GateWaiter]:
         check_tenant(tenant)
-        return self._gate_open(tenant, run_id, key)
+        return self._gate_open(tenant, run_id, key, lead_ended=lead_ended, note=note)
 
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------

@@ -14,7 +14,7 @@ from laneflow.adapters.store.rulebook import damaged
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.records import Run, Step
 
-SCHEMA_VERSION = 6  # 6: notes and observed (peers, ask)
+SCHEMA_VERSION = 7  # 6: the gate's ended_at and note; 7: notes and observed (peers, ask)
 
 # Columns added after a table was first shipped: (table, column, declaration). A database
 # made by an older version gets them on open.
@@ -23,6 +23,8 @@ ADDED_COLUMNS = (
     ("attempts", "heartbeat_at", "TEXT"),
     ("steps", "message", "TEXT"),
     ("attempts", "reason_kind", "TEXT"),
+    ("gates", "ended_at", "TEXT"),
+    ("gates", "note", "TEXT"),
 )
 
 BUSY_TIMEOUT_S = 10.0
@@ -150,6 +152,8 @@ CREATE TABLE IF NOT EXISTS gates (
     run_id    TEXT NOT NULL,
     key       TEXT NOT NULL,
     opened_at TEXT,
+    ended_at  TEXT,
+    note      TEXT,
     tokens    TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (tenant, run_id, key)
 ) WITHOUT ROWID;

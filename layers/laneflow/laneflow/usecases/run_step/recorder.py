@@ -58,6 +58,7 @@ class StepRecorder:
     redact: Redactor
     capture: bool = True
     on_first_event: Any = None
+    on_uncacheable: Any = None  # (tokens, minimum): a lead's prefix cannot be cached
     cost_usd: float = 0.0
     began: bool = False
     _numbers: dict[str, int] = field(default_factory=dict)
@@ -80,6 +81,10 @@ class StepRecorder:
         crashpoint("mid-model-call")
         if self.on_first_event:
             self.on_first_event()
+
+    def prefix_uncacheable(self, tokens: int, minimum: int) -> None:
+        if self.on_uncacheable:
+            self.on_uncacheable(tokens, minimum)
 
     def call(self, span: ModelCall) -> ModelCall:
         """Spans are kept here and written with the attempt's end (one write); a long attempt

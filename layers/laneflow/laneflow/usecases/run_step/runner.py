@@ -24,6 +24,7 @@ from laneflow.domain.errors import (
     StepFailed,
     StepStopped,
 )
+from laneflow.domain.gate import below_minimum_line
 from laneflow.domain.inbox import PEERS
 from laneflow.domain.messages import RunStepRequest, StepReport
 from laneflow.domain.prompt import SystemPrompt, build_system_prompt
@@ -78,9 +79,10 @@ class PreparedAttempt:
 
 class GateOpener(Protocol):
     """A lane lead's gate: releases its waiting siblings, saying why and when the lead's reply
-    began (now, when not given). Returns how many it released."""
+    began (now, when not given), with `note` for every sibling's trace (its prefix cannot be
+    cached). Returns how many it released."""
 
-    def __call__(self, why: str, at: str | None = None) -> int: ...
+    def __call__(self, why: str, at: str | None = None, note: str | None = None) -> int: ...
 
 
 
@@ -280,6 +282,7 @@ class StepRunner:
             _captured=captured(prior),
             _capture_full=capture_full(prior),
             on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
+            on_uncacheable=self._uncacheable if self.open_gate else None,
         )
         recorder.inbox = attempt_inbox(svc, run, step, self.attempt, agent, recorder, capture=ws.settings.capture == "full")
         if svc.sandbox:
@@ -320,6 +323,15 @@ class StepRunner:
             self._judge(ws, job, outcome, recorder)
         self._keep(agent, recorder)
         return outcome, data, recorder
+
+    def _uncacheable(self, tokens: int, minimum: int) -> None:
+        """The lead's prefix is below its model's minimum cacheable length: nothing it writes
+        could be read, so its siblings start now, and every trace of the lane says why."""
+        if self.open_gate is None:  # only a lead is told (its recorder is the one given this)
+            return
+        note = below_minimum_line(self.step.agent or "", tokens, self.step.model, minimum)
+        self._note(EventType.gate, note, {"prefix_tokens": tokens, "min_cacheable": minimum})
+        self.open_gate("the lead's prefix cannot be cached", note=note)
 
     def _keep(self, agent: Agent, recorder: StepRecorder) -> None:
         """The attempt completed: what it wrote that outlives it goes back to the workspace
@@ -429,11 +441,17 @@ def run_step(svc: Services, req: RunStepRequest, worker: WorkerRef) -> StepRepor
         opener = functools.partial(
             open_gate, svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index
         )
+    ended = False
     try:
-        return _run_step(svc, req, opener, worker)
+        report = _run_step(svc, req, opener, worker)
+        ended = True
+        return report
     finally:
         if opener:
-            opener(why="the lead ended without a reply")
+            # Its siblings start whatever happened. The reserve waiting for the lead's pool
+            # slot goes only once the lead has ended: an error leaving here is retried by the
+            # state machine (the next invocation ends it) or caught by StepCrashed (which does).
+            opener(why="the lead ended" if ended else "the lead's invocation failed before its reply began", lead_ended=ended)
 
 
 
@@ -495,7 +513,7 @@ def _claim_and_run(
         return StepReport(index=index, status=step.status, attempts=step.attempts)
     crashpoint("after-claim")
     running = step.model_copy(update={"status": StepStatus.running})
-    lead_opener = (lambda why, at=None: opener(why=why, at=at)) if opener else None
+    lead_opener = (lambda why, at=None, note=None: opener(why=why, at=at, note=note)) if opener else None
     runner = StepRunner(svc, run, running, attempt, briefing=briefing, cycle=req.cycle, open_gate=lead_opener)
     runner.prepared = prepared
     return runner.run_attempts()

@@ -1,0 +1,241 @@
+"""Benchmark: runs of any size against Step Functions' limits, on the embedded engine.
+
+Each scenario runs the deployed definition (statemachines/flow.asl.json) on the embedded
+engine and the SQLite store, in a child process of its own (so its peak RSS is its own), and
+reports, from `get_execution_history` of every execution the run used:
+
+- executions per run (a drive continues as a new execution before its history gets long);
+- max_history_events: the most history events of any one execution (goal <= 20,000);
+- max_state_bytes: the largest input or output of any state of any execution (goal <= 200,000);
+- wall seconds and peak RSS;
+- for the gated lane, its makespan (first step start to last step end, from the records) beside
+  the ideal for its cap: ceil(steps / parallel) x one step's duration (goal: within 10 %).
+
+    python bench/scale.py [--json] [--write] [--only NAME ...]
+
+Scenarios: fanout-1000, fanout-10000, fanout-100000, groups-200x10, gated-12-at-3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+MAX_HISTORY_EVENTS = 20_000
+MAX_STATE_BYTES = 200_000
+MAKESPAN_SLACK = 0.10
+# The gated lane's steps: 400 ms to the first token, 2 s in all (the issue's measured case).
+GATED_TTFT_MS, GATED_STEP_MS, GATED_STEPS, GATED_PARALLEL = 400, 2000, 12, 3
+
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "fanout-1000": {"kind": "fanout", "steps": 1000},
+    "fanout-10000": {"kind": "fanout", "steps": 10_000},
+    "fanout-100000": {"kind": "fanout", "steps": 100_000},
+    "groups-200x10": {"kind": "groups", "groups": 200, "fanout": 10},
+    "gated-12-at-3": {"kind": "gated", "steps": GATED_STEPS, "parallel": GATED_PARALLEL},
+}
+
+
+def make_workspace(root: Path, spec: dict[str, Any]) -> Path:
+    ws = root / "scale-ws"
+    (ws / "agents" / "worker").mkdir(parents=True)
+    (ws / "agents" / "pacer").mkdir(parents=True)
+    (ws / "flows").mkdir()
+    (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nBenchmark workspace.\n")
+    (ws / "agents" / "worker" / "agent.md").write_text(
+        "---\ndescription: does one item\nstub: \"Done with {item}.\"\n---\nYou do one item of work.\n"
+    )
+    (ws / "agents" / "pacer" / "agent.md").write_text(
+        "---\ndescription: one paced item\nstub: |\n"
+        f"  ttft_ms: {GATED_TTFT_MS}\n  delay_ms: {GATED_STEP_MS}\n  Paced {{item}}.\n"
+        "---\nYou do one item of work, slowly.\n"
+    )
+    items = "input:\n  type: object\n  properties:\n    items: {type: array}\n"
+    if spec["kind"] == "groups":
+        entries = "".join(
+            f"  - agent: worker\n    each: input.items\n    instruction: \"Group {g}: handle {{item}}.\"\n" for g in range(spec["groups"])
+        )
+    elif spec["kind"] == "gated":
+        entries = f"  - agent: pacer\n    each: input.items\n    parallel: {spec['parallel']}\n"
+    else:
+        entries = "  - agent: worker\n    each: input.items\n    instruction: \"Handle {item}.\"\n"
+    (ws / "flows" / "scale.yaml").write_text("description: scale benchmark\n" + items + "steps:\n" + entries)
+    return ws
+
+
+def items_of(spec: dict[str, Any]) -> list[str]:
+    count = spec["fanout"] if spec["kind"] == "groups" else spec["steps"]
+    return [f"item-{i}" for i in range(count)]
+
+
+def executions_of(backend: Any, machine_arn: str, run_id: str) -> list[str]:
+    """Every execution of the state machine that drove this run (named after the run)."""
+    arns = []
+    for execution in backend.describe_state_machine(machine_arn).executions:
+        if run_id in execution.execution_arn.rsplit(":", 1)[-1]:
+            arns.append(execution.execution_arn)
+    return arns
+
+
+def state_bytes(event: dict[str, Any]) -> int:
+    """The largest input or output an event carries (a state's, a task's, a map iteration's)."""
+    largest = 0
+    for key, details in event.items():
+        if not key.endswith("EventDetails") or not isinstance(details, dict):
+            continue
+        for field in ("input", "output", "parameters"):
+            value = details.get(field)
+            if isinstance(value, str):
+                largest = max(largest, len(value.encode()))
+    return largest
+
+
+def makespan(steps: list[Any]) -> float:
+    starts = [datetime.fromisoformat(s.started_at) for s in steps if s.started_at]
+    ends = [datetime.fromisoformat(s.finished_at) for s in steps if s.finished_at]
+    return (max(ends) - min(starts)).total_seconds() if starts and ends else float("nan")
+
+
+def run_one(name: str) -> dict[str, Any]:
+    """One scenario, in this process: the figures as a dict."""
+    from laneflow.adapters.engine.local import _backend
+    from laneflow.adapters.store import open_store
+    from laneflow.usecases.start_run import create_run
+    from laneflow.wiring import for_store, local_engine
+
+    spec = SCENARIOS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ws = make_workspace(root, spec)
+        svc = for_store(open_store(f"sqlite:///{root / 'scale.db'}"))
+        engine = local_engine(svc)
+        warm = create_run(svc, ws, "scale", {"items": ["a", "b"]})  # the interpreter's imports
+        engine.drive(warm.tenant, warm.id)
+
+        created = time.perf_counter()
+        run = create_run(svc, ws, "scale", {"items": items_of(spec)})
+        started = time.perf_counter()
+        result = engine.drive(run.tenant, run.id)
+        wall = time.perf_counter() - started
+        final = svc.store.get_run(run.tenant, run.id)
+        arns = executions_of(_backend(), engine.state_machine_arn, run.id) or [result.execution_arn]
+        histories = [engine.history(arn) for arn in arns]
+        steps = [s for s in final.steps if s.rescue_of is None]
+        figures: dict[str, Any] = {
+            "scenario": name,
+            "what_ran": f"{len(steps)} stub steps through the deployed definition on the embedded engine",
+            "steps": len(steps),
+            "run_status": str(final.status),
+            "steps_completed": sum(1 for s in steps if str(s.status) == "completed"),
+            "executions": len(arns),
+            "max_history_events": max(len(h) for h in histories),
+            "history_events": sum(len(h) for h in histories),
+            "max_state_bytes": max((state_bytes(e) for h in histories for e in h), default=0),
+            "state_transitions_per_step": round(
+                sum(1 for h in histories for e in h if e["type"].endswith("StateEntered")) / max(1, len(steps)), 2
+            ),
+            "create_s": round(started - created, 3),
+            "wall_s": round(wall, 3),
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+        if spec["kind"] == "gated":
+            ideal = math.ceil(spec["steps"] / spec["parallel"]) * GATED_STEP_MS / 1000
+            figures["makespan_s"] = round(makespan(steps), 3)
+            figures["ideal_makespan_s"] = ideal
+            figures["makespan_over_ideal"] = round(figures["makespan_s"] / ideal - 1, 3)
+    figures["goals"] = goals(figures)
+    return figures
+
+
+def goals(f: dict[str, Any]) -> dict[str, bool]:
+    met = {
+        "completed": f["run_status"] == "completed" and f["steps_completed"] == f["steps"],
+        "max_history_events <= 20000": f["max_history_events"] <= MAX_HISTORY_EVENTS,
+        "max_state_bytes <= 200000": f["max_state_bytes"] <= MAX_STATE_BYTES,
+    }
+    if "makespan_s" in f:
+        met["makespan within 10% of ideal"] = f["makespan_over_ideal"] <= MAKESPAN_SLACK
+    return met
+
+
+def in_child(name: str, timeout_s: float) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--one", name],
+            capture_output=True, text=True, timeout=timeout_s, env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return {"scenario": name, "error": f"did not finish within {timeout_s:.0f} s", "goals": {"finished": False}}
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-5:]
+        return {"scenario": name, "error": " | ".join(tail) or f"exit {done.returncode}", "goals": {"finished": False}}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def markdown(rows: list[dict[str, Any]], machine: str) -> str:
+    lines = [
+        "## scale — runs of any size inside Step Functions' limits (embedded engine, stub model)",
+        "",
+        f"Machine: {machine}. Command: `python bench/scale.py --write`; each scenario in a child process of its own.",
+        "",
+        "| scenario | steps | run | executions | max history events | max state bytes | transitions per step | wall s | peak RSS MiB | makespan / ideal s | goals |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['scenario']} | — | {r['error']} | | | | | | | | NOT met |")
+            continue
+        span = f"{r['makespan_s']} / {r['ideal_makespan_s']}" if "makespan_s" in r else "—"
+        missed = [g for g, ok in r["goals"].items() if not ok]
+        verdict = "met" if not missed else "NOT met: " + ", ".join(missed)
+        lines.append(
+            f"| {r['scenario']} | {r['steps']} | {r['run_status']} | {r['executions']} | {r['max_history_events']} | "
+            f"{r['max_state_bytes']} | {r['state_transitions_per_step']} | {r['wall_s']} | {r['peak_rss_mib']} | {span} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object, nothing else")
+    parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md's scale section")
+    parser.add_argument("--only", nargs="+", choices=sorted(SCENARIOS), help="run only these scenarios")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds one scenario may take (default 3600)")
+    parser.add_argument("--one", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one)))
+        return 0
+    from local_engine import machine, write_section
+
+    rows = []
+    for name in args.only or list(SCENARIOS):
+        if not args.json:
+            print(f"scale: {name} ...", file=sys.stderr, flush=True)
+        rows.append(in_child(name, args.timeout))
+    if args.write:
+        write_section(HERE / "RESULTS.md", "scale", markdown(rows, machine()))
+    if args.json:
+        print(json.dumps({"benchmark": "scale", "scenarios": rows}))
+    else:
+        print(markdown(rows, machine()))
+    return 0 if all(all(r["goals"].values()) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
