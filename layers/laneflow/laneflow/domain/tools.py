@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from laneflow.domain.inbox import ASK, PEERS
+
 FILE_TOOLS = ("list_files", "read_file", "write_file")
 
 BASH = "bash"
@@ -27,7 +29,7 @@ ALL_SCRIPTS = "scripts"  # grants every script tool
 
 SCRIPT_PREFIX = "script_"
 
-COLLEAGUE_GRANTS = ("peers", "ask")  # peers_list and peers_message; ask (laneflow.domain.inbox)
+COLLEAGUE_GRANTS = (PEERS, ASK)  # peers_list and peers_message; ask (laneflow.domain.inbox)
 
 PROGRAM_TOOLS = (BASH,)  # besides the script tools: what runs a program in the sandbox
 
