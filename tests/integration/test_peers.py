@@ -232,3 +232,17 @@ def test_the_scouts_example_splits_the_coast_through_peers(svc):
     assert any(t.startswith("message to south-scout (step 1): I already covered the harbours") for t in peer_events(north))
     assert "delivered to its next turn: message from north-scout (step 0)" in peer_events(south)
     assert "estuaries only" in (south.conclusion or "") and editor.status == StepStatus.completed
+
+
+def test_with_capture_metadata_the_peer_events_keep_sizes_not_texts(svc, tmp_path):
+    agents = {"talker": {"tools": ["peers"], "stub": f"{TALK}\nTold."},
+              "listener": {"tools": ["peers"], "stub": "delay_ms: 2000\nWorking.\n===\nDone."}}
+    flow = {"description": "two colleagues", "steps": [{"group": [{"agent": "talker"}, {"agent": "listener"}]}]}
+    ws = write_workspace(tmp_path / "ws", agents, {"desk": flow}, agents_md="model: stub\ncapture: metadata\n")
+    run = drive(svc, ws, "desk")
+    assert run.status == RunStatus.completed, run.error
+    texts = [t for step in run.steps for t in peer_events(step)]
+    assert "message to listener (step 1) (46 characters)" in texts and "message from talker (step 0) (46 characters)" in texts
+    assert not any("tides" in t for step in run.steps for e in step.events for t in [e.text])
+    [note] = svc.store.get_inbox(run.tenant, run.id, 1)  # the note keeps its text: it is delivered
+    assert "tides" in note.text
