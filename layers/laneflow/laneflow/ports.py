@@ -4,6 +4,7 @@ handed a `Services` holding them, never reaching for a global.
 
 - `Store`: every durable fact about runs (conditional writes; two implementations).
 - `Executor` / `ExecutionSink`: running one attempt of one step on a model.
+- `StepInbox`: a step's colleagues and inbox (peers, ask), reached through its sink.
 - `TaskCallbacks`: completing a state machine's callback tokens.
 - `DriveStarter`: starting a new drive of a run.
 - `CaptureSink`: keeping tool calls' input and output beside the run.
