@@ -71,3 +71,24 @@ def test_the_peers_layer_is_dynamic_and_names_who_runs_beside_the_step(tmp_path)
     assert "alone" in alone["peers"].text
     # The stable half (what the cache keeps) is the same whoever runs beside it.
     assert build_system_prompt(ws, agent, peers=peers).stable == build_system_prompt(ws, agent, peers=[]).stable
+
+
+def test_in_lambda_an_ask_stops_waiting_a_margin_before_the_invocations_deadline():
+    import time
+
+    from laneflow.domain.inbox import LAMBDA_MARGIN_S
+    from laneflow.domain.records import AttemptRef, Run, Step
+    from laneflow.domain.workers import LambdaRequest, LocalProcess
+    from laneflow.usecases.run_step.inbox import AttemptInbox
+
+    run = Run(id="run-1", tenant="local", workspace="w", flow="f", steps=[Step(index=0, group=0, agent="a", item=None)])
+    ref = AttemptRef(tenant="local", run_id="run-1", index=0, n=1, token="t", started_at="now")
+
+    def inbox(**kwargs) -> AttemptInbox:
+        return AttemptInbox(svc=None, run=run, step=run.steps[0], ref=ref, agent="a", stopped=lambda: False, ask_timeout=600, **kwargs)  # type: ignore[arg-type]
+
+    lambda_wait = inbox(worker=LambdaRequest(request_id="r", deadline=time.time() + 300)).wait_s()
+    assert 300 - LAMBDA_MARGIN_S - 2 < lambda_wait <= 300 - LAMBDA_MARGIN_S
+    assert inbox(worker=LocalProcess(host="h", pid=1)).wait_s() == 600
+    step_wait = inbox(worker=LocalProcess(host="h", pid=1), step_deadline=time.monotonic() + 20).wait_s()
+    assert 18 < step_wait <= 20
