@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo demo-sandbox test test-fast lint bench clean
+.PHONY: setup demo demo-sandbox test test-fast lint bench screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: $(STAMP) lint
 # The quick loop while working: no test marked slow, and the SQLite store only.
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow" --store-backend sqlite -k "not dynamodb or sqlite"
+
+# The README's screenshots of the run viewer (docs/screenshots/), from real runs in Debian's
+# headless Chromium (`make setup` installs it).
+screenshots: $(STAMP)
+	$(BIN)/python scripts/viewer_screenshots.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/local_engine.py

@@ -372,24 +372,83 @@ def test_the_openapi_document_lists_every_route(api_svc):
         ("/runs/{run_id}/approval", "POST"),
         ("/runs/{run_id}/steps/{index}/answer", "POST"),
         ("/questions", "GET"),
+        ("/estimates", "POST"),
         ("/openapi.json", "GET"),
         ("/", "GET"),
+        ("/assets/{name}", "GET"),
     }
     assert len(listed) == len(app._static_routes + app._dynamic_routes)
     assert set(document["components"]["schemas"]["StartRun"]["properties"]) == {"workspace", "flow", "input", "model", "idempotency_key"}
 
 
-def test_the_viewer_page_is_one_self_contained_page_that_escapes_what_it_shows(api_svc):
-    status, page, headers = call(api_svc, "GET", "/", tenant=None)
+def test_the_openapi_document_lists_the_400s_it_answers_and_never_a_422(api_svc):
+    _, document, _ = call(api_svc, "GET", "/openapi.json", tenant=None)
+
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            assert "422" not in operation["responses"], (path, method)
+            if path.startswith("/runs"):  # every run route reads a model: a misfit is a 400
+                assert "400" in operation["responses"], (path, method)
+                assert operation["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    assert "ValidationError" not in json.dumps(document)
+    # ...and a request that does not fit is answered exactly so.
+    status, payload, _ = call(api_svc, "GET", "/runs", query={"limit": "0"})
+    assert status == 400 and problem_fields(payload) == {"limit"}
+
+
+def test_the_openapi_document_declares_sigv4_and_cognito_and_the_stages_server(api_svc):
+    event = rest_event("GET", "/openapi.json", tenant=None)
+    event["headers"] = {"Host": "abc123.execute-api.eu-west-1.amazonaws.com", "X-Forwarded-Proto": "https"}
+    document = json.loads(resolve(event, None, api_svc)["body"])
+
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
+    assert schemes["cognito"]["x-amazon-apigateway-authtype"] == "cognito_user_pools"
+    assert document["security"] == [{"sigv4": []}, {"cognito": []}]
+    assert document["paths"]["/runs"]["post"]["security"] == [{"sigv4": []}, {"cognito": []}]
+    assert document["paths"]["/"]["get"]["security"] == []  # the page and the document are public
+    assert document["servers"][0]["url"] == "https://abc123.execute-api.eu-west-1.amazonaws.com/Prod"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [("DELETE", "/runs", "GET, POST"), ("PUT", "/runs/run-x", "GET"), ("GET", "/runs/run-x/stop", "POST"),
+     ("GET", "/runs/run-x/approval", "POST"), ("POST", "/", "GET"), ("PATCH", "/openapi.json", "GET"), ("OPTIONS", "/runs", "GET, POST")],
+)
+def test_an_unsupported_method_on_a_known_route_is_a_405_with_allow(api_svc, method, path, allowed):
+    before = api_svc.store.list_runs("acme")
+    status, payload, headers = call(api_svc, method, path, {"approve": True})
+    assert status == 405 and headers["allow"] == [allowed]
+    assert allowed in payload["message"] and payload["problems"] == []
+    assert api_svc.store.list_runs("acme") == before
+
+
+def test_a_path_no_route_has_is_still_a_404(api_svc):
+    status, payload, headers = call(api_svc, "DELETE", "/no/such/route")
+    assert status == 404 and "allow" not in headers and "/openapi.json" in payload["message"]
+
+
+def test_the_viewer_page_loads_its_assets_from_the_stage_under_a_policy_of_this_origin_only(api_svc):
+    status, page, headers = call(api_svc, "GET", "/", tenant=None)  # through API Gateway: /Prod/
 
     assert status == 200 and headers["content-type"][0].startswith("text/html")
     assert page.lstrip().lower().startswith("<!doctype html>")
-    assert "src=" not in page and "href=" not in page and "@import" not in page  # no external assets
-    assert "innerHTML" not in page and "insertAdjacentHTML" not in page and "document.write" not in page
+    assert 'src="/Prod/assets/app.js"' in page and 'href="/Prod/assets/viewer.css"' in page
+    assert "http://" not in page and "https://" not in page  # no asset from elsewhere
     policy = headers["content-security-policy"][0]
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy and "unsafe-inline" not in policy
-    for needed in ("runs?limit=", "prompt_layers", "cost_usd", "steps"):
-        assert needed in page
+    assert headers["x-content-type-options"] == ["nosniff"]
+
+
+def test_each_viewer_asset_is_served_with_its_type_and_an_unknown_one_is_a_404(api_svc):
+    status, script, headers = call(api_svc, "GET", "/assets/app.js", tenant=None)
+    assert status == 200 and headers["content-type"][0].startswith("text/javascript") and 'from "preact"' in script
+    status, style, headers = call(api_svc, "GET", "/assets/viewer.css", tenant=None)
+    assert status == 200 and headers["content-type"][0].startswith("text/css")
+    for missing in ("nope.js", "index.html", "VENDORED.md", "..%2Froutes.py"):
+        status, payload, _ = call(api_svc, "GET", f"/assets/{missing}", tenant=None)
+        assert status == 404, missing
 
 
 # -- sample events -----------------------------------------------------------------------------
@@ -501,6 +560,31 @@ def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(ap
     assert status == 200 and "/runs/{run_id}/approval" in document["paths"]
     status, page, headers = http(served, "GET", "/")
     assert status == 200 and headers["Content-Type"].startswith("text/html") and "laneflow runs" in page
+    assert 'src="/assets/app.js"' in page  # laneflow serve has no stage
+    assert http(served, "GET", "/assets/app.js")[0] == 200
+    status, _, headers = http(served, "DELETE", "/runs")
+    assert status == 405 and headers["Allow"] == "GET, POST"
+    with urllib.request.urlopen(urllib.request.Request(served + "/runs", method="HEAD"), timeout=10) as head:  # GET without the body
+        assert head.status == 200 and head.read() == b"" and int(head.headers["Content-Length"]) > 0
+
+
+def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_svc, served):
+    # Given a run that ends while a browser follows it,
+    status, run, _ = http(served, "POST", "/runs", START)
+    stream = urllib.request.urlopen(served + f"/runs/{run['id']}/stream", timeout=10)
+    assert stream.headers["Content-Type"].startswith("text/event-stream")
+    first = stream.readline(), stream.readline(), stream.readline(), stream.readline()
+    assert first[0] == b"retry: 2000\n" and first[2] == b"event: run\n"
+    assert json.loads(first[3].removeprefix(b"data: "))["status"] == "queued"
+    # When it is stopped, the stream sends the record again, then says it ended.
+    http(served, "POST", f"/runs/{run['id']}/stop")
+    rest = stream.read().decode()
+    records = [json.loads(line.removeprefix("data: ")) for line in rest.splitlines() if line.startswith("data: {")]
+    assert records[-1]["status"] == "failed" and records[-1]["stop_requested"] is True
+    assert rest.rstrip().endswith('event: end\ndata: "failed"')
+    # An unknown run is a 404 (no stream); an id no run can have, a 400.
+    assert http(served, "GET", "/runs/run-none/stream")[0] == 404
+    assert http(served, "GET", "/runs/" + "x" * 129 + "/stream")[0] == 400
 
 
 def test_laneflow_serve_answers_concurrent_callers(api_svc, served):

@@ -85,6 +85,7 @@ FIELDS = st.fixed_dictionaries(
         "model": st.sampled_from(["stub", "", "claude-x"]) | JSONISH,
         "idempotency_key": TEXT | JSONISH,
         "approve": st.booleans() | JSONISH,
+        "output_tokens": st.integers(-5, 10**7) | JSONISH,
         "tenant": TEXT,
     },
 )
@@ -119,7 +120,8 @@ METHODS = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "
 def paths(draw: st.DrawFn, real_run: str) -> str:
     run = draw(st.sampled_from([real_run, "run-nope", "x" * 200, "%2e%2e", "..", "a b", "\u00e9"]) | st.text(max_size=12))
     return draw(st.sampled_from(["/runs", f"/runs/{run}", f"/runs/{run}/stop", f"/runs/{run}/approval", "/", "/openapi.json",
-                                 "/runs/", "//runs", "/nothing", f"/runs/{run}/else"]))
+                                 "/runs/", "//runs", "/nothing", f"/runs/{run}/else",
+                                 f"/runs/{run}/stream", "/assets/app.js", "/assets/preact.mjs", f"/assets/{run}", "/assets/", "/estimates"]))
 
 
 @pytest.mark.slow

@@ -165,6 +165,8 @@ def _wrong_part(rng: random.Random, wrong: str, port: int, own: str) -> object:
         "path": [
             "/", "/runs?limit=-1", "/runs?limit=x&limit=9", "/openapi.json", "//runs", "/runs/", "/no/such", "/runs#frag",
             "http://evil.example/runs", "*", "/" + "x" * 3000, "/runs/%00/stop", "/runs/" + "a" * 300, "/runs/../../etc/passwd",
+            "/runs/run-none/stream", "/runs/%2e%2e/stream", "/runs/" + "b" * 300 + "/stream", "/runs//stream",
+            "/assets/app.js", "/assets/..%2fserve.py", "/assets/",
         ],
         "host": [f"localhost:{port}", f"[::1]:{port}", "evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", "", None, "two"],
         "origin": ["http://evil.example", "null", f"http://localhost:{port}", f"https://{own}", f"http://127.0.0.1:{port + 1}"],

@@ -258,7 +258,7 @@ def test_a_schema_file_used_twice_is_reported_once(tmp_path):
 
 def test_unknown_flow_is_refused(tmp_path):
     ws = flow_ws(tmp_path, "steps:\n  - agent: writer\n")
-    with pytest.raises(FlowInvalid, match=r"no flow 'nope' \(flows/nope.yaml not found\)"):
+    with pytest.raises(FlowInvalid, match=r"no flow 'nope' in \S+ \(flows/nope.yaml not found\)"):
         load_flow(ws, "nope")
 
 

@@ -80,8 +80,12 @@ def test_every_turn_is_a_span_with_tokens_tools_and_stop_reason():
     out = StubExecutor().execute(job("cost: 0.5\ncall: search x => y\nThinking\n===\nDone."), sink)
     assert [c.stop for c in sink.calls] == ["tool_use", "end_turn"]
     assert [c.tools for c in sink.calls] == [1, 0]
-    assert all(c.model == "stub" and c.tokens.input > 100 and c.tokens.output > 0 for c in sink.calls)
+    seen = [c.tokens.input + c.tokens.cache_read + c.tokens.cache_write for c in sink.calls]
+    assert all(c.model == "stub" and c.tokens.output > 0 for c in sink.calls) and all(n > 100 for n in seen)
     assert sink.calls[1].tokens.input > sink.calls[0].tokens.input  # the second turn saw the first
+    # The pretend cache: the first turn writes the prefix, the second reads it.
+    assert sink.calls[0].tokens.cache_write > 0 and sink.calls[0].tokens.cache_read == 0
+    assert sink.calls[1].tokens.cache_read == sink.calls[0].tokens.cache_write and sink.calls[1].tokens.cache_write == 0
     assert sum(c.cost_usd for c in sink.calls) == pytest.approx(0.5)
     assert sink.tools == [("search", "x", "y")]
     assert out.conclusion == "Done." and out.result == "Thinking\n\nDone." and out.cost_usd == 0.5

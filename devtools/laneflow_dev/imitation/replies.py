@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from laneflow_dev.imitation.asked_json import ASKS_FOR_JSON, json_reply
+
 
 @dataclass
 class Reply:
@@ -75,7 +77,9 @@ def default_responder(body: dict[str, Any]) -> Reply:
     the k-th directive, if any, is answered with "Calling NAME." plus that tool_use.
     Otherwise the final text is ``Reply to: <first line of the first user message, without
     directives>`` and ``Turn <k+1>.``, or the text of a ``[[reply TEXT]]`` directive
-    (``\\n`` escapes allowed)."""
+    (``\\n`` escapes allowed). A message that asks for its result as JSON in a fenced block
+    (laneflow's `output: json` hint) gets one, matching the JSON Schema it gives
+    (`asked_json`), as a model that follows its instructions would answer."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     first_user = next((m for m in messages if m.get("role") == "user"), None)
     text = _text_of(first_user.get("content")) if first_user else ""
@@ -87,4 +91,6 @@ def default_responder(body: dict[str, Any]) -> Reply:
     if reply is not None:
         return Reply(text=reply)
     first_line = next((line.strip() for line in rest if line.strip()), "")
+    if ASKS_FOR_JSON in text:
+        return Reply(text=json_reply(text, first_line))
     return Reply(text=f"Reply to: {first_line}\nTurn {k + 1}.")

@@ -581,6 +581,9 @@ class Services:
     telemetry: Telemetry = field(default_factory=NoTelemetry)
     secrets: SecretSource | None = None  # declared secrets' values (None: a step declaring one fails)
     secret_files: SecretFiles | None = None  # where `@NAME` secrets are written for an attempt
+    # The tool definitions a step's request carries (part of its cached prefix), as the
+    # executors build them; None: counted as no tools (the prefix of the stable system alone).
+    tool_definitions: Callable[[StepJob], list[dict[str, Any]]] | None = None
     # Set when this worker is going away (a local runner got SIGINT or SIGTERM): one-way. No
     # new attempt is claimed, running ones see it as a stop and are marked interrupted.
     leaving: threading.Event = field(default_factory=threading.Event)

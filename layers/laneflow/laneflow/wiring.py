@@ -29,6 +29,7 @@ from laneflow.adapters.aws.stepfunctions import (
 from laneflow.adapters.engine.local import LocalDrives, LocalEngine
 from laneflow.adapters.engine.sandbox import RelayCallbacks
 from laneflow.adapters.executors.isolation import choose
+from laneflow.adapters.executors.registry import tool_definitions
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.local.on_end import LocalOnEnd
@@ -109,6 +110,7 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         tasks=EcsTasks(),  # its client is made only if a run with a Fargate-task attempt is stopped
         secrets=secret_source(cfg),
         secret_files=PrivateSecretFiles(),
+        tool_definitions=tool_definitions,
     )
 
 

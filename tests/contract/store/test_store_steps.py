@@ -75,3 +75,23 @@ def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_stat
             expect_status=[StepStatus.pending, StepStatus.awaiting_approval],
         )
     assert snapshot(store, run) == before
+
+
+def test_a_steps_cache_break_and_prefix_are_kept_with_its_attempts_end_and_read_back_as_written(store: Store):
+    from laneflow.domain.records import AttemptRef, AttemptStatus
+
+    run = new_run(store)
+    attempt, _ = claim(store, run, 1)
+    assert store.get_step(run.tenant, run.id, 1).cache_break is None and store.get_step(run.tenant, run.id, 1).prefix is None
+    broke = {"layer": "skills", "since": "run-earlier/3"}
+    prefix = {"tokens": 4279, "tools": "3f2a9c0d1e2b"}
+    store.end_attempt(
+        AttemptRef.of(run.tenant, attempt), AttemptStatus.completed,
+        step=StepChanges(status=StepStatus.completed, cache_break=broke, prefix=prefix),
+    )
+    step = store.get_step(run.tenant, run.id, 1, detail=True)
+    assert (step.cache_break, step.prefix) == (broke, prefix)
+    assert store.get_run(run.tenant, run.id).step(1).cache_break == broke
+    # A later change can clear it (a loop's reset, a new attempt that read its prefix).
+    store.update_step(run.tenant, run.id, 1, StepChanges(cache_break=None))
+    assert store.get_step(run.tenant, run.id, 1).cache_break is None and store.get_step(run.tenant, run.id, 1).prefix == prefix

@@ -405,7 +405,10 @@ def read_flow(ws: Workspace, name: str) -> Flow:
     rel = f"flows/{name}.yaml"
     path = ws.root / rel
     if not isinstance(name, str) or not _FLOW_NAME.match(name) or not path.is_file():
-        raise FlowInvalid(f"no flow {name!r} ({rel} not found)")
+        known = sorted(p.stem for p in (ws.root / "flows").glob("*.yaml")) if (ws.root / "flows").is_dir() else []
+        close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else (f"; its flows: {', '.join(known)}" if known else "")
+        raise FlowInvalid(f"no flow {name!r} in {ws.name} ({rel} not found){hint}")
     try:
         text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:

@@ -231,6 +231,12 @@ class Step(Record):
     cost_usd: float = 0.0
     started_at: str | None = None
     finished_at: str | None = None
+    # Why this step wrote a prompt prefix an earlier step of its agent had written (null: it
+    # did not, or none had): {"layer": NAME|"tools"|"model"|"expired"|"below-minimum",
+    # "since": "<run id>/<step index>"} (laneflow.domain.lanes_report).
+    cache_break: dict[str, str] | None = None
+    # Its cached prefix as its latest attempt sent it: {"tokens": N, "tools": "<digest>"}.
+    prefix: dict[str, Any] | None = None
     events: list[Event] = Field(default_factory=list)
     calls: list[ModelCall] = Field(default_factory=list)
     prompt_layers: list[PromptLayer] = Field(default_factory=list)
@@ -263,8 +269,13 @@ class Run(Record):
     flow_spec: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
     def public(self) -> dict[str, Any]:
-        """The run record as `--json` and the API show it (snake_case)."""
-        return self.model_dump(mode="json")
+        """The run record as `--json` and the API show it (snake_case), with its `lanes`
+        (what the prompt cache did per lane, derived from the steps)."""
+        from laneflow.domain.lanes_report import lane_rows  # it reads these records
+
+        record = self.model_dump(mode="json")
+        record["lanes"] = lane_rows(self.steps)
+        return record
 
     def step(self, index: int) -> Step:
         for s in self.steps:
@@ -328,6 +339,8 @@ class StepChanges(Changes):
     model: str = Field(default=_UNSET)
     started_at: str | None = None
     finished_at: str | None = None
+    cache_break: dict[str, str] | None = None
+    prefix: dict[str, Any] | None = None
 
 
 

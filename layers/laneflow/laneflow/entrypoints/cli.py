@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -19,12 +21,14 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import InvalidInput, LaneflowError, Problem
+from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS
 from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.domain.redaction import masked
+from laneflow.entrypoints.cli_views import asking_column, describe, runs_table
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.wiring import for_store, local_drives, local_engine, local_folder
@@ -183,17 +187,20 @@ def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Nam
         now = time.monotonic()
         if progress and now - last[0] >= 0.25:
             last[0] = now
-            progress.update(svc.store.get_run(tenant, run_id, detail=False))
+            progress.update(svc.store.get_run(tenant, run_id, detail=True))  # the gate's waits are events
 
     try:
         result = local_engine(svc).drive(tenant, run_id, on_tick=tick)
     except KeyboardInterrupt as interrupt:  # the engine has left the run resumable
+        if progress:
+            progress.close()
         if args.json:
             print(json.dumps(svc.store.get_run(tenant, run_id, detail=True).public(), ensure_ascii=False))
         return _went_away(svc, tenant, run_id, interrupt)
-    if progress:
-        progress.update(svc.store.get_run(tenant, run_id, detail=False))
     final = svc.store.get_run(tenant, run_id, detail=True)
+    if progress:
+        progress.update(final)
+        progress.close()
     if args.json:
         print(json.dumps(final.public(), ensure_ascii=False))
     else:
@@ -401,11 +408,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**r.public(), "asking": asking.get(r.id, [])} for r in runs]))
         return EXIT_OK
-    if not runs:
-        print("no runs yet")
-    for r in runs:
-        ask = f"  asking: step {', '.join(map(str, asking[r.id]))}" if r.id in asking else ""
-        print(f"{r.id}  {r.status:<17} {r.workspace}/{r.flow:<16} ${r.cost_usd:<8.4f} {r.created_at}{ask}")
+    print(runs_table(runs, [asking_column(asking)]))
     return EXIT_OK
 
 
@@ -425,10 +428,64 @@ def cmd_answer(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     svc = _services(args)
     run = svc.store.get_run(svc.settings.tenant, args.run, detail=True)
+    if args.follow:
+        run = _follow(svc, run, quiet=args.json)
     if args.json:
         print(json.dumps(run.public(), ensure_ascii=False))
-    else:
+    elif not args.follow:
         print(describe(run))
+    return EXIT_OK
+
+
+
+FOLLOW_POLL_S = 0.5
+
+
+def _follow(svc: Services, run: Run, *, quiet: bool) -> Run:
+    """`show --follow`: the run as it stands, then each change as it happens, until the run
+    ends or parks; then its lanes. With `--json`, only the final record (on stdout)."""
+    from laneflow.entrypoints.cli_views import new_lines
+
+    seen: dict[int, tuple[str, int]] = {}
+    if not quiet:
+        print(describe(run), flush=True)
+        new_lines(run, seen)  # what is already shown
+        print("following; Ctrl-C to stop following (the run goes on)", flush=True)
+    try:
+        while not (run.status.ended or run.status == RunStatus.awaiting_approval):
+            time.sleep(FOLLOW_POLL_S)
+            run = svc.store.get_run(run.tenant, run.id, detail=True)
+            for line in [] if quiet else new_lines(run, seen):
+                print(line, flush=True)
+    except KeyboardInterrupt:
+        return run
+    if not quiet:
+        print(summary(run).splitlines()[0], flush=True)
+    return run
+
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from laneflow.entrypoints.progress import plain_wanted
+    from laneflow.usecases.estimate import estimate_run
+
+    if args.output_tokens < 0:
+        raise InvalidInput("--output-tokens: must be 0 or more")
+    svc = _services(args)
+    result = estimate_run(
+        svc, args.workspace, args.flow, parse_input(args.input), model=args.model, account=args.account,
+        output_tokens=args.output_tokens,
+    )
+    data = result.as_dict()
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False))
+        return EXIT_OK
+    from rich.console import Console
+
+    from laneflow.entrypoints.cli_views import estimate_table
+
+    console = Console(no_color=plain_wanted(), highlight=False, soft_wrap=False)
+    console.print(estimate_table(data))
     return EXIT_OK
 
 
@@ -449,71 +506,56 @@ def summary(run: Run) -> str:
 
 
 
-def _short(text: str, width: int = 80) -> str:
-    """The first line of a text, cut to `width` characters (saying so)."""
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return first if len(first) <= width else first[: width - 1] + "…"
-
-
-
-def describe(run: Run) -> str:
-    from laneflow.entrypoints.progress import MARK, step_label
-
-    lines = [
-        f"run {run.id}  {run.status}",
-        f"  flow {run.workspace}/{run.flow}  revision {run.revision}",
-        f"  created {run.created_at}  driven {run.driven_at}  finished {run.finished_at}",
-        f"  drives {run.drives}  cost ${run.cost_usd:.4f}",
-    ]
-    if run.error:
-        lines.append(f"  error: {run.error}")
-    lines.append(f"  input: {json.dumps(run.input, ensure_ascii=False)[:200]}")
-    group = None
-    for s in run.steps:
-        if s.group != group:
-            group = s.group
-            lines.append(f"group {group}")
-        calls = len(s.calls)
-        tokens = sum(c.tokens.input + c.tokens.output for c in s.calls)
-        lines.append(
-            f"  {MARK[s.status]} {s.index}: {step_label(s)}  [{s.status}] model {s.model}, "
-            f"{s.attempts} attempt(s), {calls} call(s), {tokens} tokens, ${s.cost_usd:.4f}"
-        )
-        read, written = sum(c.tokens.cache_read for c in s.calls), sum(c.tokens.cache_write for c in s.calls)
-        if read or written:
-            lines.append(f"      prompt cache: {read} tokens read, {written} written")
-        if s.error and s.status != StepStatus.completed:
-            lines.append(f"      error: {s.error}")
-        if s.skip_reason:
-            lines.append(f"      skipped: {s.skip_reason}")
-        if s.message:
-            lines.append(f"      message: {_short(s.message)} ({len(s.message):,} chars)")
-        if s.conclusion:
-            first = s.conclusion.strip().splitlines()[0] if s.conclusion.strip() else ""
-            lines.append(f"      → {first[:100]}")
-        if s.prompt_layers:
-            layers = " ".join(f"{layer.name}{'*' if layer.dynamic else ''}:{layer.chars}" for layer in s.prompt_layers)
-            lines.append(f"      layers: {layers}")
-    return "\n".join(lines)
-
-
-
 # -- the parser ------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the closest name suggested for a mistyped command."""
+
+    def error(self, message: str) -> NoReturn:
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(2))
+            close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
+            if close:
+                message = f"no command {match.group(1)!r}; did you mean {close[0]!r}?"
+        super().error(message)
+
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("laneflow")
+    except PackageNotFoundError:  # a checkout on the path, not installed
+        return "unknown (not installed)"
+
+
+
+JSON_HELP = "print the result as JSON and nothing else on stdout"
+
+QUIET_HELP = "no progress on stderr"
+
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="laneflow", description="Run flows of AI-agent steps durably and cheaply.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="laneflow", description="Run flows of AI-agent steps durably and cheaply.")
+    parser.add_argument("--version", action="version", version=f"laneflow {_version()}", help="print laneflow's version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--store", default=None, help="sqlite:///PATH (default sqlite:///.laneflow/laneflow.db)")
+        p.add_argument("--store", default=None, help="sqlite:///PATH (default sqlite:///.laneflow/laneflow.db) or dynamodb://TABLE")
         return p
 
+    def json_flag(p: argparse.ArgumentParser, help: str = JSON_HELP) -> None:
+        p.add_argument("--json", action="store_true", help=help)
+
     def run_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", default=None, help="run every step on this model (e.g. stub)")
+        p.add_argument("--model", default=None, help="run every step on this model (e.g. stub, claude-sonnet-4-6)")
         p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md (kept for every attempt)")
-        p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
-        p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        json_flag(p, "print the run record as JSON, nothing else on stdout")
+        p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
         p.add_argument("--no-gate", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: turn the warm gate off
         secrets_flag(p)
 
@@ -523,12 +565,28 @@ def build_parser() -> argparse.ArgumentParser:
             help="read agents' declared secrets from this dotenv file (default: the workspace's .secrets.env, else the environment)",
         )
 
+    def run_id(p: argparse.ArgumentParser) -> None:
+        p.add_argument("run", help="the run's id (run-...; `laneflow runs` lists them)")
+
     p = with_store(sub.add_parser("run", help="run a flow of a workspace"))
-    p.add_argument("workspace")
-    p.add_argument("flow")
+    p.add_argument("workspace", help="the workspace's folder")
+    p.add_argument("flow", help="the flow's name (flows/NAME.yaml)")
     p.add_argument("--input", default=None, help="the run's input: JSON, or @FILE")
     run_flags(p)
     p.set_defaults(func=cmd_run, drives=True)
+
+    p = with_store(sub.add_parser("estimate", help="what a run would cache and cost, before anything runs"))
+    p.add_argument("workspace", help="the workspace's folder")
+    p.add_argument("flow", help="the flow's name (flows/NAME.yaml)")
+    p.add_argument("--input", default=None, help="the run's input: JSON, or @FILE")
+    p.add_argument("--model", default=None, help="estimate every step on this model (e.g. claude-sonnet-4-6)")
+    p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md")
+    p.add_argument(
+        "--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS, metavar="N",
+        help=f"output tokens a Claude turn is assumed to write (default {DEFAULT_OUTPUT_TOKENS})",
+    )
+    json_flag(p, "print the estimate as JSON, nothing else on stdout")
+    p.set_defaults(func=cmd_estimate)
 
     p = with_store(sub.add_parser("demo", help="run an example flow on the stub model (newsroom, or tides: a sandboxed script with a secret)"))
     p.add_argument(
@@ -540,39 +598,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo, input=None, drives=True)
 
     p = sub.add_parser("check", help="list every problem of a workspace")
-    p.add_argument("workspace")
+    p.add_argument("workspace", help="the workspace's folder")
     p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md")
-    p.add_argument("--json", action="store_true")
+    json_flag(p, "print the problems as JSON, nothing else on stdout")
     p.set_defaults(func=cmd_check)
 
     p = with_store(sub.add_parser("stop", help="stop a run (one-way); from any terminal"))
-    p.add_argument("run")
-    p.add_argument("--json", action="store_true")
+    run_id(p)
+    json_flag(p)
     p.set_defaults(func=cmd_stop)
 
     p = with_store(sub.add_parser("approve", help="answer a parked run's approval: continue it, or --reject it"))
-    p.add_argument("run")
+    run_id(p)
     p.add_argument("--reject", action="store_true", help="reject: the run fails with 'rejected by a person'")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    json_flag(p, "print the run record as JSON, nothing else on stdout")
+    p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     secrets_flag(p)
     p.set_defaults(func=cmd_approve, drives=True)
 
     p = with_store(sub.add_parser("resume", help="re-drive a run whose drive went away (Ctrl-C, a crash), now, here"))
-    p.add_argument("run")
-    p.add_argument("--json", action="store_true", help="print the run record as JSON, nothing else on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run_id(p)
+    json_flag(p, "print the run record as JSON, nothing else on stdout")
+    p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     secrets_flag(p)
     p.set_defaults(func=cmd_resume, drives=True)
 
     p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
-    p.add_argument("--json", action="store_true")
+    json_flag(p, "print what was done as JSON, nothing else on stdout")
     secrets_flag(p)
     p.set_defaults(func=cmd_reconcile, drives=True)
 
     p = with_store(sub.add_parser("serve", help="serve the HTTP API and the run viewer on this machine"))
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="the port to listen on (default 8080)")
     p.add_argument("--workspaces", default=None, help="a folder of workspaces (default: the project's examples/)")
     secrets_flag(p)
     p.set_defaults(func=cmd_serve)
@@ -581,20 +639,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init_store)
 
     p = with_store(sub.add_parser("runs", help="list runs, newest first"))
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    json_flag(p, "print the runs as JSON, nothing else on stdout")
     p.set_defaults(func=cmd_runs)
 
     p = with_store(sub.add_parser("answer", help="answer the question a step is waiting on (its ask tool)"))
-    p.add_argument("run")
-    p.add_argument("step", type=int, help="the step's index")
-    p.add_argument("text", help="the answer")
-    p.add_argument("--json", action="store_true")
+    run_id(p)
+    p.add_argument("step", type=int, help="the step's index (`laneflow show RUN` lists them)")
+    p.add_argument("text", help="the answer, as the step will read it")
+    json_flag(p)
     p.set_defaults(func=cmd_answer)
 
-    p = with_store(sub.add_parser("show", help="show a run and its steps"))
-    p.add_argument("run")
-    p.add_argument("--json", action="store_true")
+    p = with_store(sub.add_parser("show", help="show a run: its lanes, steps, durations, gate waits, cache breaks and events"))
+    run_id(p)
+    json_flag(p, "print the run record as JSON, nothing else on stdout")
+    p.add_argument("--follow", action="store_true", help="keep printing what happens until the run ends (or parks)")
     p.set_defaults(func=cmd_show)
     return parser
 

@@ -1,14 +1,27 @@
-"""Showing a run as it runs: a live view on a terminal, one line per change elsewhere.
+"""Showing a run as it runs: a live view on a terminal, one plain line per change elsewhere.
+
+The live view is drawn with rich and fits the terminal's width whatever it is (every line
+is cut to it, with an ellipsis): the run's cost so far, each group's steps, the steps that
+run and the siblings that wait for their lead (with the gate's reason), and what the prompt
+cache did. Where colour and cursor movement are unwanted (`NO_COLOR` set, `TERM=dumb`, or
+not a terminal) it prints one plain line per change, with no escape code at all.
 
 Everything here writes to stderr, so `--json` keeps stdout machine-clean.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import TextIO
 
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from laneflow.domain.lanes_report import lane_rows, waiting_reason
 from laneflow.domain.records import Run, Step, StepStatus
 
 MARK = {
@@ -19,6 +32,27 @@ MARK = {
     StepStatus.skipped: "-",
     StepStatus.awaiting_approval: "?",
 }
+
+WAITING = "⏸"
+
+STYLE = {
+    StepStatus.running: "bold cyan",
+    StepStatus.completed: "green",
+    StepStatus.failed: "bold red",
+    StepStatus.skipped: "dim",
+    StepStatus.awaiting_approval: "yellow",
+}
+
+RUN_STYLE = {"running": "bold cyan", "completed": "bold green", "failed": "bold red", "awaiting-approval": "bold yellow"}
+
+ACTIVE_SHOWN = 6  # running or waiting steps listed under the groups
+
+
+
+def plain_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """NO_COLOR (any value) or TERM=dumb: plain lines, no colour and no cursor movement."""
+    env = os.environ if environ is None else environ
+    return "NO_COLOR" in env or env.get("TERM", "") == "dumb"
 
 
 
@@ -33,30 +67,87 @@ def step_label(step: Step) -> str:
 
 
 
-def _group_line(group: int, steps: list[Step]) -> str:
+def live_cost(run: Run) -> float:
+    """The run's cost so far: its ended steps' cost, plus the spans its running steps have
+    reported (the run's own figure grows as steps end)."""
+    steps = sum(s.cost_usd for s in run.steps)
+    running = sum(c.cost_usd for s in run.steps if s.status == StepStatus.running for c in s.calls)
+    return max(run.cost_usd, steps + running)
+
+
+
+def _line(*parts: tuple[str, str]) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for content, style in parts:
+        text.append(content, style=style)
+    return text
+
+
+
+def _group_line(group: int, steps: list[Step]) -> Text:
     agents = ", ".join(dict.fromkeys(s.agent or "approval" for s in steps))
-    marks = "".join(MARK[s.status] for s in steps)
-    if len(marks) > 40:
-        counts = {status: sum(1 for s in steps if s.status == status) for status in MARK}
-        marks = " ".join(f"{MARK[st]}{n}" for st, n in counts.items() if n)
     done = sum(1 for s in steps if s.status.ended)
-    return f"  group {group}  {agents:<28.28} {done:>3}/{len(steps):<3} {marks}"
+    line = _line((f"group {group} ", "bold"), (f"{done}/{len(steps)} ", ""))
+    if len(steps) <= 40:
+        for s in steps:
+            waiting = waiting_reason(s) is not None
+            line.append(WAITING if waiting else MARK[s.status], style="yellow" if waiting else STYLE.get(s.status, ""))
+    else:
+        counts = {status: sum(1 for s in steps if s.status == status) for status in MARK}
+        line.append(" ".join(f"{MARK[st]}{n}" for st, n in counts.items() if n))
+    line.append(f"  {agents}", style="dim")
+    return line
+
+
+
+def render(run: Run, elapsed_s: float = 0.0) -> Group:
+    """The live view of a run: one renderable whose every line fits the console's width."""
+    steps = [s for s in run.steps if s.rescue_of is None]
+    # What matters most first, so a narrow terminal cuts the least useful end: the status,
+    # the cost so far, the time, then which run.
+    lines = [
+        _line(
+            (f"{run.status} ", RUN_STYLE.get(str(run.status), "bold")), (f"${live_cost(run):.4f} ", "bold green"),
+            (f"{elapsed_s:.1f}s ", "dim"), (f"{run.workspace}/{run.flow} ", ""), (run.id, "dim"),
+        )
+    ]
+    for g in sorted({s.group for s in steps}):
+        lines.append(_group_line(g, [s for s in steps if s.group == g]))
+    active = [s for s in steps if s.status == StepStatus.running or waiting_reason(s)]
+    for s in active[:ACTIVE_SHOWN]:
+        reason = waiting_reason(s)
+        if reason:
+            lines.append(_line((f"  {WAITING} {s.index} {step_label(s)} ", "yellow"), (f"waiting: {reason.removeprefix('prompt cache: ')}", "dim")))
+        else:
+            lines.append(_line((f"  ▶ {s.index} {step_label(s)} ", "cyan"), (f"attempt {s.attempts}", "dim")))
+    if len(active) > ACTIVE_SHOWN:
+        lines.append(_line((f"  … {len(active) - ACTIVE_SHOWN} more", "dim")))
+    rows = lane_rows(run.steps)
+    if any(r["cache_read"] or r["cache_write"] for r in rows):
+        cold = sum(r["cold_prefixes"] for r in rows)
+        read, written = sum(r["cache_read"] for r in rows), sum(r["cache_write"] for r in rows)
+        lines.append(_line((f"prompt cache: {cold} cold prefix(es), {read:,} tokens read, {written:,} written", "dim")))
+    return Group(*lines)
 
 
 
 class Progress:
-    """Call `update(run)` as often as you like; it redraws (TTY) or prints changes."""
+    """Call `update(run)` as often as you like (a run read with its steps' detail, so the
+    gate's waits are seen); it redraws (a terminal) or prints what changed."""
 
-    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None):
+    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None, width: int | None = None):
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty() if live is None else live
+        isatty = getattr(self.stream, "isatty", lambda: False)()
+        self.live = (isatty and not plain_wanted()) if live is None else live
         self.started = time.monotonic()
-        self._drawn = 0
-        self._seen: dict[int, tuple[StepStatus, int]] = {}
+        self._seen: dict[int, tuple[StepStatus, int, bool]] = {}
         self._run_status: str | None = None
+        self._live: Live | None = None
+        self._done = False
+        self._console = Console(file=self.stream, width=width, force_terminal=self.live or None, no_color=plain_wanted()) if self.live else None
 
-    def _elapsed(self) -> str:
-        return f"{time.monotonic() - self.started:5.1f}s"
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.started
 
     def update(self, run: Run) -> None:
         if self.live:
@@ -64,37 +155,46 @@ class Progress:
         else:
             self._changes(run)
 
+    def close(self) -> None:
+        """Leave the last frame on the screen; later updates draw nothing."""
+        self._done = True
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
     def _redraw(self, run: Run) -> None:
-        steps = [s for s in run.steps if s.rescue_of is None]
-        groups = sorted({s.group for s in steps})
-        lines = [f"laneflow  {run.workspace}/{run.flow}  {run.id}  {run.status}  ${run.cost_usd:.4f}  {self._elapsed()}"]
-        for g in groups:
-            lines.append(_group_line(g, [s for s in steps if s.group == g]))
-        running = [s for s in steps if s.status == StepStatus.running][:3]
-        for s in running:
-            lines.append(f"    ▶ {s.index}: {step_label(s)}  attempt {s.attempts}")
-        out = self.stream
-        if self._drawn:
-            out.write(f"\x1b[{self._drawn}F")
-        for line in lines:
-            out.write("\x1b[2K" + line + "\n")
-        for _ in range(max(0, self._drawn - len(lines))):
-            out.write("\x1b[2K\n")
-        self._drawn = max(len(lines), self._drawn)
-        out.flush()
+        if self._done:
+            return
+        view = render(run, self._elapsed())
+        if self._live is None:
+            assert self._console is not None
+            # Nothing else is redirected: stdout stays the record's (--json), stderr the errors'.
+            self._live = Live(
+                view, console=self._console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False
+            )
+            self._live.start()
+        self._live.update(view, refresh=True)
+        if run.status in ("completed", "failed", "awaiting-approval"):
+            self.close()
 
     def _changes(self, run: Run) -> None:
         out = self.stream
+        stamp = f"[{self._elapsed():5.1f}s]"
         if run.status != self._run_status:
             self._run_status = run.status
-            out.write(f"[{self._elapsed()}] run {run.id}: {run.status}\n")
+            out.write(f"{stamp} run {run.id}: {run.status} (${live_cost(run):.4f})\n")
         for step in run.steps:
-            key = (step.status, step.attempts)
+            reason = waiting_reason(step)
+            key = (step.status, step.attempts, reason is not None)
             if self._seen.get(step.index) == key:
                 continue
             self._seen[step.index] = key
+            if reason:
+                out.write(f"{stamp} group {step.group} step {step.index} {step_label(step)}: waiting ({reason})\n")
+                continue
             if step.status == StepStatus.pending and step.attempts == 0:
                 continue
             extra = f": {step.error}" if step.status == StepStatus.failed and step.error else ""
-            out.write(f"[{self._elapsed()}] group {step.group} step {step.index} {step_label(step)}: {step.status}{extra}\n")
+            cost = f" ${step.cost_usd:.4f}" if step.status.ended and step.cost_usd else ""
+            out.write(f"{stamp} group {step.group} step {step.index} {step_label(step)}: {step.status}{extra}{cost}\n")
         out.flush()

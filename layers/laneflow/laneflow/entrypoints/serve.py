@@ -32,16 +32,19 @@ import logging
 import re
 import socket
 import sys
+import threading
 import time
 import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from laneflow.domain import jsonsafe
-from laneflow.domain.errors import InvalidInput
+from laneflow.domain.errors import InvalidInput, LaneflowError
+from laneflow.domain.records import RunStatus
 from laneflow.entrypoints import api
+from laneflow.entrypoints.api import errors as api_errors
 from laneflow.ports import Services
 from laneflow.wiring import local_drives
 
@@ -63,6 +66,10 @@ METHODS = STATE_CHANGING | {"GET", "HEAD", "OPTIONS"}
 STAGE = "local"
 
 _DIGITS = re.compile(r"[0-9]{1,18}")
+
+STREAM_PATH = re.compile(r"/runs/([^/]{1,400})/stream")
+
+STREAM_TICK_S, STREAM_HEARTBEAT_S, STREAM_MAX_S = 0.4, 15.0, 600.0  # a stream reads the run; a quiet one says so; it closes (and is reopened)
 
 
 
@@ -199,8 +206,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(400, problem, problems=[{"in": "body", "field": None, "message": problem}])
             return
         svc = self.server.svc
+        if self.command == "GET" and (streamed := STREAM_PATH.fullmatch(self.path.split("?", 1)[0])):
+            self._stream(unquote(streamed.group(1)))
+            return
+        # HEAD is answered as GET without its body (_reply leaves it out), as HTTP expects.
         event = proxy_event(
-            self.command, self.path, list(self.headers.items()), body, tenant=svc.settings.tenant, source_ip=self.client_address[0]
+            "GET" if self.command == "HEAD" else self.command, self.path, list(self.headers.items()), body, tenant=svc.settings.tenant, source_ip=self.client_address[0]
         )
         try:
             out = api.resolve(event, None, svc)
@@ -212,6 +223,51 @@ class _Handler(BaseHTTPRequestHandler):
         data = base64.b64decode(payload) if out.get("isBase64Encoded") else payload.encode("utf-8")
         headers = out.get("multiValueHeaders") or {k: [v] for k, v in (out.get("headers") or {}).items()}
         self._reply(out["statusCode"], headers, data)
+
+    def _stream(self, run_id: str) -> None:
+        """`GET /runs/{id}/stream`: the run record as server-sent events (`event: run`, its
+        JSON as `GET /runs/{id}` answers it), sent again whenever it changes, then `event: end`
+        once the run has ended. A comment line keeps a quiet stream open; after STREAM_MAX_S the
+        stream closes and the browser's EventSource reconnects. Only `laneflow serve` streams
+        (API Gateway's REST APIs cannot): the viewer polls where this is a 404."""
+        svc, tenant = self.server.svc, self.server.svc.settings.tenant
+        if not 1 <= len(run_id) <= 128:  # as the API's routes take a run id
+            self._refuse(400, "a run id is 1 to 128 characters", problems=[{"in": "path", "field": "run_id", "message": "1 to 128 characters"}])
+            return
+        try:
+            run = svc.store.get_run(tenant, run_id)
+        except LaneflowError as exc:  # answered as the API answers it (no such run: a 404)
+            answer = api_errors.domain_error(exc, svc)
+            body = answer.body if isinstance(answer.body, dict) else {}
+            self._refuse(answer.status_code, str(body.get("message") or api.GENERIC_ERROR), problems=body.get("problems"))
+            return
+        self.close_connection = True  # an event stream has no length: it ends with the connection
+        self.connection.settimeout(WRITE_TIMEOUT_S)
+        self.send_response(200)
+        for name, value in (("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-store"),
+                            ("X-Content-Type-Options", "nosniff"), ("Connection", "close")):
+            self.send_header(name, value)
+        self.end_headers()
+        opened = quiet = time.monotonic()
+        sent = None
+        try:
+            self.wfile.write(b"retry: 2000\n\n")
+            while not self.server.stopping.is_set() and time.monotonic() - opened < STREAM_MAX_S:
+                record = json.dumps(run.public(), separators=(",", ":"))
+                if record != sent:
+                    self.wfile.write(f"event: run\ndata: {record}\n\n".encode())
+                    sent, quiet = record, time.monotonic()
+                if run.status in (RunStatus.completed, RunStatus.failed):
+                    self.wfile.write(f"event: end\ndata: \"{run.status}\"\n\n".encode())
+                    return
+                if time.monotonic() - quiet > STREAM_HEARTBEAT_S:
+                    self.wfile.write(b": still here\n\n")
+                    quiet = time.monotonic()
+                self.wfile.flush()
+                self.server.stopping.wait(STREAM_TICK_S)
+                run = svc.store.get_run(tenant, run_id)
+        except OSError:  # the browser went away (or stopped reading): nothing to answer
+            return
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _answer
 
@@ -278,6 +334,7 @@ class ApiServer(ThreadingHTTPServer):
 
     def __init__(self, svc: Services, host: str, port: int, *, quiet: bool = False, request_timeout_s: float = REQUEST_TIMEOUT_S):
         self.svc, self.quiet, self.request_timeout_s = svc, quiet, request_timeout_s
+        self.stopping = threading.Event()  # set by shutdown(): open event streams end
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), _Handler)
         names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
@@ -285,6 +342,10 @@ class ApiServer(ThreadingHTTPServer):
         # What a client puts in Host for this server; the port may be left out only when it is 80.
         self.hosts = frozenset(f"{name.lower()}:{bound}" for name in names) | (frozenset(n.lower() for n in names) if bound == 80 else frozenset())
         self.origins = frozenset(f"http://{h}" for h in self.hosts)
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        super().shutdown()
 
     @property
     def url(self) -> str:

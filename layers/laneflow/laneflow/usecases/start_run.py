@@ -94,9 +94,11 @@ def prepare_run(
     model: str | None = None,
     account: str | Path | None = None,
     options: dict[str, Any] | None = None,
+    check_models: bool = True,
 ) -> Run:
     """Read, check and expand everything a run needs; raise `InvalidInput` (listing every
-    problem) before anything is written."""
+    problem) before anything is written. (`check_models=False`: an estimate, which calls no
+    model, needs no model's key.)"""
     run_input = {} if run_input is None else run_input
     # Whatever the caller read it with: a value the store cannot keep is refused here too.
     jsonsafe.check(run_input, "input")
@@ -105,7 +107,7 @@ def prepare_run(
     validate_input(flow, run_input)
     agents = flow_agents(ws, flow)
     steps = expand_steps(flow, ws, agents, run_input, override=model, default_model=svc.settings.default_model)
-    for used in sorted({s.model for s in steps if s.agent}):
+    for used in sorted({s.model for s in steps if s.agent}) if check_models else []:
         svc.check_model(used)  # a model without what it needs: ModelNotConfigured, before anything is written
     options = dict(options or {})
     if account is not None:

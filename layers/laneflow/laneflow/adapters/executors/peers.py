@@ -71,13 +71,16 @@ class PeerTools:
 
     def __init__(self, job: StepJob, sink: ExecutionSink):
         self.inbox: StepInbox | None = getattr(sink, "inbox", None)
-        self.names = granted(job.tools) if self.inbox is not None else []
+        # Granted by `tools:`, so listed (a definition is part of the cached prefix) even by a
+        # sink that only reads definitions; run only through the step's inbox.
+        self.names = granted(job.tools)
 
     def definitions(self) -> list[dict[str, Any]]:
         return [DEFINITIONS[name] for name in self.names]
 
     def run(self, name: str, args: dict[str, Any]) -> str:
-        assert self.inbox is not None and name in self.names
+        if self.inbox is None:
+            raise ToolError(f"{name}: this step has no colleagues' inbox here")
         try:
             if name == "peers_list":
                 peers = self.inbox.peers()

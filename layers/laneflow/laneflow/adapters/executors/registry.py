@@ -26,7 +26,7 @@ from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
 from laneflow.domain.secrets import secret_file_folders
 from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted
-from laneflow.ports import ExecutionSink, StepJob
+from laneflow.ports import ExecutionSink, StepInbox, StepJob
 
 MAX_OUTPUT_CHARS = 30_000
 
@@ -223,3 +223,31 @@ class StepTools:
 def input_text(args: Any) -> str:
     """A call's input as recorded (JSON)."""
     return json.dumps(args, ensure_ascii=False)
+
+
+
+class _Silent:
+    """A sink for reading a step's tool definitions: nothing runs, so nothing is reported."""
+
+    inbox: StepInbox | None = None  # no colleagues to hear from: its colleague tools are listed, never run
+
+    def first_event(self) -> None: ...
+
+    def call(self, span: Any) -> Any:
+        return span
+
+    def event(self, type: Any, text: str, data: dict[str, Any] | None = None) -> None: ...
+
+    def prefix_uncacheable(self, tokens: int, minimum: int) -> None: ...
+
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None: ...
+
+    def stopped(self) -> bool:
+        return False
+
+
+
+def tool_definitions(job: StepJob) -> list[dict[str, Any]]:
+    """The tool definitions a step's model request carries, in the order they are sent
+    (`Services.tool_definitions`: the prefix's size, before or as the step runs)."""
+    return StepTools(job, _Silent()).definitions()

@@ -19,17 +19,27 @@ tool's own failure included; and a `===` line separates earlier turns from the f
 Colleagues' messages (and answers) not yet given are delivered before each turn.
 Every turn is recorded as a model-call span (model `stub`, its simulated times, tokens
 estimated from text lengths), so a stub run's record has the shape of a real one.
+
+Its prompt cache is pretend but keeps the real rules, so the warm gate and the records'
+cache figures can be tested without a model: the prefix is the step's tools and stable
+system prompt (`domain.cache.prefix_tokens`); a turn reads it (`cache_read`) once a reply
+that wrote it has begun, else writes it (`cache_write`) and it becomes readable at that
+turn's first event. The entries are this process's and one run's: a stub run starts cold
+(its figures do not depend on what ran before it), and its `input` tokens are the rest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
 import time
 import uuid
 
 from laneflow.adapters.executors.isolation import Isolation
 from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
+from laneflow.domain.cache import CACHE_TTL_S, prefix_tokens, tokens_in
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.placeholders import fill
 from laneflow.domain.records import ModelCall, Tokens, utcnow
@@ -60,8 +70,40 @@ def _real_call(call: StubCall, tools: StepTools) -> str:
 
 
 
-def _estimate_tokens(chars: int) -> int:
-    return max(1, (chars + 3) // 4) if chars else 0
+class PretendCache:
+    """The stub's prompt cache: prefix key -> (readable, expires at), under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[bool, float]] = {}
+
+    def request(self, key: str) -> bool:
+        """A request carrying the prefix arrives: True if it reads it, False if it writes it."""
+        now = time.monotonic()
+        with self._lock:
+            readable, expires = self._entries.get(key, (False, 0.0))
+            if expires > now and readable:
+                self._entries[key] = (True, now + CACHE_TTL_S)
+                return True
+            if expires <= now:
+                self._entries = {k: v for k, v in self._entries.items() if v[1] > now}
+                self._entries[key] = (False, now + CACHE_TTL_S)
+            return False
+
+    def begun(self, key: str) -> None:
+        """The reply that wrote the prefix has begun: from now on it is read."""
+        with self._lock:
+            self._entries[key] = (True, time.monotonic() + CACHE_TTL_S)
+
+
+
+PRETEND_CACHE = PretendCache()
+
+
+
+def _cache_key(job: StepJob, definitions: list[dict[str, object]]) -> str:
+    text = json.dumps([job.run_id, job.model, job.system_stable, [d.get("name") for d in definitions]])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 
@@ -110,14 +152,19 @@ class StubExecutor:
             self._wait(answer.ttft_ms, sink)
             raise StepFailed(answer.fail, retryable=True)
 
-        prompt_chars = len(job.system_stable) + len(job.system_dynamic) + len(job.user)
+        definitions = tools.definitions()
+        prefix, key = prefix_tokens(job.system_stable, definitions), _cache_key(job, definitions)
+        prompt_chars = len(job.system_dynamic) + len(job.user)  # beyond the cached prefix
         texts: list[str] = []
         for number, turn in enumerate(answer.turns, start=1):
             # Colleagues' messages and answers not yet given join this turn (between `===` turns).
             prompt_chars += sum(len(text) for text in tools.colleagues.pending())
             started = time.monotonic()
             at = utcnow()
+            read = PRETEND_CACHE.request(key)
             self._wait(answer.ttft_ms, sink)
+            if not read:
+                PRETEND_CACHE.begun(key)
             if number == 1:
                 sink.first_event()
             self._wait(max(0, answer.delay_ms - answer.ttft_ms), sink)
@@ -132,7 +179,10 @@ class StubExecutor:
                     ms=int((time.monotonic() - started) * 1000),
                     ttft_ms=answer.ttft_ms,
                     model="stub",
-                    tokens=Tokens(input=_estimate_tokens(prompt_chars), output=_estimate_tokens(out_chars)),
+                    tokens=Tokens(
+                        input=tokens_in(prompt_chars), output=tokens_in(out_chars),
+                        cache_read=prefix if read else 0, cache_write=0 if read else prefix,
+                    ),
                     tools=len(turn.calls),
                     stop="tool_use" if turn.calls and not last else "end_turn",
                     cost_usd=answer.cost if last else 0.0,

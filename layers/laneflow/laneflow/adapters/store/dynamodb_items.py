@@ -55,7 +55,7 @@ ACTIVE_RUN = frozenset({RunStatus.queued.value, RunStatus.running.value, RunStat
 
 # How a model field is kept. JSON fields are kept as JSON text (exact types, floats and
 # nulls included); everything else as a plain string, number or boolean.
-JSON_FIELDS = frozenset({"input", "flow_spec", "options", "item", "data"})
+JSON_FIELDS = frozenset({"input", "flow_spec", "options", "item", "data", "cache_break", "prefix"})
 
 RUN_BODY = ("input", "flow_spec")  # written once; kept apart so per-step cost updates stay small
 

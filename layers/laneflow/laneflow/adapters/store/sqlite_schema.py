@@ -14,7 +14,7 @@ from laneflow.adapters.store.rulebook import damaged
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.records import Run, Step
 
-SCHEMA_VERSION = 7  # 6: the gate's ended_at and note; 7: notes and observed (peers, ask)
+SCHEMA_VERSION = 8  # 7: the gate's and the cache break's columns; 8: notes and observed (peers, ask)
 
 # Columns added after a table was first shipped: (table, column, declaration). A database
 # made by an older version gets them on open.
@@ -25,6 +25,8 @@ ADDED_COLUMNS = (
     ("attempts", "reason_kind", "TEXT"),
     ("gates", "ended_at", "TEXT"),
     ("gates", "note", "TEXT"),
+    ("steps", "cache_break", "TEXT"),
+    ("steps", "prefix", "TEXT"),
 )
 
 BUSY_TIMEOUT_S = 10.0
@@ -83,6 +85,8 @@ CREATE TABLE IF NOT EXISTS steps (
     cost_usd     REAL NOT NULL DEFAULT 0,
     started_at   TEXT,
     finished_at  TEXT,
+    cache_break  TEXT,
+    prefix       TEXT,
     PRIMARY KEY (tenant, run_id, idx)
 ) WITHOUT ROWID;
 
@@ -249,6 +253,8 @@ STEP_COLUMNS: dict[str, tuple[str, str]] = {
     "cost_usd": ("cost_usd", "cost"),
     "started_at": ("started_at", "plain"),
     "finished_at": ("finished_at", "plain"),
+    "cache_break": ("cache_break", "json"),
+    "prefix": ("prefix", "json"),
 }
 
 STEP_CHILDREN = ("events", "calls", "prompt_layers")  # kept in tables of their own

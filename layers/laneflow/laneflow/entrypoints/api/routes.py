@@ -5,16 +5,15 @@ Each route reads its request (the tenant always from the caller's identity: the 
 authorizer's `custom:tenant` claim, else the IAM caller's account id; neither is a 401,
 and a name no tenant can have is a 400; another tenant's run is answered exactly like a
 missing one, 404), calls one use case and shapes its answer. Errors are answered in one
-place (`errors.py`). `/` is the run viewer: its page, script and style are the files of
-`viewer/`, served as one page whose policy allows only that script and style (by hash).
+place (`errors.py`). `/` is the run viewer: its page, and its modules, style and vendored
+libraries at `/assets/NAME`, are the files of `viewer/` (`viewer_assets.py`). A path that
+exists asked with another method is a 405 with `Allow`.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import threading
-from importlib import resources
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import (
@@ -36,10 +35,12 @@ from laneflow.domain import jsonsafe
 from laneflow.domain.errors import Unavailable
 from laneflow.domain.records import Run
 from laneflow.domain.tenants import check_tenant
-from laneflow.entrypoints.api import errors
+from laneflow.entrypoints.api import document as document_of
+from laneflow.entrypoints.api import errors, viewer_assets
 from laneflow.entrypoints.api.errors import ErrorBody, Unauthenticated
 from laneflow.ports import Services
 from laneflow.usecases.approve import answer_approval
+from laneflow.usecases.estimate import EstimateAnswer, EstimateRequest, estimate_request
 from laneflow.usecases.start_run_idempotent import StartRun, start_run_idempotent
 from laneflow.usecases.stop import stop_run
 
@@ -264,54 +265,80 @@ def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, s
 
 
 
+# -- estimating a run ---------------------------------------------------------------------------
+
+
+@app.post(
+    "/estimates",
+    summary="Estimate a run before it runs: each lane's prefix, cache writes and reads with and without the gate, the cost range",
+    tags=["runs"],
+    responses={
+        200: {"description": "the estimate (nothing is written, nothing runs)", "content": {"application/json": {"model": EstimateAnswer}}},
+        **_errors(400, 401, 404, 503),
+    },
+)
+def estimate(body: Annotated[EstimateRequest, Body()], tenant: Tenant, svc: Svc) -> dict[str, Any]:
+    return estimate_request(svc, tenant, body)
+
+
+
 # -- the document and the viewer ----------------------------------------------------------------
 
 
 @app.get("/openapi.json", summary="This API's OpenAPI document", tags=["meta"])
 def openapi() -> Response[str]:
-    document = app.get_openapi_json_schema(title="laneflow", version=__version__, description=__doc__.split("\n\n")[0])
+    event = app.current_event.raw_event
+    base = viewer_assets.base_of(event)
+    raw = app.get_openapi_json_schema(title="laneflow", version=__version__, description=__doc__.split("\n\n")[0])
+    document = document_of.shape(raw, server=document_of.server_url(event, base))
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=document)
 
 
 
-@app.get("/", summary="The run viewer (an HTML page)", tags=["meta"], responses={200: {"description": "text/html"}})
+@app.get("/", summary="The run viewer (an HTML page)", tags=["meta"], responses={200: {"description": "the viewer page", "content": {"text/html": {}}}})
 def viewer() -> Response[str]:
-    return Response(
-        status_code=200,
-        content_type="text/html; charset=utf-8",
-        body=VIEWER_PAGE,
-        headers={"Content-Security-Policy": VIEWER_POLICY, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
-    )
+    # Everything a run holds is put in the page as text by its modules (never as HTML), and
+    # the policy allows only this origin's scripts and styles, so nothing a run holds can run.
+    page, policy = viewer_assets.page(viewer_assets.base_of(app.current_event.raw_event))
+    headers = {"Content-Security-Policy": policy, "Cache-Control": "no-store", **viewer_assets.SECURITY_HEADERS}
+    return Response(status_code=200, content_type="text/html; charset=utf-8", body=page, headers=headers)
 
 
 
-# The viewer: one self-contained page. Everything it shows is put in with textContent (never
-# as HTML), and its policy allows only its own script and style (by hash) and calls to this
-# API, so nothing a run holds can run in the page.
-_VIEWER = resources.files(__package__) / "viewer"
+AssetName = Annotated[str, Path(description="an asset's file name", min_length=1, max_length=100)]
 
 
 
-def _csp_hash(text: str) -> str:
-    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+@app.get(
+    "/assets/<name>",
+    summary="One of the viewer's files (its modules, style and vendored libraries)",
+    tags=["meta"],
+    responses={200: {"description": "the file", "content": {"text/javascript": {}, "text/css": {}}}, **_errors(400, 404)},
+)
+def viewer_asset(name: AssetName) -> Response[str]:
+    found = viewer_assets.asset(name)
+    headers = {"Cache-Control": "no-cache", **viewer_assets.SECURITY_HEADERS}
+    return Response(status_code=200, content_type=found.content_type, body=found.text, headers=headers)
 
 
 
-def _viewer() -> tuple[str, str]:
-    """The viewer page with its style and script put in (each on lines of its own inside
-    its tag), and the policy that allows exactly those two."""
-    style = "\n" + (_VIEWER / "viewer.css").read_text(encoding="utf-8")
-    script = "\n" + (_VIEWER / "viewer.js").read_text(encoding="utf-8")
-    page = (_VIEWER / "index.html").read_text(encoding="utf-8")
-    policy = (
-        f"default-src 'none'; script-src {_csp_hash(script)}; style-src {_csp_hash(style)}; connect-src 'self'; "
-        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    )
-    return page.replace("{style}", style, 1).replace("{script}", script, 1), policy
+# -- a path that exists, asked with another method: 405 -----------------------------------------
 
 
+@app.not_found
+def not_found(_: Exception) -> Response[dict[str, Any]]:
+    """No route for this method and path: a 405 naming the methods the path answers (in
+    `Allow`), or a 404 when no route has this path."""
+    event = app.current_event
+    path = errors.scrub(event.path, app.context.get("services"))  # said back: no secret, no local path
+    allowed = sorted({route.method for route in app._static_routes + app._dynamic_routes if route.rule.match(event.path)})
+    if not allowed:
+        return errors.error_response(404, f"no route {path[:100]!r} here (see /openapi.json)")
+    response = errors.error_response(405, f"{event.http_method[:20]} is not answered on {path[:100]!r}: use {', '.join(allowed)}")
+    response.headers["Allow"] = ", ".join(allowed)
+    return response
 
-VIEWER_PAGE, VIEWER_POLICY = _viewer()
+
 
 # Routes kept in modules of their own, on this resolver.
 from laneflow.entrypoints.api import questions as _questions  # noqa: E402,F401

@@ -58,6 +58,8 @@ class StepRecorder:
     redact: Redactor
     capture: bool = True
     on_first_event: Any = None
+    # Called once, with no argument, when the attempt's first call reports a cache write.
+    on_cache_write: Any = None
     on_uncacheable: Any = None  # (tokens, minimum): a lead's prefix cannot be cached
     cost_usd: float = 0.0
     began: bool = False
@@ -98,6 +100,11 @@ class StepRecorder:
             due = time.monotonic() - self._flushed > FLUSH_S
             if due:
                 self._flushed = time.monotonic()
+            wrote = n == self.base_n + 1 and span.tokens.cache_write > 0 and self.on_cache_write is not None
+            if wrote:
+                on_write, self.on_cache_write = self.on_cache_write, None
+        if wrote:
+            on_write()
         if due:
             self.svc.store.put_call(self.ref, span)
         return span

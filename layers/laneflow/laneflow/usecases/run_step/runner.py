@@ -47,6 +47,7 @@ from laneflow.domain.workers import WorkerRef
 from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
 from laneflow.usecases.crashpoints import crashpoint
+from laneflow.usecases.run_step.cache_break import find_cache_break, step_prefix
 from laneflow.usecases.run_step.inbox import attempt_inbox, group_peers
 from laneflow.usecases.run_step.judge import JUDGE_SYSTEM, parse_verdict
 from laneflow.usecases.run_step.message import (
@@ -110,6 +111,10 @@ class StepRunner:
         self.copy: WorkingCopy | None = None  # the folder the current attempt works in
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
         self.secrets: AttemptSecrets | None = None  # the current attempt's declared secrets
+        # The step's cached prefix and, once a first call wrote it, why it was not read
+        # (written with the attempt's end).
+        self.prefix: dict[str, Any] | None = None
+        self.cache_break: dict[str, str] | None = None
         self.spec, self.handoff = briefing.spec, briefing.handoff
         # What earlier attempts of this pass ended with (a retry, or a resume after a crash):
         # each new attempt is told the truth about why it runs again.
@@ -204,6 +209,7 @@ class StepRunner:
                     error=None,
                     cost_usd=round(self.step.cost_usd + recorder.cost_usd, 6),
                     finished_at=utcnow(),
+                    **self._cache_changes(),
                 ),
                 calls=list(recorder.spans.values()),
             )
@@ -223,7 +229,7 @@ class StepRunner:
         try:
             self._note(EventType.error, f"attempt {self.attempt.n} failed: {reason}")
             ends: dict[str, Any] = {} if retry else {"status": StepStatus.failed, "finished_at": utcnow()}
-            changes = StepChanges(error=reason, cost_usd=self.step.cost_usd, **ends)
+            changes = StepChanges(error=reason, cost_usd=self.step.cost_usd, **ends, **self._cache_changes())
             ended = AttemptStatus.stopped if stopped else AttemptStatus.failed
             spans: list[ModelCall] = list(self.recorder.spans.values()) if self.recorder else []
             store.end_attempt(self.ref, ended, reason=reason, step=changes, calls=spans, reason_kind=None if stopped else kind)
@@ -251,6 +257,18 @@ class StepRunner:
         except Conflict:
             return False
         return True
+
+    def _cache_changes(self) -> dict[str, Any]:
+        """The step's prefix and cache_break, as this attempt found them (nothing if it sent none)."""
+        if self.prefix is None:
+            return {}
+        return {"prefix": self.prefix, "cache_break": self.cache_break}
+
+    def _on_cache_write(self, layers: list[Any]) -> None:
+        assert self.prefix is not None
+        self.cache_break = find_cache_break(
+            self.svc, self.run.tenant, self.run.id, self.step.index, model=self.step.model, layers=layers, prefix=self.prefix
+        )
 
     def _attempt(self) -> tuple[StepOutcome, Any, StepRecorder]:
         svc, run, step = self.svc, self.run, self.step
@@ -316,6 +334,9 @@ class StepRunner:
             sandboxed=agent.sandboxed,
             secret_env=dict(self.secrets.env),
         )
+        self.prefix, self.cache_break = step_prefix(svc, job), None
+        layers = prompt.records()
+        recorder.on_cache_write = lambda: self._on_cache_write(layers)
         crashpoint("rescue-running" if step.rescue_of is not None else "executor-started")
         outcome = svc.executor(step.model).execute(job, recorder)
         data = check_output(self.spec, outcome)

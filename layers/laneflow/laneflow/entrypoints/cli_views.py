@@ -1,0 +1,249 @@
+"""What the command line prints on stdout: `show` (a run with its lanes, steps, durations,
+gate waits, cache breaks and events), `runs` (a table with a header, its columns a list
+others can extend) and `estimate` (a table per lane). Plain text, aligned, no escape codes,
+so it pipes and greps; the live view is `progress`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from laneflow.domain.lanes_report import gate_wait_ms, lane_rows
+from laneflow.domain.records import Event, Run, Step, StepStatus
+from laneflow.entrypoints.progress import MARK, step_label
+
+
+def _short(text: str, width: int = 80) -> str:
+    """The first line of a text, cut to `width` characters (saying so)."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+
+def _at(text: str) -> _dt.datetime:
+    return _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+
+def duration(start: str | None, end: str | None) -> str:
+    """`1.234s` between two stored times ("" when either is missing)."""
+    if not start or not end:
+        return ""
+    return f"{(_at(end) - _at(start)).total_seconds():.3f}s"
+
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a plain table: its header, how a row gives its cell, and its alignment."""
+
+    header: str
+    cell: Callable[[Any], str]
+    right: bool = False
+
+
+
+def table(columns: list[Column], rows: list[Any], indent: str = "") -> list[str]:
+    """Rows as aligned lines under a header (the last column is not padded)."""
+    cells = [[c.header for c in columns]] + [[c.cell(r) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = []
+    for row in cells:
+        parts = [
+            (cell.rjust(widths[i]) if col.right else cell.ljust(widths[i])) if i < len(columns) - 1 or col.right else cell
+            for i, (cell, col) in enumerate(zip(row, columns, strict=True))
+        ]
+        lines.append((indent + "  ".join(parts)).rstrip())
+    return lines
+
+
+
+# `laneflow runs`: add a column by appending to this list.
+RUN_COLUMNS: list[Column] = [
+    Column("RUN", lambda r: r.id),
+    Column("STATUS", lambda r: str(r.status)),
+    Column("FLOW", lambda r: f"{r.workspace}/{r.flow}"),
+    Column("COST", lambda r: f"${r.cost_usd:.4f}", right=True),
+    Column("DRIVES", lambda r: str(r.drives), right=True),
+    Column("CREATED", lambda r: r.created_at),
+]
+
+
+
+def asking_column(asking: dict[str, list[int]]) -> Column:
+    """Which steps of each run wait on a person's answer (their ask tool): run id -> indexes."""
+    return Column("ASKING", lambda r: ", ".join(f"step {i}" for i in asking.get(r.id, [])))
+
+
+
+def runs_table(runs: list[Run], extra: list[Column] | None = None) -> str:
+    return "\n".join(table(RUN_COLUMNS + list(extra or []), runs)) if runs else "no runs yet"
+
+
+
+LANE_COLUMNS: list[Column] = [
+    Column("GROUP", lambda r: str(r["group"]), right=True),
+    Column("CYCLE", lambda r: str(r["cycle"]), right=True),
+    Column("LANE", lambda r: r["lane"]),
+    Column("STEPS", lambda r: str(r["steps"]), right=True),
+    Column("COLD", lambda r: str(r["cold_prefixes"]), right=True),
+    Column("CACHE READ", lambda r: f"{r['cache_read']:,}", right=True),
+    Column("CACHE WRITE", lambda r: f"{r['cache_write']:,}", right=True),
+    Column("GATE WAIT", lambda r: f"{r['gate_wait_ms'] / 1000:.3f}s", right=True),
+]
+
+
+
+# -- show -----------------------------------------------------------------------------------------
+
+
+def event_line(event: Event, since: str | None) -> str:
+    at = f"{(_at(event.t) - _at(since)).total_seconds():+.3f}s" if since else event.t
+    attempt = f" (attempt {event.attempt})" if event.attempt and event.attempt > 1 else ""
+    return f"{at:>10} {event.type}{attempt}: {_short(event.text, 160)}"
+
+
+
+def _step_lines(s: Step, run: Run) -> list[str]:
+    calls = len(s.calls)
+    tokens = sum(c.tokens.input + c.tokens.output for c in s.calls)
+    took = duration(s.started_at, s.finished_at)
+    lines = [
+        f"  {MARK[s.status]} {s.index}: {step_label(s)}  [{s.status}] model {s.model}, "
+        f"{s.attempts} attempt(s), {calls} call(s), {tokens} tokens, ${s.cost_usd:.4f}" + (f", {took}" if took else "")
+    ]
+    waited = gate_wait_ms(s)
+    if waited:
+        lines.append(f"      gate wait: {waited / 1000:.3f}s (for its lane's lead)")
+    read, written = sum(c.tokens.cache_read for c in s.calls), sum(c.tokens.cache_write for c in s.calls)
+    if read or written:
+        lines.append(f"      prompt cache: {read} tokens read, {written} written")
+    if s.cache_break:
+        lines.append(f"      cache break: {s.cache_break.get('layer')} changed since {s.cache_break.get('since')}")
+    for c in s.calls:
+        ttft = f", first token {c.ttft_ms} ms" if c.ttft_ms is not None else ""
+        lines.append(
+            f"      call {c.n}: {c.ms} ms{ttft}, in {c.tokens.input}, out {c.tokens.output}, "
+            f"cache {c.tokens.cache_read} read / {c.tokens.cache_write} written, {c.tools} tool(s), {c.stop or '-'}"
+        )
+    if s.error and s.status != StepStatus.completed:
+        lines.append(f"      error: {s.error}")
+    if s.skip_reason:
+        lines.append(f"      skipped: {s.skip_reason}")
+    if s.message:
+        lines.append(f"      message: {_short(s.message)} ({len(s.message):,} chars)")
+    if s.conclusion:
+        first = s.conclusion.strip().splitlines()[0] if s.conclusion.strip() else ""
+        lines.append(f"      → {first[:100]}")
+    if s.prompt_layers:
+        layers = " ".join(f"{layer.name}{'*' if layer.dynamic else ''}:{layer.chars}" for layer in s.prompt_layers)
+        lines.append(f"      layers: {layers}")
+    if s.events:
+        lines.append("      events:")
+        lines.extend("        " + event_line(e, run.driven_at or run.created_at) for e in s.events)
+    return lines
+
+
+
+def describe(run: Run) -> str:
+    lines = [
+        f"run {run.id}  {run.status}",
+        f"  flow {run.workspace}/{run.flow}  revision {run.revision}",
+        f"  created {run.created_at}  driven {run.driven_at}  finished {run.finished_at}",
+        f"  drives {run.drives}  cost ${run.cost_usd:.4f}"
+        + (f"  queued {duration(run.created_at, run.driven_at)}" if run.driven_at else "")
+        + (f"  took {duration(run.driven_at or run.created_at, run.finished_at)}" if run.finished_at else ""),
+    ]
+    if run.error:
+        lines.append(f"  error: {run.error}")
+    lines.append(f"  input: {json.dumps(run.input, ensure_ascii=False)[:200]}")
+    rows = lane_rows(run.steps)
+    if rows:
+        lines.append("lanes (what the prompt cache did):")
+        lines.extend(table(LANE_COLUMNS, rows, indent="  "))
+    group = None
+    for s in run.steps:
+        if s.group != group:
+            group = s.group
+            lines.append(f"group {group}")
+        lines.extend(_step_lines(s, run))
+    return "\n".join(lines)
+
+
+
+def new_lines(run: Run, seen: dict[int, tuple[str, int]]) -> list[str]:
+    """`show --follow`: what happened since the last look (status changes, new events)."""
+    out = []
+    for s in run.steps:
+        status, count = seen.get(s.index, ("", 0))
+        if str(s.status) != status:
+            took = duration(s.started_at, s.finished_at)
+            out.append(f"step {s.index} {step_label(s)}: {s.status}" + (f" ({took}, ${s.cost_usd:.4f})" if took else ""))
+        for e in s.events[count:]:
+            out.append(f"step {s.index} {step_label(s)}: {event_line(e, run.driven_at or run.created_at).strip()}")
+        seen[s.index] = (str(s.status), len(s.events))
+    return out
+
+
+
+# -- estimate -----------------------------------------------------------------------------------
+
+
+ESTIMATE_COLUMNS: list[Column] = [
+    Column("G", lambda r: str(r["group"]), right=True),
+    Column("LANE", lambda r: r["lane"]),
+    Column("N", lambda r: str(r["steps"]), right=True),
+    Column("PREFIX", lambda r: f"{r['prefix_tokens']:,}" + ("" if r["cacheable"] else "*"), right=True),
+    Column("GATED W/R", lambda r: f"{r['with_gate']['cache_write']:,}/{r['with_gate']['cache_read']:,}", right=True),
+    Column("UNGATED W/R", lambda r: f"{r['without_gate']['cache_write']:,}/{r['without_gate']['cache_read']:,}", right=True),
+    Column("COST", lambda r: f"${r['with_gate']['cost_usd']:.4f}", right=True),
+    Column("UNGATED", lambda r: f"${r['without_gate']['cost_usd']:.4f}", right=True),
+]
+
+
+
+def estimate_text(data: dict[str, Any]) -> str:
+    cost = data["cost_usd"]
+    totals = data["totals"]
+    lines = [f"estimate of {data['workspace']}/{data['flow']} (nothing has run; W/R: cache tokens written/read)"]
+    lines.extend(table(ESTIMATE_COLUMNS, data["lanes"], indent="  "))
+    lines.append(
+        f"  cold prefixes: {totals['with_gate']['cold_prefixes']} with the gate, {totals['without_gate']['cold_prefixes']} without"
+    )
+    lines.append(
+        f"  expected cost ${cost['expected']:.4f} with the gate (${cost['without_gate']:.4f} without); "
+        f"range ${cost['low']:.4f} to ${cost['high']:.4f}"
+    )
+    lines.append(
+        f"  output assumed: {data['output_tokens_per_turn']} tokens a turn on Claude (--output-tokens); the stub's answers are its own"
+    )
+    if any(not lane["cacheable"] for lane in data["lanes"]):
+        lines.append("  * below the model's minimum cacheable prefix: nothing is cached")
+    if data["unpriced_models"]:
+        lines.append(f"  no price in the catalog for: {', '.join(data['unpriced_models'])} (counted as $0)")
+    return "\n".join(lines)
+
+
+
+def estimate_table(data: dict[str, Any]) -> Any:
+    """The estimate as a rich table (its caption: the totals, the cost range, the assumption)."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=f"estimate: {data['workspace']}/{data['flow']} (nothing has run; W/R: cache tokens written/read)",
+              title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ESTIMATE_COLUMNS:
+        # Figures never wrap; the lane's name folds when the terminal is narrow.
+        t.add_column(col.header, justify="right" if col.right else "left", overflow="fold", no_wrap=col.right, min_width=8 if not col.right else None)
+    for row in data["lanes"]:
+        t.add_row(*(col.cell(row) for col in ESTIMATE_COLUMNS))
+    body = estimate_text(data).splitlines()
+    t.caption = "\n".join(line.strip() for line in body[len(data["lanes"]) + 2:])
+    t.caption_justify = "left"
+    return t

@@ -1,0 +1,157 @@
+"""The command line's surface: every flag has help, `--version`, the closest name for a
+mistyped command, `runs` as an aligned table, and the live view (fits any width, marks a
+waiting sibling with its reason, shows the cost as it grows, plain under NO_COLOR/TERM=dumb)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from laneflow.domain.records import Event, EventType, ModelCall, Run, RunStatus, Step, StepStatus
+from laneflow.entrypoints import progress
+from laneflow.entrypoints.cli import build_parser, main
+from laneflow.entrypoints.cli_views import RUN_COLUMNS, Column, runs_table
+from laneflow.entrypoints.progress import Progress, render
+
+ESCAPE = re.compile(r"\x1b")
+
+WAITING = "prompt cache: waiting for the first researcher step's reply before starting, so this one reads its prefix"
+
+
+
+def _actions(parser: argparse.ArgumentParser, path: str = "laneflow"):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _actions(sub, f"{path} {name}")
+        else:
+            yield path, action
+
+
+
+def test_every_flag_and_argument_of_every_command_has_help():
+    missing = [f"{path} {action.dest}" for path, action in _actions(build_parser()) if not action.help]
+    assert missing == []
+    assert len(list(_actions(build_parser()))) > 40  # the walk reached the subcommands
+
+
+
+def test_version_prints_laneflows_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and re.match(r"laneflow \S+", capsys.readouterr().out)
+
+
+
+def test_a_mistyped_command_suggests_the_closest_and_exits_non_zero(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["rnu", "ws", "flow"])
+    assert done.value.code == 2
+    assert "no command 'rnu'; did you mean 'run'?" in capsys.readouterr().err
+
+
+
+def _run(steps: list[Step], status: RunStatus = RunStatus.running) -> Run:
+    return Run(id="run-20261201-000000-abcdef", workspace="newsroom-with-a-long-name", flow="brief", status=status, steps=steps)
+
+
+
+def _fan_out() -> Run:
+    lead = Step(index=0, group=0, agent="researcher", item="tides", status=StepStatus.running, attempts=1,
+                started_at="2026-12-01T00:00:01.000Z", calls=[ModelCall(id="c1", cost_usd=0.0125)])
+    waiting = [
+        Step(index=i, group=0, agent="researcher", item=f"topic number {i} with a long name", events=[Event(type=EventType.gate, text=WAITING)])
+        for i in range(1, 4)
+    ]
+    later = [Step(index=4, group=1, agent="writer"), Step(index=5, group=2, agent=None, instruction="Publish this brief?")]
+    return _run([lead, *waiting, *later])
+
+
+
+@pytest.mark.parametrize("width", [40, 80, 160])
+def test_the_live_view_fits_the_terminal_at_any_width(width):
+    console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system=None)
+    with console.capture() as captured:
+        console.print(render(_fan_out(), 12.3))
+    lines = captured.get().splitlines()
+    assert lines and all(len(line) <= width for line in lines), [line for line in lines if len(line) > width]
+    text = captured.get()
+    assert "$0.0125" in text[: width * 2]  # the running lead's spend, before any step ended
+    assert "⏸" in text  # the waiting siblings are marked waiting, not running
+
+
+
+def test_a_waiting_sibling_is_shown_waiting_with_the_gates_reason():
+    console = Console(width=200, file=io.StringIO(), color_system=None)
+    with console.capture() as captured:
+        console.print(render(_fan_out()))
+    lines = captured.get().splitlines()
+    waiting = [line for line in lines if "⏸ 1 researcher" in line]
+    assert waiting and "waiting: waiting for the first researcher step's reply" in waiting[0]
+    assert any("▶ 0 researcher (tides)" in line and "attempt 1" in line for line in lines)
+
+
+
+@pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}])
+def test_no_color_and_a_dumb_terminal_get_plain_lines_with_no_escape_codes(env, monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    shown = Progress(out)
+    assert not shown.live
+    run = _fan_out()
+    shown.update(run)
+    run.steps[1].status, run.steps[1].started_at, run.steps[1].attempts = StepStatus.running, "2026-12-01T00:00:02.000Z", 1
+    shown.update(run)
+    shown.update(run.model_copy(update={"status": RunStatus.completed}))
+    text = out.getvalue()
+    assert not ESCAPE.search(text)
+    assert f"step 2 researcher (topic number 2 with a long name): waiting ({WAITING})" in text
+    assert "step 1 researcher (topic number 1 with a long name): running" in text
+    assert "run run-20261201-000000-abcdef: completed" in text
+
+
+
+def test_a_terminal_gets_the_live_view_drawn_with_rich(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    shown = Progress(out, width=60)
+    assert shown.live
+    shown.update(_fan_out())
+    shown.close()
+    assert ESCAPE.search(out.getvalue()) and "group 0" in out.getvalue()
+    assert progress.plain_wanted({"NO_COLOR": ""}) and not progress.plain_wanted({"TERM": "xterm"})
+
+
+
+def test_runs_is_a_table_with_a_header_and_aligned_columns_others_can_extend():
+    runs = [
+        Run(id="run-20261201-000000-aaaaaa", workspace="newsroom", flow="brief", status=RunStatus.completed, cost_usd=0.041),
+        Run(id="run-20261201-000001-bbbbbb", workspace="ws", flow="a-much-longer-flow", status=RunStatus.awaiting_approval, cost_usd=12.5),
+    ]
+    header, *rows = runs_table(runs).splitlines()
+    assert header.split() == ["RUN", "STATUS", "FLOW", "COST", "DRIVES", "CREATED"]
+    assert len({line.index(run.created_at) for line, run in zip(rows, runs, strict=True)}) == 1  # one column
+    assert rows[0].index("$0.0410") + len("$0.0410") == rows[1].index("$12.5000") + len("$12.5000")  # right-aligned
+    RUN_COLUMNS.append(Column("QUESTIONS", lambda r: "0", right=True))
+    try:
+        assert runs_table(runs).splitlines()[0].split()[-1] == "QUESTIONS"
+    finally:
+        RUN_COLUMNS.pop()
+    assert runs_table([]) == "no runs yet"
