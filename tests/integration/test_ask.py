@@ -56,6 +56,7 @@ def tool_output(tmp_path: Path, tool: str) -> str:
     return next(c["output"] for c in said if c["tool"] == tool)
 
 
+@pytest.mark.slow
 def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
     svc = on()
     run, thread, done = start(svc, ask_workspace(tmp_path))
@@ -173,6 +174,7 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
     assert "Asking a person" in bodies[0]["system"][0]["text"]  # the ask layer: stable, in the cached block
 
 
+@pytest.mark.slow
 def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_attempt(tmp_path):
     """A `laneflow run` killed while its step waits on a person: reconcile marks the attempt
     interrupted, and its question stops being offered to people."""

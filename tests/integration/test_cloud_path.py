@@ -101,6 +101,7 @@ def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
     assert cloud.told == [run_id]  # "run finished" went to the bus
 
 
+@pytest.mark.slow
 def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud):
     """examples/scouts from S3, started through the API handler and driven by the same
     handlers on DynamoDB: the message is kept in the table and both records show it."""

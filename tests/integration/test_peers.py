@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from helpers import drive, stored_bytes, write_workspace
 
 from laneflow.domain.records import EventType, RunStatus, StepStatus
@@ -30,6 +31,7 @@ def peer_events(step) -> list[str]:
     return [e.text for e in step.events if e.type == EventType.peer]
 
 
+@pytest.mark.slow
 def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on, tmp_path):
     svc = on()
     ws = peers_workspace(
@@ -82,6 +84,7 @@ def test_a_message_to_no_such_colleague_names_the_choices(svc, tmp_path):
     assert listed == [{"agent": "listener", "index": 1, "item": None, "status": listed[0]["status"]}]
 
 
+@pytest.mark.slow
 def test_a_secret_in_a_message_never_reaches_a_stored_byte(on, tmp_path):
     secret = "tracker-secret-4f9a1c77e2"
     svc = on()
@@ -98,6 +101,7 @@ def test_a_secret_in_a_message_never_reaches_a_stored_byte(on, tmp_path):
     assert secret.encode() not in stored_bytes(on.kind, tmp_path)
 
 
+@pytest.mark.slow
 def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_path):
     """A real `laneflow run` gets Ctrl-C after the listener's first attempt observed a
     message; a second message comes while it is away; `laneflow resume` runs its second
@@ -199,6 +203,7 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
     assert "delivered to its next turn: message from talker (step 0)" in peer_events(listener)
 
 
+@pytest.mark.slow
 def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_process(on, tmp_path):
     """A talker and a listener that both run in sandbox workers (child processes of the
     engine): the message goes through the store between the two processes."""
@@ -222,6 +227,7 @@ def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_proce
     assert "delivered to its next turn: message from talker (step 0)" in peer_events(listener)
 
 
+@pytest.mark.slow
 def test_the_scouts_example_splits_the_coast_through_peers(svc):
     from helpers import drive as drive_run
 
@@ -234,6 +240,7 @@ def test_the_scouts_example_splits_the_coast_through_peers(svc):
     assert "estuaries only" in (south.conclusion or "") and editor.status == StepStatus.completed
 
 
+@pytest.mark.slow
 def test_with_capture_metadata_the_peer_events_keep_sizes_not_texts(svc, tmp_path):
     agents = {"talker": {"tools": ["peers"], "stub": f"{TALK}\nTold."},
               "listener": {"tools": ["peers"], "stub": "delay_ms: 2000\nWorking.\n===\nDone."}}
