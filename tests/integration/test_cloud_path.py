@@ -173,3 +173,47 @@ print("RESULT " + json.dumps(out))
     assert emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "laneflow"
     assert {"StepCostUSD", "StepDuration", "CacheReadTokens", "CacheWriteTokens", "ColdPrefixesWritten"} <= names
     assert emf[0]["StepCostUSD"] == [0.01] or emf[0]["StepCostUSD"] == 0.01
+
+
+@pytest.mark.slow
+def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api_lists_it(cloud, tmp_path):
+    """EndRun makes the chained run (`then:`) through the same keyed start as the API's,
+    reading the flow from the tenant's S3 workspace; its drive is started once (the cloud's
+    StartExecution returns at once: here it is recorded, and run after), and the API's
+    record of the first run lists it as `then_run`."""
+    from helpers import write_workspace
+
+    ws = write_workspace(
+        tmp_path / "chain-ws",
+        {"writer": {"stub": "The brief."}, "publisher": {"stub": "Published."}},
+        {"brief": {"steps": [{"agent": "writer"}], "then": {"flow": "publish", "input": {"text": "{result.writer}"}}},
+         "publish": {"steps": [{"agent": "publisher", "instruction": "Publish {input.text}"}]}},
+    )
+    s3 = boto3.client("s3", region_name="us-east-1")
+    for path in ws.rglob("*"):
+        if path.is_file():
+            s3.upload_file(str(path), "laneflow-blobs", f"workspaces/123456789012/desk/{path.relative_to(ws).as_posix()}")
+    drives, later = cloud.drives, []
+
+    class Recording:
+        started: list[str] = []
+
+        def start(self, tenant: str, run_id: str) -> str:
+            self.started.append(run_id)
+            if len(self.started) == 1:
+                return drives.start(tenant, run_id)
+            later.append(run_id)  # a chained run: StartExecution returns at once
+            return "arn:later"
+
+    cloud.drives = Recording()
+    api = handler("api")
+    started = api(api_event("start_run", body=json.dumps({"workspace": "desk", "flow": "brief"})), None)
+    assert started["statusCode"] == 201, started["body"]
+    run_id = json.loads(started["body"])["id"]
+    got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
+    record = json.loads(got["body"])
+    assert record["status"] == "completed" and record["then_run"] and later == [record["then_run"]]
+    drives.start("123456789012", later[0])
+    chained = json.loads(api(api_event("get_run", pathParameters={"run_id": later[0]}, path=f"/runs/{later[0]}"), None)["body"])
+    assert chained["status"] == "completed" and chained["input"] == {"text": "The brief."}
+    assert chained["steps"][0]["instruction"] == "Publish The brief."

@@ -265,7 +265,56 @@ def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_
     assert "did you mean 'bash'" in problems[("tools[1]", 4)]
     assert "did you mean 'script_count'" in problems[("tools[2]", 5)]
     assert "one of 'small', 'medium', 'large'" in problems[("size", 6)]
-    assert "it would be ignored" in problems[("apis", 7)]
+    assert "an API is a mapping" in problems[("apis[0]", 7)]
+
+
+def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_ok", root)
+    folder = root / "agents" / "writer"
+    (folder / "broken.json").write_text('{"paths": {')
+    (folder / "list.yaml").write_text("- just a list\n")
+    md = folder / "agent.md"
+    md.write_text(
+        "---\n"
+        "secrets: [TRACKER_TOKEN, \"@CERT\"]\n"
+        "apis:\n"
+        "  - {name: tracker, base_url: 'https://tracker.example.com/v1', headers: {X-Token: '${TRACKER_TOKN}'}}\n"
+        "  - {name: 'bad name', base_url: 'ftp://files.example.com'}\n"
+        "  - {name: files, base_url: 'https://user:pw@example.com', openapi: missing.yaml}\n"
+        "  - {name: broken, base_url: 'https://example.com', openapi: broken.json, header: {}}\n"
+        "  - {name: listed, base_url: 'http:///nohost', openapi: list.yaml, headers: {Cert: '${CERT}'}}\n"
+        "  - {name: tracker, base_url: 'https://example.com?x=1', openapi: ../outside.yaml}\n"
+        "---\nYou write.\n"
+    )
+    found = [(p.field, p.line, p.message) for p in check_workspace(root) if p.file == "agents/writer/agent.md"]
+    problems = {(field, line): message for field, line, message in found}
+    assert "names secret TRACKER_TOKN, which is not in this agent's secrets: (did you mean 'TRACKER_TOKEN'?)" in problems[("apis[0].headers.X-Token", 4)]
+    assert "name is letters, digits" in problems[("apis[1].name", 5)]
+    assert "must start with http:// or https://, got ftp" in problems[("apis[1].base_url", 5)]
+    assert "cannot carry a user or password" in problems[("apis[2].base_url", 6)]
+    assert problems[("apis[2].openapi", 6)] == "openapi file agents/writer/missing.yaml not found"
+    assert "openapi file agents/writer/broken.json is not valid JSON (line 1" in problems[("apis[3].openapi", 7)]
+    assert "unknown key 'header' (did you mean 'headers'?)" in problems[("apis[3].header", 7)]
+    assert problems[("apis[4].base_url", 8)] == "base_url has no host"
+    assert "is not an OpenAPI document" in problems[("apis[4].openapi", 8)]
+    assert "declared as a file (@CERT)" in problems[("apis[4].headers.Cert", 8)]
+    assert "listed twice" in problems[("apis[5].name", 9)]
+    assert "cannot carry a query" in problems[("apis[5].base_url", 9)]
+    assert "must be a path inside the agent's folder" in problems[("apis[5].openapi", 9)]
+    assert len(found) == 13, found
+    md.write_text(
+        "---\nsecrets: [TRACKER_TOKEN]\napis:\n  - name: tracker\n    base_url: https://tracker.example.com/v1\n"
+        "    headers: {Authorization: 'Bearer ${TRACKER_TOKEN}'}\n---\nYou write.\n"
+    )
+    assert [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"] == []
+    # Written as blocks, each problem is on its own key's line.
+    md.write_text(
+        "---\nsecrets: [TRACKER_TOKEN]\napis:\n  - name: tracker\n    base_url: ftp://tracker.example.com\n"
+        "    headers:\n      Accept: json\n      Authorization: 'Bearer ${TRACKER}'\n---\nYou write.\n"
+    )
+    lines = {p.field: p.line for p in check_workspace(root) if p.file == "agents/writer/agent.md"}
+    assert lines == {"apis[0].base_url": 5, "apis[0].headers.Authorization": 8}
 
 
 def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_would_use(tmp_path):
@@ -313,3 +362,11 @@ def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_pa
         assert "demo-tides-token" not in output
     assert (ws / "storage" / "tides-brest.md").read_text().startswith("# Tides at Brest")
     assert (ws / "storage" / "tides-st-malo.md").exists() and (ws / "state" / "tables-filed").read_text() == "2\n"
+
+
+def test_check_says_an_api_tool_comes_from_its_apis_entry_not_tools(tmp_path):
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_ok", root)
+    (root / "agents" / "writer" / "agent.md").write_text("---\ntools: [read_file, api_tracker]\n---\nYou write.\n")
+    [problem] = [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"]
+    assert (problem.line, problem.field) == (2, "tools[1]") and "comes from its apis: entry alone" in problem.message

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import SecretStr
 
+from laneflow.domain.apis import ApiSpec
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, Peer
@@ -125,6 +126,7 @@ class StepJob:
     size: str | None = None  # agent `size:` (small, medium, large): the programs' limits
     network_enforce: bool = False  # AGENTS.md `network_enforce:`: refuse a sandbox without a network fence
     sandboxed: bool = False  # `Agent.sandboxed`: the step runs in a sandbox worker
+    apis: tuple[ApiSpec, ...] = ()  # agent `apis:`: its `api_<name>` tools (headers unfilled)
 
 
 

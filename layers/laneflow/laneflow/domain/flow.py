@@ -60,7 +60,9 @@ __all__ = [
 ]
 
 
-TOP_KEYS = ("description", "budget", "input", "steps")
+TOP_KEYS = ("description", "budget", "input", "steps", "then")
+
+THEN_KEYS = ("flow", "input")
 
 STEP_KEYS = (
     "agent",
@@ -287,6 +289,15 @@ class Entry(BaseModel):
 
 
 
+class ThenSpec(BaseModel):
+    """`then:`: the flow a completed run of this one starts, and its input (placeholders
+    filled from the finished run: `domain/chain.py`)."""
+
+    flow: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+
 class Flow(BaseModel):
     """A valid flow."""
 
@@ -298,6 +309,8 @@ class Flow(BaseModel):
     )
     input_schema: Annotated[dict[str, Any] | None, Says("input is a JSON Schema (a mapping)")] = None  # `input:`
     entries: list[Entry]
+    # checked by flow_check (it needs the steps' agents)
+    then: Annotated[ThenSpec | None, Says("then is a mapping {flow: NAME, input: {...}}")] = None
 
     @field_validator("description", mode="before")
     @classmethod

@@ -16,12 +16,14 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from laneflow.domain import jsonsafe
+from laneflow.domain.chain import placeholders
 from laneflow.domain.errors import FlowInvalid, Problem
 from laneflow.domain.flow import (
     _FLOW_NAME,
     DEFAULT_MAX_CYCLES,
     PROBLEM,
     STEP_KEYS,
+    THEN_KEYS,
     TOP_KEYS,
     VERIFY_KEYS,
     AsWritten,
@@ -29,6 +31,7 @@ from laneflow.domain.flow import (
     Flow,
     Says,
     StepSpec,
+    ThenSpec,
     _dedupe,
     _is_int,
     _schema_problem,
@@ -177,7 +180,7 @@ class _FlowChecker:
             self.error(_line(root), None, "a flow is a mapping with 'steps:' (and optionally description, budget, input)")
             return {}
         keys = self.pairs(root, "", TOP_KEYS)
-        written = {key: self.value(node) for key, (_, node) in keys.items() if key != "steps"}
+        written = {key: self.value(node) for key, (_, node) in keys.items() if key not in ("steps", "then")}
         lines = {key: key_line for key, (key_line, _) in keys.items()}
         start = len(self.problems)
         top, refused = self.validated(Flow, written, lines, "", _line(root), fields=_TOP_FIELDS,
@@ -195,7 +198,54 @@ class _FlowChecker:
             return out
         line, node = keys["steps"]
         out["entries"] = self.check_steps(line, node)
+        if "then" in keys:
+            out["then"] = self.check_then(*keys["then"])
         return out
+
+    def check_then(self, line: int, node: yaml.Node) -> ThenSpec | None:
+        """`then: {flow: NAME, input: {...}}`: a flow of this workspace, and an input whose
+        `{result.X}` / `{data.X}` name agents that are steps of this flow."""
+        if not isinstance(node, yaml.MappingNode):
+            self.error(line, "then", f"then is a mapping such as {{flow: publish, input: {{...}}}}, got {_shown(self.value(node))}")
+            return None
+        keys = self.pairs(node, "then", THEN_KEYS)
+        start = len(self.problems)
+        name = self.check_then_flow(line, keys)
+        run_input: Any = {}
+        if "input" in keys:
+            input_line, input_node = keys["input"]
+            run_input = self.value(input_node)
+            if not isinstance(run_input, dict):
+                self.error(input_line, "then.input", f"then.input is a mapping (the chained run's input), got {_shown(run_input)}")
+            elif (refused := jsonsafe.refusal(run_input)) is not None:
+                self.error(input_line, "then.input" + (refused.path[1:] if refused.parts else ""), refused.reason)
+            else:
+                agents = set().union(*self.entry_agents) if self.entry_agents else set()
+                for kind, agent in dict.fromkeys(placeholders(run_input)):
+                    if agent not in agents:
+                        listed = ", ".join(sorted(agents)) or "none"
+                        self.error(input_line, "then.input", f"{{{kind}.{agent}}} names agent {agent!r}, which is not a step of this flow (its agents: {listed})")
+        if len(self.problems) != start or name is None:
+            return None
+        return ThenSpec(flow=name, input=run_input)
+
+    def check_then_flow(self, line: int, keys: dict[str, tuple[int, yaml.Node]]) -> str | None:
+        """`then.flow`: a flow of this workspace (the closest name suggested)."""
+        if "flow" not in keys:
+            if "then.flow" not in self.suggested:
+                self.error(line, "then.flow", "then needs flow: (the flow a completed run starts)")
+            return None
+        flow_line, flow_node = keys["flow"]
+        name = self.value(flow_node)
+        if not isinstance(name, str) or not name.strip():
+            self.error(flow_line, "then.flow", f"then.flow is a flow name, got {_shown(name)}")
+            return None
+        if name not in self.ws.flow_names:
+            close = difflib.get_close_matches(name, self.ws.flow_names, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            self.error(flow_line, "then.flow", f"unknown flow {name!r} (flows/{name}.yaml not found){hint}")
+            return None
+        return name
 
     def check_steps(self, line: int, node: yaml.Node) -> list[Entry]:
         if not isinstance(node, yaml.SequenceNode):

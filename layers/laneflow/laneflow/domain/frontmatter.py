@@ -40,7 +40,7 @@ class Front(typing.NamedTuple):
     data: dict[str, Any]
     body: str
     warnings: list[Problem]
-    lines: dict[str, int]  # top-level key -> line in the file (a list's items as `key[i]`)
+    lines: dict[str, int]  # top-level key -> line in the file (a list's items as `key[i]`, their keys `key[i].k.k`)
     text_lines: dict[str, int] = {}  # a block scalar's field -> the line its text starts on
 
 
@@ -261,9 +261,22 @@ def _key_lines(fm: str, first_line: int) -> _Lines:
         for field, value in fields:
             if field != key:
                 lines.keys[field] = first_line + value.start_mark.line
+                _inner_lines(lines.keys, field, value, first_line, depth=2)  # `apis[0].headers.X`
             if isinstance(value, yaml.ScalarNode) and value.style in ("|", ">"):
                 lines.text[field] = first_line + value.start_mark.line + 1
     return lines
+
+
+
+def _inner_lines(keys: dict[str, int], field: str, node: yaml.Node, first_line: int, *, depth: int) -> None:
+    """The lines of a list item's own keys (`field.key`), `depth` levels down."""
+    if depth <= 0 or not isinstance(node, yaml.MappingNode):
+        return
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode):
+            inner = f"{field}.{k.value}"
+            keys.setdefault(inner, first_line + k.start_mark.line)
+            _inner_lines(keys, inner, v, first_line, depth=depth - 1)
 
 
 

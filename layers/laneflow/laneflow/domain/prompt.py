@@ -15,6 +15,7 @@ import datetime as _dt
 import hashlib
 from dataclasses import dataclass
 
+from laneflow.domain.apis import layer_text as apis_layer
 from laneflow.domain.inbox import ASK, PEERS, Peer
 from laneflow.domain.records import PromptLayer
 from laneflow.domain.tools import BASH, granted
@@ -169,6 +170,7 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
             f"- {s.path} (tool `{s.name}`)" + (f": {s.description}" if s.description else "") for s in scripts
         )
     layers["state"] = _docs("State carried between runs", ws.state)
+    layers["apis"] = apis_layer(agent.apis)
     zone = now.tzname() or "UTC"
     layers["clock"] = f"Today is {now.strftime('%A %Y-%m-%d')} ({zone})."
     if programs:

@@ -11,7 +11,7 @@ import datetime as _dt
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field
 
 from laneflow.domain.workers import WorkerRef, stored
 
@@ -267,6 +267,13 @@ class Run(Record):
     # Internal: where the workspace is, and the flow as parsed when the run started.
     workspace_uri: str = Field(default="", exclude=True)
     flow_spec: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def then_run(self) -> str | None:
+        """The run its flow's `then:` started when it completed (kept in `options`)."""
+        found = self.options.get("then_run")
+        return found if isinstance(found, str) else None
 
     def public(self) -> dict[str, Any]:
         """The run record as `--json` and the API show it (snake_case), with its `lanes`

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from laneflow.domain.apis import API_PREFIX, ApiSpec, check_apis
 from laneflow.domain.errors import InvalidInput, Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, read_frontmatter, read_text, type_name
 from laneflow.domain.inbox import ASK, ASK_TIMEOUT_BOUNDS, DEFAULT_ASK_TIMEOUT_S
@@ -72,7 +73,7 @@ class AgentSettings(BaseModel):
     sandbox: bool = False
     size: Literal["small", "medium", "large"] | None = None
     secrets: list[str] = Field(default_factory=list)
-    apis: list[str] = Field(default_factory=list)
+    apis: list[Any] = Field(default_factory=list)  # checked into `Agent.apis` (domain/apis.py)
     stub: str | list[str] | None = None
     description: str | None = None
 
@@ -127,6 +128,7 @@ class Agent(BaseModel):
     knowledge: list[Doc] = Field(default_factory=list)
     scripts: list[str] = Field(default_factory=list)  # relative paths
     script_tools: list[ScriptTool] = Field(default_factory=list)  # its own and the workspace's executables
+    apis: list[ApiSpec] = Field(default_factory=list)  # its `apis:`, checked: the api_<name> tools
     warnings: list[Problem] = Field(default_factory=list)
 
     @property
@@ -524,21 +526,18 @@ def _effort_not_taken(settings: AgentSettings, model: str | None, front: Front, 
 
 def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list[Problem]:
     """What agent.md asks for that nothing would do, refused rather than silently ignored: a
-    tool name that names no tool (with the closest one), and `apis:` (no API tools yet).
+    tool name that names no tool (with the closest one).
     Read from the frontmatter as written, so they are found beside a setting of the wrong type."""
     problems = []
     tools = front.data.get("tools")
     names = [t for t in tools if isinstance(t, str)] if isinstance(tools, list) else []
     for index, name, close in unknown_tools(names, scripts):
         hint = f" (did you mean {close!r}?)" if close else ""
+        if name.startswith(API_PREFIX):  # an API's tool is granted by its apis: entry alone
+            hint = f" (an API tool comes from its apis: entry alone; remove {name} from tools:)"
         problems.append(Problem(
             file=rel, line=front.lines.get(f"tools[{index}]", front.lines.get("tools")), field=f"tools[{index}]",
             message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers and ask",
-        ))
-    if front.data.get("apis"):
-        problems.append(Problem(
-            file=rel, line=front.lines.get("apis"), field="apis",
-            message="API tools (apis:) are not available in this version; remove it, it would be ignored",
         ))
     return problems
 
@@ -583,6 +582,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
     warnings: list[Problem] = []
     settings: AgentSettings | None = None
     persona = ""
+    apis: list[ApiSpec] = []
     script_tools = discover_scripts(root, _rel(agent_dir, root))
     try:
         front = read_front(md, rel)
@@ -595,6 +595,11 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         errors.extend(errs)
         warnings.extend(warns)
         errors.extend(_ignored_settings(front, rel, script_tools))
+        written = front.data.get("apis")  # not a list: the settings' own check says so
+        apis, api_problems = check_apis(
+            written if isinstance(written, list) else None, rel=rel, agent_dir=agent_dir, lines=front.lines, secrets=front.data.get("secrets")
+        )
+        errors.extend(api_problems)
         if settings is not None:
             errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
             warnings.extend(_effort_not_taken(settings, settings.model or ws.settings.model, front, rel))
@@ -618,6 +623,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         knowledge=_docs(agent_dir / "knowledge", root, "*.md", warnings),
         scripts=scripts,
         script_tools=script_tools,
+        apis=apis,
         warnings=warnings,
     )
 

@@ -176,8 +176,10 @@ def cmd_run(
 
 
 
-def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Namespace) -> int:
-    """One drive of the run on the embedded engine, with progress; then the record."""
+def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Namespace, *, record: bool = True) -> int:
+    """One drive of the run on the embedded engine, with progress; then the record (on
+    stdout unless `record` is False: a chained run's, under --json). A completed run whose
+    flow chains to another (`then:`) drives that run next (`_then`)."""
     from laneflow.entrypoints.progress import Progress
 
     progress = None if args.quiet else Progress()
@@ -194,19 +196,19 @@ def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Nam
     except KeyboardInterrupt as interrupt:  # the engine has left the run resumable
         if progress:
             progress.close()
-        if args.json:
+        if args.json and record:
             print(json.dumps(svc.store.get_run(tenant, run_id, detail=True).public(), ensure_ascii=False))
         return _went_away(svc, tenant, run_id, interrupt)
     final = svc.store.get_run(tenant, run_id, detail=True)
     if progress:
         progress.update(final)
         progress.close()
-    if args.json:
+    if record and args.json:
         print(json.dumps(final.public(), ensure_ascii=False))
-    else:
+    elif record:
         print(summary(final))
     if final.status == RunStatus.completed:
-        return EXIT_OK
+        return _then(svc, final, args)
     if final.status == RunStatus.awaiting_approval:
         question = next((s.instruction for s in final.steps if s.status == StepStatus.awaiting_approval), "")
         _err(f"run {final.id} is waiting for a person: {question}")
@@ -214,6 +216,26 @@ def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Nam
         return EXIT_OK
     _err(f"run {final.id} {final.status}: {final.error or result.error or 'no reason recorded'}")
     return EXIT_FAILED
+
+
+
+def _then(svc: Services, final: Run, args: argparse.Namespace) -> int:
+    """After a completed run: the run its flow's `then:` started. Queued here (nothing else
+    drives runs in this process), it is driven now, with its own summary (under --json,
+    stdout keeps the first run's record alone); one another process drives is named."""
+    if final.options.get("then_error"):
+        _err(f"run {final.id}: its chained run was not started: {final.options['then_error']}")
+        return EXIT_FAILED
+    if not final.then_run:
+        return EXIT_OK
+    chained = svc.store.get_run(final.tenant, final.then_run, steps=False)
+    if chained.status != RunStatus.queued or chained.drives:
+        if not args.json and not args.quiet:
+            _err(f"run {final.id} chained to run {chained.id} (flow {chained.flow}); follow it: laneflow show {chained.id}")
+        return EXIT_OK
+    if not args.json and not args.quiet:
+        _err(f"run {final.id} chains to flow {chained.flow}: run {chained.id} started")
+    return drive_and_report(svc, final.tenant, chained.id, args, record=not args.json)
 
 
 

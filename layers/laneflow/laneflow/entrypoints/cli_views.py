@@ -162,6 +162,10 @@ def describe(run: Run) -> str:
     ]
     if run.error:
         lines.append(f"  error: {run.error}")
+    chain = [f"from {run.options['chained_from']}"] if run.options.get("chained_from") else []
+    chain += [f"then {run.then_run}"] if run.then_run else []
+    if chain:
+        lines.append(f"  chain: {' '.join(chain)}")
     lines.append(f"  input: {json.dumps(run.input, ensure_ascii=False)[:200]}")
     rows = lane_rows(run.steps)
     if rows:

@@ -25,6 +25,7 @@ from laneflow.domain.records import (
 from laneflow.domain.redaction import scrub_paths
 from laneflow.domain.settlement import ACTIVE, BUDGET_SPENT, REJECTED, STOPPED
 from laneflow.ports import Services
+from laneflow.usecases.chain import start_chained
 from laneflow.usecases.next_group import FAILED_BEFORE, FAILED_DURING, RUN_STOPPED
 from laneflow.usecases.step_crashed import step_crashed
 
@@ -40,6 +41,9 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
     store = svc.store
     run = store.get_run(req.run.tenant, req.run.run_id, steps=False)
     if run.status.ended:
+        # Told again (a re-delivered EndRun): the chained run is started if an earlier telling
+        # ended before it could be (made once: its id is derived from this run's).
+        _chain(svc, run)
         return RunEnded(run_id=run.id, status=run.status)
     steps = store.get_steps(run.tenant, run.id)
     error = run.error
@@ -69,7 +73,17 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
             svc.on_end(run)
         except Exception:  # noqa: BLE001 - the run has ended; a hook's failure must not undo that
             log.exception("on-end hook failed for run %s", run.id)
+    _chain(svc, run)
     return RunEnded(run_id=run.id, status=run.status)
+
+
+
+def _chain(svc: Services, run: Run) -> None:
+    """A completed run whose flow says `then:` starts that flow's run (`usecases.chain`)."""
+    try:
+        start_chained(svc, run)
+    except Exception:  # noqa: BLE001 - the run has ended; the chain's failure must not undo that
+        log.exception("starting the run chained to %s failed", run.id)
 
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,11 +72,28 @@ def start_run_idempotent(svc: Services, tenant: str, request: StartRun) -> Start
         raise Unavailable("this deployment cannot start drives")
     if svc.workspaces is None:
         raise Unavailable("this deployment has no workspaces to start runs from")
+    workspaces = svc.workspaces
+    # The caller's own workspace, never another tenant's.
+    return start_in(svc, tenant, request, lambda: workspaces.locate(tenant, request.workspace))
+
+
+
+def start_in(
+    svc: Services, tenant: str, request: StartRun, where: Callable[[], str], *,
+    account: str | None = None, options: dict[str, Any] | None = None,
+) -> Started:
+    """`start_run_idempotent` in the tenant's workspace that `where()` finds (asked only when a
+    run is to be made): make the run (or, for a key seen before, answer the one it made) and
+    start its drive where this deployment can (`svc.drives`); where it cannot, the run is left
+    `queued`, and whoever drives runs here (`laneflow run`, reconcile's re-drive of queued
+    runs) drives it."""
     run_id = idempotent_run_id(tenant, request.idempotency_key) if request.idempotency_key else None
     if run_id and (earlier := _earlier(svc, tenant, run_id, request)):
         return Started(earlier, replayed=True)
-    uri = svc.workspaces.locate(tenant, request.workspace)  # the caller's own workspace, never another tenant's
-    run = prepare_run(svc, svc.folders.open(uri), request.flow, request.input, tenant=tenant, model=request.model)
+    uri = where()
+    run = prepare_run(
+        svc, svc.folders.open(uri), request.flow, request.input, tenant=tenant, model=request.model, account=account, options=options
+    )
     run.workspace_uri = uri  # where every later reader finds it (an S3 URI in the cloud)
     if run_id:
         run.id = run_id
@@ -87,7 +105,8 @@ def start_run_idempotent(svc: Services, tenant: str, request: StartRun) -> Start
         if run_id and (earlier := _earlier(svc, tenant, run_id, request)):
             return Started(earlier, replayed=True)
         raise
-    svc.drives.start(tenant, run.id)
+    if svc.drives is not None:
+        svc.drives.start(tenant, run.id)
     return Started(run)
 
 

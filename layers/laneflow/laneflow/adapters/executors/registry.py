@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTools
 from laneflow.adapters.executors.isolation import Finished, Isolation, detect, limits_for, run_program
 from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
@@ -95,6 +96,7 @@ class StepTools:
         self.scripts: dict[str, ScriptTool] = {s.name: s for s in chosen} if self.root else {}
         self._isolation = isolation
         self.colleagues = PeerTools(job, sink)  # peers_list, peers_message, ask (peers.py)
+        self.apis = ApiTools(job.apis, job.secret_env)  # api_<name>: HTTP calls, made by this process
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
 
@@ -110,11 +112,14 @@ class StepTools:
 
     @property
     def names(self) -> list[str]:
-        return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts, *self.colleagues.names])
+        return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts, *self.colleagues.names, *self.apis.names])
 
     def prepare(self) -> None:
         """Before the first model call: the trace names the isolation the step's programs
-        get, and `network_enforce: true` where it cannot be enforced fails the attempt."""
+        get, and `network_enforce: true` where it cannot be enforced fails the attempt. The
+        trace also names the step's API tools, where each reaches and which headers it sends."""
+        if self.apis.apis:
+            self.sink.event(EventType.info, self.apis.describe(), {"apis": self.apis.names})
         if not (self.runs_programs or self.job.sandboxed):
             return
         isolation = self.isolation
@@ -152,6 +157,7 @@ class StepTools:
                 },
             }
         defs.update({d["name"]: d for d in self.colleagues.definitions()})
+        defs.update({d["name"]: d for d in self.apis.definitions()})
         return [defs[name] for name in sorted(defs)]
 
     # -- one call ------------------------------------------------------------------------
@@ -175,7 +181,18 @@ class StepTools:
         if script is not None:
             argv, stdin = self._script_input(name, args)
             return self._program(name, [str(self.root / script.path), *argv], stdin)  # type: ignore[operator]
+        if name in self.apis.apis:
+            return self.apis.run(name, args, timeout_s=self._call_timeout(DEFAULT_API_TIMEOUT_S), stopped=self.sink.stopped)
         raise ToolError(f"no tool {name!r}; this step's tools are {', '.join(self.names) or 'none'}")
+
+    def _call_timeout(self, default: float) -> float:
+        """A call's time limit: `default`, never past the step's deadline."""
+        if self._deadline is None:
+            return default
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise ToolError("the step's timeout is spent; no more calls can be made")
+        return min(default, left)
 
     @staticmethod
     def _script_input(name: str, args: dict[str, Any]) -> tuple[list[str], str]:

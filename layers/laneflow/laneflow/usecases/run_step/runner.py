@@ -333,6 +333,7 @@ class StepRunner:
             network_enforce=bool(ws.settings.network_enforce),
             sandboxed=agent.sandboxed,
             secret_env=dict(self.secrets.env),
+            apis=tuple(agent.apis),
         )
         self.prefix, self.cache_break = step_prefix(svc, job), None
         layers = prompt.records()
