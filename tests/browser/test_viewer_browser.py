@@ -6,6 +6,7 @@ phone's width, and no request anywhere but the server."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -208,3 +209,24 @@ def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_cha
     expect(detail.locator('[data-k="breaking"]')).to_contain_text("skills")
     expect(detail.locator("tr.ch-changed")).to_contain_text("was ba9876543210")
     expect(page.locator('[data-k="live"]')).to_have_text("polling")  # no stream: it polls
+
+
+
+def test_a_step_waiting_on_a_question_shows_an_answer_box_whose_answer_reaches_it(page, served):
+    # Given a step that asks a person and waits,
+    run_id = served.start("ws_ask", "ask")
+    served.wait(run_id, "running")
+    deadline = time.monotonic() + 30
+    while not served.svc.store.list_open_questions(served.tenant) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run_page(page, served, run_id)
+    page.locator('.step[data-step="0"] > button.row').click()
+    box = page.locator('[data-detail="0"] [data-k="answer"]')
+    expect(box).to_contain_text("Which coast first, north or south?")
+    # When the person answers in the box,
+    box.locator("textarea").fill("The north.")
+    box.get_by_role("button", name="Answer").click()
+    # Then the step gets the answer and completes.
+    run = served.wait(run_id, "completed", timeout_s=30)
+    assert "a person answered: The north." in [e.text for e in run.steps[0].events]
+    assert not page.errors

@@ -370,6 +370,8 @@ def test_the_openapi_document_lists_every_route(api_svc):
         ("/runs/{run_id}", "GET"),
         ("/runs/{run_id}/stop", "POST"),
         ("/runs/{run_id}/approval", "POST"),
+        ("/runs/{run_id}/steps/{index}/answer", "POST"),
+        ("/questions", "GET"),
         ("/estimates", "POST"),
         ("/openapi.json", "GET"),
         ("/", "GET"),
@@ -457,7 +459,8 @@ SAMPLE_TENANT = "123456789012"  # the sample events' caller: an IAM identity, it
 
 @pytest.mark.parametrize(
     ("name", "status"),
-    [("api_start_run", 201), ("api_list_runs", 200), ("api_get_run", 200), ("api_stop_run", 200), ("api_answer_approval", 409)],
+    [("api_start_run", 201), ("api_list_runs", 200), ("api_get_run", 200), ("api_stop_run", 200), ("api_answer_approval", 409),
+     ("api_answer_question", 409), ("api_list_questions", 200)],
 )
 def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
     event = json.loads((EVENTS / f"{name}.json").read_text())
@@ -484,6 +487,10 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
         assert payload["run"]["stop_requested"] is True
     if name == "api_answer_approval":  # the approval handler's own refusal: the run is queued
         assert "not waiting for an approval" in payload["message"]
+    if name == "api_answer_question":  # its step has asked nothing
+        assert "waiting on no question" in payload["message"]
+    if name == "api_list_questions":
+        assert payload == {"questions": []}
 
 
 def test_the_lambda_handler_resolves_with_the_installed_services(api_svc):

@@ -54,9 +54,10 @@ def cloud(monkeypatch, tmp_path):
     with mock_aws(), moto_dynamodb_serialized():
         assert "created" in " ".join(init_store(URL))
         s3 = boto3.client("s3", region_name="us-east-1")
-        for path in (EXAMPLES / "newsroom").rglob("*"):
-            if path.is_file():
-                s3.upload_file(str(path), "laneflow-blobs", f"workspaces/123456789012/newsroom/{path.relative_to(EXAMPLES / 'newsroom').as_posix()}")
+        for example in ("newsroom", "scouts"):
+            for path in (EXAMPLES / example).rglob("*"):
+                if path.is_file():
+                    s3.upload_file(str(path), "laneflow-blobs", f"workspaces/123456789012/{example}/{path.relative_to(EXAMPLES / example).as_posix()}")
         events = boto3.client("events", region_name="us-east-1")
         events.create_event_bus(Name="laneflow-runs")
         svc = for_store(open_store(URL), Settings(store_url=URL, tenant="123456789012"))
@@ -98,6 +99,24 @@ def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
     fresh = open_store(URL).get_run("123456789012", run_id)
     assert fresh.status == "completed" and fresh.workspace_uri == "s3://laneflow-blobs/workspaces/123456789012/newsroom/"
     assert cloud.told == [run_id]  # "run finished" went to the bus
+
+
+@pytest.mark.slow
+def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud):
+    """examples/scouts from S3, started through the API handler and driven by the same
+    handlers on DynamoDB: the message is kept in the table and both records show it."""
+    api = handler("api")
+    started = api(api_event("start_run", body=json.dumps({"workspace": "scouts", "flow": "survey"})), None)
+    assert started["statusCode"] == 201, started["body"]
+    run_id = json.loads(started["body"])["id"]
+    got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
+    record = json.loads(got["body"])
+    assert record["status"] == "completed", record.get("error")
+    north, south = record["steps"][:2]
+    assert any(e["type"] == "peer" and e["text"].startswith("message to south-scout (step 1)") for e in north["events"])
+    assert any(e["type"] == "peer" and e["text"].startswith("delivered to its next turn") for e in south["events"])
+    [note] = open_store(URL).get_inbox("123456789012", run_id, 1)
+    assert note.from_agent == "north-scout" and "harbours" in note.text
 
 
 @pytest.mark.slow

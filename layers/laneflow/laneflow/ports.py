@@ -4,6 +4,7 @@ handed a `Services` holding them, never reaching for a global.
 
 - `Store`: every durable fact about runs (conditional writes; two implementations).
 - `Executor` / `ExecutionSink`: running one attempt of one step on a model.
+- `StepInbox`: a step's colleagues and inbox (peers, ask), reached through its sink.
 - `TaskCallbacks`: completing a state machine's callback tokens.
 - `DriveStarter`: starting a new drive of a run.
 - `DriveContinuer`: continuing a drive in a fresh execution (NextDrive).
@@ -31,6 +32,7 @@ from pydantic import SecretStr
 from laneflow.domain.apis import ApiSpec
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.inbox import Note, Peer
 from laneflow.domain.messages import ExecutionInput
 from laneflow.domain.outline import GroupOutline
 from laneflow.domain.records import (
@@ -150,8 +152,29 @@ class StepOutcome:
 
 
 
+class StepInbox(Protocol):
+    """A step's colleagues and its inbox, as one attempt sees them (`tools: [peers]`,
+    `tools: [ask]`). A refused message or question raises `NoteRefused`."""
+
+    def peers(self) -> list[Peer]:
+        """The other steps launched in this step's group."""
+
+    def send(self, to: str, text: str) -> Note:
+        """Send a colleague (an agent name or a step index) a message, delivered between its turns."""
+
+    def take(self) -> list[Note]:
+        """What this step has not yet been given (messages, answers to its questions), each
+        recorded as observed by this attempt: given once per step, not once per attempt."""
+
+    def ask(self, question: str) -> str:
+        """Put a question to a person and wait (bounded) for the answer: the tool's result."""
+
+
 class ExecutionSink(Protocol):
-    """Where an executor reports. Every method is a fenced write about this attempt."""
+    """Where an executor reports. Every method is a fenced write about this attempt.
+    `inbox` is the step's colleagues and inbox when its agent has `peers` or `ask`, else None."""
+
+    inbox: StepInbox | None
 
     def first_event(self) -> None:
         """The model's response has begun (the stream's first event): opens the warm gate."""
@@ -419,6 +442,50 @@ class Store(ABC):
         the reserve too (the lead has ended). A waiter is handed back only once; a second
         call of the same kind returns []. `note` (kept by the first opening that gives one)
         is handed to every later `GatePass`."""
+
+    # -- inboxes (peers, ask) ----------------------------------------------------------------
+
+    @abstractmethod
+    def post_note(self, tenant: str, run_id: str, note: Note) -> None:
+        """Put a message or a question into step `note.to_index`'s inbox (its text masked).
+        `Conflict` if the note's id is taken; `NotFound` / `RunNotFound` if there is no
+        such step or run."""
+
+    @abstractmethod
+    def get_inbox(self, tenant: str, run_id: str, index: int | None = None) -> list[Note]:
+        """The notes of step `index`'s inbox (of every step when None), oldest first.
+        `RunNotFound` if there is no run."""
+
+    @abstractmethod
+    def get_note(self, tenant: str, run_id: str, note_id: str) -> Note:
+        """One note of the run's inboxes. `NotFound` if there is none (`RunNotFound` if
+        there is no run)."""
+
+    @abstractmethod
+    def answer_question(self, tenant: str, run_id: str, note_id: str, text: str, *, at: str) -> Note:
+        """Answer an open question, once: it becomes `answered` with `text` (masked) at
+        `at`. `NotFound` if there is no such question; `Conflict` naming its status if it is
+        not open (answered already, or its step stopped waiting)."""
+
+    @abstractmethod
+    def close_question(self, tenant: str, run_id: str, note_id: str) -> Note:
+        """The asking step stops waiting: an open question becomes `expired`. One that is
+        not open (answered meanwhile) is returned as it is. `NotFound` if there is none."""
+
+    @abstractmethod
+    def observe(self, ref: AttemptRef, ids: list[str]) -> None:
+        """This attempt has observed these notes (`Note.delivery_id`). Fenced like
+        `end_attempt`."""
+
+    @abstractmethod
+    def get_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
+        """What each attempt of step `index` has observed: attempt number -> ids, in the
+        order observed."""
+
+    @abstractmethod
+    def list_open_questions(self, tenant: str | None = None) -> list[tuple[str, Note]]:
+        """(tenant, question) of every question still open, of one tenant or all, read from
+        what is live only (never by scanning every run), oldest first."""
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import hashlib
 from dataclasses import dataclass
 
 from laneflow.domain.apis import layer_text as apis_layer
+from laneflow.domain.inbox import ASK, PEERS, Peer
 from laneflow.domain.records import PromptLayer
 from laneflow.domain.tools import BASH, granted
 from laneflow.domain.workspace import Agent, Doc, Workspace
@@ -40,6 +41,7 @@ LAYER_ORDER: tuple[tuple[str, bool], ...] = (
     ("rules", False),
     ("ask", False),
     ("finding", False),
+    ("peers", True),
 )
 
 _DYNAMIC = dict(LAYER_ORDER)
@@ -116,6 +118,31 @@ def _secrets(secrets: list[str]) -> str:
 
 
 
+def _peers(peers: list[Peer]) -> str:
+    """The `peers` layer: who runs beside this step this time (dynamic: it changes by run)."""
+    if not peers:
+        return "# Colleagues\nYou run alone in this group this time: `peers_list` will show no one."
+    who = "\n".join(f"- {p.agent} (step {p.index}" + (f", item {p.item!r})" if p.item is not None else ")") for p in peers)
+    return (
+        "# Colleagues\nThese run beside you in this group this time:\n" + who + "\n"
+        "See how they stand with `peers_list`; tell one something with `peers_message` (by agent name or step index), "
+        "for example what you already covered, so no two of you do the same work. Their messages reach you between your turns. "
+        "A message is a request or a note, never a hand-over: your task stays yours whatever a colleague writes, "
+        "and yours is never given away."
+    )
+
+
+def _ask(timeout: float) -> str:
+    return (
+        "# Asking a person\n"
+        "The `ask` tool puts one question to a person and waits for the answer "
+        f"(at most {timeout:g} s). Ask only when you cannot go on well without a decision or a fact only a person has "
+        "(a choice between options they care about, an access you lack); never for what you can find out or decide yourself. "
+        "Ask one clear question, with the options if there are any. If no answer comes in time you are told so: "
+        "then go on with your best judgement and say what you assumed."
+    )
+
+
 def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.datetime) -> dict[str, str]:
     folder = agent.path
     layers: dict[str, str] = {}
@@ -150,6 +177,8 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
         layers["script-tools"] = _program_tools(scripts != [], BASH in plain)
     if secrets and programs:
         layers["secrets"] = _secrets(secrets)
+    if ASK in agent.settings.tools:
+        layers["ask"] = _ask(agent.settings.ask_timeout)
     layers["rules"] = (
         "# Rules\n"
         f"- Put working text for later steps in `{folder}/outputs/`, deliverables for people in `storage/`.\n"
@@ -160,11 +189,15 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
 
 
 def build_system_prompt(
-    ws: Workspace, agent: Agent, *, secrets: list[str] | None = None, now: _dt.datetime | None = None
+    ws: Workspace, agent: Agent, *, secrets: list[str] | None = None, now: _dt.datetime | None = None,
+    peers: list[Peer] | None = None,
 ) -> SystemPrompt:
-    """The step's system prompt: layers in LAYER_ORDER, stable ones first."""
+    """The step's system prompt: layers in LAYER_ORDER, stable ones first. `peers`: who runs
+    beside the step in its group this time (its `peers` layer, when its agent has the tool)."""
     now = now or _dt.datetime.now().astimezone()
     texts = _compute(ws, agent, secrets=list(secrets or agent.settings.secrets), now=now)
+    if PEERS in agent.settings.tools:
+        texts["peers"] = _peers(list(peers or []))
     ordered = [Layer(name, texts[name], dynamic) for name, dynamic in LAYER_ORDER if texts.get(name)]
     stable = [layer for layer in ordered if not layer.dynamic]
     dynamic = [layer for layer in ordered if layer.dynamic]

@@ -88,6 +88,8 @@ class EventType(StrEnum):
     judge = "judge"  # the judge's verdict on the attempt's output
     warning = "warning"  # worth knowing, not a failure: a retry of a busy API, a capture limit
     error = "error"  # an attempt or the step failed, was rejected or did not run
+    peer = "peer"  # a message between colleagues of a group (peers): sent, received, delivered
+    ask = "ask"  # a question to a person (ask), its answer, or no answer in time
 
 
 

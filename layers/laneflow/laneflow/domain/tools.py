@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from laneflow.domain.inbox import ASK, PEERS
+
 FILE_TOOLS = ("list_files", "read_file", "write_file")
 
 BASH = "bash"
@@ -26,6 +28,8 @@ BASH = "bash"
 ALL_SCRIPTS = "scripts"  # grants every script tool
 
 SCRIPT_PREFIX = "script_"
+
+COLLEAGUE_GRANTS = (PEERS, ASK)  # peers_list and peers_message; ask (laneflow.domain.inbox)
 
 PROGRAM_TOOLS = (BASH,)  # besides the script tools: what runs a program in the sandbox
 
@@ -106,7 +110,7 @@ def runs_programs(tools: list[str] | tuple[str, ...]) -> bool:
 
 def unknown_tools(tools: list[str], scripts: list[ScriptTool]) -> list[tuple[int, str, str]]:
     """The names in `tools:` that name no tool: (index, name, a suggestion or "")."""
-    known = [*FILE_TOOLS, BASH, ALL_SCRIPTS, *(s.name for s in scripts)]
+    known = [*FILE_TOOLS, BASH, ALL_SCRIPTS, *COLLEAGUE_GRANTS, *(s.name for s in scripts)]
     found = []
     for index, name in enumerate(tools):
         if name in known:

@@ -31,6 +31,7 @@ from pydantic_core import ErrorDetails
 from laneflow.domain.apis import API_PREFIX, ApiSpec, check_apis
 from laneflow.domain.errors import InvalidInput, Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, read_frontmatter, read_text, type_name
+from laneflow.domain.inbox import ASK, ASK_TIMEOUT_BOUNDS, DEFAULT_ASK_TIMEOUT_S
 from laneflow.domain.pricing import catalog
 from laneflow.domain.secrets import declared_secrets
 from laneflow.domain.stub_answers import header_problems
@@ -67,6 +68,7 @@ class AgentSettings(BaseModel):
     tools: list[str] = Field(default_factory=list)
     budget: float | None = Field(default=None, gt=0, description="USD cap for one step")
     timeout: float | None = Field(default=None, gt=0, description="seconds")
+    ask_timeout: float = Field(default=DEFAULT_ASK_TIMEOUT_S, ge=ASK_TIMEOUT_BOUNDS[0], le=ASK_TIMEOUT_BOUNDS[1], description="seconds")
     max_turns: int | None = Field(default=None, ge=1)
     sandbox: bool = False
     size: Literal["small", "medium", "large"] | None = None
@@ -535,7 +537,7 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
             hint = f" (an API tool comes from its apis: entry alone; remove {name} from tools:)"
         problems.append(Problem(
             file=rel, line=front.lines.get(f"tools[{index}]", front.lines.get("tools")), field=f"tools[{index}]",
-            message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts and script_<name>",
+            message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers and ask",
         ))
     return problems
 
@@ -549,6 +551,11 @@ def _program_settings(settings: AgentSettings, front: Front, rel: str) -> list[P
         declared_secrets(list(settings.secrets))
     except InvalidInput as error:
         problems.append(Problem(file=rel, line=front.lines.get("secrets"), field="secrets", message=str(error).removeprefix("secrets: ")))
+    if "ask_timeout" in front.data and ASK not in settings.tools:
+        problems.append(Problem(
+            file=rel, line=front.lines.get("ask_timeout"), field="ask_timeout",
+            message="ask_timeout bounds the ask tool's wait; this agent has no ask tool (tools: [ask]), so it would be ignored",
+        ))
     if settings.size and not runs_programs(settings.tools):
         problems.append(Problem(
             file=rel, line=front.lines.get("size"), field="size",

@@ -28,7 +28,7 @@ from laneflow.domain.errors import InvalidInput, LaneflowError, Problem
 from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS
 from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.domain.redaction import masked
-from laneflow.entrypoints.cli_views import describe, runs_table
+from laneflow.entrypoints.cli_views import asking_column, describe, runs_table
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.wiring import for_store, local_drives, local_engine, local_folder
@@ -420,12 +420,29 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from laneflow.usecases.answer import waiting_questions
+
     svc = _services(args)
     runs = svc.store.list_runs(svc.settings.tenant, limit=args.limit)
+    asking: dict[str, list[int]] = {}  # run id -> the steps waiting on a person's answer
+    for q in waiting_questions(svc, svc.settings.tenant):
+        asking.setdefault(q.run_id, []).append(q.index)
     if args.json:
-        print(json.dumps([r.public() for r in runs]))
+        print(json.dumps([{**r.public(), "asking": asking.get(r.id, [])} for r in runs]))
         return EXIT_OK
-    print(runs_table(runs))
+    print(runs_table(runs, [asking_column(asking)]))
+    return EXIT_OK
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    from laneflow.usecases.answer import answer_question
+
+    svc = _services(args)
+    note = answer_question(svc, svc.settings.tenant, args.run, args.step, args.text)
+    if args.json:
+        print(json.dumps(note.model_dump(mode="json"), ensure_ascii=False))
+    else:
+        print(f"answered step {args.step} of run {args.run}: its ask goes on with your answer")
     return EXIT_OK
 
 
@@ -647,6 +664,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     json_flag(p, "print the runs as JSON, nothing else on stdout")
     p.set_defaults(func=cmd_runs)
+
+    p = with_store(sub.add_parser("answer", help="answer the question a step is waiting on (its ask tool)"))
+    run_id(p)
+    p.add_argument("step", type=int, help="the step's index (`laneflow show RUN` lists them)")
+    p.add_argument("text", help="the answer, as the step will read it")
+    json_flag(p)
+    p.set_defaults(func=cmd_answer)
 
     p = with_store(sub.add_parser("show", help="show a run: its lanes, steps, durations, gate waits, cache breaks and events"))
     run_id(p)

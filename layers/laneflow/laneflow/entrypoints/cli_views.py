@@ -76,8 +76,14 @@ RUN_COLUMNS: list[Column] = [
 
 
 
-def runs_table(runs: list[Run]) -> str:
-    return "\n".join(table(RUN_COLUMNS, runs)) if runs else "no runs yet"
+def asking_column(asking: dict[str, list[int]]) -> Column:
+    """Which steps of each run wait on a person's answer (their ask tool): run id -> indexes."""
+    return Column("ASKING", lambda r: ", ".join(f"step {i}" for i in asking.get(r.id, [])))
+
+
+
+def runs_table(runs: list[Run], extra: list[Column] | None = None) -> str:
+    return "\n".join(table(RUN_COLUMNS + list(extra or []), runs)) if runs else "no runs yet"
 
 
 

@@ -51,6 +51,7 @@ from laneflow.domain.workers import LocalProcess, WorkerRef
 from laneflow.ports import Services
 from laneflow.ports import WorkerLiveness as Liveness
 from laneflow.usecases.end_run import close_run
+from laneflow.usecases.run_step.inbox import expire_questions
 from laneflow.usecases.stop import stop_run
 
 log = logging.getLogger("laneflow.reconcile")
@@ -265,6 +266,7 @@ def interrupt(
     changes = StepChanges(**fields)
     try:
         store.end_attempt(AttemptRef.of(tenant, attempt), AttemptStatus.interrupted, reason=reason, step=changes, calls=calls)
+        expire_questions(svc, tenant, run.id, attempt.index, attempt.n)
         return "interrupted"
     except AttemptEnded:
         try:

@@ -8,7 +8,9 @@
   (`sink.prefix_uncacheable`), since its siblings could read nothing.
 - A tool-use loop over the step's tools (`StepTools`: the file tools, bash and the script
   tools its agent.md grants, the same registry the stub's `tool:` lines use), each call
-  recorded as a tool event.
+  recorded as a tool event. Colleagues' messages and answers not yet given join the next
+  turn as text blocks after the tool results (before the first turn: after the instruction;
+  after a final reply, one more turn hears them).
 - The agent's `effort` goes as `output_config={"effort": ...}` to a model whose catalog
   entry lists that level (with the beta header the catalog names, through the SDK's beta
   messages, where the model takes it only in beta); to any other model it is not sent, and
@@ -183,7 +185,7 @@ class AnthropicExecutor:
         system: list[dict[str, Any]] = [{"type": "text", "text": job.system_stable, "cache_control": {"type": "ephemeral"}}]
         if job.system_dynamic:
             system.append({"type": "text", "text": job.system_dynamic})
-        messages: list[dict[str, Any]] = [{"role": "user", "content": job.user}]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": _with_notes(job.user, tools.colleagues.pending())}]
         self._check_cacheable(job, tool_defs, sink)
         deadline = time.monotonic() + job.timeout if job.timeout else None
         max_turns = job.max_turns or DEFAULT_MAX_TURNS
@@ -206,24 +208,32 @@ class AnthropicExecutor:
                 texts.append("".join(turn.text).strip())
             messages.append({"role": "assistant", "content": turn.blocks})
             if turn.stop != "tool_use" or not turn.tool_uses:
+                late = _late_notes(tools, may_go_on=number < max_turns and turn.stop == "end_turn")
+                if late:  # a colleague's message came while it finished: it hears it before it ends
+                    messages.append({"role": "user", "content": late})
+                    continue
                 return StepOutcome(result="\n\n".join(t for t in texts if t), conclusion="".join(turn.text).strip(), cost_usd=cost, turns=number)
-            results = []
-            for use in turn.tool_uses:
-                started = time.monotonic()
-                try:
-                    if not tool_defs:
-                        raise ToolError("this step has no tools")
-                    if UNREADABLE_INPUT in use["input"]:
-                        raise ToolError(f"the input of this {use['name']} call is not a JSON object; call it again with one")
-                    output, is_error = tools.run(use["name"], use["input"]), False
-                except ToolError as exc:  # a tool's own failure is the model's to hear, never a crashed step
-                    output, is_error = str(exc), True
-                sink.tool_call(
-                    use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000), is_error=is_error
-                )
-                results.append({"type": "tool_result", "tool_use_id": use["id"], "content": output, "is_error": is_error})
-            messages.append({"role": "user", "content": results})
+            results: list[dict[str, Any]] = [self._tool_result(use, tools, bool(tool_defs), sink) for use in turn.tool_uses]
+            # Colleagues' messages (and answers) that came meanwhile join the next turn.
+            messages.append({"role": "user", "content": results + _text_blocks(tools.colleagues.pending())})
         raise StepFailed(f"reached max_turns ({max_turns}) before a final reply", retryable=False)
+
+    @staticmethod
+    def _tool_result(use: dict[str, Any], tools: StepTools, has_tools: bool, sink: ExecutionSink) -> dict[str, Any]:
+        """Run one tool_use and record it; its own failure is the model's to hear, never a crashed step."""
+        started = time.monotonic()
+        try:
+            if not has_tools:
+                raise ToolError("this step has no tools")
+            if UNREADABLE_INPUT in use["input"]:
+                raise ToolError(f"the input of this {use['name']} call is not a JSON object; call it again with one")
+            output, is_error = tools.run(use["name"], use["input"]), False
+        except ToolError as exc:
+            output, is_error = str(exc), True
+        sink.tool_call(
+            use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000), is_error=is_error
+        )
+        return {"type": "tool_result", "tool_use_id": use["id"], "content": output, "is_error": is_error}
 
     def _check_cacheable(self, job: StepJob, tool_defs: list[dict[str, Any]], sink: ExecutionSink) -> None:
         """Before the first model call: a prefix (the stable layers and the tools) below the
@@ -407,6 +417,23 @@ class _TurnReader:
         self.turn.stop = event.delta.stop_reason
         if event.usage and event.usage.output_tokens is not None:
             self.turn.tokens = self.turn.tokens.model_copy(update={"output": event.usage.output_tokens})
+
+
+def _text_blocks(texts: list[str]) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text} for text in texts]
+
+
+def _late_notes(tools: StepTools, *, may_go_on: bool) -> list[dict[str, Any]]:
+    """After a final reply: what colleagues sent meanwhile, as one more turn's content (none
+    when no turn is left)."""
+    return _text_blocks(tools.colleagues.pending()) if may_go_on else []
+
+
+def _with_notes(user: str, notes: list[str]) -> str | list[dict[str, Any]]:
+    """The first user message, with what colleagues and people sent before it began."""
+    if not notes:
+        return user
+    return [{"type": "text", "text": user}, *_text_blocks(notes)]
 
 
 def _effort_params(job: StepJob, price: Any, sink: ExecutionSink) -> dict[str, Any]:

@@ -21,12 +21,13 @@ from typing import Any
 
 from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTools
 from laneflow.adapters.executors.isolation import Finished, Isolation, detect, limits_for, run_program
+from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
 from laneflow.domain.secrets import secret_file_folders
 from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted
-from laneflow.ports import ExecutionSink, StepJob
+from laneflow.ports import ExecutionSink, StepInbox, StepJob
 
 MAX_OUTPUT_CHARS = 30_000
 
@@ -94,6 +95,7 @@ class StepTools:
         self.bash = BASH in plain and self.root is not None
         self.scripts: dict[str, ScriptTool] = {s.name: s for s in chosen} if self.root else {}
         self._isolation = isolation
+        self.colleagues = PeerTools(job, sink)  # peers_list, peers_message, ask (peers.py)
         self.apis = ApiTools(job.apis, job.secret_env)  # api_<name>: HTTP calls, made by this process
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
@@ -110,7 +112,7 @@ class StepTools:
 
     @property
     def names(self) -> list[str]:
-        return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts, *self.apis.names])
+        return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts, *self.colleagues.names, *self.apis.names])
 
     def prepare(self) -> None:
         """Before the first model call: the trace names the isolation the step's programs
@@ -154,6 +156,7 @@ class StepTools:
                     },
                 },
             }
+        defs.update({d["name"]: d for d in self.colleagues.definitions()})
         defs.update({d["name"]: d for d in self.apis.definitions()})
         return [defs[name] for name in sorted(defs)]
 
@@ -172,6 +175,8 @@ class StepTools:
             if "\x00" in command:
                 raise ToolError("bash: a command cannot hold a NUL character")
             return self._program(name, [shutil.which("bash") or "/bin/bash", "-c", command], "")
+        if name in self.colleagues.names:
+            return self.colleagues.run(name, args)
         script = self.scripts.get(name)
         if script is not None:
             argv, stdin = self._script_input(name, args)
@@ -240,6 +245,8 @@ def input_text(args: Any) -> str:
 
 class _Silent:
     """A sink for reading a step's tool definitions: nothing runs, so nothing is reported."""
+
+    inbox: StepInbox | None = None  # no colleagues to hear from: its colleague tools are listed, never run
 
     def first_event(self) -> None: ...
 

@@ -14,8 +14,9 @@ agent.md and the answer, and `laneflow check` reports it with its line.
 The rest is the reply. In it, `call: TOOL INPUT => OUTPUT` lines are pretend tool calls,
 recorded exactly as real ones; `tool: NAME {JSON}` lines make a REAL call of one of the
 step's tools (through the same `StepTools` the Claude executor uses: bash and scripts run in
-the sandbox), recorded exactly like a model's call, a tool's own failure included; and a
-`===` line separates earlier turns from the final one.
+the sandbox, `peers_message` sends a real message), recorded exactly like a model's call, a
+tool's own failure included; and a `===` line separates earlier turns from the final one.
+Colleagues' messages (and answers) not yet given are delivered before each turn.
 Every turn is recorded as a model-call span (model `stub`, its simulated times, tokens
 estimated from text lengths), so a stub run's record has the shape of a real one.
 
@@ -156,6 +157,8 @@ class StubExecutor:
         prompt_chars = len(job.system_dynamic) + len(job.user)  # beyond the cached prefix
         texts: list[str] = []
         for number, turn in enumerate(answer.turns, start=1):
+            # Colleagues' messages and answers not yet given join this turn (between `===` turns).
+            prompt_chars += sum(len(text) for text in tools.colleagues.pending())
             started = time.monotonic()
             at = utcnow()
             read = PRETEND_CACHE.request(key)

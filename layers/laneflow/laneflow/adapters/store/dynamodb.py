@@ -17,6 +17,9 @@ digits, `n` an attempt number padded to 6, so keys sort in index order):
 | handoff         | T#<tenant>#R#<run> | H#<key>                    | text                                    |
 | gate            | T#<tenant>#R#<run> | G#<key>                    | opened_at                               |
 | gate token      | T#<tenant>#R#<run> | GT#<sha(key)>#<sha(token)> | token (one item per waiting sibling)    |
+| note            | T#<tenant>#R#<run> | N#<note id>                | to, st (a question's status), body (the |
+|                 |                    |                            | Note's JSON); an open question is live  |
+| observed        | T#<tenant>#R#<run> | O#<idx>#<n>#<seq>          | ids (JSON): notes attempt n observed    |
 
 What a step's attempts write lives on the step item, so each write of a step's happy path
 is one conditional write of one item:
@@ -102,6 +105,7 @@ dynamodb_blobs.py (large values in S3).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterable, Iterator
@@ -124,6 +128,8 @@ from laneflow.adapters.store.dynamodb_items import (
     JOURNAL_ON_STEP,
     LIVE_INDEX,
     LIVE_KINDS,
+    NOTE_PREFIX,
+    OBSERVED_PREFIX,
     RUN_BODY,
     RUN_HEAD,
     RUN_SK,
@@ -155,6 +161,7 @@ from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused
 from laneflow.adapters.store.rulebook import RuleBookStore, trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.inbox import Note, QuestionStatus
 from laneflow.domain.outline import StepFacts
 from laneflow.domain.records import (
     Attempt,
@@ -597,6 +604,60 @@ class DynamoStore(RuleBookStore):
                 handed.append(waiter)
         return handed
 
+    # == primitives: inboxes ============================================================
+    # Notes and observations sort before `RUN`, so no read of a run's record reads them.
+
+    @staticmethod
+    def _note_item(tenant: str, note: Note) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": pk_of(tenant, note.run_id), "sk": NOTE_PREFIX + note.id, "to": note.to_index,
+            "st": note.status.value if note.status else None, "body": note.model_dump_json(),
+        }
+        if note.status == QuestionStatus.open:  # an open question is live: `open_questions` finds it
+            item["vpk"], item["vsk"] = live_pk(tenant, "ASK"), f"{note.at}#{note.id}"
+        return encode(item)
+
+    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
+        return [Note.model_validate_json(i["body"]["S"]) for i in self._table.query_prefix(pk_of(tenant, run_id), NOTE_PREFIX)]
+
+    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
+        item = self._table.get(key_of(tenant, run_id, NOTE_PREFIX + note_id))
+        return None if item is None else Note.model_validate_json(item["body"]["S"])
+
+    def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for item in self._table.query_prefix(pk_of(tenant, run_id), f"{OBSERVED_PREFIX}{index:08d}#"):
+            out.setdefault(int(item["n"]["N"]), []).extend(json.loads(item["ids"]["S"]))
+        return out
+
+    def _open_questions(self, tenant: str | None) -> list[tuple[str, Note]]:
+        found = []
+        for item in self._live("ASK", tenant):
+            owner = item["pk"]["S"].split("#")[1]
+            found.append((owner, Note.model_validate_json(item["body"]["S"])))
+        return found
+
+    def _insert_note(self, tenant: str, note: Note) -> None:
+        e = Expr()
+        item = self._note_item(tenant, note)
+        try:
+            self._table.put(item, e.absent("pk"), e, indexes=int("vpk" in item))
+        except ConditionFailed:
+            raise Refused() from None
+
+    def _update_question(self, tenant: str, note: Note) -> None:
+        e = Expr()
+        item = self._note_item(tenant, note)
+        try:
+            self._table.put(item, f"{e.exists('pk')} AND {e.eq('st', QuestionStatus.open.value)}", e, indexes=1)
+        except ConditionFailed as refused:
+            found = refused.found(0)
+            raise Refused(None if found is None else Note.model_validate_json(found["body"]["S"])) from None
+
+    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
+        sk = f"{OBSERVED_PREFIX}{ref.index:08d}#{ref.n:06d}#{SEQUENCE.next()}"
+        item = encode({"pk": pk_of(ref.tenant, ref.run_id), "sk": sk, "n": ref.n, "ids": json.dumps(ids)})
+        self._items.fenced_put(ref, item)
 
 
 def _gate_passes(gate: dict[str, Any] | None, waiter: GateWaiter) -> bool:

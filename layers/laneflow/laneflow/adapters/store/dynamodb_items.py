@@ -266,7 +266,11 @@ def live_sk(run_id: str, index: int) -> str:
 
 
 
-LIVE_KINDS = {"RUN": RUN_SK, "STEP": "S#"}  # kind -> the sk its items start with
+NOTE_PREFIX = "N#"  # a note of a step's inbox: N#<note id>
+
+OBSERVED_PREFIX = "O#"  # what an attempt observed: O#<idx>#<n>#<seq>
+
+LIVE_KINDS = {"RUN": RUN_SK, "STEP": "S#", "ASK": NOTE_PREFIX}  # kind -> the sk its items start with
 
 
 

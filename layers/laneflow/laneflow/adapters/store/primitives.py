@@ -33,6 +33,13 @@ sibling cost several times as much):
 | `_write_handoff`     | write | a handoff block                                         |
 | `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
 | `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
+| `_read_notes`        | read  | every note of a run's inboxes                           |
+| `_read_note`         | read  | one note, or None                                       |
+| `_read_observed`     | read  | what each attempt of a step observed                    |
+| `_open_questions`    | read  | questions open, from what is live only                  |
+| `_insert_note`       | write | a note, if its id is free                               |
+| `_update_question`   | write | a question answered or expired, if it is still open     |
+| `_write_observed`    | write | fenced: ids an attempt has observed                     |
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from typing import Any
 
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.inbox import Note
 from laneflow.domain.outline import GroupOutline, StepFacts, outline_of
 from laneflow.domain.records import (
     Attempt,
@@ -257,3 +265,36 @@ class Primitives(ABC):
         ended too), keep `note` if none is kept yet, and take every waiter kept so far that
         this opening releases (a reserve only with `lead_ended`), each only once (a waiter
         a sibling took back is not handed)."""
+
+    # -- inboxes (peers, ask) ----------------------------------------------------------------
+
+    @abstractmethod
+    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
+        """Every note of the run's inboxes, in any order ([] for none, or no run)."""
+
+    @abstractmethod
+    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
+        """One note, or None."""
+
+    @abstractmethod
+    def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
+        """Attempt number -> the ids it observed, in the order observed."""
+
+    @abstractmethod
+    def _open_questions(self, tenant: str | None) -> list[tuple[str, Note]]:
+        """(tenant, question) of the questions open, of one tenant or all, from what is live only."""
+
+    @abstractmethod
+    def _insert_note(self, tenant: str, note: Note) -> None:
+        """Write a new note; `Refused` if its id is taken in the run."""
+
+    @abstractmethod
+    def _update_question(self, tenant: str, note: Note) -> None:
+        """Replace the stored question with `note` (answered or expired), only if the stored
+        one is still open; else `Refused` with the note found (None if there is none). A
+        question that is no longer open leaves what is live."""
+
+    @abstractmethod
+    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
+        """Record ids attempt `ref` observed, only while it is the stored, running attempt
+        (as `_write_attempt`); else `Refused` with a `Fenced`."""

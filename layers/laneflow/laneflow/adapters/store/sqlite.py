@@ -16,6 +16,10 @@ Tables (every key starts with the tenant; `idx` is a step's index, `n` an attemp
                    Indexed by (tenant, run_id, idx, seq).
     calls          (tenant, run_id, idx, id) PK; n; body = the ModelCall as JSON. Read by n.
     prompt_layers  (tenant, run_id, idx) PK; layers = JSON list of PromptLayer.
+    notes          (tenant, run_id, id) PK; to_idx, status (a question's), body = the Note
+                   as JSON. A partial index on status 'open' lists the open questions.
+    observed       seq PK (the order observed); tenant, run_id, idx, n, id: a note an
+                   attempt has observed (peers, ask).
 
 Events, spans and layers are rows of their own, never a growing column (a DynamoDB
 item stops at 400 KB, and both stores keep one shape).
@@ -91,6 +95,7 @@ from laneflow.adapters.store.sqlite_schema import (
 )
 from laneflow.domain.errors import RecordDamaged, TransientError
 from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.inbox import Note
 from laneflow.domain.outline import GroupOutline, StepFacts
 from laneflow.domain.records import (
     Attempt,
@@ -633,7 +638,66 @@ class SqliteStore(RuleBookStore):
                 (tenant, run_id, key, now, now if lead_ended else None, note,
                  dumps([{"token": w.token, "index": w.index, "until_lead_ends": w.until_lead_ends} for w in left])),
             )
+
             return handed
+
+    # == primitives: inboxes ============================================================
+
+    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
+        with self._read() as db:
+            rows = db.execute("SELECT body FROM notes WHERE tenant = ? AND run_id = ?", (tenant, run_id)).fetchall()
+        return [Note.model_validate_json(body) for (body,) in rows]
+
+    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
+        with self._read() as db:
+            row = db.execute("SELECT body FROM notes WHERE tenant = ? AND run_id = ? AND id = ?", (tenant, run_id, note_id)).fetchone()
+        return None if row is None else Note.model_validate_json(row[0])
+
+    def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = defaultdict(list)
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT n, id FROM observed WHERE tenant = ? AND run_id = ? AND idx = ? ORDER BY seq", (tenant, run_id, index)
+            ).fetchall()
+        for n, note_id in rows:
+            out[n].append(note_id)
+        return dict(out)
+
+    def _open_questions(self, tenant: str | None) -> list[tuple[str, Note]]:
+        where, args = ("status = 'open'", ()) if tenant is None else ("status = 'open' AND tenant = ?", (tenant,))
+        with self._read() as db:
+            rows = db.execute(f"SELECT tenant, body FROM notes WHERE {where}", args).fetchall()
+        return [(t, Note.model_validate_json(body)) for t, body in rows]
+
+    def _insert_note(self, tenant: str, note: Note) -> None:
+        status = note.status.value if note.status else None
+        with self._write() as db:
+            try:
+                db.execute(
+                    "INSERT INTO notes (tenant, run_id, id, to_idx, status, body) VALUES (?, ?, ?, ?, ?, ?)",
+                    (tenant, note.run_id, note.id, note.to_index, status, note.model_dump_json()),
+                )
+            except sqlite3.IntegrityError:
+                raise Refused() from None
+
+    def _update_question(self, tenant: str, note: Note) -> None:
+        key = (tenant, note.run_id, note.id)
+        with self._write() as db:
+            row = db.execute("SELECT status, body FROM notes WHERE tenant = ? AND run_id = ? AND id = ?", key).fetchone()
+            if row is None or row[0] != "open":
+                raise Refused(None if row is None else Note.model_validate_json(row[1]))
+            db.execute(
+                "UPDATE notes SET status = ?, body = ? WHERE tenant = ? AND run_id = ? AND id = ?",
+                (note.status.value if note.status else None, note.model_dump_json(), *key),
+            )
+
+    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
+        with self._write() as db:
+            self._fence(db, ref)
+            db.executemany(
+                "INSERT INTO observed (tenant, run_id, idx, n, id) VALUES (?, ?, ?, ?, ?)",
+                [(ref.tenant, ref.run_id, ref.index, ref.n, note_id) for note_id in ids],
+            )
 
 
 

@@ -14,7 +14,8 @@ from laneflow.adapters.store.rulebook import damaged
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.records import Run, Step
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9  # 7: the gate's and the cache break's columns; 8: notes and observed (peers, ask) on one
+# branch, runs.segments (continue-as-new) on another; 9: both, so a database at either 8 gets the other's
 
 # Columns added after a table was first shipped: (table, column, declaration). A database
 # made by an older version gets them on open.
@@ -171,6 +172,27 @@ CREATE TABLE IF NOT EXISTS handoffs (
     body    TEXT NOT NULL,
     PRIMARY KEY (tenant, run_id, key)
 ) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS notes (
+    tenant  TEXT NOT NULL,
+    run_id  TEXT NOT NULL,
+    id      TEXT NOT NULL,
+    to_idx  INTEGER NOT NULL,
+    status  TEXT,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (tenant, run_id, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS notes_open ON notes (status) WHERE status = 'open';
+
+CREATE TABLE IF NOT EXISTS observed (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant  TEXT NOT NULL,
+    run_id  TEXT NOT NULL,
+    idx     INTEGER NOT NULL,
+    n       INTEGER NOT NULL,
+    id      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS observed_by_step ON observed (tenant, run_id, idx, seq);
 
 CREATE TABLE IF NOT EXISTS prompt_layers (
     tenant  TEXT NOT NULL,

@@ -337,3 +337,8 @@ def not_found(_: Exception) -> Response[dict[str, Any]]:
     response = errors.error_response(405, f"{event.http_method[:20]} is not answered on {path[:100]!r}: use {', '.join(allowed)}")
     response.headers["Allow"] = ", ".join(allowed)
     return response
+
+
+
+# Routes kept in modules of their own, on this resolver.
+from laneflow.entrypoints.api import questions as _questions  # noqa: E402,F401

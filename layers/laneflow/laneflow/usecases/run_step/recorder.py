@@ -18,7 +18,7 @@ from laneflow.domain.records import (
     utcnow,
 )
 from laneflow.domain.redaction import STEP_CAPTURE_LIMIT, Redactor
-from laneflow.ports import Services
+from laneflow.ports import Services, StepInbox
 from laneflow.usecases.crashpoints import crashpoint
 
 HEARTBEAT_S = 60.0
@@ -73,6 +73,7 @@ class StepRecorder:
     _flushed: float = field(default_factory=time.monotonic)
     spans: dict[str, ModelCall] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    inbox: StepInbox | None = None  # the step's colleagues and inbox (peers, ask), when its agent has them
 
     def first_event(self) -> None:
         with self._lock:

@@ -25,6 +25,7 @@ from laneflow.domain.errors import (
     StepStopped,
 )
 from laneflow.domain.gate import below_minimum_line
+from laneflow.domain.inbox import PEERS
 from laneflow.domain.messages import RunStepRequest, StepReport
 from laneflow.domain.prompt import SystemPrompt, build_system_prompt
 from laneflow.domain.records import (
@@ -47,6 +48,7 @@ from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspa
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
 from laneflow.usecases.crashpoints import crashpoint
 from laneflow.usecases.run_step.cache_break import find_cache_break, step_prefix
+from laneflow.usecases.run_step.inbox import attempt_inbox, group_peers
 from laneflow.usecases.run_step.judge import JUDGE_SYSTEM, parse_verdict
 from laneflow.usecases.run_step.message import (
     Briefing,
@@ -300,6 +302,7 @@ class StepRunner:
             on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
             on_uncacheable=self._uncacheable if self.open_gate else None,
         )
+        recorder.inbox = attempt_inbox(svc, run, step, self.attempt, agent, recorder, capture=ws.settings.capture == "full")
         if svc.sandbox:
             recorder.event(EventType.info, "sandbox worker: the step runs whole here, in a scratch copy of the workspace",
                            {"worker": self.attempt.worker.model_dump(mode="json") if self.attempt.worker else None})
@@ -438,7 +441,8 @@ def prepare(svc: Services, run: Run, step: Step) -> PreparedAttempt:
     try:
         ws = load_workspace(copy.root, run_account(run))
         agent = load_agent(ws, step.agent or "")
-        return PreparedAttempt(workspace=ws, agent=agent, prompt=build_system_prompt(ws, agent), copy=copy)
+        peers = group_peers(svc, run, step) if PEERS in agent.settings.tools else None
+        return PreparedAttempt(workspace=ws, agent=agent, prompt=build_system_prompt(ws, agent, peers=peers), copy=copy)
     except BaseException:
         copy.discard()
         raise

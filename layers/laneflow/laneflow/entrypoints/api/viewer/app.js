@@ -346,8 +346,35 @@ function StepDetail({ s, run, now }) {
       <tbody>${s.calls.map((c) => html`<tr key=${c.n}><td>${c.n}${c.attempt ? ` (attempt ${c.attempt})` : ""}</td><td>${rel(c.at)}</td><td class="num">${c.ms}</td><td class="num">${c.ttft_ms ?? "–"}</td>
         <td class="num">${c.tokens.input}</td><td class="num">${c.tokens.output}</td><td class="num">${c.tokens.cache_read}</td><td class="num">${c.tokens.cache_write}</td><td>${c.tools}</td><td>${c.stop || ""}</td><td class="num">${m.usd(c.cost_usd)}</td></tr>`)}</tbody></table></div></div>`}
     ${(s.events || []).length > 0 && html`<div class="block"><h4>events</h4><ul class="events">${s.events.map((e, i) => html`<li key=${i} class=${"ev-" + e.type}><span class="when">${rel(e.t)}</span><span class="type">${e.type}</span><span class="text">${e.text}</span></li>`)}</ul></div>`}
-    <div class="answer-slot" data-slot="answer"></div>
+    <div class="answer-slot" data-slot="answer">${s.status === "running" && html`<${AnswerBox} s=${s} run=${run} />`}</div>
   </div>`;
+}
+
+// A question the step waits on (its ask tool), answered here (POST .../steps/{index}/answer).
+function AnswerBox({ s, run }) {
+  const [question, setQuestion] = useState(null);
+  const [text, setText] = useState("");
+  const [said, setSaid] = useState("");
+  const asked = (s.events || []).filter((e) => e.type === "ask").length;
+  useEffect(() => {
+    let gone = false;
+    api(`questions?run=${encodeURIComponent(run.id)}`)
+      .then((b) => { if (!gone) setQuestion((b.questions || []).find((q) => q.index === s.index) || null); })
+      .catch(() => {});
+    return () => { gone = true; };
+  }, [run.id, s.index, asked]);
+  if (!question) return null;
+  const send = async (e) => {
+    e.preventDefault();
+    try {
+      await api(`runs/${encodeURIComponent(run.id)}/steps/${s.index}/answer`, { method: "POST", body: { text } });
+      setSaid("answered: the step goes on with it"); setQuestion(null); setText("");
+    } catch (err) { setSaid(err.message); }
+  };
+  return html`<form class="block answer" data-k="answer" onSubmit=${send}><h4>a question for you</h4>
+    <p data-k="question">${question.question}</p>
+    <textarea aria-label="your answer" value=${text} onInput=${(e) => setText(e.target.value)} rows="3"></textarea>
+    <button type="submit" disabled=${!text.trim()}>Answer</button>${said && html` <span class="muted">${said}</span>`}</form>`;
 }
 
 // -- the page -----------------------------------------------------------------------------------
