@@ -155,3 +155,19 @@ def test_runs_is_a_table_with_a_header_and_aligned_columns_others_can_extend():
     finally:
         RUN_COLUMNS.pop()
     assert runs_table([]) == "no runs yet"
+
+
+
+def test_plain_lines_say_a_run_ended_after_its_last_step_ended():
+    """The run's ending line comes after the step changes seen in the same update, so the
+    last line of a finished run's progress is the run's own."""
+    out = io.StringIO()
+    shown = Progress(out, live=False)
+    run = _fan_out()
+    shown.update(run)
+    last = run.steps[-1]
+    last.status, last.started_at, last.attempts = StepStatus.completed, "2026-12-01T00:00:02.000Z", 1
+    shown.update(run.model_copy(update={"status": RunStatus.completed}))
+    lines = out.getvalue().splitlines()
+    assert "run run-20261201-000000-abcdef: completed" in lines[-1]
+    assert any(f"step {last.index} " in line and ": completed" in line for line in lines[:-1])

@@ -180,7 +180,10 @@ class Progress:
     def _changes(self, run: Run) -> None:
         out = self.stream
         stamp = f"[{self._elapsed():5.1f}s]"
-        if run.status != self._run_status:
+        # The run's own line goes after its steps' once it has ended (its last step's ending
+        # comes before the run's), before them while it starts.
+        ended = run.status in ("completed", "failed", "awaiting-approval")
+        if run.status != self._run_status and not ended:
             self._run_status = run.status
             out.write(f"{stamp} run {run.id}: {run.status} (${live_cost(run):.4f})\n")
         for step in run.steps:
@@ -197,4 +200,7 @@ class Progress:
             extra = f": {step.error}" if step.status == StepStatus.failed and step.error else ""
             cost = f" ${step.cost_usd:.4f}" if step.status.ended and step.cost_usd else ""
             out.write(f"{stamp} group {step.group} step {step.index} {step_label(step)}: {step.status}{extra}{cost}\n")
+        if run.status != self._run_status and ended:
+            self._run_status = run.status
+            out.write(f"{stamp} run {run.id}: {run.status} (${live_cost(run):.4f})\n")
         out.flush()
