@@ -226,3 +226,24 @@ def test_a_run_of_more_steps_than_one_write_holds_is_created_whole_and_its_id_st
     assert [r.id for r in store.list_runs(TENANT)] == ["run-wide"]
     with pytest.raises(Conflict, match="run-wide"):
         store.create_run(run)
+
+
+def test_a_running_run_lists_with_what_its_steps_have_spent_before_any_group_settles(store: Store):
+    """A run's stored cost is settled at a group's end; listed (`laneflow runs`, GET /runs, the
+    viewer's list) a running run shows what its steps have spent so far, an ended one its
+    settled cost."""
+    from laneflow.domain.records import RunChanges, RunStatus
+    from laneflow.usecases.list_runs import runs_with_live_cost
+    from laneflow.wiring import for_store
+
+    running = new_run(store, steps=3)
+    store.update_run(running.tenant, running.id, RunChanges(status=RunStatus.running))
+    store.update_step(running.tenant, running.id, 0, StepChanges(status=StepStatus.completed, cost_usd=0.25))
+    store.update_step(running.tenant, running.id, 1, StepChanges(status=StepStatus.running, cost_usd=0.125))
+    ended = new_run(store, steps=1)
+    store.update_run(ended.tenant, ended.id, RunChanges(status=RunStatus.completed, cost_usd=0.5))
+
+    listed = {r.id: r for r in runs_with_live_cost(for_store(store), running.tenant)}
+    assert store.get_run(running.tenant, running.id, steps=False).cost_usd == 0.0
+    assert listed[running.id].cost_usd == 0.375
+    assert listed[ended.id].cost_usd == 0.5

@@ -423,7 +423,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from laneflow.usecases.answer import waiting_questions
 
     svc = _services(args)
-    runs = svc.store.list_runs(svc.settings.tenant, limit=args.limit)
+    from laneflow.usecases.list_runs import runs_with_live_cost
+
+    runs = runs_with_live_cost(svc, svc.settings.tenant, limit=args.limit)
     asking: dict[str, list[int]] = {}  # run id -> the steps waiting on a person's answer
     for q in waiting_questions(svc, svc.settings.tenant):
         asking.setdefault(q.run_id, []).append(q.index)

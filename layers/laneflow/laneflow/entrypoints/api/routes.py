@@ -41,6 +41,7 @@ from laneflow.entrypoints.api.errors import ErrorBody, Unauthenticated
 from laneflow.ports import Services
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.estimate import EstimateAnswer, EstimateRequest, estimate_request
+from laneflow.usecases.list_runs import runs_with_live_cost
 from laneflow.usecases.start_run_idempotent import StartRun, start_run_idempotent
 from laneflow.usecases.stop import stop_run
 
@@ -204,7 +205,7 @@ def list_runs(
     svc: Svc,
     limit: Annotated[int, Query(ge=1, le=500, description="at most this many runs")] = 50,
 ) -> dict[str, Any]:
-    return {"runs": [_record(run) for run in svc.store.list_runs(tenant, limit=limit)]}
+    return {"runs": [_record(run) for run in runs_with_live_cost(svc, tenant, limit=limit)]}
 
 
 
