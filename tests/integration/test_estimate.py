@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import EXAMPLES, FIXTURES, drive
@@ -116,3 +117,29 @@ def test_the_openapi_document_describes_the_estimate_and_its_400(svc):
     answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer["$ref"].endswith("/EstimateAnswer")
     assert "output_tokens" in json.dumps(document["components"]["schemas"]["EstimateRequest"])
+
+
+
+@pytest.mark.slow
+def test_once_the_flow_has_run_the_estimate_learns_its_output_and_is_within_the_error_of_the_next_run(svc, tmp_path):
+    """No --output-tokens: the first estimate assumes the default output (nothing to learn);
+    after a run it assumes what each agent's calls wrote in that run, and a later run on a
+    cold cache (as an estimate assumes) costs what it says, within the measured error."""
+    ws = Path(shutil.copytree(EXAMPLES / "newsroom", tmp_path / "newsroom"))
+
+    def claude_run() -> Any:
+        with MessagesImitation(ttft_ms=50, api_keys={"sk-test"}) as api:
+            cfg = svc.settings.model_copy(update={"anthropic_api_key": SecretStr("sk-test"), "anthropic_base_url": api.url})
+            return drive(for_store(svc.store, cfg), ws, "brief", TOPICS, model="claude-sonnet-4-6")
+
+    first = estimate_run(svc, ws, "brief", TOPICS, model="claude-sonnet-4-6").as_dict()
+    assert first["output_learned_from"] is None
+    earlier = claude_run()
+    learned = estimate_run(svc, ws, "brief", TOPICS, model="claude-sonnet-4-6").as_dict()
+    assert learned["output_learned_from"] == earlier.id
+    later = claude_run()
+    assert later.status == RunStatus.completed, later.error
+    error = abs(learned["cost_usd"]["expected"] - later.cost_usd) / later.cost_usd
+    assert error <= MEASURED_ERROR, (learned["cost_usd"], later.cost_usd)
+    # The default assumption (400 tokens a turn) is far off an imitation that replies in a line.
+    assert abs(first["cost_usd"]["expected"] - later.cost_usd) / later.cost_usd > MEASURED_ERROR

@@ -105,6 +105,9 @@ class Estimate:
     lanes: list[LaneEstimate] = field(default_factory=list)
     unpriced: list[str] = field(default_factory=list)  # models the catalog has no price for
     output_tokens: int = DEFAULT_OUTPUT_TOKENS
+    # The run whose output per call the Claude lanes it covers assume (the flow's previous
+    # completed run), when the output was not given.
+    learned_from: str | None = None
     low: float = 0.0  # with the gate, the output at half the assumption
     high: float = 0.0  # without the gate, the output at twice the assumption
 
@@ -121,6 +124,7 @@ class Estimate:
             "workspace": self.workspace,
             "flow": self.flow,
             "output_tokens_per_turn": self.output_tokens,
+            "output_learned_from": self.learned_from,
             "lanes": [lane.as_dict() for lane in self.lanes],
             "totals": {
                 "with_gate": _totals(self.lanes, gate=True),

@@ -493,7 +493,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from laneflow.entrypoints.progress import plain_wanted
     from laneflow.usecases.estimate import estimate_run
 
-    if args.output_tokens < 0:
+    if args.output_tokens is not None and args.output_tokens < 0:
         raise InvalidInput("--output-tokens: must be 0 or more")
     svc = _services(args)
     result = estimate_run(
@@ -606,8 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="estimate every step on this model (e.g. claude-sonnet-4-6)")
     p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md")
     p.add_argument(
-        "--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS, metavar="N",
-        help=f"output tokens a Claude turn is assumed to write (default {DEFAULT_OUTPUT_TOKENS})",
+        "--output-tokens", type=int, default=None, metavar="N",
+        help="output tokens a Claude turn is assumed to write (default: what the flow's previous completed run wrote"
+        f" per call of the same agent and model, else {DEFAULT_OUTPUT_TOKENS})",
     )
     json_flag(p, "print the estimate as JSON, nothing else on stdout")
     p.set_defaults(func=cmd_estimate)

@@ -224,9 +224,12 @@ def estimate_text(data: dict[str, Any]) -> str:
         f"  expected cost ${cost['expected']:.4f} with the gate (${cost['without_gate']:.4f} without); "
         f"range ${cost['low']:.4f} to ${cost['high']:.4f}"
     )
-    lines.append(
-        f"  output assumed: {data['output_tokens_per_turn']} tokens a turn on Claude (--output-tokens); the stub's answers are its own"
+    learned = data.get("output_learned_from")
+    assumed = (
+        f"  output: what {learned} wrote per call of each agent on Claude (else {data['output_tokens_per_turn']} a turn)"
+        if learned else f"  output assumed: {data['output_tokens_per_turn']} tokens a turn on Claude (--output-tokens)"
     )
+    lines.append(assumed + "; the stub's answers are its own")
     if any(not lane["cacheable"] for lane in data["lanes"]):
         lines.append("  * below the model's minimum cacheable prefix: nothing is cached")
     if data["unpriced_models"]:

@@ -23,10 +23,11 @@ from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.placeholders import fill
 from laneflow.domain.pricing import PriceCatalog, catalog
 from laneflow.domain.prompt import SystemPrompt, build_system_prompt
-from laneflow.domain.records import Run, Step, Tokens
+from laneflow.domain.records import Run, RunStatus, Step, Tokens
 from laneflow.domain.stub_answers import BadHeader, StubAnswer, parse_answer, pick_answer
 from laneflow.domain.workspace import Agent, load_workspace
 from laneflow.ports import Services, StepJob
+from laneflow.usecases.run_step.cache_break import PREVIOUS_RUNS_LOOKED_AT
 from laneflow.usecases.run_step.message import user_message
 from laneflow.usecases.start_run import flow_agents, prepare_run, run_account
 
@@ -49,11 +50,31 @@ def _stub_output(answer: StubAnswer) -> int:
 
 
 
+def learned_output(svc: Services, run: Run) -> tuple[str | None, dict[tuple[str, str], int]]:
+    """The output a call of each (agent, model) wrote in the flow's previous completed run of
+    this tenant and workspace, on average: (that run's id, {(agent, model): tokens}), or
+    (None, {}) when the flow has no such run."""
+    for other in svc.store.list_runs(run.tenant, limit=PREVIOUS_RUNS_LOOKED_AT, status=[RunStatus.completed]):
+        if other.workspace != run.workspace or other.flow != run.flow:
+            continue
+        outputs: dict[tuple[str, str], list[int]] = {}
+        for step in svc.store.get_run(run.tenant, other.id, detail=True).steps:
+            for call in step.calls:
+                outputs.setdefault((step.agent or "", step.model), []).append(call.tokens.output)
+        return other.id, {key: sum(v) // len(v) for key, v in outputs.items() if v}
+    return None, {}
+
+
+
 class _Lanes:
     """The lanes of one prepared run, planned as the planner plans them."""
 
-    def __init__(self, svc: Services, run: Run, agents: Mapping[str, Agent], prompts: Mapping[str, SystemPrompt], output_tokens: int):
+    def __init__(
+        self, svc: Services, run: Run, agents: Mapping[str, Agent], prompts: Mapping[str, SystemPrompt], output_tokens: int,
+        learned: Mapping[tuple[str, str], int] | None = None,
+    ):
         self.svc, self.run, self.agents, self.prompts, self.output_tokens = svc, run, agents, prompts, output_tokens
+        self.learned = learned or {}
         self.flow = Flow.model_validate(run.flow_spec)
         self.handoff_tokens = 0  # what the previous group hands on, in tokens
 
@@ -79,7 +100,7 @@ class _Lanes:
             if stub:
                 output = sum(_stub_output(a) for a in answers if a) // max(1, len(members) * turns)
             else:
-                output = self.output_tokens
+                output = self.learned.get((lane.agent, lane.model), self.output_tokens)
             inputs = []
             for s in members:
                 spec = step_spec(self.run, s)
@@ -122,19 +143,23 @@ def estimate_run(
     *,
     model: str | None = None,
     account: str | Path | None = None,
-    output_tokens: int = DEFAULT_OUTPUT_TOKENS,
+    output_tokens: int | None = None,
     prices: PriceCatalog | None = None,
     tenant: str | None = None,
 ) -> Estimate:
     """The estimate of a run of `flow_name` on `run_input` (`InvalidInput` as a run would
-    refuse it). Each group's first cycle; rescues and loops' later cycles are not counted."""
+    refuse it). Each group's first cycle; rescues and loops' later cycles are not counted.
+    The output of a Claude turn is `output_tokens` when given; else what a call of the same
+    agent and model wrote in the flow's previous completed run, else DEFAULT_OUTPUT_TOKENS."""
     run = prepare_run(svc, workspace, flow_name, run_input, tenant=tenant, model=model, account=account, check_models=False)
     ws = load_workspace(run.workspace_uri, run_account(run))
     agents = flow_agents(ws, Flow.model_validate(run.flow_spec))
     prompts = {name: build_system_prompt(ws, agent) for name, agent in agents.items()}
-    lanes = _Lanes(svc, run, agents, prompts, output_tokens)
+    learned_from, learned = learned_output(svc, run) if output_tokens is None else (None, {})
+    assumed = DEFAULT_OUTPUT_TOKENS if output_tokens is None else output_tokens
+    lanes = _Lanes(svc, run, agents, prompts, assumed, learned)
     prices = prices or catalog()
-    result = Estimate(workspace=run.workspace, flow=run.flow, output_tokens=output_tokens)
+    result = Estimate(workspace=run.workspace, flow=run.flow, output_tokens=assumed, learned_from=learned_from if learned else None)
     for group in sorted({s.group for s in run.steps}):
         steps = [s for s in run.steps if s.group == group and s.agent]
         if not steps:  # an approval
@@ -164,8 +189,10 @@ class EstimateRequest(BaseModel):
     flow: str = Field(min_length=1, max_length=200, description="the flow's name (flows/<flow>.yaml)")
     input: dict[str, Any] = Field(default_factory=dict, description="the run's input, checked against the flow's `input:` schema")
     model: str | None = Field(default=None, min_length=1, max_length=200, description="estimate every step on this model")
-    output_tokens: int = Field(
-        default=DEFAULT_OUTPUT_TOKENS, ge=0, le=1_000_000, description="output tokens a Claude turn is assumed to write"
+    output_tokens: int | None = Field(
+        default=None, ge=0, le=1_000_000,
+        description="output tokens a Claude turn is assumed to write (default: what the flow's previous completed run wrote"
+        f" per call of the same agent and model, else {DEFAULT_OUTPUT_TOKENS})",
     )
 
 
@@ -175,7 +202,8 @@ class EstimateAnswer(BaseModel):
 
     workspace: str
     flow: str
-    output_tokens_per_turn: int = Field(description="the output a Claude turn was assumed to write")
+    output_tokens_per_turn: int = Field(description="the output a Claude turn was assumed to write where nothing was learned")
+    output_learned_from: str | None = Field(description="the earlier run of the flow whose output per call the Claude lanes assume")
     lanes: list[dict[str, Any]] = Field(
         description="per lane: group, lane (agent@model), steps, parallel, turns, prefix_tokens, min_cacheable, cacheable, "
         "and with_gate / without_gate: cold_prefixes, cache_write, cache_read, input, output, cost_usd"
