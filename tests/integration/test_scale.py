@@ -357,3 +357,34 @@ def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_
     assert all(s.status == StepStatus.completed for s in rescues)
     assert sum(entered(h, "RunRescue") for h in histories) == 20
     assert all(s.status == StepStatus.completed and s.result == f"Fixed i{s.index}." for s in result.run.steps if s.rescue_of is None)
+
+
+
+def test_colleagues_in_a_lane_larger_than_the_budget_reach_each_other_across_its_windows(tmp_path):
+    """peers across the windows of a chunked lane: every scout messages the lane's last
+    scout, which runs in a later execution than the first ones; it hears each of them in its
+    next turn, and the messages of every window are in its record."""
+    ws = workspace(
+        tmp_path,
+        stub='tool: peers_message {"to": 9, "text": "scout {item} covered {item}"}\nSent.\n===\nDone with {item}.',
+    )
+    agent = ws / "agents" / "worker" / "agent.md"
+    agent.write_text(agent.read_text().replace("---\nstub:", "---\ntools: [peers]\nstub:", 1))
+    svc = services(tmp_path, 120)
+    run = create_run(svc, ws, "fan", {"items": [f"i{n}" for n in range(10)]})
+    engine = local_engine(svc)
+    result = engine.drive(run.tenant, run.id)
+    assert_within_bounds(engine, result, 120)
+    assert len(result.executions) >= 2
+    final = svc.store.get_run(run.tenant, run.id, detail=True)
+    assert final.status == RunStatus.completed, final.error
+    last = final.steps[9]
+    heard = [e.text for e in last.events if e.text.startswith("message from worker (step ")]
+    # Those that ended before it started (the earlier windows' at least) were waiting for it;
+    # one sent while it ran its last turn would be left unheard (the stub's turns are fixed).
+    before = [s.index for s in final.steps[:9] if s.finished_at and last.started_at and s.finished_at < last.started_at]
+    assert 0 in before
+    assert {f"message from worker (step {n}): scout i{n} covered i{n}" for n in before} <= set(heard), heard
+    first_window = [json.loads(e["stateEnteredEventDetails"]["input"])["step"]["index"] for e in engine.history(result.executions[0])
+                    if (e.get("stateEnteredEventDetails") or {}).get("name") == "WaitForLead"]
+    assert first_window and 9 not in first_window  # the listener ran in a later execution than these
