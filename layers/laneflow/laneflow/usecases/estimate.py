@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_in, tokens_of
 from laneflow.domain.errors import Unavailable
@@ -30,6 +30,7 @@ from laneflow.ports import Services, StepJob
 from laneflow.usecases.run_step.cache_break import PREVIOUS_RUNS_LOOKED_AT
 from laneflow.usecases.run_step.message import user_message
 from laneflow.usecases.start_run import flow_agents, prepare_run, run_account
+from laneflow.usecases.start_run_idempotent import RunOfAFlow
 
 HANDOFF_HEADER_TOKENS = 8  # "## Handoff from the previous group" and each step's "### agent — item (step N)"
 
@@ -180,15 +181,9 @@ def estimate_run(
 
 
 
-class EstimateRequest(BaseModel):
+class EstimateRequest(RunOfAFlow):
     """`POST /estimates`: what a run of a flow of a workspace on an input would cache and cost."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    workspace: str = Field(min_length=1, max_length=200, description="the workspace's name")
-    flow: str = Field(min_length=1, max_length=200, description="the flow's name (flows/<flow>.yaml)")
-    input: dict[str, Any] = Field(default_factory=dict, description="the run's input, checked against the flow's `input:` schema")
-    model: str | None = Field(default=None, min_length=1, max_length=200, description="estimate every step on this model")
     output_tokens: int | None = Field(
         default=None, ge=0, le=1_000_000,
         description="output tokens a Claude turn is assumed to write (default: what the flow's previous completed run wrote"

@@ -25,8 +25,9 @@ IDEMPOTENT_PREFIX = "run-k-"
 
 
 
-class StartRun(BaseModel):
-    """Start a run of a flow of a workspace on an input."""
+class RunOfAFlow(BaseModel):
+    """A run of a flow of a workspace on an input: what a start (`StartRun`) and an estimate
+    (`usecases.estimate.EstimateRequest`) are asked about."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -34,6 +35,12 @@ class StartRun(BaseModel):
     flow: str = Field(min_length=1, max_length=200, description="the flow's name (flows/<flow>.yaml)")
     input: dict[str, Any] = Field(default_factory=dict, description="the run's input, checked against the flow's `input:` schema")
     model: str | None = Field(default=None, min_length=1, max_length=200, description="run every step on this model")
+
+
+
+class StartRun(RunOfAFlow):
+    """Start a run of a flow of a workspace on an input."""
+
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=255, description="the same key again returns the run it started (200) and starts nothing"
     )
