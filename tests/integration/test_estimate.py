@@ -35,6 +35,8 @@ def test_on_the_stub_the_estimate_is_what_the_run_then_does(svc, tmp_path):
     ws = Path(shutil.copytree(EXAMPLES / "newsroom", tmp_path / "newsroom"))
     estimate = estimate_run(svc, ws, "brief", TOPICS).as_dict()
     run = drive(svc, ws, "brief", TOPICS)
+    # A stub run teaches a later estimate nothing: the stub's answers are its own output.
+    assert estimate_run(svc, ws, "brief", TOPICS).as_dict()["output_learned_from"] is None
     assert run.status == RunStatus.completed
     lanes = _lanes_of(svc.store.get_run(run.tenant, run.id, detail=True).public())
     assert [(lane["group"], lane["lane"]) for lane in estimate["lanes"]] == list(lanes)

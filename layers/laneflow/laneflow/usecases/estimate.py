@@ -76,6 +76,7 @@ class _Lanes:
     ):
         self.svc, self.run, self.agents, self.prompts, self.output_tokens = svc, run, agents, prompts, output_tokens
         self.learned = learned or {}
+        self.used_learned = False  # a Claude lane assumed what the earlier run's calls wrote
         self.flow = Flow.model_validate(run.flow_spec)
         self.handoff_tokens = 0  # what the previous group hands on, in tokens
 
@@ -102,6 +103,7 @@ class _Lanes:
                 output = sum(_stub_output(a) for a in answers if a) // max(1, len(members) * turns)
             else:
                 output = self.learned.get((lane.agent, lane.model), self.output_tokens)
+                self.used_learned |= (lane.agent, lane.model) in self.learned
             inputs = []
             for s in members:
                 spec = step_spec(self.run, s)
@@ -160,7 +162,7 @@ def estimate_run(
     assumed = DEFAULT_OUTPUT_TOKENS if output_tokens is None else output_tokens
     lanes = _Lanes(svc, run, agents, prompts, assumed, learned)
     prices = prices or catalog()
-    result = Estimate(workspace=run.workspace, flow=run.flow, output_tokens=assumed, learned_from=learned_from if learned else None)
+    result = Estimate(workspace=run.workspace, flow=run.flow, output_tokens=assumed)
     for group in sorted({s.group for s in run.steps}):
         steps = [s for s in run.steps if s.group == group and s.agent]
         if not steps:  # an approval
@@ -177,6 +179,7 @@ def estimate_run(
             )
             result.low += _priced(plan, prices, result.unpriced, gate=True, output_scale=0.5)
             result.high += _priced(plan, prices, result.unpriced, gate=False, output_scale=2.0)
+    result.learned_from = learned_from if lanes.used_learned else None
     return result
 
 
