@@ -20,6 +20,7 @@ import math
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from local_engine import machine, write_section
 
@@ -60,19 +61,27 @@ def one_run(steps: int, parallel: int, delay_ms: int, ttft_ms: int, gate: bool) 
         run = create_run(svc, ws, "lane", {"items": [f"item-{i}" for i in range(steps)]}, options={"gate": gate})
         result = engine.drive(run.tenant, run.id, tick_s=0.02)
         history = engine.history(result.execution_arn)
-    spans = [(ts(s.started_at), ts(s.finished_at)) for s in result.run.steps if s.started_at and s.finished_at]
-    makespan = (max(b for _, b in spans) - min(a for a, _ in spans)).total_seconds()
-    most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
-    ideal = math.ceil(steps / parallel) * delay_ms / 1000
     entered = sum(1 for e in history if e["type"].endswith("StateEntered"))
     return {
         "gate": gate,
         "status": str(result.run.status),
+        **lane_figures(result.run.steps, parallel, delay_ms),
+        "state_transitions_per_step": round(entered / steps, 2),
+    }
+
+
+def lane_figures(steps: list[Any], parallel: int, delay_ms: int) -> dict:
+    """A lane's makespan (its first step's start to its last step's end, from the records),
+    the ideal for its cap (ceil(steps / parallel) x one step's duration), and the most steps
+    that ran at once."""
+    spans = [(ts(s.started_at), ts(s.finished_at)) for s in steps if s.started_at and s.finished_at]
+    makespan = (max(b for _, b in spans) - min(a for a, _ in spans)).total_seconds()
+    ideal = math.ceil(len(steps) / parallel) * delay_ms / 1000
+    return {
         "makespan_s": round(makespan, 3),
         "ideal_s": ideal,
         "over_ideal_pct": round(100 * (makespan - ideal) / ideal, 1),
-        "most_running": most,
-        "state_transitions_per_step": round(entered / steps, 2),
+        "most_running": max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans),
     }
 
 
