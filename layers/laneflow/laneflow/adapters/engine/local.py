@@ -44,7 +44,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from laneflow.adapters.engine import moto_patches
+from laneflow.adapters.engine import moto_fastcopy, moto_patches
 from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
@@ -261,6 +261,7 @@ def install_interpreter_hook() -> None:
         StateTaskServiceEcs._eval_service_task = _run_task_locally(ecs_task)  # type: ignore[method-assign]
     _hear_an_early_outcome()
     moto_patches.install()
+    moto_fastcopy.install()
 
 
 
