@@ -100,6 +100,21 @@ def test_settle_marks_a_step_nothing_ran_as_failed_so_none_stays_pending(svc, st
     assert step.status == StepStatus.failed and "NotRun" in step.error and settled.action == "end"
 
 
+def test_settle_reads_its_group_again_after_tidying_wrote_to_it_and_decides_on_what_it_wrote(svc, started, monkeypatch):
+    run, ref = started
+    svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
+    reads, get_steps = [], svc.store.get_steps
+
+    def counted(tenant, run_id, *, group=None):
+        reads.append(group)
+        return get_steps(tenant, run_id, group=group)
+
+    monkeypatch.setattr(svc.store, "get_steps", counted)
+    settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))  # step 1 never ran: tidying fails it
+    assert reads == [0, 0]
+    assert settled.action == "end" and "step 1 (scout) failed" in (settled.reason or "")
+
+
 def test_end_run_completes_a_run_with_every_step_done_and_leaves_an_ended_run_alone(svc, started):
     run, ref = started
     for s in svc.store.get_steps(run.tenant, run.id):
@@ -186,7 +201,7 @@ def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settl
     monkeypatch.setattr(svc.store, "get_steps", counted)
     monkeypatch.setattr(svc.store, "get_group_outline", outlined)
     assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "next"
-    assert reads == [0, "outline", 0]  # the group's steps to tidy, the outline, the group as tidied
+    assert reads == [0, "outline"]  # the group's steps (nothing to tidy: read once) and the outline
     assert svc.store.get_run(t, r, steps=False).cost_usd == 0.75
     reads.clear()
     svc.store.request_stop(t, r)
