@@ -316,7 +316,7 @@ class StepRunner:
             agent=agent.name,
             model=step.model,
             item=step.item,
-            run_input=run.input,
+            run_input=svc.store.get_run_input(run.tenant, run.id),
             system_stable=prompt.stable,
             system_dynamic=prompt.dynamic,
             user=self.message,
@@ -479,7 +479,8 @@ def run_step(svc: Services, req: RunStepRequest, worker: WorkerRef) -> StepRepor
 
 def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None, worker: WorkerRef) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
-    run = svc.store.get_run(tenant, run_id, steps=False)
+    # Without its input (a fan-out's can be large): the attempt reads it by itself (get_run_input).
+    run = svc.store.get_run(tenant, run_id, steps=False, input=False)
     step = svc.store.get_step(tenant, run_id, index)
     if step.status != StepStatus.pending:
         return StepReport(index=index, status=step.status, attempts=step.attempts)
