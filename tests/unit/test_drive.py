@@ -125,6 +125,28 @@ def test_end_run_completes_a_run_with_every_step_done_and_leaves_an_ended_run_al
     assert svc.store.get_run(run.tenant, run.id, steps=False).finished_at == first
 
 
+def test_end_run_of_a_run_whose_steps_all_ended_reads_no_step_and_settles_its_cost_from_the_outline(svc, started, monkeypatch):
+    run, ref = started
+    steps = svc.store.get_steps(run.tenant, run.id)
+    for s in steps:
+        svc.store.update_step(run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed, cost_usd=0.125 * (s.index + 1)))
+    read = []
+    monkeypatch.setattr(svc.store, "get_steps", lambda *a, **k: read.append(a) or [])
+    assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed
+    spent = round(sum(0.125 * (s.index + 1) for s in steps), 6)
+    assert read == [] and svc.store.get_run(run.tenant, run.id, steps=False).cost_usd == spent > 0
+
+
+def test_end_run_fails_a_run_with_a_flow_step_still_running_and_skips_those_not_started(svc, started):
+    run, ref = started
+    svc.store.claim_attempt(run.tenant, run.id, 0, token="t", started_at="2026-01-01T00:00:00.000Z")
+    ended = end_run(svc, EndRunRequest(run=ref))
+    assert ended.status == RunStatus.failed
+    stored = svc.store.get_run(run.tenant, run.id)
+    assert stored.error == "the drive ended with steps not run"
+    assert [s.status for s in stored.steps] == [StepStatus.running] + [StepStatus.skipped] * (len(stored.steps) - 1)
+
+
 def _told(*earlier: EarlierAttempt) -> str:
     spec = StepSpec(agent="a", output="json", schema={"type": "object"})
     return user_message(Step(index=0, group=0, agent="a", instruction="Do it."), spec, "", list(earlier))

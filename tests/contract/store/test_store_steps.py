@@ -90,14 +90,16 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
     store.update_step(t, r, 2, StepChanges(status=StepStatus.failed, cycle=2))
     store.update_step(t, r, 4, StepChanges(status=StepStatus.awaiting_approval))
     store.update_step(t, r, 6, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"))
+    store.add_steps(t, r, [Step(index=8, group=3, agent="researcher", instruction="later")])
+    claim(store, run, 8)  # a flow step running
 
     outline = store.get_group_outline(t, r)
 
     assert outline == [
-        GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7),
-        GroupOutline(group=1, cycle=2, pending=1, failed_required=1, unfinished_rescues=0, cost_usd=0.0, last_index=3),
-        GroupOutline(group=2, cycle=0, pending=2, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=5),
-        GroupOutline(group=3, cycle=0, pending=0, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=6),
+        GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7, waiting=1),
+        GroupOutline(group=1, cycle=2, pending=1, failed_required=1, unfinished_rescues=0, cost_usd=0.0, last_index=3, waiting=1),
+        GroupOutline(group=2, cycle=0, pending=2, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=5, waiting=2),
+        GroupOutline(group=3, cycle=0, pending=0, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=8, running=1),
     ]
     facts = [StepFacts(index=s.index, group=s.group, cycle=s.cycle, status=s.status.value, rescue=s.rescue_of is not None,
                        optional=s.optional, cost_usd=s.cost_usd) for s in store.get_steps(t, r)]
