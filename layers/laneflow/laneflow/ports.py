@@ -288,6 +288,11 @@ class Store(ABC):
         """One step; with `detail`, its events, calls and prompt layers. `NotFound` if absent."""
 
     @abstractmethod
+    def get_step_status(self, tenant: str, run_id: str, index: int) -> tuple[StepStatus, int]:
+        """One step's status and attempts, as `get_step` would give them, without reading the
+        step whole (what a handler reports). `NotFound` if absent."""
+
+    @abstractmethod
     def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:
         """Append new step records (rescue records). `Conflict` if an index is taken."""
 

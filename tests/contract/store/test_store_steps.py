@@ -6,8 +6,8 @@ import pytest
 
 from contract.store.backends import claim, new_run, snapshot
 from laneflow.adapters.store import Store
-from laneflow.domain.errors import Conflict, NotFound
-from laneflow.domain.records import Event, ModelCall, PromptLayer, Step, StepChanges, StepStatus
+from laneflow.domain.errors import Conflict, NotFound, RunNotFound
+from laneflow.domain.records import AttemptStatus, Event, ModelCall, PromptLayer, Step, StepChanges, StepStatus
 
 
 def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(store: Store):
@@ -36,6 +36,35 @@ def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(
     assert [p.name for p in detailed.prompt_layers] == ["task"]
     with pytest.raises(NotFound):
         store.get_step(run.tenant, run.id, 99)
+
+
+def test_get_step_status_is_the_status_and_attempts_get_step_gives_through_an_attempt_s_life(store: Store):
+    run = new_run(store)
+    t, r = run.tenant, run.id
+
+    def both(index: int) -> tuple[object, int]:
+        step = store.get_step(t, r, index)
+        assert store.get_step_status(t, r, index) == (step.status, step.attempts)
+        return store.get_step_status(t, r, index)
+
+    assert both(0) == (StepStatus.pending, 0)
+    _, ref = claim(store, run, 0)
+    assert both(0) == (StepStatus.running, 1)
+    store.end_attempt(ref, AttemptStatus.failed, reason="flaky", step=StepChanges(error="flaky"))
+    _, again = claim(store, run, 0, expect_status=(StepStatus.running,))
+    assert both(0)[1] == 2
+    store.end_attempt(again, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="done"))
+    assert both(0) == (StepStatus.completed, 2)
+    store.update_step(t, r, 1, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"))
+    assert both(1) == (StepStatus.skipped, 0)
+    status, _ = store.get_step_status(t, r, 0)
+    assert isinstance(status, StepStatus)
+    with pytest.raises(NotFound):
+        store.get_step_status(t, r, 99)
+    with pytest.raises(RunNotFound):
+        store.get_step_status(t, "run-none", 0)
+    with pytest.raises(RunNotFound):
+        store.get_step_status("other", r, 0)
 
 
 def test_add_steps_appends_records_and_a_taken_index_is_a_conflict_that_adds_none(store: Store):

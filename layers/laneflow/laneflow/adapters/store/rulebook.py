@@ -389,6 +389,17 @@ class RuleBookStore(Primitives, Store):
             raise self._missing_step(tenant, run_id, index)
         return self._steps(docs, run_id)[0]
 
+    @_entry()
+    def get_step_status(self, tenant: str, run_id: str, index: int) -> tuple[StepStatus, int]:
+        check_tenant(tenant)
+        state = self._read_step_state(tenant, run_id, index, None)
+        if state is None:
+            raise self._missing_step(tenant, run_id, index)
+        try:
+            return StepStatus(state.status), state.attempts
+        except ValueError:  # as get_step would find it
+            raise RecordDamaged(f"step {index} of run {run_id!r} cannot be read from the store: its status does not fit") from None
+
     @_entry("steps")
     def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:
         check_tenant(tenant)

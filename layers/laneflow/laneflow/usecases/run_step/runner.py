@@ -424,12 +424,18 @@ class StepRunner:
         return self._report()
 
     def _report(self) -> StepReport:
-        step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index)
-        return StepReport(index=step.index, status=step.status, attempts=step.attempts)
+        return reported(self.svc, self.run.tenant, self.run.id, self.step.index)
 
 
 
 WAITED_TO_START = "run stopped by a person while this step waited to start"
+
+
+
+def reported(svc: Services, tenant: str, run_id: str, index: int) -> StepReport:
+    """What the handler answers for a step: its status and attempts as stored now."""
+    status, attempts = svc.store.get_step_status(tenant, run_id, index)
+    return StepReport(index=index, status=status, attempts=attempts)
 
 
 
@@ -527,13 +533,11 @@ def _claim_and_run(
             layers=prepared.prompt.records() if prepared else None, message=briefing.message,
         )
     except Conflict:
-        step = svc.store.get_step(tenant, run_id, index)
-        return StepReport(index=index, status=step.status, attempts=step.attempts)
+        return reported(svc, tenant, run_id, index)
     if attempt.token != token:
         # A re-delivered invocation: the journal gave back what the first one claimed. That
         # attempt is its worker's, not ours: report, never run it twice.
-        step = svc.store.get_step(tenant, run_id, index)
-        return StepReport(index=index, status=step.status, attempts=step.attempts)
+        return reported(svc, tenant, run_id, index)
     crashpoint("after-claim")
     running = step.model_copy(update={"status": StepStatus.running})
     lead_opener = (lambda why, at=None, note=None: opener(why=why, at=at, note=note)) if opener else None
