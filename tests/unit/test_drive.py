@@ -147,6 +147,16 @@ def test_end_run_fails_a_run_with_a_flow_step_still_running_and_skips_those_not_
     assert [s.status for s in stored.steps] == [StepStatus.running] + [StepStatus.skipped] * (len(stored.steps) - 1)
 
 
+def test_end_run_of_a_run_with_a_step_awaiting_approval_and_no_error_completes_skipping_it(svc, started):
+    run, ref = started
+    steps = svc.store.get_steps(run.tenant, run.id)
+    for s in steps[1:]:
+        svc.store.update_step(run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed))
+    svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.awaiting_approval))
+    assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed  # awaiting approval is not "not run"
+    assert svc.store.get_step(run.tenant, run.id, 0).status == StepStatus.skipped
+
+
 def _told(*earlier: EarlierAttempt) -> str:
     spec = StepSpec(agent="a", output="json", schema={"type": "object"})
     return user_message(Step(index=0, group=0, agent="a", instruction="Do it."), spec, "", list(earlier))

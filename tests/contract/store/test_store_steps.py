@@ -125,10 +125,14 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
     outline = store.get_group_outline(t, r)
 
     assert outline == [
-        GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7, waiting=1),
-        GroupOutline(group=1, cycle=2, pending=1, failed_required=1, unfinished_rescues=0, cost_usd=0.0, last_index=3, waiting=1),
-        GroupOutline(group=2, cycle=0, pending=2, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=5, waiting=2),
-        GroupOutline(group=3, cycle=0, pending=0, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=8, running=1),
+        GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7,
+                     unfinished=0, waiting=1),
+        GroupOutline(group=1, cycle=2, pending=1, failed_required=1, unfinished_rescues=0, cost_usd=0.0, last_index=3,
+                     unfinished=1, waiting=1),
+        GroupOutline(group=2, cycle=0, pending=2, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=5,
+                     unfinished=1, waiting=2),  # step 4 awaits approval: waiting, not unfinished
+        GroupOutline(group=3, cycle=0, pending=0, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=8,
+                     unfinished=1, waiting=0),  # step 8 runs
     ]
     facts = [StepFacts(index=s.index, group=s.group, cycle=s.cycle, status=s.status.value, rescue=s.rescue_of is not None,
                        optional=s.optional, cost_usd=s.cost_usd) for s in store.get_steps(t, r)]

@@ -52,7 +52,7 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
     error = run.error
     if run.stop_requested:
         error = error or STOPPED
-    if not error and any(o.pending or o.running for o in outline):  # flow steps pending, awaiting or running
+    if not error and any(o.unfinished for o in outline):  # flow steps pending or running
         error = "the drive ended with steps not run"
     # Skipped before the run is closed: a crash in between leaves an active run (reconcile
     # closes it again), never an ended run with steps still pending.

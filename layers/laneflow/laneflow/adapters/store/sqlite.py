@@ -358,12 +358,12 @@ class SqliteStore(RuleBookStore):
                 f" SUM({flow} AND status = 'failed' AND optional = 0),"
                 f" SUM({rescue} AND status IN ('pending', 'running')),"
                 " SUM(cost_usd), MAX(idx),"
-                f" SUM({flow} AND status = 'running'),"
+                f" SUM({flow} AND status IN ('pending', 'running')),"
                 " SUM(status IN ('pending', 'awaiting-approval'))"
                 " FROM steps WHERE tenant = ? AND run_id = ? GROUP BY grp ORDER BY grp", (tenant, run_id),
             ).fetchall()
         return [GroupOutline(group=g, cycle=c, pending=p, failed_required=f, unfinished_rescues=u, cost_usd=round(cu or 0.0, 6),
-                             last_index=last, running=run, waiting=w) for g, c, p, f, u, cu, last, run, w in rows]
+                             last_index=last, unfinished=n, waiting=w) for g, c, p, f, u, cu, last, n, w in rows]
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         args: list[str | int]
