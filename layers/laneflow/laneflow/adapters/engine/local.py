@@ -44,8 +44,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from laneflow.adapters.engine import moto_patches
+from laneflow.adapters.engine import moto_patches, step_workers
 from laneflow.adapters.engine.sandbox import Sandboxes
+from laneflow.adapters.engine.step_workers import StepWorkers
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
 from laneflow.domain.lanes import sandboxed_agents
@@ -108,6 +109,14 @@ class HandlerRegistry:
         self.leaving = leaving  # set: this worker is going away, and runs no handler any more
         self._running = 0
         self._idle = threading.Condition()
+        # Where the steps' calls go when they do not run here (LANEFLOW_STEP_WORKERS), and
+        # which functions those are: RunStep's (functions/run_step).
+        self.step_workers: StepWorkers | None = None
+        self.worker_functions = {i for i, spec in self.functions.items() if spec.code_dir.name == "run_step"}
+
+    def load(self, logical_id: str) -> None:
+        """Import a function's handler module now, not at its first call."""
+        self._handler(logical_id)
 
     def _handler(self, logical_id: str) -> Callable[[Any, Any], Any]:
         spec = self.functions[logical_id]
@@ -137,6 +146,10 @@ class HandlerRegistry:
                 return _function_error("WorkerLeaving", "this worker is going away")
             self._running += 1
         try:
+            workers = self.step_workers if logical_id in self.worker_functions else None
+            answered = workers.invoke(logical_id, payload) if workers is not None else None
+            if answered is not None:
+                return answered  # already the Invoke API's shape, made by the worker's registry
             with self.bind() if self.bind is not None else nullcontext():
                 result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
         except Exception as exc:  # noqa: BLE001 - every error crosses as a Lambda function error
@@ -458,6 +471,7 @@ class LocalEngine:
         arn = execution_arn(machine, name)
         self.continuations.follow(run_id, arn)
         self.serve(arn)
+        self._start_step_workers()
         try:
             self._start_sandboxes(arn, tenant, run_id)
             try:
@@ -519,6 +533,14 @@ class LocalEngine:
             with _registry_lock:
                 _sandboxes[arn] = self.sandboxes
 
+    def _start_step_workers(self) -> None:
+        """This engine's step workers (LANEFLOW_STEP_WORKERS), shared by every engine of the
+        process with the same services; they start in the background and take calls once ready."""
+        size = self.svc.settings.step_workers
+        if size < 1 or self.registry.step_workers is not None or not step_workers.usable(self.svc.store.url):
+            return
+        self.registry.step_workers = step_workers.shared(child_environ(self.svc), size, self.svc.callbacks)
+
     def _start_sandboxes(self, arn: str, tenant: str, run_id: str) -> None:
         """The sandbox workers of this drive, for the ECS hook to start children with."""
         if not self.local_sandboxes:
@@ -543,6 +565,8 @@ class LocalEngine:
         of this process is still running is interrupted by exact identity, and the drive is
         ended."""
         self.svc.leaving.set()
+        if self.registry.step_workers is not None:
+            self.registry.step_workers.leave()  # their running steps see it as the ones here do
         if self.sandboxes is not None:
             self.sandboxes.stop_all()  # their attempts read as gone once their processes are
         self.registry.wait_idle(LEAVE_WAIT_S)
