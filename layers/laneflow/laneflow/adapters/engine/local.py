@@ -37,15 +37,15 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from laneflow.adapters.engine import moto_patches, step_workers
-from laneflow.adapters.engine.sandbox import Sandboxes
+from laneflow.adapters.engine import moto_inline, moto_patches, step_workers
+from laneflow.adapters.engine.sandbox import Sandboxes, gone_of
 from laneflow.adapters.engine.step_workers import StepWorkers
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
@@ -274,6 +274,7 @@ def install_interpreter_hook() -> None:
         StateTaskServiceEcs._eval_service_task = _run_task_locally(ecs_task)  # type: ignore[method-assign]
     _hear_an_early_outcome()
     moto_patches.install()
+    moto_inline.install()
 
 
 
@@ -344,6 +345,9 @@ class LocalCallbacks:
 
     def succeed(self, token: str, output: dict[str, Any]) -> None:
         self._call("send_task_success", token, json.dumps(output))
+
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
+        return gone_of(self.succeed, tokens, output)
 
     def fail(self, token: str, error: str, cause: str) -> None:
         self._call("send_task_failure", token, error, cause)
