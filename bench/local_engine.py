@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from laneflow.adapters.engine import moto_fastcopy
 from laneflow.adapters.engine import step_workers as step_workers_module
 from laneflow.adapters.store import open_store
 from laneflow.settings import Settings
@@ -40,7 +41,8 @@ HERE = Path(__file__).resolve().parent
 
 class CopyClock:
     """Times the outermost `copy.deepcopy` calls of every thread (moto calls it through the
-    module, so replacing the module's function sees them all)."""
+    module, so replacing the module's function sees them all; the modules the engine gives
+    its faster copy, `moto_fastcopy`, call that stand-in's, timed too)."""
 
     def __init__(self) -> None:
         self.seconds, self.calls = 0.0, 0
@@ -49,26 +51,28 @@ class CopyClock:
 
     def __enter__(self) -> CopyClock:
         original = self._original
-
-        def timed(value, memo=None, _nil=[]):  # noqa: B006 - copy.deepcopy's own signature
-            depth = getattr(self._depth, "n", 0)
-            if depth:
-                return original(value, memo, _nil)
-            self._depth.n = 1
-            started = time.perf_counter()
-            try:
-                return original(value, memo, _nil)
-            finally:
-                self._depth.n = 0
-                with self._lock:
-                    self.seconds += time.perf_counter() - started
-                    self.calls += 1
-
-        copy.deepcopy = timed
+        copy.deepcopy = lambda value, memo=None, _nil=[]: self._timed(original, value, memo)  # noqa: B006 - its signature
+        # The modules the engine gives its faster copy (moto_fastcopy) call the stand-in's.
+        fast = self._fast = moto_fastcopy._COPY.deepcopy
+        moto_fastcopy._COPY.deepcopy = lambda value, memo=None, _nil=None: self._timed(fast, value, memo)
         return self
+
+    def _timed(self, fn, value, memo):
+        if getattr(self._depth, "n", 0):  # a copy inside a copy: counted in the outer one
+            return fn(value, memo)
+        self._depth.n = 1
+        started = time.perf_counter()
+        try:
+            return fn(value, memo)
+        finally:
+            self._depth.n = 0
+            with self._lock:
+                self.seconds += time.perf_counter() - started
+                self.calls += 1
 
     def __exit__(self, *exc: object) -> None:
         copy.deepcopy = self._original
+        moto_fastcopy._COPY.deepcopy = self._fast
 
 
 def make_workspace(root: Path, groups: int) -> Path:

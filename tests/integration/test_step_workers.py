@@ -72,9 +72,9 @@ def test_a_gated_fan_out_runs_in_a_worker_process_with_one_cold_prefix_and_the_s
     (lane,) = lane_rows(run.steps)
     assert lane["steps"] == 8 and lane["cold_prefixes"] == 1
     lead, *siblings = run.steps
-    released = [e.t for e in lead.events if e.type == "gate" and "released" in e.text]
-    assert released, "the lead released no sibling"
-    assert all(s.started_at >= released[0] for s in siblings), "a sibling started before the lead's reply began"
+    opened = [e.data["opened_at"] for e in lead.events if e.type == "gate" and e.data and "opened_at" in e.data]
+    assert opened, "the lead released no sibling when its reply began"
+    assert all(s.started_at >= opened[0] for s in siblings), "a sibling started before the lead's reply began"
 
 
 def test_a_worker_that_dies_mid_step_is_a_crashed_worker_its_run_goes_on_and_it_is_replaced(svc, tmp_path):

@@ -44,7 +44,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from laneflow.adapters.engine import moto_inline, moto_patches, step_workers
+from laneflow.adapters.engine import moto_fastcopy, moto_inline, moto_patches, step_workers
 from laneflow.adapters.engine.sandbox import Sandboxes, gone_of
 from laneflow.adapters.engine.step_workers import StepWorkers
 from laneflow.adapters.engine.template import FunctionSpec, Template
@@ -275,6 +275,7 @@ def install_interpreter_hook() -> None:
     _hear_an_early_outcome()
     moto_patches.install()
     moto_inline.install()
+    moto_fastcopy.install()
 
 
 

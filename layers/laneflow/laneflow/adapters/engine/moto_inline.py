@@ -14,7 +14,7 @@ moves.
 
 from __future__ import annotations
 
-import copy
+import sys
 from typing import Any
 
 PATCHED = "_laneflow_inline"
@@ -29,6 +29,7 @@ def install() -> None:
     if getattr(original, PATCHED, False):
         return
     untimed = TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS
+    moto_module = sys.modules[ExecutionState.__module__]  # its `copy`, which moto_fastcopy may replace
 
     def _evaluate_with_timeout(self: Any, env: Any) -> None:
         self.timeout.eval(env=env)
@@ -38,7 +39,7 @@ def install() -> None:
             return
         frame = env.open_frame()
         frame.states.reset(input_value=env.states.get_input())
-        frame.stack = copy.deepcopy(env.stack)
+        frame.stack = moto_module.copy.deepcopy(env.stack)
         try:
             self._eval_execution(frame)
             output = frame.stack[-1]
