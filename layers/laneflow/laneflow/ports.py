@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -73,6 +73,10 @@ class TokenGone(Exception):
 class TaskCallbacks(Protocol):
     def succeed(self, token: str, output: dict[str, Any]) -> None:
         """Complete the waiting task with `output`. Raises TokenGone if nothing waits on it."""
+
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
+        """Complete every waiting task of `tokens` with the same `output` (a lead releasing its
+        lane's siblings), at once where the adapter can; the tokens nothing waited on."""
 
     def fail(self, token: str, error: str, cause: str) -> None:
         """Fail the waiting task with an error name the definition can catch."""
