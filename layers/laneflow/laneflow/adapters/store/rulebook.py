@@ -41,6 +41,7 @@ from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, NoteKind, QuestionStatus
 from laneflow.domain.outline import GroupOutline
 from laneflow.domain.records import (
+    READ_JSON,
     Attempt,
     AttemptRef,
     AttemptStatus,
@@ -174,9 +175,9 @@ def _entry(*masked: str) -> Callable[[_F], _F]:
     return wrap
 
 
-_RUNS = TypeAdapter(list[Run])
+_RUNS = TypeAdapter(list[Run], config=READ_JSON)
 
-_STEPS = TypeAdapter(list[Step])
+_STEPS = TypeAdapter(list[Step], config=READ_JSON)
 
 _M = TypeVar("_M", bound=BaseModel)
 
