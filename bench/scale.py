@@ -141,6 +141,7 @@ def run_one(name: str) -> dict[str, Any]:
             "state_transitions_per_step": round(
                 sum(1 for h in histories for e in h if e["type"].endswith("StateEntered")) / max(1, len(steps)), 2
             ),
+            "step_workers": svc.settings.step_workers,
             "create_s": round(started - created, 3),
             "wall_s": round(wall, 3),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -188,7 +189,8 @@ def markdown(rows: list[dict[str, Any]], machine: str) -> str:
     lines = [
         "## scale — runs of any size inside Step Functions' limits (embedded engine, stub model)",
         "",
-        f"Machine: {machine}. Command: `python bench/scale.py --write`; each scenario in a child process of its own.",
+        f"Machine: {machine}. Command: `python bench/scale.py --write`; each scenario in a child process of its own, with "
+        f"{rows[0].get('step_workers', 0) if rows else 0} step worker(s) beside it (`--step-workers`).",
         "",
         "| scenario | steps | run | executions | max history events | max state bytes | transitions per step | wall s | peak RSS MiB | makespan / ideal s | goals |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -214,10 +216,12 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=sorted(SCENARIOS), help="run only these scenarios")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one scenario may take (default 3600)")
     parser.add_argument("--one", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
+    parser.add_argument("--step-workers", type=int, default=1, help="step worker processes (LANEFLOW_STEP_WORKERS; 1 is `laneflow run`'s on 2 cores, 0 runs every step in the engine's process)")
     args = parser.parse_args()
-    if args.one:
+    if args.one:  # a scenario's child: its step workers are the parent's LANEFLOW_STEP_WORKERS
         print(json.dumps(run_one(args.one)))
         return 0
+    os.environ["LANEFLOW_STEP_WORKERS"] = str(args.step_workers)  # the scenarios' children read it
     from local_engine import machine, write_section
 
     rows = []

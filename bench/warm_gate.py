@@ -160,12 +160,12 @@ def prefix_cost(r: dict, prefix_tokens: int) -> float:
     return (1.25 * r["cache_write_tokens"] + 0.1 * r["cache_read_tokens"]) / prefix_tokens
 
 
-def run_bench(sizes: list[int]) -> dict:
+def run_bench(sizes: list[int], step_workers: int = 1) -> dict:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, RemoteImitation(ttft_ms=TTFT_MS, token_ms=1) as api:
         root = Path(tmp)
         ws = make_workspace(root)
-        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(root / "captures"))
+        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=step_workers)
         svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url)
         engine = local_engine(svc)
@@ -213,7 +213,7 @@ def markdown(r: dict) -> str:
     lines = [
         f"## warm_gate — fan-outs of one agent on the Messages API imitation (ttft {r['ttft_ms']} ms, {r['model']})",
         "",
-        f"Machine: {r['machine']}. Command: `python bench/warm_gate.py --write`.",
+        f"Machine: {r['machine']}. Command: `python bench/warm_gate.py --write` (one step worker, as `laneflow run` has on 2 cores; `--step-workers 0` runs every step in the engine's process).",
         "",
         "| N | prefix tokens | gate | cache writes | write tokens | cache reads | read tokens | wall s | tokens released after the lead's first event, ms | sibling starts after it: median / p90 / max ms |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -255,10 +255,11 @@ def markdown(r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[5, 20, 100])
+    parser.add_argument("--step-workers", type=int, default=1, help="step worker processes (0: every step in the engine's process; 1: the CLI's default)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = parser.parse_args()
-    result = run_bench(args.sizes)
+    result = run_bench(args.sizes, step_workers=args.step_workers)
     if args.write:
         write_section(HERE / "RESULTS.md", "warm_gate", markdown(result))
     print(json.dumps(result) if args.json else markdown(result))

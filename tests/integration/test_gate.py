@@ -160,6 +160,10 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
         def succeed(self, token, output):
             completed.append(token)
 
+        def succeed_all(self, tokens, output):
+            completed.extend(tokens)
+            return []
+
         def fail(self, token, error, cause):  # pragma: no cover - not expected
             raise AssertionError(error)
 
@@ -210,6 +214,10 @@ class _Completed:
 
     def succeed(self, token, output):
         self.tokens.append(token)
+
+    def succeed_all(self, tokens, output):
+        self.tokens.extend(tokens)
+        return []
 
     def fail(self, token, error, cause):  # pragma: no cover - not expected
         raise AssertionError(error)

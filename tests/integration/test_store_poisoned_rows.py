@@ -84,6 +84,11 @@ def test_reading_a_damaged_run_is_a_clear_error_naming_the_run_and_the_field(dam
         store.get_run(TENANT, bad.id)
 
     assert "run 'run-bad'" in str(err.value) and "input" in str(err.value)
+    # Its input read by itself says the same; the run read without its input reads
+    with pytest.raises(RecordDamaged) as err:
+        store.get_run_input(TENANT, bad.id)
+    assert "run 'run-bad'" in str(err.value) and "input" in str(err.value)
+    assert store.get_run(TENANT, bad.id, steps=False, input=False).id == bad.id
 
 
 def test_a_damaged_step_fails_reading_its_run_naming_the_step_and_the_run_is_still_listed(damaged):

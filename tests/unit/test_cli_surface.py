@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import re
 
 import pytest
@@ -171,3 +172,22 @@ def test_plain_lines_say_a_run_ended_after_its_last_step_ended():
     lines = out.getvalue().splitlines()
     assert "run run-20261201-000000-abcdef: completed" in lines[-1]
     assert any(f"step {last.index} " in line and ": completed" in line for line in lines[:-1])
+
+
+def test_commands_that_drive_get_one_step_worker_on_two_cores_unless_told(monkeypatch):
+    from laneflow.domain.errors import InvalidInput
+    from laneflow.entrypoints.cli import step_workers
+    from laneflow.settings import Settings
+
+    cfg = Settings()
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert step_workers(None, cfg, environ={}) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert step_workers(None, cfg, environ={}) == 0
+    # the variable, read into the settings, wins over the machine; the flag over both
+    assert step_workers(None, Settings(step_workers=3), environ={"LANEFLOW_STEP_WORKERS": "3"}) == 3
+    assert step_workers(0, Settings(step_workers=3), environ={"LANEFLOW_STEP_WORKERS": "3"}) == 0
+    with pytest.raises(InvalidInput, match="--step-workers 33"):
+        step_workers(33, cfg, environ={})
+    with pytest.raises(ValueError):
+        Settings.from_env({"LANEFLOW_STEP_WORKERS": "-1"})

@@ -100,6 +100,21 @@ def test_settle_marks_a_step_nothing_ran_as_failed_so_none_stays_pending(svc, st
     assert step.status == StepStatus.failed and "NotRun" in step.error and settled.action == "end"
 
 
+def test_settle_reads_its_group_again_after_tidying_wrote_to_it_and_decides_on_what_it_wrote(svc, started, monkeypatch):
+    run, ref = started
+    svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
+    reads, get_steps = [], svc.store.get_steps
+
+    def counted(tenant, run_id, *, group=None):
+        reads.append(group)
+        return get_steps(tenant, run_id, group=group)
+
+    monkeypatch.setattr(svc.store, "get_steps", counted)
+    settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))  # step 1 never ran: tidying fails it
+    assert reads == [0, 0]
+    assert settled.action == "end" and "step 1 (scout) failed" in (settled.reason or "")
+
+
 def test_end_run_completes_a_run_with_every_step_done_and_leaves_an_ended_run_alone(svc, started):
     run, ref = started
     for s in svc.store.get_steps(run.tenant, run.id):
@@ -108,6 +123,38 @@ def test_end_run_completes_a_run_with_every_step_done_and_leaves_an_ended_run_al
     first = svc.store.get_run(run.tenant, run.id, steps=False).finished_at
     assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed
     assert svc.store.get_run(run.tenant, run.id, steps=False).finished_at == first
+
+
+def test_end_run_of_a_run_whose_steps_all_ended_reads_no_step_and_settles_its_cost_from_the_outline(svc, started, monkeypatch):
+    run, ref = started
+    steps = svc.store.get_steps(run.tenant, run.id)
+    for s in steps:
+        svc.store.update_step(run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed, cost_usd=0.125 * (s.index + 1)))
+    read = []
+    monkeypatch.setattr(svc.store, "get_steps", lambda *a, **k: read.append(a) or [])
+    assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed
+    spent = round(sum(0.125 * (s.index + 1) for s in steps), 6)
+    assert read == [] and svc.store.get_run(run.tenant, run.id, steps=False).cost_usd == spent > 0
+
+
+def test_end_run_fails_a_run_with_a_flow_step_still_running_and_skips_those_not_started(svc, started):
+    run, ref = started
+    svc.store.claim_attempt(run.tenant, run.id, 0, token="t", started_at="2026-01-01T00:00:00.000Z")
+    ended = end_run(svc, EndRunRequest(run=ref))
+    assert ended.status == RunStatus.failed
+    stored = svc.store.get_run(run.tenant, run.id)
+    assert stored.error == "the drive ended with steps not run"
+    assert [s.status for s in stored.steps] == [StepStatus.running] + [StepStatus.skipped] * (len(stored.steps) - 1)
+
+
+def test_end_run_of_a_run_with_a_step_awaiting_approval_and_no_error_completes_skipping_it(svc, started):
+    run, ref = started
+    steps = svc.store.get_steps(run.tenant, run.id)
+    for s in steps[1:]:
+        svc.store.update_step(run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed))
+    svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.awaiting_approval))
+    assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed  # awaiting approval is not "not run"
+    assert svc.store.get_step(run.tenant, run.id, 0).status == StepStatus.skipped
 
 
 def _told(*earlier: EarlierAttempt) -> str:
@@ -186,7 +233,7 @@ def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settl
     monkeypatch.setattr(svc.store, "get_steps", counted)
     monkeypatch.setattr(svc.store, "get_group_outline", outlined)
     assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "next"
-    assert reads == [0, "outline", 0]  # the group's steps to tidy, the outline, the group as tidied
+    assert reads == [0, "outline"]  # the group's steps (nothing to tidy: read once) and the outline
     assert svc.store.get_run(t, r, steps=False).cost_usd == 0.75
     reads.clear()
     svc.store.request_stop(t, r)

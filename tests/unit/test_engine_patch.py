@@ -39,6 +39,8 @@ def _registry(tmp_path, leaving=None) -> local.HandlerRegistry:
     registry.bind = None
     registry._running = 0
     registry._idle = threading.Condition()
+    registry.step_workers = None
+    registry.worker_functions = set()
     return registry
 
 

@@ -128,7 +128,7 @@ def test_the_relay_socket_fits_a_unix_socket_path_under_a_long_temp_folder_and_o
     sandboxes = Sandboxes(callbacks=None, environ={})  # type: ignore[arg-type]
     assert sandboxes.path == ""  # a drive with no sandboxed step opens no relay
     try:
-        sandboxes._listen()
+        sandboxes.relay.listen()
         assert len(sandboxes.path.encode()) < 108
         assert stat.S_IMODE(Path(sandboxes.path).stat().st_mode) == 0o600
         assert stat.S_IMODE(Path(sandboxes.path).parent.stat().st_mode) == 0o700

@@ -3,11 +3,13 @@ skills, documents and the revision hash."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from laneflow.domain import frontmatter
 from laneflow.domain.errors import WorkspaceInvalid
 from laneflow.domain.workspace import load_agent, load_workspace, read_frontmatter, workspace_revision
 
@@ -260,6 +262,46 @@ def test_agent_is_read_afresh_after_an_edit(tmp_path):
     assert load_agent(ws, "a").settings.model == "one"
     (ws_root / "agents/a/agent.md").write_text("---\nmodel: two\n---\n")
     assert load_agent(ws, "a").settings.model == "two"
+
+
+def test_an_edit_of_the_same_size_and_mtime_is_seen_at_once(tmp_path):
+    """The parse of a file is reused only for the very same bytes: an edit that keeps the
+    file's size and its modification time (a coarse clock, a copy that keeps times) is seen."""
+    ws_root = agent_ws(tmp_path, "---\nmodel: one\n---\nPersona A.\n")
+    md = ws_root / "agents/a/agent.md"
+    ws = load_workspace(ws_root)
+    assert load_agent(ws, "a").settings.model == "one"
+    before = md.stat()
+    md.write_text("---\nmodel: two\n---\nPersona B.\n")
+    os.utime(md, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert md.stat().st_size == before.st_size and md.stat().st_mtime_ns == before.st_mtime_ns
+    agent = load_agent(ws, "a")
+    assert (agent.settings.model, agent.persona.strip()) == ("two", "Persona B.")
+
+
+def test_what_a_caller_changes_in_a_read_never_reaches_the_next_read(tmp_path):
+    md = write(tmp_path, {"x.md": "---\ntools: [read]\nnested: {k: [1, 2]}\n---\nbody\n"}) / "x.md"
+    first = frontmatter.read_front(md, "x.md")
+    first.data["tools"].append("write")
+    first.data["nested"]["k"].clear()
+    first.lines.clear()
+    again = frontmatter.read_front(md, "x.md")
+    assert again.data == {"tools": ["read"], "nested": {"k": [1, 2]}}
+    assert again.lines["tools"] == 2 and again.body.strip() == "body"
+
+
+def test_a_file_that_does_not_parse_is_refused_on_every_read(tmp_path):
+    md = write(tmp_path, {"x.md": "---\na: [1\n---\n"}) / "x.md"
+    for _ in range(2):
+        with pytest.raises(WorkspaceInvalid):
+            frontmatter.read_front(md, "x.md")
+
+
+def test_the_parses_kept_are_bounded(tmp_path):
+    for i in range(frontmatter.PARSED_KEPT + 20):
+        md = write(tmp_path, {f"f{i}.md": f"---\nn: {i}\n---\n"}) / f"f{i}.md"
+        assert frontmatter.read_front(md, f"f{i}.md").data == {"n": i}
+    assert len(frontmatter._parsed) <= frontmatter.PARSED_KEPT
 
 
 # --------------------------------------------------------------------------- revision

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -73,6 +73,10 @@ class TokenGone(Exception):
 class TaskCallbacks(Protocol):
     def succeed(self, token: str, output: dict[str, Any]) -> None:
         """Complete the waiting task with `output`. Raises TokenGone if nothing waits on it."""
+
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
+        """Complete every waiting task of `tokens` with the same `output` (a lead releasing its
+        lane's siblings), at once where the adapter can; the tokens nothing waited on."""
 
     def fail(self, token: str, error: str, cause: str) -> None:
         """Fail the waiting task with an error name the definition can catch."""
@@ -236,11 +240,19 @@ class Store(ABC):
         """Write a new run with all of its steps, at once. `Conflict` if the id exists."""
 
     @abstractmethod
-    def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True) -> Run:
+    def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True, input: bool = True) -> Run:
         """The run with its steps ordered by index. With `detail`, each step carries its
         events (in order), calls (by `n`) and prompt layers. With `steps=False`, the run
-        alone (its `steps` empty): the cheap read a handler makes. `RunNotFound` if absent
-        (also when it belongs to another tenant)."""
+        alone (its `steps` empty): the cheap read a handler makes. With `input=False`, its
+        `input` is not read (it is None): a fan-out's input can be large, and a step reads
+        it with `get_run_input`. `RunNotFound` if absent (also when it belongs to another
+        tenant)."""
+
+    @abstractmethod
+    def get_run_input(self, tenant: str, run_id: str) -> Any:
+        """The run's input, as it was created: it never changes, so a store may keep it
+        parsed for the run's later steps, and the value returned may be shared by them
+        (read it, never change it). `RunNotFound` if absent (also in another tenant)."""
 
     @abstractmethod
     def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
@@ -278,6 +290,11 @@ class Store(ABC):
     @abstractmethod
     def get_step(self, tenant: str, run_id: str, index: int, *, detail: bool = False) -> Step:
         """One step; with `detail`, its events, calls and prompt layers. `NotFound` if absent."""
+
+    @abstractmethod
+    def get_step_status(self, tenant: str, run_id: str, index: int) -> tuple[StepStatus, int]:
+        """One step's status and attempts, as `get_step` would give them, without reading the
+        step whole (what a handler reports). `NotFound` if absent."""
 
     @abstractmethod
     def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:

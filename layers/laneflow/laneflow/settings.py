@@ -21,6 +21,7 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("default_model", "LANEFLOW_MODEL"),
     ("max_lane_parallel", "LANEFLOW_MAX_LANE_PARALLEL"),
     ("local_drives", "LANEFLOW_LOCAL_DRIVES"),
+    ("step_workers", "LANEFLOW_STEP_WORKERS"),
     ("max_drives", "LANEFLOW_MAX_DRIVES"),
     ("history_budget", "LANEFLOW_HISTORY_BUDGET"),
     ("on_end_command", "LANEFLOW_ON_END_COMMAND"),
@@ -50,6 +51,9 @@ class Settings(BaseModel):
     anthropic_base_url: str | None = None  # ANTHROPIC_BASE_URL (a local imitation, a proxy)
     max_lane_parallel: int = 100  # the most steps of one lane in flight when `parallel:` is unset
     local_drives: int = 4  # LANEFLOW_LOCAL_DRIVES: drives `laneflow serve` runs at once (more wait)
+    # LANEFLOW_STEP_WORKERS: processes the embedded engine runs its steps (the RunStep function)
+    # in, beside the interpreter's own (0: every step in the engine's process).
+    step_workers: int = Field(default=0, ge=0, le=32)
     max_drives: int = 5  # LANEFLOW_MAX_DRIVES: reconcile closes a run failed after this many drives
     # LANEFLOW_HISTORY_BUDGET: the most history events one execution of a drive records before
     # the drive continues in a fresh one (AWS keeps 25,000; this project allows 20,000).

@@ -232,6 +232,14 @@ def sandbox_services(environ: Mapping[str, str]) -> Services:
     )
 
 
+def step_worker_services(environ: Mapping[str, str]) -> Services:
+    """The services of the embedded engine's step worker (laneflow.entrypoints.step_worker):
+    the store and settings its environment names, its callbacks through the engine's relay."""
+    cfg = Settings.from_env(dict(environ))
+    svc = for_store(open_store(cfg.store_url), cfg)
+    return dataclasses.replace(svc, callbacks=RelayCallbacks(environ["LANEFLOW_RELAY"]))
+
+
 def local_engine(svc: Services) -> LocalEngine:
     """The embedded engine over `svc`: its handlers use them (bound per call), whatever else
     the process drives at the same time."""

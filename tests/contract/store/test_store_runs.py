@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from contract.store.backends import TENANT, claim, new_run, snapshot
+from contract.store.backends import BIG, TENANT, claim, new_run, snapshot
 from laneflow.adapters.store import Store
 from laneflow.domain.errors import Conflict, RunNotFound
 from laneflow.domain.records import (
@@ -100,6 +100,46 @@ def test_get_run_with_steps_false_is_the_run_alone(store: Store):
     alone = store.get_run(run.tenant, run.id, steps=False)
     assert alone.steps == []
     assert alone.model_copy(update={"steps": run.steps}) == run
+
+
+def test_get_run_without_its_input_is_the_run_with_input_none_and_get_run_input_gives_the_input(store: Store):
+    # Given a run whose input is large (the DynamoDB store keeps it in S3) and its flow
+    items = [f"item-{i:06d}" for i in range(BIG // 10)]
+    run = new_run(store, input={"items": items, "nested": {"a": [1, 2.5, None, "é"]}}, flow_spec={"steps": [{"agent": "a"}]},
+                  workspace_uri="/srv/ws", options={"gate": True})
+    # When it is read without its input, everything else reads as it is stored
+    head = store.get_run(run.tenant, run.id, steps=False, input=False)
+    assert head.input is None and head.steps == []
+    assert head.model_copy(update={"input": run.input, "steps": run.steps}) == run
+    assert head.flow_spec == run.flow_spec and head.workspace_uri == "/srv/ws"
+    # And its input is read by itself, again the same on a later read
+    assert store.get_run_input(run.tenant, run.id) == run.input
+    assert store.get_run_input(run.tenant, run.id) == run.input
+    # And with its steps, without the input
+    with_steps = store.get_run(run.tenant, run.id, input=False)
+    assert with_steps.input is None and [s.index for s in with_steps.steps] == [0, 1, 2]
+
+
+def test_a_run_s_input_stays_what_it_was_created_with_whatever_the_run_goes_through(store: Store):
+    run = new_run(store, input={"topic": "tides"})
+    assert store.get_run_input(run.tenant, run.id) == {"topic": "tides"}
+    store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, options={"x": 1}, cost_usd=1.5, drives=2))
+    store.request_stop(run.tenant, run.id)
+    assert store.get_run_input(run.tenant, run.id) == {"topic": "tides"}
+    assert store.get_run(run.tenant, run.id, steps=False).input == {"topic": "tides"}
+    plain = new_run(store)  # created without one: the default, as get_run gives it
+    assert store.get_run_input(plain.tenant, plain.id) == {} == store.get_run(plain.tenant, plain.id).input
+
+
+def test_get_run_input_of_a_missing_run_or_another_tenant_s_is_run_not_found(store: Store):
+    run = new_run(store, tenant="acme", input={"secret": "plans"})
+    with pytest.raises(RunNotFound):
+        store.get_run_input("globex", run.id)
+    with pytest.raises(RunNotFound):
+        store.get_run_input(TENANT, "run-nope")
+    with pytest.raises(RunNotFound):
+        store.get_run(TENANT, "run-nope", steps=False, input=False)
+    assert store.get_run_input("acme", run.id) == {"secret": "plans"}
 
 
 def test_creating_a_run_whose_id_exists_is_a_conflict_and_changes_nothing(store: Store):

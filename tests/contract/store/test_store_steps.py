@@ -6,8 +6,8 @@ import pytest
 
 from contract.store.backends import claim, new_run, snapshot
 from laneflow.adapters.store import Store
-from laneflow.domain.errors import Conflict, NotFound
-from laneflow.domain.records import Event, ModelCall, PromptLayer, Step, StepChanges, StepStatus
+from laneflow.domain.errors import Conflict, NotFound, RunNotFound
+from laneflow.domain.records import AttemptStatus, Event, ModelCall, PromptLayer, Step, StepChanges, StepStatus
 
 
 def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(store: Store):
@@ -36,6 +36,35 @@ def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(
     assert [p.name for p in detailed.prompt_layers] == ["task"]
     with pytest.raises(NotFound):
         store.get_step(run.tenant, run.id, 99)
+
+
+def test_get_step_status_is_the_status_and_attempts_get_step_gives_through_an_attempt_s_life(store: Store):
+    run = new_run(store)
+    t, r = run.tenant, run.id
+
+    def both(index: int) -> tuple[object, int]:
+        step = store.get_step(t, r, index)
+        assert store.get_step_status(t, r, index) == (step.status, step.attempts)
+        return store.get_step_status(t, r, index)
+
+    assert both(0) == (StepStatus.pending, 0)
+    _, ref = claim(store, run, 0)
+    assert both(0) == (StepStatus.running, 1)
+    store.end_attempt(ref, AttemptStatus.failed, reason="flaky", step=StepChanges(error="flaky"))
+    _, again = claim(store, run, 0, expect_status=(StepStatus.running,))
+    assert both(0)[1] == 2
+    store.end_attempt(again, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="done"))
+    assert both(0) == (StepStatus.completed, 2)
+    store.update_step(t, r, 1, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"))
+    assert both(1) == (StepStatus.skipped, 0)
+    status, _ = store.get_step_status(t, r, 0)
+    assert isinstance(status, StepStatus)
+    with pytest.raises(NotFound):
+        store.get_step_status(t, r, 99)
+    with pytest.raises(RunNotFound):
+        store.get_step_status(t, "run-none", 0)
+    with pytest.raises(RunNotFound):
+        store.get_step_status("other", r, 0)
 
 
 def test_add_steps_appends_records_and_a_taken_index_is_a_conflict_that_adds_none(store: Store):
@@ -90,14 +119,20 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
     store.update_step(t, r, 2, StepChanges(status=StepStatus.failed, cycle=2))
     store.update_step(t, r, 4, StepChanges(status=StepStatus.awaiting_approval))
     store.update_step(t, r, 6, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"))
+    store.add_steps(t, r, [Step(index=8, group=3, agent="researcher", instruction="later")])
+    claim(store, run, 8)  # a flow step running
 
     outline = store.get_group_outline(t, r)
 
     assert outline == [
-        GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7),
-        GroupOutline(group=1, cycle=2, pending=1, failed_required=1, unfinished_rescues=0, cost_usd=0.0, last_index=3),
-        GroupOutline(group=2, cycle=0, pending=2, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=5),
-        GroupOutline(group=3, cycle=0, pending=0, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=6),
+        GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7,
+                     unfinished=0, waiting=1),
+        GroupOutline(group=1, cycle=2, pending=1, failed_required=1, unfinished_rescues=0, cost_usd=0.0, last_index=3,
+                     unfinished=1, waiting=1),
+        GroupOutline(group=2, cycle=0, pending=2, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=5,
+                     unfinished=1, waiting=2),  # step 4 awaits approval: waiting, not unfinished
+        GroupOutline(group=3, cycle=0, pending=0, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=8,
+                     unfinished=1, waiting=0),  # step 8 runs
     ]
     facts = [StepFacts(index=s.index, group=s.group, cycle=s.cycle, status=s.status.value, rescue=s.rescue_of is not None,
                        optional=s.optional, cost_usd=s.cost_usd) for s in store.get_steps(t, r)]

@@ -10,9 +10,12 @@ problem names the file and line.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
+import threading
 import typing
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -280,8 +283,49 @@ def _inner_lines(keys: dict[str, int], field: str, node: yaml.Node, first_line: 
 
 
 
+# What `read_front` parsed, by (rel, text): a file is read afresh every time, and only its
+# parse is reused when its bytes are the very same (an edited file is a new key at once,
+# whatever its mtime or path, also in a fresh copy of the workspace). Bounded; a file that
+# does not parse is never kept (its error is raised afresh). Each caller gets its own copy.
+PARSED_KEPT = 256
+
+_parsed: OrderedDict[tuple[str, str], Front] = OrderedDict()
+
+_parsed_lock = threading.Lock()
+
+
+
+def _handed_out(front: Front) -> Front:
+    """A copy of a kept parse that its caller may change without changing the kept one."""
+    return Front(
+        copy.deepcopy(front.data),
+        front.body,
+        [p.model_copy() for p in front.warnings],
+        dict(front.lines),
+        dict(front.text_lines),
+    )
+
+
+
 def read_front(path: Path, rel: str) -> Front:
+    """A Markdown file's frontmatter (`Front`), read from disk now; see `read_frontmatter`."""
     text = read_text(path, rel)
+    key = (rel, text)
+    with _parsed_lock:
+        kept = _parsed.get(key)
+        if kept is not None:
+            _parsed.move_to_end(key)
+    if kept is None:
+        kept = _parse_front(text, rel)
+        with _parsed_lock:
+            _parsed[key] = kept
+            while len(_parsed) > PARSED_KEPT:
+                _parsed.popitem(last=False)
+    return _handed_out(kept)
+
+
+
+def _parse_front(text: str, rel: str) -> Front:
     stripped = text.strip()  # as python-frontmatter does before splitting
     lead = text[: len(text) - len(text.lstrip())].count("\n")
     opening = YAMLHandler.FM_BOUNDARY.match(stripped)

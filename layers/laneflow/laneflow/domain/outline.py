@@ -31,7 +31,8 @@ class StepFacts:
 @dataclass(frozen=True)
 class GroupOutline:
     """One group of a run: its flow steps still to run, its required failures, its rescues not
-    finished, its cost (rescues included), its highest cycle and its highest step index."""
+    finished, its cost (rescues included), its highest cycle and its highest step index; and
+    for a run's end, its flow steps pending or running and its steps (rescues too) waiting."""
 
     group: int
     cycle: int = 0
@@ -40,6 +41,8 @@ class GroupOutline:
     unfinished_rescues: int = 0  # rescues pending or running
     cost_usd: float = 0.0
     last_index: int = -1
+    unfinished: int = 0  # flow steps pending or running (not those awaiting approval)
+    waiting: int = 0  # steps, rescues included, pending or awaiting approval (what a run's end skips)
 
 
 def outline_of(facts: Iterable[StepFacts]) -> list[GroupOutline]:
@@ -47,19 +50,21 @@ def outline_of(facts: Iterable[StepFacts]) -> list[GroupOutline]:
     groups: dict[int, dict[str, float]] = {}
     for f in facts:
         g = groups.setdefault(f.group, {"cycle": 0, "pending": 0, "failed_required": 0, "unfinished_rescues": 0,
-                                        "cost_usd": 0.0, "last_index": -1})
+                                        "cost_usd": 0.0, "last_index": -1, "unfinished": 0, "waiting": 0})
         g["cost_usd"] += f.cost_usd
         g["last_index"] = max(g["last_index"], f.index)
+        g["waiting"] += f.status in PENDING
         if f.rescue:
             g["unfinished_rescues"] += f.status in UNFINISHED
             continue
         g["cycle"] = max(g["cycle"], f.cycle)
         g["pending"] += f.status in PENDING
+        g["unfinished"] += f.status in UNFINISHED
         g["failed_required"] += f.status == StepStatus.failed.value and not f.optional
     return [
         GroupOutline(group=n, cycle=int(g["cycle"]), pending=int(g["pending"]), failed_required=int(g["failed_required"]),
                      unfinished_rescues=int(g["unfinished_rescues"]), cost_usd=round(g["cost_usd"], 6),
-                     last_index=int(g["last_index"]))
+                     last_index=int(g["last_index"]), unfinished=int(g["unfinished"]), waiting=int(g["waiting"]))
         for n, g in sorted(groups.items())
     ]
 

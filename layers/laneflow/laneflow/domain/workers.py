@@ -32,6 +32,11 @@ class _Worker(BaseModel):
         raise NotImplementedError
 
 
+# The variable a step worker of the embedded engine is given: the engine's process (a
+# LocalProcess as JSON), whose attempts it runs and with which it ends.
+ENGINE_WORKER = "LANEFLOW_ENGINE_WORKER"
+
+
 class LocalProcess(_Worker):
     kind: Literal["local"] = "local"
     host: str

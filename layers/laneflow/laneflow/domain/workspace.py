@@ -5,8 +5,9 @@ its body), `agents/<name>/` folders, `flows/*.yaml`, and shared `knowledge/`, `m
 and `state/`. A tenant may also have an account-level `AGENTS.md` whose settings fill the
 gaps the workspace leaves, field by field.
 
-Everything here reads afresh on every call: there is no cache, so the same bytes always
-give the same result, and an edited file is seen at once.
+Everything here reads afresh on every call: every file is read from disk each time, so the
+same bytes always give the same result, and an edited file is seen at once. (Only the parse
+of a file's frontmatter is reused, for the very same bytes: `frontmatter.read_front`.)
 
 Problems are `errors.Problem`s with paths relative to the workspace (the account's
 `AGENTS.md` shows as a relative path such as `../AGENTS.md`). A file that cannot be read

@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -133,7 +133,23 @@ def _services(args: argparse.Namespace, settings: Settings | None = None) -> Ser
     cfg = settings or from_env()  # first: a bad LANEFLOW_TENANT is refused before a store is made
     if getattr(args, "secrets", None):
         cfg = cfg.model_copy(update={"secrets_file": secrets_file(args.secrets)})
+    if getattr(args, "drives", False) or getattr(args, "func", None) is cmd_serve:
+        cfg = cfg.model_copy(update={"step_workers": step_workers(getattr(args, "step_workers", None), cfg)})
     return for_store(open_store(args.store), cfg)
+
+
+
+def step_workers(given: int | None, cfg: Settings, environ: Mapping[str, str] = os.environ) -> int:
+    """How many step worker processes a command that drives runs gives the embedded engine:
+    `--step-workers N`, else LANEFLOW_STEP_WORKERS, else one on a machine of two cores or
+    more (the interpreter keeps one core, the steps get the other), none on one core."""
+    if given is not None:
+        if not 0 <= given <= 32:
+            raise InvalidInput(f"--step-workers {given}: give 0 (every step in this process) to 32")
+        return given
+    if environ.get("LANEFLOW_STEP_WORKERS"):
+        return cfg.step_workers
+    return 1 if (os.cpu_count() or 1) >= 2 else 0
 
 
 
@@ -575,6 +591,12 @@ def build_parser() -> argparse.ArgumentParser:
     def json_flag(p: argparse.ArgumentParser, help: str = JSON_HELP) -> None:
         p.add_argument("--json", action="store_true", help=help)
 
+    def workers_flag(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--step-workers", type=int, default=None, metavar="N",
+            help="run steps in N worker processes beside the engine's (default LANEFLOW_STEP_WORKERS, else 1 on 2+ cores; 0: in this process)",
+        )
+
     def run_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default=None, help="run every step on this model (e.g. stub, claude-sonnet-4-6)")
         p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md (kept for every attempt)")
@@ -582,6 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
         p.add_argument("--no-gate", action="store_true", help=argparse.SUPPRESS)  # benchmarks only: turn the warm gate off
         secrets_flag(p)
+        workers_flag(p)
 
     def secrets_flag(p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -646,6 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
     json_flag(p, "print the run record as JSON, nothing else on stdout")
     p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     secrets_flag(p)
+    workers_flag(p)
     p.set_defaults(func=cmd_resume, drives=True)
 
     p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
@@ -658,6 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8080, help="the port to listen on (default 8080)")
     p.add_argument("--workspaces", default=None, help="a folder of workspaces (default: the project's examples/)")
     secrets_flag(p)
+    workers_flag(p)
     p.set_defaults(func=cmd_serve)
 
     p = with_store(sub.add_parser("init-store", help="create a DynamoDB store's table (and bucket) from template.yaml"))

@@ -3,13 +3,20 @@
 `LANEFLOW_CRASH_AT=NAME` (or `NAME:K`, the K-th time it is reached) makes the process kill
 itself with SIGKILL at that point of the step lifecycle, exactly as a worker that dies would:
 no cleanup, no finally blocks. Unset, a crash point costs one dictionary lookup.
+
+In a step worker of the embedded engine (`LANEFLOW_ENGINE_WORKER` names the engine's
+process, whose attempts it runs), the point is the local runner's: the engine's process is
+killed first, then the worker, as when the machine's one runner dies.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
+
+from laneflow.domain.workers import ENGINE_WORKER
 
 POINTS = (
     "after-journal",  # the claim was asked for (journal pending), before it landed
@@ -40,4 +47,7 @@ def crashpoint(name: str) -> None:
         _hits[name] = _hits.get(name, 0) + 1
         hit = _hits[name]
     if hit == int(nth or 1):
+        engine = os.environ.get(ENGINE_WORKER)
+        if engine:
+            os.kill(int(json.loads(engine)["pid"]), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -13,6 +13,7 @@ from laneflow.domain.messages import (
     RunEnded,
     StepCrashedRequest,
 )
+from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     Run,
     RunChanges,
@@ -45,19 +46,21 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
         # ended before it could be (made once: its id is derived from this run's).
         _chain(svc, run)
         return RunEnded(run_id=run.id, status=run.status)
-    steps = store.get_steps(run.tenant, run.id)
+    # The run's groups in numbers, not its every step: the steps are read only when some
+    # are still to be skipped.
+    outline = store.get_group_outline(run.tenant, run.id)
     error = run.error
     if run.stop_requested:
         error = error or STOPPED
-    if not error and any(s.status in (StepStatus.pending, StepStatus.running) and s.rescue_of is None for s in steps):
+    if not error and any(o.unfinished for o in outline):  # flow steps pending or running
         error = "the drive ended with steps not run"
     # Skipped before the run is closed: a crash in between leaves an active run (reconcile
     # closes it again), never an ended run with steps still pending.
-    if skip_unrun_steps(svc, run, steps, not_run_because(run, error)):
-        steps = store.get_steps(run.tenant, run.id)
+    if any(o.waiting for o in outline):
+        skip_unrun_steps(svc, run, store.get_steps(run.tenant, run.id), not_run_because(run, error))
     status = RunStatus.failed if error else RunStatus.completed
     # Settle the cost: the run's spend is what its steps (and their rescues) spent.
-    spent = round(sum(s.cost_usd for s in steps), 6)
+    spent = spent_of(outline)
     try:
         run = store.update_run(
             run.tenant,

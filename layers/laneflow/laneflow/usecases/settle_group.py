@@ -94,8 +94,8 @@ class Settler:
         self.flow = Flow.model_validate(run.flow_spec)
 
     def settle(self) -> Settlement:
-        """Only what the decision needs is read: the group's steps (again once they are
-        tidied), the run's group outline (its cost, its last index), and the steps of the
+        """Only what the decision needs is read: the group's steps (again only if tidying
+        wrote to them), the run's group outline (its cost, its last index), and the steps of the
         groups an `until:` step of this group loops back to. Never every step of the run."""
         tenant, run_id = self.run.tenant, self.run.id
         if self.run.stop_requested:  # nothing else is read or written for a stopped run
@@ -103,12 +103,14 @@ class Settler:
             return Settlement(action="end", reason=STOPPED)
         members = self.store.get_steps(tenant, run_id, group=self.group)
         later = [s for s in members if s.rescue_of is None and s.status == StepStatus.pending and 0 <= self.through < s.index]
-        self.apply_tidying(tidy(self.run, within(members, self.through)))
+        tidying = tidy(self.run, within(members, self.through))
+        self.apply_tidying(tidying)
         outline = self.store.get_group_outline(tenant, run_id)
         self.settle_cost(outline)
         if later:  # the group's later windows are still to run: it is settled after its last
             return Settlement(action="next", reason=f"{len(later)} step(s) of group {self.group} still to run")
-        members = self.store.get_steps(tenant, run_id, group=self.group)
+        if tidying.rescued or tidying.rescue_failed or tidying.abandoned:  # what it recorded is read back
+            members = self.store.get_steps(tenant, run_id, group=self.group)
         steps = [s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g)] + members
         last = max((o.last_index for o in outline), default=-1)
         return self.apply(decide(self.run, self.flow, self.group, steps, next_index=last + 1, spent=spent_of(outline)))

@@ -21,7 +21,7 @@ from laneflow.domain.gate import is_reserve, reserve_line
 from laneflow.domain.lanes import gate_key, waiting_line
 from laneflow.domain.messages import LaneKey, WaitForLeadReport, WaitForLeadRequest
 from laneflow.domain.records import Event, EventType, utcnow
-from laneflow.ports import Services, TokenGone
+from laneflow.ports import Services
 
 log = logging.getLogger("laneflow.gate")
 
@@ -67,13 +67,12 @@ def open_gate(
     gate open. Idempotent. Returns how many waiting siblings this call released."""
     waiters = svc.store.gate_open(tenant, run_id, gate_key(group, cycle, lane), lead_ended=lead_ended, note=note)
     released = 0
+    gone = set(svc.callbacks.succeed_all([w.token for w in waiters], {"released": why})) if waiters else set()
     for waiter in waiters:
-        try:
-            svc.callbacks.succeed(waiter.token, {"released": why})
-            released += 1
-        except TokenGone:
+        if waiter.token in gone:
             log.info("gate %s: a sibling's token was already gone", lane)
             continue
+        released += 1
         if note and waiter.index is not None and not waiter.until_lead_ends:
             svc.store.add_event(tenant, run_id, waiter.index, Event(type=EventType.gate, text=note))
     if waiters:

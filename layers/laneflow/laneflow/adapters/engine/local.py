@@ -39,15 +39,16 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from laneflow.adapters.engine import moto_patches
-from laneflow.adapters.engine.sandbox import Sandboxes
+from laneflow.adapters.engine import moto_fastcopy, moto_inline, moto_patches, step_workers
+from laneflow.adapters.engine.sandbox import Sandboxes, gone_of
+from laneflow.adapters.engine.step_workers import StepWorkers
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
 from laneflow.domain.lanes import sandboxed_agents
@@ -110,6 +111,14 @@ class HandlerRegistry:
         self.leaving = leaving  # set: this worker is going away, and runs no handler any more
         self._running = 0
         self._idle = threading.Condition()
+        # Where the steps' calls go when they do not run here (LANEFLOW_STEP_WORKERS), and
+        # which functions those are: RunStep's (functions/run_step).
+        self.step_workers: StepWorkers | None = None
+        self.worker_functions = {i for i, spec in self.functions.items() if spec.code_dir.name == "run_step"}
+
+    def load(self, logical_id: str) -> None:
+        """Import a function's handler module now, not at its first call."""
+        self._handler(logical_id)
 
     def _handler(self, logical_id: str) -> Callable[[Any, Any], Any]:
         spec = self.functions[logical_id]
@@ -139,6 +148,10 @@ class HandlerRegistry:
                 return _function_error("WorkerLeaving", "this worker is going away")
             self._running += 1
         try:
+            workers = self.step_workers if logical_id in self.worker_functions else None
+            answered = workers.invoke(logical_id, payload) if workers is not None else None
+            if answered is not None:
+                return answered  # already the Invoke API's shape, made by the worker's registry
             with self.bind() if self.bind is not None else nullcontext():
                 result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
         except Exception as exc:  # noqa: BLE001 - every error crosses as a Lambda function error
@@ -263,6 +276,8 @@ def install_interpreter_hook() -> None:
         StateTaskServiceEcs._eval_service_task = _run_task_locally(ecs_task)  # type: ignore[method-assign]
     _hear_an_early_outcome()
     moto_patches.install()
+    moto_inline.install()
+    moto_fastcopy.install()
 
 
 
@@ -333,6 +348,9 @@ class LocalCallbacks:
 
     def succeed(self, token: str, output: dict[str, Any]) -> None:
         self._call("send_task_success", token, json.dumps(output))
+
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
+        return gone_of(self.succeed, tokens, output)
 
     def fail(self, token: str, error: str, cause: str) -> None:
         self._call("send_task_failure", token, error, cause)
@@ -460,6 +478,7 @@ class LocalEngine:
         arn = execution_arn(machine, name)
         self.continuations.follow(run_id, arn)
         self.serve(arn)
+        self._start_step_workers()
         try:
             self._start_sandboxes(arn, tenant, run_id)
             try:
@@ -521,6 +540,14 @@ class LocalEngine:
             with _registry_lock:
                 _sandboxes[arn] = self.sandboxes
 
+    def _start_step_workers(self) -> None:
+        """This engine's step workers (LANEFLOW_STEP_WORKERS), shared by every engine of the
+        process with the same services; they start in the background and take calls once ready."""
+        size = self.svc.settings.step_workers
+        if size < 1 or self.registry.step_workers is not None or not step_workers.usable(self.svc.store.url):
+            return
+        self.registry.step_workers = step_workers.shared(child_environ(self.svc), size, self.svc.callbacks)
+
     def _start_sandboxes(self, arn: str, tenant: str, run_id: str) -> None:
         """The sandbox workers of this drive, for the ECS hook to start children with."""
         if not self.local_sandboxes:
@@ -545,6 +572,8 @@ class LocalEngine:
         of this process is still running is interrupted by exact identity, and the drive is
         ended."""
         self.svc.leaving.set()
+        if self.registry.step_workers is not None:
+            self.registry.step_workers.leave()  # their running steps see it as the ones here do
         if self.sandboxes is not None:
             self.sandboxes.stop_all()  # their attempts read as gone once their processes are
         self.registry.wait_idle(LEAVE_WAIT_S)

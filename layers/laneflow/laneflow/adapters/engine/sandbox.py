@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ class RelayCallbacks:
         self._sock: socket.socket | None = None
         self._file: Any = None
 
-    def _ask(self, message: dict[str, Any]) -> None:
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -68,15 +68,33 @@ class RelayCallbacks:
             raise TokenGone(answer["gone"])
         if "error" in answer:
             raise RuntimeError(answer["error"])
+        return answer  # type: ignore[no-any-return]
 
     def succeed(self, token: str, output: dict[str, Any]) -> None:
         self._ask({"op": "succeed", "token": token, "output": output})
+
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
+        """One call for all of them: the engine completes each (a round trip per token, each
+        waiting for the engine's interpreter lock, cost a lead's 99 siblings half a second)."""
+        answer = self._ask({"op": "succeed_all", "tokens": list(tokens), "output": output})
+        return [str(t) for t in answer.get("gone_all", [])]
 
     def fail(self, token: str, error: str, cause: str) -> None:
         self._ask({"op": "fail", "token": token, "error": error, "cause": cause})
 
     def heartbeat(self, token: str) -> None:
         self._ask({"op": "heartbeat", "token": token})
+
+
+def gone_of(succeed: Callable[[str, dict[str, Any]], None], tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
+    """`succeed` each token in turn; the tokens nothing waited on (TokenGone)."""
+    gone = []
+    for token in tokens:
+        try:
+            succeed(token, output)
+        except TokenGone:
+            gone.append(token)
+    return gone
 
 
 # -- the engine's side -------------------------------------------------------------------------
@@ -141,6 +159,90 @@ class Zygote:
             self._process.wait()
 
 
+class CallbackRelay:
+    """The engine's end of the relay: a Unix socket only this user may reach, on which
+    workers in other processes (sandbox workers, step workers) make their callbacks, one JSON
+    line per call answered by one line, completed on `callbacks` (the in-process
+    interpreter's). `on_reported(token)` hears each token a worker completed."""
+
+    def __init__(self, callbacks: TaskCallbacks, on_reported: Any = None):
+        self.callbacks = callbacks
+        self.on_reported = on_reported
+        self._lock = threading.Lock()
+        self._dir: Path | None = None
+        self.path = ""  # the socket, made by the first `listen`
+        self._server: socket.socket | None = None
+        self._closed = False
+
+    def listen(self) -> str:
+        """Open the relay (once), in a private folder whose path fits a Unix socket's 108
+        bytes (a long TMPDIR falls back to /tmp); its path."""
+        with self._lock:
+            if self._server is not None:
+                return self.path
+            base = tempfile.gettempdir()
+            self._dir = Path(tempfile.mkdtemp(prefix="laneflow-relay-", dir=base if len(base) <= 60 else "/tmp"))
+            self.path = str(self._dir / "relay.sock")
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(self.path)
+            os.chmod(self.path, 0o600)
+            server.listen(64)
+            self._server = server
+        threading.Thread(target=self._accept, args=(server,), name="laneflow-relay", daemon=True).start()
+        return self.path
+
+    def _accept(self, server: socket.socket) -> None:
+        while not self._closed:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="laneflow-relay-conn", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as fh:
+            for line in fh:
+                fh.write(json.dumps(self.answer(json.loads(line))).encode() + b"\n")
+                fh.flush()
+
+    def answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        token = str(message.get("token", ""))
+        try:
+            match message.get("op"):
+                case "succeed_all":
+                    tokens = [str(t) for t in message.get("tokens") or []]
+                    gone = set(self.callbacks.succeed_all(tokens, message.get("output") or {}))
+                    for each in tokens:
+                        if each not in gone and self.on_reported is not None:
+                            self.on_reported(each)
+                    return {"ok": True, "gone_all": sorted(gone)}
+                case "succeed":
+                    self.callbacks.succeed(token, message.get("output") or {})
+                case "fail":
+                    self.callbacks.fail(token, str(message.get("error")), str(message.get("cause") or ""))
+                case "heartbeat":
+                    self.callbacks.heartbeat(token)
+                case other:
+                    return {"error": f"unknown relay call {other!r}"}
+        except TokenGone as gone:
+            return {"gone": str(gone)}
+        except Exception as error:  # noqa: BLE001 - the worker is told, and decides
+            return {"error": f"{type(error).__name__}: {error}"}
+        if message.get("op") in ("succeed", "fail") and self.on_reported is not None:
+            self.on_reported(token)
+        return {"ok": True}
+
+    def close(self) -> None:
+        self._closed = True
+        if self._server is None or self._dir is None:
+            return
+        with contextlib.suppress(OSError):
+            self._server.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+            self._dir.rmdir()
+
+
 class Sandboxes:
     """The engine's sandbox workers: starts one per sandbox state (forked by the warm worker
     when `warm`, else a fresh interpreter), relays their callbacks to `callbacks` (the
@@ -154,64 +256,21 @@ class Sandboxes:
         self._early_exits: dict[int, int] = {}  # pid -> exit code, of workers not yet registered
         self._reported: set[str] = set()  # the tokens their workers completed
         self._lock = threading.Lock()
-        self._dir: Path | None = None
-        self.path = ""  # the relay's socket, made when the first worker starts
-        self._server: socket.socket | None = None
+        self.relay = CallbackRelay(callbacks, on_reported=self._report)
         self._closed = False
         self.zygote = Zygote(self.environ, self._exited) if warm else None
 
-    # the relay
+    @property
+    def path(self) -> str:
+        """The relay's socket ("" until the first worker starts)."""
+        return self.relay.path
 
-    def _listen(self) -> None:
-        """Open the relay (once): a socket only this user may reach, in a private folder whose
-        path fits a Unix socket's 108 bytes (a long TMPDIR falls back to /tmp)."""
-        with self._lock:
-            if self._server is not None:
-                return
-            base = tempfile.gettempdir()
-            self._dir = Path(tempfile.mkdtemp(prefix="laneflow-relay-", dir=base if len(base) <= 60 else "/tmp"))
-            self.path = str(self._dir / "relay.sock")
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            server.bind(self.path)
-            os.chmod(self.path, 0o600)
-            server.listen(64)
-            self._server = server
-        threading.Thread(target=self._accept, args=(server,), name="sandbox-relay", daemon=True).start()
-
-    def _accept(self, server: socket.socket) -> None:
-        while not self._closed:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), name="sandbox-relay-conn", daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rwb") as fh:
-            for line in fh:
-                fh.write(json.dumps(self._answer(json.loads(line))).encode() + b"\n")
-                fh.flush()
+    def _report(self, token: str) -> None:
+        with self._lock:  # by token: a worker may report before `launch` has registered it
+            self._reported.add(token)
 
     def _answer(self, message: dict[str, Any]) -> dict[str, Any]:
-        token = str(message.get("token", ""))
-        try:
-            match message.get("op"):
-                case "succeed":
-                    self.callbacks.succeed(token, message.get("output") or {})
-                case "fail":
-                    self.callbacks.fail(token, str(message.get("error")), str(message.get("cause") or ""))
-                case "heartbeat":
-                    self.callbacks.heartbeat(token)
-                case other:
-                    return {"error": f"unknown relay call {other!r}"}
-        except TokenGone as gone:
-            return {"gone": str(gone)}
-        except Exception as error:  # noqa: BLE001 - the child is told, and decides
-            return {"error": f"{type(error).__name__}: {error}"}
-        if message.get("op") in ("succeed", "fail"):
-            with self._lock:  # by token: a worker may report before `launch` has registered it
-                self._reported.add(token)
-        return {"ok": True}
+        return self.relay.answer(message)
 
     # the children
 
@@ -219,7 +278,7 @@ class Sandboxes:
         """Start a sandbox worker for one sandbox state, with the state's overrides as its
         environment over the engine's."""
         token = env["LANEFLOW_TASK_TOKEN"]
-        self._listen()
+        self.relay.listen()
         whole = {**self.environ, **env, "LANEFLOW_RELAY": self.path}
         if self.zygote is not None and self.zygote.ready.wait(30):
             pid = self.zygote.fork(whole)
@@ -275,13 +334,7 @@ class Sandboxes:
         self._closed = True
         if self.zygote is not None:
             self.zygote.close()
-        if self._server is None or self._dir is None:
-            return
-        with contextlib.suppress(OSError):
-            self._server.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-            self._dir.rmdir()
+        self.relay.close()
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -249,10 +249,12 @@ class DynamoStore(RuleBookStore):
     def _attrs(model: Any, fields: Iterable[str]) -> dict[str, Any]:
         return {f: v for f in fields if (v := to_attr(f, getattr(model, f))) is not None}
 
-    def _run_of(self, head: dict[str, Any], body: dict[str, Any] | None, steps: list[dict[str, Any]] | None = None) -> Doc:
+    def _run_of(
+        self, head: dict[str, Any], body: dict[str, Any] | None, steps: list[dict[str, Any]] | None = None, *, input: bool = True
+    ) -> Doc:
         fields = self._table.fields(head, RUN_HEAD)
-        if body is not None:
-            fields.update(self._table.fields(body, RUN_BODY))
+        if body is not None:  # without `input`, its input is neither decoded nor fetched (a large one is in S3)
+            fields.update(self._table.fields(body, RUN_BODY if input else tuple(f for f in RUN_BODY if f != "input")))
         return {**fields, "steps": steps or []}
 
     def _step_of(self, item: dict[str, Any]) -> dict[str, Any]:
@@ -300,7 +302,18 @@ class DynamoStore(RuleBookStore):
 
     # == primitives: reads ==============================================================
 
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool) -> Doc | None:
+    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
+        head = body = None
+        for item in self._table.query_prefix(pk_of(tenant, run_id), RUN_SK):  # the run's head and its body
+            if item["sk"]["S"] == RUN_SK:
+                head = item
+            elif item["sk"]["S"] == INPUT_SK:
+                body = item
+        if head is None or "hidden" in head:
+            return None
+        return self._table.fields(body, ("input",)) if body is not None else {}
+
+    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
         pk = pk_of(tenant, run_id)
         if not steps:
             items = self._table.query_prefix(pk, RUN_SK)
@@ -331,7 +344,7 @@ class DynamoStore(RuleBookStore):
                 self._items.with_trace(step_items, raw, trace)
             except (KeyError, TypeError, ValueError):
                 raise trace_damaged(f"run {run_id!r}") from None
-        return self._run_of(head, body, [step_items[i] for i in sorted(step_items)])
+        return self._run_of(head, body, [step_items[i] for i in sorted(step_items)], input=input)
 
     def _run_exists(self, tenant: str, run_id: str) -> bool:
         return self._head(tenant, run_id) is not None

@@ -12,6 +12,7 @@ sibling cost several times as much):
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
 | `_read_run`          | read  | a run (its steps, their trace), or None                 |
+| `_read_input`        | read  | a run's input alone, or None                            |
 | `_run_exists`        | read  | whether a run is there                                  |
 | `_read_steps`        | read  | steps of a run: all, one index, or one group            |
 | `_read_attempts`     | read  | attempts of a run, of a step, or one                    |
@@ -137,10 +138,16 @@ class Primitives(ABC):
     `StepState` a decision was made on)."""
 
     @abstractmethod
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool) -> Doc | None:
+    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
         """The run (None if absent); with `steps`, its steps by index; with `detail`, each
-        with its events (in order), calls (by n, then id) and prompt layers. `RecordDamaged`
-        (`damaged`, `trace_damaged`) when what was read does not parse."""
+        with its events (in order), calls (by n, then id) and prompt layers; without
+        `input`, its input left out (not read). `RecordDamaged` (`damaged`,
+        `trace_damaged`) when what was read does not parse."""
+
+    @abstractmethod
+    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
+        """`{"input": ...}`, the run's input (None if there is no run). `RecordDamaged` when
+        it does not parse."""
 
     @abstractmethod
     def _run_exists(self, tenant: str, run_id: str) -> bool:

@@ -27,12 +27,15 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from laneflow.adapters.store.encoding import cost
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced, Primitives, Refused, StepState
@@ -177,6 +180,15 @@ def _entry(*masked: str) -> Callable[[_F], _F]:
 
 _RUNS = TypeAdapter(list[Run], config=READ_JSON)
 
+# Runs whose input a store keeps parsed (`get_run_input`): a run's input never changes, and a
+# fan-out's steps each need it (100,000 items parse in ~20 ms). Few: an input can be large.
+INPUTS_KEPT = 4
+
+
+class _RunInput(BaseModel):
+    model_config = READ_JSON  # its items are read once each: none kept in pydantic's cache
+    input: Any = Field(default_factory=dict)  # as `Run.input`
+
 _STEPS = TypeAdapter(list[Step], config=READ_JSON)
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -257,12 +269,41 @@ class RuleBookStore(Primitives, Store):
             raise Conflict(f"run {run.id!r} exists") from None
 
     @_entry()
-    def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True) -> Run:
+    def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True, input: bool = True) -> Run:
         check_tenant(tenant)
-        doc = self._read_run(tenant, run_id, steps=steps, detail=detail and steps)
+        doc = self._read_run(tenant, run_id, steps=steps, detail=detail and steps, input=input)
         if doc is None:
             raise RunNotFound(run_id)
-        return _model(Run, doc, f"run {run_id!r}")
+        run = _model(Run, doc, f"run {run_id!r}")
+        return run if input else run.model_copy(update={"input": None})
+
+    @_entry()
+    def get_run_input(self, tenant: str, run_id: str) -> Any:
+        check_tenant(tenant)
+        inputs, lock = self._inputs()
+        key = (tenant, run_id)
+        with lock:
+            if key in inputs:
+                inputs.move_to_end(key)
+                return inputs[key]
+        doc = self._read_input(tenant, run_id)
+        if doc is None:
+            raise RunNotFound(run_id)
+        value = _model(_RunInput, doc, f"run {run_id!r}").input
+        with lock:
+            inputs[key] = value
+            while len(inputs) > INPUTS_KEPT:
+                inputs.popitem(last=False)
+        return value
+
+    def _inputs(self) -> tuple[OrderedDict[tuple[str, str], Any], threading.Lock]:
+        """The inputs this store keeps parsed, by (tenant, run id), and their lock (a forked
+        child starts its own: a parent's thread may have held the lock at the fork)."""
+        found: tuple[int, OrderedDict[tuple[str, str], Any], threading.Lock] | None = self.__dict__.get("_kept_inputs")
+        if found is None or found[0] != os.getpid():
+            found = (os.getpid(), OrderedDict(), threading.Lock())
+            self.__dict__["_kept_inputs"] = found
+        return found[1], found[2]
 
     @_entry()
     def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
@@ -349,6 +390,17 @@ class RuleBookStore(Primitives, Store):
         if not docs:
             raise self._missing_step(tenant, run_id, index)
         return self._steps(docs, run_id)[0]
+
+    @_entry()
+    def get_step_status(self, tenant: str, run_id: str, index: int) -> tuple[StepStatus, int]:
+        check_tenant(tenant)
+        state = self._read_step_state(tenant, run_id, index, None)
+        if state is None:
+            raise self._missing_step(tenant, run_id, index)
+        try:
+            return StepStatus(state.status), state.attempts
+        except ValueError:  # as get_step would find it
+            raise RecordDamaged(f"step {index} of run {run_id!r} cannot be read from the store: its status does not fit") from None
 
     @_entry("steps")
     def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:

@@ -81,6 +81,10 @@ from laneflow.adapters.store.sqlite_schema import (
     EVENT_COLUMNS,
     EVENT_JSON,
     RUN_COLUMNS,
+    RUN_HEAD_COLUMNS,
+    RUN_HEAD_JSON,
+    RUN_INPUT_COLUMNS,
+    RUN_INPUT_JSON,
     RUN_JSON,
     SCHEMA,
     SCHEMA_VERSION,
@@ -228,12 +232,15 @@ class SqliteStore(RuleBookStore):
     # -- rows ---------------------------------------------------------------------------
 
     @staticmethod
-    def _run_json(db: sqlite3.Connection, tenant: str, run_id: str) -> str | None:
-        row = db.execute(f"SELECT {RUN_JSON} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
+    def _run_json(db: sqlite3.Connection, tenant: str, run_id: str, *, part: str = "whole") -> str | None:
+        """The run row as JSON: whole, its `head` (all but its input) or its `input` alone."""
+        rendered, columns = {"whole": (RUN_JSON, RUN_COLUMNS), "head": (RUN_HEAD_JSON, RUN_HEAD_COLUMNS),
+                             "input": (RUN_INPUT_JSON, RUN_INPUT_COLUMNS)}[part]
+        row = db.execute(f"SELECT {rendered} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
         if row is None:
             return None
         if row[0] is None:
-            raise damage(db, "runs", RUN_COLUMNS, "tenant = ? AND id = ?", (tenant, run_id), f"run {run_id!r}")
+            raise damage(db, "runs", columns, "tenant = ? AND id = ?", (tenant, run_id), f"run {run_id!r}")
         text: str = row[0]
         return text
 
@@ -311,13 +318,17 @@ class SqliteStore(RuleBookStore):
 
     # == primitives: reads ==============================================================
 
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool) -> Doc | None:
+    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
         with self._read() as db:
-            run = self._run_json(db, tenant, run_id)
+            run = self._run_json(db, tenant, run_id, part="whole" if input else "head")
             if run is None:
                 return None
             step_list = [doc for _, doc in self._steps_json(db, tenant, run_id, detail=detail)] if steps else []
         return splice(run, steps=array(step_list))
+
+    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
+        with self._read() as db:
+            return self._run_json(db, tenant, run_id, part="input")
 
     def _run_exists(self, tenant: str, run_id: str) -> bool:
         with self._read() as db:
@@ -347,11 +358,13 @@ class SqliteStore(RuleBookStore):
                 f" SUM({flow} AND status IN ('pending', 'awaiting-approval')),"
                 f" SUM({flow} AND status = 'failed' AND optional = 0),"
                 f" SUM({rescue} AND status IN ('pending', 'running')),"
-                " SUM(cost_usd), MAX(idx)"
+                " SUM(cost_usd), MAX(idx),"
+                f" SUM({flow} AND status IN ('pending', 'running')),"
+                " SUM(status IN ('pending', 'awaiting-approval'))"
                 " FROM steps WHERE tenant = ? AND run_id = ? GROUP BY grp ORDER BY grp", (tenant, run_id),
             ).fetchall()
         return [GroupOutline(group=g, cycle=c, pending=p, failed_required=f, unfinished_rescues=u, cost_usd=round(cu or 0.0, 6),
-                             last_index=last) for g, c, p, f, u, cu, last in rows]
+                             last_index=last, unfinished=n, waiting=w) for g, c, p, f, u, cu, last, n, w in rows]
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         args: list[str | int]

@@ -324,6 +324,15 @@ def damage(
 
 RUN_JSON = _as_json(RUN_COLUMNS)
 
+# A run without its input (`get_run(input=False)`), and its input alone (`get_run_input`).
+RUN_HEAD_COLUMNS = {field: column for field, column in RUN_COLUMNS.items() if field != "input"}
+
+RUN_HEAD_JSON = _as_json(RUN_HEAD_COLUMNS)
+
+RUN_INPUT_COLUMNS = {"input": RUN_COLUMNS["input"]}
+
+RUN_INPUT_JSON = _as_json(RUN_INPUT_COLUMNS)
+
 STEP_JSON = _as_json(STEP_COLUMNS)
 
 ATTEMPT_JSON = _as_json(ATTEMPT_COLUMNS)

@@ -157,7 +157,7 @@ class StepRecorder:
         now = time.monotonic()
         if not self._stopped and now - self._stop_checked > 0.5:
             self._stop_checked = now
-            run = self.svc.store.get_run(self.ref.tenant, self.ref.run_id, steps=False)
+            run = self.svc.store.get_run(self.ref.tenant, self.ref.run_id, steps=False, input=False)
             self._stopped = run.stop_requested
             if now - self._beat > HEARTBEAT_S:
                 self._beat = now

@@ -316,7 +316,7 @@ class StepRunner:
             agent=agent.name,
             model=step.model,
             item=step.item,
-            run_input=run.input,
+            run_input=svc.store.get_run_input(run.tenant, run.id),
             system_stable=prompt.stable,
             system_dynamic=prompt.dynamic,
             user=self.message,
@@ -424,12 +424,18 @@ class StepRunner:
         return self._report()
 
     def _report(self) -> StepReport:
-        step = self.svc.store.get_step(self.run.tenant, self.run.id, self.step.index)
-        return StepReport(index=step.index, status=step.status, attempts=step.attempts)
+        return reported(self.svc, self.run.tenant, self.run.id, self.step.index)
 
 
 
 WAITED_TO_START = "run stopped by a person while this step waited to start"
+
+
+
+def reported(svc: Services, tenant: str, run_id: str, index: int) -> StepReport:
+    """What the handler answers for a step: its status and attempts as stored now."""
+    status, attempts = svc.store.get_step_status(tenant, run_id, index)
+    return StepReport(index=index, status=status, attempts=attempts)
 
 
 
@@ -479,7 +485,8 @@ def run_step(svc: Services, req: RunStepRequest, worker: WorkerRef) -> StepRepor
 
 def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None, worker: WorkerRef) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
-    run = svc.store.get_run(tenant, run_id, steps=False)
+    # Without its input (a fan-out's can be large): the attempt reads it by itself (get_run_input).
+    run = svc.store.get_run(tenant, run_id, steps=False, input=False)
     step = svc.store.get_step(tenant, run_id, index)
     if step.status != StepStatus.pending:
         return StepReport(index=index, status=step.status, attempts=step.attempts)
@@ -526,13 +533,11 @@ def _claim_and_run(
             layers=prepared.prompt.records() if prepared else None, message=briefing.message,
         )
     except Conflict:
-        step = svc.store.get_step(tenant, run_id, index)
-        return StepReport(index=index, status=step.status, attempts=step.attempts)
+        return reported(svc, tenant, run_id, index)
     if attempt.token != token:
         # A re-delivered invocation: the journal gave back what the first one claimed. That
         # attempt is its worker's, not ours: report, never run it twice.
-        step = svc.store.get_step(tenant, run_id, index)
-        return StepReport(index=index, status=step.status, attempts=step.attempts)
+        return reported(svc, tenant, run_id, index)
     crashpoint("after-claim")
     running = step.model_copy(update={"status": StepStatus.running})
     lead_opener = (lambda why, at=None, note=None: opener(why=why, at=at, note=note)) if opener else None

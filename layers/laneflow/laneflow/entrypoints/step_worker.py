@@ -1,0 +1,74 @@
+"""A step worker of the embedded engine (`python -m laneflow.entrypoints.step_worker`).
+
+Started by the engine when `LANEFLOW_STEP_WORKERS` is set (adapters/engine/step_workers.py):
+it answers the calls the engine sends on stdin, one JSON line each
+(`{"id", "function", "payload"}`), with the template's own handlers, each on a thread of its
+own, and writes each answer as one line on stdout (`{"id", "result"}`). `{"leave": true}`
+tells it the engine's worker is going away. Its callbacks go through the engine's relay
+(`LANEFLOW_RELAY`); its store and settings are the engine's, from its environment. It ends
+when its stdin closes or its engine goes away.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger("laneflow.engine")
+
+
+def _watch_parent(parent: int) -> None:
+    """A worker whose engine went away (even by SIGKILL) ends too, at once."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(70)
+
+    threading.Thread(target=watch, name="step-worker-parent-watch", daemon=True).start()
+
+
+def main() -> int:
+    from laneflow.adapters.engine.local import HandlerRegistry
+    from laneflow.adapters.engine.template import Template
+    from laneflow.paths import project_root
+    from laneflow.wiring import bound, step_worker_services
+
+    _watch_parent(os.getppid())
+    svc = step_worker_services(dict(os.environ))
+    registry = HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))
+    for logical_id, spec in registry.functions.items():
+        if spec.code_dir.name == "run_step":
+            registry.load(logical_id)  # imported before the first call, not during it
+    out = sys.stdout.buffer
+    out_lock = threading.Lock()
+
+    def say(message: dict[str, Any]) -> None:
+        line = json.dumps(message).encode() + b"\n"
+        with out_lock:
+            out.write(line)
+            out.flush()
+
+    def answer(call: dict[str, Any]) -> None:
+        result = registry.invoke(str(call["function"]), call.get("payload"))
+        say({"id": call["id"], "result": result})
+
+    say({"ready": os.getpid()})
+    for line in sys.stdin.buffer:
+        call = json.loads(line)
+        if call.get("leave"):
+            svc.leaving.set()
+            continue
+        threading.Thread(target=answer, args=(call,), name=f"step-call-{call['id']}", daemon=True).start()
+    # The engine is done: what still runs was for it, and it is gone.
+    logging.shutdown()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
