@@ -11,8 +11,10 @@ The warm-up is 12 drives because the store's own cache is part of it: SQLite's p
 (2 MiB a connection by default, bounded) fills as the database grows, and this bench's
 database passes it at about the 10th drive of 100 steps (~6 MB); before that, each drive
 added ~190 KiB of cache pages, which is the store warming up, not the process keeping
-drives. The bench calls no `gc.collect()` beyond the one before each reading and trims
-nothing: what it reads is what `serve` holds.
+drives. The bench calls no `gc.collect()` beyond the one before each reading, and does not
+trim the C heap itself: `LocalDrives` caps malloc's arenas and hands a drive's free pages
+back once it ended (adapters/engine/local.py, as `serve` does), so what it reads is what
+`serve` holds.
 
     python bench/serve_memory.py [--drives 10] [--fanout 100] [--warmup 12] [--keep] [--json] [--write]
 """
@@ -46,11 +48,10 @@ def rss_kib() -> int:
 
 
 class KeepingDrives(LocalDrives):
-    """LocalDrives as before: every ended execution stays in moto."""
+    """LocalDrives as before it forgot: every ended execution stays in moto (all else alike)."""
 
-    def _drive(self, tenant: str, run_id: str) -> None:
-        with self._places:
-            self.engine().drive(tenant, run_id)
+    def _forget(self, engine, result) -> None:
+        pass
 
 
 def run_bench(drives: int, fanout: int, warmup: int, keep: bool) -> dict:

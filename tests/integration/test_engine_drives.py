@@ -80,6 +80,8 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monk
         forget(backend, arn)
 
     monkeypatch.setattr(moto_patches, "forget", watching)
+    released = []
+    monkeypatch.setattr(local, "release_free_memory", lambda: released.append(len(ended)))
     drives = LocalDrives(lambda: engines.append(weakref.ref(local_engine(svc))) or engines[-1](), pool=1)
     run = create_run(svc, ws, "fan", {"items": [f"item-{i}" for i in range(4)]}, options={"gate": True})
     assert local_engine(svc).state_machine_arn  # the state machine itself is made (and kept) once
@@ -94,6 +96,7 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monk
     assert ended and engines
     assert [(e(), m()) for e, m in ended] == [(None, None)] * len(ended)
     assert engines[0]() is None
+    assert released == [len(ended)]  # what the drive freed was handed back once, after it was forgotten
     assert len(StateMachine.instances_tracked) == tracked
     assert not [arn for arn in {**local._registries, **local._sandboxes} if run.id in arn]
     assert not [m for m in _backend().state_machines for e in m.executions if run.id in e.execution_arn]

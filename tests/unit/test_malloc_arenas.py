@@ -62,3 +62,13 @@ def test_a_malloc_arena_max_in_the_environment_is_left_to_stand(monkeypatch):
 
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert bound_malloc_arenas() is False
+
+
+def test_free_pages_are_handed_back():
+    import ctypes
+
+    from laneflow.adapters.engine.local import release_free_memory
+
+    blocks = [ctypes.create_string_buffer(16384) for _ in range(2048)]  # 32 MiB of malloc's heap
+    del blocks[::2]  # half of it free, in holes between blocks still in use
+    assert release_free_memory() is True
