@@ -105,9 +105,10 @@ def test_settle_reads_its_group_again_after_tidying_wrote_to_it_and_decides_on_w
     svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
     reads, get_steps = [], svc.store.get_steps
 
-    def counted(tenant, run_id, *, group=None):
+    def counted(tenant, run_id, *, group=None, messages=True):
+        assert not messages, "a decision reads no step's message"
         reads.append(group)
-        return get_steps(tenant, run_id, group=group)
+        return get_steps(tenant, run_id, group=group, messages=messages)
 
     monkeypatch.setattr(svc.store, "get_steps", counted)
     settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))  # step 1 never ran: tidying fails it
@@ -222,9 +223,10 @@ def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settl
     svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.completed, cost_usd=0.5))
     reads, get_steps, outline = [], svc.store.get_steps, svc.store.get_group_outline
 
-    def counted(tenant, run_id, *, group=None):
+    def counted(tenant, run_id, *, group=None, messages=True):
+        assert not messages, "a decision reads no step's message"
         reads.append(group)
-        return get_steps(tenant, run_id, group=group)
+        return get_steps(tenant, run_id, group=group, messages=messages)
 
     def outlined(tenant, run_id):
         reads.append("outline")

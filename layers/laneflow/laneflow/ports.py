@@ -279,8 +279,10 @@ class Store(ABC):
     # -- steps --------------------------------------------------------------------------
 
     @abstractmethod
-    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None) -> list[Step]:
-        """Steps ordered by index (without events, calls or layers), of one group if given."""
+    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> list[Step]:
+        """Steps ordered by index (without events, calls or layers), of one group if given.
+        With `messages=False` each step's `message` is left out (None): what a drive's
+        decisions read, which the handoff blocks in a group's messages would make heavy."""
 
     @abstractmethod
     def get_group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:

@@ -19,6 +19,19 @@ def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(stor
     assert [s.index for s in store.get_steps(run.tenant, run.id, group=1)] == [2, 3]
 
 
+def test_get_steps_without_messages_leaves_out_only_each_step_s_message(store: Store):
+    run = new_run(store, steps=5)
+    handoff = "Do it.\n\n## Handoff from the previous group\n\n" + "a result of an earlier step\n" * 20_000  # large: kept in S3 on DynamoDB
+    claim(store, run, 2, message=handoff)
+    claim(store, run, 3, message="short")
+    whole = store.get_steps(run.tenant, run.id, group=1)
+    light = store.get_steps(run.tenant, run.id, group=1, messages=False)
+    assert [s.message for s in whole] == [handoff, "short"]
+    assert [s.message for s in light] == [None, None]
+    assert [s.model_dump(exclude={"message"}) for s in light] == [s.model_dump(exclude={"message"}) for s in whole]
+    assert [s.index for s in store.get_steps(run.tenant, run.id, messages=False)] == [0, 1, 2, 3, 4]
+
+
 def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(store: Store):
     run = new_run(store)
     _, ref = claim(store, run, 1)

@@ -68,7 +68,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         store.update_run(run.tenant, run.id, RunChanges(error=spent), expect_status=(RunStatus.running,))
         return Plan(action="end", reason=spent, used=req.used)
     group = first.group
-    members = [s for s in store.get_steps(run.tenant, run.id, group=group) if s.rescue_of is None]
+    members = [s for s in store.get_steps(run.tenant, run.id, group=group, messages=False) if s.rescue_of is None]
     launching = [s for s in members if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
     if any(s.agent is None for s in launching):
         return Plan(action="park", group=group, reason="an approval", used=req.used)

@@ -101,7 +101,7 @@ class Settler:
         if self.run.stop_requested:  # nothing else is read or written for a stopped run
             self.settle_cost(self.store.get_group_outline(tenant, run_id))
             return Settlement(action="end", reason=STOPPED)
-        members = self.store.get_steps(tenant, run_id, group=self.group)
+        members = self.store.get_steps(tenant, run_id, group=self.group, messages=False)
         later = [s for s in members if s.rescue_of is None and s.status == StepStatus.pending and 0 <= self.through < s.index]
         tidying = tidy(self.run, within(members, self.through))
         self.apply_tidying(tidying)
@@ -110,8 +110,8 @@ class Settler:
         if later:  # the group's later windows are still to run: it is settled after its last
             return Settlement(action="next", reason=f"{len(later)} step(s) of group {self.group} still to run")
         if tidying.rescued or tidying.rescue_failed or tidying.abandoned:  # what it recorded is read back
-            members = self.store.get_steps(tenant, run_id, group=self.group)
-        steps = [s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g)] + members
+            members = self.store.get_steps(tenant, run_id, group=self.group, messages=False)
+        steps = [s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g, messages=False)] + members
         last = max((o.last_index for o in outline), default=-1)
         return self.apply(decide(self.run, self.flow, self.group, steps, next_index=last + 1, spent=spent_of(outline)))
 

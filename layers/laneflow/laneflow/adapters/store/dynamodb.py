@@ -135,6 +135,7 @@ from laneflow.adapters.store.dynamodb_items import (
     RUN_SK,
     SEQUENCE,
     STEP_ATTRS,
+    STEP_ATTRS_WITHOUT_MESSAGE,
     STEPS_END,
     TRANSACTION_BYTES,
     TRANSACTION_ITEMS,
@@ -350,7 +351,8 @@ class DynamoStore(RuleBookStore):
         return self._head(tenant, run_id) is not None
 
     def _read_steps(
-        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False
+        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
+        messages: bool = True,
     ) -> list[tuple[int, Doc]]:
         if index is not None:
             item = self._table.get(key_of(tenant, run_id, step_sk(index)))
@@ -368,7 +370,8 @@ class DynamoStore(RuleBookStore):
         params: dict[str, Any] = {"KeyConditionExpression": steps}
         if group is not None:
             params["FilterExpression"] = e.eq("group", group)
-        return [(int(i["index"]["N"]), self._step_of(i)) for i in self._table.query(**params, **e.params())]
+        attrs = STEP_ATTRS if messages else STEP_ATTRS_WITHOUT_MESSAGE  # a message kept in S3 is not fetched
+        return [(int(i["index"]["N"]), self._table.fields(i, attrs)) for i in self._table.query(**params, **e.params())]
 
     def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
         """The step items' few small attributes (a projection: DynamoDB still reads each item,

@@ -63,6 +63,8 @@ RUN_HEAD = tuple(f for f in Run.model_fields if f not in {"steps", *RUN_BODY})
 
 STEP_ATTRS = tuple(f for f in Step.model_fields if f not in {"events", "calls", "prompt_layers"})
 
+STEP_ATTRS_WITHOUT_MESSAGE = tuple(f for f in STEP_ATTRS if f != "message")
+
 ATTEMPT_FIELDS = tuple(Attempt.model_fields)
 
 # An attempt's record on its step item: field -> the short name it is kept under.

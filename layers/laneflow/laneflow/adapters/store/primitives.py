@@ -155,10 +155,12 @@ class Primitives(ABC):
 
     @abstractmethod
     def _read_steps(
-        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False
+        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
+        messages: bool = True,
     ) -> list[tuple[int, Doc]]:
         """(index, step) of a run's steps, by index: all, the one `index`, or those of
-        `group`; with `detail`, as `_read_run`. [] when there are none (or no run)."""
+        `group`; with `detail`, as `_read_run`; without `messages`, no step's `message`.
+        [] when there are none (or no run)."""
 
     @abstractmethod
     def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:

@@ -368,9 +368,9 @@ class RuleBookStore(Primitives, Store):
         return [_model(Step, doc, f"step {index} of run {run_id!r}") for index, doc in docs]
 
     @_entry()
-    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None) -> list[Step]:
+    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> list[Step]:
         check_tenant(tenant)
-        docs = self._read_steps(tenant, run_id, group=group)
+        docs = self._read_steps(tenant, run_id, group=group, messages=messages)
         if not docs and not self._run_exists(tenant, run_id):
             raise RunNotFound(run_id)
         return self._steps(docs, run_id)

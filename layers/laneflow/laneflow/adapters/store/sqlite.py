@@ -90,6 +90,7 @@ from laneflow.adapters.store.sqlite_schema import (
     SCHEMA_VERSION,
     STEP_COLUMNS,
     STEP_JSON,
+    STEP_JSON_WITHOUT_MESSAGE,
     array,
     check_columns_cover_models,
     columns_of,
@@ -246,7 +247,8 @@ class SqliteStore(RuleBookStore):
 
     @staticmethod
     def _steps_json(
-        db: sqlite3.Connection, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False
+        db: sqlite3.Connection, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
+        messages: bool = True,
     ) -> list[tuple[int, str]]:
         """(index, JSON) of a run's steps (or step `index`, or group `group`), by index. With
         `detail`, each carries its events, calls and prompt layers: one query per table."""
@@ -256,7 +258,8 @@ class SqliteStore(RuleBookStore):
             where, args = where + " AND idx = ?", args + [index]
         group_args: list[str | int]
         only_group, group_args = ("", []) if group is None else (" AND grp = ?", [group])
-        steps = db.execute(f"SELECT idx, {STEP_JSON} FROM steps WHERE {where}{only_group} ORDER BY idx", args + group_args).fetchall()
+        rendered = STEP_JSON if messages else STEP_JSON_WITHOUT_MESSAGE
+        steps = db.execute(f"SELECT idx, {rendered} FROM steps WHERE {where}{only_group} ORDER BY idx", args + group_args).fetchall()
         for idx, step in steps:
             if step is None:
                 what = f"step {idx} of run {run_id!r}"
@@ -335,10 +338,11 @@ class SqliteStore(RuleBookStore):
             return db.execute("SELECT 1 FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone() is not None
 
     def _read_steps(
-        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False
+        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
+        messages: bool = True,
     ) -> list[tuple[int, Doc]]:
         with self._read() as db:
-            return self._steps_json(db, tenant, run_id, index=index, group=group, detail=detail)  # type: ignore[return-value]
+            return self._steps_json(db, tenant, run_id, index=index, group=group, detail=detail, messages=messages)  # type: ignore[return-value]
 
     def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
         with self._read() as db:

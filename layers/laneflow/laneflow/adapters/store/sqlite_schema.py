@@ -335,6 +335,8 @@ RUN_INPUT_JSON = _as_json(RUN_INPUT_COLUMNS)
 
 STEP_JSON = _as_json(STEP_COLUMNS)
 
+STEP_JSON_WITHOUT_MESSAGE = _as_json({field: column for field, column in STEP_COLUMNS.items() if field != "message"})
+
 ATTEMPT_JSON = _as_json(ATTEMPT_COLUMNS)
 
 EVENT_JSON = _as_json(EVENT_COLUMNS)

@@ -24,7 +24,7 @@ def build_handoff(svc: Services, run: Run, group: int, kind: str) -> str:
     previous: list[Step] = []
     group -= 1
     while group >= 0:
-        previous = [s for s in svc.store.get_steps(run.tenant, run.id, group=group) if s.rescue_of is None]
+        previous = [s for s in svc.store.get_steps(run.tenant, run.id, group=group, messages=False) if s.rescue_of is None]
         if any(s.agent for s in previous):
             break
         group -= 1
