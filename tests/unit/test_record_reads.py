@@ -12,7 +12,7 @@ import uuid
 
 from helpers import write_workspace
 
-from laneflow.adapters.store import open_store, sqlite
+from laneflow.adapters.store import open_store, rulebook, sqlite
 from laneflow.domain import workers
 from laneflow.domain.inbox import Note
 from laneflow.domain.records import Attempt
@@ -34,7 +34,7 @@ def test_the_check_sees_a_value_something_else_holds():
     assert not _held_by_caller_only(value)
 
 
-def test_an_attempt_a_note_and_a_worker_read_from_json_leave_no_value_behind():
+def test_an_attempt_a_note_a_run_input_and_a_worker_read_from_json_leave_no_value_behind():
     doc = {"run_id": "", "index": 0, "n": 1, "token": "t", "started_at": "2026-01-01T00:00:00.000Z"}
     for read in (
         lambda text: Attempt.model_validate_json(text),
@@ -48,6 +48,10 @@ def test_an_attempt_a_note_and_a_worker_read_from_json_leave_no_value_behind():
     note = Note.model_validate_json(json.dumps({"id": uuid.uuid4().hex, "run_id": "r", "kind": "message", "to_index": 1, "text": "hi"}))
     value = note.id
     del note
+    assert _held_by_caller_only(value)
+    run_input = rulebook._RunInput.model_validate_json(json.dumps({"input": {"items": [uuid.uuid4().hex]}}))
+    value = run_input.input["items"][0]  # the store keeps a few inputs parsed, by run: not their items for ever
+    del run_input
     assert _held_by_caller_only(value)
     ref = workers.loads(json.dumps({"kind": "local", "host": uuid.uuid4().hex, "pid": 1}))
     assert isinstance(ref, workers.LocalProcess)
