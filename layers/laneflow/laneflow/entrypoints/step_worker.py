@@ -46,7 +46,11 @@ def main() -> int:
     for logical_id, spec in registry.functions.items():
         if spec.code_dir.name == "run_step":
             registry.load(logical_id)  # imported before the first call, not during it
-    out = sys.stdout.buffer
+    # The answers own the real stdout; whatever else writes to stdout (a library's print)
+    # goes to stderr, and cannot break a line of the protocol.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     out_lock = threading.Lock()
 
     def say(message: dict[str, Any]) -> None:

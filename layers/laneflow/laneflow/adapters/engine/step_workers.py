@@ -102,8 +102,10 @@ class _Worker:
                     future = self.pending.pop(int(message["id"]), None)
                 if future is not None:
                     future.set_result(message["result"])
-        except (ValueError, OSError) as error:
-            log.warning("step worker %s: unreadable answer (%s)", self.process.pid, error)
+        except (ValueError, KeyError, OSError) as error:
+            log.warning("step worker %s: unreadable answer (%s); it is replaced", self.process.pid, error)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)  # its calls cannot be told apart any more
         self._died()
 
     def _died(self) -> None:
