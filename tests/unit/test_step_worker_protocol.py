@@ -90,3 +90,18 @@ def test_one_run_s_calls_go_to_one_worker(tmp_path, monkeypatch):
 def test_a_pool_of_no_worker_is_refused():
     with pytest.raises(ValueError):
         step_workers.StepWorkers({}, 0, Quiet())
+
+
+def test_a_worker_that_never_starts_is_not_waited_for_its_call_is_answered_here(tmp_path, monkeypatch):
+    env = stand_in(tmp_path, monkeypatch, """
+        raise SystemExit(5)
+    """)
+    pool = step_workers.StepWorkers(env, 1, Quiet())
+    try:
+        started = time.monotonic()
+        assert pool.invoke("F", {"run": {"run_id": "run-1"}}) is None  # the engine answers it itself
+        assert pool.invoke("F", {"run": {"run_id": "run-2"}}) is None
+        assert time.monotonic() - started < 10
+        assert len(pool.workers) == 1 and pool.workers[0].dead.is_set()  # not started again and again
+    finally:
+        pool.close()
