@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from helpers import pacing_workspace
+from helpers import pacing_workspace, write_workspace
 
 from laneflow.adapters.engine.local import LocalDrives, _backend
 from laneflow.adapters.store import open_store
@@ -54,3 +54,52 @@ def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_re
     assert kept == []
     with pytest.raises(ValueError):
         LocalDrives(lambda: local_engine(svc), pool=0)
+
+
+@pytest.mark.parametrize("budget", [18_000, 200], ids=["one-execution", "continued"])
+def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monkeypatch, budget):
+    # Given serve's drives, and gated fan-outs (Map iterations, callback tokens, NextGroup),
+    # in one execution or, on a tight history budget, continued in fresh ones (NextDrive)
+    import gc
+    import weakref
+
+    from moto.stepfunctions.models import StateMachine
+
+    from laneflow.adapters.engine import local, moto_patches
+
+    ws = write_workspace(
+        tmp_path / "ws",
+        {"worker": {"stub": "Done with {item}."}},
+        {"fan": {"description": "gated fan-outs", "steps": [{"agent": "worker", "each": "input.items"}] * 3}},
+    )
+    svc = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca"), history_budget=budget))
+    engines, ended = [], []
+    forget = moto_patches.forget
+
+    def watching(backend, arn):  # what the drive leaves behind, just before it is forgotten
+        execution = local.LocalEngine._execution(arn)
+        ended.append((weakref.ref(execution), weakref.ref(execution.state_machine)))
+        forget(backend, arn)
+
+    monkeypatch.setattr(moto_patches, "forget", watching)
+    released = []
+    monkeypatch.setattr(local, "release_free_memory", lambda: released.append(len(ended)))
+    drives = LocalDrives(lambda: engines.append(weakref.ref(local_engine(svc))) or engines[-1](), pool=1)
+    run = create_run(svc, ws, "fan", {"items": [f"item-{i}" for i in range(4)]}, options={"gate": True})
+    assert local_engine(svc).state_machine_arn  # the state machine itself is made (and kept) once
+    tracked = len(StateMachine.instances_tracked)
+    # When it is driven to its end
+    drives.start(run.tenant, run.id)
+    drives.join(60)
+    assert svc.store.get_run(run.tenant, run.id, steps=False).status == RunStatus.completed
+    # Then nothing of it is left: not its execution nor its snapshot of the state machine
+    # (moto's dashboard list of models kept those), not its engine, nor any table keyed by it
+    gc.collect()
+    assert len(ended) == 1 if budget == 18_000 else len(ended) >= 2
+    assert engines
+    assert [(e(), m()) for e, m in ended] == [(None, None)] * len(ended)
+    assert engines[0]() is None
+    assert released == [len(ended)]  # what the drive freed was handed back once, after it was forgotten
+    assert len(StateMachine.instances_tracked) == tracked
+    assert not [arn for arn in {**local._registries, **local._sandboxes} if run.id in arn]
+    assert not [m for m in _backend().state_machines for e in m.executions if run.id in e.execution_arn]

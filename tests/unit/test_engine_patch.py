@@ -216,6 +216,39 @@ def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_runn
         alive.join(5)
 
 
+def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_model_list():
+    from moto.core.common_models import BaseModel
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    from laneflow.adapters.engine import moto_patches
+
+    # moto keeps every model object it makes (for its dashboard), a deep copy too, and each
+    # execution runs on a deep copy of its state machine
+    assert "instances_tracked.append(instance)" in inspect.getsource(BaseModel.__new__)
+    assert "state_machine_clone = copy.deepcopy(" in inspect.getsource(StepFunctionsParserBackend.start_execution)
+
+    class Snapshot:
+        instances_tracked: list = []
+
+        def __eq__(self, other):  # equal to every other: only identity says which one goes
+            return True
+
+    kept, snapshot, other = Snapshot(), Snapshot(), Snapshot()
+    Snapshot.instances_tracked.extend([kept, snapshot, other])
+
+    class Execution:
+        def __init__(self, arn, status, state_machine):
+            self.execution_arn, self.status, self.state_machine = arn, status, state_machine
+
+    machine = type("Machine", (), {})()
+    machine.executions = [Execution("a", "SUCCEEDED", snapshot), Execution("b", "RUNNING", other)]
+    backend = type("Backend", (), {"state_machines": [machine]})()
+    moto_patches.forget(backend, "a")
+    moto_patches.forget(backend, "b")  # still running: its snapshot is kept with it
+    tracked = Snapshot.instances_tracked
+    assert len(tracked) == 2 and tracked[0] is kept and tracked[1] is other
+
+
 def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once():
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service, state_task_service_ecs
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint

@@ -68,8 +68,16 @@ class FailureKind(StrEnum):
 
 
 
+# How records are read from the JSON a store keeps (`model_validate_json`, and the config of
+# any TypeAdapter that reads lists of them). pydantic-core keeps, by default, every string of
+# up to 64 characters it ever read from JSON in one process-wide cache of 16,384: ids, times,
+# items and outputs are read once each, so a long-lived process (`laneflow serve`) filled it
+# run after run (~1.2 MB, none of it read again). Field names repeat: only they are kept.
+READ_JSON = ConfigDict(cache_strings="keys")
+
+
 class Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, use_enum_values=False)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, use_enum_values=False, **READ_JSON)
 
 
 # A worker reference on a record: read from the text a store keeps, too (`workers.loads`).

@@ -75,7 +75,8 @@ class FargateTask(_Worker):
 
 WorkerRef = Annotated[LocalProcess | LambdaRequest | StepFunctionsExecution | FargateTask, Field(discriminator="kind")]
 
-_WORKER: TypeAdapter[WorkerRef] = TypeAdapter(WorkerRef)
+# Only field names are kept in pydantic-core's string cache (records.READ_JSON says why).
+_WORKER: TypeAdapter[WorkerRef] = TypeAdapter(WorkerRef, config=ConfigDict(cache_strings="keys"))
 
 
 def dumps(worker: WorkerRef) -> str:

@@ -34,18 +34,23 @@ def _watch_parent(parent: int) -> None:
 
 
 def main() -> int:
-    from laneflow.adapters.engine.local import HandlerRegistry
+    from laneflow.adapters.engine.local import HandlerRegistry, bound_malloc_arenas, release_free_memory
     from laneflow.adapters.engine.template import Template
     from laneflow.paths import project_root
     from laneflow.wiring import bound, step_worker_services
 
     _watch_parent(os.getppid())
+    bound_malloc_arenas()  # a thread per call, as serve's drives: the same C-heap rules
     svc = step_worker_services(dict(os.environ))
     registry = HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))
     for logical_id, spec in registry.functions.items():
         if spec.code_dir.name == "run_step":
             registry.load(logical_id)  # imported before the first call, not during it
-    out = sys.stdout.buffer
+    # The answers own the real stdout; whatever else writes to stdout (a library's print)
+    # goes to stderr, and cannot break a line of the protocol.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     out_lock = threading.Lock()
 
     def say(message: dict[str, Any]) -> None:
@@ -54,9 +59,19 @@ def main() -> int:
             out.write(line)
             out.flush()
 
+    in_flight = [0]
+    count_lock = threading.Lock()
+
     def answer(call: dict[str, Any]) -> None:
-        result = registry.invoke(str(call["function"]), call.get("payload"))
-        say({"id": call["id"], "result": result})
+        try:
+            result = registry.invoke(str(call["function"]), call.get("payload"))
+            say({"id": call["id"], "result": result})
+        finally:
+            with count_lock:
+                in_flight[0] -= 1
+                idle = in_flight[0] == 0
+            if idle:  # a long-lived worker keeps none of what its calls freed (as serve after a drive)
+                release_free_memory()
 
     say({"ready": os.getpid()})
     for line in sys.stdin.buffer:
@@ -64,6 +79,8 @@ def main() -> int:
         if call.get("leave"):
             svc.leaving.set()
             continue
+        with count_lock:
+            in_flight[0] += 1
         threading.Thread(target=answer, args=(call,), name=f"step-call-{call['id']}", daemon=True).start()
     # The engine is done: what still runs was for it, and it is gone.
     logging.shutdown()

@@ -16,6 +16,9 @@ tests/unit/test_engine_patch.py fails loudly if any of them moves):
 - **Finished executions are forgotten** (`forget`): moto keeps every execution (its history,
   its environment) and every worker thread it ever started (`utils.TMP_THREADS`, a list
   nothing reads), so a long-lived process (`laneflow serve`) grew by ~24 KiB a step forever.
+  It also keeps every model object it ever made, for its dashboard (`instances_tracked`, a
+  list on each model class, appended to by `BaseModel.__new__`): each execution's snapshot of
+  its state machine (a deep copy) was one more, kept after the execution was forgotten.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any
 PARSE_CACHE_SIZE = 1024
 
 _lock = threading.Lock()
+
+_untracking = threading.Lock()
 
 _installed = False
 
@@ -110,7 +115,21 @@ def forget(backend: Any, execution_arn: str) -> None:
         for execution in list(executions):
             if execution.execution_arn == execution_arn and execution.status != "RUNNING":
                 executions.remove(execution)
+                _untrack(getattr(execution, "state_machine", None))
     # Rebuilt in place (the interpreter's modules hold this very list). A thread appended
     # while it is rebuilt may be left out: nothing reads the list, so that only frees it.
     threads = utils.TMP_THREADS
     threads[:] = [thread for thread in threads if thread.is_alive()]
+
+
+def _untrack(model: Any) -> None:
+    """Drop one model object from moto's dashboard list of its class, by identity. moto only
+    appends to the list (at its end), so under the lock an index found stays right."""
+    tracked = getattr(type(model), "instances_tracked", None)
+    if model is None or tracked is None:
+        return
+    with _untracking:
+        for at in range(len(tracked) - 1, -1, -1):
+            if tracked[at] is model:
+                del tracked[at]
+                return

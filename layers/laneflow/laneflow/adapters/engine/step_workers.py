@@ -87,6 +87,7 @@ class _Worker:
         self.dead = threading.Event()
         self.pending: dict[int, Future[dict[str, Any]]] = {}
         self.answered = 0  # calls sent to it (tests, benchmarks)
+        self.started = False  # it said it was ready (one that died before never could)
         self._lock = threading.Lock()
         threading.Thread(target=self._read, name=f"step-worker-{self.process.pid}", daemon=True).start()
 
@@ -96,19 +97,23 @@ class _Worker:
             for line in self.process.stdout:
                 message = json.loads(line)
                 if "ready" in message:
+                    self.started = True
                     self.ready.set()
                     continue
                 with self._lock:
                     future = self.pending.pop(int(message["id"]), None)
                 if future is not None:
                     future.set_result(message["result"])
-        except (ValueError, OSError) as error:
-            log.warning("step worker %s: unreadable answer (%s)", self.process.pid, error)
+        except (ValueError, KeyError, OSError) as error:
+            log.warning("step worker %s: unreadable answer (%s); it is replaced", self.process.pid, error)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)  # its calls cannot be told apart any more
         self._died()
 
     def _died(self) -> None:
         with self._lock:
             self.dead.set()
+            self.ready.set()  # whoever waits for it to start stops waiting (and finds it dead)
             pending, self.pending = self.pending, {}
         code = self.process.wait()
         for future in pending.values():
@@ -178,6 +183,12 @@ class StepWorkers:
             if self._closed:
                 return None
             for i, each in enumerate(self.workers):
+                if each.dead.is_set() and not each.started:
+                    # It could not start (a broken environment): none would. The engine
+                    # answers every call itself from now on, and says so once.
+                    log.warning("a step worker exited before it started (code %s): steps run in the engine's process", each.process.poll())
+                    self._closed = True
+                    return None
                 if each.dead.is_set():
                     self.workers[i] = _Worker(self.environ)
             worker = self.workers[slot]

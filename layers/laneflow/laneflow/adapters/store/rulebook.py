@@ -44,6 +44,7 @@ from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, NoteKind, QuestionStatus
 from laneflow.domain.outline import GroupOutline
 from laneflow.domain.records import (
+    READ_JSON,
     Attempt,
     AttemptRef,
     AttemptStatus,
@@ -177,7 +178,7 @@ def _entry(*masked: str) -> Callable[[_F], _F]:
     return wrap
 
 
-_RUNS = TypeAdapter(list[Run])
+_RUNS = TypeAdapter(list[Run], config=READ_JSON)
 
 # Runs whose input a store keeps parsed (`get_run_input`): a run's input never changes, and a
 # fan-out's steps each need it (100,000 items parse in ~20 ms). Few: an input can be large.
@@ -185,9 +186,10 @@ INPUTS_KEPT = 4
 
 
 class _RunInput(BaseModel):
+    model_config = READ_JSON  # its items are read once each: none kept in pydantic's cache
     input: Any = Field(default_factory=dict)  # as `Run.input`
 
-_STEPS = TypeAdapter(list[Step])
+_STEPS = TypeAdapter(list[Step], config=READ_JSON)
 
 _M = TypeVar("_M", bound=BaseModel)
 

@@ -103,6 +103,7 @@ from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note
 from laneflow.domain.outline import GroupOutline, StepFacts
 from laneflow.domain.records import (
+    READ_JSON,
     Attempt,
     AttemptRef,
     AttemptStatus,
@@ -117,7 +118,7 @@ from laneflow.domain.records import (
 
 log = logging.getLogger("laneflow.store")
 
-_ATTEMPTS = TypeAdapter(list[Attempt])
+_ATTEMPTS = TypeAdapter(list[Attempt], config=READ_JSON)
 
 _ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
 

@@ -1,0 +1,107 @@
+"""The engine's end of a step worker (adapters/engine/step_workers.py), against stand-in
+worker programs: a worker that breaks the protocol or dies fails its calls as a worker
+that exited (never hangs them) and is killed; a call before its worker is ready waits."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+
+import pytest
+
+from laneflow.adapters.engine import step_workers
+
+
+class Quiet:
+    def succeed(self, token, output): ...
+    def succeed_all(self, tokens, output): return []
+    def fail(self, token, error, cause): ...
+    def heartbeat(self, token): ...
+
+
+def stand_in(tmp_path, monkeypatch, body: str) -> dict[str, str]:
+    """Workers run `body` (a Python program) instead of the real entrypoint."""
+    (tmp_path / "stand_in_worker.py").write_text(textwrap.dedent(body))
+    monkeypatch.setattr(step_workers, "WORKER_MODULE", "stand_in_worker")
+    return {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+
+def test_a_worker_that_writes_garbage_fails_its_call_as_exited_and_is_killed(tmp_path, monkeypatch):
+    env = stand_in(tmp_path, monkeypatch, """
+        import sys, time
+        print('{"ready": 1}', flush=True)
+        sys.stdin.readline()
+        print("hello from a library", flush=True)
+        time.sleep(600)
+    """)
+    pool = step_workers.StepWorkers(env, 1, Quiet())
+    try:
+        started = time.monotonic()
+        answer = pool.invoke("RunStepFunction", {"run": {"run_id": "run-1"}})
+        assert time.monotonic() - started < 30
+        assert answer["FunctionError"] == "Unhandled" and answer["Payload"]["errorType"] == "StepWorkerExited"
+        (worker,) = pool.workers
+        assert worker.dead.is_set() and worker.process.poll() is not None
+    finally:
+        pool.close()
+
+
+def test_a_worker_that_dies_mid_call_fails_it_and_the_next_call_gets_a_new_worker(tmp_path, monkeypatch):
+    env = stand_in(tmp_path, monkeypatch, """
+        import json, os, sys
+        print('{"ready": 1}', flush=True)
+        call = json.loads(sys.stdin.readline())
+        if os.environ.get("DIE_FIRST") and not os.path.exists(os.environ["DIE_FIRST"]):
+            open(os.environ["DIE_FIRST"], "w").close()
+            os._exit(3)
+        print(json.dumps({"id": call["id"], "result": {"StatusCode": 200, "Payload": {"ok": True}}}), flush=True)
+        sys.stdin.readline()
+    """)
+    env["DIE_FIRST"] = str(tmp_path / "died-once")
+    pool = step_workers.StepWorkers(env, 1, Quiet())
+    try:
+        first = pool.invoke("RunStepFunction", {"run": {"run_id": "run-1"}})
+        assert first["Payload"]["errorType"] == "StepWorkerExited" and "code 3" in first["Payload"]["errorMessage"]
+        second = pool.invoke("RunStepFunction", {"run": {"run_id": "run-1"}})
+        assert second == {"StatusCode": 200, "Payload": {"ok": True}}
+    finally:
+        pool.close()
+
+
+def test_one_run_s_calls_go_to_one_worker(tmp_path, monkeypatch):
+    env = stand_in(tmp_path, monkeypatch, """
+        import json, os, sys
+        print('{"ready": 1}', flush=True)
+        for line in sys.stdin:
+            call = json.loads(line)
+            print(json.dumps({"id": call["id"], "result": {"Payload": {"pid": os.getpid()}}}), flush=True)
+    """)
+    pool = step_workers.StepWorkers(env, 3, Quiet())
+    try:
+        pids = {pool.invoke("F", {"run": {"run_id": "run-a"}})["Payload"]["pid"] for _ in range(5)}
+        assert len(pids) == 1
+        every = {pool.invoke("F", {"run": {"run_id": f"run-{i}"}})["Payload"]["pid"] for i in range(30)}
+        assert len(every) > 1  # runs spread over the workers
+    finally:
+        pool.close()
+
+
+def test_a_pool_of_no_worker_is_refused():
+    with pytest.raises(ValueError):
+        step_workers.StepWorkers({}, 0, Quiet())
+
+
+def test_a_worker_that_never_starts_is_not_waited_for_its_call_is_answered_here(tmp_path, monkeypatch):
+    env = stand_in(tmp_path, monkeypatch, """
+        raise SystemExit(5)
+    """)
+    pool = step_workers.StepWorkers(env, 1, Quiet())
+    try:
+        started = time.monotonic()
+        assert pool.invoke("F", {"run": {"run_id": "run-1"}}) is None  # the engine answers it itself
+        assert pool.invoke("F", {"run": {"run_id": "run-2"}}) is None
+        assert time.monotonic() - started < 10
+        assert len(pool.workers) == 1 and pool.workers[0].dead.is_set()  # not started again and again
+    finally:
+        pool.close()
