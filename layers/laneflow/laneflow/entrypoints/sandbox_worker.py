@@ -92,8 +92,9 @@ class _Heartbeat:
         self.done.set()
 
 
-def _watch_parent(parent: int) -> None:
-    """Locally: a worker whose engine went away (even by SIGKILL) ends too, at once."""
+def watch_parent(parent: int) -> None:
+    """Locally: a worker whose engine went away (even by SIGKILL) ends too, at once (the
+    sandbox workers, and the engine's step workers)."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -194,7 +195,7 @@ def zygote() -> int:
     its stdin closes (the engine is done) or its engine goes away. Starting a Python that
     imports laneflow costs about 0.4 s on a small machine; a fork of this one, milliseconds."""
     _preload()
-    _watch_parent(os.getppid())
+    watch_parent(os.getppid())
     out_lock = threading.Lock()
 
     def say(message: dict[str, Any]) -> None:
@@ -227,7 +228,7 @@ def main() -> int:
         return zygote()
     logging.basicConfig(level=os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING", stream=sys.stderr)
     if os.environ.get("LANEFLOW_RELAY"):
-        _watch_parent(os.getppid())
+        watch_parent(os.getppid())
     else:
         _on_sigterm(SIGTERM_GRACE_S)
     return run(os.environ)

@@ -16,30 +16,19 @@ import logging
 import os
 import sys
 import threading
-import time
 from typing import Any
 
 log = logging.getLogger("laneflow.engine")
 
 
-def _watch_parent(parent: int) -> None:
-    """A worker whose engine went away (even by SIGKILL) ends too, at once."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(70)
-
-    threading.Thread(target=watch, name="step-worker-parent-watch", daemon=True).start()
-
-
 def main() -> int:
     from laneflow.adapters.engine.local import HandlerRegistry, bound_malloc_arenas, release_free_memory
     from laneflow.adapters.engine.template import Template
+    from laneflow.entrypoints.sandbox_worker import watch_parent
     from laneflow.paths import project_root
     from laneflow.wiring import bound, step_worker_services
 
-    _watch_parent(os.getppid())
+    watch_parent(os.getppid())
     bound_malloc_arenas()  # a thread per call, as serve's drives: the same C-heap rules
     svc = step_worker_services(dict(os.environ))
     registry = HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))
