@@ -18,8 +18,6 @@ import sys
 import threading
 from typing import Any
 
-log = logging.getLogger("laneflow.engine")
-
 
 def main() -> int:
     from laneflow.adapters.engine.local import HandlerRegistry, bound_malloc_arenas, release_free_memory
@@ -32,9 +30,8 @@ def main() -> int:
     bound_malloc_arenas()  # a thread per call, as serve's drives: the same C-heap rules
     svc = step_worker_services(dict(os.environ))
     registry = HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))
-    for logical_id, spec in registry.functions.items():
-        if spec.code_dir.name == "run_step":
-            registry.load(logical_id)  # imported before the first call, not during it
+    for logical_id in registry.worker_functions:
+        registry.load(logical_id)  # imported before the first call, not during it
     # The answers own the real stdout; whatever else writes to stdout (a library's print)
     # goes to stderr, and cannot break a line of the protocol.
     out = os.fdopen(os.dup(1), "wb")

@@ -269,9 +269,6 @@ class Sandboxes:
         with self._lock:  # by token: a worker may report before `launch` has registered it
             self._reported.add(token)
 
-    def _answer(self, message: dict[str, Any]) -> dict[str, Any]:
-        return self.relay.answer(message)
-
     # the children
 
     def launch(self, env: Mapping[str, str]) -> Child:

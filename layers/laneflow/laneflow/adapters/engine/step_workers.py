@@ -137,10 +137,6 @@ class _Worker:
                 return False
         return True
 
-    def load(self) -> int:
-        with self._lock:
-            return len(self.pending)
-
     def close(self) -> None:
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
