@@ -78,18 +78,28 @@ def api_event(name: str, **changes) -> dict:
     return event
 
 
+def start(api, body: dict) -> str:
+    """Start a run through the API handler: its id (a 201)."""
+    started = api(api_event("start_run", body=json.dumps(body)), None)
+    assert started["statusCode"] == 201, started["body"]
+    return json.loads(started["body"])["id"]
+
+
+def record_of(api, run_id: str) -> dict:
+    """The run's record through the API handler (a 200)."""
+    got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
+    assert got["statusCode"] == 200, got["body"][:300]
+    return json.loads(got["body"])
+
+
 @pytest.mark.slow
 def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
     api = handler("api")
     body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides", "reefs", "vents"]}}
-    started = api(api_event("start_run", body=json.dumps(body)), None)
-    assert started["statusCode"] == 201, started["body"]
-    run_id = json.loads(started["body"])["id"]
+    run_id = start(api, body)
     assert cloud.drives.started == [run_id]
 
-    got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
-    record = json.loads(got["body"])
-    assert got["statusCode"] == 200, got["body"][:300]
+    record = record_of(api, run_id)
     assert record["status"] == "completed", record.get("error")
     assert len(record["steps"]) == 6 and all(s["status"] == "completed" and s["prompt_layers"] and s["calls"] for s in record["steps"])
     assert record["steps"][-1]["data"]["slug"] == "ocean-records"
@@ -106,11 +116,8 @@ def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud):
     """examples/scouts from S3, started through the API handler and driven by the same
     handlers on DynamoDB: the message is kept in the table and both records show it."""
     api = handler("api")
-    started = api(api_event("start_run", body=json.dumps({"workspace": "scouts", "flow": "survey"})), None)
-    assert started["statusCode"] == 201, started["body"]
-    run_id = json.loads(started["body"])["id"]
-    got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
-    record = json.loads(got["body"])
+    run_id = start(api, {"workspace": "scouts", "flow": "survey"})
+    record = record_of(api, run_id)
     assert record["status"] == "completed", record.get("error")
     north, south = record["steps"][:2]
     assert any(e["type"] == "peer" and e["text"].startswith("message to south-scout (step 1)") for e in north["events"])
@@ -207,13 +214,10 @@ def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api
 
     cloud.drives = Recording()
     api = handler("api")
-    started = api(api_event("start_run", body=json.dumps({"workspace": "desk", "flow": "brief"})), None)
-    assert started["statusCode"] == 201, started["body"]
-    run_id = json.loads(started["body"])["id"]
-    got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
-    record = json.loads(got["body"])
+    run_id = start(api, {"workspace": "desk", "flow": "brief"})
+    record = record_of(api, run_id)
     assert record["status"] == "completed" and record["then_run"] and later == [record["then_run"]]
     drives.start("123456789012", later[0])
-    chained = json.loads(api(api_event("get_run", pathParameters={"run_id": later[0]}, path=f"/runs/{later[0]}"), None)["body"])
+    chained = record_of(api, later[0])
     assert chained["status"] == "completed" and chained["input"] == {"text": "The brief."}
     assert chained["steps"][0]["instruction"] == "Publish The brief."
