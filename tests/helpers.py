@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -144,3 +144,18 @@ def closed_within(sock: socket.socket, seconds: float) -> float | None:
     except ConnectionError:
         pass
     return time.monotonic() - started
+
+
+def wait_for_run(proc: Any, db_file: Path, store_url: str, ready: Callable[[Any, Run], bool], poll_s: float = 0.05, within_s: float = 90) -> tuple[Any, str | None]:
+    """While a `laneflow` subprocess runs, poll its store until its first run is `ready`
+    (given the store and the run): (the store, the run's id), or (the store or None, None)
+    if the process ended or `within_s` passed first."""
+    db, deadline = None, time.monotonic() + within_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db_file.exists():
+            db = db or open_store(store_url)
+            runs = db.list_runs("local")
+            if runs and ready(db, runs[0]):
+                return db, runs[0].id
+        time.sleep(poll_s)
+    return db, None

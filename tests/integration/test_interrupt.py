@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from contract.store.backends import dynamodb_store, sqlite_store
-from helpers import FIXTURES
+from helpers import FIXTURES, wait_for_run
 from test_account import ACCOUNT_RULE, agents_md_layer
 from test_crash import assert_invariants
 
@@ -49,16 +49,9 @@ def interrupt_mid_flight(tmp_path: Path, *signals: signal.Signals, extra: tuple[
         [str(EXE), "run", str(WS), "slow", "--store", store, "--quiet", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )
-    db, run_id = None, None
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (tmp_path / "int.db").exists():
-            db = db or open_store(store)
-            runs = db.list_runs("local")
-            if runs and [s.status for s in db.get_steps("local", runs[0].id) if s.index in SLOW] == ["running"] * 2:
-                run_id = runs[0].id
-                break
-        time.sleep(0.05)
+    db, run_id = wait_for_run(
+        proc, tmp_path / "int.db", store, lambda db, run: [s.status for s in db.get_steps("local", run.id) if s.index in SLOW] == ["running"] * 2,
+    )
     assert run_id, f"the slow steps never ran: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
     sent = time.monotonic()
     for n, sig in enumerate(signals):

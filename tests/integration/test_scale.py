@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import wait_for_run
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
@@ -278,16 +279,10 @@ def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows
         [str(EXE), "run", str(ws), "fan", "--input", json.dumps({"items": [f"i{n}" for n in range(30)]}),
          "--store", store, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=environ,
     )
-    db, run_id = None, None
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (tmp_path / "int.db").exists():
-            db = db or open_store(store)
-            runs = db.list_runs("local")
-            if runs and runs[0].segments >= 1 and any(s.status == StepStatus.running for s in db.get_steps("local", runs[0].id)):
-                run_id = runs[0].id
-                break
-        time.sleep(0.02)
+    db, run_id = wait_for_run(
+        proc, tmp_path / "int.db", store,
+        lambda db, run: run.segments >= 1 and any(s.status == StepStatus.running for s in db.get_steps("local", run.id)), poll_s=0.02,
+    )
     assert run_id and db, f"the run never reached its second execution: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
     # When the person presses Ctrl-C while the second execution runs
     proc.send_signal(signal.SIGINT)
