@@ -189,5 +189,5 @@ def test_commands_that_drive_get_one_step_worker_on_two_cores_unless_told(monkey
     assert step_workers(0, Settings(step_workers=3), environ={"LANEFLOW_STEP_WORKERS": "3"}) == 0
     with pytest.raises(InvalidInput, match="--step-workers 33"):
         step_workers(33, cfg, environ={})
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidInput, match=r"^LANEFLOW_STEP_WORKERS: Input should be greater than or equal to 0$"):
         Settings.from_env({"LANEFLOW_STEP_WORKERS": "-1"})

@@ -51,3 +51,14 @@ def test_a_bad_LANEFLOW_TENANT_is_refused_naming_the_variable():
         Settings(tenant="a/b")
     assert Settings.from_env({"LANEFLOW_TENANT": "acme"}).tenant == "acme"
     assert Settings.from_env({}).tenant == "local"
+
+
+def test_a_bad_setting_in_the_environment_is_refused_naming_its_variables_never_their_values():
+    from laneflow.domain.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as refused:
+        Settings.from_env({"LANEFLOW_HISTORY_BUDGET": "abc", "LANEFLOW_ISOLATION": "s3cr3t-ish", "ANTHROPIC_API_KEY": "sk-ant-xyz"})
+    said = str(refused.value)
+    assert said.startswith("LANEFLOW_HISTORY_BUDGET: Input should be a valid integer")
+    assert "LANEFLOW_ISOLATION: Input should be 'auto' or 'subprocess'" in said
+    assert "abc" not in said and "s3cr3t-ish" not in said and "sk-ant" not in said

@@ -6,8 +6,9 @@ import os
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 
+from laneflow.domain.errors import InvalidInput
 from laneflow.domain.tenants import check_tenant
 
 # Each setting read from the environment, and the variable it is read from.
@@ -95,7 +96,10 @@ class Settings(BaseModel):
                 values[field] = env[name]
         if "tenant" in values:
             check_tenant(values["tenant"], source="LANEFLOW_TENANT")
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            raise InvalidInput(unusable_variables(error)) from None
 
     def to_env(self) -> dict[str, str]:
         """The variables `from_env` reads these settings back from (those set): what a child
@@ -110,6 +114,15 @@ class Settings(BaseModel):
                 continue
             out[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
+
+
+
+def unusable_variables(error: ValidationError) -> str:
+    """What is wrong with the environment, by the variables' names (never their values: one
+    may be a key)."""
+    names = dict(ENV_NAMES)
+    said = [f"{names.get(str(e['loc'][0]), str(e['loc'][0])) if e['loc'] else 'the environment'}: {e['msg']}" for e in error.errors()]
+    return "; ".join(said)
 
 
 
