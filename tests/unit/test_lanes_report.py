@@ -42,6 +42,13 @@ def test_this_runs_writers_come_before_the_previous_runs_and_a_later_start_is_no
     ]
 
 
+def test_siblings_that_started_in_the_same_millisecond_are_ordered_by_index_so_one_names_no_one():
+    same = "2026-12-01T00:00:01.000Z"
+    siblings = [wrote(i, started=same) for i in range(3)]
+    earlier = {s.index: [e.index for _, e in earlier_writers(s, ("run-now", siblings), None)] for s in siblings}
+    assert earlier == {0: [], 1: [0], 2: [1, 0]}
+
+
 def test_lane_rows_count_cold_prefixes_cache_tokens_and_gate_waits_per_group_cycle_and_lane():
     lead = wrote(0)
     sibling = Step(index=1, group=0, agent="scout", model="claude-sonnet-4-6", started_at="2026-12-01T00:00:00.412Z",
