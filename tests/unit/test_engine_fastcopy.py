@@ -100,3 +100,41 @@ def test_a_memo_given_by_a_caller_is_used_as_deepcopy_uses_it():
     first = json_deepcopy({"a": shared}, memo)
     second = copy.deepcopy({"b": shared}, memo)
     assert first["a"] is second["b"]
+
+
+def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independent():
+    """A Map's end copies its closed jobs whole (a set of moto's JobClosed records): the
+    fast copy makes new records whose outputs are deep copies, as `copy.deepcopy` does."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.job import JobClosed
+
+    moto_fastcopy.install()
+    assert JobClosed in moto_fastcopy._RECORDS
+    shared = {"run": {"tenant": "local", "run_id": "r-1"}}
+    jobs = {JobClosed(job_index=i, job_output={"step": {"index": i}, "ctx": shared}) for i in range(50)}
+    fast, slow = json_deepcopy(jobs), copy.deepcopy(jobs)
+    assert type(fast) is set and len(fast) == 50
+    view = lambda js: sorted((j.job_index, j.job_output) for j in js)  # noqa: E731
+    assert view(fast) == view(slow)
+    assert all(type(j) is JobClosed for j in fast) and not {id(j) for j in fast} & {id(j) for j in jobs}
+    one = next(iter(fast))
+    one.job_output["step"]["index"] = -1
+    one.job_output["ctx"]["run"]["tenant"] = "changed"
+    assert shared == {"run": {"tenant": "local", "run_id": "r-1"}}
+    # within one copy a value met twice stays shared, as copy.deepcopy keeps it
+    assert len({id(j.job_output["ctx"]) for j in fast}) == 1 == len({id(j.job_output["ctx"]) for j in slow})
+
+
+def test_only_plain_records_are_taken_for_the_fast_copy():
+    class Custom:
+        def __deepcopy__(self, memo):
+            return "custom"
+
+    class Slotted:
+        __slots__ = ("a",)
+
+    class Plain:
+        def __init__(self):
+            self.a = [1]
+
+    assert not moto_fastcopy._plain(Custom) and not moto_fastcopy._plain(Slotted) and moto_fastcopy._plain(Plain)
+    assert not moto_fastcopy._plain(OrderedDict)

@@ -14,7 +14,7 @@ from laneflow.domain.history import COSTS_FILE, costs_from_definition, history_c
 from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.messages import LaneStep, NextGroupRequest, SettleGroupRequest, StartDriveRequest
 from laneflow.domain.records import RunChanges, RunStatus, Step, StepChanges, StepStatus
-from laneflow.domain.windows import plan_window, rescue_window, window_cost
+from laneflow.domain.windows import most_steps, plan_window, rescue_window, window_cost
 from laneflow.settings import Settings
 from laneflow.usecases.next_group import next_group
 from laneflow.usecases.settle_group import settle_group
@@ -118,6 +118,42 @@ def test_next_group_plans_a_window_and_settle_answers_next_until_its_last_window
     assert next_group(svc, NextGroupRequest(run=ref, used=plan.used)).action == "continue"
     later = next_group(svc, NextGroupRequest(run=ref, used=0))
     assert later.action == "run" and later.lanes[0].siblings[0] == plan.through + 1
+
+
+def test_a_windows_decisions_read_the_window_not_the_whole_group(svc, big, monkeypatch):
+    """NextGroup reads the window's pending steps (one more than fit) and each lane's first
+    two; SettleGroup after a window that is not the group's last reads whether a later one
+    is left and the window's unfinished steps. Only the last window's settlement reads the
+    group whole (a fan-out of 10,000 in 8 windows read its 10,000 steps three times a window)."""
+    run, ref = big
+    read: list[int] = []
+    get_steps = svc.store.get_steps
+
+    def counted(*args, **kwargs):
+        steps = get_steps(*args, **kwargs)
+        read.append(len(steps))
+        return steps
+
+    monkeypatch.setattr(svc.store, "get_steps", counted)
+    plan = next_group(svc, NextGroupRequest(run=ref))
+    window = plan.through + 1
+    assert plan.action == "run" and 0 < window < 40
+    most = most_steps(used=0, budget=300, costs=history_costs())  # what the room pays for at the cheapest step's cost
+    assert read == [most + 1, 2] and most + 1 < 40, read  # the candidates (one past what could fit), the lane's first two
+    for index in range(window):
+        svc.store.update_step(run.tenant, run.id, index, StepChanges(status=StepStatus.completed, result="ok"))
+    svc.store.update_step(run.tenant, run.id, window - 1, StepChanges(status=StepStatus.running))  # nothing works on it
+    read.clear()
+    settled = settle_group(svc, SettleGroupRequest(run=ref, group=0, through=plan.through, used=plan.used))
+    assert settled.action == "next" and settled.reason == f"{40 - window} step(s) of group 0 still to run"
+    assert read == [1, 1], read  # a later step exists; the window's one step still marked running
+    assert svc.store.get_step(run.tenant, run.id, window - 1).status == StepStatus.failed  # tidied: none stays running
+    for index in range(window, 40):
+        svc.store.update_step(run.tenant, run.id, index, StepChanges(status=StepStatus.completed, result="ok"))
+    read.clear()
+    last = settle_group(svc, SettleGroupRequest(run=ref, group=0, through=39, used=0))
+    assert last.action == "end" and "failed" in (last.reason or "")  # the step nothing worked on failed, and it is required
+    assert read[0] == 0 and 40 in read  # no later window: the last settlement reads the group whole
 
 
 def test_a_failed_step_in_an_earlier_window_does_not_settle_the_group_before_its_last(svc, big):

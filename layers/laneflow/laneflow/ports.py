@@ -34,7 +34,7 @@ from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, Peer
 from laneflow.domain.messages import ExecutionInput
-from laneflow.domain.outline import GroupOutline
+from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -279,10 +279,13 @@ class Store(ABC):
     # -- steps --------------------------------------------------------------------------
 
     @abstractmethod
-    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> list[Step]:
-        """Steps ordered by index (without events, calls or layers), of one group if given.
-        With `messages=False` each step's `message` is left out (None): what a drive's
-        decisions read, which the handoff blocks in a group's messages would make heavy."""
+    def get_steps(
+        self, tenant: str, run_id: str, *, group: int | None = None, messages: bool = True, where: StepFilter | None = None,
+    ) -> list[Step]:
+        """Steps ordered by index (without events, calls or layers), of one group if given,
+        and only those `where` admits (`laneflow.domain.outline.StepFilter`). With
+        `messages=False` each step's `message` is left out (None): what a drive's decisions
+        read, which the handoff blocks in a group's messages would make heavy."""
 
     @abstractmethod
     def get_group_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from contract.store.backends import claim, new_run, snapshot
 from laneflow.adapters.store import Store
 from laneflow.domain.errors import Conflict, NotFound, RunNotFound
-from laneflow.domain.records import AttemptStatus, Event, ModelCall, PromptLayer, Step, StepChanges, StepStatus
+from laneflow.domain.records import AttemptStatus, Event, ModelCall, PromptLayer, Run, Step, StepChanges, StepStatus
 
 
 def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(store: Store):
@@ -30,6 +32,41 @@ def test_get_steps_without_messages_leaves_out_only_each_step_s_message(store: S
     assert [s.message for s in light] == [None, None]
     assert [s.model_dump(exclude={"message"}) for s in light] == [s.model_dump(exclude={"message"}) for s in whole]
     assert [s.index for s in store.get_steps(run.tenant, run.id, messages=False)] == [0, 1, 2, 3, 4]
+
+
+def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store: Store):
+    """A window's decision reads its window, not the whole group: statuses, flow steps only,
+    an index range, each lane's first few and a limit, alone and together, on any backend."""
+    from laneflow.domain.outline import StepFilter, statuses
+
+    run = Run(id=f"run-{uuid.uuid4().hex[:10]}", tenant="acme", workspace="newsroom", flow="brief", steps=[
+        Step(index=i, group=0 if i < 8 else 1, agent="scout" if i % 3 else "editor", model="stub" if i < 6 else "claude-x",
+             item=f"item-{i}") for i in range(10)
+    ])
+    store.create_run(run)
+    t, r = run.tenant, run.id
+    store.update_step(t, r, 1, StepChanges(status=StepStatus.completed))
+    store.update_step(t, r, 2, StepChanges(status=StepStatus.failed))
+    claim(store, run, 4)
+    store.update_step(t, r, 5, StepChanges(status=StepStatus.awaiting_approval))
+    store.add_steps(t, r, [Step(index=10, group=0, agent="fixer", rescue_of=2, instruction="rescue")])
+
+    def read(**where) -> list[int]:
+        return [s.index for s in store.get_steps(t, r, group=0, messages=False, where=StepFilter(**where))]
+
+    assert read() == [0, 1, 2, 3, 4, 5, 6, 7, 10]
+    assert read(statuses=statuses(StepStatus.pending, StepStatus.awaiting_approval)) == [0, 3, 5, 6, 7, 10]
+    assert read(statuses=statuses(StepStatus.pending), flow=True) == [0, 3, 6, 7]
+    assert read(low=3, high=6) == [3, 4, 5, 6]
+    assert read(statuses=statuses(StepStatus.pending, StepStatus.running), high=4) == [0, 3, 4]
+    assert read(flow=True, per_lane=2) == [0, 1, 2, 3, 6, 7]  # editor@stub 0, 3; scout@stub 1, 2; scout@claude-x 7; editor@claude-x 6
+    assert read(flow=True, per_lane=1) == [0, 1, 6, 7]
+    assert read(statuses=statuses(StepStatus.pending), flow=True, limit=3) == [0, 3, 6]
+    assert read(low=5, limit=2) == [5, 6]
+    assert read(statuses=statuses(StepStatus.skipped)) == []
+    lone = [s for s in store.get_steps(t, r, group=1, where=StepFilter(flow=True, per_lane=1))]
+    assert [s.index for s in lone] == [8, 9] and lone[0] == store.get_step(t, r, 8)
+    assert [s.index for s in store.get_steps(t, r, where=StepFilter(statuses=statuses(StepStatus.pending), low=7))] == [7, 8, 9, 10]
 
 
 def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(store: Store):

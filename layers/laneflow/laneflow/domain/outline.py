@@ -82,3 +82,31 @@ def first_pending(outline: list[GroupOutline]) -> GroupOutline | None:
 
 def spent(outline: list[GroupOutline]) -> float:
     return round(sum(o.cost_usd for o in outline), 6)
+
+
+@dataclass(frozen=True)
+class StepFilter:
+    """Which of a group's steps a read returns (`Store.get_steps(where=...)`), so that a
+    window's decision reads its window and not the whole group: a fan-out of 10,000 in 8
+    windows read its 10,000 steps whole three times a window. Each field left at None
+    filters nothing; the steps still come by index."""
+
+    statuses: frozenset[str] | None = None  # only steps in one of these statuses
+    flow: bool = False  # only flow steps (no rescues)
+    low: int | None = None  # only indexes from this one
+    high: int | None = None  # only indexes up to this one
+    per_lane: int | None = None  # only each (agent, model)'s first this many (after the filters above)
+    limit: int | None = None  # only the first this many (after all of the above)
+
+    def admits(self, index: int, status: str, rescue: bool) -> bool:
+        """Whether a step passes the filters that look at one step alone."""
+        return (
+            (self.statuses is None or status in self.statuses)
+            and not (self.flow and rescue)
+            and (self.low is None or index >= self.low)
+            and (self.high is None or index <= self.high)
+        )
+
+
+def statuses(*these: StepStatus) -> frozenset[str]:
+    return frozenset(s.value for s in these)

@@ -39,6 +39,13 @@ def fits(used: int, more: int, budget: int, costs: HistoryCosts) -> bool:
     return used + more + costs.drive <= budget
 
 
+def most_steps(*, used: int, budget: int, costs: HistoryCosts) -> int:
+    """The most steps a window can hold: what the room left pays for at the cheapest step's
+    cost (at least one). NextGroup reads no more pending steps than this, and one more."""
+    room = budget - costs.drive - used - costs.group - costs.lane
+    return max(1, room // max(1, min(costs.step.values())))
+
+
 def plan_window(
     pending: list[Step],
     plan: Callable[[list[Step]], list[Lane]],
@@ -54,9 +61,7 @@ def plan_window(
     ordered = sorted(pending, key=lambda s: s.index)
     if not ordered:
         return None
-    # No window holds more steps than the room left pays for at the cheapest step's cost.
-    room = budget - costs.drive - used - costs.group - costs.lane
-    most = max(1, room // max(1, min(costs.step.values())))
+    most = most_steps(used=used, budget=budget, costs=costs)
     if len(ordered) <= most:
         lanes = plan(ordered)
         if fits(used, window_cost(lanes, costs), budget, costs):

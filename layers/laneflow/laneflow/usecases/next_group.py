@@ -16,16 +16,15 @@ from laneflow.domain.messages import (
     NextGroupRequest,
     Plan,
 )
-from laneflow.domain.outline import first_pending, unsettled
+from laneflow.domain.outline import PENDING, StepFilter, first_pending, unsettled
 from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     RunChanges,
     RunStatus,
     Step,
-    StepStatus,
 )
 from laneflow.domain.settlement import STOPPED, budget_spent
-from laneflow.domain.windows import fits, plan_window, window_cost
+from laneflow.domain.windows import fits, most_steps, plan_window, window_cost
 from laneflow.ports import Services
 from laneflow.usecases.crashpoints import crashpoint
 from laneflow.usecases.run_step.handoff import prepare_handoffs
@@ -38,6 +37,8 @@ RUN_STOPPED = "run stopped"
 FAILED_BEFORE = "the run failed before this step"
 
 FAILED_DURING = "the run failed before this step finished"  # it had begun: an interrupted attempt
+
+PENDING_FLOW = frozenset(PENDING)  # a window's candidates: flow steps pending or awaiting approval
 
 
 
@@ -68,20 +69,19 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         store.update_run(run.tenant, run.id, RunChanges(error=spent), expect_status=(RunStatus.running,))
         return Plan(action="end", reason=spent, used=req.used)
     group = first.group
-    members = [s for s in store.get_steps(run.tenant, run.id, group=group, messages=False) if s.rescue_of is None]
-    launching = [s for s in members if s.status in (StepStatus.pending, StepStatus.awaiting_approval)]
+    # Only the window is read: the group's first pending flow steps, as many as could fit what
+    # is left of this execution's history (one more says there are more), and each lane's
+    # first two steps in the whole group (its lead, and whether it is gated). An approval is a
+    # group of its own, so the window shows it.
+    most = most_steps(used=req.used, budget=svc.settings.history_budget, costs=costs)
+    launching = store.get_steps(run.tenant, run.id, group=group, messages=False,
+                                where=StepFilter(statuses=PENDING_FLOW, flow=True, limit=most + 1))
     if any(s.agent is None for s in launching):
         return Plan(action="park", group=group, reason="an approval", used=req.used)
     crashpoint("group-transition")
     flow = Flow.model_validate(run.flow_spec)
     cycle = max(s.cycle for s in launching)
-
-    # Of the whole group, a lane's lead and whether it is gated need only its first two steps.
-    firsts: dict[tuple[str | None, str], list[Step]] = {}
-    for s in sorted(members, key=lambda s: s.index):
-        if len(kept := firsts.setdefault((s.agent, s.model), [])) < 2:
-            kept.append(s)
-    leads = [s for kept in firsts.values() for s in kept]
+    leads = store.get_steps(run.tenant, run.id, group=group, messages=False, where=StepFilter(flow=True, per_lane=2))
 
     def plan(window: list[Step]) -> list[Lane]:
         return plan_lanes(

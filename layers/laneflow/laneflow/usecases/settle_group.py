@@ -27,7 +27,7 @@ from laneflow.domain.messages import (
     Settlement,
     StepCrashedRequest,
 )
-from laneflow.domain.outline import GroupOutline
+from laneflow.domain.outline import UNFINISHED, GroupOutline, StepFilter, statuses
 from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     AttemptRef,
@@ -94,26 +94,45 @@ class Settler:
         self.flow = Flow.model_validate(run.flow_spec)
 
     def settle(self) -> Settlement:
-        """Only what the decision needs is read: the group's steps (again only if tidying
-        wrote to them), the run's group outline (its cost, its last index), and the steps of the
-        groups an `until:` step of this group loops back to. Never every step of the run."""
+        """Only what the decision needs is read: after a window that is not the group's last,
+        the window's steps still pending or running (what tidying records) and whether a later
+        window is left; after the last, the group's steps (again only if tidying wrote to
+        them), the run's group outline (its cost, its last index), and the steps of the groups
+        an `until:` step of this group loops back to. Never every step of the run."""
         tenant, run_id = self.run.tenant, self.run.id
         if self.run.stop_requested:  # nothing else is read or written for a stopped run
             self.settle_cost(self.store.get_group_outline(tenant, run_id))
             return Settlement(action="end", reason=STOPPED)
+        if self.through >= 0 and (later := self._later_window()):
+            return later
         members = self.store.get_steps(tenant, run_id, group=self.group, messages=False)
-        later = [s for s in members if s.rescue_of is None and s.status == StepStatus.pending and 0 <= self.through < s.index]
         tidying = tidy(self.run, within(members, self.through))
         self.apply_tidying(tidying)
         outline = self.store.get_group_outline(tenant, run_id)
         self.settle_cost(outline)
-        if later:  # the group's later windows are still to run: it is settled after its last
-            return Settlement(action="next", reason=f"{len(later)} step(s) of group {self.group} still to run")
         if tidying.rescued or tidying.rescue_failed or tidying.abandoned:  # what it recorded is read back
             members = self.store.get_steps(tenant, run_id, group=self.group, messages=False)
         steps = [s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g, messages=False)] + members
         last = max((o.last_index for o in outline), default=-1)
         return self.apply(decide(self.run, self.flow, self.group, steps, next_index=last + 1, spent=spent_of(outline)))
+
+    def _later_window(self) -> Settlement | None:
+        """`next` when the group has pending flow steps after this window's last (`through`),
+        once the window's steps nothing works on are recorded; None when this window was the
+        group's last. No rescue of this cycle exists before its last window is settled, so the
+        window's own steps are all tidying has to look at."""
+        tenant, run_id = self.run.tenant, self.run.id
+        later = self.store.get_steps(tenant, run_id, group=self.group, messages=False,
+                                     where=StepFilter(statuses=statuses(StepStatus.pending), flow=True, low=self.through + 1, limit=1))
+        if not later:
+            return None
+        unfinished = self.store.get_steps(tenant, run_id, group=self.group, messages=False,
+                                          where=StepFilter(statuses=frozenset(UNFINISHED), flow=True, high=self.through))
+        self.apply_tidying(tidy(self.run, unfinished))
+        outline = self.store.get_group_outline(tenant, run_id)
+        self.settle_cost(outline)
+        left = next((o.pending for o in outline if o.group == self.group), 0)
+        return Settlement(action="next", reason=f"{left} step(s) of group {self.group} still to run")
 
     def _looped_to(self, members: list[Step]) -> list[int]:
         """The earlier groups this group's completed `until:` steps may loop back to (their

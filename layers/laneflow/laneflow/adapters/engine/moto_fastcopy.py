@@ -8,7 +8,9 @@ values are almost always JSON (dicts, lists, text, numbers, booleans, null): `js
 copies those directly, the way `copy.deepcopy` would (the same memo, so a dict or list met
 twice is copied once and shared, and a cycle stays a cycle), and hands anything else
 (a subclass of dict, a tuple, a set, a datetime, moto's own objects) to `copy.deepcopy`
-itself, with the same memo. Its result is always what `copy.deepcopy` gives.
+itself, with the same memo. Sets and moto's few plain records it copies in bulk (`RECORDS`)
+it copies as `copy.deepcopy` does, their contents this way. Its result is always what
+`copy.deepcopy` gives.
 
 `install` points the `copy` name of each module listed in `MODULES` at a stand-in whose
 `deepcopy` is `json_deepcopy` (every other attribute is the `copy` module's); nothing else
@@ -58,6 +60,8 @@ def _copy(value: Any, memo: dict[int, Any], alive: list[Any] | None) -> Any:
     kind = type(value)
     if kind in _ATOMIC:
         return value
+    if kind in _RECORDS or kind is set:
+        return _copy_record(value, memo, alive)
     if kind is not dict and kind is not list:
         return copy.deepcopy(value, memo)
     done = memo.get(id(value))
@@ -76,6 +80,39 @@ def _copy(value: Any, memo: dict[int, Any], alive: list[Any] | None) -> Any:
     for item in value:
         items.append(_copy(item, memo, alive))
     return items
+
+
+def _copy_record(value: Any, memo: dict[int, Any], alive: list[Any] | None) -> Any:
+    """A set, or one of moto's plain records (`RECORDS`), as `copy.deepcopy` copies it
+    (through `__reduce_ex__`: a new object whose `__dict__` is a deep copy, a set of deep
+    copies), its contents through this copy."""
+    done = memo.get(id(value))
+    if done is not None:
+        return done
+    if alive is not None:
+        alive.append(value)
+    if type(value) is set:
+        out: Any = {_copy(item, memo, alive) for item in value}
+        memo[id(value)] = out
+        return out
+    out = object.__new__(type(value))
+    memo[id(value)] = out
+    if value.__dict__:
+        out.__dict__.update(_copy(value.__dict__, memo, alive))
+    return out
+
+
+# moto's plain records the interpreter deep-copies in bulk: a Map's closed jobs, one per
+# iteration, copied whole when the Map ends (`JobPool.get_closed_jobs`). Plain: no slots, no
+# `__deepcopy__`, `__reduce_ex__`, `__getstate__` or `__setstate__` of their own (`install` checks).
+RECORDS = ("moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.job.JobClosed",)
+
+_RECORDS: set[type] = set()
+
+
+def _plain(kind: type) -> bool:
+    own = ("__deepcopy__", "__reduce_ex__", "__reduce__", "__getstate__", "__setstate__", "__slots__", "__new__")
+    return not any(name in vars(k) for k in kind.__mro__[:-1] for name in own) and kind.__mro__[-1] is object
 
 
 def _stand_in() -> types.ModuleType:
@@ -100,3 +137,9 @@ def install() -> None:
         if current is not copy:  # pragma: no cover - guarded by tests/unit/test_engine_fastcopy.py
             raise RuntimeError(f"moto's Step Functions interpreter changed: {name} no longer copies through the copy module")
         module.copy = _COPY  # type: ignore[attr-defined]
+    for path in RECORDS:
+        module_name, _, name = path.rpartition(".")
+        kind = getattr(importlib.import_module(module_name), name)
+        if not _plain(kind):  # pragma: no cover - guarded by tests/unit/test_engine_fastcopy.py
+            raise RuntimeError(f"moto's Step Functions interpreter changed: {path} is no longer a plain record")
+        _RECORDS.add(kind)

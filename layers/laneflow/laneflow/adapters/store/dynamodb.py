@@ -163,7 +163,7 @@ from laneflow.adapters.store.rulebook import RuleBookStore, trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, QuestionStatus
-from laneflow.domain.outline import StepFacts
+from laneflow.domain.outline import StepFacts, StepFilter
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -187,6 +187,22 @@ def _shared_session() -> boto3.session.Session:
     """One boto3 session per process, so every store's clients share its parsed service
     models (a session per store parses them again: ~100 ms a store)."""
     return boto3.session.Session()
+
+
+
+def _first_of(items: list[dict[str, Any]], where: StepFilter) -> list[dict[str, Any]]:
+    """Of step items in index order, each (agent, model)'s first `per_lane`, then the first
+    `limit`: filters DynamoDB cannot apply (its own Limit counts items before filtering)."""
+    if where.per_lane is not None:
+        seen: dict[tuple[str, str], int] = {}
+        firsts = []
+        for item in items:
+            lane = (str((item.get("agent") or {}).get("S", "")), str((item.get("model") or {}).get("S", "")))
+            if seen.get(lane, 0) < where.per_lane:
+                seen[lane] = seen.get(lane, 0) + 1
+                firsts.append(item)
+        items = firsts
+    return items if where.limit is None else items[: where.limit]
 
 
 class DynamoStore(RuleBookStore):
@@ -352,7 +368,7 @@ class DynamoStore(RuleBookStore):
 
     def _read_steps(
         self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
-        messages: bool = True,
+        messages: bool = True, where: StepFilter | None = None,
     ) -> list[tuple[int, Doc]]:
         if index is not None:
             item = self._table.get(key_of(tenant, run_id, step_sk(index)))
@@ -366,12 +382,22 @@ class DynamoStore(RuleBookStore):
                     raise trace_damaged(item_name(item)) from None
             return [(index, step)]
         e = Expr()
-        steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
+        low = step_sk(where.low) if where is not None and where.low is not None else "S#"
+        high = step_sk(where.high) if where is not None and where.high is not None else STEPS_END
+        steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v(low)} AND {e.v(high)}"
         params: dict[str, Any] = {"KeyConditionExpression": steps}
-        if group is not None:
-            params["FilterExpression"] = e.eq("group", group)
+        kept = [e.eq("group", group)] if group is not None else []
+        if where is not None and where.statuses is not None:
+            kept.append(e.one_of("status", sorted(where.statuses)))
+        if where is not None and where.flow:
+            kept.append(e.absent("rescue_of"))
+        if kept:
+            params["FilterExpression"] = " AND ".join(kept)
         attrs = STEP_ATTRS if messages else STEP_ATTRS_WITHOUT_MESSAGE  # a message kept in S3 is not fetched
-        return [(int(i["index"]["N"]), self._table.fields(i, attrs)) for i in self._table.query(**params, **e.params())]
+        items = self._table.query(**params, **e.params())
+        if where is not None:  # the lanes' first few and the limit are counted here, in index order
+            items = _first_of(items, where)
+        return [(int(i["index"]["N"]), self._table.fields(i, attrs)) for i in items]
 
     def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
         """The step items' few small attributes (a projection: DynamoDB still reads each item,

@@ -52,7 +52,7 @@ from typing import Any
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note
-from laneflow.domain.outline import GroupOutline, StepFacts, outline_of
+from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter, outline_of
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -156,11 +156,11 @@ class Primitives(ABC):
     @abstractmethod
     def _read_steps(
         self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
-        messages: bool = True,
+        messages: bool = True, where: StepFilter | None = None,
     ) -> list[tuple[int, Doc]]:
         """(index, step) of a run's steps, by index: all, the one `index`, or those of
-        `group`; with `detail`, as `_read_run`; without `messages`, no step's `message`.
-        [] when there are none (or no run)."""
+        `group`, and of those only what `where` admits; with `detail`, as `_read_run`;
+        without `messages`, no step's `message`. [] when there are none (or no run)."""
 
     @abstractmethod
     def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:

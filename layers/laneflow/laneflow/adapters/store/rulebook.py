@@ -42,7 +42,7 @@ from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced,
 from laneflow.domain.errors import AttemptEnded, Conflict, NotFound, RecordDamaged, RunNotFound
 from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note, NoteKind, QuestionStatus
-from laneflow.domain.outline import GroupOutline
+from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     READ_JSON,
     Attempt,
@@ -368,9 +368,11 @@ class RuleBookStore(Primitives, Store):
         return [_model(Step, doc, f"step {index} of run {run_id!r}") for index, doc in docs]
 
     @_entry()
-    def get_steps(self, tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> list[Step]:
+    def get_steps(
+        self, tenant: str, run_id: str, *, group: int | None = None, messages: bool = True, where: StepFilter | None = None,
+    ) -> list[Step]:
         check_tenant(tenant)
-        docs = self._read_steps(tenant, run_id, group=group, messages=messages)
+        docs = self._read_steps(tenant, run_id, group=group, messages=messages, where=where)
         if not docs and not self._run_exists(tenant, run_id):
             raise RunNotFound(run_id)
         return self._steps(docs, run_id)
