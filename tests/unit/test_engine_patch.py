@@ -161,6 +161,54 @@ def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evalu
     assert result_path.parse("$.r").update_or_create({"x": 3}, 4) == {"x": 3, "r": 4}  # the cached path kept nothing
 
 
+def test_every_module_that_evaluates_a_path_gets_the_walk_and_a_plain_path_is_walked_through_dicts_only():
+    from jsonpath_ng import jsonpath
+
+    from laneflow.adapters.engine import moto_patches
+
+    local.install_interpreter_hook()
+    for name in moto_patches.EXTRACT_JSON_USERS:
+        module = importlib.import_module(name)
+        assert getattr(module.extract_json, "__laneflow_patch__", False), name
+        assert "extract_json(" in inspect.getsource(module), name  # moto still evaluates paths through it there
+    plain = moto_patches._plain_names
+    parse = importlib.import_module("moto.stepfunctions.parser.asl.utils.json_path").parse
+    assert plain(parse("$")) == () and plain(parse("$.plan.lanes")) == ("plan", "lanes")
+    for other in ("$.a[0]", "$.a.*", "$.a..b", "$.a[*].b"):
+        assert plain(parse(other)) is None, other
+    assert type(parse("$.a")) is jsonpath.Child  # what the walk recognises is jsonpath-ng's own tree
+
+
+def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_the_same_way():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    local.install_interpreter_hook()
+    walked = json_path.extract_json
+    original = walked.__wrapped__
+    names = st.sampled_from(["a", "b", "run", "plan", "lanes", "x_1", "where", "True"])
+    leaves = st.none() | st.booleans() | st.integers() | st.text(max_size=3)
+    values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=4), max_leaves=12)
+    paths = st.lists(names, max_size=4).map(lambda ns: "$" + "".join(f".{n}" for n in ns))
+
+    def outcome(fn, path, data):
+        try:
+            return ("value", fn(path, data))
+        except Exception as error:  # noqa: BLE001 - the kind and text of the failure are compared
+            return (type(error).__name__, str(error))
+
+    @settings(max_examples=400, deadline=None)
+    @given(path=paths, data=values)
+    def same(path, data):
+        got, want = outcome(walked, path, data), outcome(original, path, data)
+        assert got == want
+        if got[0] == "value" and want[0] == "value":
+            assert got[1] is want[1]  # the very value, not a copy (moto copies where it must)
+
+    same()
+
+
 def test_install_is_idempotent_and_wraps_nothing_twice():
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.utils import json_path
@@ -168,10 +216,11 @@ def test_install_is_idempotent_and_wraps_nothing_twice():
     from laneflow.adapters.engine import moto_patches
 
     local.install_interpreter_hook()
-    integration, parse = lambda_eval_utils.execute_lambda_function_integration, json_path.parse
+    integration, parse, extract = lambda_eval_utils.execute_lambda_function_integration, json_path.parse, json_path.extract_json
     moto_patches._installed = False  # as if a second engine installed them again
     moto_patches.install()
     assert lambda_eval_utils.execute_lambda_function_integration is integration and json_path.parse is parse
+    assert json_path.extract_json is extract
 
 
 def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_running_ones():

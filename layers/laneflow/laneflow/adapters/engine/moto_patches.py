@@ -13,6 +13,13 @@ tests/unit/test_engine_patch.py fails loudly if any of them moves):
   (`json_path.extract_json`, `ResultPath._eval_body`), about 1 ms of ply parsing each; a
   definition holds a few dozen distinct paths, so each is parsed once per process. A parsed
   path is not changed by `find` or `update_or_create`, so threads share it.
+- **A plain path is walked, not searched.** Even parsed once, jsonpath-ng's `find` wraps
+  every value it passes in context objects; the definition's paths are almost all plain
+  (`$`, `$.run`, `$.plan.lanes`: names joined by dots), and `extract_json` of one is the
+  value reached by walking its names through dicts. Those are walked directly (`_walked`);
+  any other path, or a walk that meets anything but a dict, goes to moto's own, which also
+  raises its error for a name that is not there. Every module that imported `extract_json`
+  by name gets the walked one.
 - **Finished executions are forgotten** (`forget`): moto keeps every execution (its history,
   its environment) and every worker thread it ever started (`utils.TMP_THREADS`, a list
   nothing reads), so a long-lived process (`laneflow serve`) grew by ~24 KiB a step forever.
@@ -24,6 +31,8 @@ tests/unit/test_engine_patch.py fails loudly if any of them moves):
 from __future__ import annotations
 
 import functools
+import importlib
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -75,6 +84,60 @@ def _memoized(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return cached
 
 
+_PLAIN_PATH = re.compile(r"\$(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+# The modules of moto's interpreter that call `extract_json` (by name, or through json_path).
+EXTRACT_JSON_USERS = (
+    "moto.stepfunctions.parser.asl.utils.json_path",
+    "moto.stepfunctions.parser.asl.eval.states",
+    "moto.stepfunctions.parser.asl.component.common.string.string_expression",
+    "moto.stepfunctions.parser.asl.component.intrinsic.argument.argument",
+    "moto.stepfunctions.parser.asl.component.state.choice.comparison.operator.implementations.timestamp_operators",
+    "moto.stepfunctions.parser.asl.component.state.choice.comparison.operator.implementations.boolean_equals",
+    "moto.stepfunctions.parser.asl.component.state.choice.comparison.operator.implementations.numeric",
+    "moto.stepfunctions.parser.asl.component.state.choice.comparison.operator.implementations.string_operators",
+)
+
+
+def _plain_names(parsed: Any) -> tuple[str, ...] | None:
+    """The names of a parsed path that is `$` followed by plain field names, else None."""
+    from jsonpath_ng import jsonpath
+
+    names: list[str] = []
+    while type(parsed) is jsonpath.Child:
+        field = parsed.right
+        if type(field) is not jsonpath.Fields or len(field.fields) != 1 or field.fields[0] in ("*", jsonpath.auto_id_field):
+            return None
+        names.append(field.fields[0])
+        parsed = parsed.left
+    return tuple(reversed(names)) if type(parsed) is jsonpath.Root else None
+
+
+def _walked(extract_json: Callable[[str, Any], Any], parse: Callable[[str], Any]) -> Callable[[str, Any], Any]:
+    @functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+    def names_of(path: str) -> tuple[str, ...] | None:
+        # What jsonpath-ng parsed decides (the text only picks the candidates).
+        return _plain_names(parse(path)) if _PLAIN_PATH.fullmatch(path) else None
+
+    @functools.wraps(extract_json)
+    def walk(path: str, data: Any) -> Any:
+        try:
+            names = names_of(path)
+        except Exception:  # noqa: BLE001 - a path jsonpath-ng cannot parse: moto's own raises it
+            names = None
+        if names is None:
+            return extract_json(path, data)
+        value = data
+        for name in names:
+            if type(value) is not dict or name not in value:  # moto's own says what is wrong
+                return extract_json(path, data)
+            value = value[name]
+        return value
+
+    walk.__laneflow_patch__ = True  # type: ignore[attr-defined]
+    return walk
+
+
 def _require(module: Any, name: str) -> Any:
     if not hasattr(module, name):  # pragma: no cover - guarded by tests/unit/test_engine_patch.py
         raise RuntimeError(f"moto's Step Functions interpreter changed: {module.__name__}.{name} is gone")
@@ -102,6 +165,12 @@ def install() -> None:
         _replace(lambda_eval_utils, "execute_lambda_function_integration", _noting_execution)
         _replace(json_path, "parse", _memoized)
         _replace(result_path, "parse", _memoized)
+        extract_json = _require(json_path, "extract_json")
+        walked = extract_json if getattr(extract_json, "__laneflow_patch__", False) else _walked(extract_json, json_path.parse)
+        for name in EXTRACT_JSON_USERS:
+            module = importlib.import_module(name)
+            if not getattr(_require(module, "extract_json"), "__laneflow_patch__", False):
+                module.extract_json = walked
         _installed = True
 
 
