@@ -166,11 +166,11 @@ def install() -> None:
         _replace(json_path, "parse", _memoized)
         _replace(result_path, "parse", _memoized)
         extract_json = _require(json_path, "extract_json")
-        walked = extract_json if getattr(extract_json, "__laneflow_patch__", False) else _walked(extract_json, json_path.parse)
+        walked = extract_json if getattr(extract_json, "__laneflow_patch__", False) else _walked(extract_json, _require(json_path, "parse"))
         for name in EXTRACT_JSON_USERS:
             module = importlib.import_module(name)
             if not getattr(_require(module, "extract_json"), "__laneflow_patch__", False):
-                module.extract_json = walked
+                setattr(module, "extract_json", walked)  # noqa: B010 - a module moto types as having none
         _installed = True
 
 
