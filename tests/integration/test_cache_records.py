@@ -48,6 +48,35 @@ def test_without_the_gate_every_sibling_writes_and_each_names_the_lead_it_did_no
             assert b["layer"] == "expired" and b["since"].startswith(f"{run.id}/")
 
 
+def test_a_step_that_writes_reads_only_its_agents_started_steps_never_the_whole_run_in_full(on, tmp_path, monkeypatch):
+    """Each step that writes its prefix works out its cache_break from the steps of its agent
+    that had started (a light read) and, one by one from the nearest, the full records of
+    those it needs: a fan-out without the gate, whose first wave all write, read the whole
+    run in full once per writer."""
+    svc = on()
+    whole, full_steps, get_run, get_step = [], [], svc.store.get_run, svc.store.get_step
+
+    def run_read(tenant, run_id, **kwargs):
+        if kwargs.get("detail"):
+            whole.append(run_id)
+        return get_run(tenant, run_id, **kwargs)
+
+    def step_read(tenant, run_id, index, **kwargs):
+        if kwargs.get("detail"):
+            full_steps.append(index)
+        return get_step(tenant, run_id, index, **kwargs)
+
+    monkeypatch.setattr(svc.store, "get_run", run_read)
+    monkeypatch.setattr(svc.store, "get_step", step_read)
+    run = drive(svc, _gate_copy(tmp_path), "fanout", options={"gate": False})
+    monkeypatch.undo()
+    record = svc.store.get_run(run.tenant, run.id, detail=True).public()
+    writers = [s for s in record["steps"] if s["calls"][0]["tokens"]["cache_write"] > 0]
+    assert len(writers) == 4 and whole == []  # four wrote; the run itself was never read in full
+    named = [s["cache_break"]["since"] for s in writers if s["cache_break"]]
+    assert len(named) == 3 and len(full_steps) <= 2 * len(writers)  # each looked at its nearest
+
+
 def test_a_changed_layer_in_the_next_run_is_named_with_the_step_it_differs_from(on, tmp_path):
     svc = on()
     ws = _gate_copy(tmp_path)

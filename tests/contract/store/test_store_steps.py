@@ -64,6 +64,11 @@ def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store:
     assert read(statuses=statuses(StepStatus.pending), flow=True, limit=3) == [0, 3, 6]
     assert read(low=5, limit=2) == [5, 6]
     assert read(statuses=statuses(StepStatus.skipped)) == []
+    assert read(agent="editor") == [0, 3, 6] and read(agent="fixer") == [10] and read(agent="nobody") == []
+    store.update_step(t, r, 3, StepChanges(started_at="2026-12-01T10:00:00.000Z"))
+    store.update_step(t, r, 6, StepChanges(started_at="2026-12-01T10:00:05.000Z"))
+    assert read(agent="editor", started_by="2026-12-01T10:00:05.000Z") == [3, 6]  # started, at that time or before
+    assert read(agent="editor", started_by="2026-12-01T10:00:04.999Z") == [3]  # never a step not started (0)
     lone = [s for s in store.get_steps(t, r, group=1, where=StepFilter(flow=True, per_lane=1))]
     assert [s.index for s in lone] == [8, 9] and lone[0] == store.get_step(t, r, 8)
     assert [s.index for s in store.get_steps(t, r, where=StepFilter(statuses=statuses(StepStatus.pending), low=7))] == [7, 8, 9, 10]

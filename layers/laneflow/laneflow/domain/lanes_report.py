@@ -123,18 +123,26 @@ def cache_break(
 
 
 
+def started_before(other: Step, step: Step) -> bool:
+    """Whether `other` started before `step` (any time, if `step` has not started). Start
+    times are to the millisecond, so two siblings can share one: the lower index counts as
+    the earlier, so one of them is always first."""
+    if other.index == step.index or not other.started_at:
+        return False
+    return step.started_at is None or (other.started_at, other.index) < (step.started_at, step.index)
+
+
+def writes_prefix(step: Step) -> bool:
+    """Whether a step wrote its prefix (its calls say so) or, running with its layers sent,
+    is writing it."""
+    return bool(step.prompt_layers) and (wrote_cache(step) or step.status == StepStatus.running)
+
+
 def earlier_writers(step: Step, this_run: tuple[str, Sequence[Step]], previous: tuple[str, Sequence[Step]] | None) -> list[tuple[str, Step]]:
     """The steps of `step`'s agent that wrote (or, still running, are writing) its prefix
-    before it: this run's, latest start first; else the previous run's, latest first. Start
-    times are to the millisecond, so two siblings can share one: the lower index counts as
-    the earlier, so one of them is always first and names no one."""
+    before it: this run's, latest start first; else the previous run's, latest first."""
     run_id, steps = this_run
-    mine = [
-        s for s in steps
-        if s.index != step.index and s.agent == step.agent and s.started_at and s.prompt_layers
-        and (wrote_cache(s) or s.status == StepStatus.running)
-        and (step.started_at is None or (s.started_at, s.index) < (step.started_at, step.index))
-    ]
+    mine = [s for s in steps if s.agent == step.agent and started_before(s, step) and writes_prefix(s)]
     found = [(run_id, s) for s in sorted(mine, key=lambda s: (s.started_at or "", s.index), reverse=True)]
     if found or previous is None:
         return found

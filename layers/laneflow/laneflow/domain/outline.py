@@ -95,17 +95,10 @@ class StepFilter:
     flow: bool = False  # only flow steps (no rescues)
     low: int | None = None  # only indexes from this one
     high: int | None = None  # only indexes up to this one
+    agent: str | None = None  # only this agent's steps
+    started_by: str | None = None  # only steps that started, at this time or before
     per_lane: int | None = None  # only each (agent, model)'s first this many (after the filters above)
     limit: int | None = None  # only the first this many (after all of the above)
-
-    def admits(self, index: int, status: str, rescue: bool) -> bool:
-        """Whether a step passes the filters that look at one step alone."""
-        return (
-            (self.statuses is None or status in self.statuses)
-            and not (self.flow and rescue)
-            and (self.low is None or index >= self.low)
-            and (self.high is None or index <= self.high)
-        )
 
 
 def statuses(*these: StepStatus) -> frozenset[str]:

@@ -391,6 +391,10 @@ class DynamoStore(RuleBookStore):
             kept.append(e.one_of("status", sorted(where.statuses)))
         if where is not None and where.flow:
             kept.append(e.absent("rescue_of"))
+        if where is not None and where.agent is not None:
+            kept.append(e.eq("agent", where.agent))
+        if where is not None and where.started_by is not None:
+            kept.append(f"{e.n('started_at')} <= {e.v(where.started_by)}")
         if kept:
             params["FilterExpression"] = " AND ".join(kept)
         attrs = STEP_ATTRS if messages else STEP_ATTRS_WITHOUT_MESSAGE  # a message kept in S3 is not fetched

@@ -164,6 +164,10 @@ def _chosen(group: int | None, filtered: StepFilter | None) -> tuple[str, list[s
         sql, args = sql + " AND idx >= ?", [*args, filtered.low]
     if filtered.high is not None:
         sql, args = sql + " AND idx <= ?", [*args, filtered.high]
+    if filtered.agent is not None:
+        sql, args = sql + " AND agent = ?", [*args, filtered.agent]
+    if filtered.started_by is not None:
+        sql, args = sql + " AND started_at <= ?", [*args, filtered.started_by]
     return sql, args
 
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from laneflow.domain.cache import prefix_tokens, tools_digest
-from laneflow.domain.lanes_report import cache_break, earlier_writers
+from laneflow.domain.lanes_report import cache_break, earlier_writers, started_before, writes_prefix
+from laneflow.domain.outline import StepFilter
 from laneflow.domain.records import PromptLayer, Run, Step
 from laneflow.ports import Services, StepJob
 
@@ -36,16 +37,38 @@ def previous_run(svc: Services, run: Run) -> tuple[str, list[Step]] | None:
 
 
 
+def nearest_writers(svc: Services, tenant: str, run_id: str, step: Step, model: str) -> list[tuple[str, Step]]:
+    """This run's steps of `step`'s agent that wrote (or, running, are writing) its prefix
+    before it, nearest first, as far as `cache_break` looks: up to the nearest of `model`.
+    Only the agent's steps that had started by then are read, and in full only one by one
+    from the nearest: a whole run read in full for every step that wrote made a fan-out
+    without the gate (up to `parallel` writers at once) cost its size squared."""
+    if step.started_at is None or step.agent is None:
+        return []
+    started = svc.store.get_steps(tenant, run_id, messages=False, where=StepFilter(agent=step.agent, started_by=step.started_at))
+    found: list[tuple[str, Step]] = []
+    for light in sorted(started, key=lambda s: (s.started_at or "", s.index), reverse=True):
+        if not started_before(light, step):
+            continue
+        full = svc.store.get_step(tenant, run_id, light.index, detail=True)
+        if not writes_prefix(full):
+            continue  # it read the prefix, or sent none
+        found.append((run_id, full))
+        if full.model == model:
+            break  # what cache_break compares with; nearer ones of other models come first
+    return found
+
+
 def find_cache_break(
     svc: Services, tenant: str, run_id: str, index: int, *, model: str, layers: Sequence[PromptLayer], prefix: dict[str, Any]
 ) -> dict[str, str] | None:
     """The step's `cache_break`, or None; a failure to read is logged, never the step's."""
     try:
-        run = svc.store.get_run(tenant, run_id, detail=True)
-        step = run.step(index)
-        earlier = earlier_writers(step, (run.id, run.steps), None)
+        step = svc.store.get_step(tenant, run_id, index)
+        earlier = nearest_writers(svc, tenant, run_id, step, model)
         if not earlier:
-            earlier = earlier_writers(step, (run.id, []), previous_run(svc, run))
+            run = svc.store.get_run(tenant, run_id, steps=False, input=False)
+            earlier = earlier_writers(step, (run_id, []), previous_run(svc, run))
         return cache_break(model=model, layers=layers, prefix=prefix, earlier=earlier)
     except Exception:  # noqa: BLE001 - the record is a nicety; the step goes on
         log.warning("step %s of %s: its cache_break could not be worked out", index, run_id, exc_info=True)
