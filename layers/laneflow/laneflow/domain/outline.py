@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from laneflow.domain.records import StepStatus
 
-PENDING = (StepStatus.pending.value, StepStatus.awaiting_approval.value)
+PENDING = frozenset({StepStatus.pending.value, StepStatus.awaiting_approval.value})
 
-UNFINISHED = (StepStatus.pending.value, StepStatus.running.value)
+UNFINISHED = frozenset({StepStatus.pending.value, StepStatus.running.value})
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,10 @@ def spent(outline: list[GroupOutline]) -> float:
 
 @dataclass(frozen=True)
 class StepFilter:
-    """Which of a group's steps a read returns (`Store.get_steps(where=...)`), so that a
-    window's decision reads its window and not the whole group: a fan-out of 10,000 in 8
-    windows read its 10,000 steps whole three times a window. Each field left at None
+    """Which of a run's (or a group's) steps a read returns (`Store.get_steps(where=...)`),
+    so that a decision reads what it decides on: a window's decision its window, not the
+    whole group (a fan-out of 10,000 in 8 windows read its 10,000 steps whole three times a
+    window); a cache_break its agent's steps that had started. Each field left at None
     filters nothing; the steps still come by index."""
 
     statuses: frozenset[str] | None = None  # only steps in one of these statuses

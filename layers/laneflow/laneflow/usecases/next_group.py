@@ -38,8 +38,6 @@ FAILED_BEFORE = "the run failed before this step"
 
 FAILED_DURING = "the run failed before this step finished"  # it had begun: an interrupted attempt
 
-PENDING_FLOW = frozenset(PENDING)  # a window's candidates: flow steps pending or awaiting approval
-
 
 
 def next_group(svc: Services, req: NextGroupRequest) -> Plan:
@@ -75,7 +73,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     # group of its own, so the window shows it.
     most = most_steps(used=req.used, budget=svc.settings.history_budget, costs=costs)
     launching = store.get_steps(run.tenant, run.id, group=group, messages=False,
-                                where=StepFilter(statuses=PENDING_FLOW, flow=True, limit=most + 1))
+                                where=StepFilter(statuses=PENDING, flow=True, limit=most + 1))
     if any(s.agent is None for s in launching):
         return Plan(action="park", group=group, reason="an approval", used=req.used)
     crashpoint("group-transition")

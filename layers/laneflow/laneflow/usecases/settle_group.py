@@ -127,7 +127,7 @@ class Settler:
         if not later:
             return None
         unfinished = self.store.get_steps(tenant, run_id, group=self.group, messages=False,
-                                          where=StepFilter(statuses=frozenset(UNFINISHED), flow=True, high=self.through))
+                                          where=StepFilter(statuses=UNFINISHED, flow=True, high=self.through))
         self.apply_tidying(tidy(self.run, unfinished))
         outline = self.store.get_group_outline(tenant, run_id)
         self.settle_cost(outline)

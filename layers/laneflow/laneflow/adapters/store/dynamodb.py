@@ -190,6 +190,23 @@ def _shared_session() -> boto3.session.Session:
 
 
 
+def _kept(e: Expr, group: int | None, where: StepFilter | None) -> list[str]:
+    """The filter conditions for one group and a `StepFilter`'s per-step filters (its index
+    range is the key condition's)."""
+    kept = [e.eq("group", group)] if group is not None else []
+    if where is None:
+        return kept
+    if where.statuses is not None:
+        kept.append(e.one_of("status", sorted(where.statuses)))
+    if where.flow:
+        kept.append(e.absent("rescue_of"))
+    if where.agent is not None:
+        kept.append(e.eq("agent", where.agent))
+    if where.started_by is not None:
+        kept.append(f"{e.n('started_at')} <= {e.v(where.started_by)}")
+    return kept
+
+
 def _first_of(items: list[dict[str, Any]], where: StepFilter) -> list[dict[str, Any]]:
     """Of step items in index order, each (agent, model)'s first `per_lane`, then the first
     `limit`: filters DynamoDB cannot apply (its own Limit counts items before filtering)."""
@@ -386,15 +403,7 @@ class DynamoStore(RuleBookStore):
         high = step_sk(where.high) if where is not None and where.high is not None else STEPS_END
         steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v(low)} AND {e.v(high)}"
         params: dict[str, Any] = {"KeyConditionExpression": steps}
-        kept = [e.eq("group", group)] if group is not None else []
-        if where is not None and where.statuses is not None:
-            kept.append(e.one_of("status", sorted(where.statuses)))
-        if where is not None and where.flow:
-            kept.append(e.absent("rescue_of"))
-        if where is not None and where.agent is not None:
-            kept.append(e.eq("agent", where.agent))
-        if where is not None and where.started_by is not None:
-            kept.append(f"{e.n('started_at')} <= {e.v(where.started_by)}")
+        kept = _kept(e, group, where)
         if kept:
             params["FilterExpression"] = " AND ".join(kept)
         attrs = STEP_ATTRS if messages else STEP_ATTRS_WITHOUT_MESSAGE  # a message kept in S3 is not fetched
