@@ -190,7 +190,8 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
     names = st.sampled_from(["a", "b", "run", "plan", "lanes", "x_1", "where", "True"])
     leaves = st.none() | st.booleans() | st.integers() | st.text(max_size=3)
     values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=4), max_leaves=12)
-    paths = st.lists(names, max_size=4).map(lambda ns: "$" + "".join(f".{n}" for n in ns))
+    step = st.one_of(names.map(lambda n: f".{n}"), names.map(lambda n: f"['{n}']"))  # both spellings jsonpath-ng reads as a name
+    paths = st.lists(step, max_size=4).map(lambda parts: "$" + "".join(parts))
 
     def outcome(fn, path, data):
         try:

@@ -15,8 +15,8 @@ tests/unit/test_engine_patch.py fails loudly if any of them moves):
   path is not changed by `find` or `update_or_create`, so threads share it.
 - **A plain path is walked, not searched.** Even parsed once, jsonpath-ng's `find` wraps
   every value it passes in context objects; the definition's paths are almost all plain
-  (`$`, `$.run`, `$.plan.lanes`: names joined by dots), and `extract_json` of one is the
-  value reached by walking its names through dicts. Those are walked directly (`_walked`);
+  (`$`, `$.run`, `$.plan.lanes`: names joined by dots, as jsonpath-ng parses them), and
+  `extract_json` of one is the value reached by walking its names through dicts. Those are walked directly (`_walked`);
   any other path, or a walk that meets anything but a dict, goes to moto's own, which also
   raises its error for a name that is not there. Every module that imported `extract_json`
   by name gets the walked one.
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -84,8 +83,6 @@ def _memoized(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return cached
 
 
-_PLAIN_PATH = re.compile(r"\$(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-
 # The modules of moto's interpreter that call `extract_json` (by name, or through json_path).
 EXTRACT_JSON_USERS = (
     "moto.stepfunctions.parser.asl.utils.json_path",
@@ -116,8 +113,7 @@ def _plain_names(parsed: Any) -> tuple[str, ...] | None:
 def _walked(extract_json: Callable[[str, Any], Any], parse: Callable[[str], Any]) -> Callable[[str, Any], Any]:
     @functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
     def names_of(path: str) -> tuple[str, ...] | None:
-        # What jsonpath-ng parsed decides (the text only picks the candidates).
-        return _plain_names(parse(path)) if _PLAIN_PATH.fullmatch(path) else None
+        return _plain_names(parse(path))  # what jsonpath-ng itself parsed decides
 
     @functools.wraps(extract_json)
     def walk(path: str, data: Any) -> Any:
