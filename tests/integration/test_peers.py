@@ -36,7 +36,9 @@ def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on, tmp
     svc = on()
     ws = peers_workspace(
         tmp_path,
-        talker=f"{TALK}\nTold them.\n===\nTalked.",
+        # The talker speaks 500 ms in, while the listener's 2 s first turn runs: at once, its
+        # message could land before that turn began (both start together, in either order).
+        talker=f"delay_ms: 500\n{TALK}\nTold them.\n===\nTalked.",
         listener="delay_ms: 2000\nWorking on the coast.\n===\nHeard: I take the currents.",
     )
     run = drive(svc, ws, "desk")
