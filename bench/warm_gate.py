@@ -36,6 +36,7 @@ from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
 from laneflow.domain.pricing import Price, catalog
 from laneflow.domain.records import Run
+from laneflow.entrypoints.cli import step_workers as default_step_workers
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -206,14 +207,14 @@ def run_bench(sizes: list[int], step_workers: int = 1) -> dict:
         "siblings_started_within_100ms": {r["n"]: r["gate_on"].get("release_ms_max", 1e9) <= 100 for r in rows},
         "no_sibling_before_the_lead_replied": all(r["gate_on"].get("siblings_before_first_event", 1) == 0 for r in rows),
     }
-    return {"benchmark": "warm_gate", "model": MODEL, "ttft_ms": TTFT_MS, "rows": rows, "goals": goals, "machine": machine()}
+    return {"benchmark": "warm_gate", "model": MODEL, "ttft_ms": TTFT_MS, "step_workers": step_workers, "rows": rows, "goals": goals, "machine": machine()}
 
 
 def markdown(r: dict) -> str:
     lines = [
         f"## warm_gate — fan-outs of one agent on the Messages API imitation (ttft {r['ttft_ms']} ms, {r['model']})",
         "",
-        f"Machine: {r['machine']}. Command: `python bench/warm_gate.py --write` (one step worker, as `laneflow run` has on 2 cores; `--step-workers 0` runs every step in the engine's process).",
+        f"Machine: {r['machine']}. Command: `python bench/warm_gate.py --write` ({r['step_workers']} step worker(s), as `laneflow run` has here: one per core up to four; `--step-workers 0` runs every step in the engine's process).",
         "",
         "| N | prefix tokens | gate | cache writes | write tokens | cache reads | read tokens | wall s | tokens released after the lead's first event, ms | sibling starts after it: median / p90 / max ms |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -255,11 +256,15 @@ def markdown(r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[5, 20, 100])
-    parser.add_argument("--step-workers", type=int, default=1, help="step worker processes (0: every step in the engine's process; 1: the CLI's default)")
+    parser.add_argument(
+        "--step-workers", type=int, default=None,
+        help="step worker processes (0: every step in the engine's process; default: the CLI's, one per core up to four)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = parser.parse_args()
-    result = run_bench(args.sizes, step_workers=args.step_workers)
+    workers = args.step_workers if args.step_workers is not None else default_step_workers(None, Settings(), environ={})
+    result = run_bench(args.sizes, step_workers=workers)
     if args.write:
         write_section(HERE / "RESULTS.md", "warm_gate", markdown(result))
     print(json.dumps(result) if args.json else markdown(result))
