@@ -207,7 +207,8 @@ class StepWorkers:
                     self.workers[i] = _Worker(self.environ)
             if spread:
                 order = self.workers[slot:] + self.workers[:slot]
-                worker = min(order, key=lambda w: w.in_flight() if w.started else len(order) + w.in_flight())
+                # One that has started before one still importing, then the least busy.
+                worker = min(order, key=lambda w: (not w.started, w.in_flight()))
             else:
                 worker = self.workers[slot]
         return worker if worker.ready.wait(START_TIMEOUT_S) and not worker.dead.is_set() else None
