@@ -216,7 +216,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=sorted(SCENARIOS), help="run only these scenarios")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one scenario may take (default 3600)")
     parser.add_argument("--one", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
-    parser.add_argument("--step-workers", type=int, default=1, help="step worker processes (LANEFLOW_STEP_WORKERS; 1 is `laneflow run`'s on 2 cores, 0 runs every step in the engine's process)")
+    parser.add_argument("--step-workers", type=int, default=1, help="step worker processes (LANEFLOW_STEP_WORKERS; a stub run's steps all go to one of them, 0 runs every step in the engine's process)")
     args = parser.parse_args()
     if args.one:  # a scenario's child: its step workers are the parent's LANEFLOW_STEP_WORKERS
         print(json.dumps(run_one(args.one)))

@@ -1,7 +1,7 @@
 """Benchmark: does a long-lived `laneflow serve` stay flat? One process drives run after run
 through `LocalDrives` (serve's own drive starter: the embedded engine on its pool, each
 ended execution forgotten), and the process's resident memory is read after each drive,
-with its step workers' (`--step-workers`, default 1: `serve`'s default on two cores; the
+with its step workers' (`--step-workers`, default `serve`'s: one per core up to four; the
 steps run there, so their memory is serve's too).
 
 After `--warmup` drives (imports, caches, the first tables), `--drives` more drives of a
@@ -18,7 +18,7 @@ trim the C heap itself: `LocalDrives` caps malloc's arenas and hands a drive's f
 back once it ended (adapters/engine/local.py, as `serve` does), so what it reads is what
 `serve` holds.
 
-    python bench/serve_memory.py [--drives 10] [--fanout 100] [--warmup 12] [--step-workers 1] [--keep] [--json] [--write]
+    python bench/serve_memory.py [--drives 10] [--fanout 100] [--warmup 12] [--step-workers N] [--keep] [--json] [--write]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from local_engine import machine, make_workspace, write_section
 
 from laneflow.adapters.engine.local import LocalDrives
 from laneflow.adapters.store import open_store
+from laneflow.entrypoints.cli import step_workers as default_step_workers
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -124,10 +125,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=12)
     parser.add_argument("--keep", action="store_true", help="keep ended executions (the engine before)")
     parser.add_argument("--both", action="store_true", help="measure --keep too, in a child process")
-    parser.add_argument("--step-workers", type=int, default=1, help="step worker processes, as `laneflow serve` has (1 on 2 cores); their memory counts")
+    parser.add_argument("--step-workers", type=int, default=None, help="step worker processes (default `laneflow serve`'s: one per core up to four); their memory counts")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md (implies --both)")
     args = parser.parse_args()
+    if args.step_workers is None:
+        args.step_workers = default_step_workers(None, Settings(), environ={})
     rows = [run_bench(args.drives, args.fanout, args.warmup, args.keep, args.step_workers)]
     if (args.both or args.write) and not args.keep:
         import subprocess

@@ -11,9 +11,12 @@ definition, the Claude executor and the real anthropic SDK over HTTP:
   0.1(N - 1))`, the prefix being the most any step sent as cached: a second cold prefix, a
   sibling that read nothing or a price off its multiple fails it,
 - the delay between the lead's first stream event and each sibling's start (median, max),
+  and where the last sibling's start went: when the engine handed its call to a step
+  worker, when the worker claimed it, when its first model request began (`--repeat K`
+  gated runs of each size, listed one by one),
 - wall time.
 
-    python bench/warm_gate.py [--sizes 5 20 100] [--json] [--write]
+    python bench/warm_gate.py [--sizes 5 20 100] [--repeat K] [--step-workers N] [--json] [--write]
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from pathlib import Path
 
 from local_engine import machine, write_section
 
+from laneflow.adapters.engine import step_workers as step_workers_module
 from laneflow.adapters.engine.local import LocalEngine
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
 from laneflow.domain.pricing import Price, catalog
 from laneflow.domain.records import Run
+from laneflow.entrypoints.cli import step_workers as default_step_workers
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -100,11 +105,42 @@ def make_workspace(root: Path) -> Path:
     return ws
 
 
+class Deliveries:
+    """When the engine's process handed each step's RunStep call to a step worker (wall
+    clock, by run and step index): the engine's part of a sibling's start, apart from the
+    worker's (its claim, the step's `started_at`) and the model request's (its first call's
+    `at`)."""
+
+    def __init__(self) -> None:
+        self.at: dict[tuple[str, int], dt.datetime] = {}
+        self._original = step_workers_module.StepWorkers.invoke
+
+    def __enter__(self) -> Deliveries:
+        original, at = self._original, self.at
+
+        def invoke(pool, function, payload):  # the method it stands in for
+            if isinstance(payload, dict) and "step" in payload:
+                at[(str(payload["run"]["run_id"]), int(payload["step"]["index"]))] = dt.datetime.now(dt.UTC)
+            return original(pool, function, payload)
+
+        step_workers_module.StepWorkers.invoke = invoke
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        step_workers_module.StepWorkers.invoke = self._original
+
+
+def spread_ms(times: list[dt.datetime], since: dt.datetime) -> dict:
+    """Median, p90 and max of `times` after `since`, in ms."""
+    delays = sorted((t - since).total_seconds() * 1000 for t in times)
+    return {"median": round(statistics.median(delays), 1), "p90": round(delays[int(0.9 * (len(delays) - 1))], 1), "max": round(delays[-1], 1)}
+
+
 def ts(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def one_run(svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, n: int, gate: bool) -> dict:
+def one_run(svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, n: int, gate: bool, deliveries: Deliveries | None = None) -> dict:
     api.reset()
     run = create_run(svc, ws, "fanout", {"items": [f"item-{i}" for i in range(n)]}, options={"gate": gate})
     started = time.perf_counter()
@@ -135,7 +171,27 @@ def one_run(svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, 
             out["release_ms_max"] = round(delays[-1], 1)
             out["release_ms_p90"] = round(delays[int(0.9 * (len(delays) - 1))], 1)
             out["siblings_before_first_event"] = sum(1 for d in delays if d < 0)
+            # Where a sibling's start goes: the engine hands its call to a worker, the worker
+            # claims it (above), the step's first model request begins.
+            handed = [deliveries.at[(final.id, s.index)] for s in siblings if deliveries and (final.id, s.index) in deliveries.at]
+            if len(handed) == len(siblings):
+                out["delivered_ms"] = spread_ms(handed, first_event)
+            requested = [ts(min(s.calls, key=lambda c: c.n).at) for s in siblings if s.calls]
+            if len(requested) == len(siblings):
+                out["requested_ms"] = spread_ms(requested, first_event)
     return out
+
+
+def _starts(r: dict) -> dict:
+    """A gated run's sibling starts after its lead's first event, in ms: claimed (median,
+    max), handed to a worker (max), first model request begun (max)."""
+    return {
+        "claimed_median": r.get("release_ms_median"),
+        "claimed_max": r.get("release_ms_max"),
+        "delivered_max": r.get("delivered_ms", {}).get("max"),
+        "requested_max": r.get("requested_ms", {}).get("max"),
+        "wall_s": r["wall_s"],
+    }
 
 
 def gate_on_prefix_dollars(run: Run, n: int, price: Price) -> dict:
@@ -160,9 +216,9 @@ def prefix_cost(r: dict, prefix_tokens: int) -> float:
     return (1.25 * r["cache_write_tokens"] + 0.1 * r["cache_read_tokens"]) / prefix_tokens
 
 
-def run_bench(sizes: list[int], step_workers: int = 1) -> dict:
+def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict:
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, RemoteImitation(ttft_ms=TTFT_MS, token_ms=1) as api:
+    with tempfile.TemporaryDirectory() as tmp, RemoteImitation(ttft_ms=TTFT_MS, token_ms=1) as api, Deliveries() as deliveries:
         root = Path(tmp)
         ws = make_workspace(root)
         settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=step_workers)
@@ -171,7 +227,10 @@ def run_bench(sizes: list[int], step_workers: int = 1) -> dict:
         engine = local_engine(svc)
         one_run(svc, engine, api, ws, 2, True)  # warm-up: imports, the interpreter, the HTTP pool
         for n in sizes:
-            on = one_run(svc, engine, api, ws, n, True)
+            on = one_run(svc, engine, api, ws, n, True, deliveries)
+            # More gated runs of this size (--repeat): the spread of their starts between runs.
+            again = [one_run(svc, engine, api, ws, n, True, deliveries) for _ in range(repeat - 1)]
+            on["runs"] = [_starts(r) for r in [on, *again]]
             off = one_run(svc, engine, api, ws, n, False)
             prefix = on["cache_write_tokens"]  # the gate on writes the prefix exactly once
             theory = 1.25 * n / (1.25 + 0.1 * (n - 1))
@@ -206,14 +265,14 @@ def run_bench(sizes: list[int], step_workers: int = 1) -> dict:
         "siblings_started_within_100ms": {r["n"]: r["gate_on"].get("release_ms_max", 1e9) <= 100 for r in rows},
         "no_sibling_before_the_lead_replied": all(r["gate_on"].get("siblings_before_first_event", 1) == 0 for r in rows),
     }
-    return {"benchmark": "warm_gate", "model": MODEL, "ttft_ms": TTFT_MS, "rows": rows, "goals": goals, "machine": machine()}
+    return {"benchmark": "warm_gate", "model": MODEL, "ttft_ms": TTFT_MS, "step_workers": step_workers, "rows": rows, "goals": goals, "machine": machine()}
 
 
 def markdown(r: dict) -> str:
     lines = [
         f"## warm_gate — fan-outs of one agent on the Messages API imitation (ttft {r['ttft_ms']} ms, {r['model']})",
         "",
-        f"Machine: {r['machine']}. Command: `python bench/warm_gate.py --write` (one step worker, as `laneflow run` has on 2 cores; `--step-workers 0` runs every step in the engine's process).",
+        f"Machine: {r['machine']}. Command: `python bench/warm_gate.py --write` ({r['step_workers']} step worker(s), as `laneflow run` has here: one per core up to four; `--step-workers 0` runs every step in the engine's process).",
         "",
         "| N | prefix tokens | gate | cache writes | write tokens | cache reads | read tokens | wall s | tokens released after the lead's first event, ms | sibling starts after it: median / p90 / max ms |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -225,6 +284,20 @@ def markdown(r: dict) -> str:
             lines.append(
                 f"| {row['n']} | {row['prefix_tokens']} | {'on' if g['gate'] else 'off'} | {g['cache_writes']} | {g['cache_write_tokens']} "
                 f"| {g['cache_reads']} | {g['cache_read_tokens']} | {g['wall_s']} | {g.get('tokens_released_ms', '—')} | {delay} |"
+            )
+    lines += [
+        "",
+        "Where a gated sibling's start goes, per run, in ms after the lead's first event (the last sibling's):"
+        " the engine hands its RunStep call to a step worker, the worker claims it, its first model request begins.",
+        "",
+        "| N | run | handed to a worker | claimed (median / max) | request begun | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in r["rows"]:
+        for k, one in enumerate(row["gate_on"].get("runs", []), 1):
+            lines.append(
+                f"| {row['n']} | {k} | {one['delivered_max'] if one['delivered_max'] is not None else '—'} "
+                f"| {one['claimed_median']} / {one['claimed_max']} | {one['requested_max']} | {one['wall_s']} |"
             )
     lines += [
         "",
@@ -255,11 +328,16 @@ def markdown(r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[5, 20, 100])
-    parser.add_argument("--step-workers", type=int, default=1, help="step worker processes (0: every step in the engine's process; 1: the CLI's default)")
+    parser.add_argument(
+        "--step-workers", type=int, default=None,
+        help="step worker processes (0: every step in the engine's process; default: the CLI's, one per core up to four)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="gated runs of each size (their sibling starts are listed one by one)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = parser.parse_args()
-    result = run_bench(args.sizes, step_workers=args.step_workers)
+    workers = args.step_workers if args.step_workers is not None else default_step_workers(None, Settings(), environ={})
+    result = run_bench(args.sizes, step_workers=workers, repeat=max(1, args.repeat))
     if args.write:
         write_section(HERE / "RESULTS.md", "warm_gate", markdown(result))
     print(json.dumps(result) if args.json else markdown(result))

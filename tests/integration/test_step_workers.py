@@ -142,3 +142,44 @@ def test_a_store_in_memory_never_gets_step_workers(tmp_path):
     engine._start_step_workers()
     assert engine.registry.step_workers is None
     assert not step_workers.usable(":memory:") and step_workers.usable("sqlite:///tmp/x.db")
+
+
+def test_a_claude_lane_spreads_over_the_workers_and_still_pays_one_cold_prefix(tmp_path):
+    """Only the stub's pretend cache lives in a worker's process; a Claude model's is the
+    API's. So a Claude lane's released siblings go to whichever worker has the fewest calls
+    in flight (here: the one its lead is not running in, first), and the gate still holds:
+    one cache write, every sibling reads it."""
+    import shutil
+
+    from helpers import FIXTURES
+
+    from laneflow.adapters.store import open_store
+    from laneflow_dev.imitation import MessagesImitation
+
+    key = "sk-test-0123456789abcdef"
+    ws = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_claude", ws)
+    with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={key}) as api:
+        settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"), step_workers=2)
+        svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
+        try:
+            engine, pool = ready_engine(svc)
+            run = create_run(svc, ws, "fanout", {})
+            result = engine.drive(run.tenant, run.id, tick_s=0.02)
+            stats = api.stats()
+        finally:
+            step_workers.close_all()
+    assert result.execution_status == "SUCCEEDED", (result.error, result.cause)
+    assert [s.status for s in result.run.steps] == [StepStatus.completed] * 4
+    # Both workers answered steps of this one run (a stub run's all go to one: see above).
+    assert sorted(w.answered > 0 for w in pool.workers) == [True, True]
+    assert sum(w.answered for w in pool.workers) == 4
+    assert stats["cache_writes"] == 1 and stats["cache_reads"] == 3
+
+
+def test_only_a_lane_whose_model_caches_outside_the_process_spreads():
+    assert step_workers.spreads({"lane": "analyst@claude-sonnet-4-6"})
+    assert step_workers.spreads({"lane": "a@b@c"})  # a model name may hold an @
+    assert not step_workers.spreads({"lane": "worker@stub"})
+    assert not step_workers.spreads({"lane": "rescue"})  # a rescue names no lane's model
+    assert not step_workers.spreads({})

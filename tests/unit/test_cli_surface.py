@@ -174,14 +174,16 @@ def test_plain_lines_say_a_run_ended_after_its_last_step_ended():
     assert any(f"step {last.index} " in line and ": completed" in line for line in lines[:-1])
 
 
-def test_commands_that_drive_get_one_step_worker_on_two_cores_unless_told(monkeypatch):
+def test_commands_that_drive_get_a_step_worker_per_core_up_to_four_unless_told(monkeypatch):
     from laneflow.domain.errors import InvalidInput
     from laneflow.entrypoints.cli import step_workers
     from laneflow.settings import Settings
 
     cfg = Settings()
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert step_workers(None, cfg, environ={}) == 1
+    assert step_workers(None, cfg, environ={}) == 2
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert step_workers(None, cfg, environ={}) == 4
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert step_workers(None, cfg, environ={}) == 0
     # the variable, read into the settings, wins over the machine; the flag over both

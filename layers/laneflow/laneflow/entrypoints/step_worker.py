@@ -32,6 +32,12 @@ def main() -> int:
     registry = HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))
     for logical_id in registry.worker_functions:
         registry.load(logical_id)  # imported before the first call, not during it
+    cfg = svc.settings
+    if cfg.anthropic_api_key_set or cfg.anthropic_secret or cfg.anthropic_enabled:
+        # Its Claude executor too (the SDK: about a second of imports), which a worker that
+        # is given a model key will need: a lane spread over the workers met it in one
+        # sibling's start, not in the worker's own.
+        import laneflow.adapters.executors.anthropic  # noqa: F401
     # The answers own the real stdout; whatever else writes to stdout (a library's print)
     # goes to stderr, and cannot break a line of the protocol.
     out = os.fdopen(os.dup(1), "wb")

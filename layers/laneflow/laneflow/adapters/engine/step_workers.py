@@ -10,12 +10,15 @@ own sandbox. Every other function stays in the engine's process, and so does the
 interpreter.
 
 What crosses, and how:
-- every call of one run goes to the same worker (by the run's id; the stub's pretend prompt
-  cache is its process's), as one JSON line on its
-  stdin (`{"id", "function", "payload"}`), and its answer comes back as one line on its
-  stdout (`{"id", "result"}`: exactly what the in-process handler registry would answer,
-  a result or a Lambda function error). A worker runs each call on a thread of its own, as
-  the engine would.
+- a call goes as one JSON line on its worker's stdin (`{"id", "function", "payload"}`), and
+  its answer comes back as one line on its stdout (`{"id", "result"}`: exactly what the
+  in-process handler registry would answer, a result or a Lambda function error). A worker
+  runs each call on a thread of its own, as the engine would.
+- which worker: a stub step's call goes to its run's worker (chosen by the run's id: the
+  stub's pretend prompt cache is its process's, as a lane's cache is one account's); any
+  other model's to the worker with the fewest calls in flight (its cache is the API's), so a
+  released lane's siblings start on every worker at once instead of queueing for one
+  interpreter lock.
 - the callbacks a step makes (a lead releasing its siblings' gate) are relayed to the
   interpreter over the engine's 0600 Unix socket (`CallbackRelay`, as for sandbox workers).
 - a worker's attempts are the engine process's own (`LANEFLOW_ENGINE_WORKER`): it works for
@@ -50,6 +53,7 @@ from typing import Any
 
 from laneflow.adapters.engine.sandbox import CallbackRelay
 from laneflow.adapters.workers import local_worker
+from laneflow.domain.messages import LaneKey
 from laneflow.domain.workers import ENGINE_WORKER
 from laneflow.ports import TaskCallbacks
 
@@ -66,6 +70,15 @@ CALL_TIMEOUT_S = 3600.0  # past a Lambda's 15 minutes: a worker that never answe
 def usable(store_url: str | None) -> bool:
     """Whether a worker process can reach the engine's store (a `:memory:` one is per process)."""
     return bool(store_url) and ":memory:" not in str(store_url)
+
+
+
+def spreads(payload: Mapping[str, Any]) -> bool:
+    """Whether a call may go to any worker: its lane's model keeps its prompt cache outside
+    the process (any model but the stub, whose pretend cache is the process's). A call that
+    names no lane (a crashed step's, a rescue's) stays with its run's worker."""
+    lane = payload.get("lane")
+    return isinstance(lane, str) and "@" in lane and LaneKey.parse(lane).model != "stub"
 
 
 
@@ -119,6 +132,11 @@ class _Worker:
         for future in pending.values():
             future.set_result(_exited(f"the step worker (pid {self.process.pid}) exited with code {code} before it answered"))
 
+    def in_flight(self) -> int:
+        """Calls sent to it and not yet answered."""
+        with self._lock:
+            return len(self.pending)
+
     def send(self, message: dict[str, Any], future: Future[dict[str, Any]] | None = None) -> bool:
         """Write one line to the worker (False: it has died)."""
         assert self.process.stdin is not None
@@ -170,10 +188,10 @@ class StepWorkers:
         self._closed = False
         self.workers = [_Worker(self.environ) for _ in range(size)]
 
-    def _pick(self, run_id: str) -> _Worker | None:
-        """The worker of this run: every step of a run goes to the same one (the stub's
-        pretend prompt cache is its process's, as a lane's cache is one account's), chosen
-        by the run's id; any dead one is replaced first. None: it did not start in time."""
+    def _pick(self, run_id: str, spread: bool = False) -> _Worker | None:
+        """The worker for a call of this run: the run's own (chosen by its id), or with
+        `spread` the one with the fewest calls in flight (the run's own on a tie); any dead
+        one is replaced first. None: it did not start in time."""
         slot = zlib.crc32(run_id.encode()) % self.size
         with self._lock:
             if self._closed:
@@ -187,14 +205,20 @@ class StepWorkers:
                     return None
                 if each.dead.is_set():
                     self.workers[i] = _Worker(self.environ)
-            worker = self.workers[slot]
+            if spread:
+                order = self.workers[slot:] + self.workers[:slot]
+                # One that has started before one still importing, then the least busy.
+                worker = min(order, key=lambda w: (not w.started, w.in_flight()))
+            else:
+                worker = self.workers[slot]
         return worker if worker.ready.wait(START_TIMEOUT_S) and not worker.dead.is_set() else None
 
     def invoke(self, function: str, payload: Any) -> dict[str, Any] | None:
         """The worker's answer to one call, or None when its worker could not take it (the
         caller answers it itself)."""
-        run_id = str(((payload or {}).get("run") or {}).get("run_id") or "") if isinstance(payload, dict) else ""
-        worker = self._pick(run_id)
+        call = payload if isinstance(payload, dict) else {}
+        run_id = str((call.get("run") or {}).get("run_id") or "")
+        worker = self._pick(run_id, spread=spreads(call))
         if worker is None:
             return None
         future: Future[dict[str, Any]] = Future()
