@@ -166,11 +166,10 @@ def one_run(svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, 
         if opened:
             first_event = ts(opened[0].data["opened_at"])
             out["tokens_released_ms"] = round((ts(opened[0].data["released_at"]) - first_event).total_seconds() * 1000, 1)
-            delays = sorted((ts(s.started_at) - first_event).total_seconds() * 1000 for s in siblings)
-            out["release_ms_median"] = round(statistics.median(delays), 1)
-            out["release_ms_max"] = round(delays[-1], 1)
-            out["release_ms_p90"] = round(delays[int(0.9 * (len(delays) - 1))], 1)
-            out["siblings_before_first_event"] = sum(1 for d in delays if d < 0)
+            started = [ts(s.started_at) for s in siblings]
+            claimed = spread_ms(started, first_event)
+            out["release_ms_median"], out["release_ms_p90"], out["release_ms_max"] = claimed["median"], claimed["p90"], claimed["max"]
+            out["siblings_before_first_event"] = sum(1 for t in started if t < first_event)
             # Where a sibling's start goes: the engine hands its call to a worker, the worker
             # claims it (above), the step's first model request begins.
             handed = [deliveries.at[(final.id, s.index)] for s in siblings if deliveries and (final.id, s.index) in deliveries.at]

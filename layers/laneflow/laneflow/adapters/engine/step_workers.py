@@ -76,7 +76,7 @@ def usable(store_url: str | None) -> bool:
 def spreads(payload: Mapping[str, Any]) -> bool:
     """Whether a call may go to any worker: its lane's model keeps its prompt cache outside
     the process (any model but the stub, whose pretend cache is the process's). A call that
-    names no lane (a crashed step's, a rescue's) stays with its run's worker."""
+    names no lane's model (a rescue's: its lane is `rescue`) stays with its run's worker."""
     lane = payload.get("lane")
     return isinstance(lane, str) and "@" in lane and LaneKey.parse(lane).model != "stub"
 
