@@ -654,8 +654,7 @@ class Services:
         its key: a function that only starts or plans runs is never given the key."""
         if model == "stub":
             return
-        cfg = self.settings
-        if not (cfg.anthropic_api_key_set or cfg.anthropic_secret or cfg.anthropic_enabled):
+        if not self.settings.claude_configured:
             raise ModelNotConfigured(f"model {model!r} needs ANTHROPIC_API_KEY (or run with --model stub)")
 
     def executor(self, model: str) -> Executor:

@@ -87,6 +87,12 @@ class Settings(BaseModel):
     def anthropic_api_key_set(self) -> bool:
         return bool(self.anthropic_api_key and self.anthropic_api_key.get_secret_value())
 
+    @property
+    def claude_configured(self) -> bool:
+        """Whether this deployment can call a Claude model: a key given, or one it reads
+        (Secrets Manager's name, or the stack saying its step runners hold one)."""
+        return self.anthropic_api_key_set or bool(self.anthropic_secret) or self.anthropic_enabled
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ

@@ -32,8 +32,7 @@ def main() -> int:
     registry = HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))
     for logical_id in registry.worker_functions:
         registry.load(logical_id)  # imported before the first call, not during it
-    cfg = svc.settings
-    if cfg.anthropic_api_key_set or cfg.anthropic_secret or cfg.anthropic_enabled:
+    if svc.settings.claude_configured:
         # Its Claude executor too (the SDK: about a second of imports), which a worker that
         # is given a model key will need: a lane spread over the workers met it in one
         # sibling's start, not in the worker's own.
