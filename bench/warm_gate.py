@@ -14,6 +14,9 @@ definition, the Claude executor and the real anthropic SDK over HTTP:
   and where the last sibling's start went: when the engine handed its call to a step
   worker, when the worker claimed it, when its first model request began (`--repeat K`
   gated runs of each size, listed one by one),
+- the floor under those starts for the largest N (`sdk_floor.py`): its N - 1 siblings'
+  requests sent through the SDK alone from as many processes as there are step workers,
+  with nothing else running (no engine, no store, no prompt building),
 - wall time.
 
     python bench/warm_gate.py [--sizes 5 20 100] [--repeat K] [--step-workers N] [--json] [--write]
@@ -32,6 +35,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import sdk_floor
 from local_engine import machine, write_section
 
 from laneflow.adapters.engine import step_workers as step_workers_module
@@ -251,6 +255,8 @@ def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict:
                     "cold_baseline_vs_limit_pct": round(100 * (ideal - theory) / theory, 2),
                 }
             )
+        # The floor under the largest fan-out's sibling starts: the same requests, the SDK alone.
+        floor = sdk_floor.measure(api.url, api.proc.pid, sdk_floor.warm_gate_request(), max(sizes) - 1, max(1, step_workers), max(3, repeat))
     goals = {
         "one_cold_prefix_per_lane": all(r["gate_on"]["cache_writes"] == 1 for r in rows),
         "gate_on_cost_within_1pct_of_limit": {
@@ -264,7 +270,10 @@ def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict:
         "siblings_started_within_100ms": {r["n"]: r["gate_on"].get("release_ms_max", 1e9) <= 100 for r in rows},
         "no_sibling_before_the_lead_replied": all(r["gate_on"].get("siblings_before_first_event", 1) == 0 for r in rows),
     }
-    return {"benchmark": "warm_gate", "model": MODEL, "ttft_ms": TTFT_MS, "step_workers": step_workers, "rows": rows, "goals": goals, "machine": machine()}
+    return {
+        "benchmark": "warm_gate", "model": MODEL, "ttft_ms": TTFT_MS, "step_workers": step_workers,
+        "rows": rows, "floor": floor, "goals": goals, "machine": machine(),
+    }
 
 
 def markdown(r: dict) -> str:
@@ -298,6 +307,18 @@ def markdown(r: dict) -> str:
                 f"| {row['n']} | {k} | {one['delivered_max'] if one['delivered_max'] is not None else '—'} "
                 f"| {one['claimed_median']} / {one['claimed_max']} | {one['requested_max']} | {one['wall_s']} |"
             )
+    floor = r["floor"]
+    lines += [
+        "",
+        f"The floor under those starts (`bench/sdk_floor.py`): the {floor['n']} siblings' requests of the largest fan-out sent"
+        f" through the anthropic SDK alone, from {floor['processes']} process(es) (as many as the step workers), connections"
+        " already open, all at one instant, with nothing else running: ms after that instant.",
+        "",
+        "| burst | median request sent | last request sent | clients' CPU to their last | imitation's CPU (to the streams' ends) |",
+        "|---|---|---|---|---|",
+    ]
+    for k, b in enumerate(floor["bursts"], 1):
+        lines.append(f"| {k} | {b['median_ms']} | {b['last_ms']} | {b['client_cpu_ms']} ms | {b['imitation_cpu_ms']} ms |")
     lines += [
         "",
         "| N | prefix cost, measured gate off / gate on | N cold prefixes / gate on paid | theoretical limit 1.25N/(1.25+0.1(N-1)) | measured vs limit | cold baseline vs limit |",

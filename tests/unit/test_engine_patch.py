@@ -327,3 +327,59 @@ def test_the_overrides_environment_is_read_in_the_definitions_casing_and_in_boto
     definition = {"Overrides": {"ContainerOverrides": [{"Name": "step", "Environment": [{"Name": "A", "Value": "1"}]}]}}
     boto = {"overrides": {"containerOverrides": [{"name": "step", "environment": [{"name": "A", "value": "1"}]}]}}
     assert local.overrides_environment(definition) == local.overrides_environment(boto) == {"A": "1"}
+
+
+def test_a_definition_is_parsed_once_per_process_and_its_program_shared_with_its_heap_keys_made(monkeypatch):
+    import types
+    import uuid
+
+    import pytest
+    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+    from moto.stepfunctions.parser.asl.parse import asl_parser
+    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+    local.install_interpreter_hook()
+    entrypoint = ExecutionWorker._get_evaluation_entrypoint
+    assert getattr(entrypoint, "__laneflow_patch__", False)
+    # moto asks for the program once per execution, through this method
+    assert "self._get_evaluation_entrypoint()" in inspect.getsource(ExecutionWorker._execution_logic)
+
+    parsed: list[str] = []
+    real = asl_parser.AmazonStateLanguageParser.parse
+    monkeypatch.setattr(asl_parser.AmazonStateLanguageParser, "parse", staticmethod(lambda d: (parsed.append(d), real(d))[1]))
+
+    def worker(definition: str):
+        details = types.SimpleNamespace(state_machine_details=types.SimpleNamespace(definition=definition))
+        return types.SimpleNamespace(_evaluation_details=details)
+
+    marker = uuid.uuid4().hex  # a definition no other test has parsed
+    definition = (
+        '{"StartAt": "T", "States": {"T": {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",'
+        ' "Parameters": {"FunctionName": "f", "Payload": {"m": "' + marker + '"}},'
+        ' "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": 2}], "End": true}}}'
+    )
+    first = entrypoint(worker(definition))
+    assert entrypoint(worker(definition)) is first and parsed == [definition]  # parsed once, then shared
+
+    keyed, todo, seen = 0, [first], set()
+    while todo:
+        value = todo.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, EvalComponent):
+            assert value._EvalComponent__heap_key is not None, type(value).__name__  # made as it was parsed
+            keyed += 1
+        if type(value).__module__.startswith("moto.stepfunctions.parser.asl.") and hasattr(value, "__dict__"):
+            todo.extend(vars(value).values())
+        elif isinstance(value, (list, tuple)):
+            todo.extend(value)
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+    assert keyed > 10  # the walk reached the Task's Parameters and its Retry, not only the program
+
+    broken = '{"StartAt": "A", "States": {"A": {"Type": "Pass", "End": "' + marker + '"}}}'
+    for _ in range(2):
+        with pytest.raises(asl_parser.ASLParserException):
+            entrypoint(worker(broken))
+    assert parsed.count(broken) == 2  # a definition that does not parse is not kept

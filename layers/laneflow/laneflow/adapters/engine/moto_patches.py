@@ -20,6 +20,17 @@ tests/unit/test_engine_patch.py fails loudly if any of them moves):
   any other path, or a walk that meets anything but a dict, goes to moto's own, which also
   raises its error for a name that is not there. Every module that imported `extract_json`
   by name gets the walked one.
+- **A definition is parsed once per process, not once per execution.** Every execution
+  moto starts (`ExecutionWorker._get_evaluation_entrypoint`) parses its definition into
+  evaluation components with ANTLR and a preprocessor: about 150 ms of CPU for laneflow's,
+  paid by every drive and every segment (30 % of the engine's CPU over five gated runs of
+  100). The components are built once and only read while they evaluate: moto already
+  evaluates one tree from many threads at once (every iteration of a Map runs its item
+  processor's components), and what an evaluation changes lives in its environment. So
+  the parsed program is kept by definition text (`PROGRAMS_KEPT`) and shared; each
+  component's heap key (the one value a component makes for itself, lazily) is made as it
+  is parsed, so no two threads race to make it. A definition that does not parse raises as
+  before and is not kept.
 - **Finished executions are forgotten** (`forget`): moto keeps every execution (its history,
   its environment) and every worker thread it ever started (`utils.TMP_THREADS`, a list
   nothing reads), so a long-lived process (`laneflow serve`) grew by ~24 KiB a step forever.
@@ -39,6 +50,12 @@ from typing import Any
 # Distinct JSONPath expressions kept parsed: a definition has a few dozen; the bound only
 # stops a definition that builds paths from data from growing the cache without end.
 PARSE_CACHE_SIZE = 1024
+
+# Where the objects of a parsed program are defined (what the heap-key walk goes into).
+ASL_MODULES = "moto.stepfunctions.parser.asl."
+
+# Distinct definitions kept parsed (the engine has one; tests make a few).
+PROGRAMS_KEPT = 16
 
 _lock = threading.Lock()
 
@@ -134,6 +151,45 @@ def _walked(extract_json: Callable[[str, Any], Any], parse: Callable[[str], Any]
     return walk
 
 
+def _with_heap_keys(program: Any) -> Any:
+    """Make the heap key of every evaluation component of a parsed program (a walk of its
+    attributes, through moto's own objects), so threads sharing it only ever read them."""
+    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+
+    seen: set[int] = set()
+    todo: list[Any] = [program]
+    while todo:
+        value = todo.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, EvalComponent):
+            _ = value.heap_key
+        if type(value).__module__.startswith(ASL_MODULES) and hasattr(value, "__dict__"):
+            todo.extend(vars(value).values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            todo.extend(value)
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+    return program
+
+
+def _parsed_once(entrypoint: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    @functools.lru_cache(maxsize=PROGRAMS_KEPT)
+    def program_of(definition: str) -> Any:
+        return _with_heap_keys(AmazonStateLanguageParser.parse(definition)[0])
+
+    @functools.wraps(entrypoint)
+    def evaluation_entrypoint(worker: Any) -> Any:
+        return program_of(worker._evaluation_details.state_machine_details.definition)
+
+    evaluation_entrypoint.__laneflow_patch__ = True  # type: ignore[attr-defined]
+    evaluation_entrypoint.program_of = program_of  # type: ignore[attr-defined]
+    return evaluation_entrypoint
+
+
 def _require(module: Any, name: str) -> Any:
     if not hasattr(module, name):  # pragma: no cover - guarded by tests/unit/test_engine_patch.py
         raise RuntimeError(f"moto's Step Functions interpreter changed: {module.__name__}.{name} is gone")
@@ -157,8 +213,10 @@ def install() -> None:
             lambda_eval_utils,
         )
         from moto.stepfunctions.parser.asl.utils import json_path
+        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
         _replace(lambda_eval_utils, "execute_lambda_function_integration", _noting_execution)
+        _replace(ExecutionWorker, "_get_evaluation_entrypoint", _parsed_once)
         _replace(json_path, "parse", _memoized)
         _replace(result_path, "parse", _memoized)
         extract_json = _require(json_path, "extract_json")

@@ -1,0 +1,188 @@
+"""The floor under a gated fan-out's sibling starts: the same requests through the SDK alone.
+
+When a lane's gate opens, each of its N - 1 siblings sends one Messages API request through
+the anthropic SDK. This sends those requests with nothing else running: no engine, no store,
+no prompt building, only the SDK and the imitation. `processes` client processes stand for
+the step workers, each with its share of the requests on threads of its own; their
+connections are opened first (one warm burst, as a worker's pool has them after a run),
+then every thread sends at one instant. It reports, in ms after that instant, when the
+median and the last request had been written whole (the transport's own trace of the
+request body sent), and the CPU the clients spent until their last one was sent (and the imitation's over the
+burst, to the streams' ends).
+What laneflow's sibling starts measure above this floor is the engine's and laneflow's own.
+
+    python bench/sdk_floor.py --n 99 --processes 2 --repeat 3 [--json]
+
+(With no `--params FILE`, the request is the warm_gate benchmark's, captured from one step.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+KEY = "sk-bench-not-a-real-key"
+WARM_S = 2.0  # the warm burst goes this long before the measured one
+LEAD_S = 4.0  # children start, import and connect within this
+
+
+def process_cpu_ms(pid: int) -> float:
+    """User and system CPU of a process so far, ms (Linux /proc; dead threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _traced_client(url: str, share: int, sent: list[float], cpu: dict[str, float]) -> Any:
+    """The SDK's client, its transport noting when each request body was written whole (and
+    this process's CPU when its `share`-th was)."""
+    import anthropic
+
+    try:
+        import httpx2 as http
+    except ImportError:  # pragma: no cover
+        import httpx as http  # type: ignore[no-redef]
+
+    class Traced(http.HTTPTransport):
+        def handle_request(self, request: Any) -> Any:
+            def trace(name: str, info: Any) -> None:
+                if name == "http11.send_request_body.complete":
+                    sent.append(time.time())
+                    if len(sent) == share:
+                        cpu["last_sent"] = time.process_time()
+
+            request.extensions["trace"] = trace
+            return super().handle_request(request)
+
+    # The SDK's own pool limits (a transport given to it keeps httpx's smaller default).
+    limits = http.Limits(max_connections=1000, max_keepalive_connections=100)
+    return anthropic.Anthropic(api_key=KEY, base_url=url, max_retries=0, http_client=anthropic.DefaultHttpxClient(transport=Traced(limits=limits)))
+
+
+def _child(url: str, params_file: str, share: int, at: float) -> None:
+    """One client process: `share` threads send the request at `at` (epoch seconds), after a
+    warm burst; prints the epoch times their request bodies were written and its CPU."""
+    params = json.loads(Path(params_file).read_text())
+    sent: list[float] = []
+    cpu: dict[str, float] = {}
+    client = _traced_client(url, share, sent, cpu)
+
+    def send(i: int, when: float) -> None:
+        own = dict(params, messages=[{"role": "user", "content": f"Analyse item-{i}."}])
+        time.sleep(max(0.0, when - time.time()))
+        with client.messages.create(**own, stream=True) as stream:
+            for _ in stream:
+                pass
+
+    for when in (at - WARM_S, at):
+        threads = [threading.Thread(target=send, args=(i, when)) for i in range(share)]
+        for t in threads:
+            t.start()
+        if when == at:
+            cpu["before"] = time.process_time()  # the threads wait for the instant, sleeping
+        for t in threads:
+            t.join()
+        if when != at:
+            sent.clear()
+    print(json.dumps({"sent": sent, "cpu_ms": (cpu["last_sent"] - cpu["before"]) * 1000}))
+
+
+def measure(url: str, imitation_pid: int, params: dict[str, Any], n: int, processes: int, repeat: int = 3) -> dict[str, Any]:
+    """`repeat` bursts of `n` requests from `processes` client processes (see the module's
+    docstring): per burst, the median and last request written, ms after the instant."""
+    processes = max(1, processes)
+    bursts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        params_file = Path(tmp) / "params.json"
+        params_file.write_text(json.dumps(params))
+        for _ in range(repeat):
+            at = time.time() + LEAD_S + WARM_S
+            shares = [n // processes + (1 if k < n % processes else 0) for k in range(processes)]
+            children = [
+                subprocess.Popen([sys.executable, __file__, "--child", url, str(params_file), str(share), repr(at)], stdout=subprocess.PIPE, text=True)
+                for share in shares
+            ]
+            time.sleep(max(0.0, at - time.time()))
+            imitation_before = process_cpu_ms(imitation_pid)
+            outs = [json.loads(c.communicate()[0]) for c in children]
+            imitation_ms = process_cpu_ms(imitation_pid) - imitation_before  # to the streams' ends
+            sent = sorted(t for out in outs for t in out["sent"])
+            if len(sent) != n:
+                raise RuntimeError(f"{len(sent)} of {n} requests were sent")
+            bursts.append(
+                {
+                    "median_ms": round((statistics.median(sent) - at) * 1000, 1),
+                    "last_ms": round((sent[-1] - at) * 1000, 1),
+                    "client_cpu_ms": round(sum(out["cpu_ms"] for out in outs), 1),
+                    "imitation_cpu_ms": round(imitation_ms, 1),
+                }
+            )
+    return {"n": n, "processes": processes, "bursts": bursts}
+
+
+def warm_gate_request() -> dict[str, Any]:
+    """The request one step of the warm_gate benchmark's fan-out sends (its lead's first
+    turn), captured from one gated run of two steps in this process."""
+    sys.path.insert(0, str(HERE))
+    import warm_gate as wg
+
+    from laneflow.adapters.executors.anthropic import AnthropicExecutor
+    from laneflow.adapters.store import open_store
+    from laneflow.settings import Settings
+    from laneflow.wiring import for_store, local_engine
+
+    sent: list[dict[str, Any]] = []
+
+    class Capturing(AnthropicExecutor):
+        def _create(self, params: dict[str, Any], timeout: float | None) -> Any:
+            sent.append(json.loads(json.dumps(params)))
+            return super()._create(params, timeout)
+
+    with tempfile.TemporaryDirectory() as tmp, wg.RemoteImitation(ttft_ms=0, token_ms=0) as api:
+        root = Path(tmp)
+        ws = wg.make_workspace(root)
+        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=0)
+        svc = for_store(open_store(f"sqlite:///{root / 'floor.db'}"), settings)
+        svc.executors["anthropic"] = Capturing(api_key=KEY, base_url=api.url)
+        wg.one_run(svc, local_engine(svc), api, ws, 2, True)
+    return sent[0]
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--child"]:
+        url, params_file, share, at = sys.argv[2:6]
+        _child(url, params_file, int(share), float(at))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=99, help="requests in a burst (a fan-out of N has N - 1 siblings)")
+    parser.add_argument("--processes", type=int, default=2, help="client processes (the step workers)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--params", help="a JSON file of the request's parameters (default: the warm_gate benchmark's)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    import warm_gate as wg
+
+    params = json.loads(Path(args.params).read_text()) if args.params else warm_gate_request()
+    with wg.RemoteImitation(ttft_ms=wg.TTFT_MS, token_ms=1) as api:
+        result = measure(api.url, api.proc.pid, params, args.n, args.processes, args.repeat)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, b in enumerate(result["bursts"], 1):
+            print(f"burst {k}: {args.n} requests from {args.processes} process(es): median sent at {b['median_ms']} ms, last at {b['last_ms']} ms;"
+                  f" CPU: clients {b['client_cpu_ms']} ms, imitation {b['imitation_cpu_ms']} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
