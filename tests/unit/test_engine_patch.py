@@ -329,28 +329,21 @@ def test_the_overrides_environment_is_read_in_the_definitions_casing_and_in_boto
     assert local.overrides_environment(definition) == local.overrides_environment(boto) == {"A": "1"}
 
 
-def test_a_definition_is_parsed_once_per_process_and_its_program_shared_with_its_heap_keys_made(monkeypatch):
-    import types
+def test_a_definition_is_parsed_once_per_process_for_its_check_and_every_execution_with_its_heap_keys_made():
     import uuid
 
     import pytest
     from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
     from moto.stepfunctions.parser.asl.parse import asl_parser
-    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+    from moto.stepfunctions.parser.asl.static_analyser import static_analyser
+    from moto.stepfunctions.parser.backend import execution_worker
 
     local.install_interpreter_hook()
-    entrypoint = ExecutionWorker._get_evaluation_entrypoint
-    assert getattr(entrypoint, "__laneflow_patch__", False)
-    # moto asks for the program once per execution, through this method
-    assert "self._get_evaluation_entrypoint()" in inspect.getsource(ExecutionWorker._execution_logic)
-
-    parsed: list[str] = []
-    real = asl_parser.AmazonStateLanguageParser.parse
-    monkeypatch.setattr(asl_parser.AmazonStateLanguageParser, "parse", staticmethod(lambda d: (parsed.append(d), real(d))[1]))
-
-    def worker(definition: str):
-        details = types.SimpleNamespace(state_machine_details=types.SimpleNamespace(definition=definition))
-        return types.SimpleNamespace(_evaluation_details=details)
+    parse = asl_parser.AmazonStateLanguageParser.parse
+    assert getattr(parse, "__laneflow_patch__", False)
+    # moto's two callers, the definition's check and each execution's start, call it on the class
+    assert "AmazonStateLanguageParser.parse(definition)" in inspect.getsource(static_analyser.StaticAnalyser.analyse)
+    assert "AmazonStateLanguageParser.parse(" in inspect.getsource(execution_worker.ExecutionWorker._get_evaluation_entrypoint)
 
     marker = uuid.uuid4().hex  # a definition no other test has parsed
     definition = (
@@ -358,10 +351,11 @@ def test_a_definition_is_parsed_once_per_process_and_its_program_shared_with_its
         ' "Parameters": {"FunctionName": "f", "Payload": {"m": "' + marker + '"}},'
         ' "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": 2}], "End": true}}}'
     )
-    first = entrypoint(worker(definition))
-    assert entrypoint(worker(definition)) is first and parsed == [definition]  # parsed once, then shared
+    program, tree = parse(definition)
+    assert parse(definition)[0] is program and parse(definition)[1] is tree  # parsed once, then shared
+    static_analyser.StaticAnalyser().analyse(definition)  # moto's check of a definition reads the kept tree
 
-    keyed, todo, seen = 0, [first], set()
+    keyed, todo, seen = 0, [program], set()
     while todo:
         value = todo.pop()
         if id(value) in seen:
@@ -379,7 +373,9 @@ def test_a_definition_is_parsed_once_per_process_and_its_program_shared_with_its
     assert keyed > 10  # the walk reached the Task's Parameters and its Retry, not only the program
 
     broken = '{"StartAt": "A", "States": {"A": {"Type": "Pass", "End": "' + marker + '"}}}'
+    errors = []
     for _ in range(2):
-        with pytest.raises(asl_parser.ASLParserException):
-            entrypoint(worker(broken))
-    assert parsed.count(broken) == 2  # a definition that does not parse is not kept
+        with pytest.raises(asl_parser.ASLParserException) as raised:
+            parse(broken)
+        errors.append(raised.value)
+    assert errors[0] is not errors[1]  # a definition that does not parse is parsed again: nothing kept

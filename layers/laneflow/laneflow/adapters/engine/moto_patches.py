@@ -20,16 +20,17 @@ tests/unit/test_engine_patch.py fails loudly if any of them moves):
   any other path, or a walk that meets anything but a dict, goes to moto's own, which also
   raises its error for a name that is not there. Every module that imported `extract_json`
   by name gets the walked one.
-- **A definition is parsed once per process, not once per execution.** Every execution
-  moto starts (`ExecutionWorker._get_evaluation_entrypoint`) parses its definition into
-  evaluation components with ANTLR and a preprocessor: about 150 ms of CPU for laneflow's,
-  paid by every drive and every segment (30 % of the engine's CPU over five gated runs of
-  100). The components are built once and only read while they evaluate: moto already
-  evaluates one tree from many threads at once (every iteration of a Map runs its item
-  processor's components), and what an evaluation changes lives in its environment. So
-  the parsed program is kept by definition text (`PROGRAMS_KEPT`) and shared; each
-  component's heap key (the one value a component makes for itself, lazily) is made as it
-  is parsed, so no two threads race to make it. A definition that does not parse raises as
+- **A definition is parsed once per process, not once per execution.** moto parses a
+  definition into evaluation components (`AmazonStateLanguageParser.parse`: ANTLR, then a
+  preprocessor) when the state machine is created (to validate it) and again for every
+  execution it starts: 310-330 ms of CPU for laneflow's 44 KB definition each time, paid by
+  every drive and every segment (a later drive of one stub step took 350-500 ms with it,
+  43 ms without). The parse is kept by definition text (`PROGRAMS_KEPT`) and shared. The
+  components are built once and only read while they evaluate: moto already evaluates one
+  tree from many threads at once (every iteration of a Map runs its item processor's
+  components), and what an evaluation changes lives in its environment. The one value a
+  component makes for itself, lazily, its heap key, is made for every component as it is
+  parsed, so no two threads race to make it. A definition that does not parse raises as
   before and is not kept.
 - **Finished executions are forgotten** (`forget`): moto keeps every execution (its history,
   its environment) and every worker thread it ever started (`utils.TMP_THREADS`, a list
@@ -174,20 +175,18 @@ def _with_heap_keys(program: Any) -> Any:
     return program
 
 
-def _parsed_once(entrypoint: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
-
+def _parsed_once(parse: Callable[[str], Any]) -> Any:
     @functools.lru_cache(maxsize=PROGRAMS_KEPT)
-    def program_of(definition: str) -> Any:
-        return _with_heap_keys(AmazonStateLanguageParser.parse(definition)[0])
+    def parsed(definition: str) -> tuple[Any, Any]:
+        program, tree = parse(definition)
+        return _with_heap_keys(program), tree
 
-    @functools.wraps(entrypoint)
-    def evaluation_entrypoint(worker: Any) -> Any:
-        return program_of(worker._evaluation_details.state_machine_details.definition)
+    @functools.wraps(parse)
+    def parse_once(definition: str) -> tuple[Any, Any]:
+        return parsed(definition)
 
-    evaluation_entrypoint.__laneflow_patch__ = True  # type: ignore[attr-defined]
-    evaluation_entrypoint.program_of = program_of  # type: ignore[attr-defined]
-    return evaluation_entrypoint
+    parse_once.__laneflow_patch__ = True  # type: ignore[attr-defined]
+    return staticmethod(parse_once)  # as moto's own is: called on the class
 
 
 def _require(module: Any, name: str) -> Any:
@@ -212,11 +211,11 @@ def install() -> None:
         from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
             lambda_eval_utils,
         )
+        from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
         from moto.stepfunctions.parser.asl.utils import json_path
-        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
         _replace(lambda_eval_utils, "execute_lambda_function_integration", _noting_execution)
-        _replace(ExecutionWorker, "_get_evaluation_entrypoint", _parsed_once)
+        _replace(AmazonStateLanguageParser, "parse", _parsed_once)
         _replace(json_path, "parse", _memoized)
         _replace(result_path, "parse", _memoized)
         extract_json = _require(json_path, "extract_json")
