@@ -355,22 +355,12 @@ def test_a_definition_is_parsed_once_per_process_for_its_check_and_every_executi
     assert parse(definition)[0] is program and parse(definition)[1] is tree  # parsed once, then shared
     static_analyser.StaticAnalyser().analyse(definition)  # moto's check of a definition reads the kept tree
 
-    keyed, todo, seen = 0, [program], set()
-    while todo:
-        value = todo.pop()
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        if isinstance(value, EvalComponent):
-            assert value._EvalComponent__heap_key is not None, type(value).__name__  # made as it was parsed
-            keyed += 1
-        if type(value).__module__.startswith("moto.stepfunctions.parser.asl.") and hasattr(value, "__dict__"):
-            todo.extend(vars(value).values())
-        elif isinstance(value, (list, tuple)):
-            todo.extend(value)
-        elif isinstance(value, dict):
-            todo.extend(value.values())
-    assert keyed > 10  # the walk reached the Task's Parameters and its Retry, not only the program
+    # Made as it was parsed, deep in the tree too: the state, the two retry declarations whose
+    # counters are kept under their keys, the Lambda call's payload binding
+    state = program.states.states["T"]
+    retrier = state.retry.retriers[0]
+    made = [program, state, retrier.max_attempts, retrier.backoff_rate, state.parargs.template_eval_component.payload_bindings[0]]
+    assert all(isinstance(c, EvalComponent) and c._EvalComponent__heap_key is not None for c in made)
 
     broken = '{"StartAt": "A", "States": {"A": {"Type": "Pass", "End": "' + marker + '"}}}'
     errors = []
