@@ -96,15 +96,22 @@ class _Watcher:
             self._calls.discard(call)
 
     def _watch(self) -> None:
-        while True:
-            time.sleep(self.poll_s)
+        try:
+            while True:
+                time.sleep(self.poll_s)
+                with self._lock:
+                    calls = list(self._calls)
+                    if not calls:
+                        self._thread = None
+                        return
+                for call in calls:
+                    call.check()
+        except BaseException:
+            # Whatever ended it, the next call in flight starts another: the calls are never
+            # left without a watcher.
             with self._lock:
-                calls = list(self._calls)
-                if not calls:
-                    self._thread = None
-                    return
-            for call in calls:
-                call.check()
+                self._thread = None
+            raise
 
 
 class _CallWatch:
