@@ -18,6 +18,7 @@ an unknown setting) ride along on the returned models.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import hashlib
 import os
 import re
@@ -281,15 +282,22 @@ _SKIP_DIRS = {".git", "__pycache__", "outputs", "storage"}
 
 
 def _rel(path: Path, root: Path) -> str:
+    text, base = str(path), str(root)
+    if text.startswith(base + os.sep):  # a file of the workspace: its tail (a step reads a dozen)
+        return text[len(base) + 1 :].replace(os.sep, "/")
     return Path(os.path.relpath(path, root)).as_posix()
 
 
 
 def _files(folder: Path, pattern: str = "*") -> list[Path]:
-    """The visible files directly in a folder matching a glob, sorted by name."""
-    if not folder.is_dir():
+    """The visible files directly in a folder matching a glob, sorted by name (a folder that
+    is missing or cannot be listed has none)."""
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if not e.name.startswith(".") and fnmatch.fnmatchcase(e.name, pattern) and e.is_file())
+    except OSError:
         return []
-    return sorted(p for p in folder.glob(pattern) if p.is_file() and not p.name.startswith("."))
+    return [folder / name for name in names]
 
 
 
