@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-KEY = "sk-bench-not-a-real-key"
 WARM_S = 2.0  # the warm burst goes this long before the measured one
 LEAD_S = 4.0  # children start, import and connect within this
 
@@ -42,7 +41,7 @@ def process_cpu_ms(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def _traced_client(url: str, share: int, sent: list[float], cpu: dict[str, float]) -> Any:
+def _traced_client(url: str, key: str, share: int, sent: list[float], cpu: dict[str, float]) -> Any:
     """The SDK's client, its transport noting when each request body was written whole (and
     this process's CPU when its `share`-th was)."""
     import anthropic
@@ -65,16 +64,16 @@ def _traced_client(url: str, share: int, sent: list[float], cpu: dict[str, float
 
     # The SDK's own pool limits (a transport given to it keeps httpx's smaller default).
     limits = http.Limits(max_connections=1000, max_keepalive_connections=100)
-    return anthropic.Anthropic(api_key=KEY, base_url=url, max_retries=0, http_client=anthropic.DefaultHttpxClient(transport=Traced(limits=limits)))
+    return anthropic.Anthropic(api_key=key, base_url=url, max_retries=0, http_client=anthropic.DefaultHttpxClient(transport=Traced(limits=limits)))
 
 
-def _child(url: str, params_file: str, share: int, at: float) -> None:
+def _child(url: str, key: str, params_file: str, share: int, at: float) -> None:
     """One client process: `share` threads send the request at `at` (epoch seconds), after a
     warm burst; prints the epoch times their request bodies were written and its CPU."""
     params = json.loads(Path(params_file).read_text())
     sent: list[float] = []
     cpu: dict[str, float] = {}
-    client = _traced_client(url, share, sent, cpu)
+    client = _traced_client(url, key, share, sent, cpu)
 
     def send(i: int, when: float) -> None:
         own = dict(params, messages=[{"role": "user", "content": f"Analyse item-{i}."}])
@@ -96,9 +95,10 @@ def _child(url: str, params_file: str, share: int, at: float) -> None:
     print(json.dumps({"sent": sent, "cpu_ms": (cpu["last_sent"] - cpu["before"]) * 1000}))
 
 
-def measure(url: str, imitation_pid: int, params: dict[str, Any], n: int, processes: int, repeat: int = 3) -> dict[str, Any]:
-    """`repeat` bursts of `n` requests from `processes` client processes (see the module's
-    docstring): per burst, the median and last request written, ms after the instant."""
+def measure(api: Any, params: dict[str, Any], n: int, processes: int, repeat: int = 3) -> dict[str, Any]:
+    """`repeat` bursts of `n` requests to the imitation `api` (warm_gate's `RemoteImitation`)
+    from `processes` client processes (see the module's docstring): per burst, the median and
+    last request written, ms after the instant."""
     processes = max(1, processes)
     bursts = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,13 +108,13 @@ def measure(url: str, imitation_pid: int, params: dict[str, Any], n: int, proces
             at = time.time() + LEAD_S + WARM_S
             shares = [n // processes + (1 if k < n % processes else 0) for k in range(processes)]
             children = [
-                subprocess.Popen([sys.executable, __file__, "--child", url, str(params_file), str(share), repr(at)], stdout=subprocess.PIPE, text=True)
+                subprocess.Popen([sys.executable, __file__, "--child", api.url, api.key, str(params_file), str(share), repr(at)], stdout=subprocess.PIPE, text=True)
                 for share in shares
             ]
             time.sleep(max(0.0, at - time.time()))
-            imitation_before = process_cpu_ms(imitation_pid)
+            imitation_before = process_cpu_ms(api.proc.pid)
             outs = [json.loads(c.communicate()[0]) for c in children]
-            imitation_ms = process_cpu_ms(imitation_pid) - imitation_before  # to the streams' ends
+            imitation_ms = process_cpu_ms(api.proc.pid) - imitation_before  # to the streams' ends
             sent = sorted(t for out in outs for t in out["sent"])
             if len(sent) != n:
                 raise RuntimeError(f"{len(sent)} of {n} requests were sent")
@@ -136,9 +136,7 @@ def warm_gate_request() -> dict[str, Any]:
     import warm_gate as wg
 
     from laneflow.adapters.executors.anthropic import AnthropicExecutor
-    from laneflow.adapters.store import open_store
-    from laneflow.settings import Settings
-    from laneflow.wiring import for_store, local_engine
+    from laneflow.wiring import local_engine
 
     sent: list[dict[str, Any]] = []
 
@@ -149,18 +147,15 @@ def warm_gate_request() -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp, wg.RemoteImitation(ttft_ms=0, token_ms=0) as api:
         root = Path(tmp)
-        ws = wg.make_workspace(root)
-        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=0)
-        svc = for_store(open_store(f"sqlite:///{root / 'floor.db'}"), settings)
-        svc.executors["anthropic"] = Capturing(api_key=KEY, base_url=api.url)
-        wg.one_run(svc, local_engine(svc), api, ws, 2, True)
+        svc = wg.services(root, api, step_workers=0, executor=Capturing)  # in this process, to capture it
+        wg.one_run(svc, local_engine(svc), api, wg.make_workspace(root), 2, True)
     return sent[0]
 
 
 def main() -> int:
     if sys.argv[1:2] == ["--child"]:
-        url, params_file, share, at = sys.argv[2:6]
-        _child(url, params_file, int(share), float(at))
+        url, key, params_file, share, at = sys.argv[2:7]
+        _child(url, key, params_file, int(share), float(at))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=99, help="requests in a burst (a fan-out of N has N - 1 siblings)")
@@ -174,7 +169,7 @@ def main() -> int:
 
     params = json.loads(Path(args.params).read_text()) if args.params else warm_gate_request()
     with wg.RemoteImitation(ttft_ms=wg.TTFT_MS, token_ms=1) as api:
-        result = measure(api.url, api.proc.pid, params, args.n, args.processes, args.repeat)
+        result = measure(api, params, args.n, args.processes, args.repeat)
     if args.json:
         print(json.dumps(result))
     else:

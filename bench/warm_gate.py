@@ -66,6 +66,7 @@ class RemoteImitation:
              "--token-ms", str(token_ms), "--api-key", KEY],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
+        self.key = KEY  # the one key it takes
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http://127.0.0.1:"):
             self.proc.kill()
@@ -219,14 +220,20 @@ def prefix_cost(r: dict, prefix_tokens: int) -> float:
     return (1.25 * r["cache_write_tokens"] + 0.1 * r["cache_read_tokens"]) / prefix_tokens
 
 
+def services(root: Path, api: RemoteImitation, step_workers: int, executor: type[AnthropicExecutor] = AnthropicExecutor) -> Services:
+    """A SQLite store under `root`, with `executor` (the Claude executor) calling the imitation."""
+    settings = Settings(anthropic_api_key=api.key, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=step_workers)
+    svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
+    svc.executors["anthropic"] = executor(api_key=api.key, base_url=api.url)
+    return svc
+
+
 def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, RemoteImitation(ttft_ms=TTFT_MS, token_ms=1) as api, Deliveries() as deliveries:
         root = Path(tmp)
         ws = make_workspace(root)
-        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=step_workers)
-        svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
-        svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url)
+        svc = services(root, api, step_workers)
         engine = local_engine(svc)
         one_run(svc, engine, api, ws, 2, True)  # warm-up: imports, the interpreter, the HTTP pool
         for n in sizes:
@@ -256,7 +263,7 @@ def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict:
                 }
             )
         # The floor under the largest fan-out's sibling starts: the same requests, the SDK alone.
-        floor = sdk_floor.measure(api.url, api.proc.pid, sdk_floor.warm_gate_request(), max(sizes) - 1, max(1, step_workers), max(3, repeat))
+        floor = sdk_floor.measure(api, sdk_floor.warm_gate_request(), max(sizes) - 1, max(1, step_workers), max(3, repeat))
     goals = {
         "one_cold_prefix_per_lane": all(r["gate_on"]["cache_writes"] == 1 for r in rows),
         "gate_on_cost_within_1pct_of_limit": {

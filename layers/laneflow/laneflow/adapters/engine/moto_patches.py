@@ -177,13 +177,9 @@ def _with_heap_keys(program: Any) -> Any:
 
 def _parsed_once(parse: Callable[[str], Any]) -> Any:
     @functools.lru_cache(maxsize=PROGRAMS_KEPT)
-    def parsed(definition: str) -> tuple[Any, Any]:
+    def parse_once(definition: str) -> tuple[Any, Any]:
         program, tree = parse(definition)
         return _with_heap_keys(program), tree
-
-    @functools.wraps(parse)
-    def parse_once(definition: str) -> tuple[Any, Any]:
-        return parsed(definition)
 
     parse_once.__laneflow_patch__ = True  # type: ignore[attr-defined]
     return staticmethod(parse_once)  # as moto's own is: called on the class
