@@ -36,24 +36,40 @@ def test_the_readme_block_is_what_this_test_runs():
 
 
 
+def _end(server: subprocess.Popen[str]) -> None:
+    """Ends the imitation's process group, however far it got (a group already gone is not an
+    error that should hide the test's own)."""
+    for sig, wait_s in ((signal.SIGINT, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            server.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 @pytest.mark.slow
 def test_the_readme_imitation_block_ends_in_a_completed_run(tmp_path):
     imitation, export, run = readme_block()
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LANEFLOW_"))}
-    server = subprocess.Popen(imitation, shell=True, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    # The README's port, as written, may be taken on a shared machine: the block runs on a
+    # free one (`--port 0`), and the export names the address the imitation printed.
+    port = re.search(r"--port (\d+)", imitation)
+    assert port and port.group(1) in export, (imitation, export)
+    server = subprocess.Popen(imitation.replace(port.group(0), "--port 0"), shell=True, cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
-        said = server.stdout.readline()  # the server says its address once it listens
-        assert said.startswith("http://127.0.0.1:"), server.stderr.read() if server.poll() is not None else said
+        said = server.stdout.readline().strip()  # the server says its address once it listens
+        assert said.startswith("http://127.0.0.1:"), f"the imitation printed {said!r} (exit {server.poll()})"
+        export = re.sub(r"http://127\.0\.0\.1:\d+", said, export)
         done = subprocess.run(f"{export}\n{run}", shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     finally:
-        os.killpg(server.pid, signal.SIGINT)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        _end(server)
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.search(r"run-\S+: completed \(5 completed\)", done.stdout), done.stdout
     assert (tmp_path / ".laneflow" / "laneflow.db").exists()
