@@ -57,10 +57,14 @@ def test_twelve_steps_of_two_seconds_at_parallel_three_take_about_the_ideal():
     assert most_at_once(spans) == 3
 
 
-def test_the_old_plan_of_parallel_minus_one_siblings_is_what_was_measured():
-    # Before: the siblings' Map ran parallel - 1 at a time and nobody was held (12.3 s measured).
-    spans = schedule(12, 3, d=2.0, ttft=0.4, reserve=False, sibling_parallel=2)
-    assert makespan(spans) == pytest.approx(12.4)
+@pytest.mark.parametrize("parallel", [2, 3, 5])
+def test_the_plan_runs_the_siblings_at_the_full_cap_and_one_of_them_holds_the_lead_s_slot(parallel):
+    # The plan's own numbers, not the model's: the siblings' Map runs `parallel` at a time, and
+    # exactly one of its first `parallel` iterations (the reserve) waits for the lead's end.
+    lane = lane_of(12, parallel)
+    assert lane.sibling_parallel == parallel
+    assert [i for i in range(len(lane.siblings)) if is_reserve(i, lane.parallel)] == [parallel - 1]
+    assert not is_reserve(0, 1) and not is_reserve(None, parallel) and not is_reserve(parallel - 1, None)
 
 
 def test_without_the_reserve_a_full_siblings_map_would_pass_the_cap():
