@@ -241,7 +241,7 @@ def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path, server):
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), cfg)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         ws = tracker_workspace(tmp_path, server.url, [])
-        lines = ['[[tool api_tracker {"path": "/issues/7"}]]', '[[tool api_tracker {"path": "/missing"}]]', "[[reply Issue 7 read.]]"]
+        lines = ['[[tool api_tracker {"path": "/issues/7"}]]', '[[tool api_tracker {"path": "/missing"}]]', "[[reply Ticket seven read.]]"]
         (ws / "flows" / "fix.yaml").write_text("steps:\n  - agent: fixer\n    instruction: |\n" + "".join(f"      {line}\n" for line in lines))
         run = drive(svc, ws, "fix", model="claude-sonnet-4-6")
     assert run.status == RunStatus.completed, run.error

@@ -148,7 +148,7 @@ def step_workers(given: int | None, cfg: Settings, environ: Mapping[str, str] = 
     of two cores or more, none on one core. A stub run's steps all go to one of them (its
     pretend cache is the process's); a Claude lane's released siblings spread over all of
     them, so on two cores two workers start a lane of 100 about a quarter sooner than one
-    (bench/RESULTS.md, session 7)."""
+    (docs/CHOICES.md, "Step workers")."""
     if given is not None:
         if not 0 <= given <= 32:
             raise InvalidInput(f"--step-workers {given}: give 0 (every step in this process) to 32")
