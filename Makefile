@@ -36,7 +36,7 @@ test: $(STAMP) lint
 
 # The quick loop while working: no test marked slow, and the SQLite store only.
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not slow" --store-backend sqlite -k "not dynamodb or sqlite"
+	$(BIN)/pytest -m "not slow" --store-backend sqlite
 
 # The README's screenshots of the run viewer (docs/screenshots/), from real runs in Debian's
 # headless Chromium (`make setup` installs it).

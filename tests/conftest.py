@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import services_on
+from helpers import services_on, store_kinds
 
 from laneflow.adapters.engine.local import DriveResult
 from laneflow.adapters.store import open_store
@@ -30,8 +30,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--store-backend",
         choices=("sqlite", "dynamodb", "all"),
         default="all",
-        help="which stores the store contract (tests/contract/store) runs on (default: all)",
+        help="which stores every test run on both stores runs on (default: all)",
     )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # The one way a test runs on both stores: it takes `store_kind` (or a fixture that does),
+    # and runs once per store `--store-backend` names.
+    if "store_kind" in metafunc.fixturenames:
+        metafunc.parametrize("store_kind", store_kinds(metafunc.config), indirect=True)
+
+
+@pytest.fixture
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """`sqlite` or `dynamodb` (under moto): the store this run of the test is on."""
+    return str(request.param)
 
 
 @pytest.fixture
@@ -40,18 +53,18 @@ def svc(tmp_path: Path) -> Services:
     return for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
-@pytest.fixture(params=["sqlite", "dynamodb"])
-def on(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """on(**env) -> Services on the parametrized store, SQLite or DynamoDB under moto (one
+@pytest.fixture
+def on(store_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """on(**env) -> Services on the store of `store_kind`, SQLite or DynamoDB under moto (one
     per test); `env` is the environment its settings are read from."""
     opened: list[Any] = []
 
     def make(**env: str) -> Services:
-        cm = services_on(request.param, tmp_path, monkeypatch, **env)
+        cm = services_on(store_kind, tmp_path, monkeypatch, **env)
         opened.append(cm)
         return cm.__enter__()
 
-    make.kind = request.param  # type: ignore[attr-defined]
+    make.kind = store_kind  # type: ignore[attr-defined]
     yield make
     for cm in reversed(opened):
         cm.__exit__(None, None, None)

@@ -51,9 +51,21 @@ __all__ = [
     "drive",
     "moto_dynamodb_serialized",
     "services_on",
+    "store_kinds",
     "stored_bytes",
     "write_workspace",
 ]
+
+
+STORE_KINDS = ("sqlite", "dynamodb")
+
+
+def store_kinds(config: pytest.Config) -> list[str]:
+    """The stores `--store-backend` names: both (`all`, the default), or one. A test runs on
+    them by taking the `store_kind` fixture (tests/conftest.py), directly or through one
+    that does (`on`, the contract's `store`)."""
+    chosen = str(config.getoption("store_backend"))
+    return list(STORE_KINDS) if chosen == "all" else [chosen]
 
 
 @contextmanager

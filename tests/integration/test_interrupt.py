@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from contract.store.backends import dynamodb_store, sqlite_store
+from contract.store.backends import BACKENDS
 from helpers import FIXTURES, wait_for_run
 from test_account import ACCOUNT_RULE, agents_md_layer
 from test_crash import assert_invariants
@@ -204,9 +204,9 @@ def test_resume_of_an_unknown_run_exits_2_naming_it(store_url, capsys):
 # -- the store side of a worker leaving, on both stores --------------------------------------------
 
 
-@pytest.fixture(params=[sqlite_store, dynamodb_store], ids=["sqlite", "dynamodb"])
-def svc_on(request, tmp_path: Path) -> Services:
-    with request.param(tmp_path) as store:
+@pytest.fixture
+def svc_on(store_kind: str, tmp_path: Path) -> Services:
+    with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 

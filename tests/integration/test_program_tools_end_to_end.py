@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anthropic
 import pytest
-from contract.store.backends import dynamodb_store, sqlite_store
+from contract.store.backends import BACKENDS
 from test_claude_tools import KEY, Recording, directives
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
@@ -69,9 +69,9 @@ def stub_agent(stub: str = STUB, extra: str = "") -> str:
 EACH = "input:\n  type: object\n  properties:\n    names: {type: array}\nsteps:\n  - agent: shouter\n    each: input.names\n    instruction: Shout for {item}.\n"
 
 
-@pytest.fixture(params=[sqlite_store, dynamodb_store], ids=["sqlite", "dynamodb"])
-def svc(request, tmp_path: Path):
-    with request.param(tmp_path) as store:
+@pytest.fixture
+def svc(store_kind: str, tmp_path: Path):
+    with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 

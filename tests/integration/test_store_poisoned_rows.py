@@ -15,7 +15,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from contract.store.backends import REGION, TABLE, TENANT, claim, dynamodb_store, new_run, sqlite_store
+from contract.store.backends import BACKENDS, REGION, TABLE, TENANT, claim, new_run, sqlite_store
 from helpers import FIXTURES
 
 from laneflow.adapters.store import Store
@@ -58,10 +58,13 @@ def _poison_dynamodb(store: Store, run_id: str, what: str) -> None:
     )
 
 
-@pytest.fixture(params=[(sqlite_store, _poison_sqlite), (dynamodb_store, _poison_dynamodb)], ids=["sqlite", "dynamodb"])
-def damaged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, Poison]]:
-    factory, poison = request.param
-    with factory(tmp_path) as store:
+POISONS: dict[str, Poison] = {"sqlite": _poison_sqlite, "dynamodb": _poison_dynamodb}
+
+
+@pytest.fixture
+def damaged(store_kind: str, tmp_path: Path) -> Iterator[tuple[Store, Poison]]:
+    poison = POISONS[store_kind]
+    with BACKENDS[store_kind](tmp_path) as store:
         yield store, poison
 
 

@@ -91,9 +91,12 @@ def dynamodb_store(tmp_path: Path) -> Iterator[Store]:
             store.close()
 
 
-@pytest.fixture(params=[sqlite_store, dynamodb_store], ids=["sqlite", "dynamodb"])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApiServer]:
-    with request.param(tmp_path) as store:
+STORES = {"sqlite": sqlite_store, "dynamodb": dynamodb_store}
+
+
+@pytest.fixture
+def server(store_kind: str, tmp_path: Path) -> Iterator[ApiServer]:
+    with STORES[store_kind](tmp_path) as store:
         svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
         svc.workspaces = FolderWorkspaces(FIXTURES)
         svc.drives = RecordingDrives()

@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import store_kinds
 
 from contract.store.backends import BACKENDS, dynamodb_store
 
 
 def chosen_backends(config: pytest.Config) -> list[str]:
-    chosen = config.getoption("store_backend")
-    return list(BACKENDS) if chosen == "all" else [chosen]
+    return store_kinds(config)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
