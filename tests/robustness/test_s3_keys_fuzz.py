@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import shutil
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +32,8 @@ KEYS = st.builds(lambda parts, marker: "/".join(parts) + ("/" if marker else "")
                  st.lists(PARTS, min_size=1, max_size=3), st.booleans())
 
 _counter = itertools.count()
+_RUN = uuid.uuid4().hex[:8]  # downloads are kept under /tmp by URI: this session's are its own
+_homes: list[Any] = []  # what the downloads made, removed at the end
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +44,8 @@ def s3() -> Iterator[Any]:
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket=BUCKET)
         yield client
+    for home in _homes:
+        shutil.rmtree(home, ignore_errors=True)
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -67,12 +73,13 @@ def can_be_laid_out(rels: list[str]) -> bool:
 @settings(max_examples=120)
 @given(st.lists(KEYS, min_size=1, max_size=5, unique=True))
 def test_any_set_of_keys_is_laid_out_whole_or_refused_naming_a_key_before_anything_is_written(s3, rels):
-    name = f"ws{next(_counter)}"
+    name = f"ws-{_RUN}-{next(_counter)}"
     prefix = f"workspaces/acme/{name}/"
     for rel in rels:
         s3.put_object(Bucket=BUCKET, Key=prefix + rel, Body=rel.encode())
     uri = f"s3://{BUCKET}/{prefix}"
     home = workspaces.CACHE / hashlib.sha256(uri.encode()).hexdigest()[:16]
+    _homes.append(home)
 
     try:
         folder = local_path(uri, s3)
