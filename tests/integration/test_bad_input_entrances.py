@@ -58,6 +58,69 @@ def test_nan_in_run_input_is_refused_with_exit_2_naming_the_field_and_nothing_is
     assert json.loads(capsys.readouterr().out) == []
 
 
+@pytest.mark.parametrize(
+    "given, field, key",
+    [('{"a": 1, "a": 2}', "$.a", "a"), ('{"t": [{"x": 1, "y": 2, "x": 3}]}', "$.t[0].x", "x"), ('{"": 1, "": 1}', '$[""]', "")],
+)
+def test_a_repeated_key_in_run_input_is_refused_with_exit_2_naming_it_and_nothing_is_written(tmp_path, capsys, given, field, key):
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    ws = two_step_ws(tmp_path)
+    (tmp_path / "in.json").write_text(given)
+
+    for source, arg in (("--input", given), (f"--input file {tmp_path / 'in.json'}", f"@{tmp_path / 'in.json'}")):
+        code = main(["run", str(ws), "f", "--input", arg, "--store", store, "--quiet"])
+
+        err = capsys.readouterr().err
+        assert code == 2 and err.splitlines()[0] == f"laneflow: {source}: {field}: the key {json.dumps(key)} is given twice in one object; give it once"
+        assert "Traceback" not in err
+    assert main(["runs", "--store", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+@pytest.mark.parametrize(
+    "rel, text, line, field",
+    [
+        ("agents/checker/agent.md", "---\nmodel: stub\nreviewed: 2001-13-45\n---\nYou check.", 3, "reviewed"),
+        ("agents/checker/agent.md", "---\nmodel: stub\ntools:\n  - read_file\n  - 2001-02-30\n---\nYou check.", 5, "tools[1]"),
+        ("AGENTS.md", "---\ncapture: full\njudge:\n  model: stub\n  since: 0000-01-01\n---\n", 5, "judge.since"),
+        ("flows/f.yaml", "steps:\n  - agent: writer\n  - agent: checker\n    retries: 2001-13-45\n", 4, "steps[1].retries"),
+        ("flows/f.yaml", "budget: 1e999\nsteps:\n  - agent: writer\n", 1, "budget"),
+        ("agents/checker/agent.md", "---\nmodel: stub\ntimeout: 5\ntimeout: 50\n---\nYou check.", 4, "timeout"),
+    ],
+    ids=["agent-date", "agent-list-date", "agents-md-date", "flow-date", "flow-overflow", "agent-repeated-key"],
+)
+def test_a_yaml_value_that_cannot_be_constructed_is_a_problem_with_file_line_and_field_for_check_and_run(tmp_path, capsys, rel, text, line, field):
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    ws = two_step_ws(tmp_path)
+    (ws / rel).write_text(text)
+
+    checked = main(["check", str(ws)])
+    out, err = capsys.readouterr()
+    ran = main(["run", str(ws), "f", "--store", store, "--quiet"])
+    run_err = capsys.readouterr().err
+
+    assert checked == 2 and ran == 2
+    assert any(shown.startswith(f"{rel}:{line}: {field}: ") for shown in out.splitlines()), out
+    assert f"{rel}:{line}: {field}: " in run_err, run_err
+    assert "Traceback" not in err + run_err
+    assert main(["runs", "--store", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_check_lists_a_type_error_beside_the_stub_cost_and_secret_name_problems_of_the_same_agent_md(tmp_path, capsys):
+    ws = two_step_ws(tmp_path, (
+        "---\nmodel: stub\nbudget: \"3\"\nsecrets: [GOOD_NAME, \"bad name\"]\nstub: |\n  cost: inf\n  Checked.\n---\nYou check."
+    ))
+
+    code = main(["check", str(ws)])
+
+    out = capsys.readouterr().out.splitlines()
+    assert code == 2
+    assert "agents/checker/agent.md:3: budget: expected a number, got a string ('3')" in out
+    assert any(shown.startswith("agents/checker/agent.md:6: stub: header cost: 'inf' is not a price") for shown in out), out
+    assert any(shown.startswith("agents/checker/agent.md:4: secrets: 'bad name' is not a secret name") for shown in out), out
+
+
 def test_a_literal_unbounded_stub_cost_is_refused_before_the_run_naming_agent_md_and_line(tmp_path, capsys):
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     ws = two_step_ws(tmp_path, "---\nmodel: stub\nstub: |\n  cost: inf\n  Checked.\n---\nYou check.")
@@ -138,6 +201,25 @@ def test_nan_infinity_and_surrogates_in_a_start_body_are_a_400_naming_the_field_
     status, payload, _ = call(api_svc, "POST", "/runs", raw_body=raw)
 
     assert status == 400 and payload["problems"][0]["field"] == field and field in payload["message"]
+    assert api_svc.store.list_runs("acme") == [] and api_svc.drives.started == []
+
+
+@pytest.mark.parametrize(
+    "route, raw, field",
+    [
+        ("/runs", '{"workspace": "ws_control", "flow": "approval", "flow": "rescue"}', "flow"),
+        ("/runs", '{"workspace": "ws_control", "flow": "approval", "input": {"a": 1, "b": {"c": 1, "c": 2}}}', "input.b.c"),
+        ("/runs/run-x/approval", '{"approve": true, "approve": false}', "approve"),
+        ("/runs/run-x/steps/0/answer", '{"text": "yes", "text": "no"}', "text"),
+        ("/estimates", '{"workspace": "ws_control", "flow": "approval", "input": {"n": 1, "n": 1}}', "input.n"),
+    ],
+)
+def test_a_repeated_key_in_a_body_is_a_400_naming_it_and_writes_nothing(api_svc, route, raw, field):
+    status, payload, _ = call(api_svc, "POST", route, raw_body=raw)
+
+    key = field.rsplit(".", 1)[-1]
+    assert status == 400 and payload["problems"][0]["field"] == field and field in payload["message"], payload
+    assert payload["problems"][0]["message"] == f'the key "{key}" is given twice in one object; give it once'
     assert api_svc.store.list_runs("acme") == [] and api_svc.drives.started == []
 
 

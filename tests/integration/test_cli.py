@@ -86,10 +86,10 @@ def test_input_from_a_file(store, capsys, tmp_path):
     assert json.loads(capsys.readouterr().out)["steps"][0]["item"] == "from-file"
 
 
-def test_check_lists_every_problem_and_exits_1(capsys):
+def test_check_lists_every_problem_and_exits_2(capsys):
     code = main(["check", str(FIXTURES / "ws_broken")])
     out = capsys.readouterr().out
-    assert code == 1
+    assert code == 2
     assert "agents/broken/agent.md:4" in out
     assert len([line for line in out.splitlines() if line.startswith("flows/messy.yaml")]) >= 5
 

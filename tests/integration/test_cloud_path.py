@@ -221,3 +221,35 @@ def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api
     chained = record_of(api, later[0])
     assert chained["status"] == "completed" and chained["input"] == {"text": "The brief."}
     assert chained["steps"][0]["instruction"] == "Publish The brief."
+
+
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        (["storage/notes.md", "storage/notes.md/inner.md"], "storage/notes.md"),
+        (["storage/" + "n" * 256 + ".md"], "n" * 256),
+        (["storage//notes.md", "storage/notes.md"], "storage//notes.md"),
+    ],
+    ids=["a-file-and-a-folder-of-one-name", "a-name-over-255-bytes", "an-empty-part"],
+)
+def test_a_workspace_key_that_cannot_be_laid_out_is_a_400_naming_it_and_nothing_is_downloaded(cloud, keys, named):
+    """S3 holds keys a file system cannot (a file and a folder of one name; a name part past
+    255 bytes): starting a run on such a workspace is a 400 naming the key, no run is made,
+    and nothing of the download is left under /tmp."""
+    from laneflow.adapters.aws import s3 as workspaces
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    for key in keys:
+        s3.put_object(Bucket="laneflow-blobs", Key=f"workspaces/123456789012/newsroom/{key}", Body=b"notes")
+    def downloaded() -> set:
+        return set(workspaces.CACHE.rglob("*")) if workspaces.CACHE.exists() else set()
+
+    before = downloaded()
+    api = handler("api")
+    answer = api(api_event("start_run", body=json.dumps({"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides"]}})), None)
+    assert answer["statusCode"] == 400, answer["body"]
+    body = json.loads(answer["body"])
+    assert named in body["message"] and "nothing was downloaded" in body["message"], body
+    assert body["problems"] and named in body["problems"][0]["file"] + body["problems"][0]["message"]
+    assert cloud.drives.started == [] and open_store(URL).list_runs("123456789012") == []
+    assert downloaded() == before  # not a file of it, not a folder half made

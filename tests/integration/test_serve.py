@@ -224,8 +224,9 @@ def test_a_json_body_with_a_utf8_charset_is_read(server):
         (b"[" * 100_000, "nested"),
         (b'{"workspace": "ws_control\xff"}', "UTF-8"),
         (b"{'workspace': 1}", "not valid JSON"),
+        (b'{"workspace": "ws_control", "flow": "approval", "input": {"x": 1, "x": 2}}', '$.input.x): the key "x" is given twice'),
     ],
-    ids=["nan", "infinity", "overflow", "long-int", "surrogate", "deep", "very-deep", "not-utf8", "not-json"],
+    ids=["nan", "infinity", "overflow", "long-int", "surrogate", "deep", "very-deep", "not-utf8", "not-json", "repeated-key"],
 )
 def test_a_body_that_is_not_strict_json_is_refused_with_400_naming_the_body(server, body, said):
     status, answer, _ = ask(server, "POST", "/runs", JSON, body)

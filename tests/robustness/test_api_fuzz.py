@@ -147,3 +147,30 @@ def test_any_request_on_any_route_is_answered_below_500_and_a_refusal_writes_not
     if status >= 400:
         assert after == before  # a refusal wrote nothing
     assert svc.store.get_run(TENANT, real_run).id == real_run  # the store still reads
+
+
+FINITE = st.recursive(  # values the API takes, so the repeated key is the one thing refused
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=False, allow_infinity=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@given(key=st.sampled_from(["workspace", "flow", "input", "model", "idempotency_key", "x"]), inner=st.booleans(), data=st.data())
+def test_a_body_repeating_a_key_is_a_400_naming_it_and_starts_nothing(api, key, inner, data):
+    """Whatever key a start body repeats, at its top or inside its input, the answer is a
+    400 naming that field; nothing is written. (Read silently, the last one would win.)"""
+    svc, _ = api
+    first, second = (json.dumps(data.draw(FINITE, label=n)) for n in ("first", "second"))
+    pair = f'"{key}": {first}, "{key}": {second}'
+    body = ('{"workspace": "ws_control", "flow": "approval", "input": {' + pair + "}}") if inner else "{" + pair + "}"
+    before = [r.id for r in svc.store.list_runs(TENANT, limit=500)]
+
+    out = resolve(event("POST", "/runs", {"Content-Type": "application/json"}, body), None, svc)
+
+    answer = json.loads(out["body"])
+    assert out["statusCode"] == 400, answer
+    field = f"input.{key}" if inner else key
+    assert answer["problems"][0]["field"] == field and field in answer["message"], answer
+    assert answer["problems"][0]["message"] == f"the key {json.dumps(key)} is given twice in one object; give it once"
+    assert [r.id for r in svc.store.list_runs(TENANT, limit=500)] == before

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import FlowInvalid, WorkspaceInvalid
 from laneflow.domain.flow import check_workspace, load_flow
+from laneflow.domain.frontmatter import read_front
 from laneflow.domain.workspace import load_agent, load_workspace
 
 AGENT_KEYS = ["model", "effort", "tools", "budget", "timeout", "max_turns", "sandbox", "size", "secrets", "apis", "stub",
@@ -30,10 +31,14 @@ SCALARS = st.one_of(
         "&x 1", "!!binary aGk=", "!!python/object:os.system", "[", "]", "{", "|", ">-", "'", '"', "@x", "`x`", "%x",
         "[[[[[[[[[[]]]]]]]]]]", "[" * 200 + "]" * 200, "{a: {b: {c: .nan}}}", "[1, .inf]", "'cost: inf'", "\"delay_ms: 99999999999\\nx\"",
         "'cost: {input.c}'", "json", "text", "results",
+        # values PyYAML resolves but cannot build (a ValueError or OverflowError, not a YAML error)
+        "2001-13-45", "2001-02-30", "0000-01-01", "2001-12-14t21:59:43.10+99:00", "9999-12-31 23:59:60",
+        "1" + ":59" * 200 + ".5", "!!timestamp x", "!!int x", "!!float x", "!!bool x", "!!set x", "!!omap x", "!foo bar",
+        "!!binary x", "{1: a, true: b}", "{a: 1, a: 2}", "[2001-13-45]",
     ]),
     st.text(max_size=10),
 )
-KEYS = st.one_of(st.sampled_from(["5", "~", "true", "? a", "[k]", "<<", "'q'", "1.5", "null"]), st.text(max_size=6))
+KEYS = st.one_of(st.sampled_from(["5", "~", "true", "? a", "[k]", "<<", "'q'", "1.5", "null", "2001-13-45", "!!int k"]), st.text(max_size=6))
 
 
 @st.composite
@@ -123,3 +128,49 @@ def test_a_flow_loads_or_is_a_problem_naming_the_flow_file(workspace, text):
     write(workspace / "flows" / "f.yaml", text)
     loads_or_names_the_file(workspace, "flows/f.yaml", lambda: load_flow(load_workspace(workspace), "f"))
     check_workspace(workspace)
+
+
+@given(st.one_of(agent_md(), st.text(max_size=80)))
+def test_the_frontmatter_reader_raises_nothing_but_workspace_invalid(tmp_path_factory, text):
+    """`read_front` itself, on any text: a Front, or the library's own error naming the file
+    (with the line and field of each value that could not be taken); never another."""
+    path = tmp_path_factory.mktemp("fm") / "x.md"
+    write(path, text)
+    try:
+        front = read_front(path, "x.md")
+    except WorkspaceInvalid as refused:
+        assert refused.problems and all(p.file == "x.md" for p in refused.problems), str(refused)
+        return
+    assert all(p.file == "x.md" and p.line and p.field is not None for p in front.errors), front.errors
+    assert not any(key in front.data for p in front.errors for key in [(p.field or "").split(".")[0].split("[")[0]])
+
+
+@given(st.integers(0, 10_000), st.integers(0, 99), st.integers(0, 99), st.sampled_from(["", "t12:00:00", " 25:61:61", "t1:2:3+30:00"]))
+def test_a_date_in_frontmatter_is_taken_or_is_a_problem_with_its_line_and_field(workspace, year, month, day, time):
+    """`seen: YYYY-MM-DD`: a date that is one is an unknown setting (a warning); one that is
+    not is an error naming the file, the line and the field, never an exception."""
+    text = f"---\nmodel: stub\nseen: {year:04d}-{month:02d}-{day:02d}{time}\n---\nYou see."
+    write(workspace / "agents" / "a" / "agent.md", text)
+    try:
+        agent = load_agent(load_workspace(workspace), "a")
+    except WorkspaceInvalid as refused:
+        assert [str(p).split(": ")[0:2] for p in refused.problems] == [["agents/a/agent.md:3", "seen"]], str(refused)
+        return
+    assert [p.field for p in agent.warnings] == ["seen"]
+
+
+@given(st.lists(st.sampled_from(["model", "timeout", "budget", "5", "0x5", "'model'"]), min_size=1, max_size=5))
+def test_a_setting_given_twice_in_frontmatter_is_an_error_naming_it(workspace, keys):
+    """Keys as YAML reads them (`5` and `0x5` are one number, `'model'` is `model`): a
+    repeat is an error on the second one's line, never the last one silently taken."""
+    lines = [f"{key}: 1" for key in keys]
+    write(workspace / "agents" / "a" / "agent.md", "---\n" + "\n".join(lines) + "\n---\nYou.")
+    read_as = [{"0x5": 5, "5": 5, "'model'": "model"}.get(k, k) for k in keys]
+    repeats = [i for i, k in enumerate(read_as) if k in read_as[:i]]
+    try:
+        load_agent(load_workspace(workspace), "a")
+    except WorkspaceInvalid as refused:
+        said = {p.line for p in refused.problems if "is given twice" in p.message}
+        assert said == {i + 2 for i in repeats}, str(refused)
+        return
+    assert not repeats

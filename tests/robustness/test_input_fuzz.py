@@ -100,3 +100,44 @@ def test_input_from_a_file_is_accepted_or_refused_naming_the_file(tmp_path_facto
         parse_input(f"@{path}")
     except InvalidInput as refused:
         assert str(refused).startswith(f"--input file {path}"), str(refused)
+
+
+# -- repeated keys ---------------------------------------------------------------------------------
+
+KEYS = st.sampled_from(["a", "b", "", "é", "\\u00e9", "a b"])  # few, so objects often repeat one
+
+
+@st.composite
+def written(draw: st.DrawFn, depth: int = 0) -> tuple[str, set[str]]:
+    """JSON text written pair by pair (a key may be given twice, as `json.dumps` never
+    writes it) and the keys some object of it repeats (as read: `"\\u00e9"` is `"é"`)."""
+    kind = draw(st.integers(0, 2 if depth < 3 else 0))
+    if kind == 0:
+        return json.dumps(draw(st.none() | st.booleans() | st.integers() | st.text(max_size=4))), set()
+    if kind == 1:
+        items = [draw(written(depth + 1)) for _ in range(draw(st.integers(0, 3)))]
+        return "[" + ", ".join(text for text, _ in items) + "]", set().union(*(r for _, r in items))
+    pairs, seen, repeated = [], set(), set()
+    for _ in range(draw(st.integers(0, 4))):
+        key = draw(KEYS)
+        name = json.loads(f'"{key}"')
+        repeated |= {name} & seen
+        seen.add(name)
+        text, inner = draw(written(depth + 1))
+        pairs.append(f'"{key}": {text}')
+        repeated |= inner
+    return "{" + ", ".join(pairs) + "}", repeated
+
+
+@given(written())
+def test_json_with_a_repeated_key_is_refused_naming_it_and_without_one_reads_as_json_loads(store, given_text):
+    text, repeated = given_text
+    if not repeated:
+        assert parse_input(text) == json.loads(text)
+        accepted_or_refused_naming_input(store, text)
+        return
+    with pytest.raises(InvalidInput) as refused:
+        parse_input(text)
+    said = str(refused.value)
+    assert said.startswith("--input: $") and "is given twice in one object" in said, said
+    assert any(f"the key {json.dumps(key)} is given twice" in said for key in repeated), said

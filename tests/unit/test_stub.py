@@ -127,3 +127,25 @@ def test_a_bad_header_value_is_a_clear_failure_not_a_crash():
     with pytest.raises(StepFailed) as err:
         StubExecutor().execute(job("cost: lots\nx"), Sink())
     assert "stub answer" in err.value.reason and not err.value.retryable
+
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ('{"command": "ls", "command": "rm -rf x"}', 'refused: $.command: the key "command" is given twice'),
+    ('{"command": NaN}', "refused: $.command: NaN is not a number"),
+    ("{nope", "is not JSON"),
+])
+def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_calls_own_error(given, said):
+    """A `tool:` line's input is JSON a person wrote: read strictly, and what is refused is
+    the call's `is_error` result, before any tool runs."""
+    from laneflow.adapters.executors.stub import _real_call
+    from laneflow.adapters.executors.tools import ToolError
+    from laneflow.domain.stub_answers import StubCall
+
+    class NoTools:
+        def run(self, name, args):
+            raise AssertionError(f"{name} ran with {args}")
+
+    with pytest.raises(ToolError) as refused:
+        _real_call(StubCall(tool="bash", input=given, output="", real=True), NoTools())
+    assert said in str(refused.value)

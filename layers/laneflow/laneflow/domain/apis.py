@@ -31,8 +31,9 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 import yaml
 from pydantic import BaseModel, Field
 
+from laneflow.domain import jsonsafe
 from laneflow.domain.errors import Problem
-from laneflow.domain.frontmatter import StrictLoader
+from laneflow.domain.frontmatter import StrictLoader, UnfitValue, unreadable
 
 API_PREFIX = "api_"
 
@@ -258,13 +259,9 @@ def read_operations(path: Path) -> tuple[list[ApiOperation], str]:
         text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         return [], "is not UTF-8 text"
-    try:
-        doc = json.loads(text) if path.suffix.lower() == ".json" else _yaml(text)
-    except json.JSONDecodeError as e:
-        return [], f"is not valid JSON (line {e.lineno}: {e.msg})"
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        return [], f"is not valid YAML{f' (line {mark.line + 1})' if mark else ''}"
+    doc, problem = _document(text, json_text=path.suffix.lower() == ".json")
+    if problem:
+        return [], problem
     paths = doc.get("paths") if isinstance(doc, dict) else None
     if not isinstance(paths, dict):
         return [], "is not an OpenAPI document (no 'paths:' mapping)"
@@ -283,10 +280,35 @@ def read_operations(path: Path) -> tuple[list[ApiOperation], str]:
     return operations, ""
 
 
+def _document(text: str, *, json_text: bool) -> tuple[Any, str]:
+    """An OpenAPI file's document, read strictly (a repeated key is refused in JSON and in
+    YAML): (document, "") or (None, why not)."""
+    try:
+        return (jsonsafe.parse(text) if json_text else _yaml(text)), ""
+    except json.JSONDecodeError as e:
+        return None, f"is not valid JSON (line {e.lineno}: {e.msg})"
+    except jsonsafe.Refusal as e:
+        return None, f"is not JSON laneflow takes ({e})"
+    except UnfitValue as e:  # it parses, but holds what cannot be taken
+        mark = e.problem_mark
+        return None, f"is not YAML laneflow takes ({f'line {mark.line + 1}: ' if mark else ''}{e.problem})"
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        return None, f"is not valid YAML{f' (line {mark.line + 1})' if mark else ''}"
+
+
+
 def _yaml(text: str) -> Any:
+    """A YAML document, strictly: a value that cannot be constructed, or a key given twice,
+    is an `UnfitValue` naming its field (the first one; the file is refused either way)."""
     loader = StrictLoader(text)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        unfit = unreadable(loader, node)
+        if unfit:
+            first = unfit[0]
+            raise UnfitValue(None, None, f"{first.field or 'the document'}: {first.message}", first.node.start_mark)
+        return loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()
 

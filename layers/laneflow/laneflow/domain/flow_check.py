@@ -37,7 +37,7 @@ from laneflow.domain.flow import (
     _schema_problem,
     _shown,
 )
-from laneflow.domain.frontmatter import StrictLoader, UnfitValue, yaml_error_at
+from laneflow.domain.frontmatter import StrictLoader, UnfitValue, unreadable, within, yaml_error_at
 from laneflow.domain.workspace import Workspace
 
 __all__ = ["read_flow"]
@@ -468,6 +468,7 @@ def read_flow(ws: Workspace, name: str) -> Flow:
     try:
         loader = StrictLoader(text)  # reads the text at once: a control character fails here
         root = loader.get_single_node()
+        unfit = unreadable(loader, root)  # each such value is then text: the walk below goes on
         checker = _FlowChecker(ws, name, rel, loader)
         parts = checker.check(root)
     except yaml.YAMLError as e:
@@ -480,8 +481,11 @@ def read_flow(ws: Workspace, name: str) -> Flow:
     finally:
         if loader is not None:
             loader.dispose()
+    # A value that could not be taken is said once: not again as the text it was made into.
+    said = [Problem(file=rel, line=_line(u.node), field=u.field or None, message=u.message) for u in unfit]
+    problems = said + [p for p in checker.problems if not (p.file == rel and p.field and any(within(p.field, u.field) for u in unfit))]
     # In file order: the flow's own problems by line, then those of its schema files.
-    problems = sorted(_dedupe(checker.problems), key=lambda p: (p.file != rel, p.file, p.line or 0))
+    problems = sorted(_dedupe(problems), key=lambda p: (p.file != rel, p.file, p.line or 0))
     if problems:
         count = f"{len(problems)} problem" + ("s" if len(problems) != 1 else "")
         raise FlowInvalid(f"flow {name!r} is not valid ({count})", problems)

@@ -6,6 +6,11 @@ too deep, an integer too long, `.inf`, a lone surrogate). `read_front` reads a M
 file's frontmatter strictly; frontmatter that fails only because a plain value contains
 `: ` is read again with such values quoted, and each one comes back as a warning. Every
 problem names the file and line.
+
+`unreadable` finds, in a composed document, every value that cannot be constructed (a date
+that is no date, `2001-13-45`; a tag nothing constructs) and every key given twice in one
+mapping, each with its field; the reader lists them all as problems rather than stopping
+at the first (or taking the last of a repeated key without a word).
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from laneflow.domain.errors import Problem, WorkspaceInvalid
 __all__ = [
     "Front",
     "StrictLoader",
+    "Unreadable",
     "UnfitValue",
     "read_front",
     "read_frontmatter",
     "read_text",
     "type_name",
+    "unreadable",
+    "within",
     "yaml_error_at",
 ]
 
@@ -45,6 +53,7 @@ class Front(typing.NamedTuple):
     warnings: list[Problem]
     lines: dict[str, int]  # top-level key -> line in the file (a list's items as `key[i]`, their keys `key[i].k.k`)
     text_lines: dict[str, int] = {}  # a block scalar's field -> the line its text starts on
+    errors: list[Problem] = []  # values that cannot be constructed, keys given twice (`unreadable`); left out of `data`
 
 
 
@@ -62,11 +71,32 @@ class StrictLoader(yaml.SafeLoader):
       with a ValueError, not a YAML error);
     - `.inf` and `.nan` (no setting or JSON value can hold them);
     - text holding a lone surrogate (`"\\ud800"`), which is not a character and cannot be
-      stored.
+      stored;
+    - any value whose constructor fails with something other than a YAML error (PyYAML
+      builds `2001-13-45` as a date and lets `datetime`'s ValueError out): an `UnfitValue`
+      at the value's line, never a traceback.
 
     Workspace frontmatter and flows are read with it."""
 
     _depth = 0
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # PyYAML leaves its bookkeeping as it was when a constructor raises; it is put back,
+        # so the same loader can go on (`unreadable` tries each value on its own).
+        deep_before, added = self.deep_construct, node not in self.recursive_objects
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            self._unwind(node, deep_before, added)
+            raise
+        except Exception as e:  # a constructor's own failure: the value, not the reader
+            self._unwind(node, deep_before, added)
+            raise UnfitValue(None, None, _not_constructed(node, e), node.start_mark) from None
+
+    def _unwind(self, node: yaml.Node, deep_before: bool, added: bool) -> None:
+        self.deep_construct = deep_before
+        if added:
+            self.recursive_objects.pop(node, None)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
@@ -101,6 +131,25 @@ class StrictLoader(yaml.SafeLoader):
 
 
 
+_KINDS = {"timestamp": "a date", "int": "a number", "float": "a number", "bool": "true/false", "binary": "base64 data"}
+
+_STR_TAG = "tag:yaml.org,2002:str"
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+
+def _not_constructed(node: yaml.Node, error: Exception) -> str:
+    """Why a value could not be built, in one line: what it was written as, and what it is not."""
+    kind = str(node.tag).rsplit(":", 1)[-1]
+    if isinstance(node, yaml.ScalarNode):
+        shown = node.value if len(node.value) <= 30 else node.value[:30] + "…"
+        why = f" ({str(error)[:80]})" if isinstance(error, (ValueError, OverflowError)) else ""  # not an AttributeError's words
+        return f"{shown!r} is not {_KINDS.get(kind, kind)}{why}; quote it to keep it as text"
+    return f"a {kind} that cannot be built ({str(error)[:80]})"
+
+
+
 StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
 
 StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
@@ -109,22 +158,100 @@ StrictLoader.add_constructor("tag:yaml.org,2002:str", StrictLoader.construct_yam
 
 
 
+class Unreadable(typing.NamedTuple):
+    """A value of a document that cannot be taken: its field (`key`, `key[i]`, `key.inner`;
+    "" for the document itself), its node (the line is its mark's) and why."""
+
+    field: str
+    node: yaml.Node
+    message: str
+
+
+
+def unreadable(loader: StrictLoader, root: yaml.Node | None) -> list[Unreadable]:
+    """Every value of a composed document that cannot be constructed, and every key given
+    twice in one mapping, in file order.
+
+    Each scalar is constructed on its own (a mapping's failure would hide its siblings');
+    one that fails is then tagged as text, so the document constructs and the rest of it
+    can be checked (the caller refuses the file with these problems whatever else it finds).
+    A node reached twice (a YAML alias) is looked at once, so an alias bomb costs its nodes,
+    not its expansion."""
+    found: list[Unreadable] = []
+    seen: set[int] = set()
+    todo: list[tuple[yaml.Node, str]] = [(root, "")] if root is not None else []
+    while todo:
+        node, field = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            _try_scalar(loader, node, field, found)
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend((item, f"{field}[{i}]") for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            keys: set[Any] = set()
+            for key_node, value_node in node.value:
+                name = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+                inner = f"{field}.{name}" if field else name
+                if not isinstance(key_node, yaml.ScalarNode):
+                    todo.append((key_node, inner))
+                elif key_node.tag != _MERGE_TAG and _try_scalar(loader, key_node, inner, found):
+                    key = loader.construct_object(key_node)
+                    if key in keys:  # as a dict would take it: `1` and `0x1` are one key
+                        found.append(Unreadable(inner, key_node, f"key {name!r} is given twice"))
+                    keys.add(key)
+                todo.append((value_node, inner))
+    return sorted(found, key=lambda u: (u.node.start_mark.line, u.node.start_mark.column))
+
+
+
+def _try_scalar(loader: StrictLoader, node: yaml.ScalarNode, field: str, found: list[Unreadable]) -> bool:
+    """Construct one scalar; if it cannot be, note why and make it text. True when it was."""
+    try:
+        key = loader.construct_object(node, deep=True)
+        hash(key)  # a key must be one (`!!binary` is bytes, a date is hashable: all scalars are)
+        return True
+    except yaml.YAMLError as e:
+        message = getattr(e, "problem", None) or str(e)
+    except TypeError as e:  # pragma: no cover - no safe scalar is unhashable
+        message = str(e)
+    found.append(Unreadable(field, node, message))
+    node.tag = _STR_TAG
+    return False
+
+
+
+def within(outer: str | None, inner: str) -> bool:
+    """Whether field `inner` is `outer` or a part of it (`steps[0]` holds `steps[0].agent`)."""
+    return outer is not None and (inner == outer or inner.startswith((outer + ".", outer + "[")))
+
+
+
 class _CapturingYAML(YAMLHandler):
     """python-frontmatter's YAML handler, keeping what it parsed.
 
     `frontmatter.loads` drops frontmatter that is not a mapping without a word; keeping the
-    raw value lets us report it. `rewrite` is the lenient pass. One instance per read."""
+    raw value lets us report it. `rewrite` is the lenient pass. One instance per read.
+    `unfit` holds what could not be taken (`unreadable`)."""
 
     def __init__(self, rewrite: typing.Callable[[str], str] | None = None):
         self.rewrite = rewrite
         self.raw: Any = None
         self.fm = ""
+        self.unfit: list[Unreadable] = []
 
     def load(self, fm: str, **kwargs: object) -> Any:
         if self.rewrite is not None:
             fm = self.rewrite(fm)
         self.fm = fm
-        self.raw = super().load(fm, **{**kwargs, "Loader": StrictLoader})
+        loader = StrictLoader(fm)
+        try:
+            node = loader.get_single_node()
+            self.unfit = unreadable(loader, node)
+            self.raw = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
         # python-frontmatter passes a mapping on as keyword arguments, which a key that is
         # not text (`5: x`) breaks: the caller reads `raw` (and reports such keys) instead.
         return {}
@@ -303,6 +430,7 @@ def _handed_out(front: Front) -> Front:
         [p.model_copy() for p in front.warnings],
         dict(front.lines),
         dict(front.text_lines),
+        [p.model_copy() for p in front.errors],
     )
 
 
@@ -386,11 +514,18 @@ def _parse_front(text: str, rel: str) -> Front:
                 )
             ],
         )
+    unfit = [Problem(file=rel, line=first_line + u.node.start_mark.line, field=u.field or None, message=u.message)
+             for u in handler.unfit]
     lines = _key_lines(handler.fm, first_line)
-    if lines.bad_keys:
-        raise WorkspaceInvalid(f"{rel} does not parse", [p.model_copy(update={"file": rel}) for p in lines.bad_keys])
-    data = {str(k): v for k, v in raw.items()}
-    return Front(data, post.content, warnings, lines.keys, lines.text)
+    if lines.bad_keys:  # a key laneflow cannot name is read no further (a date that is no date is said once)
+        said = {(p.line, p.field) for p in unfit}
+        bad = [p.model_copy(update={"file": rel}) for p in lines.bad_keys if (p.line, p.field) not in said]
+        raise WorkspaceInvalid(f"{rel} does not parse", sorted(unfit + bad, key=lambda p: p.line or 0))
+    # A setting holding a value that could not be taken is left out, so it is not also
+    # checked as the text it was turned into: its problem is said once, and the rest of the
+    # file is checked as usual.
+    data = {str(k): v for k, v in raw.items() if not any(within(str(k), u.field) for u in handler.unfit)}
+    return Front(data, post.content, warnings, lines.keys, lines.text, unfit)
 
 
 
@@ -403,8 +538,11 @@ def read_frontmatter(path: Path, rel: str) -> tuple[dict[str, Any], str, list[Pr
 
     Returns (settings mapping, body, warnings). Raises `WorkspaceInvalid` naming the file
     and line when the file is not UTF-8, the frontmatter does not parse even leniently, or
-    it is not a mapping. A file without frontmatter is all body."""
+    it is not a mapping, or holds a value that cannot be taken (`Front.errors`). A file
+    without frontmatter is all body."""
     front = read_front(Path(path), rel)
+    if front.errors:
+        raise WorkspaceInvalid(f"{rel} does not parse", front.errors)
     return front.data, front.body, front.warnings
 
 

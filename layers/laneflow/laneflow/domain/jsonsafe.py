@@ -13,6 +13,8 @@ refuses, naming where in the value:
 - text with a lone surrogate (in a value or a key);
 - nesting deeper than MAX_DEPTH levels of lists and objects;
 - more than MAX_CHARS characters (of text, or of the value written as JSON);
+- in JSON text, a key given twice in one object (Python's reader keeps the last one
+  without a word, so `{"budget": 1, "budget": 100}` would be taken as 100);
 - for values not read from JSON text: keys that are not text, values JSON has no type
   for (a YAML date), and a value that contains itself (a YAML alias loop).
 
@@ -109,13 +111,13 @@ def json_path(parts: tuple[str | int, ...]) -> str:
 
 
 class _Unfit:
-    """What the reader's hooks put where a number JSON cannot carry stood, so `refusal`
-    can name its place."""
+    """What the reader's hooks put where a number JSON cannot carry stood (or an object
+    with a repeated key: `key`, named in the place), so `refusal` can name its place."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "key")
 
-    def __init__(self, reason: str):
-        self.reason = reason
+    def __init__(self, reason: str, key: str | None = None):
+        self.reason, self.key = reason, key
 
 
 
@@ -141,13 +143,30 @@ def _int(text: str) -> int | _Unfit:
 
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Unfit:
+    """An object, or an `_Unfit` naming its first repeated key (in text order)."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    repeated = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+    return _Unfit(f"the key {_shown_key(repeated)} is given twice in one object; give it once", key=repeated)
+
+
+
+def _shown_key(key: str) -> str:
+    shown = key if len(key) <= 40 else key[:40] + "…"
+    return json.dumps(shown)  # ensure_ascii: a lone surrogate is shown escaped, never printed raw
+
+
+
 def parse(text: str) -> Any:
     """Read JSON text strictly. Raises `json.JSONDecodeError` when it is not JSON at all,
     `Refusal` when it is JSON laneflow does not take (see the module docstring)."""
     if len(text) > MAX_CHARS:
         raise Refusal((), f"more than {MAX_CHARS:,} characters of JSON")
     try:
-        value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+        value = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int, object_pairs_hook=_object)
     except RecursionError:  # the C reader guards its recursion: this is safe to catch
         raise Refusal((), f"nested deeper than {MAX_DEPTH} levels of lists and objects") from None
     found = refusal(value, json_text=True)
@@ -243,7 +262,7 @@ class _Walk:
                 raise Refusal(at, f"{v} is not a finite number (JSON has no NaN or Infinity)")
             return 24
         if isinstance(v, _Unfit):
-            raise Refusal(at, v.reason)
+            raise Refusal(at if v.key is None else (*at, v.key), v.reason)
         if isinstance(v, str):
             if (bad := _text_refusal(v, at, "the text")) is not None:
                 raise bad

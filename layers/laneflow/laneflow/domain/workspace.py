@@ -193,11 +193,13 @@ _S = typing.TypeVar("_S", bound=BaseModel)
 
 def _settings(
     cls: type[_S], front: Front, rel: str
-) -> tuple[_S | None, list[Problem], list[Problem]]:
-    """Validate frontmatter against a settings model: (settings or None, errors, warnings).
+) -> tuple[_S, list[Problem], list[Problem]]:
+    """Validate frontmatter against a settings model: (settings, errors, warnings).
 
     Unknown fields are warnings with the closest known field suggested; a field of the
-    wrong type is an error naming the file, line and field."""
+    wrong type is an error naming the file, line and field. With errors, the settings are
+    those of the fields that validated (the others at their defaults): not to run with, but
+    so the checks that read settings still find every other problem of the file."""
     known = cls.model_fields
     warnings: list[Problem] = []
     for key in front.data:
@@ -241,7 +243,11 @@ def _settings(
             else:
                 message = errs[0]["msg"]
             errors.append(Problem(file=rel, line=front.lines.get(field), field=field, message=message))
-        return None, errors, warnings
+        try:
+            partial = cls.model_validate({k: v for k, v in data.items() if k not in by_field})
+        except ValidationError:  # pragma: no cover - each field validates on its own
+            partial = cls()
+        return partial, errors, warnings
 
 
 
@@ -372,6 +378,7 @@ def _read_agents_md(
             errors.extend(e.problems)
             layers.append(None)
             continue
+        errors.extend(front.errors)
         warnings.extend(front.warnings)
         settings, errs, warns = _settings(WorkspaceSettings, front, rel)
         errors.extend(errs)
@@ -499,6 +506,7 @@ def _read_skills(agent_dir: Path, root: Path, errors: list[Problem], warnings: l
         except WorkspaceInvalid as e:
             errors.extend(e.problems)
             continue
+        errors.extend(front.errors)
         warnings.extend(front.warnings)
         name, description = front.data.get("name", default_name), front.data.get("description")
         for field, value in (("name", name), ("description", description)):
@@ -552,15 +560,18 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
 
 
 
-def _program_settings(settings: AgentSettings, front: Front, rel: str) -> list[Problem]:
+def _program_settings(settings: AgentSettings, front: Front, rel: str, refused: set[str | None]) -> list[Problem]:
     """Settings of the programs an agent runs, checked: `secrets:` names that cannot be
-    declared, and `size:` on an agent that runs no program (its limits would bind nothing)."""
+    declared, and `size:` on an agent that runs no program (its limits would bind nothing).
+    A check that reads a `refused` setting (of the wrong type, already a problem) is skipped."""
     problems = []
     try:
         declared_secrets(list(settings.secrets))
     except InvalidInput as error:
         problems.append(Problem(file=rel, line=front.lines.get("secrets"), field="secrets", message=str(error).removeprefix("secrets: ")))
-    if "ask_timeout" in front.data and ASK not in settings.tools:
+    if "tools" in refused:
+        return problems
+    if "ask_timeout" in front.data and "ask_timeout" not in refused and ASK not in settings.tools:
         problems.append(Problem(
             file=rel, line=front.lines.get("ask_timeout"), field="ask_timeout",
             message="ask_timeout bounds the ask tool's wait; this agent has no ask tool (tools: [ask]), so it would be ignored",
@@ -599,20 +610,25 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         errors.extend(e.problems)
     else:
         persona = front.body
+        errors.extend(front.errors)
         warnings.extend(front.warnings)
         settings, errs, warns = _settings(AgentSettings, front, rel)
         errors.extend(errs)
         warnings.extend(warns)
+        refused = {p.field for p in errs}
         errors.extend(_ignored_settings(front, rel, script_tools))
         written = front.data.get("apis")  # not a list: the settings' own check says so
         apis, api_problems = check_apis(
             written if isinstance(written, list) else None, rel=rel, agent_dir=agent_dir, lines=front.lines, secrets=front.data.get("secrets")
         )
         errors.extend(api_problems)
-        if settings is not None:
-            errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
+        # On the settings that validated, also beside one that did not: every problem of
+        # the file is listed at once. A check that reads a refused setting is left out (it
+        # would judge the default standing in for it).
+        errors.extend(_stub_problems(settings.stub, front, rel, "stub"))
+        if not refused & {"effort", "model"}:
             warnings.extend(_effort_not_taken(settings, settings.model or ws.settings.model, front, rel))
-            errors.extend(_program_settings(settings, front, rel))
+        errors.extend(_program_settings(settings, front, rel, refused))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)

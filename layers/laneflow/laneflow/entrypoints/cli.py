@@ -438,7 +438,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{args.workspace}: {len(errors)} error(s), {warnings} warning(s)", file=sys.stderr)
         else:
             print(f"{args.workspace}: ok" + (f" ({warnings} warning(s))" if warnings else ""))
-    return EXIT_FAILED if errors else EXIT_OK
+    return EXIT_INVALID if errors else EXIT_OK  # a workspace with errors is bad input, as for `run`
 
 
 

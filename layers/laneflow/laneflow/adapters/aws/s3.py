@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from laneflow.domain.errors import WorkspaceInvalid, WorkspaceNotFound
+from laneflow.domain.errors import Problem, WorkspaceInvalid, WorkspaceNotFound
 from laneflow.domain.redaction import Redactor
 from laneflow.domain.tenants import check_tenant
 
@@ -158,22 +158,60 @@ def is_script(rel: str) -> bool:
 
 
 
+NAME_MAX = 255  # bytes of one name in a path (Linux's file systems, /tmp among them)
+
+
+
+def _refused(name: str, rel: str, why: str) -> WorkspaceInvalid:
+    message = f"its S3 key {rel!r} {why}; nothing was downloaded"
+    shown = rel.encode("utf-8", "backslashreplace").decode("utf-8")[:200]  # a Problem is JSON: no lone surrogate
+    return WorkspaceInvalid(f"workspace {name!r}: {message}", [Problem(file=shown, message=message)])
+
+
+
+def _key_problem(rel: str) -> str | None:
+    """Why one key (relative to the workspace's prefix) cannot be laid out as a file of the
+    workspace's folder, or None."""
+    parts = rel.removesuffix("/").split("/")
+    if rel.startswith("/") or ".." in parts or "\x00" in rel:
+        return "would be written outside the workspace's folder (an absolute or '..' part)"
+    if any(part in ("", ".") for part in parts):
+        # `a//b` and `a/./b` are the file `a/b`: two keys would be one file
+        return "has an empty or '.' part, so it would be the file of another key"
+    try:
+        sizes = [len(part.encode("utf-8")) for part in parts]
+    except UnicodeEncodeError:
+        return "is not UTF-8 text, so it cannot name a file"
+    if max(sizes) > NAME_MAX:
+        return f"has a name of {max(sizes)} bytes; a file or folder name is at most {NAME_MAX} bytes"
+    return None
+
+
+
 def _download_plan(name: str, prefix: str, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(key, relative path) of each file to download. A key that would land outside the
-    workspace's folder (a `..` part, an absolute part: zip-slip) refuses the whole workspace
-    before anything is downloaded."""
+    """(key, relative path) of each file to download. A key that cannot be laid out as a
+    file of the workspace's folder refuses the whole workspace, naming the key, before
+    anything is downloaded: one that would land outside it (a `..` part, an absolute part:
+    zip-slip), one whose name is too long for a file, one that would be another key's file
+    (`a//b`), and a file that is also a folder (`notes.md` and `notes.md/inner.md`: S3
+    holds both, a file system cannot)."""
     plan = []
+    folders: dict[str, str] = {}  # each folder some key needs -> the first such key
     for obj in objects:
         rel = obj["Key"][len(prefix) :]
         if not rel:
             continue
-        if rel.startswith("/") or ".." in rel.split("/") or "\x00" in rel:
-            raise WorkspaceInvalid(
-                f"workspace {name!r}: its S3 key {rel!r} would be written outside the workspace's folder"
-                " (an absolute or '..' part); nothing was downloaded"
-            )
+        problem = _key_problem(rel)
+        if problem is not None:
+            raise _refused(name, rel, problem)
+        parts = rel.removesuffix("/").split("/")
+        for n in range(1, len(parts) + (rel.endswith("/"))):  # a folder marker (`a/`) needs its folder
+            folders.setdefault("/".join(parts[:n]), rel)
         if not rel.endswith("/"):  # a folder marker holds nothing
             plan.append((obj["Key"], rel))
+    for _, rel in plan:
+        if rel in folders:
+            raise _refused(name, rel, f"is a file, and the key {folders[rel]!r} needs a folder of that name")
     return plan
 
 
@@ -194,19 +232,23 @@ def local_path(uri: str, client: Any | None = None) -> Path:
     home = CACHE / hashlib.sha256(uri.encode()).hexdigest()[:16]
     held = home / hashlib.sha256(listing.encode()).hexdigest()[:16]
     target = held / name
+    plan = _download_plan(name, prefix, objects)  # refused whether or not a download of it is kept
     with _lock:
         if target.is_dir():
             os.utime(held)  # in use: not pruned while it is read
             return target
-        plan = _download_plan(name, prefix, objects)
         staging = home / f".{held.name}.{os.getpid()}.{secrets.token_hex(4)}.partial"
         try:
             s3 = _s3(client)
             (staging / name).mkdir(parents=True)
-            for key, rel in plan:
+            for i, (key, rel) in enumerate(plan):
                 dest = staging / name / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                s3.download_file(bucket, key, str(dest))
+                # Through a short name: the transfer writes `<name>.<8 characters>` first,
+                # which a name of more than 246 bytes (that fits) would not fit.
+                fetched = staging / f"{i}.part"
+                s3.download_file(bucket, key, str(fetched))
+                fetched.replace(dest)
                 if is_script(rel):
                     dest.chmod(0o755)
             try:

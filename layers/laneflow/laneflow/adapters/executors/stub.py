@@ -39,6 +39,7 @@ import uuid
 from laneflow.adapters.executors.isolation import Isolation
 from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
+from laneflow.domain import jsonsafe
 from laneflow.domain.cache import CACHE_TTL_S, prefix_tokens, tokens_in
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.placeholders import fill
@@ -62,8 +63,10 @@ def _answer_source(job: StepJob) -> str:
 
 def _real_call(call: StubCall, tools: StepTools) -> str:
     """A `tool:` line run for real: its output, or its own failure's message (ToolError)."""
-    try:
-        args = json.loads(call.input) if call.input.strip() else {}
+    try:  # strictly, as any JSON a person writes: a key given twice is refused, not the last one taken
+        args = jsonsafe.parse(call.input) if call.input.strip() else {}
+    except jsonsafe.Refusal as refused:
+        raise ToolError(f"the input of this {call.tool} call is refused: {refused}") from None
     except ValueError:
         raise ToolError(f"the input of this {call.tool} call is not JSON; write tool: NAME {{...}}") from None
     return tools.run(call.tool, args)
