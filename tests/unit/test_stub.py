@@ -6,7 +6,6 @@ import dataclasses
 import time
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 
