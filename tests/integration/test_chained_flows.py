@@ -13,14 +13,17 @@ from typing import Any
 
 from helpers import drive, local_engine, write_workspace
 
+from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import Liveness
 from laneflow.domain.flow import check_workspace
 from laneflow.domain.messages import DriveRef, EndRunRequest
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.entrypoints.cli import main
+from laneflow.settings import Settings
 from laneflow.usecases.end_run import end_run
 from laneflow.usecases.reconcile import reconcile
 from laneflow.usecases.start_run_idempotent import idempotent_run_id
+from laneflow.wiring import for_store
 
 THEN = {
     "flow": "publish",
@@ -166,3 +169,37 @@ def test_laneflow_run_says_it_drives_the_chained_run_and_prints_both_summaries(t
     captured = capsys.readouterr()
     assert "chains to flow publish: run run-k-" in captured.err
     assert captured.out.count(": completed (") == 2
+
+
+def interrupted(svc, run_id: str) -> None:
+    """Leave the run as a killed `laneflow run` would: running, driven once by a process that
+    is gone, its first step's attempt running on that process."""
+    import socket
+    import subprocess
+
+    from laneflow.domain.records import RunChanges, utcnow
+    from laneflow.domain.workers import LocalProcess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    gone = LocalProcess(host=socket.gethostname(), pid=child.pid, started="gone")
+    svc.store.update_run("local", run_id, RunChanges(status=RunStatus.running, driver=gone, driven_at=utcnow()), add_drives=1)
+    svc.store.claim_attempt("local", run_id, 0, token="t-gone", started_at=utcnow(), worker=gone)
+
+
+def test_one_laneflow_reconcile_drives_an_interrupted_run_and_the_run_it_chains_to(tmp_path, capsys):
+    from laneflow.usecases.start_run import create_run
+
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    svc = for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures")))
+    run = create_run(svc, desk(tmp_path), "brief", {"topic": "tides"})
+    interrupted(svc, run.id)
+
+    assert main(["reconcile", "--store", store, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    first = svc.store.get_run("local", run.id)
+    assert first.status == RunStatus.completed and first.then_run
+    chained = svc.store.get_run("local", first.then_run)
+    assert chained.status == RunStatus.completed, chained.error  # driven by that same reconcile, not left queued
+    assert chained.steps[0].result == "Published." and chained.drives == 1
+    assert report["redriven"] == [run.id, chained.id]

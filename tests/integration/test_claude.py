@@ -220,3 +220,20 @@ def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path, w
     [attempt] = svc.store.list_attempts(run.tenant, run.id, 0)
     assert attempt.status == AttemptStatus.stopped and attempt.reason == STOPPED_BEFORE_REPLY
     assert not drive.is_alive() and svc.store.get_run(run.tenant, run.id).status == RunStatus.failed
+
+
+def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(tmp_path, ws, api):
+    """The toolsmith's three-turn loop under a run budget its first turn already spends: the
+    second turn is never asked for; the step fails "budget spent", and so does the run."""
+    flow = (ws / "flows" / "tools.yaml").read_text()
+    (ws / "flows" / "tight.yaml").write_text("budget: 0.0001\n" + flow)
+    seen: list[dict] = []
+    original = api.responder
+    api.responder = lambda body: (seen.append(body), original(body))[1]
+    run = drive(services(tmp_path, api), ws, "tight")
+    step = run.steps[0]
+    assert len(seen) == 1 and [c.stop for c in step.calls] == ["tool_use"]
+    assert step.status == StepStatus.failed and step.attempts == 1
+    assert step.error.startswith("budget spent: $") and "model turn 2" in step.error
+    assert run.status == RunStatus.failed and run.error.startswith("budget spent: $")
+    assert run.cost_usd == pytest.approx(step.calls[0].cost_usd, abs=1e-6) and run.cost_usd > 0.0001

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from laneflow.adapters.executors.stub import StubExecutor, parse_answer, pick_answer
 from laneflow.domain.errors import StepFailed
 from laneflow.domain.records import ModelCall
+from laneflow.domain.stub_answers import BadHeader, header_problems
 from laneflow.ports import StepJob
 
 
@@ -38,6 +42,14 @@ class Sink:
 
     def stopped(self) -> bool:
         return self._stop_at is not None and time.monotonic() >= self._stop_at
+
+    turns_allowed: int | None = None  # how many turns the run's budget lets begin (None: all)
+    turns_begun = 0
+
+    def begin_turn(self) -> None:
+        if self.turns_allowed is not None and self.turns_begun >= self.turns_allowed:
+            raise StepFailed("budget spent: refused", retryable=False)
+        self.turns_begun += 1
 
 
 def job(stub, k=0, item=None, run_input=None) -> StepJob:
@@ -149,3 +161,65 @@ def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_call
     with pytest.raises(ToolError) as refused:
         _real_call(StubCall(tool="bash", input=given, output="", real=True), NoTools())
     assert said in str(refused.value)
+
+
+# -- each turn's own cost, and the run's budget before each turn -------------------------------
+
+
+def test_a_turn_may_open_with_its_own_cost_charged_on_that_turn_and_the_answer_cost_on_the_last():
+    a = parse_answer("cost: 0.01\nLooking.\n===\ncost: 0.03\ncall: search x => y\nStill looking.\n===\ncost: 0.02\nDone.")
+    assert [t.cost for t in a.turns] == [0.0, 0.03, 0.02] and a.cost == 0.01 and a.total_cost == 0.06
+    assert [t.text for t in a.turns] == ["Looking.", "Still looking.", "Done."]
+    sink = Sink()
+    out = StubExecutor().execute(job("cost: 0.01\nLooking.\n===\ncost: 0.03\nStill.\n===\ncost: 0.02\nDone."), sink)
+    assert [c.cost_usd for c in sink.calls] == [0.0, 0.03, 0.03] and out.cost_usd == 0.06
+
+
+def test_a_cost_line_inside_a_turn_is_reply_text_and_a_bad_turn_cost_is_reported_with_its_line():
+    a = parse_answer("One.\n===\nTwo.\ncost: 0.5")
+    assert [t.cost for t in a.turns] == [0.0, 0.0] and a.turns[1].text == "Two.\ncost: 0.5"
+    with pytest.raises(BadHeader) as err:
+        parse_answer("One.\n===\ncost: lots\nTwo.")
+    assert err.value.line == 2
+    [(index, bad)] = header_problems(["fine", "One.\n===\ncost: -1\nTwo."])
+    assert index == 1 and bad.line == 2 and bad.header == "cost"
+
+
+def test_the_sink_is_asked_before_every_turn_and_a_refused_turn_ends_the_attempt_with_no_more_turns():
+    answer = "Turn one.\n===\ncost: 0.03\nTurn two.\n===\ncost: 0.03\nTurn three.\n===\ncost: 0.03\nFinal."
+    sink = Sink()
+    StubExecutor().execute(job(answer), sink)
+    assert sink.turns_begun == 4
+    refused = Sink()
+    refused.turns_allowed = 2
+    with pytest.raises(StepFailed) as err:
+        StubExecutor().execute(job(answer), refused)
+    assert err.value.reason.startswith("budget spent") and not err.value.retryable
+    assert len(refused.calls) == 2 and [c.cost_usd for c in refused.calls] == [0.0, 0.03]
+    failing = Sink()
+    failing.turns_allowed = 0
+    with pytest.raises(StepFailed, match="budget spent"):  # a `fail:` answer's one turn is refused too
+        StubExecutor().execute(job("fail: overloaded"), failing)
+
+
+def test_an_agent_budget_stops_the_attempt_at_the_turn_that_passes_it():
+    limited = dataclasses.replace(job("One.\n===\ncost: 0.2\nTwo.\n===\ncost: 0.2\nThree.\n===\nFour."), budget=0.3)
+    sink = Sink()
+    with pytest.raises(StepFailed) as err:
+        StubExecutor().execute(limited, sink)
+    assert err.value.reason.startswith("stopped at its budget: this attempt cost $0.4000") and not err.value.retryable
+    assert [c.cost_usd for c in sink.calls] == [0.0, 0.2, 0.2]  # the fourth turn never ran
+
+
+_COSTS = st.lists(st.one_of(st.none(), st.decimals(min_value=0, max_value=100, places=4)), min_size=1, max_size=6)
+
+
+@given(_COSTS, st.one_of(st.none(), st.decimals(min_value=0, max_value=100, places=4)))
+def test_an_answer_costs_its_own_cost_and_every_turns_and_each_turn_keeps_its_text(costs, header):
+    turns = [(f"cost: {c}\n" if c is not None and n else "") + f"Turn {n}." for n, c in enumerate(costs)]
+    text = (f"cost: {header}\n" if header is not None else "") + "\n===\n".join(turns)
+    a = parse_answer(text)
+    assert [t.text for t in a.turns] == [f"Turn {n}." for n in range(len(costs))]
+    own = [float(c) if c is not None and n else 0.0 for n, c in enumerate(costs)]
+    assert [t.cost for t in a.turns] == own
+    assert a.total_cost == pytest.approx(float(header or 0) + sum(own))

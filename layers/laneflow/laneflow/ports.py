@@ -188,6 +188,11 @@ class ExecutionSink(Protocol):
         its model's minimum cacheable length (`minimum`), so nothing of it will be cached
         and a lane's lead opens its gate now (its siblings have nothing to wait for)."""
 
+    def begin_turn(self) -> None:
+        """Before each model turn (the judge's too): raises `StepFailed` (not retryable,
+        "budget spent ...") once the run's spend has reached the run's budget, so no running
+        step begins another turn."""
+
     def call(self, span: ModelCall) -> ModelCall:
         """Record (or update, same id) a model-call span. The sink numbers it across the
         step's attempts and returns it as stored."""
@@ -275,6 +280,14 @@ class Store(ABC):
     @abstractmethod
     def request_stop(self, tenant: str, run_id: str) -> bool:
         """Set `stop_requested`. True if this call set it, False if it was already set."""
+
+    @abstractmethod
+    def add_run_cost(self, tenant: str, run_id: str, usd: float) -> float | None:
+        """Add `usd` (a finite amount, 0 or more) to the cost of a run not yet ended, as one
+        increment that concurrent adders never lose: what an attempt spent, as it ends, so the
+        run's `cost_usd` is its spend so far inside a group too (its budget is checked against
+        it before each step and each model turn). Returns the cost as written; None, adding
+        nothing, when the run has ended (its cost is settled). `RunNotFound` if absent."""
 
     # -- steps --------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("local_drives", "LANEFLOW_LOCAL_DRIVES"),
     ("step_workers", "LANEFLOW_STEP_WORKERS"),
     ("max_drives", "LANEFLOW_MAX_DRIVES"),
+    ("reconcile_interval_s", "LANEFLOW_RECONCILE_INTERVAL"),
     ("history_budget", "LANEFLOW_HISTORY_BUDGET"),
     ("on_end_command", "LANEFLOW_ON_END_COMMAND"),
     ("event_bus", "LANEFLOW_EVENT_BUS"),
@@ -56,6 +57,9 @@ class Settings(BaseModel):
     # in, beside the interpreter's own (0: every step in the engine's process).
     step_workers: int = Field(default=0, ge=0, le=32)
     max_drives: int = 5  # LANEFLOW_MAX_DRIVES: reconcile closes a run failed after this many drives
+    # LANEFLOW_RECONCILE_INTERVAL: seconds between the reconciles `laneflow serve` runs (after
+    # the one at its start), so a run whose worker went away is re-driven without a person.
+    reconcile_interval_s: float = Field(default=60.0, gt=0, le=86_400)
     # LANEFLOW_HISTORY_BUDGET: the most history events one execution of a drive records before
     # the drive continues in a fresh one (AWS keeps 25,000; this project allows 20,000).
     history_budget: int = Field(default=18_000, ge=100)

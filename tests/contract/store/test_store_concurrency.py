@@ -10,7 +10,7 @@ from pathlib import Path
 from contract.store.backends import claim, new_run, run_threads
 from laneflow.adapters.store import Store
 from laneflow.domain.errors import Conflict
-from laneflow.domain.records import Attempt, AttemptStatus, Event, ModelCall, StepChanges, StepStatus
+from laneflow.domain.records import Attempt, AttemptStatus, Event, ModelCall, RunStatus, StepChanges, StepStatus
 from laneflow.domain.workers import LocalProcess
 
 
@@ -134,3 +134,10 @@ def test_processes_racing_to_claim_the_same_step_yield_exactly_one_winner(store:
     said = sorted(out.strip() for out, _ in outcomes)
     assert said == ["conflict", "conflict", "conflict", "won 1"], [err for _, err in outcomes]
     assert [a.n for a in store.list_attempts(run.tenant, run.id)] == [1]
+
+
+def test_twenty_threads_adding_to_one_runs_cost_lose_none_of_it(store: Store):
+    run = new_run(store, status=RunStatus.running)
+    written = run_threads(20, lambda i: store.add_run_cost(run.tenant, run.id, 0.01))
+    assert sorted(written) == [round(0.01 * n, 6) for n in range(1, 21)]  # each add saw every earlier one
+    assert store.get_run(run.tenant, run.id, steps=False).cost_usd == 0.2

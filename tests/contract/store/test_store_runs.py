@@ -287,3 +287,33 @@ def test_a_running_run_lists_with_what_its_steps_have_spent_before_any_group_set
     assert store.get_run(running.tenant, running.id, steps=False).cost_usd == 0.0
     assert listed[running.id].cost_usd == 0.375
     assert listed[ended.id].cost_usd == 0.5
+
+
+def test_add_run_cost_adds_to_an_active_runs_cost_exactly_and_returns_it_as_written(store: Store):
+    run = new_run(store, status=RunStatus.running)
+    written = [store.add_run_cost(run.tenant, run.id, 0.1) for _ in range(3)]
+    assert written == [0.1, 0.2, 0.3]  # no binary drift (summed as floats, the third is 0.30000000000000004)
+    assert store.add_run_cost(run.tenant, run.id, 0) == 0.3
+    assert store.get_run(run.tenant, run.id, steps=False).cost_usd == 0.3
+    store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.awaiting_approval))
+    assert store.add_run_cost(run.tenant, run.id, 0.05) == 0.35
+
+
+def test_add_run_cost_on_an_ended_run_adds_nothing_and_says_so(store: Store):
+    run = new_run(store, status=RunStatus.running)
+    store.add_run_cost(run.tenant, run.id, 0.25)
+    store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.completed, cost_usd=0.5))
+    assert store.add_run_cost(run.tenant, run.id, 0.25) is None
+    assert store.get_run(run.tenant, run.id, steps=False).cost_usd == 0.5
+
+
+def test_add_run_cost_refuses_an_unknown_run_and_an_amount_that_is_not_a_cost(store: Store):
+    run = new_run(store, status=RunStatus.running)
+    with pytest.raises(RunNotFound):
+        store.add_run_cost(run.tenant, "run-nowhere", 0.1)
+    with pytest.raises(RunNotFound):  # another tenant's run is not there for this one
+        store.add_run_cost("other", run.id, 0.1)
+    for bad in (-0.01, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            store.add_run_cost(run.tenant, run.id, bad)
+    assert store.get_run(run.tenant, run.id, steps=False).cost_usd == 0.0

@@ -67,13 +67,36 @@ def rescue_instruction(step: Step, spec: StepSpec, error: str | None) -> str:
 
 
 def budget_spent(run: Run, spent: float | None = None) -> str | None:
-    """The reason no group may start: the run's spend (its steps', when given) has reached
-    its budget."""
-    budget = run.options.get("budget")
+    """The reason no group, no step and no model turn may start: the run's spend (its
+    steps', when given; else its `cost_usd`, which each attempt adds to as it ends) has
+    reached its budget."""
+    budget = run_budget(run)
     spent = run.cost_usd if spent is None else spent
-    if budget and spent >= float(budget):
-        return f"{BUDGET_SPENT}: ${spent:.4f} of ${float(budget):.2f}"
+    if budget is not None and spent >= budget:
+        return spent_line(spent, budget)
     return None
+
+
+def run_budget(run: Run) -> float | None:
+    """The run's budget in USD (its flow's `budget:`, else its workspace's, fixed as it
+    started), or None."""
+    budget = run.options.get("budget")
+    return float(budget) if budget else None
+
+
+def spent_line(spent: float, budget: float) -> str:
+    return f"{BUDGET_SPENT}: ${spent:.4f} of ${budget:.2f}"
+
+
+def turn_refused(spent: float, budget: float, turn: int) -> str:
+    """Why a running step was refused its next model turn: it fails with this (not retried),
+    and its run ends "budget spent"."""
+    return f"{spent_line(spent, budget)}: the run's budget was reached before this step's model turn {turn}"
+
+
+def stopped_by_budget(step: Step) -> bool:
+    """The step failed because the run's budget refused it a model turn, not by its own doing."""
+    return step.status == StepStatus.failed and (step.error or "").startswith(BUDGET_SPENT)
 
 
 
@@ -193,10 +216,13 @@ def decide(
         next_index = max((s.index for s in steps), default=-1) + 1
     plans, failed = _plan_rescues(flow, members, next_index=next_index)
     unrescued = _failure_reason(failed)
-    if plans:
+    # A rescue does not start once the budget is spent, and a failure that is only the
+    # budget's refusal of a model turn ends the run for the budget's reason.
+    if plans or (failed and all(stopped_by_budget(s) for s in failed)):
         budget = budget_spent(run, sum(s.cost_usd for s in steps) if spent is None else spent)
         if budget:
             return Decision(action="end", reason=budget, exhausted=exhausted, rescues=plans, unrescued=unrescued)
+    if plans:
         return Decision(action="rescue", exhausted=exhausted, rescues=plans, unrescued=unrescued)
     if unrescued:
         return Decision(action="end", reason=unrescued, exhausted=exhausted, unrescued=unrescued)

@@ -1,7 +1,13 @@
 """The stub model's answers (an agent's `stub:`): picking the k-th, reading its header lines
 (`cost:`, `ttft_ms:`, `delay_ms:`, `fail:`), its `call:` lines (pretend tool calls), its
 `tool: NAME {JSON}` lines (real calls of the step's tools) and its `===` turns, and the
-bounds a header value must keep."""
+bounds a header value must keep.
+
+The answer's `cost:` is charged on its final turn (with one turn, the attempt's price). A
+turn after a `===` line may open with a `cost:` line of its own, charged on that turn, so a
+step's spend grows turn by turn as a model's does (the run's budget is checked before each
+turn): the attempt costs the answer's `cost:` and every turn's together.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +37,8 @@ _TOOL = re.compile(r"^\s*tool:\s*(\S+)\s*(.*?)\s*$")
 
 _TURN_BREAK = re.compile(r"^\s*===\s*$")
 
+_TURN_COST = re.compile(r"^\s*cost\s*:\s*(.*?)\s*$")
+
 @dataclass
 class StubCall:
     """A tool call of a stub turn: pretend (`call:`, its output as written) or, when `real`,
@@ -45,6 +53,7 @@ class StubCall:
 class StubTurn:
     text: str
     calls: list[StubCall] = field(default_factory=list)
+    cost: float = 0.0  # the turn's own `cost:` line (right after its `===`)
 
 @dataclass
 class StubAnswer:
@@ -53,6 +62,11 @@ class StubAnswer:
     ttft_ms: int = 0
     delay_ms: int = 0
     fail: str | None = None
+
+    @property
+    def total_cost(self) -> float:
+        """What the attempt costs: the answer's `cost:` and every turn's own."""
+        return round(self.cost + sum(t.cost for t in self.turns), 6)
 
 def pick_answer(stub: str | list[str] | None, k: int, default: str) -> str:
     """The k-th answer (0-based) of a step position; the last one repeats."""
@@ -110,11 +124,17 @@ def parse_answer(text: str) -> StubAnswer:
     turns: list[StubTurn] = []
     current: list[str] = []
     calls: list[StubCall] = []
-    for line in lines[i:] + ["==="]:
+    turn_cost, opening = 0.0, False  # `opening`: the line read is the first of a turn after `===`
+    for n, line in enumerate(lines[i:] + ["==="], start=i):
         if _TURN_BREAK.match(line):
-            turns.append(StubTurn(text="\n".join(current).strip(), calls=calls))
-            current, calls = [], []
+            turns.append(StubTurn(text="\n".join(current).strip(), calls=calls, cost=turn_cost))
+            current, calls, turn_cost, opening = [], [], 0.0, True
             continue
+        if opening and (own := _TURN_COST.match(line)):
+            opening = False
+            turn_cost = float(header_value("cost", own.group(1), n)) if own.group(1) else 0.0
+            continue
+        opening = False
         real = _TOOL.match(line)
         call = _CALL.match(line)
         if real:
@@ -141,7 +161,13 @@ def header_problems(stub: str | list[str] | None) -> list[tuple[int | None, BadH
     for index, answer in answers:
         if not isinstance(answer, str):
             continue
-        for name, (line, value) in _headers(answer.splitlines())[0].items():
+        lines = answer.splitlines()
+        headers = [(name, line, value) for name, (line, value) in _headers(lines)[0].items()]
+        headers += [
+            ("cost", n + 1, own.group(1)) for n, line in enumerate(lines[:-1])
+            if _TURN_BREAK.match(line) and (own := _TURN_COST.match(lines[n + 1]))
+        ]
+        for name, line, value in headers:
             if not value or _PLACEHOLDER.search(value):
                 continue
             try:

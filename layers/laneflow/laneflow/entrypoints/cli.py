@@ -264,13 +264,26 @@ def _then(svc: Services, final: Run, args: argparse.Namespace) -> int:
 
 def _reconcile_quietly(svc: Services, args: argparse.Namespace) -> None:
     """At the start of `run`: settle what crashed runs left behind (journal, attempts whose
-    worker is gone, stopped runs); say which runs need a re-drive, without driving them."""
+    worker is gone, stopped runs) and say which runs need a re-drive and how to give it,
+    without driving them: this command drives its own run only (`laneflow serve` and
+    `laneflow reconcile` re-drive the others)."""
     from laneflow.adapters.workers import Liveness
     from laneflow.usecases.reconcile import reconcile
 
     report = reconcile(svc, Liveness(), redrive=None)
-    if report.to_redrive and not args.json and not args.quiet:
-        _err(f"{len(report.to_redrive)} earlier run(s) were interrupted; `laneflow reconcile` resumes them")
+    if not report.to_redrive or args.json or args.quiet:
+        return
+    store = f" --store {args.store}" if getattr(args, "store", None) else ""
+    for run_id in report.to_redrive:
+        try:
+            run = svc.store.get_run(svc.settings.tenant, run_id, steps=False, detail=False)
+            what = f"run {run_id} ({run.workspace}/{run.flow}) " + ("was interrupted" if run.drives else "is queued and nothing drives it")
+        except LaneflowError:  # another tenant's run (reconcile sees every tenant's)
+            what = f"run {run_id} was interrupted"
+        _err(
+            f"{what}: laneflow resume {run_id}{store} re-drives it now "
+            f"(laneflow reconcile{store} re-drives every such run; laneflow stop {run_id}{store} ends it)"
+        )
 
 
 
@@ -325,10 +338,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from laneflow.adapters.local.workspaces import FolderWorkspaces
-    from laneflow.adapters.workers import Liveness
-    from laneflow.entrypoints.serve import make_server, serve
+    from laneflow.entrypoints.serve import make_server, reconcile_runs, serve
     from laneflow.paths import project_root
-    from laneflow.usecases.reconcile import reconcile
 
     svc = _services(args)
     svc.workspaces = FolderWorkspaces(args.workspaces or project_root() / "examples")
@@ -336,13 +347,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Listen first: a port in use (exit 2) is said before this process re-drives any run.
     server = make_server(svc, args.host, args.port, quiet=False)
     try:
-        report = reconcile(svc, Liveness(), redrive=lambda run: svc.drives.start(run.tenant, run.id))
+        lines = reconcile_runs(svc)
     except BaseException:
         server.server_close()
         raise
-    for line in report.lines():
-        if line != "nothing to reconcile":
-            _err(f"reconcile: {line}")
+    for line in lines:
+        _err(f"reconcile: {line}")
     _err(f"workspaces in {svc.workspaces.root}")
     serve(svc, server=server)
     return EXIT_OK

@@ -432,15 +432,65 @@ def make_server(
 def serve(svc: Services, host: str = "127.0.0.1", port: int = 8080, *, server: ApiServer | None = None) -> None:
     """Answer the API and the viewer until interrupted, on `server` if given (already bound),
     else on a new one. Runs started here are driven by the embedded engine on threads of this
-    process, unless `svc` already has a drive starter."""
+    process, unless `svc` already has a drive starter. Every `reconcile_interval_s` (60 s
+    unless set) a reconcile re-drives the runs whose worker went away meanwhile (`Reconciling`);
+    the one at the start is the caller's (`reconcile_runs`, after the port is bound)."""
     if svc.drives is None:
 
         svc.drives = local_drives(svc)
     server = server or make_server(svc, host, port, quiet=False)
     print(f"laneflow serve: {server.url}/ (tenant {svc.settings.tenant!r}); Ctrl-C to stop", file=sys.stderr, flush=True)
+    reconciling = Reconciling(svc, svc.settings.reconcile_interval_s).start()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        reconciling.stop()
         server.server_close()
+
+
+
+def reconcile_runs(svc: Services) -> list[str]:
+    """One reconcile pass as `serve` makes it: what crashed runs left behind is settled, and
+    every run whose drive is gone (interrupted, never picked up, an answered approval) is
+    re-driven on this process's drives. The report's lines, "nothing to reconcile" left out."""
+    from laneflow.adapters.workers import Liveness
+    from laneflow.usecases.reconcile import reconcile
+
+    drives = svc.drives
+    if drives is None:
+        raise ValueError("serve reconciles with its own drives: set svc.drives first")
+    report = reconcile(svc, Liveness(), redrive=lambda run: drives.start(run.tenant, run.id))
+    return [line for line in report.lines() if line != "nothing to reconcile"]
+
+
+
+class Reconciling:
+    """`serve`'s periodic reconcile: a daemon thread that runs `reconcile_runs` every
+    `interval_s` until stopped, so a run whose worker went away while serve runs (a killed
+    `laneflow run`, a sandbox child that died) is re-driven without a person. A pass that
+    fails is logged and the next one runs on time. A drive serve is running is its own
+    process's, alive, so it is never started twice."""
+
+    def __init__(self, svc: Services, interval_s: float):
+        self.svc, self.interval_s = svc, interval_s
+        self._stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="laneflow-reconcile", daemon=True)
+        self.passes = 0
+
+    def start(self) -> Reconciling:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            try:
+                for line in reconcile_runs(self.svc):
+                    print(f"laneflow serve: reconcile: {line}", file=sys.stderr, flush=True)
+            except Exception:  # noqa: BLE001 - the next pass tries again
+                log.exception("laneflow serve: a periodic reconcile failed")
+            self.passes += 1

@@ -5,8 +5,10 @@ a re-delivered EndRun, reconcile closing it): the chained run is made through th
 as the API's (`start_run_idempotent.start_in`) with an idempotency key derived from the run's
 id (`chain.then_key`), so it is made once however often the end is told. Its drive starts
 where this deployment can start drives (the cloud's state machine, `laneflow serve`);
-elsewhere it is left `queued`, and `laneflow run` drives it next (or `laneflow reconcile`,
-whose re-drive of queued runs also covers a chained run whose drive never started).
+elsewhere it is left `queued`, and whoever ended the run drives it next: `laneflow run` and
+`laneflow resume` after their own run, `laneflow reconcile` in the same pass that re-drove
+the run to its end (`Reconciler._drive_chain`); any later reconcile's re-drive of queued
+runs also covers a chained run whose drive never started.
 
 The finished run records the chained run's id (`options.then_run`, shown as `then_run`),
 or why it could not be started (`options.then_error`: the chained flow is no longer valid,

@@ -115,7 +115,7 @@ class _Lanes:
                     group=group, agent=lane.agent, model=lane.model, steps=len(members), parallel=lane.parallel,
                     prefix_tokens=self._prefix(agent, prompt, lane.model), min_cacheable=min_cacheable(lane.model),
                     turns=turns, input_tokens=sum(inputs) // max(1, len(inputs)), output_tokens=output,
-                    stub_cost_usd=sum(a.cost for a in answers if a) if stub else None,
+                    stub_cost_usd=sum(a.total_cost for a in answers if a) if stub else None,
                 )
             )
             handed_on += len(members) * (turns * output + HANDOFF_HEADER_TOKENS)

@@ -8,7 +8,8 @@
 3. Re-drive `running` runs whose drive is gone; past `max_drives`, close them failed.
 4. Re-drive queued runs nothing drives (an answered approval, a run never picked up).
 5. Every run it closes goes through `end_run`, which tells the on-end hook, as if the run's
-   own worker had ended it.
+   own worker had ended it. A run it re-drove to completion that started a chained run
+   (`then:`) where nothing else starts drives has that run driven by this same pass.
 6. End runs whose stop was requested and whose drive is gone; close parked or queued ones.
 
 A local runner that gets SIGINT or SIGTERM runs step 2 on itself before it goes
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from laneflow.domain.chain import CHAIN_LIMIT
 from laneflow.domain.errors import (
     AttemptEnded,
     Conflict,
@@ -230,6 +232,34 @@ class Reconciler:
                 self.report.redriven.append(run.id)
             except Exception:  # noqa: BLE001 - one run's failure must not stop the pass
                 log.exception("re-driving %s failed", run.id)
+                return
+            self._drive_chain(run)
+
+    def _drive_chain(self, run: Run) -> None:
+        """A run this pass re-drove that completed may have started its flow's chained run
+        (`then:`). Where this deployment cannot start drives (`svc.drives` is None: the CLI's
+        `laneflow reconcile`), that run was left queued: this pass drives it, and the run it
+        chains to, rather than leaving them for the next reconcile. Where drives can be
+        started (the cloud, `laneflow serve`), the run's end already started its drive."""
+        if self.svc.drives is not None or self.redrive is None:
+            return
+        seen = {run.id}
+        for _ in range(CHAIN_LIMIT):
+            ended = self.store.get_run(run.tenant, run.id, steps=False, detail=False)
+            chained_id = ended.then_run if ended.status == RunStatus.completed else None
+            if chained_id is None or chained_id in seen:
+                return
+            seen.add(chained_id)
+            chained = self.store.get_run(run.tenant, chained_id, steps=False, detail=False)
+            if chained.status != RunStatus.queued or chained.drives or drive_alive(self.liveness, chained):
+                return  # driven (or being driven) already
+            try:
+                self.redrive(chained)
+                self.report.redriven.append(chained.id)
+            except Exception:  # noqa: BLE001 - one run's failure must not stop the pass
+                log.exception("driving %s, chained to %s, failed", chained.id, run.id)
+                return
+            run = chained
 
     def _close_stopped(self, run: Run) -> None:
         if run.status in (RunStatus.awaiting_approval, RunStatus.queued):

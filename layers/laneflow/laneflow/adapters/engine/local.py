@@ -652,12 +652,16 @@ class LocalDrives:
         self.threads: list[threading.Thread] = []
 
     def start(self, tenant: str, run_id: str) -> str:
+        """Drive the run on a thread; a run this process is already driving, or waiting to
+        (for a place), is not started twice (a periodic reconcile sees a run still queued)."""
         name = f"local-drive-{run_id}"
-        thread = threading.Thread(target=self._drive, args=(tenant, run_id), name=name, daemon=True)
         with self._lock:
             self.threads = [t for t in self.threads if t.is_alive()]
+            if any(t.name == name for t in self.threads):
+                return name
+            thread = threading.Thread(target=self._drive, args=(tenant, run_id), name=name, daemon=True)
             self.threads.append(thread)
-        thread.start()
+            thread.start()
         return name
 
     def _drive(self, tenant: str, run_id: str) -> None:

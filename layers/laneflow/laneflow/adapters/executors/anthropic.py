@@ -252,6 +252,7 @@ class AnthropicExecutor:
             if job.budget is not None and cost >= job.budget:
                 raise StepFailed(_over_budget(cost, job.budget), retryable=False)
             left = job.budget - cost if job.budget is not None else None
+            sink.begin_turn()  # the run's budget: no turn begins once it is spent
             turn = self._turn_with_retries(params, sink, job, deadline, price, left)
             cost += price.cost(turn.tokens) if price else 0.0
             if turn.text:

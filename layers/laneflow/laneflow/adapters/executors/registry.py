@@ -250,6 +250,8 @@ class _Silent:
 
     def first_event(self) -> None: ...
 
+    def begin_turn(self) -> None: ...
+
     def call(self, span: Any) -> Any:
         return span
 

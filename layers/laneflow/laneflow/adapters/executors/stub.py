@@ -2,7 +2,7 @@
 
 An answer may open with header lines, in any order::
 
-    cost: 0.25        a pretend price for the attempt (budgets are testable)
+    cost: 0.25        a pretend price for the attempt (budgets are testable), charged on its final turn
     ttft_ms: 300      simulated time to first token (per turn)
     delay_ms: 800     simulated total latency (per turn)
     fail: REASON      the attempt fails with that reason (after ttft_ms, before any reply)
@@ -15,7 +15,9 @@ The rest is the reply. In it, `call: TOOL INPUT => OUTPUT` lines are pretend too
 recorded exactly as real ones; `tool: NAME {JSON}` lines make a REAL call of one of the
 step's tools (through the same `StepTools` the Claude executor uses: bash and scripts run in
 the sandbox, `peers_message` sends a real message), recorded exactly like a model's call, a
-tool's own failure included; and a `===` line separates earlier turns from the final one.
+tool's own failure included; and a `===` line separates earlier turns from the final one; a turn may open with a `cost:` line of its own
+(charged on that turn, so a step's spend grows turn by turn). Before each turn the sink is
+asked whether the run's budget lets one begin (`begin_turn`).
 Colleagues' messages (and answers) not yet given are delivered before each turn.
 Every turn is recorded as a model-call span (model `stub`, its simulated times, tokens
 estimated from text lengths), so a stub run's record has the shape of a real one.
@@ -152,6 +154,7 @@ class StubExecutor:
         tools = StepTools(job, sink, isolation=self.isolation)
         tools.prepare()  # before any turn: the isolation named, network_enforce honoured
         if answer.fail:
+            sink.begin_turn()  # its one turn fails; refused before it like any other once the budget is spent
             self._wait(answer.ttft_ms, sink)
             raise StepFailed(answer.fail, retryable=True)
 
@@ -159,9 +162,11 @@ class StubExecutor:
         prefix, key = prefix_tokens(job.system_stable, definitions), _cache_key(job, definitions)
         prompt_chars = len(job.system_dynamic) + len(job.user)  # beyond the cached prefix
         texts: list[str] = []
+        spent = 0.0  # what this attempt has cost so far
         for number, turn in enumerate(answer.turns, start=1):
             # Colleagues' messages and answers not yet given join this turn (between `===` turns).
             prompt_chars += sum(len(text) for text in tools.colleagues.pending())
+            sink.begin_turn()  # the run's budget: no turn begins once it is spent
             started = time.monotonic()
             at = utcnow()
             read = PRETEND_CACHE.request(key)
@@ -174,7 +179,9 @@ class StubExecutor:
             outputs = [self._call(call, tools, sink) for call in turn.calls]
             last = number == len(answer.turns)
             out_chars = len(turn.text) + sum(len(c.tool) + len(c.input) for c in turn.calls)
-            over_budget = last and job.budget is not None and answer.cost > job.budget
+            cost = round(turn.cost + (answer.cost if last else 0.0), 6)
+            spent = round(spent + cost, 6)
+            over_budget = cost > 0 and job.budget is not None and spent > job.budget
             sink.call(
                 ModelCall(
                     id=f"stub-{uuid.uuid4().hex[:12]}",
@@ -188,12 +195,12 @@ class StubExecutor:
                     ),
                     tools=len(turn.calls),
                     stop="tool_use" if turn.calls and not last else "end_turn",
-                    cost_usd=answer.cost if last else 0.0,
+                    cost_usd=cost,
                 )
             )
             if over_budget:
                 raise StepFailed(
-                    f"stopped at its budget: this attempt cost ${answer.cost:.4f}, ${job.budget:.4f} was left", retryable=False
+                    f"stopped at its budget: this attempt cost ${spent:.4f}, ${job.budget:.4f} was left", retryable=False
                 )
             # What the model saw grows with each turn: its own text and the tool results.
             prompt_chars += out_chars + sum(len(o) for o in outputs)
@@ -201,5 +208,5 @@ class StubExecutor:
                 texts.append(turn.text)
         conclusion = answer.turns[-1].text if answer.turns else ""
         return StepOutcome(
-            result="\n\n".join(texts), conclusion=conclusion, cost_usd=answer.cost, turns=len(answer.turns)
+            result="\n\n".join(texts), conclusion=conclusion, cost_usd=answer.total_cost, turns=len(answer.turns)
         )

@@ -139,6 +139,7 @@ from laneflow.adapters.store.dynamodb_items import (
     STEPS_END,
     TRANSACTION_BYTES,
     TRANSACTION_ITEMS,
+    decimal_cost,
     digest,
     encode,
     event_sk,
@@ -562,6 +563,18 @@ class DynamoStore(RuleBookStore):
                 found = refused.found(0)
                 raise Refused(None if found is None or "hidden" in found else found["status"]["S"]) from None
         return self._run_of(head, self._table.get(key_of(tenant, run_id, INPUT_SK)))  # type: ignore[arg-type]
+
+    def _add_run_cost(self, tenant: str, run_id: str, usd: float, *, expected: list[str]) -> float:
+        # An ADD on the run's head item: DynamoDB adds numbers exactly, and concurrent adds
+        # never lose one another (no read, no transaction on a run's hottest item).
+        u = Update().add("cost_usd", decimal_cost(usd))
+        condition = " AND ".join([u.exists("pk"), u.absent("hidden"), u.one_of("status", expected)])
+        try:
+            head = self._table.update(key_of(tenant, run_id, RUN_SK), u, condition, returns="ALL_NEW")
+        except ConditionFailed as refused:
+            found = refused.found(0)
+            raise Refused(None if found is None or "hidden" in found else found["status"]["S"]) from None
+        return float((head or {}).get("cost_usd", {}).get("N", usd))
 
     def _request_stop(self, tenant: str, run_id: str) -> bool | None:
         u = Update().set("stop_requested", True)

@@ -26,6 +26,7 @@ sibling cost several times as much):
 | `_insert_steps`      | write | steps of a run, if their indexes are free               |
 | `_update_run`        | write | a run's fields, if its status is expected               |
 | `_request_stop`      | write | `stop_requested`, if not set                            |
+| `_add_run_cost`      | write | an amount added to a run's cost, if it is active        |
 | `_update_step`       | write | a step's fields, if its status is expected              |
 | `_write_claim`       | write | a new attempt (and its journal entry), if `seen` holds  |
 | `_write_entry`       | write | a journal entry begun or settled, if `seen` holds       |
@@ -221,6 +222,12 @@ class Primitives(ABC):
         """Set `values` (field -> value, validated) and add `add_drives`, if the run's status
         is one of `expected` (when given). The run as written, without steps. `Refused`
         with the status found, or None if there is no run."""
+
+    @abstractmethod
+    def _add_run_cost(self, tenant: str, run_id: str, usd: float, *, expected: list[str]) -> float:
+        """Add `usd` to the run's `cost_usd` (rounded as costs are stored), in one atomic
+        increment, if its status is one of `expected`. The cost as written. `Refused` with
+        the status found, or None if there is no run."""
 
     @abstractmethod
     def _request_stop(self, tenant: str, run_id: str) -> bool | None:

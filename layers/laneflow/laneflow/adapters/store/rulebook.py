@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import os
 import threading
 import time
@@ -95,7 +96,7 @@ REDACTED_WRITES: dict[str, tuple[str, ...]] = {
 
 # Writes that carry only keys, identities, times, statuses and hashes: nothing to mask.
 UNMASKED_WRITES = frozenset(
-    {"request_stop", "heartbeat", "journal_begin", "journal_settle", "set_prompt_layers", "gate_wait", "gate_open",
+    {"request_stop", "add_run_cost", "heartbeat", "journal_begin", "journal_settle", "set_prompt_layers", "gate_wait", "gate_open",
      "close_question", "observe"}
 )
 
@@ -353,6 +354,19 @@ class RuleBookStore(Primitives, Store):
         if done is None:
             raise RunNotFound(run_id)
         return done
+
+    @_entry()
+    def add_run_cost(self, tenant: str, run_id: str, usd: float) -> float | None:
+        check_tenant(tenant)
+        amount = float(usd)
+        if not math.isfinite(amount) or amount < 0:
+            raise ValueError(f"a cost to add is a finite amount of 0 or more, not {usd!r}")
+        try:
+            return self._add_run_cost(tenant, run_id, cost(amount), expected=list(ACTIVE))
+        except Refused as refused:
+            if refused.found is None:
+                raise RunNotFound(run_id) from None
+            return None
 
     # -- steps --------------------------------------------------------------------------
 

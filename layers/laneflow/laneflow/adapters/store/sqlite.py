@@ -71,7 +71,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from laneflow.adapters.store.encoding import dumps, worker_text
+from laneflow.adapters.store.encoding import COST_DECIMALS, dumps, worker_text
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced, Refused, StepState
 from laneflow.adapters.store.rulebook import ACTIVE, RuleBookStore
 from laneflow.adapters.store.sqlite_schema import (
@@ -537,6 +537,16 @@ class SqliteStore(RuleBookStore):
                 (*(arg for _, arg in sets.values()), tenant, run_id),
             )
             return self._run_json(db, tenant, run_id)  # type: ignore[return-value]
+
+    def _add_run_cost(self, tenant: str, run_id: str, usd: float, *, expected: list[str]) -> float:
+        with self._write() as db:
+            found = db.execute("SELECT status FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
+            if found is None or found[0] not in expected:
+                raise Refused(found and found[0])
+            db.execute(
+                f"UPDATE runs SET cost_usd = ROUND(cost_usd + ?, {COST_DECIMALS}) WHERE tenant = ? AND id = ?", (usd, tenant, run_id)
+            )
+            return float(db.execute("SELECT cost_usd FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()[0])
 
     def _request_stop(self, tenant: str, run_id: str) -> bool | None:
         with self._write() as db:

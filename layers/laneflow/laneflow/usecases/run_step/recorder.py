@@ -1,5 +1,6 @@
 """The recorder: the `ExecutionSink` of one attempt, every write fenced by the attempt's
-identity; spans written with the attempt's end, heartbeats and stop checks as it runs."""
+identity; spans written with the attempt's end, heartbeats, stop checks and the run's budget
+before each model turn as it runs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from laneflow.domain.errors import StepFailed
 from laneflow.domain.records import (
     AttemptRef,
     Event,
@@ -18,10 +20,15 @@ from laneflow.domain.records import (
     utcnow,
 )
 from laneflow.domain.redaction import STEP_CAPTURE_LIMIT, Redactor
+from laneflow.domain.settlement import turn_refused
 from laneflow.ports import Services, StepInbox
 from laneflow.usecases.crashpoints import crashpoint
 
 HEARTBEAT_S = 60.0
+
+# How stale the run record an attempt watches may be: a stop, and the run's spend its budget
+# is checked against before each model turn, are read at most this often (one item read).
+WATCH_S = 0.5
 
 FLUSH_S = 30.0
 
@@ -61,6 +68,7 @@ class StepRecorder:
     # Called once, with no argument, when the attempt's first call reports a cache write.
     on_cache_write: Any = None
     on_uncacheable: Any = None  # (tokens, minimum): a lead's prefix cannot be cached
+    run_budget: float | None = None  # the run's `budget:` (USD), checked before each model turn
     cost_usd: float = 0.0
     began: bool = False
     _numbers: dict[str, int] = field(default_factory=dict)
@@ -69,6 +77,9 @@ class StepRecorder:
     _capture_full: bool = False  # the limit was reached: nothing more is captured
     _stop_checked: float = 0.0
     _stopped: bool = False
+    _run_cost: float | None = None  # the run's cost as last read (what its ended attempts spent)
+    _cost_read: float = 0.0
+    _turns: int = 0  # model turns begun by this attempt
     _beat: float = field(default_factory=time.monotonic)
     _flushed: float = field(default_factory=time.monotonic)
     spans: dict[str, ModelCall] = field(default_factory=dict)
@@ -155,11 +166,34 @@ class StepRecorder:
         if self.svc.leaving.is_set():
             return True  # this worker is going away: end the call now (the attempt is interrupted, not stopped)
         now = time.monotonic()
-        if not self._stopped and now - self._stop_checked > 0.5:
-            self._stop_checked = now
-            run = self.svc.store.get_run(self.ref.tenant, self.ref.run_id, steps=False, input=False)
-            self._stopped = run.stop_requested
+        if not self._stopped and now - self._stop_checked > WATCH_S:
+            self._watch(now)
             if now - self._beat > HEARTBEAT_S:
                 self._beat = now
                 self.svc.store.heartbeat(self.ref, utcnow())  # AttemptEnded: someone ended it
         return self._stopped
+
+    def begin_turn(self) -> None:
+        """The run's budget holds inside a group: once the run's spend reaches it, no model
+        turn begins (`StepFailed`, not retried, "budget spent ..."). The spend is the run's
+        cost as stored, to which every attempt adds what it spent as it ends, read at most
+        WATCH_S before (the read that also watches for a stop), plus what this attempt has
+        spent so far. So another step's attempt still running counts once it ends: the run
+        can pass its budget by the turns under way when it was reached (and by those begun
+        within WATCH_S of it), never by a step or a turn begun later."""
+        self._turns += 1
+        if self.run_budget is None:
+            return
+        now = time.monotonic()
+        if self._run_cost is None or now - self._cost_read > WATCH_S:
+            self._watch(now)
+        spent = round((self._run_cost or 0.0) + self.cost_usd, 6)
+        if spent >= self.run_budget:
+            raise StepFailed(turn_refused(spent, self.run_budget, self._turns), retryable=False)
+
+    def _watch(self, now: float) -> None:
+        """Read the run once: whether it was stopped, and what it has spent."""
+        run = self.svc.store.get_run(self.ref.tenant, self.ref.run_id, steps=False, input=False)
+        self._stop_checked = self._cost_read = now
+        self._stopped = self._stopped or run.stop_requested
+        self._run_cost = run.cost_usd

@@ -37,12 +37,15 @@ from laneflow.domain.records import (
     FailureKind,
     ModelCall,
     Run,
+    RunChanges,
+    RunStatus,
     Step,
     StepChanges,
     StepStatus,
     utcnow,
 )
 from laneflow.domain.redaction import scrub_paths
+from laneflow.domain.settlement import BUDGET_SPENT, budget_spent, run_budget
 from laneflow.domain.workers import WorkerRef
 from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
@@ -215,6 +218,8 @@ class StepRunner:
             )
         except AttemptEnded:
             pass
+        else:
+            self._add_spend(recorder.cost_usd)
         crashpoint("after-result")
 
     def _end_failed(self, reason: str, retryable: bool, stopped: bool, kind: FailureKind) -> bool:
@@ -235,6 +240,7 @@ class StepRunner:
             store.end_attempt(self.ref, ended, reason=reason, step=changes, calls=spans, reason_kind=None if stopped else kind)
         except AttemptEnded:
             return False
+        self._add_spend(cost)
         if not retry:
             return False
         if self.open_gate:
@@ -257,6 +263,14 @@ class StepRunner:
         except Conflict:
             return False
         return True
+
+    def _add_spend(self, usd: float) -> None:
+        """What the attempt that just ended spent joins the run's cost at once, so the run's
+        budget holds inside a group (the next step's start and every running step's next
+        turn are checked against it). The group's settlement sets the run's cost to its
+        steps' sum again, so an add lost to a crash in between is made good there."""
+        if usd > 0:
+            self.svc.store.add_run_cost(self.run.tenant, self.run.id, usd)
 
     def _cache_changes(self) -> dict[str, Any]:
         """The step's prefix and cache_break, as this attempt found them (nothing if it sent none)."""
@@ -301,6 +315,7 @@ class StepRunner:
             _capture_full=capture_full(prior),
             on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
             on_uncacheable=self._uncacheable if self.open_gate else None,
+            run_budget=run_budget(run),
         )
         recorder.inbox = attempt_inbox(svc, run, step, self.attempt, agent, recorder, capture=ws.settings.capture == "full")
         if svc.sandbox:
@@ -420,7 +435,8 @@ class StepRunner:
         run = self.svc.store.get_run(self.run.tenant, self.run.id, steps=False)
         spent = self.recorder.cost_usd if self.recorder else 0.0  # what it spent counts, as for a failure
         calls = list(self.recorder.spans.values()) if self.recorder else []
-        interrupt(self.svc, self.run.tenant, run, self.attempt, calls=calls, cost_usd=round(self.step.cost_usd + spent, 6))
+        if interrupt(self.svc, self.run.tenant, run, self.attempt, calls=calls, cost_usd=round(self.step.cost_usd + spent, 6)) == "interrupted":
+            self._add_spend(spent)
         return self._report()
 
     def _report(self) -> StepReport:
@@ -493,13 +509,15 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
     if svc.leaving.is_set():  # this worker is going away: claim nothing; the next drive runs it
         return StepReport(index=index, status=step.status, attempts=step.attempts)
     if run.stop_requested or run.status.ended:
+        return _skip(svc, run, index, WAITED_TO_START)
+    if spent := budget_spent(run):
+        # The run's budget holds inside a group: a step reached once it is spent never starts,
+        # and the run ends for the budget's reason (as it would between groups).
         try:
-            step = svc.store.update_step(
-                tenant, run_id, index, StepChanges(status=StepStatus.skipped, skip_reason=WAITED_TO_START), expect_status=(StepStatus.pending,)
-            )
+            svc.store.update_run(tenant, run_id, RunChanges(error=spent), expect_status=(RunStatus.running,))
         except Conflict:
-            step = svc.store.get_step(tenant, run_id, index)
-        return StepReport(index=index, status=step.status, attempts=step.attempts)
+            pass
+        return _skip(svc, run, index, BUDGET_SPENT)
     # Read the workspace and build the prompt before claiming, so its layers are written
     # with the claim. If that fails, the attempt is still claimed and then ended with the
     # reason (the runner meets the same failure): no step stays pending or running silently.
@@ -512,6 +530,18 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
     finally:
         if prepared:
             prepared.copy.discard()  # if no attempt took it (the claim went elsewhere, a crash)
+
+
+
+def _skip(svc: Services, run: Run, index: int, reason: str) -> StepReport:
+    """Skip a step that was to start, with the reason; if it started or ended meanwhile, its own record says how."""
+    try:
+        step = svc.store.update_step(
+            run.tenant, run.id, index, StepChanges(status=StepStatus.skipped, skip_reason=reason), expect_status=(StepStatus.pending,)
+        )
+    except Conflict:
+        step = svc.store.get_step(run.tenant, run.id, index)
+    return StepReport(index=index, status=step.status, attempts=step.attempts)
 
 
 
