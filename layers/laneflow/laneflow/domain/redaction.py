@@ -55,7 +55,8 @@ def encodings(value: str) -> list[str]:
     (standard and URL-safe, with and without padding), hex (lower and upper case), percent-
     encoding (`%2F` and `%2f`, `+` or `%20` for a space, `/` kept or not) and JSON escapes
     (what a value is inside a JSON string: `\\"`, `\\\\`, `\\n`, `\\u00e9` or the character
-    itself, `\\/` or `/`). Encodings are of the value's UTF-8 bytes.
+    itself, `\\/` or `/`; and escaped twice, as in a JSON document kept inside a JSON string).
+    Encodings are of the value's UTF-8 bytes.
 
     A base64 copy inside a longer base64 stream is at one of 3 alignments (the stream's bytes
     before it, modulo 3). At each, the characters that encode only the value's own bits are
@@ -78,6 +79,7 @@ def encodings(value: str) -> list[str]:
     for escaped in (json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
         for form in (escaped, _JSON_U.sub(lambda m: "\\u" + m.group()[2:].upper(), escaped)):
             forms += [form, form.replace("/", "\\/")]
+        forms.append(json.dumps(escaped, ensure_ascii=False)[1:-1])  # a JSON document inside a JSON string
     return list(dict.fromkeys(forms))
 
 
