@@ -1,8 +1,9 @@
 """Keeping secrets and local paths out of what is recorded.
 
 `Redactor` masks secret values (the model's key, declared secrets) as `[NAME]`, longest
-first. The store applies its redactor to everything it writes, the captures share it, and
-`redact_logs` applies it to the process's log records: three doors, one set of values.
+first, and each in its common encodings (`encodings`). The store applies its redactor to
+everything it writes, the captures share it, and `redact_logs` applies it to the process's
+log records: three doors, one set of values.
 `scrub_paths` removes local filesystem paths from reasons. A capture holds a tool call's
 input and output, masked; at most `STEP_CAPTURE_LIMIT` characters per step, after which
 no later call of the step is captured (its calls keep names, sizes and times only).
@@ -10,13 +11,18 @@ no later call of the step is captured (its calls keep names, sizes and times onl
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import re
 import threading
 import traceback
 import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from pydantic import BaseModel
 
@@ -30,24 +36,81 @@ IDENTITY_FIELDS = frozenset({"id", "tenant", "run_id", "token", "op_id", "starte
 
 
 
+_URL_SAFE = str.maketrans("+/", "-_")
+
+_PERCENT = re.compile(r"%[0-9A-F]{2}")
+
+_JSON_U = re.compile(r"\\u[0-9a-f]{4}")
+
+# The mark a value is replaced by when its own `[NAME]` would hold a value again (a value that
+# is part of its name): short enough never to hold one (values have 8 characters or more).
+SAFE_MARK = "[*]"
+
+# Passes of the replacement before it settles for SAFE_MARK (see `Redactor.__call__`).
+_PASSES = 4
+
+
+def encodings(value: str) -> list[str]:
+    """The forms `value` takes in text that encodes it, the value itself first: base64
+    (standard and URL-safe, with and without padding), hex (lower and upper case), percent-
+    encoding (`%2F` and `%2f`, `+` or `%20` for a space, `/` kept or not) and JSON escapes
+    (what a value is inside a JSON string: `\\"`, `\\\\`, `\\n`, `\\u00e9` or the character
+    itself, `\\/` or `/`; and escaped twice, as in a JSON document kept inside a JSON string).
+    Encodings are of the value's UTF-8 bytes.
+
+    A base64 copy inside a longer base64 stream is at one of 3 alignments (the stream's bytes
+    before it, modulo 3). At each, the characters that encode only the value's own bits are
+    the same whatever surrounds it: those are listed (at most 3 characters at each end depend
+    on the neighbours' bits, and stay; they hold at most 4 of the value's bits each). The
+    whole forms come first, so a copy standing alone is masked whole with its padding."""
+    raw = value.encode("utf-8")
+    forms = [value]
+    whole = base64.b64encode(raw).decode("ascii")
+    for b64 in (whole, whole.translate(_URL_SAFE)):
+        forms += [b64, b64.rstrip("=")]
+    for before in (0, 1, 2):
+        stream = base64.b64encode(b"\0" * before + raw).decode("ascii")
+        # Character i holds bits [6i, 6i + 6) of the stream; the value's are [8 * before, 8 * (before + len)).
+        own = stream[-(-8 * before // 6) : 8 * (before + len(raw)) // 6]
+        forms += [own, own.translate(_URL_SAFE)]
+    forms += [raw.hex(), raw.hex().upper()]
+    for percent in (quote(value, safe=""), quote(value, safe="/"), quote_plus(value, safe=""), quote_plus(value, safe="/")):
+        forms += [percent, _PERCENT.sub(lambda m: m.group().lower(), percent)]
+    for escaped in (json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
+        for form in (escaped, _JSON_U.sub(lambda m: "\\u" + m.group()[2:].upper(), escaped)):
+            forms += [form, form.replace("/", "\\/")]
+        forms.append(json.dumps(escaped, ensure_ascii=False)[1:-1])  # a JSON document inside a JSON string
+    return list(dict.fromkeys(forms))
+
+
+@dataclass
+class _Scope:
+    """A run's values while its work is here: how many hold them, and whether they are loaded."""
+
+    holders: int = 0
+    values: dict[str, str] = field(default_factory=dict)  # value -> name
+    loaded: bool = False
+    loading: threading.Event | None = None  # set while a holder loads them; others wait on it
+
+
 class Redactor:
-    """Replaces every secret value of 8 characters or more by its name (`[NAME]`), longest
-    value first.
+    """Replaces every secret value of 8 characters or more by its name (`[NAME]`), in every
+    form listed by `encodings`, the longest form of any value first.
 
     One redactor belongs to a store and is shared by its captures and the process's log
     records, so every write is masked in one place. Its values grow as secrets become known:
     the model's key when the services are built (`add`, for the life of the process), a
-    run's declared secrets while an attempt of that run works here (`hold`, dropped with the
-    last `release`). Safe to use from many threads."""
+    run's secrets while work of that run is done here (`hold`, loaded by its first holder,
+    dropped with the last `release`). Safe to use from many threads."""
 
     MIN_LEN = 8
 
     def __init__(self, secrets: dict[str, str] | None = None):
         self._lock = threading.Lock()
         self._values: dict[str, str] = {}  # value -> name, for the life of the redactor
-        # scope -> (holders, {value: name}): a run's declared secrets, held by its attempts.
-        self._scopes: dict[str, tuple[int, dict[str, str]]] = {}
-        self._pairs: tuple[tuple[str, str], ...] = ()
+        self._scopes: dict[str, _Scope] = {}  # a run's secrets, held while its work is here
+        self._pairs: tuple[tuple[str, str], ...] = ()  # (name, form), longest form first
+        self._marks: dict[str, str] = {}  # name -> what its forms are replaced by
         for name, value in (secrets or {}).items():
             self.add(name, value)
 
@@ -63,27 +126,52 @@ class Redactor:
             else:
                 if scope not in self._scopes:
                     raise ValueError(f"redactor scope {scope!r} is not held")
-                self._scopes[scope][1][value] = name
+                self._scopes[scope].values[value] = name
             self._rebuild()
 
-    def hold(self, scope: str) -> None:
-        """One more holder of `scope` (an attempt of the run it names, working in this
-        process). Values added under it stay masked until the last holder releases it. Each
-        `hold` is matched by one `release`."""
+    def hold(self, scope: str, load: Callable[[], Mapping[str, str]] | None = None) -> None:
+        """One more holder of `scope` (work of the run it names, in this process). Values
+        added under it stay masked until the last holder releases it. Each `hold` is matched
+        by one `release`, also when `load` raises.
+
+        `load` gives the scope's values (name -> value). The first holder given one calls it
+        (nobody else does while the scope is held), and every holder returns only once they
+        are masked: a second thread holding the scope while the first loads waits for it, so
+        nothing it records goes out before the values are in."""
         with self._lock:
-            holders, values = self._scopes.get(scope, (0, {}))
-            self._scopes[scope] = (holders + 1, values)
+            held = self._scopes.setdefault(scope, _Scope())
+            held.holders += 1
+            waiting = held.loading
+            mine = load is not None and not held.loaded and waiting is None
+            if mine:
+                held.loading = threading.Event()
+        if waiting is not None:
+            waiting.wait()
+        if not mine:
+            return
+        assert load is not None and held.loading is not None
+        values: Mapping[str, str] | None = None
+        try:
+            values = load()
+        finally:
+            with self._lock:
+                for name, value in (values or {}).items():
+                    if value and len(value) >= self.MIN_LEN:
+                        held.values[value] = name
+                # A load that raised is tried again by the next holder given one.
+                held.loaded, done, held.loading = values is not None, held.loading, None
+                self._rebuild()
+            done.set()
 
     def release(self, scope: str) -> None:
         """One holder of `scope` is done. With the last one, the scope's values are dropped:
         nothing of them stays in the redactor (a value also `add`ed stays masked)."""
         with self._lock:
-            holders, values = self._scopes.get(scope, (0, {}))
-            if holders <= 1:
-                self._scopes.pop(scope, None)
-            else:
-                self._scopes[scope] = (holders - 1, values)
-            self._rebuild()
+            held = self._scopes.get(scope)
+            if held is not None and held.holders > 1:
+                held.holders -= 1
+            elif self._scopes.pop(scope, None) is not None:
+                self._rebuild()
 
     def held(self) -> list[str]:
         """The scopes held now (a run's secrets are in memory while its scope is held)."""
@@ -92,11 +180,20 @@ class Redactor:
 
     def _rebuild(self) -> None:
         names = dict(self._values)
-        for _, values in self._scopes.values():
-            for value, name in values.items():
+        for held in self._scopes.values():
+            for value, name in held.values.items():
                 names.setdefault(value, name)
+        forms: dict[str, str] = {}
+        for value, name in names.items():
+            for form in encodings(value):
+                if len(form) >= self.MIN_LEN:
+                    forms.setdefault(form, name)
         # Longest first, so a value that contains another is masked whole.
-        self._pairs = tuple(sorted(((n, v) for v, n in names.items()), key=lambda p: len(p[1]), reverse=True))
+        self._pairs = tuple(sorted(((n, f) for f, n in forms.items()), key=lambda p: len(p[1]), reverse=True))
+        # A name whose `[NAME]` holds a form (a value that is part of its own name) is marked
+        # SAFE_MARK instead: its mark would put the value back.
+        marks = {name: f"[{name}]" for name in set(forms.values())}
+        self._marks = {n: SAFE_MARK if any(f in mark for _, f in self._pairs) else mark for n, mark in marks.items()}
 
     def names(self) -> list[str]:
         """The names masked (never the values)."""
@@ -106,9 +203,19 @@ class Redactor:
         return bool(self._pairs)
 
     def __call__(self, text: str) -> str:
-        for name, value in self._pairs:
-            if value in text:
-                text = text.replace(value, f"[{name}]")
+        """`text` with every form of every value replaced by its mark. A replacement can make
+        a form again out of the text around it (`a[K]b...` where a value reads `[K]b...`), so
+        the passes go on until none is left: a few with the names, then with SAFE_MARK, which
+        always shortens the text and so comes to an end."""
+        pairs, marks = self._pairs, self._marks
+        for round_ in range(_PASSES + len(text)):
+            changed = False
+            for name, form in pairs:
+                if form in text:
+                    text = text.replace(form, marks[name] if round_ < _PASSES else SAFE_MARK)
+                    changed = True
+            if not changed:
+                break
         return text
 
     def value(self, obj: Any) -> Any:
@@ -134,13 +241,13 @@ class Redactor:
             return tuple(items) if isinstance(obj, tuple) else items
         if isinstance(obj, BaseModel):
             changed = {}
-            for field in type(obj).model_fields:
-                if field in IDENTITY_FIELDS:
+            for field_ in type(obj).model_fields:
+                if field_ in IDENTITY_FIELDS:
                     continue
-                before = getattr(obj, field)
+                before = getattr(obj, field_)
                 after = self._value(before)
                 if after is not before:
-                    changed[field] = after
+                    changed[field_] = after
             return obj.model_copy(update=changed) if changed else obj
         return obj
 

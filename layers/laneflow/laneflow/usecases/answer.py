@@ -10,6 +10,7 @@ from laneflow.domain.errors import Conflict, InvalidInput, LaneflowError, NotFou
 from laneflow.domain.inbox import MAX_NOTE_CHARS, Note, NoteKind, QuestionStatus
 from laneflow.domain.records import Event, EventType, StepStatus, utcnow
 from laneflow.ports import Services
+from laneflow.usecases.masking import masking_of
 
 
 class NoQuestionWaiting(LaneflowError):
@@ -47,8 +48,14 @@ def answer_text(text: object) -> str:
 def answer_question(svc: Services, tenant: str, run_id: str, index: int, text: object) -> Note:
     """Answer the question step `index` of the run is waiting on (its latest open one).
     `InvalidInput` for an empty answer, `RunNotFound` / `NotFound` for no such run or step,
-    `NoQuestionWaiting` when the step waits on none."""
+    `NoQuestionWaiting` when the step waits on none. A person's answer is a record of the run:
+    masked with the run's secrets like every other."""
     text = answer_text(text)
+    with masking_of(svc, tenant, run_id):
+        return _answer(svc, tenant, run_id, index, text)
+
+
+def _answer(svc: Services, tenant: str, run_id: str, index: int, text: str) -> Note:
     store = svc.store
     step = store.get_step(tenant, run_id, index)  # RunNotFound, NotFound
     questions = [n for n in store.get_inbox(tenant, run_id, index) if n.kind == NoteKind.question]

@@ -26,6 +26,7 @@ from laneflow.domain.workspace import (
     workspace_revision,
 )
 from laneflow.ports import Services
+from laneflow.usecases.masking import RUN_SECRETS, masking, secret_names
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
@@ -118,6 +119,9 @@ def prepare_run(
     # their lanes without reading agents (a step's own worker still reads its agent afresh,
     # and refuses a sandboxed agent outside a sandbox: StepRunner).
     options[SANDBOXED] = sorted(name for name, agent in agents.items() if agent.sandboxed)
+    # Every name the flow's agents declare is fixed too: each record of the run is masked with
+    # all of their values, whichever step it is (usecases.masking).
+    options[RUN_SECRETS] = secret_names(agents)
     budget = flow.budget or ws.settings.budget
     if budget:
         options.setdefault("budget", budget)  # the run's budget is fixed as it starts
@@ -156,5 +160,6 @@ def run_account(run: Run) -> str | None:
 def create_run(svc: Services, workspace: str | Path, flow_name: str, run_input: Any = None, **kwargs: Any) -> Run:
     """Check and write a new `queued` run with all of its steps `pending`."""
     run = prepare_run(svc, workspace, flow_name, run_input, **kwargs)
-    svc.store.create_run(run)
+    with masking(svc, run, strict=True):  # its input, instructions and flow are masked as they are first written
+        svc.store.create_run(run)
     return run

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from laneflow.domain.errors import Conflict, IdempotencyKeyReused, RunNotFound, Unavailable
 from laneflow.domain.records import Run
 from laneflow.ports import Services
+from laneflow.usecases.masking import masking
 from laneflow.usecases.start_run import prepare_run
 
 IDEMPOTENT_PREFIX = "run-k-"
@@ -106,7 +107,8 @@ def start_in(
         run.id = run_id
         run.options["idempotency_request"] = request.fingerprint()
     try:
-        svc.store.create_run(run)
+        with masking(svc, run, strict=True):  # its input, instructions and flow are masked as they are first written
+            svc.store.create_run(run)
     except Conflict:
         # The same key, at the same moment, from a second request: it made the run.
         if run_id and (earlier := _earlier(svc, tenant, run_id, request)):

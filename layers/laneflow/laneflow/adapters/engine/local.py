@@ -57,6 +57,7 @@ from laneflow.domain.records import Run
 from laneflow.paths import project_root
 from laneflow.ports import Services, TokenGone
 from laneflow.usecases.end_run import close_run
+from laneflow.usecases.masking import masking_of
 from laneflow.usecases.reconcile import leave_drive
 
 ACCOUNT = "123456789012"
@@ -470,7 +471,13 @@ class LocalEngine:
 
     def drive(self, tenant: str, run_id: str, *, on_tick: Callable[[], None] | None = None, tick_s: float = 0.1) -> DriveResult:
         """Run one drive of a run to its end (blocking), following it into each fresh
-        execution it continues in (NextDrive), and return the run as stored."""
+        execution it continues in (NextDrive), and return the run as stored. The run's
+        secrets are masked for the whole drive (read once, not by each handler), and dropped
+        with it unless other work of the run here still holds them."""
+        with masking_of(self.svc, tenant, run_id):
+            return self._drive(tenant, run_id, on_tick=on_tick, tick_s=tick_s)
+
+    def _drive(self, tenant: str, run_id: str, *, on_tick: Callable[[], None] | None, tick_s: float) -> DriveResult:
         install_interpreter_hook()
         machine = self.state_machine_arn
         name = f"{run_id}-{_secrets.token_hex(4)}"

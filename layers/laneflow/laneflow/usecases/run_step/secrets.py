@@ -4,7 +4,8 @@ everything recorded from then on, handed to its programs, and let go when it end
 - Every declared name must be found; one that is not fails the attempt before the model is
   called ("secret NAME is not set (declared by agent AGENT)"), the step's own fault, never
   retried.
-- Each value is held by the store's redactor under the run's scope (`Redactor.hold`): every
+- Each value is held by the store's redactor under the run's scope (`Redactor.hold`), as
+  every value any agent of the run's flow declares already is (`usecases.masking`): every
   write through the store, the captures and the process's log records masks it as
   `[NAME]`. The step runner releases the scope when its attempts are done; with the last
   holder of the run in this process, the values are dropped. A run cannot end before its
@@ -23,6 +24,7 @@ from laneflow.domain.records import EventType, Run
 from laneflow.domain.secrets import crossing_note, declared_secrets, not_set, run_scope
 from laneflow.domain.workspace import Agent
 from laneflow.ports import ExecutionSink, SecretFileSet, Services
+from laneflow.usecases.masking import values_loader
 
 
 @dataclass
@@ -41,9 +43,10 @@ class AttemptSecrets:
 
 
 def hold_run_secrets(svc: Services, run: Run) -> None:
-    """A step of `run` starts working here: its secrets, once loaded, stay masked until it
-    is done (`release_run_secrets`), and longer while another step of the run holds them."""
-    svc.redactor.hold(run_scope(run.tenant, run.id))
+    """A step of `run` starts working here: the run's values (every agent's of its flow, see
+    `usecases.masking`) are masked from now until it is done (`release_run_secrets`), and
+    longer while other work of the run holds them; so are its own, once loaded."""
+    svc.redactor.hold(run_scope(run.tenant, run.id), values_loader(svc, run.tenant, run.id, lambda: run))
 
 
 def release_run_secrets(svc: Services, run: Run) -> None:
