@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from laneflow.adapters.executors.isolation import BUBBLEWRAP, SUBPROCESS, bubblewrap_available
+from laneflow.adapters.executors.isolation import BUBBLEWRAP, SUBPROCESS, bubblewrap_available, sandbox_uid
 from laneflow.adapters.executors.registry import MAX_OUTPUT_CHARS, StepTools
 from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
@@ -171,10 +171,18 @@ def test_programs_see_only_the_listed_variables_and_the_declared_secrets(ws, iso
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-@pytest.mark.parametrize(("size", "cpu", "memory_kib"), [("small", 60, 1024**2), (None, 300, 4 * 1024**2), ("large", 1800, 16 * 1024**2)])
-def test_size_sets_the_cpu_and_memory_limits_a_program_runs_under(ws, isolation, size, cpu, memory_kib):
-    out = tools(ws, isolation, size=size).run("bash", {"command": "ulimit -t; ulimit -v"})
-    assert f"--- stdout ---\n{cpu}\n{memory_kib}\n" in out
+@pytest.mark.parametrize(
+    ("size", "cpu", "memory_kib", "processes", "file_kib"),
+    [("small", 60, 512 * 1024, 64, 1024**2), (None, 300, 2 * 1024**2, 256, 4 * 1024**2), ("large", 1800, 8 * 1024**2, 1024, 16 * 1024**2)],
+)
+def test_size_sets_the_cpu_memory_process_and_file_limits_a_program_runs_under(ws, isolation, size, cpu, memory_kib, processes, file_kib):
+    out = tools(ws, isolation, size=size).run("bash", {"command": "ulimit -t; ulimit -v; ulimit -u; ulimit -f"})
+    said = out.split("--- stdout ---\n")[1].split("\n")[:4]
+    assert said[:2] == [str(cpu), str(memory_kib)] and said[3] == str(file_kib)
+    if os.geteuid() == 0:  # the sandbox's own uid: the step's processes alone
+        assert said[2] == str(processes)
+    else:  # counted beside what this user already runs
+        assert int(said[2]) >= processes
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
@@ -204,13 +212,21 @@ def _state(pid: int) -> str:
 
 
 @pytest.mark.parametrize(("isolation", "line"), [
-    (BUBBLEWRAP, "isolation: bubblewrap, no network"),
-    (SUBPROCESS, "isolation: subprocess, network not enforced, file system not enforced"),
+    (BUBBLEWRAP, "isolation: bubblewrap, no network; as nobody in its own user namespace ({host} on the host), no capabilities, no mounts"),
+    (SUBPROCESS, "isolation: subprocess, network not enforced, file system not enforced; as {who}"),
 ])
-def test_the_trace_names_the_isolation_the_step_got(ws, isolation, line):
+def test_the_trace_names_the_isolation_the_step_got_who_its_programs_are_and_the_limits_that_bind_them(ws, isolation, line):
     sink = Sink()
-    tools(ws, isolation, sink).prepare()
-    assert [text for _, text, _ in sink.events] == [line]
+    tools(ws, isolation, sink, size="small").prepare()
+    [(_, text, data)] = sink.events
+    uid = sandbox_uid()
+    host = f"uid {uid}" if uid is not None else f"laneflow's own uid {os.geteuid()}"
+    who = f"uid {uid}" if uid is not None else f"laneflow's own uid {os.geteuid()}"
+    assert text.startswith(line.format(host=host, who=who) + "; limits: ")
+    assert "512 MiB of memory and 60 s of CPU a process, 1 GiB a file, a 1 GiB scratch (measured)" in text
+    assert ("64 processes, " if uid is not None else "64 processes beside laneflow's own, ") in text
+    assert data["limits"] == {"processes": 64, "memory_bytes": 512 * 1024**2, "cpu_s": 60, "file_bytes": 1024**3, "scratch_bytes": 1024**3}
+    assert data["scratch"] == "measured"  # no tmpfs of its own outside a sandbox worker
 
 
 def test_a_step_without_programs_or_sandbox_names_no_isolation(ws):
@@ -287,13 +303,18 @@ def test_escape_attempts_under_a_plain_subprocess_are_not_fenced_and_its_trace_s
     port, _ = listener
     sink = Sink()
     tools(ws, SUBPROCESS, sink).prepare()
-    assert sink.events[0][1] == "isolation: subprocess, network not enforced, file system not enforced"
-    assert sink.events[0][2] == {"isolation": "subprocess", "network_enforced": False}
-    ok, _ = _attempt(ws, SUBPROCESS, "write outside", outside=outside)
-    assert ok and (outside / "escaped.txt").exists()  # not fenced, as the trace says
+    assert sink.events[0][1].startswith("isolation: subprocess, network not enforced, file system not enforced; ")
+    assert sink.events[0][2]["isolation"] == "subprocess" and sink.events[0][2]["network_enforced"] is False
     ok, said = _attempt(ws, SUBPROCESS, "reach the network", port=port)
-    assert ok and "connected" in said
-    # The same user may read laneflow's own /proc/PID/environ (what it started with): not
-    # fenced either, which is why the trace says so and network_enforce refuses such a step.
-    ok, said = _attempt(ws, SUBPROCESS, "read laneflow's environ", pid=os.getpid())
-    assert ok and "PATH=" in said
+    assert ok and "connected" in said  # not fenced, as the trace says
+    wrote, _ = _attempt(ws, SUBPROCESS, "write outside", outside=outside)
+    read, said = _attempt(ws, SUBPROCESS, "read laneflow's environ", pid=os.getpid())
+    if sandbox_uid() is None:
+        # The same user may write wherever laneflow may and read laneflow's own
+        # /proc/PID/environ: not fenced either, which is why the trace says so.
+        assert wrote and (outside / "escaped.txt").exists()
+        assert read and "PATH=" in said
+    else:
+        # A root laneflow's programs still run as a uid of their own, which owns nothing.
+        assert not wrote and not (outside / "escaped.txt").exists()
+        assert not read and "canary" not in said

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTools
-from laneflow.adapters.executors.isolation import Finished, Isolation, detect, limits_for, run_program
+from laneflow.adapters.executors.isolation import Finished, Isolation, ScratchFence, amount, detect, limits_for, run_program
 from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
@@ -95,6 +95,8 @@ class StepTools:
         self.bash = BASH in plain and self.root is not None
         self.scripts: dict[str, ScriptTool] = {s.name: s for s in chosen} if self.root else {}
         self._isolation = isolation
+        self.limits = limits_for(job.size)
+        self._fence: ScratchFence | None = None  # how the scratch's size binds, found by `prepare` (or the first program)
         self.colleagues = PeerTools(job, sink)  # peers_list, peers_message, ask (peers.py)
         self.apis = ApiTools(job.apis, job.secret_env)  # api_<name>: HTTP calls, made by this process
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
@@ -111,6 +113,17 @@ class StepTools:
         return self._isolation
 
     @property
+    def fence(self) -> ScratchFence | None:
+        """How the scratch's `size:` binds (None without a workspace). A copy already larger
+        than its size fails the attempt: no program could run in it."""
+        if self._fence is None and self.root is not None:
+            try:
+                self._fence = ScratchFence.bind(self.root, self.limits.scratch_bytes)
+            except OSError as exc:
+                raise StepFailed(f"its scratch copy cannot be held to its size ({self.job.size or 'medium'}): {exc.strerror}", retryable=False) from None
+        return self._fence
+
+    @property
     def names(self) -> list[str]:
         return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts, *self.colleagues.names, *self.apis.names])
 
@@ -123,7 +136,11 @@ class StepTools:
         if not (self.runs_programs or self.job.sandboxed):
             return
         isolation = self.isolation
-        self.sink.event(EventType.info, isolation.describe(), {"isolation": isolation.name, "network_enforced": isolation.network_enforced})
+        fence = self.fence
+        self.sink.event(EventType.info, isolation.describe(self.limits, fence), {
+            "isolation": isolation.name, "network_enforced": isolation.network_enforced,
+            "limits": self.limits.as_data(), "scratch": "tmpfs" if fence and fence.tmpfs else "measured",
+        })
         if self.job.network_enforce and not isolation.network_enforced:
             raise StepFailed(
                 f"network_enforce is set (AGENTS.md) but this machine cannot enforce the network ({isolation.name} isolation); "
@@ -217,18 +234,26 @@ class StepTools:
                 env=program_env(self.job, self.root),
                 stdin=stdin,
                 timeout_s=timeout,
-                limits=limits_for(self.job.size),
+                limits=self.limits,
                 stopped=self.sink.stopped,
                 # The definitions stay read-only; the @NAME secret files' folders (in the host's
                 # temp folder, which the sandbox's private /tmp would hide) are bound in read-only.
-                read_only=_definitions_read_only(self.root) + [Path(f) for f in secret_file_folders(self.job.secret_env)],
+                read_only=_definitions_read_only(self.root),
+                readable=[Path(f) for f in secret_file_folders(self.job.secret_env)],
+                fence=self.fence,
                 keep_chars=MAX_OUTPUT_CHARS,
             )
         except OSError as exc:
-            raise ToolError(f"{name} could not start: {os.strerror(exc.errno) if exc.errno else type(exc).__name__}") from None
+            why = exc.strerror if exc.strerror and exc.errno and exc.strerror != os.strerror(exc.errno) else None
+            raise ToolError(f"{name} could not start: {why or (os.strerror(exc.errno) if exc.errno else type(exc).__name__)}") from None
         if done.stopped:
             raise StepStopped(f"stopped by a person (its {name} call was killed after {time.monotonic() - started:.1f} s)")
         report = _report(done)
+        if done.over_scratch:
+            raise ToolError(
+                f"{name} was killed: the scratch grew past its {amount(self.limits.scratch_bytes)} "
+                f"(size: {self.job.size or 'medium'}); remove files before going on\n{report}"
+            )
         if done.timed_out:
             limit = f"the step's timeout of {self.job.timeout:g} s" if self._deadline else f"{DEFAULT_CALL_TIMEOUT_S:g} s a call"
             raise ToolError(f"{name} timed out and was killed after {time.monotonic() - started:.1f} s ({limit})\n{report}")
