@@ -91,7 +91,8 @@ def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(s
     [step] = run.steps
     assert step.status == StepStatus.completed and step.conclusion == "Shouted for ada."
     isolation = [e.text for e in step.events if e.text.startswith("isolation: ")]
-    assert isolation == [detect().describe()]
+    [line] = isolation
+    assert line.startswith(detect().describe() + "; ") and "; limits: " in line  # what fenced it, and what bound it
     calls = [e for e in step.events if e.type == "tool"]
     assert [e.data["tool"] for e in calls] == ["script_shout", "bash", "bash", "script_shout"]
     assert [e.data.get("is_error", False) for e in calls] == [False, True, False, True]  # as a model's would be

@@ -549,8 +549,9 @@ class WorkspaceFolders(Protocol):
     def open(self, uri: str) -> Path:
         """A folder holding the workspace at `uri` (a local path, or an S3 prefix synced)."""
 
-    def checkout(self, uri: str) -> WorkingCopy:
-        """The attempt's own working copy of the workspace at `uri`."""
+    def checkout(self, uri: str, agents: Collection[str] | None = None) -> WorkingCopy:
+        """The attempt's own working copy of the workspace at `uri`; a scratch copy (a
+        sandboxed attempt's) holds of `agents/` only the folders of `agents`."""
 
 
 class SandboxTasks(Protocol):

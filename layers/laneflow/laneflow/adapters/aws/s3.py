@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -342,17 +342,26 @@ NOT_COPIED = (".git", ".secrets.env")  # never in a scratch copy: history, and t
 
 
 
-def _not_copied(top: Path) -> Callable[[str, list[str]], set[str]]:
-    """What the copy leaves out of the workspace's top folder (programs run in it)."""
+def _not_copied(top: Path, agents: Collection[str] | None = None) -> Callable[[str, list[str]], set[str]]:
+    """What the copy leaves out (programs run in it): from the workspace's top folder its
+    history and secrets file; from `agents/`, every agent's folder but those of `agents` (the
+    step's own, and those it may delegate to), so a program never sees another agent's
+    memory or outputs. `agents` None: every agent's folder is copied."""
+    agents_dir = top / "agents"
 
     def ignore(folder: str, names: list[str]) -> set[str]:
-        return {n for n in names if n in NOT_COPIED} if Path(folder) == top else set()
+        here = Path(folder)
+        if here == top:
+            return {n for n in names if n in NOT_COPIED}
+        if agents is not None and here == agents_dir:
+            return {n for n in names if n not in agents}
+        return set()
 
     return ignore
 
 
 
-def checkout(uri: str, client: Any | None = None, *, scratch: bool = False) -> WorkingCopy:
+def checkout(uri: str, client: Any | None = None, *, scratch: bool = False, agents: Collection[str] | None = None) -> WorkingCopy:
     """The folder an attempt works in: for an S3 workspace, a fresh copy of its pristine
     download in a folder of its own under /tmp; for a local one, the workspace itself, or
     with `scratch` (a sandboxed attempt) a fresh copy of it, compared with the workspace
@@ -363,7 +372,7 @@ def checkout(uri: str, client: Any | None = None, *, scratch: bool = False) -> W
     ATTEMPTS.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="attempt-", dir=ATTEMPTS)) / pristine.name
     try:
-        shutil.copytree(pristine, root, symlinks=True, ignore=_not_copied(pristine))
+        shutil.copytree(pristine, root, symlinks=True, ignore=_not_copied(pristine, agents if scratch else None))
     except BaseException:
         shutil.rmtree(root.parent, ignore_errors=True)
         raise
@@ -379,5 +388,5 @@ class SyncedFolders:
     def open(self, uri: str) -> Path:
         return local_path(uri, self._client)
 
-    def checkout(self, uri: str) -> WorkingCopy:
-        return checkout(uri, self._client, scratch=self.scratch)
+    def checkout(self, uri: str, agents: Collection[str] | None = None) -> WorkingCopy:
+        return checkout(uri, self._client, scratch=self.scratch, agents=agents)

@@ -459,7 +459,7 @@ def prepare(svc: Services, run: Run, step: Step) -> PreparedAttempt:
     """Give the attempt its own working copy of the workspace (`checkout`), read the
     workspace (with the run's account) and the agent from it afresh and build the step's
     system prompt. The copy is the caller's to discard; if reading fails it is discarded here."""
-    copy = svc.folders.checkout(run.workspace_uri)
+    copy = svc.folders.checkout(run.workspace_uri, agents=(step.agent or "",))
     try:
         ws = load_workspace(copy.root, run_account(run))
         agent = load_agent(ws, step.agent or "")
