@@ -50,3 +50,67 @@ def test_one_relay_call_releases_every_waiting_token_and_names_the_gone_ones():
             worker.heartbeat("zzz")
     finally:
         relay.close()
+
+
+class Engine:
+    """The engine's end of a relay as its process dies: a socket that takes connections,
+    answers nothing, and closes them all at once (`die`), as the kernel does for a process
+    killed with SIGKILL."""
+
+    def __init__(self, folder) -> None:
+        import socket
+        import threading
+
+        self.path = str(folder / "relay.sock")
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(8)
+        self.conns: list = []
+        self.connected = threading.Event()
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = self.server.accept()
+                except OSError:
+                    return
+                self.conns.append(conn)
+                self.connected.set()
+
+        threading.Thread(target=accept, daemon=True).start()
+
+    def die(self) -> None:
+        import socket
+
+        for conn in self.conns:
+            conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        self.server.close()
+
+
+def test_a_worker_hears_its_engine_go_at_once_while_nothing_is_asked(tmp_path):
+    import threading
+    import time
+
+    engine = Engine(tmp_path)
+    gone = threading.Event()
+    RelayCallbacks(engine.path, on_closed=gone.set)
+    assert engine.connected.wait(5)  # connected from the start, to hear it close
+    time.sleep(0.1)
+    assert not gone.is_set()
+    engine.die()
+    assert gone.wait(2)
+
+
+def test_a_call_that_meets_a_closed_relay_is_the_engine_gone_never_an_ordinary_error(tmp_path):
+    from laneflow.adapters.engine.sandbox import RelayClosed
+
+    engine = Engine(tmp_path)
+    worker = RelayCallbacks(engine.path)  # nobody told to leave: the call says so by its own type
+    engine.die()
+    with pytest.raises(RelayClosed, match="the engine closed the relay"):
+        worker.heartbeat("t")
+    told: list[str] = []
+    with pytest.raises(RelayClosed):  # no engine to connect to: gone from the start (and told so)
+        RelayCallbacks(str(tmp_path / "no-engine-here.sock"), on_closed=lambda: told.append("gone"))
+    assert told == ["gone"]
