@@ -237,3 +237,43 @@ def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(tmp_pa
     assert step.error.startswith("budget spent: $") and "model turn 2" in step.error
     assert run.status == RunStatus.failed and run.error.startswith("budget spent: $")
     assert run.cost_usd == pytest.approx(step.calls[0].cost_usd, abs=1e-6) and run.cost_usd > 0.0001
+
+
+def test_a_stop_ends_a_claude_call_whose_response_headers_have_not_arrived(tmp_path, ws):
+    """The API (or a proxy in front of it) holds the response's headers for 30 s: the request
+    is sent and nothing comes back. A stop issued while it waits ends the call there and then
+    (the imitation sees the connection closed while it holds), and the run ends stopped
+    within 5 s with nothing left running, not when the headers would have come."""
+    import threading
+    import time
+
+    from laneflow.adapters.executors.anthropic import STOPPED_BEFORE_REPLY
+    from laneflow.domain.records import AttemptStatus
+    from laneflow.usecases.stop import stop_run
+
+    with MessagesImitation(hold_headers_ms=30_000, api_keys={KEY}) as held:
+        svc = services(tmp_path, held)
+        run = create_run(svc, ws, "tools")
+        drive = threading.Thread(target=local_engine(svc).drive, args=(run.tenant, run.id), kwargs={"tick_s": 0.02})
+        drive.start()
+        deadline = time.monotonic() + 30
+        while held.stats()["held"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert held.stats()["held"] == 1, "the request never reached the imitation"
+        time.sleep(0.3)  # the request is written and the caller is reading for the status line
+        stop_run(svc, run.tenant, run.id)
+        stopped_at = time.monotonic()
+        drive.join(timeout=40)
+        ended_in = time.monotonic() - stopped_at
+        stats = held.stats()
+    assert not drive.is_alive()
+    assert ended_in < 5.0, f"the run took {ended_in:.1f} s to end after the stop"
+    assert stats["disconnects"] == 1 and stats["requests"] == 0  # ended while held: no answer was ever sent
+    stored = svc.store.get_run(run.tenant, run.id, detail=True)
+    assert stored.status == RunStatus.failed and stored.stop_requested and stored.finished_at
+    assert not [s for s in stored.steps if s.status in (StepStatus.running, StepStatus.pending)]
+    step = stored.steps[0]
+    assert step.status == StepStatus.failed and step.error == STOPPED_BEFORE_REPLY
+    [attempt] = svc.store.list_attempts(run.tenant, run.id, 0)
+    assert attempt.status == AttemptStatus.stopped and attempt.reason == STOPPED_BEFORE_REPLY
+    assert not [a for _, a in svc.store.running_attempts() if a.run_id == run.id]

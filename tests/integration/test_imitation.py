@@ -14,6 +14,8 @@ import urllib.request
 import anthropic
 import pytest
 from anthropic import Stream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
 
@@ -398,3 +400,67 @@ def test_a_client_that_closes_the_connection_during_the_prefill_is_counted_as_a_
     with MessagesImitation(ttft_ms=50) as quick:  # a stream read to its end is no disconnect
         list(ask(client_for(quick), content="hi", stream=True))
         assert quick.stats()["disconnects"] == 0
+
+
+# -- held response headers (an overloaded API, a proxy holding the response) ---------------------
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(hold_ms=st.integers(min_value=0, max_value=150), stream=st.booleans())
+def test_held_response_headers_come_no_sooner_than_the_hold(hold_ms, stream):
+    with MessagesImitation(hold_headers_ms=hold_ms) as held:
+        started = time.monotonic()
+        raw = client_for(held).messages.with_raw_response.create(
+            model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}], stream=stream
+        )
+        waited = time.monotonic() - started
+        if stream:
+            list(raw.parse())
+        assert raw.http_response.status_code == 200 and waited >= hold_ms / 1000
+        stats = held.stats()
+        assert stats["held"] == (1 if hold_ms else 0) and stats["requests"] == 1 and stats["disconnects"] == 0
+
+
+def test_a_client_that_leaves_while_the_headers_are_held_is_counted_and_sent_nothing():
+    import socket
+
+    with MessagesImitation(hold_headers_ms=20_000) as held:
+        body = json.dumps({"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
+        conn = socket.create_connection(("127.0.0.1", held.port), timeout=5)
+        conn.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: k\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+        )
+        deadline = time.monotonic() + 5
+        while held.stats()["held"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        left = time.monotonic()
+        conn.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        while held.stats()["disconnects"] == 0 and time.monotonic() - left < 5:
+            time.sleep(0.01)
+        stats = held.stats()
+        assert stats["disconnects"] == 1 and time.monotonic() - left < 1 and stats["requests"] == 0
+
+
+def test_the_command_line_holds_response_headers_and_refuses_a_negative_hold():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "laneflow_dev.imitation", "--port", "0", "--hold-headers-ms", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        url = proc.stdout.readline().strip()
+        started = time.monotonic()
+        message = anthropic.Anthropic(api_key="k", base_url=url, max_retries=0).messages.create(
+            model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
+        assert message.content and time.monotonic() - started >= 0.3
+    finally:
+        proc.send_signal(__import__("signal").SIGINT)
+        assert proc.wait(timeout=5) == 0
+    refused = subprocess.run(
+        [sys.executable, "-m", "laneflow_dev.imitation", "--hold-headers-ms", "-5"], capture_output=True, text=True, timeout=30
+    )
+    assert refused.returncode == 2 and "--hold-headers-ms" in refused.stderr
+    with pytest.raises(ValueError, match="hold_headers_ms"):
+        MessagesImitation(hold_headers_ms=-1)

@@ -95,3 +95,121 @@ def test_a_watcher_that_dies_is_started_again_by_the_next_call():
     sink.stop = True
     call = _CallWatch(sink, watcher).start()  # the next call has a watcher again
     assert wait_for(call.fired.is_set)
+
+
+# -- a stop before the response's headers, on a connection the pool reuses ------------------------
+
+
+class KeptAlive:
+    """A loopback HTTP/1.1 server that keeps connections open (as the real API does, and the
+    imitation does not: it closes each one): it answers a Message with a Content-Length, or,
+    while `hold` is set, holds the response's headers until the caller goes away. It counts
+    the connections it accepted and the callers that left while held."""
+
+    def __init__(self) -> None:
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+        self.hold = threading.Event()
+        self.connections = 0
+        self.left = 0
+        self.held = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                owner.connections += 1
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if owner.hold.is_set():
+                    owner.held.set()
+                    self.connection.settimeout(30)
+                    if not self.connection.recv(1):  # the caller shut its end: it left
+                        owner.left += 1
+                    self.close_connection = True
+                    return
+                body = json.dumps({
+                    "id": "msg_kept", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+                    "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "stop_sequence": None,
+                    "usage": {"input_tokens": 3, "output_tokens": 1},
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def ask(client, sockets, watch) -> str:
+    with sockets.calling(watch):
+        message = client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    return message.content[0].text
+
+
+def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_only_that_call():
+    """The second call goes out on the first one's kept-alive connection (it opens nothing,
+    so only its write tells which socket is its own); the server holds its headers. A stop
+    ends it within a second, and the other call in flight on its own connection is untouched."""
+    import anthropic
+
+    from laneflow.adapters.executors.anthropic import _CallSockets
+
+    server = KeptAlive()
+    try:
+        sockets = _CallSockets()
+        client = anthropic.Anthropic(api_key="k", base_url=server.url, max_retries=0, http_client=sockets.client())
+        watcher = _Watcher(poll_s=0.01)
+        first = _CallWatch(Sink(), watcher).start()
+        assert ask(client, sockets, first) == "done"
+        first.close()
+        assert server.connections == 1
+
+        server.hold.set()
+        stopped, other = Sink(), Sink()
+        outcome: dict = {}
+
+        def call(name: str, sink: Sink) -> None:
+            watch = _CallWatch(sink, watcher).start()
+            try:
+                outcome[name] = ask(client, sockets, watch)
+            except anthropic.APIConnectionError as error:
+                outcome[name] = error
+            finally:
+                watch.close()
+
+        held = threading.Thread(target=call, args=("stopped", stopped))
+        held.start()
+        assert server.held.wait(5)
+        bystander = threading.Thread(target=call, args=("other", other))
+        bystander.start()
+        assert wait_for(lambda: server.connections == 2)  # the bystander needed a connection of its own
+        time.sleep(0.2)
+        asked = time.monotonic()
+        stopped.stop = True
+        held.join(5)
+        assert not held.is_alive() and time.monotonic() - asked < 1.0
+        assert isinstance(outcome["stopped"], anthropic.APIConnectionError)
+        assert wait_for(lambda: server.left == 1)
+        time.sleep(0.2)
+        assert bystander.is_alive() and "other" not in outcome  # still held, its socket untouched
+        other.stop = True
+        bystander.join(5)
+        assert server.left == 2 and isinstance(outcome["other"], anthropic.APIConnectionError)
+    finally:
+        server.close()

@@ -48,3 +48,28 @@ def test_a_reference_reads_back_from_the_text_it_is_kept_as():
                    FargateTask(task="arn:t")):
         assert loads(dumps(worker)) == worker
     assert loads(None) is None and loads("") is None and loads("pid:1") is None
+
+
+def test_a_dead_process_whose_exit_nobody_has_collected_is_gone():
+    """A zombie keeps its pid and its start time until its parent reaps it (or, once that
+    parent has died too, whoever inherits it): a worker killed with its parent can linger so
+    for a while, and works on nothing."""
+    import subprocess
+    import time
+
+    from laneflow.adapters.workers import _process_start
+
+    child = subprocess.Popen(["true"])
+    zombie = LocalProcess(host=socket.gethostname(), pid=child.pid, started=_process_start(child.pid))
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with open(f"/proc/{child.pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        assert zombie.started is not None
+        assert Liveness().alive(zombie) is False
+    finally:
+        child.wait()
+    assert Liveness().alive(zombie) is False  # collected: no such process

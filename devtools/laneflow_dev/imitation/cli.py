@@ -9,6 +9,14 @@ import time
 from laneflow_dev.imitation.server import HOST, MessagesImitation
 
 
+def milliseconds(text: str) -> int:
+    """A whole number of milliseconds, 0 or more (argparse names the option when it is not)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m laneflow_dev.imitation",
@@ -17,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8765, help="port (0: any free one); default 8765")
     parser.add_argument("--ttft-ms", type=int, default=0, help="time to first token (the prefill), ms")
     parser.add_argument("--token-ms", type=float, default=0.0, help="time per output token, ms")
+    parser.add_argument("--hold-headers-ms", type=milliseconds, default=0,
+                        help="how long an accepted request waits before its response's headers are sent, ms")
     parser.add_argument("--ttl-s", type=float, default=300.0, help="TTL of 5m cache entries, s")
     parser.add_argument("--chars-per-token", type=int, default=4)
     parser.add_argument("--api-key", action="append", default=None, help="accepted x-api-key (repeatable); default any")
@@ -25,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         ttft_ms=args.ttft_ms,
         token_ms=args.token_ms,
+        hold_headers_ms=args.hold_headers_ms,
         ttl_s=args.ttl_s,
         chars_per_token=args.chars_per_token,
         api_keys=set(args.api_key) if args.api_key else None,

@@ -91,7 +91,8 @@ def _new_counts() -> dict[str, int]:
         "cache_read_tokens": 0,
         "cache_writes": 0,
         "cache_reads": 0,
-        "disconnects": 0,  # streams whose client closed the connection before the reply ended
+        "disconnects": 0,  # responses whose client closed the connection before the reply ended
+        "held": 0,  # requests whose response headers were held (`hold_headers_ms`)
     }
 
 
@@ -204,6 +205,7 @@ class MessagesImitation:
         port: int = 0,
         ttft_ms: int = 0,
         token_ms: float = 0.0,
+        hold_headers_ms: int = 0,
         responder: Responder | None = None,
         api_keys: set[str] | None = None,
         ttl_s: float = 300.0,
@@ -213,9 +215,15 @@ class MessagesImitation:
     ):
         if chars_per_token < 1:
             raise ValueError("chars_per_token must be >= 1")
+        if hold_headers_ms < 0:
+            raise ValueError("hold_headers_ms must be >= 0")
         self.port = port
         self.ttft_ms = ttft_ms
         self.token_ms = token_ms
+        # An accepted request waits this long before its response's status line and headers
+        # go out, as behind an overloaded API or a proxy holding the response: the caller has
+        # sent everything and has nothing to read yet.
+        self.hold_headers_ms = hold_headers_ms
         self.responder: Responder = responder or default_responder
         self.api_keys = set(api_keys) if api_keys is not None else None
         self.ttl_s = ttl_s
@@ -392,6 +400,8 @@ class MessagesImitation:
         with self._lock:
             self.received.append({"body": body, "betas": sorted(betas)})
             del self.received[:-MAX_KEPT]
+        if not self._hold_headers(h, model):
+            return  # the caller gave up before a byte of the response: nothing is sent
         try:
             validate_body(body)
             validate_output_config(body, betas)
@@ -444,14 +454,40 @@ class MessagesImitation:
         if body.get("stream"):
             self._stream(h, plan, message, blocks, stop_reason, output_tokens)
         else:
-            if self.ttft_ms:
-                time.sleep(self.ttft_ms / 1000.0)
-            self._begin(plan)
-            if self.token_ms:
-                time.sleep(self.token_ms * output_tokens / 1000.0)
-            message["content"] = [b for b, _ in blocks]
-            message["stop_reason"] = stop_reason
-            h._send_json(200, message)
+            self._whole(h, plan, message, blocks, stop_reason, output_tokens)
+
+    def _whole(
+        self,
+        h: _Handler,
+        plan: _Plan,
+        message: dict[str, Any],
+        blocks: list[tuple[dict[str, Any], list[str]]],
+        stop_reason: str,
+        output_tokens: int,
+    ) -> None:
+        """The reply as one Message, after the prefill and the output's time."""
+        if self.ttft_ms:
+            time.sleep(self.ttft_ms / 1000.0)
+        self._begin(plan)
+        if self.token_ms:
+            time.sleep(self.token_ms * output_tokens / 1000.0)
+        message["content"] = [b for b, _ in blocks]
+        message["stop_reason"] = stop_reason
+        h._send_json(200, message)
+
+    def _hold_headers(self, h: _Handler, model: str | None) -> bool:
+        """Hold the response's headers `hold_headers_ms` (if set), watching the connection:
+        False (counted as a disconnect) as soon as the caller closes it."""
+        if not self.hold_headers_ms:
+            return True
+        with self._lock:
+            self._count(model, held=1)
+        if _client_stays(h.connection, self.hold_headers_ms / 1000.0):
+            return True
+        with self._lock:
+            self._count(model, disconnects=1)
+        h.close_connection = True
+        return False
 
     def _tokens(self, text: str) -> int:
         return math.ceil(len(text) / self.chars_per_token)

@@ -217,27 +217,29 @@ def reconcile_cloud(svc: Services) -> ReconcileReport:
     return Reconciler(svc, liveness, redrive=redrive if drives else None).run()
 
 
-def sandbox_services(environ: Mapping[str, str]) -> Services:
+def sandbox_services(environ: Mapping[str, str], *, engine_gone: Callable[[], None] | None = None) -> Services:
     """The services of a sandbox worker (laneflow.entrypoints.sandbox_worker): the store
     and settings its environment names, every attempt in a scratch copy of its workspace,
-    and its callbacks through Step Functions, or locally through the engine's relay."""
+    and its callbacks through Step Functions, or locally through the engine's relay (whose
+    closing, its engine gone, calls `engine_gone`)."""
     cfg = Settings.from_env(dict(environ))
     svc = for_store(open_store(cfg.store_url), cfg)
     relay = environ.get("LANEFLOW_RELAY")
     return dataclasses.replace(
         svc,
-        callbacks=RelayCallbacks(relay) if relay else svc.callbacks,
+        callbacks=RelayCallbacks(relay, on_closed=engine_gone) if relay else svc.callbacks,
         folders=SyncedFolders(scratch=True),
         sandbox=True,
     )
 
 
-def step_worker_services(environ: Mapping[str, str]) -> Services:
+def step_worker_services(environ: Mapping[str, str], *, engine_gone: Callable[[], None] | None = None) -> Services:
     """The services of the embedded engine's step worker (laneflow.entrypoints.step_worker):
-    the store and settings its environment names, its callbacks through the engine's relay."""
+    the store and settings its environment names, its callbacks through the engine's relay
+    (whose closing, its engine gone, calls `engine_gone`)."""
     cfg = Settings.from_env(dict(environ))
     svc = for_store(open_store(cfg.store_url), cfg)
-    return dataclasses.replace(svc, callbacks=RelayCallbacks(environ["LANEFLOW_RELAY"]))
+    return dataclasses.replace(svc, callbacks=RelayCallbacks(environ["LANEFLOW_RELAY"], on_closed=engine_gone))
 
 
 def local_engine(svc: Services) -> LocalEngine:

@@ -24,14 +24,21 @@ GRACE_S = 30.0  # past a Lambda's deadline, before its attempt counts as gone
 
 
 
-def _process_start(pid: int) -> str | None:
-    """The kernel's start time of a process (clock ticks since boot), or None if unknown."""
+def _process_stat(pid: int) -> tuple[str, str] | None:
+    """A process's state and the kernel's start time of it (clock ticks since boot), or None
+    if unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             fields = fh.read().rsplit(b")", 1)[1].split()
-        return fields[19].decode()
+        return fields[0].decode(), fields[19].decode()
     except (OSError, IndexError):
         return None
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of a process (clock ticks since boot), or None if unknown."""
+    stat = _process_stat(pid)
+    return stat[1] if stat else None
 
 
 
@@ -65,7 +72,12 @@ def local_alive(worker: LocalProcess) -> bool | None:
         return False
     except PermissionError:
         pass
-    return worker.started is None or _process_start(pid) == worker.started
+    stat = _process_stat(pid)
+    if stat is not None and stat[0] in ("Z", "X"):
+        # Dead, its exit status not yet collected (its parent went first, or has not looked):
+        # it does no work. A killed worker's parent may well have died with it.
+        return False
+    return worker.started is None or (stat is not None and stat[1] == worker.started)
 
 
 

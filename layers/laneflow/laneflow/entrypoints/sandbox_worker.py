@@ -11,7 +11,8 @@ What it is given, as environment variables (the state's container overrides):
 - `LANEFLOW_OP_EXECUTION`, `LANEFLOW_OP_STATE`, `LANEFLOW_OP_RETRY`: where it comes from in
   the orchestrator (the claim journal's operation id, as for RunStep);
 - `LANEFLOW_RELAY` (local only): the engine's socket its callbacks go through, since the
-  engine's interpreter is in another process.
+  engine's interpreter is in another process. Its closing means the engine is gone: the
+  worker leaves at once, recording nothing (`engine_gone`).
 It runs the same `run_step` use case as the RunStep function, with its own worker
 reference (the Fargate task, else this process), heartbeats while it runs, and ends with
 send-task-success (the report the RunStep function returns) or send-task-failure (the
@@ -20,6 +21,7 @@ exception's name, which the definition retries and catches by, as for a Lambda).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -29,7 +31,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 log = logging.getLogger("laneflow.sandbox")
 
@@ -92,6 +94,81 @@ class _Heartbeat:
         self.done.set()
 
 
+ENGINE_GONE_EXIT = 75  # what a local worker whose engine went away exits with, if it is not killed first
+
+
+def engine_gone() -> NoReturn:
+    """Locally: this worker's engine went away (its relay closed: `laneflow run` was killed,
+    even by SIGKILL). Interrupted, never failed: the attempt is left as it stands, running
+    with this worker's reference, for reconcile to find this process gone, mark the attempt
+    interrupted and resume it; no token this worker completes is waited on any more. So
+    nothing more of this worker may run, mid-model-call or mid-write as it may be (a store
+    write that had not landed never does; one that had, a completion among them, stands).
+
+    It stops itself whole (SIGSTOP: every thread at once), and a process it forks just
+    before ends the programs its tools started (each in a process group of its own, which
+    the worker's end does not reach; bubblewrap's would die with it anyway), then the
+    worker. In that order: a program ended while the worker still ran would be heard by its
+    step, which could go on to record the tool's result and even complete."""
+    worker = os.getpid()
+    try:
+        ender = os.fork()
+    except OSError:
+        os._exit(ENGINE_GONE_EXIT)
+    if ender == 0:
+        _end_stopped_worker(worker)
+    os.kill(worker, signal.SIGSTOP)
+    os._exit(ENGINE_GONE_EXIT)  # continued after all (its ender failed): it leaves anyway
+
+
+def _end_stopped_worker(worker: int) -> NoReturn:
+    """In the process `engine_gone` forked: once the worker has stopped, end the programs it
+    started, then the worker."""
+    try:
+        deadline = time.monotonic() + 2.0
+        while _state(worker) not in ("T", None) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        me = os.getpid()
+        for pid in _children_of(worker):
+            if pid == me:
+                continue
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(worker, signal.SIGKILL)
+        os._exit(0)
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """A process's /proc stat fields after its name (state first, then its parent), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _state(pid: int) -> str | None:
+    fields = _stat(pid)
+    return fields[0].decode() if fields else None
+
+
+def _children_of(parent: int) -> list[int]:
+    """The processes `parent` started that are still its own."""
+    mine = str(parent).encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields and len(fields) > 1 and fields[1] == mine:
+                found.append(int(entry.name))
+    return found
+
+
 def watch_parent(parent: int) -> None:
     """Locally: a worker whose engine went away (even by SIGKILL) ends too, at once (the
     sandbox workers, and the engine's step workers)."""
@@ -112,7 +189,7 @@ def run(environ: Mapping[str, str]) -> int:
     from laneflow.wiring import sandbox_services
 
     token = environ["LANEFLOW_TASK_TOKEN"]
-    svc = sandbox_services(environ)
+    svc = sandbox_services(environ, engine_gone=engine_gone)
     try:
         with _Heartbeat(svc.callbacks, token, float(environ.get("LANEFLOW_HEARTBEAT_S") or HEARTBEAT_S)):
             try:

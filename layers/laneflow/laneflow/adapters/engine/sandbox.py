@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import queue
+import select
 import signal
 import socket
 import subprocess
@@ -32,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from laneflow.ports import TaskCallbacks, TokenGone
 
@@ -46,29 +47,89 @@ KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL of a child's process group
 # -- the child's side --------------------------------------------------------------------------
 
 
-class RelayCallbacks:
-    """`TaskCallbacks` of a local sandbox worker: each call goes to the engine's relay."""
+class RelayClosed(RuntimeError):
+    """The engine's end of the relay closed: the engine process this worker works for is gone
+    (a kill -9 of `laneflow run` closes its sockets with it)."""
 
-    def __init__(self, path: str):
+
+
+class RelayCallbacks:
+    """`TaskCallbacks` of a worker in another process than the engine's (a local sandbox
+    worker, a step worker): each call goes to the engine's relay.
+
+    The relay closing means the worker's engine is gone: no token it completes is waited on
+    any more, and its attempt is for reconcile to end (interrupted, its worker gone), never
+    for the worker to end failed with "the engine closed the relay". With `on_closed` (the
+    worker's way of going away at once, which does not return) the relay is watched from the
+    start: a thread hears it close the moment it does, also while nothing is asked, and a
+    call that meets it closed calls `on_closed` too, so no code of the worker runs on after
+    it. Without, such a call raises `RelayClosed`."""
+
+    def __init__(self, path: str, on_closed: Callable[[], None] | None = None):
         self.path = path
+        self.on_closed = on_closed
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._file: Any = None
+        if on_closed is not None:
+            self._watch()
+
+    def _connect(self) -> socket.socket:
+        """The connection to the relay (made once; under the lock)."""
+        if self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.path)
+            except OSError:
+                sock.close()
+                raise
+            self._sock, self._file = sock, sock.makefile("rwb")
+        return self._sock
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            if self._sock is None:
-                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self._sock.connect(self.path)
-                self._file = self._sock.makefile("rwb")
-            self._file.write(json.dumps(message).encode() + b"\n")
-            self._file.flush()
-            answer = json.loads(self._file.readline() or b'{"error": "the engine closed the relay"}')
+            try:
+                self._connect()
+                self._file.write(json.dumps(message).encode() + b"\n")
+                self._file.flush()
+                line = self._file.readline()
+            except OSError:
+                line = b""
+        if not line:
+            self._closed()
+        answer = json.loads(line)
         if "gone" in answer:
             raise TokenGone(answer["gone"])
         if "error" in answer:
             raise RuntimeError(answer["error"])
         return answer  # type: ignore[no-any-return]
+
+    def _closed(self) -> NoReturn:
+        if self.on_closed is not None:
+            self.on_closed()
+        raise RelayClosed("the engine closed the relay")
+
+    def _watch(self) -> None:
+        """Connect now, and hear the connection close on a thread of its own: `poll` for the
+        peer's hang-up only (never for data, so the answers stay the callers' to read)."""
+        with self._lock:
+            try:
+                sock = self._connect()
+            except OSError:
+                sock = None
+        if sock is None:
+            self._closed()
+        hang_up = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+        def hear() -> None:
+            poller = select.poll()
+            poller.register(sock, hang_up)
+            while not any(events & hang_up for _, events in poller.poll()):
+                pass
+            if self.on_closed is not None:
+                self.on_closed()
+
+        threading.Thread(target=hear, name="laneflow-relay-watch", daemon=True).start()
 
     def succeed(self, token: str, output: dict[str, Any]) -> None:
         self._ask({"op": "succeed", "token": token, "output": output})

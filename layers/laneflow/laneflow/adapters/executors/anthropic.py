@@ -20,18 +20,21 @@
   updated when it ends (one span).
 - Rate limits, 5xx and overloaded answers are retried with backoff; an authentication
   refusal is a clear step failure that says so; `max_turns` and `timeout` are honoured.
-- A stop ends the HTTP request at once, also while it waits for its first token: one watcher
-  thread (the executor's) polls each call's `sink.stopped()` and shuts its response's socket
-  (`_CallWatch`).
+- A stop ends the HTTP request at once, at any point of it (before its response's headers
+  too, while it waits for its first token): one watcher thread (the executor's) polls each
+  call's `sink.stopped()` and shuts the socket its request went out on (`_CallWatch`), which
+  the call learns through httpx's `trace` extension (`_CallSockets`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,17 +121,21 @@ class _CallWatch:
     """Ends one model call's HTTP request as soon as the run's stop is requested.
 
     The stream's reader blocks in a socket read while the model thinks (20 s to a first
-    token is not rare), so checking `sink.stopped()` between events would see a stop only
-    when the next event comes. The executor's watcher thread asks it instead, every
-    `poll_s`, and on a stop shuts the response's socket down, which wakes that read at once
-    (closing the response alone waits for the next byte). A stop before the response's
-    headers closes it the moment they arrive."""
+    token is not rare), and before that while the API (or a proxy) holds the response's
+    headers, so checking `sink.stopped()` between events would see a stop only when the next
+    event comes. The executor's watcher thread asks it instead, every `poll_s`, and on a stop
+    shuts down the socket the call's request went out on, which wakes that read at once
+    (closing the response, or the connection, alone waits for the next byte). The socket is
+    the call's from the moment its request is written on it (`using`, told by
+    `_CallSockets`) until its response is closed; a stop that comes before (while the
+    connection is being opened) shuts it the moment the request is written."""
 
     def __init__(self, sink: ExecutionSink, watcher: _Watcher):
         self.sink, self.watcher = sink, watcher
         self.fired = threading.Event()
         self._lock = threading.Lock()
         self._response: Any = None
+        self._stream: Any = None  # the network stream the request went out on, while it is this call's
 
     def start(self) -> _CallWatch:
         self.watcher.add(self)
@@ -142,6 +149,17 @@ class _CallWatch:
         with self._lock:
             self._response = response
         if self.fired.is_set():
+            self._abort()
+
+    def using(self, stream: Any) -> None:
+        """The call's request is being written on `stream` (a connection of the client's
+        pool, new or reused); None once its response is closed and the connection may serve
+        another call."""
+        with self._lock:
+            if stream is self._stream:
+                return
+            self._stream = stream
+        if stream is not None and self.fired.is_set():
             self._abort()
 
     def check(self) -> None:
@@ -162,19 +180,99 @@ class _CallWatch:
     def _abort(self) -> None:
         with self._lock:
             response, self._response = self._response, None
-        if response is None:
-            return
-        network = response.extensions.get("network_stream")
+            network = self._stream
+        if network is None and response is not None:
+            network = response.extensions.get("network_stream")
         sock = network.get_extra_info("socket") if network is not None else None
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass  # already closed
+        if response is None:
+            return
         try:
             response.close()
         except Exception:  # noqa: BLE001 - the reader sees the shut socket either way
             pass
+
+
+
+class _CallSockets:
+    """Tells each model call which connection its request goes out on, so a stop can shut
+    that socket before the response's headers have come (an overloaded API, a proxy holding
+    the response), when the response, the only place the SDK shows a connection, does not
+    exist yet.
+
+    Only public hooks: the anthropic SDK takes its HTTP client (`http_client=`, the SDK's own
+    `DefaultHttpxClient`, so its timeouts, connection limits, keep-alive options and proxies
+    from the environment stay as they are); httpx runs the client's `request` event hooks on
+    the calling thread before it sends; a request's `trace` extension (httpx and httpcore's
+    documented one) tells each connection it opens, with its network stream
+    (`connection.connect_tcp.complete`, `connection.start_tls.complete`), and when its
+    response is closed (`http11.response_closed.started`, before the connection goes back
+    to the pool). A connection the pool reuses for a later call opens nothing, so each stream
+    the client opens has its `write` (the network stream interface's method httpcore sends
+    a request with) tell the call of the thread writing on it. HTTP/1.1 only (the SDK's
+    default): a connection carries one request at a time, so its socket is that call's alone.
+    Cost: a thread-local read per write on a stream, and nothing per event read."""
+
+    OPENED = (
+        "connection.connect_tcp.complete",
+        "connection.connect_unix_socket.complete",
+        "connection.start_tls.complete",
+        "http_proxy.start_tls.complete",  # TLS inside a proxy's tunnel
+    )
+
+    def __init__(self) -> None:
+        self._calls = threading.local()  # the call this thread is making: its `_CallWatch`
+
+    @contextmanager
+    def calling(self, watch: _CallWatch) -> Iterator[None]:
+        """The calls made on this thread meanwhile are `watch`'s."""
+        self._calls.watch = watch
+        try:
+            yield
+        finally:
+            self._calls.watch = None
+
+    def client(self) -> Any:
+        """An HTTP client for the SDK, with the SDK's defaults, whose requests say their
+        connections."""
+        return anthropic.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
+
+    def _current(self) -> _CallWatch | None:
+        return getattr(self._calls, "watch", None)
+
+    def _on_request(self, request: Any) -> None:
+        watch = self._current()
+        if watch is not None:  # the request's events are its call's, whichever thread closes its response
+            request.extensions["trace"] = functools.partial(self._trace, watch)
+
+    def _trace(self, watch: _CallWatch, event: str, info: dict[str, Any]) -> None:
+        if event in self.OPENED:
+            stream = info.get("return_value")
+            if stream is not None:
+                self._tell_writers(stream)
+                watch.using(stream)
+        elif event == "http11.response_closed.started":
+            watch.using(None)
+
+    def _tell_writers(self, stream: Any) -> None:
+        """From now on, a request written on `stream` makes it its call's (for a connection
+        reused by later calls, which open nothing)."""
+        write = stream.write
+        if getattr(write, "tells_its_call", False):
+            return
+
+        def tell_and_write(buffer: bytes, timeout: float | None = None) -> None:
+            watch = self._current()
+            if watch is not None:
+                watch.using(stream)
+            write(buffer, timeout)
+
+        tell_and_write.tells_its_call = True  # type: ignore[attr-defined]
+        stream.write = tell_and_write
 
 
 
@@ -215,6 +313,7 @@ class AnthropicExecutor:
         self._client: anthropic.Anthropic | None = None
         self._lock = threading.Lock()
         self._watcher = _Watcher()  # every call in flight is watched for a stop by one thread
+        self._sockets = _CallSockets()  # which connection each call's request went out on
 
     @property
     def client(self) -> anthropic.Anthropic:
@@ -223,7 +322,9 @@ class AnthropicExecutor:
                 if self._factory:
                     self._client = self._factory()
                 else:
-                    self._client = anthropic.Anthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+                    self._client = anthropic.Anthropic(
+                        api_key=self._api_key, base_url=self._base_url, max_retries=0, http_client=self._sockets.client()
+                    )
             return self._client
 
     # -- one attempt ---------------------------------------------------------------------
@@ -347,7 +448,8 @@ class AnthropicExecutor:
         turn = reader.turn
         watch = _CallWatch(sink, self._watcher).start()
         try:
-            stream = self._create(params, timeout)
+            with self._sockets.calling(watch):
+                stream = self._create(params, timeout)
             watch.attach(stream.response)
             with stream:
                 for event in stream:
