@@ -49,6 +49,22 @@ def drive(svc: Services, ws: Path, flow: str, **kwargs):
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
+def drive_until(tmp_path: Path, ws: Path, imitation: MessagesImitation, counter: str):
+    """The `tools` flow driven on a thread of its own against `imitation`, returned once the
+    imitation's `counter` stat has counted the step's first request (or after 30 s)."""
+    import threading
+    import time
+
+    svc = services(tmp_path, imitation)
+    run = create_run(svc, ws, "tools")
+    thread = threading.Thread(target=local_engine(svc).drive, args=(run.tenant, run.id), kwargs={"tick_s": 0.02})
+    thread.start()
+    deadline = time.monotonic() + 30
+    while imitation.stats()[counter] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return svc, run, thread
+
+
 def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path, ws, api):
     run = drive(services(tmp_path, api), ws, "fanout")
     assert run.status == RunStatus.completed, run.error
@@ -190,7 +206,6 @@ def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path, w
     """20 s to the first token; the stop comes 0.5 s into the call: the request is ended at
     once (the imitation sees the connection closed during its prefill), the step ends within
     about 2 s, and its attempt records that it was stopped."""
-    import threading
     import time
 
     from laneflow.adapters.executors.anthropic import STOPPED_BEFORE_REPLY
@@ -198,13 +213,7 @@ def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path, w
     from laneflow.usecases.stop import stop_run
 
     with MessagesImitation(ttft_ms=20000, api_keys={KEY}) as slow:
-        svc = services(tmp_path, slow)
-        run = create_run(svc, ws, "tools")
-        drive = threading.Thread(target=local_engine(svc).drive, args=(run.tenant, run.id), kwargs={"tick_s": 0.02})
-        drive.start()
-        deadline = time.monotonic() + 30
-        while slow.stats()["requests"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        svc, run, drive = drive_until(tmp_path, ws, slow, "requests")
         time.sleep(0.5)
         stop_run(svc, run.tenant, run.id)
         stopped_at = time.monotonic()
@@ -244,7 +253,6 @@ def test_a_stop_ends_a_claude_call_whose_response_headers_have_not_arrived(tmp_p
     is sent and nothing comes back. A stop issued while it waits ends the call there and then
     (the imitation sees the connection closed while it holds), and the run ends stopped
     within 5 s with nothing left running, not when the headers would have come."""
-    import threading
     import time
 
     from laneflow.adapters.executors.anthropic import STOPPED_BEFORE_REPLY
@@ -252,13 +260,7 @@ def test_a_stop_ends_a_claude_call_whose_response_headers_have_not_arrived(tmp_p
     from laneflow.usecases.stop import stop_run
 
     with MessagesImitation(hold_headers_ms=30_000, api_keys={KEY}) as held:
-        svc = services(tmp_path, held)
-        run = create_run(svc, ws, "tools")
-        drive = threading.Thread(target=local_engine(svc).drive, args=(run.tenant, run.id), kwargs={"tick_s": 0.02})
-        drive.start()
-        deadline = time.monotonic() + 30
-        while held.stats()["held"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        svc, run, drive = drive_until(tmp_path, ws, held, "held")
         assert held.stats()["held"] == 1, "the request never reached the imitation"
         time.sleep(0.3)  # the request is written and the caller is reading for the status line
         stop_run(svc, run.tenant, run.id)
