@@ -714,3 +714,12 @@ class Services:
             log.warning("%s", error)
             key = None
         return {"ANTHROPIC_API_KEY": key} if key else {}
+
+    def held_secret_values(self) -> dict[str, str]:
+        """`secret_values` without reading anything: the model's key only where this process
+        holds it already. What masks a run's records where no step runs (the API, the
+        planning handlers), which are never given the key and never ask for it."""
+        with self._lock:
+            if not self.settings.anthropic_api_key_set:
+                return {}
+            return {"ANTHROPIC_API_KEY": self.settings.anthropic_api_key.get_secret_value()}  # type: ignore[union-attr]

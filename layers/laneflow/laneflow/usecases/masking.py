@@ -52,8 +52,9 @@ def secret_names(agents: Mapping[str, Agent]) -> list[str]:
 
 def run_values(svc: Services, run: Run) -> dict[str, str]:
     """The values `run` is masked with (name -> value): the model's key where this process
-    has it, and every name of `run.options["secrets"]` that is set."""
-    values = dict(svc.secret_values())
+    holds it already (it is read only where a step runs, which reads it before it records
+    anything), and every name of `run.options["secrets"]` that is set."""
+    values = dict(svc.held_secret_values())
     names = [str(name) for name in run.options.get(RUN_SECRETS) or []]
     if names and svc.secrets is not None:
         values.update(svc.secrets.read(run.tenant, run.workspace_uri, names))
