@@ -229,3 +229,25 @@ def test_the_functions_that_start_drives_from_inside_the_machine_name_it_by_its_
     statements = [s for p in props["Policies"] if isinstance(p, dict) for s in p.get("Statement", [])]
     starts = [s for s in statements if s.get("Action") == "states:StartExecution"]
     assert starts and all(s["Resource"] == arn for s in starts)
+
+
+def test_the_sandbox_task_runs_unprivileged_on_a_read_only_root_with_one_scratch_volume():
+    task = RESOURCES["SandboxTaskDefinition"]["Properties"]
+    [step] = task["ContainerDefinitions"]
+    assert step["User"] == "10001:10001" and step["ReadonlyRootFilesystem"] is True and step["Privileged"] is False
+    assert step["LinuxParameters"]["Capabilities"]["Drop"] == ["ALL"] and "Add" not in step["LinuxParameters"]["Capabilities"]
+    [volume] = task["Volumes"]
+    assert "Host" not in volume and "EFSVolumeConfiguration" not in volume  # the task's own ephemeral storage
+    [mount] = step["MountPoints"]
+    assert mount == {"SourceVolume": volume["Name"], "ContainerPath": "/tmp", "ReadOnly": False}
+    env = {e["Name"]: e["Value"] for e in step["Environment"]}
+    assert env["HOME"] == env["TMPDIR"] == "/tmp"  # the only writable place
+
+
+def test_the_sandbox_image_is_the_task_definitions_user_and_has_no_set_uid_program():
+    dockerfile = (ROOT / "docker" / "sandbox" / "Dockerfile").read_text()
+    [step] = RESOURCES["SandboxTaskDefinition"]["Properties"]["ContainerDefinitions"]
+    users = re.findall(r"^USER (\S+)$", dockerfile, re.M)
+    assert users == [step["User"]]
+    assert re.search(r"--uid (\d+)", dockerfile).group(1) == step["User"].split(":")[0]
+    assert "-perm /6000 -exec chmod a-s" in dockerfile
