@@ -103,7 +103,9 @@ def machine() -> str:
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}"
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}, "
+            f"load average {load} (1, 5, 15 min) as the figures were taken")
 
 
 def _cpu_s(pid: int) -> float:
