@@ -147,13 +147,15 @@ def test_a_run_that_spends_its_budget_skips_every_step_it_did_not_run_budget_spe
 def test_a_rescue_left_pending_when_the_budget_ends_the_run_is_skipped_budget_spent(svc, tmp_path):
     ws = write_workspace(
         tmp_path / "ws",
-        {"spendthrift": {"stub": "cost: 0.10\nSpent it all."}, "failer": {"stub": "fail: cannot"}, "rescuer": {}, "writer": {}},
+        {"spendthrift": {"stub": "delay_ms: 1000\ncost: 0.10\nSpent it all."}, "failer": {"stub": "fail: cannot"}, "rescuer": {}, "writer": {}},
         {"broke": {"budget": 0.05, "steps": [
             {"group": [{"agent": "spendthrift"}, {"agent": "failer", "retries": 0, "on_fail": "rescuer"}]},
             {"agent": "writer"},
         ]}},
     )
     # The group spends the budget and one of its steps fails: its rescue is added, never run.
+    # Both steps start together, before any spend (the budget is checked as each starts);
+    # the spender records its cost a second later, when the other has long failed.
     run = drive(svc, ws, "broke")
     assert run.status == RunStatus.failed and run.error.startswith("budget spent")
     assert_no_step_pending(run)

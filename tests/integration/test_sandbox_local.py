@@ -87,6 +87,22 @@ STRAY = {
 }
 
 
+def scratch_copies(ws: Path) -> list[Path]:
+    """Every scratch copy of `ws` there is now: in the attempts folder, and (a sandbox worker
+    run as root keeps its copies on a tmpfs in a mount namespace of its own) as each process
+    sees its attempts folder, through /proc/PID/root. Each copy once."""
+    found: dict[tuple[int, int], Path] = {}
+    places = [ATTEMPTS] + [Path(f"/proc/{pid}/root") / str(ATTEMPTS).lstrip("/") for pid in os.listdir("/proc") if pid.isdigit()]
+    for place in places:
+        try:
+            for copy in place.glob(f"attempt-*/{ws.name}"):
+                info = copy.stat()
+                found.setdefault((info.st_dev, info.st_ino), copy)
+        except OSError:
+            continue  # a process that ended, or one this user may not look into
+    return list(found.values())
+
+
 class Scribbler:
     """Plays the step's programs: writes into every scratch copy of the workspace that
     appears while the step runs (the paths in STRAY), so what is kept can be checked."""
@@ -97,7 +113,7 @@ class Scribbler:
 
     def _watch(self) -> None:
         while not self.done.is_set():
-            for copy in ATTEMPTS.glob(f"attempt-*/{self.ws.name}"):
+            for copy in scratch_copies(self.ws):
                 if copy in self.seen or not (copy / "agents" / "builder" / "agent.md").is_file():
                     continue
                 time.sleep(0.05)  # the copy is complete once its agent is there
@@ -128,7 +144,7 @@ def test_a_completed_sandboxed_attempt_keeps_only_its_outputs_memory_storage_and
     assert not (ws / "agents" / "builder" / "knowledge" / "stray.md").exists()
     assert not (ws / "notes.txt").exists()
     assert (ws / "agents" / "builder" / "agent.md").read_text() == before  # an agent cannot rewrite itself
-    assert not list(ATTEMPTS.glob(f"attempt-*/{ws.name}")), "the scratch copy is removed"
+    assert not scratch_copies(ws), "the scratch copy is removed"
     kept = [e for e in result.run.steps[0].events if e.text.startswith("kept in the workspace")]
     assert kept and "knowledge" not in kept[0].text
 
@@ -141,7 +157,7 @@ def test_a_failed_sandboxed_attempt_keeps_nothing(svc, tmp_path):
     for rel in STRAY:
         if rel != "agents/builder/agent.md":
             assert not (ws / rel).exists(), rel
-    assert not list(ATTEMPTS.glob(f"attempt-*/{ws.name}"))
+    assert not scratch_copies(ws)
     assert {a.status for a in svc.store.list_attempts(result.run.tenant, result.run.id)} == {AttemptStatus.failed}
 
 

@@ -210,6 +210,15 @@ def run(environ: Mapping[str, str]) -> int:
         svc.store.close()
 
 
+def _private_scratch() -> None:
+    """As root, this worker's attempts' scratch copies go on a tmpfs of its own, sized to the
+    step's `size:` (a write past it fails); elsewhere they are measured (isolation.py)."""
+    from laneflow.adapters.aws.s3 import ATTEMPTS
+    from laneflow.adapters.executors.isolation import private_scratch
+
+    private_scratch(ATTEMPTS)
+
+
 def _on_sigterm(grace_s: float) -> None:
     """ECS StopTask (a person stopped the run) sends SIGTERM, then SIGKILL after the
     container's stop timeout (30 s). The step sees its run's stop at its next check and ends
@@ -304,6 +313,7 @@ def main() -> int:
     if sys.argv[1:] == ["--zygote"]:
         return zygote()
     logging.basicConfig(level=os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING", stream=sys.stderr)
+    _private_scratch()  # before any thread starts: it makes a mount namespace of its own
     if os.environ.get("LANEFLOW_RELAY"):
         watch_parent(os.getppid())
     else:
