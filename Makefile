@@ -24,6 +24,7 @@ demo-sandbox: $(STAMP)
 	$(BIN)/laneflow demo tides
 
 lint: $(STAMP)
+	$(BIN)/ruff format --check layers devtools functions bench tests scripts setup.py
 	$(BIN)/ruff check layers devtools functions bench tests scripts setup.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports

@@ -24,7 +24,6 @@ PROJECT_FILES = ("template.yaml", "statemachines", "functions", "examples")
 LEFT_OUT = {"__pycache__", ".laneflow"}  # caches, and a store a run may leave beside an example
 
 
-
 def project_files() -> Iterator[tuple[Path, Path]]:
     """Each file that travels: its path in the checkout and its path inside the package copy."""
     for name in PROJECT_FILES:
@@ -36,7 +35,6 @@ def project_files() -> Iterator[tuple[Path, Path]]:
             rel = path.relative_to(ROOT)
             if path.is_file() and not LEFT_OUT & set(rel.parts) and path.suffix != ".pyc":
                 yield path, rel
-
 
 
 class BuildPyWithProject(build_py):
@@ -57,7 +55,6 @@ class BuildPyWithProject(build_py):
         if getattr(self, "editable_mode", False):
             return outputs
         return outputs + [str(Path(self.build_lib) / PACKAGED / rel) for _, rel in project_files()]
-
 
 
 setup(cmdclass={"build_py": BuildPyWithProject})

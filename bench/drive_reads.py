@@ -52,8 +52,14 @@ def run_bench(groups: int, fanout: int) -> dict:
         started = time.perf_counter()
         result = engine.drive(run.tenant, run.id)
         wall = time.perf_counter() - started
-    return {"benchmark": "drive_reads", "groups": groups, "fanout": fanout, "run_status": str(result.run.status),
-            "wall_s": round(wall, 2), **dict(reads)}
+    return {
+        "benchmark": "drive_reads",
+        "groups": groups,
+        "fanout": fanout,
+        "run_status": str(result.run.status),
+        "wall_s": round(wall, 2),
+        **dict(reads),
+    }
 
 
 def main() -> int:

@@ -37,7 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TOPICS = ["tides", "kelp", "reefs", "vents", "sea ice", "plankton", "currents", "estuaries", "whales", "trenches"]
 
 
-
 def one(size: int, model: str, tmp: Path) -> dict:
     """Estimate, run, estimate again (now learning the output from that run), run again: the
     first estimate is a first run's (nothing to learn), the last one a later run's."""
@@ -71,16 +70,25 @@ def one(size: int, model: str, tmp: Path) -> dict:
         return abs(estimate["cost_usd"]["expected"] - run["cost_usd"]) / run["cost_usd"] if run["cost_usd"] else 0.0
 
     return {
-        "model": model, "size": size, "status": record["status"], "cost": record["cost_usd"],
-        "estimate": told["cost_usd"]["expected"], "estimate_default": default["cost_usd"]["expected"],
+        "model": model,
+        "size": size,
+        "status": record["status"],
+        "cost": record["cost_usd"],
+        "estimate": told["cost_usd"]["expected"],
+        "estimate_default": default["cost_usd"]["expected"],
         "range_default": [default["cost_usd"]["low"], default["cost_usd"]["high"]],
-        "error": error(told, record), "error_default": error(default, record),
-        "later_cost": later["cost_usd"], "estimate_learned": learned["cost_usd"]["expected"],
-        "learned_from": learned["output_learned_from"], "error_learned": error(learned, later), "warm_cost": warm["cost_usd"],
-        "cache_equal": all(said[k] == actual[k] for k in actual), "actual": actual, "said": {k: said[k] for k in actual},
+        "error": error(told, record),
+        "error_default": error(default, record),
+        "later_cost": later["cost_usd"],
+        "estimate_learned": learned["cost_usd"]["expected"],
+        "learned_from": learned["output_learned_from"],
+        "error_learned": error(learned, later),
+        "warm_cost": warm["cost_usd"],
+        "cache_equal": all(said[k] == actual[k] for k in actual),
+        "actual": actual,
+        "said": {k: said[k] for k in actual},
         "output_per_turn": per_turn,
     }
-
 
 
 def report(rows: list[dict]) -> str:
@@ -119,7 +127,6 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 5, 10], help="fan-out sizes (topics)")
@@ -137,7 +144,6 @@ def main() -> int:
     if args.write:
         write_section(ROOT / "bench" / "RESULTS.md", "estimate", text)
     return 0 if all(r["cache_equal"] for r in rows) else 1
-
 
 
 if __name__ == "__main__":

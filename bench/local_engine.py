@@ -51,7 +51,7 @@ class CopyClock:
 
     def __enter__(self) -> CopyClock:
         original = self._original
-        copy.deepcopy = lambda value, memo=None, _nil=[]: self._timed(original, value, memo)  # noqa: B006 - its signature
+        copy.deepcopy = lambda value, memo=None, _nil=[]: self._timed(original, value, memo)  # its signature
         # The modules the engine gives its faster copy (moto_fastcopy) call the stand-in's.
         fast = self._fast = moto_fastcopy._COPY.deepcopy
         moto_fastcopy._COPY.deepcopy = lambda value, memo=None, _nil=None: self._timed(fast, value, memo)
@@ -81,11 +81,10 @@ def make_workspace(root: Path, groups: int) -> Path:
     (ws / "flows").mkdir()
     (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nBenchmark workspace.\n")
     (ws / "agents" / "worker" / "agent.md").write_text(
-        "---\ndescription: does one item\nstub: \"Done with {item}.\"\n---\nYou do one item of work.\n"
+        '---\ndescription: does one item\nstub: "Done with {item}."\n---\nYou do one item of work.\n'
     )
     entries = "".join(
-        f"  - agent: worker\n    each: input.items\n    instruction: \"Group {g}: handle {{item}}.\"\n"
-        for g in range(groups)
+        f'  - agent: worker\n    each: input.items\n    instruction: "Group {g}: handle {{item}}."\n' for g in range(groups)
     )
     (ws / "flows" / "bench.yaml").write_text(
         "description: benchmark\ninput:\n  type: object\n  properties:\n    items: {type: array}\nsteps:\n" + entries
@@ -104,8 +103,10 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}, "
-            f"load average {load} (1, 5, 15 min) as the figures were taken")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}, "
+        f"load average {load} (1, 5, 15 min) as the figures were taken"
+    )
 
 
 def _cpu_s(pid: int) -> float:
@@ -165,8 +166,14 @@ def run_bench(groups: int, fanout: int, gate: bool = False, copies: bool = False
         "history_events_per_step": round(len(history) / steps, 2),
         "peak_rss_mib": round(rss_mib, 1),
         "executions": len(executions),
-        **({"deepcopy_ms_per_step": round(clock.seconds * 1000 / steps, 3), "deepcopy_calls_per_step": round(clock.calls / steps, 1)}
-           if copies else {}),
+        **(
+            {
+                "deepcopy_ms_per_step": round(clock.seconds * 1000 / steps, 3),
+                "deepcopy_calls_per_step": round(clock.calls / steps, 1),
+            }
+            if copies
+            else {}
+        ),
         "goal": "1,000 steps in under 8 s on 2 cores",
         "goal_met": steps == groups * fanout and result.run.status == "completed" and wall < 8,
         "machine": machine(),
@@ -179,14 +186,26 @@ def markdown(rows: list[dict]) -> str:
         "",
         f"Machine: {rows[0]['machine']}. Command: `python bench/local_engine.py --write` (both gate settings, in the engine's process and with one step worker, `LANEFLOW_STEP_WORKERS=1`; one process).",
         "",
-        "| figure | " + " | ".join(f"warm gate {'on' if r['gate'] else 'off'}, " + (f"{r['step_workers']} step worker" if r["step_workers"] else "in-process") for r in rows) + " |",
+        "| figure | "
+        + " | ".join(
+            f"warm gate {'on' if r['gate'] else 'off'}, "
+            + (f"{r['step_workers']} step worker" if r["step_workers"] else "in-process")
+            for r in rows
+        )
+        + " |",
         "|---|" + "---|" * len(rows),
     ]
     for label, key, unit in (
-        ("steps", "steps", ""), ("run", "run_status", ""), ("wall time", "wall_s", " s"), ("steps per second", "steps_per_s", ""),
-        ("orchestration overhead per step", "overhead_ms_per_step", " ms"), ("state transitions per step", "state_transitions_per_step", ""),
-        ("history events per step", "history_events_per_step", ""), ("peak memory (process RSS)", "peak_rss_mib", " MiB"),
-        ("CPU of the engine's process", "engine_cpu_s", " s"), ("CPU of its step workers", "workers_cpu_s", " s"),
+        ("steps", "steps", ""),
+        ("run", "run_status", ""),
+        ("wall time", "wall_s", " s"),
+        ("steps per second", "steps_per_s", ""),
+        ("orchestration overhead per step", "overhead_ms_per_step", " ms"),
+        ("state transitions per step", "state_transitions_per_step", ""),
+        ("history events per step", "history_events_per_step", ""),
+        ("peak memory (process RSS)", "peak_rss_mib", " MiB"),
+        ("CPU of the engine's process", "engine_cpu_s", " s"),
+        ("CPU of its step workers", "workers_cpu_s", " s"),
     ):
         lines.append(f"| {label} | " + " | ".join(f"{r[key]}{unit}" for r in rows) + " |")
     lines.append(f"| goal: {rows[0]['goal']} | " + " | ".join("met" if r["goal_met"] else "NOT met" for r in rows) + " |")
@@ -214,9 +233,15 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     parser.add_argument("--copies", action="store_true", help="also time moto's deep copies (per step)")
-    parser.add_argument("--step-workers", type=int, nargs="*", default=[0, 1], help="step worker counts to measure (0: in the engine's process)")
+    parser.add_argument(
+        "--step-workers", type=int, nargs="*", default=[0, 1], help="step worker counts to measure (0: in the engine's process)"
+    )
     args = parser.parse_args()
-    rows = [run_bench(args.groups, args.fanout, gate=g, copies=args.copies, step_workers=n) for n in args.step_workers for g in (False, True)]
+    rows = [
+        run_bench(args.groups, args.fanout, gate=g, copies=args.copies, step_workers=n)
+        for n in args.step_workers
+        for g in (False, True)
+    ]
     if args.write:
         write_section(HERE / "RESULTS.md", "local_engine", markdown(rows))
     if args.json:

@@ -38,7 +38,20 @@ from laneflow.wiring import bound, for_store
 
 HERE = Path(__file__).resolve().parent
 GOAL_MS = 150.0
-BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all", "--die-with-parent"]
+BWRAP = [
+    "bwrap",
+    "--ro-bind",
+    "/",
+    "/",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+    "--tmpfs",
+    "/tmp",
+    "--unshare-all",
+    "--die-with-parent",
+]
 
 
 def workspace(root: Path, groups: int, sandbox: bool, bash: bool = False) -> Path:
@@ -52,7 +65,9 @@ def workspace(root: Path, groups: int, sandbox: bool, bash: bool = False) -> Pat
     else:
         settings = f"sandbox: {str(sandbox).lower()}\nstub: built\n"
     (ws / "agents" / "builder" / "agent.md").write_text(f"---\n{settings}---\nYou build.\n")
-    (ws / "flows" / "chain.yaml").write_text("steps:\n" + "".join(f"  - agent: builder\n    instruction: Build part {i}.\n" for i in range(groups)))
+    (ws / "flows" / "chain.yaml").write_text(
+        "steps:\n" + "".join(f"  - agent: builder\n    instruction: Build part {i}.\n" for i in range(groups))
+    )
     return ws
 
 

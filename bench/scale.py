@@ -55,7 +55,7 @@ def make_workspace(root: Path, spec: dict[str, Any]) -> Path:
     (ws / "flows").mkdir()
     (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nBenchmark workspace.\n")
     (ws / "agents" / "worker" / "agent.md").write_text(
-        "---\ndescription: does one item\nstub: \"Done with {item}.\"\n---\nYou do one item of work.\n"
+        '---\ndescription: does one item\nstub: "Done with {item}."\n---\nYou do one item of work.\n'
     )
     (ws / "agents" / "pacer" / "agent.md").write_text(
         "---\ndescription: one paced item\nstub: |\n"
@@ -65,12 +65,13 @@ def make_workspace(root: Path, spec: dict[str, Any]) -> Path:
     items = "input:\n  type: object\n  properties:\n    items: {type: array}\n"
     if spec["kind"] == "groups":
         entries = "".join(
-            f"  - agent: worker\n    each: input.items\n    instruction: \"Group {g}: handle {{item}}.\"\n" for g in range(spec["groups"])
+            f'  - agent: worker\n    each: input.items\n    instruction: "Group {g}: handle {{item}}."\n'
+            for g in range(spec["groups"])
         )
     elif spec["kind"] == "gated":
         entries = f"  - agent: pacer\n    each: input.items\n    parallel: {spec['parallel']}\n"
     else:
-        entries = "  - agent: worker\n    each: input.items\n    instruction: \"Handle {item}.\"\n"
+        entries = '  - agent: worker\n    each: input.items\n    instruction: "Handle {item}."\n'
     (ws / "flows" / "scale.yaml").write_text("description: scale benchmark\n" + items + "steps:\n" + entries)
     return ws
 
@@ -175,7 +176,10 @@ def in_child(name: str, timeout_s: float) -> dict[str, Any]:
     try:
         done = subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "--one", name],
-            capture_output=True, text=True, timeout=timeout_s, env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return {"scenario": name, "error": f"did not finish within {timeout_s:.0f} s", "goals": {"finished": False}}
@@ -216,7 +220,12 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=sorted(SCENARIOS), help="run only these scenarios")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one scenario may take (default 3600)")
     parser.add_argument("--one", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
-    parser.add_argument("--step-workers", type=int, default=1, help="step worker processes (LANEFLOW_STEP_WORKERS; a stub run's steps all go to one of them, 0 runs every step in the engine's process)")
+    parser.add_argument(
+        "--step-workers",
+        type=int,
+        default=1,
+        help="step worker processes (LANEFLOW_STEP_WORKERS; a stub run's steps all go to one of them, 0 runs every step in the engine's process)",
+    )
     args = parser.parse_args()
     if args.one:  # a scenario's child: its step workers are the parent's LANEFLOW_STEP_WORKERS
         print(json.dumps(run_one(args.one)))

@@ -64,7 +64,9 @@ def _traced_client(url: str, key: str, share: int, sent: list[float], cpu: dict[
 
     # The SDK's own pool limits (a transport given to it keeps httpx's smaller default).
     limits = http.Limits(max_connections=1000, max_keepalive_connections=100)
-    return anthropic.Anthropic(api_key=key, base_url=url, max_retries=0, http_client=anthropic.DefaultHttpxClient(transport=Traced(limits=limits)))
+    return anthropic.Anthropic(
+        api_key=key, base_url=url, max_retries=0, http_client=anthropic.DefaultHttpxClient(transport=Traced(limits=limits))
+    )
 
 
 def _child(url: str, key: str, params_file: str, share: int, at: float) -> None:
@@ -108,7 +110,11 @@ def measure(api: Any, params: dict[str, Any], n: int, processes: int, repeat: in
             at = time.time() + LEAD_S + WARM_S
             shares = [n // processes + (1 if k < n % processes else 0) for k in range(processes)]
             children = [
-                subprocess.Popen([sys.executable, __file__, "--child", api.url, api.key, str(params_file), str(share), repr(at)], stdout=subprocess.PIPE, text=True)
+                subprocess.Popen(
+                    [sys.executable, __file__, "--child", api.url, api.key, str(params_file), str(share), repr(at)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 for share in shares
             ]
             time.sleep(max(0.0, at - time.time()))
@@ -174,8 +180,10 @@ def main() -> int:
         print(json.dumps(result))
     else:
         for k, b in enumerate(result["bursts"], 1):
-            print(f"burst {k}: {args.n} requests from {args.processes} process(es): median sent at {b['median_ms']} ms, last at {b['last_ms']} ms;"
-                  f" CPU: clients {b['client_cpu_ms']} ms, imitation {b['imitation_cpu_ms']} ms")
+            print(
+                f"burst {k}: {args.n} requests from {args.processes} process(es): median sent at {b['median_ms']} ms, last at {b['last_ms']} ms;"
+                f" CPU: clients {b['client_cpu_ms']} ms, imitation {b['imitation_cpu_ms']} ms"
+            )
     return 0
 
 

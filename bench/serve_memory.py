@@ -69,7 +69,9 @@ def run_bench(drives: int, fanout: int, warmup: int, keep: bool, step_workers: i
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ws = make_workspace(root, 1)
-        svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"), Settings.from_env().model_copy(update={"step_workers": step_workers}))
+        svc = for_store(
+            open_store(f"sqlite:///{root / 'bench.db'}"), Settings.from_env().model_copy(update={"step_workers": step_workers})
+        )
         starter = (KeepingDrives if keep else LocalDrives)(lambda: local_engine(svc), pool=1)
         samples: list[int] = []
         for _ in range(warmup + drives):
@@ -79,7 +81,7 @@ def run_bench(drives: int, fanout: int, warmup: int, keep: bool, step_workers: i
             assert svc.store.get_run(run.tenant, run.id, steps=False).status == "completed"
             gc.collect()
             samples.append(rss_kib() + sum(rss_kib(pid) for pid in step_worker_pids()))
-    measured = samples[warmup - 1:]
+    measured = samples[warmup - 1 :]
     growth = measured[-1] - measured[0]
     per_1000 = growth * 1000 / (drives * fanout)
     return {
@@ -125,7 +127,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=12)
     parser.add_argument("--keep", action="store_true", help="keep ended executions (the engine before)")
     parser.add_argument("--both", action="store_true", help="measure --keep too, in a child process")
-    parser.add_argument("--step-workers", type=int, default=None, help="step worker processes (default `laneflow serve`'s: one per core up to four); their memory counts")
+    parser.add_argument(
+        "--step-workers",
+        type=int,
+        default=None,
+        help="step worker processes (default `laneflow serve`'s: one per core up to four); their memory counts",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md (implies --both)")
     args = parser.parse_args()
@@ -135,8 +142,20 @@ def main() -> int:
     if (args.both or args.write) and not args.keep:
         import subprocess
 
-        argv = [sys.executable, __file__, "--keep", "--json", "--drives", str(args.drives), "--step-workers", str(args.step_workers),
-                "--fanout", str(args.fanout), "--warmup", str(args.warmup)]
+        argv = [
+            sys.executable,
+            __file__,
+            "--keep",
+            "--json",
+            "--drives",
+            str(args.drives),
+            "--step-workers",
+            str(args.step_workers),
+            "--fanout",
+            str(args.fanout),
+            "--warmup",
+            str(args.warmup),
+        ]
         rows.append(json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)["runs"][0])
     if args.write:
         write_section(HERE / "RESULTS.md", "serve_memory", markdown(rows))

@@ -115,10 +115,21 @@ def reconcile_reads(store_url: str, finished: int, active: int) -> dict:
     # The active runs and one finished run are written by the store while the table is
     # small; the finished one is then cloned under new ids by plain puts.
     for i in range(active):
-        store.create_run(Run(id=f"run-live-{i:04d}", workspace="w", flow="f", status=RunStatus.running, drives=9,
-                             steps=[Step(index=0, group=0, agent="a")]))
-    store.create_run(Run(id="run-done-template", workspace="w", flow="f", status=RunStatus.completed,
-                         steps=[Step(index=0, group=0, agent="a")]))
+        store.create_run(
+            Run(
+                id=f"run-live-{i:04d}",
+                workspace="w",
+                flow="f",
+                status=RunStatus.running,
+                drives=9,
+                steps=[Step(index=0, group=0, agent="a")],
+            )
+        )
+    store.create_run(
+        Run(
+            id="run-done-template", workspace="w", flow="f", status=RunStatus.completed, steps=[Step(index=0, group=0, agent="a")]
+        )
+    )
     clone_run_items(store_url, "run-done-template", [f"run-done-{i:06d}" for i in range(finished)])
     made = time.perf_counter() - started
     store.consumed(reset=True)
@@ -170,7 +181,8 @@ def run_bench(steps: int, finished: int) -> dict:
         and out["happy_path_gated"]["state_transitions_per_step"] <= 3,
         "at_most_6_write_units_per_step_gate_off": happy["write_units_per_step"] <= 6,
         "at_most_6_write_units_per_step_warm_gate_on": out["happy_path_gated"]["write_units_per_step"] <= 6,
-        "reconcile_reads_grow_with_active_runs_not_all": len(rec) == 2 and rec[0]["reconcile_read_units"] == rec[1]["reconcile_read_units"],
+        "reconcile_reads_grow_with_active_runs_not_all": len(rec) == 2
+        and rec[0]["reconcile_read_units"] == rec[1]["reconcile_read_units"],
     }
     return out
 
@@ -185,20 +197,29 @@ def markdown(r: dict) -> str:
         f"| flow ({r['happy_path']['steps']} steps, one fan-out) | state transitions / step | history events / step | write units / step | read units / step | attempts |",
         "|---|---|---|---|---|---|",
     ]
-    for key, label in (("happy_path", "happy path, gate off"), ("happy_path_gated", "happy path, warm gate on"), ("one_retry", "one retry per step, gate off")):
+    for key, label in (
+        ("happy_path", "happy path, gate off"),
+        ("happy_path_gated", "happy path, warm gate on"),
+        ("one_retry", "one retry per step, gate off"),
+    ):
         f = r[key]
         lines.append(
             f"| {label} | {f['state_transitions_per_step']} | {f['history_events_per_step']} | {f['write_units_per_step']} "
             f"| {f['read_units_per_step']} | {f['attempts']} |"
         )
     for key, label in (("happy_path", "gate off"), ("happy_path_gated", "warm gate on")):
-        lines += ["", f"Write units per step by store operation, happy path, {label}: "
-                  + ", ".join(f"`{op}` {w}" for op, w in r[key]["write_units_by_operation_per_step"].items())
-                  + f"; creating the run: {r[key]['create_run_write_units']} WCU."]
+        lines += [
+            "",
+            f"Write units per step by store operation, happy path, {label}: "
+            + ", ".join(f"`{op}` {w}" for op, w in r[key]["write_units_by_operation_per_step"].items())
+            + f"; creating the run: {r[key]['create_run_write_units']} WCU.",
+        ]
     lines.append("")
     lines += ["| finished runs | active runs | reconcile read units | reconcile write units |", "|---|---|---|---|"]
     for rec in r["reconcile"]:
-        lines.append(f"| {rec['finished_runs']:,} | {rec['active_runs']} | {rec['reconcile_read_units']} | {rec['reconcile_write_units']} |")
+        lines.append(
+            f"| {rec['finished_runs']:,} | {rec['active_runs']} | {rec['reconcile_read_units']} | {rec['reconcile_write_units']} |"
+        )
     lines += ["", "| goal | met |", "|---|---|"]
     lines += [f"| {k.replace('_', ' ')} | {'yes' if v else 'NO'} |" for k, v in r["goals"].items()]
     return "\n".join(lines) + "\n"

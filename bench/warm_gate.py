@@ -62,9 +62,22 @@ class RemoteImitation:
 
     def __init__(self, ttft_ms: int, token_ms: float):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "laneflow_dev.imitation", "--port", "0", "--ttft-ms", str(ttft_ms),
-             "--token-ms", str(token_ms), "--api-key", KEY],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            [
+                sys.executable,
+                "-m",
+                "laneflow_dev.imitation",
+                "--port",
+                "0",
+                "--ttft-ms",
+                str(ttft_ms),
+                "--token-ms",
+                str(token_ms),
+                "--api-key",
+                KEY,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         self.key = KEY  # the one key it takes
         self.url = self.proc.stdout.readline().strip()
@@ -105,7 +118,7 @@ def make_workspace(root: Path) -> Path:
     (ws / "knowledge" / "primer.md").write_text("# Primer\n\n" + "\n".join(facts) + "\n")
     (ws / "flows" / "fanout.yaml").write_text(
         "description: fan-out\ninput:\n  type: object\n  properties:\n    items: {type: array}\n"
-        "steps:\n  - agent: analyst\n    each: input.items\n    instruction: \"Analyse {item}.\"\n"
+        'steps:\n  - agent: analyst\n    each: input.items\n    instruction: "Analyse {item}."\n'
     )
     return ws
 
@@ -138,14 +151,20 @@ class Deliveries:
 def spread_ms(times: list[dt.datetime], since: dt.datetime) -> dict:
     """Median, p90 and max of `times` after `since`, in ms."""
     delays = sorted((t - since).total_seconds() * 1000 for t in times)
-    return {"median": round(statistics.median(delays), 1), "p90": round(delays[int(0.9 * (len(delays) - 1))], 1), "max": round(delays[-1], 1)}
+    return {
+        "median": round(statistics.median(delays), 1),
+        "p90": round(delays[int(0.9 * (len(delays) - 1))], 1),
+        "max": round(delays[-1], 1),
+    }
 
 
 def ts(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def one_run(svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, n: int, gate: bool, deliveries: Deliveries | None = None) -> dict:
+def one_run(
+    svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, n: int, gate: bool, deliveries: Deliveries | None = None
+) -> dict:
     api.reset()
     run = create_run(svc, ws, "fanout", {"items": [f"item-{i}" for i in range(n)]}, options={"gate": gate})
     started = time.perf_counter()
@@ -173,7 +192,11 @@ def one_run(svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, 
             out["tokens_released_ms"] = round((ts(opened[0].data["released_at"]) - first_event).total_seconds() * 1000, 1)
             started = [ts(s.started_at) for s in siblings]
             claimed = spread_ms(started, first_event)
-            out["release_ms_median"], out["release_ms_p90"], out["release_ms_max"] = claimed["median"], claimed["p90"], claimed["max"]
+            out["release_ms_median"], out["release_ms_p90"], out["release_ms_max"] = (
+                claimed["median"],
+                claimed["p90"],
+                claimed["max"],
+            )
             out["siblings_before_first_event"] = sum(1 for t in started if t < first_event)
             # Where a sibling's start goes: the engine hands its call to a worker, the worker
             # claims it (above), the step's first model request begins.
@@ -220,9 +243,13 @@ def prefix_cost(r: dict, prefix_tokens: int) -> float:
     return (1.25 * r["cache_write_tokens"] + 0.1 * r["cache_read_tokens"]) / prefix_tokens
 
 
-def services(root: Path, api: RemoteImitation, step_workers: int, executor: type[AnthropicExecutor] = AnthropicExecutor) -> Services:
+def services(
+    root: Path, api: RemoteImitation, step_workers: int, executor: type[AnthropicExecutor] = AnthropicExecutor
+) -> Services:
     """A SQLite store under `root`, with `executor` (the Claude executor) calling the imitation."""
-    settings = Settings(anthropic_api_key=api.key, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=step_workers)
+    settings = Settings(
+        anthropic_api_key=api.key, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=step_workers
+    )
     svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
     svc.executors["anthropic"] = executor(api_key=api.key, base_url=api.url)
     return svc
@@ -278,8 +305,14 @@ def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict:
         "no_sibling_before_the_lead_replied": all(r["gate_on"].get("siblings_before_first_event", 1) == 0 for r in rows),
     }
     return {
-        "benchmark": "warm_gate", "model": MODEL, "ttft_ms": TTFT_MS, "step_workers": step_workers,
-        "rows": rows, "floor": floor, "goals": goals, "machine": machine(),
+        "benchmark": "warm_gate",
+        "model": MODEL,
+        "ttft_ms": TTFT_MS,
+        "step_workers": step_workers,
+        "rows": rows,
+        "floor": floor,
+        "goals": goals,
+        "machine": machine(),
     }
 
 
@@ -295,7 +328,9 @@ def markdown(r: dict) -> str:
     for row in r["rows"]:
         for key in ("gate_on", "gate_off"):
             g = row[key]
-            delay = f"{g['release_ms_median']} / {g['release_ms_p90']} / {g['release_ms_max']}" if "release_ms_median" in g else "—"
+            delay = (
+                f"{g['release_ms_median']} / {g['release_ms_p90']} / {g['release_ms_max']}" if "release_ms_median" in g else "—"
+            )
             lines.append(
                 f"| {row['n']} | {row['prefix_tokens']} | {'on' if g['gate'] else 'off'} | {g['cache_writes']} | {g['cache_write_tokens']} "
                 f"| {g['cache_reads']} | {g['cache_read_tokens']} | {g['wall_s']} | {g.get('tokens_released_ms', '—')} | {delay} |"
@@ -347,7 +382,11 @@ def markdown(r: dict) -> str:
         lines.append(f"| {row['n']} | {d['prefix_tokens_sent']} | ${d['prefix_usd']:.6f} | ${d['formula_usd']:.6f} | {shown} |")
     lines += ["", "| goal | met |", "|---|---|"]
     for name, ok in r["goals"].items():
-        shown = ", ".join(f"N={n}: {'yes' if v else 'NO'}" for n, v in ok.items()) if isinstance(ok, dict) else ("yes" if ok else "NO")
+        shown = (
+            ", ".join(f"N={n}: {'yes' if v else 'NO'}" for n, v in ok.items())
+            if isinstance(ok, dict)
+            else ("yes" if ok else "NO")
+        )
         lines.append(f"| {name.replace('_', ' ')} | {shown} |")
     return "\n".join(lines) + "\n"
 
@@ -356,10 +395,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[5, 20, 100])
     parser.add_argument(
-        "--step-workers", type=int, default=None,
+        "--step-workers",
+        type=int,
+        default=None,
         help="step worker processes (0: every step in the engine's process; default: the CLI's, one per core up to four)",
     )
-    parser.add_argument("--repeat", type=int, default=1, help="gated runs of each size (their sibling starts are listed one by one)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="gated runs of each size (their sibling starts are listed one by one)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = parser.parse_args()

@@ -24,7 +24,6 @@ HEADER = (
 )
 
 
-
 def _name(requirement: str) -> str:
     """A requirement's project name, normalized (PEP 503): `aws-lambda-powertools[tracer]>=3`
     -> `aws-lambda-powertools`."""
@@ -32,7 +31,6 @@ def _name(requirement: str) -> str:
     if not match:
         raise ValueError(f"pyproject.toml: cannot read the dependency {requirement!r}")
     return re.sub(r"[-_.]+", "-", match.group(1)).lower()
-
 
 
 def render(pyproject: Path = PYPROJECT) -> str:
@@ -45,7 +43,6 @@ def render(pyproject: Path = PYPROJECT) -> str:
     if unknown:
         raise ValueError(f"pyproject.toml: [tool.laneflow.layer] leave-out names no dependency: {', '.join(unknown)}")
     return HEADER + "".join(f"{d}\n" for d in dependencies if _name(d) not in leave_out)
-
 
 
 def main(argv: list[str]) -> int:
@@ -61,7 +58,6 @@ def main(argv: list[str]) -> int:
     REQUIREMENTS.write_text(text, encoding="utf-8")
     print(f"wrote {REQUIREMENTS.relative_to(ROOT)}")
     return 0
-
 
 
 if __name__ == "__main__":

@@ -22,7 +22,11 @@ def main() -> int:
         return 1
     from playwright.sync_api import sync_playwright
 
-    workspaces = {"newsroom": ROOT / "examples" / "newsroom", "ws_control": FIXTURES / "ws_control", "ws_gate": FIXTURES / "ws_gate"}
+    workspaces = {
+        "newsroom": ROOT / "examples" / "newsroom",
+        "ws_control": FIXTURES / "ws_control",
+        "ws_gate": FIXTURES / "ws_gate",
+    }
     with harness.served(workspaces, responder=demo_responder) as served, sync_playwright() as playwright:
         stopped = served.start("ws_gate", "stop")
         served.wait(stopped, "running")

@@ -82,4 +82,3 @@ def run_flow(svc: Services):
 
     _run.engine = engine  # type: ignore[attr-defined]
     return _run
-

@@ -83,7 +83,11 @@ def services_on(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **en
         return
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)  # no profile, region or endpoint of the person running the tests
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": DYNAMODB_REGION}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": DYNAMODB_REGION,
+    }.items():
         monkeypatch.setenv(name, value)
     with mock_aws(), moto_dynamodb_serialized():
         init_store(DYNAMODB)
@@ -105,7 +109,9 @@ def drive(svc: Services, workspace: Path | str, flow: str, run_input: Any = None
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def write_workspace(root: Path, agents: dict[str, dict[str, Any]], flows: dict[str, dict[str, Any]], agents_md: str = "model: stub\n") -> Path:
+def write_workspace(
+    root: Path, agents: dict[str, dict[str, Any]], flows: dict[str, dict[str, Any]], agents_md: str = "model: stub\n"
+) -> Path:
     """A workspace on the stub model: agents as frontmatter, flows as YAML, AGENTS.md's
     frontmatter as given."""
     (root / "AGENTS.md").parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +164,9 @@ def closed_within(sock: socket.socket, seconds: float) -> float | None:
     return time.monotonic() - started
 
 
-def wait_for_run(proc: Any, db_file: Path, store_url: str, ready: Callable[[Any, Run], bool], poll_s: float = 0.05, within_s: float = 90) -> tuple[Any, str | None]:
+def wait_for_run(
+    proc: Any, db_file: Path, store_url: str, ready: Callable[[Any, Run], bool], poll_s: float = 0.05, within_s: float = 90
+) -> tuple[Any, str | None]:
     """While a `laneflow` subprocess runs, poll its store until its first run is `ready`
     (given the store and the run): (the store, the run's id), or (the store or None, None)
     if the process ended or `within_s` passed first."""

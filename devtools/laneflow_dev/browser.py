@@ -33,8 +33,14 @@ CHROMIUM = "/usr/bin/chromium"
 
 # No GPU, no QUIC, no first-run, no background calls home: the browser talks to 127.0.0.1 only.
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 KEY = "sk-imitation-viewer"
@@ -98,7 +104,9 @@ def served(workspaces: dict[str, Path], responder: Responder | None = None) -> I
         for name, source in workspaces.items():
             shutil.copytree(source, folder / "ws" / name)
         with MessagesImitation(ttft_ms=300, token_ms=2, api_keys={KEY}, responder=responder) as api:
-            settings = Settings(anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(folder / "captures"))
+            settings = Settings(
+                anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(folder / "captures")
+            )
             svc = for_store(open_store(f"sqlite:///{folder / 'laneflow.db'}"), settings)
             svc.workspaces = FolderWorkspaces(folder / "ws")
             svc.drives = local_drives(svc)

@@ -42,7 +42,6 @@ IMITATION_KEY = "sk-imitation-demo"
 POST = {"title": "Five ways the ocean keeps its records", "slug": "ocean-records", "words": 300, "tags": ["ocean", "brief"]}
 
 
-
 def demo_responder(body: dict[str, Any]) -> Reply:
     """The imitation's default replies, except that a step asked for JSON gets a post
     record that matches the demo's schema."""
@@ -51,7 +50,6 @@ def demo_responder(body: dict[str, Any]) -> Reply:
     if "```json" in text:
         return Reply(text="The post is ready to publish.\n```json\n" + json.dumps(POST) + "\n```")
     return default_responder(body)
-
 
 
 def imitation() -> MessagesImitation:

@@ -15,7 +15,6 @@ from unittest import mock
 _LOCK = threading.RLock()
 
 
-
 @contextlib.contextmanager
 def serialized_dynamodb() -> Iterator[None]:
     from moto.dynamodb.responses import DynamoHandler
@@ -30,7 +29,6 @@ def serialized_dynamodb() -> Iterator[None]:
         yield
 
 
-
 def _ecs_operation(self: Any, service_action_name: str | None) -> Any:
     import botocore.session
 
@@ -38,7 +36,6 @@ def _ecs_operation(self: Any, service_action_name: str | None) -> Any:
     action = self._get_boto_service_action(service_action_name).replace("_", "")
     name = next(n for n in model.operation_names if n.lower() == action)
     return model.operation_model(name)
-
 
 
 @contextlib.contextmanager
@@ -60,7 +57,8 @@ def ecs_in_step_functions() -> Iterator[None]:
     def normalise_response(self, response, boto_service_name=None, service_action_name=None):  # type: ignore[no-untyped-def]
         self._from_boto_response(response, _ecs_operation(self, service_action_name).output_shape)
 
-    with mock.patch.object(StateTaskServiceEcs, "_normalise_parameters", normalise_parameters), mock.patch.object(
-        StateTaskServiceEcs, "_normalise_response", normalise_response
+    with (
+        mock.patch.object(StateTaskServiceEcs, "_normalise_parameters", normalise_parameters),
+        mock.patch.object(StateTaskServiceEcs, "_normalise_response", normalise_response),
     ):
         yield

@@ -24,6 +24,7 @@ def _without_browser() -> None:
         pytest.fail(f"LANEFLOW_REQUIRE_BROWSER=1 but {REASON}")
     pytest.skip(REASON)
 
+
 WORKSPACES = ("ws_claude", "ws_gate", "ws_control", "ws_ask")
 
 

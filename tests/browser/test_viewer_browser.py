@@ -183,12 +183,29 @@ def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_cha
     # `cache_break` (and that step's `skills` layer changed since the agent's previous step),
     run_id = served.start("ws_claude", "fanout")
     record = served.wait(run_id, "completed").public()
-    record["lanes"] = [{"group": 0, "cycle": 0, "lane": LANE, "steps": 4, "cold_prefixes": 2, "cache_read": 111, "cache_write": 222, "gate_wait_ms": 4321}]
+    record["lanes"] = [
+        {
+            "group": 0,
+            "cycle": 0,
+            "lane": LANE,
+            "steps": 4,
+            "cold_prefixes": 2,
+            "cache_read": 111,
+            "cache_write": 222,
+            "gate_wait_ms": 4321,
+        }
+    ]
     changed = record["steps"][2]
     changed["cache_break"] = {"layer": "skills", "since": f"{run_id}/1"}
-    changed["prompt_layers"] = [*changed["prompt_layers"], {"name": "skills", "chars": 40, "sha256": "0123456789ab", "dynamic": False}]
+    changed["prompt_layers"] = [
+        *changed["prompt_layers"],
+        {"name": "skills", "chars": 40, "sha256": "0123456789ab", "dynamic": False},
+    ]
     for step in record["steps"][:2]:
-        step["prompt_layers"] = [*step["prompt_layers"], {"name": "skills", "chars": 38, "sha256": "ba9876543210", "dynamic": False}]
+        step["prompt_layers"] = [
+            *step["prompt_layers"],
+            {"name": "skills", "chars": 38, "sha256": "ba9876543210", "dynamic": False},
+        ]
     page.route(f"**/runs/{run_id}/stream", lambda route: route.fulfill(status=404, json={"message": "no stream here"}))
     page.route(f"**/runs/{run_id}", lambda route: route.fulfill(status=200, json=record))
 
@@ -209,7 +226,6 @@ def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_cha
     expect(detail.locator('[data-k="breaking"]')).to_contain_text("skills")
     expect(detail.locator("tr.ch-changed")).to_contain_text("was ba9876543210")
     expect(page.locator('[data-k="live"]')).to_have_text("polling")  # no stream: it polls
-
 
 
 def test_a_step_waiting_on_a_question_shows_an_answer_box_whose_answer_reaches_it(page, served):

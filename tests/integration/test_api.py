@@ -115,7 +115,9 @@ def test_start_answers_201_with_the_queued_run_and_its_location_and_starts_one_d
     status, run, headers = call(api_svc, "POST", "/runs", {**START, "input": {"topic": "kelp"}})
 
     assert status == 201
-    assert run["status"] == "queued" and run["tenant"] == "acme" and run["workspace"] == "ws_control" and run["flow"] == "approval"
+    assert (
+        run["status"] == "queued" and run["tenant"] == "acme" and run["workspace"] == "ws_control" and run["flow"] == "approval"
+    )
     assert [s["agent"] for s in run["steps"]] == ["writer", None, "poster"]
     assert headers["location"] == [f"/Prod/runs/{run['id']}"]
     assert api_svc.drives.started == [("acme", run["id"])]
@@ -378,7 +380,13 @@ def test_the_openapi_document_lists_every_route(api_svc):
         ("/assets/{name}", "GET"),
     }
     assert len(listed) == len(app._static_routes + app._dynamic_routes)
-    assert set(document["components"]["schemas"]["StartRun"]["properties"]) == {"workspace", "flow", "input", "model", "idempotency_key"}
+    assert set(document["components"]["schemas"]["StartRun"]["properties"]) == {
+        "workspace",
+        "flow",
+        "input",
+        "model",
+        "idempotency_key",
+    }
 
 
 def test_the_openapi_document_lists_the_400s_it_answers_and_never_a_422(api_svc):
@@ -413,8 +421,15 @@ def test_the_openapi_document_declares_sigv4_and_cognito_and_the_stages_server(a
 
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
-    [("DELETE", "/runs", "GET, POST"), ("PUT", "/runs/run-x", "GET"), ("GET", "/runs/run-x/stop", "POST"),
-     ("GET", "/runs/run-x/approval", "POST"), ("POST", "/", "GET"), ("PATCH", "/openapi.json", "GET"), ("OPTIONS", "/runs", "GET, POST")],
+    [
+        ("DELETE", "/runs", "GET, POST"),
+        ("PUT", "/runs/run-x", "GET"),
+        ("GET", "/runs/run-x/stop", "POST"),
+        ("GET", "/runs/run-x/approval", "POST"),
+        ("POST", "/", "GET"),
+        ("PATCH", "/openapi.json", "GET"),
+        ("OPTIONS", "/runs", "GET, POST"),
+    ],
 )
 def test_an_unsupported_method_on_a_known_route_is_a_405_with_allow(api_svc, method, path, allowed):
     before = api_svc.store.list_runs("acme")
@@ -459,8 +474,15 @@ SAMPLE_TENANT = "123456789012"  # the sample events' caller: an IAM identity, it
 
 @pytest.mark.parametrize(
     ("name", "status"),
-    [("api_start_run", 201), ("api_list_runs", 200), ("api_get_run", 200), ("api_stop_run", 200), ("api_answer_approval", 409),
-     ("api_answer_question", 409), ("api_list_questions", 200)],
+    [
+        ("api_start_run", 201),
+        ("api_list_runs", 200),
+        ("api_get_run", 200),
+        ("api_stop_run", 200),
+        ("api_answer_approval", 409),
+        ("api_answer_question", 409),
+        ("api_list_questions", 200),
+    ],
 )
 def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
     event = json.loads((EVENTS / f"{name}.json").read_text())
@@ -564,7 +586,9 @@ def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(ap
     assert http(served, "GET", "/assets/app.js")[0] == 200
     status, _, headers = http(served, "DELETE", "/runs")
     assert status == 405 and headers["Allow"] == "GET, POST"
-    with urllib.request.urlopen(urllib.request.Request(served + "/runs", method="HEAD"), timeout=10) as head:  # GET without the body
+    with urllib.request.urlopen(
+        urllib.request.Request(served + "/runs", method="HEAD"), timeout=10
+    ) as head:  # GET without the body
         assert head.status == 200 and head.read() == b"" and int(head.headers["Content-Length"]) > 0
 
 

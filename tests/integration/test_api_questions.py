@@ -25,7 +25,9 @@ def api_svc(svc):
 
 
 def asker_run(svc, tmp_path, *, ask_timeout: float = 60):
-    agents = {"asker": {"tools": ["ask"], "ask_timeout": ask_timeout, "stub": 'tool: ask {"question": "North or south?"}\nAsked.'}}
+    agents = {
+        "asker": {"tools": ["ask"], "ask_timeout": ask_timeout, "stub": 'tool: ask {"question": "North or south?"}\nAsked.'}
+    }
     ws = write_workspace(tmp_path / "ws", agents, {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}})
     run = create_run(svc, ws, "desk", tenant=TENANT)
     done: list = []
@@ -43,8 +45,16 @@ def test_a_step_waiting_on_a_question_is_listed_and_the_apis_answer_reaches_it(a
         assert status == 200
         listed = body["questions"]
         time.sleep(0.05)
-    assert listed == [{"run_id": run.id, "index": 0, "agent": "asker", "question": "North or south?",
-                       "asked_at": listed[0]["asked_at"], "answer_at": f"/runs/{run.id}/steps/0/answer"}]
+    assert listed == [
+        {
+            "run_id": run.id,
+            "index": 0,
+            "agent": "asker",
+            "question": "North or south?",
+            "asked_at": listed[0]["asked_at"],
+            "answer_at": f"/runs/{run.id}/steps/0/answer",
+        }
+    ]
     assert call(api_svc, "GET", "/questions", tenant="globex")[1] == {"questions": []}  # another tenant sees none
     assert call(api_svc, "GET", "/questions", query={"run": "run-other"}, tenant=TENANT)[1] == {"questions": []}
     status, body, _ = call(api_svc, "POST", f"/runs/{run.id}/steps/0/answer", {"text": "North."}, tenant=TENANT)

@@ -147,7 +147,11 @@ def outputs(svc: Any, step: Step) -> list[tuple[str, bool]]:
 
 def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secret(on, tmp_path, server):
     svc = on()
-    ws = tracker_workspace(tmp_path, server.url, ['{"method": "POST", "path": "/issues", "query": {"label": "bug"}, "body": {"title": "x"}}', '{"path": "/whoami"}'])
+    ws = tracker_workspace(
+        tmp_path,
+        server.url,
+        ['{"method": "POST", "path": "/issues", "query": {"label": "bug"}, "body": {"title": "x"}}', '{"path": "/whoami"}'],
+    )
 
     run = drive(svc, ws, "fix")
 
@@ -171,15 +175,19 @@ def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secre
 
 
 def test_another_host_is_refused_as_an_error_and_no_request_leaves(svc, tmp_path, server):
-    ws = tracker_workspace(tmp_path, server.url, [
-        f'{{"path": "http://localhost:{server.port}/api/v1/echo"}}',  # another host name
-        '{"path": "//example.com/x"}',
-        '{"path": "../admin"}',  # escapes the base path
-        '{"path": "/%2e%2e/admin"}',
-        f'{{"path": "http://127.0.0.1:{server.port + 1 if server.port < 65535 else 1}/api/v1/echo"}}',  # another port
-        '{"path": "/away"}',  # a redirect to another host
-        '{"path": "/inside"}',  # a redirect within the API: followed
-    ])
+    ws = tracker_workspace(
+        tmp_path,
+        server.url,
+        [
+            f'{{"path": "http://localhost:{server.port}/api/v1/echo"}}',  # another host name
+            '{"path": "//example.com/x"}',
+            '{"path": "../admin"}',  # escapes the base path
+            '{"path": "/%2e%2e/admin"}',
+            f'{{"path": "http://127.0.0.1:{server.port + 1 if server.port < 65535 else 1}/api/v1/echo"}}',  # another port
+            '{"path": "/away"}',  # a redirect to another host
+            '{"path": "/inside"}',  # a redirect within the API: followed
+        ],
+    )
 
     run = drive(svc, ws, "fix")
 
@@ -217,7 +225,11 @@ def test_the_response_is_cut_at_30000_characters_saying_so(svc, tmp_path, server
 
 
 def test_a_call_input_that_is_not_what_the_tool_takes_is_an_error(svc, tmp_path, server):
-    ws = tracker_workspace(tmp_path, server.url, ['{"verb": "GET"}', '{"method": "GET", "path": "/x", "body": "hi"}', '{"method": "TRACE", "path": "/x"}'])
+    ws = tracker_workspace(
+        tmp_path,
+        server.url,
+        ['{"verb": "GET"}', '{"method": "GET", "path": "/x", "body": "hi"}', '{"method": "TRACE", "path": "/x"}'],
+    )
     run = drive(svc, ws, "fix")
     results = outputs(svc, run.steps[0])
     assert [f for _, f in results] == [True, True, True] and server.seen == []
@@ -241,14 +253,25 @@ def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path, server):
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), cfg)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         ws = tracker_workspace(tmp_path, server.url, [])
-        lines = ['[[tool api_tracker {"path": "/issues/7"}]]', '[[tool api_tracker {"path": "/missing"}]]', "[[reply Ticket seven read.]]"]
-        (ws / "flows" / "fix.yaml").write_text("steps:\n  - agent: fixer\n    instruction: |\n" + "".join(f"      {line}\n" for line in lines))
+        lines = [
+            '[[tool api_tracker {"path": "/issues/7"}]]',
+            '[[tool api_tracker {"path": "/missing"}]]',
+            "[[reply Ticket seven read.]]",
+        ]
+        (ws / "flows" / "fix.yaml").write_text(
+            "steps:\n  - agent: fixer\n    instruction: |\n" + "".join(f"      {line}\n" for line in lines)
+        )
         run = drive(svc, ws, "fix", model="claude-sonnet-4-6")
     assert run.status == RunStatus.completed, run.error
     assert [t["name"] for t in bodies[0]["tools"]] == ["api_tracker", "list_files", "read_file", "write_file"]
     assert server.seen[0]["path"] == "/api/v1/issues/7" and server.seen[0]["headers"]["X-Token"] == TOKEN
-    results = [b for m in bodies[-1]["messages"] if m["role"] == "user" and isinstance(m["content"], list)
-               for b in m["content"] if b.get("type") == "tool_result"]
+    results = [
+        b
+        for m in bodies[-1]["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
     assert [r.get("is_error", False) for r in results] == [False, True]
     assert '"path": "/api/v1/issues/7"' in str(results[0]["content"]) and "404" in str(results[1]["content"])
     assert TOKEN not in json.dumps(bodies)  # the model never sees the credential
@@ -265,7 +288,7 @@ def test_an_openapi_files_operations_are_listed_in_the_stable_apis_layer(tmp_pat
     (ws_root / "agents" / "fixer" / "api").mkdir()
     (ws_root / "agents" / "fixer" / "api" / "openapi.yaml").write_text(
         "openapi: 3.0.0\npaths:\n  /issues:\n    get: {summary: List issues}\n    post: {operationId: createIssue}\n"
-        "  /issues/{id}:\n    delete: {description: \"Delete an issue.\\nForever.\"}\n"
+        '  /issues/{id}:\n    delete: {description: "Delete an issue.\\nForever."}\n'
     )
     ws = load_workspace(ws_root)
     prompt = build_system_prompt(ws, load_agent(ws, "fixer"))

@@ -36,7 +36,9 @@ def start(svc, ws: Path):
     """The run, and the thread driving it (the ask blocks its step)."""
     run = create_run(svc, ws, "desk")
     done: list = []
-    thread = threading.Thread(target=lambda: done.append(local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run), daemon=True)
+    thread = threading.Thread(
+        target=lambda: done.append(local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run), daemon=True
+    )
     thread.start()
     return run, thread, done
 
@@ -62,13 +64,18 @@ def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
     run, thread, done = start(svc, ask_workspace(tmp_path))
     waiting = until_asked(svc, run)
     assert waiting.index == 0 and waiting.question == "Which coast first, north or south?"
-    listed = subprocess.run([str(LANEFLOW), "runs", "--store", svc.store.url], capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    listed = subprocess.run(
+        [str(LANEFLOW), "runs", "--store", svc.store.url], capture_output=True, text=True, timeout=60, env=dict(os.environ)
+    )
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()[:2]
     assert header.split()[-1] == "ASKING" and row.startswith(run.id) and row.endswith("step 0")
     answered = subprocess.run(
         [str(LANEFLOW), "answer", run.id, "0", "The north, then the south.", "--store", svc.store.url],
-        capture_output=True, text=True, timeout=60, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
     )
     assert answered.returncode == 0, answered.stderr
     thread.join(60)
@@ -85,8 +92,13 @@ def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
     # Answered once: a second answer is refused, naming why.
     with pytest.raises(NoQuestionWaiting, match="answered"):
         answer_question(svc, run.tenant, run.id, 0, "again")
-    again = subprocess.run([str(LANEFLOW), "answer", run.id, "0", "again", "--store", svc.store.url],
-                           capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    again = subprocess.run(
+        [str(LANEFLOW), "answer", run.id, "0", "again", "--store", svc.store.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
     assert again.returncode == 2 and "waiting on no question" in again.stderr
 
 
@@ -156,8 +168,12 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
             return Reply(text="Asking.", tool_uses=[{"name": "ask", "input": {"question": "North or south?"}}])
         return Reply(text="Going north.")
 
-    ws = write_workspace(tmp_path / "ws", {"asker": {"tools": ["ask"], "ask_timeout": 60}},
-                         {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}}, agents_md="model: claude-sonnet-4-6\n")
+    ws = write_workspace(
+        tmp_path / "ws",
+        {"asker": {"tools": ["ask"], "ask_timeout": 60}},
+        {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}},
+        agents_md="model: claude-sonnet-4-6\n",
+    )
     with MessagesImitation(api_keys={key}, responder=respond) as api:
         settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
@@ -186,8 +202,13 @@ def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_atte
 
     ws = ask_workspace(tmp_path, ask_timeout=600)
     url = f"sqlite:///{tmp_path / 'ask.db'}"
-    proc = subprocess.Popen([str(LANEFLOW), "run", str(ws), "desk", "--store", url, "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [str(LANEFLOW), "run", str(ws), "desk", "--store", url, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     svc = None
     deadline = time.monotonic() + 60
     waiting: list = []
@@ -200,8 +221,9 @@ def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_atte
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     # Reconcile interrupts the attempt and re-drives the run: its second attempt asks anew.
-    reconciling = subprocess.Popen([str(LANEFLOW), "reconcile", "--store", url],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    reconciling = subprocess.Popen(
+        [str(LANEFLOW), "reconcile", "--store", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
     run_id = waiting[0].run_id
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and reconciling.poll() is None:
@@ -213,8 +235,9 @@ def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_atte
     assert first.status == QuestionStatus.expired and first.attempt == 1
     assert second.status == QuestionStatus.open and second.attempt == 2
     assert [q.id for q in waiting_questions(svc, "local")] == [second.id]
-    answered = subprocess.run([str(LANEFLOW), "answer", run_id, "0", "North.", "--store", url],
-                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    answered = subprocess.run(
+        [str(LANEFLOW), "answer", run_id, "0", "North.", "--store", url], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert answered.returncode == 0, answered.stderr
     _, err = reconciling.communicate(timeout=120)
     assert reconciling.returncode == 0, err

@@ -45,7 +45,9 @@ def two_step_ws(tmp_path: Path, second_agent_md: str = "---\nmodel: stub\n---\nY
 # -- the CLI -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("given, field", [('{"a": NaN}', "$.a"), ('{"a": ["x", Infinity]}', "$.a[1]"), ('{"t": "\\ud800"}', "$.t")])
+@pytest.mark.parametrize(
+    "given, field", [('{"a": NaN}', "$.a"), ('{"a": ["x", Infinity]}', "$.a[1]"), ('{"t": "\\ud800"}', "$.t")]
+)
 def test_nan_in_run_input_is_refused_with_exit_2_naming_the_field_and_nothing_is_written(tmp_path, capsys, given, field):
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     ws = two_step_ws(tmp_path)
@@ -71,7 +73,11 @@ def test_a_repeated_key_in_run_input_is_refused_with_exit_2_naming_it_and_nothin
         code = main(["run", str(ws), "f", "--input", arg, "--store", store, "--quiet"])
 
         err = capsys.readouterr().err
-        assert code == 2 and err.splitlines()[0] == f"laneflow: {source}: {field}: the key {json.dumps(key)} is given twice in one object; give it once"
+        assert (
+            code == 2
+            and err.splitlines()[0]
+            == f"laneflow: {source}: {field}: the key {json.dumps(key)} is given twice in one object; give it once"
+        )
         assert "Traceback" not in err
     assert main(["runs", "--store", store, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
@@ -89,7 +95,9 @@ def test_a_repeated_key_in_run_input_is_refused_with_exit_2_naming_it_and_nothin
     ],
     ids=["agent-date", "agent-list-date", "agents-md-date", "flow-date", "flow-overflow", "agent-repeated-key"],
 )
-def test_a_yaml_value_that_cannot_be_constructed_is_a_problem_with_file_line_and_field_for_check_and_run(tmp_path, capsys, rel, text, line, field):
+def test_a_yaml_value_that_cannot_be_constructed_is_a_problem_with_file_line_and_field_for_check_and_run(
+    tmp_path, capsys, rel, text, line, field
+):
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     ws = two_step_ws(tmp_path)
     (ws / rel).write_text(text)
@@ -108,9 +116,10 @@ def test_a_yaml_value_that_cannot_be_constructed_is_a_problem_with_file_line_and
 
 
 def test_check_lists_a_type_error_beside_the_stub_cost_and_secret_name_problems_of_the_same_agent_md(tmp_path, capsys):
-    ws = two_step_ws(tmp_path, (
-        "---\nmodel: stub\nbudget: \"3\"\nsecrets: [GOOD_NAME, \"bad name\"]\nstub: |\n  cost: inf\n  Checked.\n---\nYou check."
-    ))
+    ws = two_step_ws(
+        tmp_path,
+        ('---\nmodel: stub\nbudget: "3"\nsecrets: [GOOD_NAME, "bad name"]\nstub: |\n  cost: inf\n  Checked.\n---\nYou check.'),
+    )
 
     code = main(["check", str(ws)])
 

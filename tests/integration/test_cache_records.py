@@ -131,5 +131,9 @@ def test_the_apis_run_json_carries_the_lanes_and_each_steps_cache_break(svc, tmp
     assert status == 200
     assert record["lanes"][0]["lane"] == "quick@stub" and record["lanes"][0]["cold_prefixes"] == 4
     assert all("cache_break" in s and "prefix" in s for s in record["steps"])
-    assert any(s["cache_break"] == {"layer": "expired", "since": f"{run.id}/{s2['index']}"}
-               for s in record["steps"] for s2 in record["steps"] if s2 is not s)
+    assert any(
+        s["cache_break"] == {"layer": "expired", "since": f"{run.id}/{s2['index']}"}
+        for s in record["steps"]
+        for s2 in record["steps"]
+        if s2 is not s
+    )

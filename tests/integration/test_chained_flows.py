@@ -27,7 +27,12 @@ from laneflow.wiring import for_store
 
 THEN = {
     "flow": "publish",
-    "input": {"brief": "{result.writer}", "facts": "{data.scout}", "topic": "{input.topic}", "note": "from {result.writer} on {input.topic}"},
+    "input": {
+        "brief": "{result.writer}",
+        "facts": "{data.scout}",
+        "topic": "{input.topic}",
+        "note": "from {result.writer} on {input.topic}",
+    },
 }
 
 
@@ -71,7 +76,12 @@ def test_a_completed_run_starts_its_chained_run_once_with_the_input_filled_from_
     assert first.then_run == idempotent_run_id("local", f"then:{first.id}")
     chained = svc.store.get_run("local", first.then_run)
     assert chained.status == RunStatus.queued and chained.flow == "publish"
-    assert chained.input == {"brief": "The brief.", "facts": {"facts": [1, 2]}, "topic": "tides", "note": "from The brief. on tides"}
+    assert chained.input == {
+        "brief": "The brief.",
+        "facts": {"facts": [1, 2]},
+        "topic": "tides",
+        "note": "from The brief. on tides",
+    }
     assert chained.options["chained_from"] == first.id and chained.options["chain_depth"] == 1
     assert chained.steps[0].instruction == "Publish: The brief."
     assert first.public()["then_run"] == chained.id
@@ -99,7 +109,12 @@ def test_where_drives_can_be_started_the_chained_runs_drive_starts_once(svc, tmp
 
 def test_a_failed_or_stopped_run_starts_no_chained_run(svc, tmp_path):
     ws = desk(tmp_path, writer_stub="fail: no ink")
-    failed = drive(svc, ws, "brief", {"topic": "tides"}, )
+    failed = drive(
+        svc,
+        ws,
+        "brief",
+        {"topic": "tides"},
+    )
     assert failed.status == RunStatus.failed and failed.then_run is None
 
     ws2 = desk(tmp_path / "two")
@@ -139,10 +154,22 @@ def test_laneflow_run_drives_the_chained_run_too_and_json_prints_the_first_recor
 def test_check_refuses_a_then_naming_an_unknown_flow_or_agents_not_in_the_flow(tmp_path):
     ws = desk(tmp_path, then={"flow": "publsh", "input": {"a": "{result.editor}", "b": "{data.scout} and {data.ghost}"}})
     problems = [(p.file, p.field, p.message) for p in check_workspace(ws)]
-    assert ("flows/brief.yaml", "then.flow", "unknown flow 'publsh' (flows/publsh.yaml not found) (did you mean 'publish'?)") in problems
+    assert (
+        "flows/brief.yaml",
+        "then.flow",
+        "unknown flow 'publsh' (flows/publsh.yaml not found) (did you mean 'publish'?)",
+    ) in problems
     agents = "its agents: scout, writer"
-    assert ("flows/brief.yaml", "then.input", f"{{result.editor}} names agent 'editor', which is not a step of this flow ({agents})") in problems
-    assert ("flows/brief.yaml", "then.input", f"{{data.ghost}} names agent 'ghost', which is not a step of this flow ({agents})") in problems
+    assert (
+        "flows/brief.yaml",
+        "then.input",
+        f"{{result.editor}} names agent 'editor', which is not a step of this flow ({agents})",
+    ) in problems
+    assert (
+        "flows/brief.yaml",
+        "then.input",
+        f"{{data.ghost}} names agent 'ghost', which is not a step of this flow ({agents})",
+    ) in problems
     assert len(problems) == 3, problems
     (ws / "flows" / "brief.yaml").write_text("steps:\n  - agent: scout\nthen: publish\n")
     [(_, line, field, message)] = [(p.file, p.line, p.field, p.message) for p in check_workspace(ws)]

@@ -48,7 +48,13 @@ class Recording:
     def tool_results(self) -> list[dict]:
         """The tool results the model was sent, in order (the last request holds them all)."""
         last = self.bodies[-1]["messages"]
-        return [b for m in last if m["role"] == "user" and isinstance(m["content"], list) for b in m["content"] if b.get("type") == "tool_result"]
+        return [
+            b
+            for m in last
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "tool_result"
+        ]
 
 
 @pytest.fixture
@@ -91,7 +97,11 @@ def test_a_tool_error_goes_back_to_the_model_as_is_error_and_the_step_completes(
     results = recording.tool_results()
     assert [r["is_error"] for r in results] == [True] * 7 + [False]
     said = [r["content"] for r in results]
-    for fragment, text in zip(["a folder", "symlink loop", "NUL", "too long", "not UTF-8", "non-empty string", "content must be a string"], said[:7], strict=True):
+    for fragment, text in zip(
+        ["a folder", "symlink loop", "NUL", "too long", "not UTF-8", "non-empty string", "content must be a string"],
+        said[:7],
+        strict=True,
+    ):
         assert fragment in text, (fragment, text)
     for text in said:
         assert str(ws) not in text and str(tmp_path) not in text  # no local path for the model

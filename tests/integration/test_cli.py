@@ -33,12 +33,42 @@ def test_run_json_prints_only_the_record_and_exits_0(store, capsys):
     assert code == 0
     record = json.loads(out)  # the whole of stdout is one JSON document
     assert record["status"] == "completed" and record["flow"] == "handoff"
-    for key in ("id", "tenant", "workspace", "stop_requested", "created_at", "driven_at", "finished_at",
-                "parked_at", "revision", "cost_usd", "drives", "steps"):
+    for key in (
+        "id",
+        "tenant",
+        "workspace",
+        "stop_requested",
+        "created_at",
+        "driven_at",
+        "finished_at",
+        "parked_at",
+        "revision",
+        "cost_usd",
+        "drives",
+        "steps",
+    ):
         assert key in record
     step = record["steps"][0]
-    for key in ("index", "group", "agent", "item", "model", "status", "attempts", "cycle", "instruction", "result",
-                "conclusion", "data", "rescue_of", "skip_reason", "cost_usd", "events", "calls", "prompt_layers"):
+    for key in (
+        "index",
+        "group",
+        "agent",
+        "item",
+        "model",
+        "status",
+        "attempts",
+        "cycle",
+        "instruction",
+        "result",
+        "conclusion",
+        "data",
+        "rescue_of",
+        "skip_reason",
+        "cost_usd",
+        "events",
+        "calls",
+        "prompt_layers",
+    ):
         assert key in step
     assert set(step["calls"][0]["tokens"]) == {"input", "output", "cache_read", "cache_write"}
 
@@ -121,7 +151,11 @@ def test_the_console_script_runs_the_demo_with_progress_on_stderr_only(tmp_path)
     exe = Path(sys.executable).parent / "laneflow"
     proc = subprocess.run(
         [str(exe), "demo", "--json", "--store", f"sqlite:///{tmp_path / 'demo.db'}"],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path, env={**os.environ, "LANEFLOW_HOME": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**os.environ, "LANEFLOW_HOME": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
@@ -140,7 +174,10 @@ def test_ctrl_c_on_a_running_run_leaves_nothing_running_and_the_run_resumable(tm
     exe = Path(sys.executable).parent / "laneflow"
     proc = subprocess.Popen(
         [str(exe), "run", str(SEM), "parallel", "--store", store, "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
     )
     from laneflow.adapters.store import open_store
 
@@ -193,7 +230,11 @@ def test_the_sandbox_demo_runs_the_tides_script_with_its_secret_on_a_copy_of_the
         assert any(t.startswith("isolation: ") for t in said), said
         assert "secrets from the workspace's .secrets.env: TIDES_TOKEN" in said
     copy = tmp_path / "demo-workspaces" / "tides"
-    assert sorted(p.name for p in (copy / "storage").glob("tides-*.md")) == ["tides-brest.md", "tides-dover.md", "tides-saint-malo.md"]
+    assert sorted(p.name for p in (copy / "storage").glob("tides-*.md")) == [
+        "tides-brest.md",
+        "tides-dover.md",
+        "tides-saint-malo.md",
+    ]
     assert (copy / "state" / "tables-filed").read_text().strip() == "3"
     assert sorted(p.relative_to(example).as_posix() for p in example.rglob("*")) == before  # the example is untouched
     assert main(["demo", "tides", "--imitate", "--store", store]) == 2  # its steps are scripted for the stub only
@@ -214,8 +255,13 @@ def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path):
 
     store = f"sqlite:///{tmp_path / 'stop.db'}"
     exe = Path(sys.executable).parent / "laneflow"
-    runner = subprocess.Popen([str(exe), "run", str(CTRL), "stop", "--store", store, "--quiet", "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    runner = subprocess.Popen(
+        [str(exe), "run", str(CTRL), "stop", "--store", store, "--quiet", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     from laneflow.adapters.store import open_store
 
     db = open_store(store)
@@ -276,22 +322,42 @@ def test_a_dynamodb_store_behind_the_local_engine_really_persists(tmp_path):
     server.start()
     try:
         host, port = server.get_host_and_port()
-        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x",
-               "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "x",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
         store = "dynamodb://cli-runs?bucket=cli-blobs"
         exe = str(Path(sys.executable).parent / "laneflow")
-        made = subprocess.run([exe, "init-store", "--store", store], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+        made = subprocess.run(
+            [exe, "init-store", "--store", store], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path
+        )
         assert made.returncode == 0 and "created from template.yaml" in made.stdout, made.stderr
-        ran = subprocess.run([exe, "run", str(SEM), "handoff", "--input", '{"things": ["a", "b"]}', "--store", store, "--json"],
-                             capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+        ran = subprocess.run(
+            [exe, "run", str(SEM), "handoff", "--input", '{"things": ["a", "b"]}', "--store", store, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd=tmp_path,
+        )
         assert ran.returncode == 0, ran.stderr
         run_id = json.loads(ran.stdout)["id"]
         import boto3
 
-        client = boto3.client("dynamodb", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                              aws_access_key_id="x", aws_secret_access_key="x")
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+        )
         assert "cli-runs" in client.list_tables()["TableNames"]
-        shown = subprocess.run([exe, "show", run_id, "--store", store, "--json"], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+        shown = subprocess.run(
+            [exe, "show", run_id, "--store", store, "--json"], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path
+        )
         record = json.loads(shown.stdout)
         assert record["status"] == "completed" and [s["status"] for s in record["steps"]] == ["completed"] * 5
         assert not (tmp_path / ".laneflow" / "laneflow.db").exists()  # nothing went to the default SQLite store

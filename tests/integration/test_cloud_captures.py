@@ -40,8 +40,14 @@ def read_only_cwd(monkeypatch, tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only_working_folder(monkeypatch, tmp_path, read_only_cwd):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only_working_folder(
+    monkeypatch, tmp_path, read_only_cwd
+):
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -53,7 +59,11 @@ def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only
         s3 = boto3.client("s3", region_name="us-east-1")
         for path in (EXAMPLES / "newsroom").rglob("*"):
             if path.is_file():
-                s3.upload_file(str(path), "laneflow-blobs", f"workspaces/{TENANT}/newsroom/{path.relative_to(EXAMPLES / 'newsroom').as_posix()}")
+                s3.upload_file(
+                    str(path),
+                    "laneflow-blobs",
+                    f"workspaces/{TENANT}/newsroom/{path.relative_to(EXAMPLES / 'newsroom').as_posix()}",
+                )
         # As a handler builds them from its environment: no capture folder, no event bus.
         svc = for_store(open_store(URL), Settings(store_url=URL, workspaces="s3://laneflow-blobs/workspaces"))
         assert isinstance(svc.captures, S3Captures) and isinstance(svc.on_end, LocalOnEnd)

@@ -48,7 +48,11 @@ class SyncDrives:
 
 @pytest.fixture
 def cloud(monkeypatch, tmp_path):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     with mock_aws(), moto_dynamodb_serialized():
@@ -57,7 +61,11 @@ def cloud(monkeypatch, tmp_path):
         for example in ("newsroom", "scouts"):
             for path in (EXAMPLES / example).rglob("*"):
                 if path.is_file():
-                    s3.upload_file(str(path), "laneflow-blobs", f"workspaces/123456789012/{example}/{path.relative_to(EXAMPLES / example).as_posix()}")
+                    s3.upload_file(
+                        str(path),
+                        "laneflow-blobs",
+                        f"workspaces/123456789012/{example}/{path.relative_to(EXAMPLES / example).as_posix()}",
+                    )
         events = boto3.client("events", region_name="us-east-1")
         events.create_event_bus(Name="laneflow-runs")
         svc = for_store(open_store(URL), Settings(store_url=URL, tenant="123456789012"))
@@ -101,7 +109,9 @@ def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
 
     record = record_of(api, run_id)
     assert record["status"] == "completed", record.get("error")
-    assert len(record["steps"]) == 6 and all(s["status"] == "completed" and s["prompt_layers"] and s["calls"] for s in record["steps"])
+    assert len(record["steps"]) == 6 and all(
+        s["status"] == "completed" and s["prompt_layers"] and s["calls"] for s in record["steps"]
+    )
     assert record["steps"][-1]["data"]["slug"] == "ocean-records"
     assert record["tenant"] == "123456789012"  # from the caller's identity
 
@@ -144,7 +154,7 @@ def test_the_handlers_run_under_powertools_as_in_lambda(tmp_path):
     output is the contract's."""
     script = f"""
 import json, sys
-sys.path.insert(0, {str(ROOT / 'functions' / 'run_step')!r})
+sys.path.insert(0, {str(ROOT / "functions" / "run_step")!r})
 from laneflow.wiring import for_store, install
 from laneflow.settings import Settings
 from laneflow.adapters.store import open_store
@@ -152,8 +162,8 @@ from laneflow.adapters.workers import local_worker
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.start_drive import start_drive
 from laneflow.domain.messages import StartDriveRequest
-svc = for_store(open_store("sqlite:///{tmp_path / 'p.db'}"), Settings())
-run = create_run(svc, {str(ROOT / 'tests' / 'fixtures' / 'ws_control')!r}, "rescue")
+svc = for_store(open_store("sqlite:///{tmp_path / "p.db"}"), Settings())
+run = create_run(svc, {str(ROOT / "tests" / "fixtures" / "ws_control")!r}, "rescue")
 start_drive(svc, StartDriveRequest(tenant="local", run_id=run.id), worker=local_worker())
 install(svc)
 import app
@@ -165,8 +175,12 @@ out = app.handler({{"run": {{"tenant": "local", "run_id": run.id, "drive": 1}}, 
                    "step": {{"index": 0, "role": "solo"}}, "op": {{"execution": "e", "state": "RunStarter"}}}}, Ctx())
 print("RESULT " + json.dumps(out))
 """
-    env = {**os.environ, "AWS_LAMBDA_FUNCTION_NAME": "RunStepFunction", "POWERTOOLS_TRACE_DISABLED": "1",
-           "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        **os.environ,
+        "AWS_LAMBDA_FUNCTION_NAME": "RunStepFunction",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -193,8 +207,10 @@ def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api
     ws = write_workspace(
         tmp_path / "chain-ws",
         {"writer": {"stub": "The brief."}, "publisher": {"stub": "Published."}},
-        {"brief": {"steps": [{"agent": "writer"}], "then": {"flow": "publish", "input": {"text": "{result.writer}"}}},
-         "publish": {"steps": [{"agent": "publisher", "instruction": "Publish {input.text}"}]}},
+        {
+            "brief": {"steps": [{"agent": "writer"}], "then": {"flow": "publish", "input": {"text": "{result.writer}"}}},
+            "publish": {"steps": [{"agent": "publisher", "instruction": "Publish {input.text}"}]},
+        },
     )
     s3 = boto3.client("s3", region_name="us-east-1")
     for path in ws.rglob("*"):
@@ -241,12 +257,15 @@ def test_a_workspace_key_that_cannot_be_laid_out_is_a_400_naming_it_and_nothing_
     s3 = boto3.client("s3", region_name="us-east-1")
     for key in keys:
         s3.put_object(Bucket="laneflow-blobs", Key=f"workspaces/123456789012/newsroom/{key}", Body=b"notes")
+
     def downloaded() -> set:
         return set(workspaces.CACHE.rglob("*")) if workspaces.CACHE.exists() else set()
 
     before = downloaded()
     api = handler("api")
-    answer = api(api_event("start_run", body=json.dumps({"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides"]}})), None)
+    answer = api(
+        api_event("start_run", body=json.dumps({"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides"]}})), None
+    )
     assert answer["statusCode"] == 400, answer["body"]
     body = json.loads(answer["body"])
     assert named in body["message"] and "nothing was downloaded" in body["message"], body

@@ -266,7 +266,9 @@ def _race_a_stop(svc, rng) -> None:
     def saver(k: int) -> None:
         barrier.wait()
         for _ in range(30):
-            changes = rng.choice([{"error": None}, {"driven_at": "2026-01-01T00:00:00.000Z"}, {"options": {"k": k}}, {"execution": f"e{k}"}])
+            changes = rng.choice(
+                [{"error": None}, {"driven_at": "2026-01-01T00:00:00.000Z"}, {"options": {"k": k}}, {"execution": f"e{k}"}]
+            )
             svc.store.update_run(t, r, RunChanges.model_validate(changes))
 
     def stopper() -> None:
@@ -335,7 +337,9 @@ def test_the_judge_settings_come_from_the_workspace_then_the_account_field_by_fi
     account = tmp_path / "account"
     ws = account / "ws"
     shutil.copytree(CTRL, ws)
-    (account / "AGENTS.md").write_text('---\njudge:\n  model: claude-haiku-4-5\n  stub: "FAIL: said the account"\n---\nAccount.\n')
+    (account / "AGENTS.md").write_text(
+        '---\njudge:\n  model: claude-haiku-4-5\n  stub: "FAIL: said the account"\n---\nAccount.\n'
+    )
     text = (ws / "AGENTS.md").read_text()
     head, body = text.split("judge:", 1)
     (ws / "AGENTS.md").write_text(head + "judge:\n  model: stub\n---\nWorkspace.\n")

@@ -89,7 +89,11 @@ def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or
 def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_ecs_with_a_heartbeat():
     definition = json.loads(TEMPLATE.definition(lambda lid: f"arn:aws:lambda:us-east-1:123456789012:function:{lid}"))
     states = dict(_states(definition))
-    assert states["LaneSandboxed"]["Choices"][0] == {"Variable": "$.lane.sandboxed", "BooleanEquals": True, "Next": "RunSandboxLane"}
+    assert states["LaneSandboxed"]["Choices"][0] == {
+        "Variable": "$.lane.sandboxed",
+        "BooleanEquals": True,
+        "Next": "RunSandboxLane",
+    }
     assert states["RescueSandboxed"]["Choices"][0]["Variable"] == "$.step.sandboxed"
     for name in ("SandboxStarter", "SandboxSibling", "SandboxRescue"):
         state = states[name]
@@ -135,7 +139,9 @@ def test_map_states_discard_their_outputs_so_no_state_nears_256_kb():
 
 def test_a_definition_with_a_missing_substitution_is_refused(tmp_path):
     (tmp_path / "statemachines").mkdir()
-    (tmp_path / "statemachines" / "flow.asl.json").write_text('{"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "${Nope}", "End": true}}}')
+    (tmp_path / "statemachines" / "flow.asl.json").write_text(
+        '{"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "${Nope}", "End": true}}}'
+    )
     (tmp_path / "template.yaml").write_text(
         "Resources:\n  FlowStateMachine:\n    Type: AWS::Serverless::StateMachine\n    Properties:\n"
         "      DefinitionUri: statemachines/flow.asl.json\n      DefinitionSubstitutions: {}\n"

@@ -86,7 +86,9 @@ class WarmParent:
     """Forks `laneflow` commands (`cli.main`) from a process that imported the engine once."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", WARM_PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WARM_PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert "ready" in self._answer(), "the warm parent did not start"
 
     def _answer(self) -> dict:
@@ -138,7 +140,10 @@ def workspace(root: Path) -> Path:
     (root / "scripts" / "nap").write_text(f"#!/bin/sh\n# Naps a moment.\nsleep {NAP_S}\necho napped $1\n")
     (root / "scripts" / "nap").chmod(0o755)
     (root / "flows").mkdir()
-    steps = "".join(f"  - agent: maker\n    each: {list(items)}\n    parallel: 2\n    instruction: Make {{item}}.\n" for items in GROUPS.values())
+    steps = "".join(
+        f"  - agent: maker\n    each: {list(items)}\n    parallel: 2\n    instruction: Make {{item}}.\n"
+        for items in GROUPS.values()
+    )
     (root / "flows" / "make.yaml").write_text("steps:\n" + steps)
     (root / "AGENTS.md").write_text("---\nmodel: stub\n---\nBe brief.\n")
     return root
@@ -253,13 +258,19 @@ def check_trial(trial: Trial, db) -> None:
     assert run.drives == 2
     assert_invariants(db, run)
     unfinished = {a.index for a in trial.unfinished}
-    assert trial.mid_script <= unfinished, f"a worker ended the attempt its script was running for: steps {trial.mid_script - unfinished}"
+    assert trial.mid_script <= unfinished, (
+        f"a worker ended the attempt its script was running for: steps {trial.mid_script - unfinished}"
+    )
     assert not trial.raced & unfinished
     for step in run.steps:
         attempts = db.list_attempts("local", run.id, step.index)
         assert step.status == StepStatus.completed and step.result == f"Made {step.item}."
         assert [a.status for a in attempts].count(AttemptStatus.completed) == 1
-        assert all(a.status == AttemptStatus.interrupted and a.reason == INTERRUPTED for a in attempts if a.status != AttemptStatus.completed)
+        assert all(
+            a.status == AttemptStatus.interrupted and a.reason == INTERRUPTED
+            for a in attempts
+            if a.status != AttemptStatus.completed
+        )
         # Its script's work was done once: an attempt killed mid-script recorded no tool call.
         assert [e.data["tool"] for e in step.events if e.type == "tool"] == ["script_nap"]
         if step.index in unfinished:
@@ -282,7 +293,7 @@ def test_a_driver_killed_while_a_sandboxed_script_runs_leaves_it_interrupted_and
             for trial in trials[k::LANES]:
                 command = ConsoleScript() if trial.n == 0 else warm[k]
                 done.append(run_trial(trial, command, tmp_path))
-        except BaseException as error:  # noqa: BLE001 - raised on the test's thread below
+        except BaseException as error:  # raised on the test's thread below
             errors.append(error)
 
     threads = [threading.Thread(target=lane, args=(k,)) for k in range(LANES)]
@@ -312,9 +323,13 @@ def test_a_lead_whose_reply_begins_after_its_driver_was_killed_is_interrupted_no
     closed the relay")."""
     ws = tmp_path / "ws-late-reply"
     (ws / "agents" / "maker").mkdir(parents=True)
-    (ws / "agents" / "maker" / "agent.md").write_text('---\nsandbox: true\nstub: "ttft_ms: 1200\\nMade {item}."\n---\nYou make.\n')
+    (ws / "agents" / "maker" / "agent.md").write_text(
+        '---\nsandbox: true\nstub: "ttft_ms: 1200\\nMade {item}."\n---\nYou make.\n'
+    )
     (ws / "flows").mkdir()
-    (ws / "flows" / "make.yaml").write_text("steps:\n  - agent: maker\n    each: [a, b]\n    parallel: 2\n    instruction: Make {item}.\n")
+    (ws / "flows" / "make.yaml").write_text(
+        "steps:\n  - agent: maker\n    each: [a, b]\n    parallel: 2\n    instruction: Make {item}.\n"
+    )
     (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nBe brief.\n")
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     warm = WarmParent()
@@ -323,7 +338,9 @@ def test_a_lead_whose_reply_begins_after_its_driver_was_killed_is_interrupted_no
         try:
             assert wait_until(lambda: (tmp_path / "runs.db").exists(), 60)
             db = open_store(url)
-            assert wait_until(lambda: any(a.index == 0 for _, a in db.running_attempts("local")), 60), (tmp_path / "run.log").read_text()
+            assert wait_until(lambda: any(a.index == 0 for _, a in db.running_attempts("local")), 60), (
+                tmp_path / "run.log"
+            ).read_text()
             time.sleep(0.8)  # its reply begins 1.2 s into the attempt
         finally:
             os.kill(driver, signal.SIGKILL)

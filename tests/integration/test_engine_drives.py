@@ -27,7 +27,9 @@ def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_sto
     quick = create_run(svc_b, ws, "quick")
     results = {}
     # When the slow one is driven, and the quick one is started while it runs
-    driving = threading.Thread(target=lambda: results.setdefault("slow", local_engine(svc_a).drive(slow.tenant, slow.id, tick_s=0.02)))
+    driving = threading.Thread(
+        target=lambda: results.setdefault("slow", local_engine(svc_a).drive(slow.tenant, slow.id, tick_s=0.02))
+    )
     driving.start()
     results["quick"] = local_engine(svc_b).drive(quick.tenant, quick.id, tick_s=0.02)
     # Then the quick one ended while the slow one still ran, each in its own store only
@@ -72,7 +74,9 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monk
         {"worker": {"stub": "Done with {item}."}},
         {"fan": {"description": "gated fan-outs", "steps": [{"agent": "worker", "each": "input.items"}] * 3}},
     )
-    svc = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca"), history_budget=budget))
+    svc = for_store(
+        open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca"), history_budget=budget)
+    )
     engines, ended = [], []
     forget = moto_patches.forget
 

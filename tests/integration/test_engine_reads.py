@@ -10,7 +10,7 @@ from pathlib import Path
 from laneflow.domain.records import RunStatus
 from laneflow.ports import ExecutionSink, StepJob, StepOutcome
 
-AGENT = "---\nstub: \"Answer {n}.\"\n---\nYou answer.\n"
+AGENT = '---\nstub: "Answer {n}."\n---\nYou answer.\n'
 
 
 def _workspace(root: Path) -> Path:
@@ -20,9 +20,7 @@ def _workspace(root: Path) -> Path:
     (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nShared.\n")
     (ws / "agents" / "worker" / "agent.md").write_text(AGENT.replace("{n}", "one"))
     (ws / "flows" / "two.yaml").write_text(
-        "description: two groups\nsteps:\n"
-        "  - agent: worker\n    instruction: first\n"
-        "  - agent: worker\n    instruction: second\n"
+        "description: two groups\nsteps:\n  - agent: worker\n    instruction: first\n  - agent: worker\n    instruction: second\n"
     )
     return ws
 

@@ -21,11 +21,11 @@ def _workspace(root: Path) -> Path:
     (ws / "agents" / "worker").mkdir(parents=True)
     (ws / "flows").mkdir()
     (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nShared.\n")
-    (ws / "agents" / "worker" / "agent.md").write_text("---\nstub: \"Done with {item}.\"\n---\nYou do one item.\n")
+    (ws / "agents" / "worker" / "agent.md").write_text('---\nstub: "Done with {item}."\n---\nYou do one item.\n')
     (ws / "flows" / "fan.yaml").write_text(
         "description: two fan-outs\ninput:\n  type: object\n  properties:\n    items: {type: array}\nsteps:\n"
-        "  - agent: worker\n    each: input.items\n    instruction: \"First {item}.\"\n"
-        "  - agent: worker\n    each: input.items\n    instruction: \"Then {item}.\"\n"
+        '  - agent: worker\n    each: input.items\n    instruction: "First {item}."\n'
+        '  - agent: worker\n    each: input.items\n    instruction: "Then {item}."\n'
     )
     return ws
 

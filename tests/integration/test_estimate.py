@@ -25,10 +25,8 @@ TOPICS = {"topics": ["tides", "kelp", "reefs"]}
 MEASURED_ERROR = 0.01  # bench/RESULTS.md, "estimate": 0.2 % on this flow with the output per turn the run wrote
 
 
-
 def _lanes_of(record: dict) -> dict[tuple[int, str], dict]:
     return {(row["group"], row["lane"]): row for row in record["lanes"]}
-
 
 
 def test_on_the_stub_the_estimate_is_what_the_run_then_does(svc, tmp_path):
@@ -44,13 +42,14 @@ def test_on_the_stub_the_estimate_is_what_the_run_then_does(svc, tmp_path):
         row = lanes[(lane["group"], lane["lane"])]
         expected = lane["with_gate"]
         assert (expected["cold_prefixes"], expected["cache_write"], expected["cache_read"]) == (
-            row["cold_prefixes"], row["cache_write"], row["cache_read"]
+            row["cold_prefixes"],
+            row["cache_write"],
+            row["cache_read"],
         ), lane["lane"]
     assert estimate["cost_usd"]["expected"] == pytest.approx(run.cost_usd)
     # Without the gate the researchers' first three start together and each writes the prefix.
     [researchers] = [lane for lane in estimate["lanes"] if lane["lane"] == "researcher@stub"]
     assert researchers["without_gate"]["cold_prefixes"] == 3 and researchers["with_gate"]["cold_prefixes"] == 1
-
 
 
 @pytest.mark.slow
@@ -68,13 +67,17 @@ def test_through_the_imitation_the_cache_figures_equal_the_runs_and_the_cost_is_
     lanes = _lanes_of(record)
     for lane in estimate["lanes"]:
         row = lanes[(lane["group"], lane["lane"])]
-        assert lane["prefix_tokens"] == record["steps"][[s["agent"] for s in record["steps"]].index(lane["lane"].split("@")[0])]["prefix"]["tokens"]
+        assert (
+            lane["prefix_tokens"]
+            == record["steps"][[s["agent"] for s in record["steps"]].index(lane["lane"].split("@")[0])]["prefix"]["tokens"]
+        )
         assert (lane["with_gate"]["cold_prefixes"], lane["with_gate"]["cache_write"], lane["with_gate"]["cache_read"]) == (
-            row["cold_prefixes"], row["cache_write"], row["cache_read"]
+            row["cold_prefixes"],
+            row["cache_write"],
+            row["cache_read"],
         ), lane["lane"]
     error = abs(estimate["cost_usd"]["expected"] - record["cost_usd"]) / record["cost_usd"]
     assert error <= MEASURED_ERROR, (estimate["cost_usd"], record["cost_usd"])
-
 
 
 def test_estimate_json_is_nothing_but_the_estimate_and_a_typo_in_the_flow_suggests_the_name(tmp_path, capsys, monkeypatch):
@@ -90,7 +93,6 @@ def test_estimate_json_is_nothing_but_the_estimate_and_a_typo_in_the_flow_sugges
     assert main(["estimate", str(EXAMPLES / "newsroom"), "brief", "--input", json.dumps(TOPICS), "--store", store]) == 0
     table = capsys.readouterr().out
     assert "researcher@stub" in table and "cold prefixes: 4 with the gate, 6 without" in table
-
 
 
 def test_post_estimates_answers_the_estimate_and_400s_naming_the_field(svc):
@@ -119,7 +121,6 @@ def test_the_openapi_document_describes_the_estimate_and_its_400(svc):
     answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer["$ref"].endswith("/EstimateAnswer")
     assert "output_tokens" in json.dumps(document["components"]["schemas"]["EstimateRequest"])
-
 
 
 @pytest.mark.slow

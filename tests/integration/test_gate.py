@@ -171,10 +171,14 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
     run = create_run(svc, GATE, "fanout")
     ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
     lane = "quick@stub"
-    waiting = wait_for_lead(svc, WaitForLeadRequest(run=ref, group=0, lane=lane, step=LaneStep(index=1, role="sibling"), token="tok-1"))
+    waiting = wait_for_lead(
+        svc, WaitForLeadRequest(run=ref, group=0, lane=lane, step=LaneStep(index=1, role="sibling"), token="tok-1")
+    )
     assert waiting.waiting and completed == []
     svc.store.request_stop(run.tenant, run.id)
-    report = run_step(svc, RunStepRequest(run=ref, group=0, lane=lane, step=LaneStep(index=0, role="lead")), worker=local_worker())
+    report = run_step(
+        svc, RunStepRequest(run=ref, group=0, lane=lane, step=LaneStep(index=0, role="lead")), worker=local_worker()
+    )
     assert report.status == StepStatus.skipped and report.attempts == 0
     assert completed == ["tok-1"]
 
@@ -240,7 +244,13 @@ def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_cra
 
     def arrive(index: int, map_index: int) -> bool:
         req = WaitForLeadRequest(
-            run=ref, group=0, lane=lane, step=LaneStep(index=index, role="sibling"), token=f"tok-{index}", map_index=map_index, parallel=2
+            run=ref,
+            group=0,
+            lane=lane,
+            step=LaneStep(index=index, role="sibling"),
+            token=f"tok-{index}",
+            map_index=map_index,
+            parallel=2,
         )
         return wait_for_lead(svc, req).waiting
 
@@ -248,7 +258,10 @@ def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_cra
     open_gate(svc, run.tenant, run.id, group=0, cycle=0, lane=lane, lead=0, why="the lead's reply began")
     assert completed.tokens == ["tok-1"]
     assert not arrive(3, 2)  # a later iteration, after the reply: at once
-    step_crashed(svc, StepCrashedRequest(run=ref, step=LaneStep(index=0, role="lead"), group=0, lane=lane, error={"Error": "Lambda.Timeout"}))
+    step_crashed(
+        svc,
+        StepCrashedRequest(run=ref, step=LaneStep(index=0, role="lead"), group=0, lane=lane, error={"Error": "Lambda.Timeout"}),
+    )
     assert completed.tokens == ["tok-1", "tok-3", "tok-2"]
     reserve = svc.store.get_step(run.tenant, run.id, 2, detail=True)
     assert [e.text for e in reserve.events if e.type == "gate"] == [reserve_line("quick", 2)]
@@ -275,4 +288,6 @@ def test_an_older_database_s_gate_gains_the_lead_s_end_and_its_bare_tokens_still
     store = open_store(f"sqlite:///{path}")
     assert store.gate_wait("local", "run-1", "g0c0:quick@stub", "tok-new", index=2, until_lead_ends=True) is None
     assert store.gate_open("local", "run-1", "g0c0:quick@stub", note="n") == [GateWaiter(token="tok-old")]
-    assert store.gate_open("local", "run-1", "g0c0:quick@stub", lead_ended=True) == [GateWaiter(token="tok-new", index=2, until_lead_ends=True)]
+    assert store.gate_open("local", "run-1", "g0c0:quick@stub", lead_ended=True) == [
+        GateWaiter(token="tok-new", index=2, until_lead_ends=True)
+    ]

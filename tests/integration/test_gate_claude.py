@@ -44,8 +44,12 @@ def small_workspace(root: Path) -> Path:
     (ws / "agents" / "brief").mkdir(parents=True)
     (ws / "flows").mkdir()
     (ws / "AGENTS.md").write_text(f"---\nmodel: {SMALL_MODEL}\n---\nA small workspace.\n")
-    (ws / "agents" / "brief" / "agent.md").write_text("---\ndescription: answers briefly\ntools: [read_file]\n---\nYou answer briefly.\n")
-    (ws / "flows" / "fanout.yaml").write_text('description: a small lane\nsteps:\n  - agent: brief\n    each: ["a", "b", "c", "d"]\n')
+    (ws / "agents" / "brief" / "agent.md").write_text(
+        "---\ndescription: answers briefly\ntools: [read_file]\n---\nYou answer briefly.\n"
+    )
+    (ws / "flows" / "fanout.yaml").write_text(
+        'description: a small lane\nsteps:\n  - agent: brief\n    each: ["a", "b", "c", "d"]\n'
+    )
     return ws
 
 

@@ -274,9 +274,7 @@ def test_the_tool_directive_script_over_two_turns(server):
         text, call = m.content
         seen.append((text.text, call.name, call.input))
         messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]})
-        messages.append(
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "ok"}]}
-        )
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "ok"}]})
     assert seen == [("Calling read_file.", "read_file", {"path": "a.py"}), ("Calling run_tests.", "run_tests", {})]
     final = client.messages.create(model=MODEL, max_tokens=1024, messages=messages)
     assert final.stop_reason == "end_turn"
@@ -355,11 +353,9 @@ def test_many_concurrent_streams():
 
         def run(i: int) -> None:
             try:
-                with client.messages.stream(
-                    model=MODEL, max_tokens=100, messages=[{"role": "user", "content": f"n{i}"}]
-                ) as s:
+                with client.messages.stream(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": f"n{i}"}]) as s:
                     assert s.get_final_message().content[0].text == f"Reply to: n{i}\nTurn 1."
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 errors.append(e)
 
         threads = [threading.Thread(target=run, args=(i,)) for i in range(120)]
@@ -429,7 +425,8 @@ def test_a_client_that_leaves_while_the_headers_are_held_is_counted_and_sent_not
         conn = socket.create_connection(("127.0.0.1", held.port), timeout=5)
         conn.sendall(
             b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: k\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         deadline = time.monotonic() + 5
         while held.stats()["held"] == 0 and time.monotonic() < deadline:
@@ -446,7 +443,9 @@ def test_a_client_that_leaves_while_the_headers_are_held_is_counted_and_sent_not
 def test_the_command_line_holds_response_headers_and_refuses_a_negative_hold():
     proc = subprocess.Popen(
         [sys.executable, "-m", "laneflow_dev.imitation", "--port", "0", "--hold-headers-ms", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         url = proc.stdout.readline().strip()

@@ -27,9 +27,13 @@ from helpers import EXAMPLES, ROOT
 pytestmark = pytest.mark.slow
 
 
-def _sh(*cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def _sh(
+    *cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(map(str, cmd))} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{' '.join(map(str, cmd))} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     return done
 
 
@@ -113,8 +117,16 @@ def test_laneflow_demo_in_an_empty_folder_completes(fresh: Path, empty: Path):
 def test_laneflow_run_of_a_copied_example_in_an_empty_folder_completes(fresh: Path, empty: Path):
     shutil.copytree(EXAMPLES / "newsroom", empty / "newsroom")
     done = _sh(
-        fresh / "bin" / "laneflow", "run", "newsroom", "brief", "--input", '{"topics": ["tides", "kelp"]}', "--json",
-        cwd=empty, env=_env(), timeout=180,
+        fresh / "bin" / "laneflow",
+        "run",
+        "newsroom",
+        "brief",
+        "--input",
+        '{"topics": ["tides", "kelp"]}',
+        "--json",
+        cwd=empty,
+        env=_env(),
+        timeout=180,
     )
     run = json.loads(done.stdout)
     assert run["status"] == "completed" and run["input"] == {"topics": ["tides", "kelp"]}

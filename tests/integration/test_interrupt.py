@@ -47,10 +47,16 @@ def interrupt_mid_flight(tmp_path: Path, *signals: signal.Signals, extra: tuple[
     store = f"sqlite:///{tmp_path / 'int.db'}"
     proc = subprocess.Popen(
         [str(EXE), "run", str(WS), "slow", "--store", store, "--quiet", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
     )
     db, run_id = wait_for_run(
-        proc, tmp_path / "int.db", store, lambda db, run: [s.status for s in db.get_steps("local", run.id) if s.index in SLOW] == ["running"] * 2,
+        proc,
+        tmp_path / "int.db",
+        store,
+        lambda db, run: [s.status for s in db.get_steps("local", run.id) if s.index in SLOW] == ["running"] * 2,
     )
     assert run_id, f"the slow steps never ran: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
     sent = time.monotonic()
@@ -183,7 +189,10 @@ def test_resume_refuses_a_parked_run_and_says_to_approve_it(store_url, capsys):
     assert main(["run", str(FIXTURES / "ws_control"), "approval", "--store", store_url, "--json"]) == 0
     run_id = json.loads(capsys.readouterr().out)["id"]
     assert main(["resume", run_id, "--store", store_url]) == 2
-    assert f"run {run_id} is waiting for a person, not for a drive: answer it with laneflow approve {run_id}" in capsys.readouterr().err
+    assert (
+        f"run {run_id} is waiting for a person, not for a drive: answer it with laneflow approve {run_id}"
+        in capsys.readouterr().err
+    )
 
 
 def test_resume_refuses_a_run_whose_drive_is_alive_in_another_process(store_url, capsys):

@@ -76,8 +76,12 @@ def test_every_handler_imports_and_answers_without_what_the_layer_leaves_out(tmp
     server.start()
     try:
         host, port = server.get_host_and_port()
-        aws = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
-               "AWS_DEFAULT_REGION": "us-east-1"}
+        aws = {
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "x",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
         store = "dynamodb://layer-runs?bucket=layer-blobs&region=us-east-1"
         saved = {k: os.environ.get(k) for k in aws}
         os.environ.update(aws)
@@ -86,11 +90,23 @@ def test_every_handler_imports_and_answers_without_what_the_layer_leaves_out(tmp
         finally:
             for key, value in saved.items():
                 os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **aws, "LANEFLOW_STORE": store,
-               "LANEFLOW_WORKSPACES": "s3://layer-blobs/workspaces", "POWERTOOLS_SERVICE_NAME": "laneflow",
-               "PYTHONPATH": os.pathsep.join([str(ROOT / "layers" / "laneflow")])}
-        done = subprocess.run([sys.executable, "-c", CHILD, ",".join(LEFT_OUT), str(ROOT / "events"), *paths],
-                              capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path),
+            **aws,
+            "LANEFLOW_STORE": store,
+            "LANEFLOW_WORKSPACES": "s3://layer-blobs/workspaces",
+            "POWERTOOLS_SERVICE_NAME": "laneflow",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "layers" / "laneflow")]),
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, ",".join(LEFT_OUT), str(ROOT / "events"), *paths],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
+        )
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr[-3000:]

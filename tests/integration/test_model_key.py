@@ -91,9 +91,15 @@ def cloud(monkeypatch, tmp_path, api):
     shutil.copytree(FIXTURES / "ws_claude", ws)
     (ws / "flows" / "ask.yaml").write_text('description: only a person\'s answer\nsteps:\n  - approval: "Go on?"\n')
     for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-        "TMPDIR": str(tmp_path), "LANEFLOW_STORE": URL, "LANEFLOW_WORKSPACES": "s3://laneflow-blobs/workspaces",
-        "LANEFLOW_ANTHROPIC_SECRET": SECRET, "ANTHROPIC_BASE_URL": api.url, "LANEFLOW_CAPTURE_DIR": str(tmp_path / "captures"),
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "TMPDIR": str(tmp_path),
+        "LANEFLOW_STORE": URL,
+        "LANEFLOW_WORKSPACES": "s3://laneflow-blobs/workspaces",
+        "LANEFLOW_ANTHROPIC_SECRET": SECRET,
+        "ANTHROPIC_BASE_URL": api.url,
+        "LANEFLOW_CAPTURE_DIR": str(tmp_path / "captures"),
     }.items():
         monkeypatch.setenv(name, value)
     for name in ("ANTHROPIC_API_KEY", "LANEFLOW_STATE_MACHINE_ARN", "LANEFLOW_EVENT_BUS", "LANEFLOW_ANTHROPIC_ENABLED"):
@@ -139,7 +145,9 @@ def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud):
     engine = local_engine(svc)
     assert engine.drive(TENANT, parked, tick_s=0.02).run.status == RunStatus.awaiting_approval
     path = f"/runs/{parked}/approval"
-    answer = handler("api")(api_event("answer_approval", pathParameters={"run_id": parked}, path=path, body='{"approve": true}'), None)
+    answer = handler("api")(
+        api_event("answer_approval", pathParameters={"run_id": parked}, path=path, body='{"approve": true}'), None
+    )
     assert answer["statusCode"] == 200, answer["body"]
     assert engine.drive(TENANT, parked, tick_s=0.02).run.status == RunStatus.completed
 

@@ -123,8 +123,13 @@ def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_pat
         listener=["delay_ms: 2500\nOne.\n===\nTwo.\n===\nThree.", "Resumed.\n===\nDone."],
     )
     url = f"sqlite:///{tmp_path / 'int.db'}"
-    proc = subprocess.Popen([str(exe), "run", str(ws), "desk", "--store", url, "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [str(exe), "run", str(ws), "desk", "--store", url, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     store, run_id = None, None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None and run_id is None:
@@ -140,10 +145,20 @@ def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_pat
     assert proc.returncode == 130, err
     [first] = store.get_inbox("local", run_id, 1)
     assert store.get_observed("local", run_id, 1) == {1: [first.id]}
-    later = Note(id=new_note_id(NoteKind.message), run_id=run_id, kind=NoteKind.message, to_index=1,
-                 from_index=0, from_agent="talker", attempt=1, text="one more thing: the estuary too")
+    later = Note(
+        id=new_note_id(NoteKind.message),
+        run_id=run_id,
+        kind=NoteKind.message,
+        to_index=1,
+        from_index=0,
+        from_agent="talker",
+        attempt=1,
+        text="one more thing: the estuary too",
+    )
     store.post_note("local", run_id, later)
-    resumed = subprocess.run([str(exe), "resume", run_id, "--store", url, "--quiet"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    resumed = subprocess.run(
+        [str(exe), "resume", run_id, "--store", url, "--quiet"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert resumed.returncode == 0, resumed.stderr
     run = store.get_run("local", run_id)
     assert run.status == RunStatus.completed, run.error
@@ -178,7 +193,9 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
                 return Reply(text="Looking around.", tool_uses=[{"name": "peers_list", "input": {}}])
             return Reply(text="Heard: I take the currents.")
         if k == 0:
-            return Reply(text="Telling.", tool_uses=[{"name": "peers_message", "input": {"to": 1, "text": "I already covered the tides"}}])
+            return Reply(
+                text="Telling.", tool_uses=[{"name": "peers_message", "input": {"to": 1, "text": "I already covered the tides"}}]
+            )
         return Reply(text="Told.")
 
     agents = {"talker": {"tools": ["peers"]}, "listener": {"tools": ["peers"]}}
@@ -244,8 +261,10 @@ def test_the_scouts_example_splits_the_coast_through_peers(svc):
 
 @pytest.mark.slow
 def test_with_capture_metadata_the_peer_events_keep_sizes_not_texts(svc, tmp_path):
-    agents = {"talker": {"tools": ["peers"], "stub": f"{TALK}\nTold."},
-              "listener": {"tools": ["peers"], "stub": "delay_ms: 2000\nWorking.\n===\nDone."}}
+    agents = {
+        "talker": {"tools": ["peers"], "stub": f"{TALK}\nTold."},
+        "listener": {"tools": ["peers"], "stub": "delay_ms: 2000\nWorking.\n===\nDone."},
+    }
     flow = {"description": "two colleagues", "steps": [{"group": [{"agent": "talker"}, {"agent": "listener"}]}]}
     ws = write_workspace(tmp_path / "ws", agents, {"desk": flow}, agents_md="model: stub\ncapture: metadata\n")
     run = drive(svc, ws, "desk")

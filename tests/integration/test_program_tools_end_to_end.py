@@ -181,7 +181,9 @@ def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come
         ("bash", {"command": "sleep 5"}),
         ("script_shout", {"args": "not a list"}),
     ]
-    ws = workspace(tmp_path, agent_md="---\ntools: [bash, script_shout, read_file]\ntimeout: 20\n---\nYou shout.\n", flow=claude_flow(*calls))
+    ws = workspace(
+        tmp_path, agent_md="---\ntools: [bash, script_shout, read_file]\ntimeout: 20\n---\nYou shout.\n", flow=claude_flow(*calls)
+    )
     md = ws / "agents" / "shouter" / "agent.md"
     run = claude_drive(tmp_path, api, ws)
     assert run.status == RunStatus.completed, run.error
@@ -200,7 +202,11 @@ def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come
 def test_a_claude_call_past_the_agents_timeout_is_killed_and_the_step_ends_with_the_reason(tmp_path, api):
     recording = Recording()
     api.responder = recording
-    ws = workspace(tmp_path, agent_md="---\ntools: [bash]\ntimeout: 1\n---\nYou shout.\n", flow=claude_flow(("bash", {"command": "sleep 30"})))
+    ws = workspace(
+        tmp_path,
+        agent_md="---\ntools: [bash]\ntimeout: 1\n---\nYou shout.\n",
+        flow=claude_flow(("bash", {"command": "sleep 30"})),
+    )
     run = claude_drive(tmp_path, api, ws)
     # The step's own timeout is the call's limit too: the call is killed at 1 s, the step then
     # ends timed out (not retried), instead of waiting 30 s for the program.
@@ -278,7 +284,7 @@ def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path
     md = folder / "agent.md"
     md.write_text(
         "---\n"
-        "secrets: [TRACKER_TOKEN, \"@CERT\"]\n"
+        'secrets: [TRACKER_TOKEN, "@CERT"]\n'
         "apis:\n"
         "  - {name: tracker, base_url: 'https://tracker.example.com/v1', headers: {X-Token: '${TRACKER_TOKN}'}}\n"
         "  - {name: 'bad name', base_url: 'ftp://files.example.com'}\n"
@@ -290,7 +296,10 @@ def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path
     )
     found = [(p.field, p.line, p.message) for p in check_workspace(root) if p.file == "agents/writer/agent.md"]
     problems = {(field, line): message for field, line, message in found}
-    assert "names secret TRACKER_TOKN, which is not in this agent's secrets: (did you mean 'TRACKER_TOKEN'?)" in problems[("apis[0].headers.X-Token", 4)]
+    assert (
+        "names secret TRACKER_TOKN, which is not in this agent's secrets: (did you mean 'TRACKER_TOKEN'?)"
+        in problems[("apis[0].headers.X-Token", 4)]
+    )
     assert "name is letters, digits" in problems[("apis[1].name", 5)]
     assert "must start with http:// or https://, got ftp" in problems[("apis[1].base_url", 5)]
     assert "cannot carry a user or password" in problems[("apis[2].base_url", 6)]
@@ -322,11 +331,11 @@ def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_w
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     md = root / "agents" / "writer" / "agent.md"
-    md.write_text("---\nsecrets: [GOOD, \"9LIVES\", GOOD]\nsize: small\n---\nYou write.\n")
+    md.write_text('---\nsecrets: [GOOD, "9LIVES", GOOD]\nsize: small\n---\nYou write.\n')
     problems = {(p.field, p.line): p for p in check_workspace(root) if p.file == "agents/writer/agent.md"}
     assert "'9LIVES' is not a secret name" in problems[("secrets", 2)].message
     assert problems[("size", 3)].severity == "error" and "runs none" in problems[("size", 3)].message
-    md.write_text("---\ntools: [bash]\nsecrets: [GOOD, \"@KEYFILE\"]\nsize: small\n---\nYou write.\n")
+    md.write_text('---\ntools: [bash]\nsecrets: [GOOD, "@KEYFILE"]\nsize: small\n---\nYou write.\n')
     assert [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"] == []
 
 
@@ -345,8 +354,6 @@ def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tides"
-
-
 
 
 def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_path):

@@ -18,7 +18,6 @@ README = ROOT / "README.md"
 INTRO = "To point anything that speaks the Messages API at the imitation:"
 
 
-
 def readme_block() -> list[str]:
     text = README.read_text(encoding="utf-8")
     after = text.split(INTRO, 1)[1]
@@ -27,13 +26,11 @@ def readme_block() -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in block.group(1).splitlines() if line.strip()]
 
 
-
 def test_the_readme_block_is_what_this_test_runs():
     imitation, export, run = readme_block()
     assert imitation.startswith(".venv/bin/python -m laneflow_dev.imitation")
     assert export.startswith("export ANTHROPIC_BASE_URL=")
     assert run.startswith(".venv/bin/laneflow run examples/newsroom") and "--model claude-sonnet-4-6" in run
-
 
 
 def _end(server: subprocess.Popen[str]) -> None:
@@ -61,8 +58,16 @@ def test_the_readme_imitation_block_ends_in_a_completed_run(tmp_path):
     # free one (`--port 0`), and the export names the address the imitation printed.
     port = re.search(r"--port (\d+)", imitation)
     assert port and port.group(1) in export, (imitation, export)
-    server = subprocess.Popen(imitation.replace(port.group(0), "--port 0"), shell=True, cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    server = subprocess.Popen(
+        imitation.replace(port.group(0), "--port 0"),
+        shell=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         said = server.stdout.readline().strip()  # the server says its address once it listens
         assert said.startswith("http://127.0.0.1:"), f"the imitation printed {said!r} (exit {server.poll()})"

@@ -73,7 +73,11 @@ def test_serve_re_drives_an_interrupted_run_at_its_start_and_at_a_later_reconcil
     env = {**os.environ, "LANEFLOW_RECONCILE_INTERVAL": "0.5", "LANEFLOW_STEP_WORKERS": "0"}
     proc = subprocess.Popen(
         [str(EXE), "serve", "--store", store, "--port", "0", "--workspaces", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
     )
     try:
         # At its start: the run left behind is re-driven (completed steps carried)

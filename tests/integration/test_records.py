@@ -69,7 +69,9 @@ def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_no
     run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
     # Given a drive whose worker died while it ran step 0
     svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=GONE), add_drives=1)
-    attempt = svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), worker=GONE, message="Scout tides for .")
+    attempt = svc.store.claim_attempt(
+        run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), worker=GONE, message="Scout tides for ."
+    )
     assert interrupt(svc, run.tenant, run, attempt) == "interrupted"
     # When the next drive runs it
     final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
@@ -147,11 +149,21 @@ def test_a_run_that_spends_its_budget_skips_every_step_it_did_not_run_budget_spe
 def test_a_rescue_left_pending_when_the_budget_ends_the_run_is_skipped_budget_spent(svc, tmp_path):
     ws = write_workspace(
         tmp_path / "ws",
-        {"spendthrift": {"stub": "delay_ms: 1000\ncost: 0.10\nSpent it all."}, "failer": {"stub": "fail: cannot"}, "rescuer": {}, "writer": {}},
-        {"broke": {"budget": 0.05, "steps": [
-            {"group": [{"agent": "spendthrift"}, {"agent": "failer", "retries": 0, "on_fail": "rescuer"}]},
-            {"agent": "writer"},
-        ]}},
+        {
+            "spendthrift": {"stub": "delay_ms: 1000\ncost: 0.10\nSpent it all."},
+            "failer": {"stub": "fail: cannot"},
+            "rescuer": {},
+            "writer": {},
+        },
+        {
+            "broke": {
+                "budget": 0.05,
+                "steps": [
+                    {"group": [{"agent": "spendthrift"}, {"agent": "failer", "retries": 0, "on_fail": "rescuer"}]},
+                    {"agent": "writer"},
+                ],
+            }
+        },
     )
     # The group spends the budget and one of its steps fails: its rescue is added, never run.
     # Both steps start together, before any spend (the budget is checked as each starts);
@@ -180,7 +192,10 @@ def test_a_rejected_run_skips_its_later_steps_rejected_by_a_person(svc, run_flow
     assert final.status == RunStatus.failed and final.error == "rejected by a person"
     assert_no_step_pending(final)
     approval, poster = final.steps[1], final.steps[2]
-    assert approval.status == StepStatus.failed and (poster.status, poster.skip_reason) == (StepStatus.skipped, "rejected by a person")
+    assert approval.status == StepStatus.failed and (poster.status, poster.skip_reason) == (
+        StepStatus.skipped,
+        "rejected by a person",
+    )
 
 
 def test_a_stopped_parked_run_skips_its_approval_and_later_steps_run_stopped(svc, run_flow):
@@ -195,7 +210,9 @@ def test_a_stopped_parked_run_skips_its_approval_and_later_steps_run_stopped(svc
 def test_a_run_closed_past_its_drive_limit_skips_what_did_not_run(svc):
     run = create_run(svc, CTRL, "rescue")
     # Given a run whose drive went away as often as it may, while step 0 ran
-    svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=GONE), add_drives=svc.settings.max_drives)
+    svc.store.update_run(
+        run.tenant, run.id, RunChanges(status=RunStatus.running, driver=GONE), add_drives=svc.settings.max_drives
+    )
     svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 16, started_at=utcnow(), worker=GONE)
     # When reconcile closes it
     report = reconcile(svc, Liveness(), redrive=lambda r: pytest.fail("re-drove a run past its drive limit"))
@@ -218,20 +235,27 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, mon
     ws = write_workspace(
         tmp_path / "ws",
         {
-            "leaky": {"stub": f"call: lookup {KEY} => found {KEY}\n===\nThe answer is {KEY}.\n"
-                              f"```json\n{{\"token\": \"{KEY}\", \"nested\": [\"x {KEY} y\"]}}\n```"},
+            "leaky": {
+                "stub": f"call: lookup {KEY} => found {KEY}\n===\nThe answer is {KEY}.\n"
+                f'```json\n{{"token": "{KEY}", "nested": ["x {KEY} y"]}}\n```'
+            },
             "reader": {},
             "bigmouth": {"stub": big},
             "breaker": {"stub": f"fail: refused {KEY}"},
             "crasher": {},
         },
-        {"leak": {"input": {"type": "object", "required": ["topic"]}, "steps": [
-            {"agent": "leaky", "instruction": "Research {input.topic}.", "output": "json"},
-            {"agent": "reader", "instruction": "Read it."},
-            {"agent": "bigmouth"},
-            {"agent": "breaker", "retries": 0, "optional": True},
-            {"agent": "crasher"},
-        ]}},
+        {
+            "leak": {
+                "input": {"type": "object", "required": ["topic"]},
+                "steps": [
+                    {"agent": "leaky", "instruction": "Research {input.topic}.", "output": "json"},
+                    {"agent": "reader", "instruction": "Read it."},
+                    {"agent": "bigmouth"},
+                    {"agent": "breaker", "retries": 0, "optional": True},
+                    {"agent": "crasher"},
+                ],
+            }
+        },
     )
     checked = step_module.check_output
 
@@ -248,7 +272,7 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, mon
     assert run.status == RunStatus.failed and f"RuntimeError: the parser choked on {MASK}" in run.error
     leaky, reader, bigmouth, breaker, crasher = run.steps
     assert run.input == {"topic": f"tides {MASK}"} and leaky.instruction == f"Research tides {MASK}."
-    assert leaky.result.endswith(f"The answer is {MASK}.\n```json\n{{\"token\": \"{MASK}\", \"nested\": [\"x {MASK} y\"]}}\n```")
+    assert leaky.result.endswith(f'The answer is {MASK}.\n```json\n{{"token": "{MASK}", "nested": ["x {MASK} y"]}}\n```')
     assert MASK in leaky.conclusion and leaky.data == {"token": MASK, "nested": [f"x {MASK} y"]}
     assert leaky.message == f"Research tides {MASK}.\n\nEnd your reply with the result as JSON in a ```json fenced block."
     assert f"The answer is {MASK}." in reader.message
@@ -268,7 +292,9 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, mon
     assert KEY not in logged
 
 
-def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_when_it_ends(on, tmp_path, monkeypatch, caplog, capfd):
+def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_when_it_ends(
+    on, tmp_path, monkeypatch, caplog, capfd
+):
     # Given three declared secrets (a variable, a file, a model-named one) in a --secrets file
     token, cert, named = "tok-declared-0123456789", "cert-declared-abcdefghij", "sk-ant-declared-for-scripts-42"
     given = tmp_path / "ws" / "given.env"  # the grep of stored bytes leaves the workspace out
@@ -284,20 +310,27 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
     ws = write_workspace(
         tmp_path / "ws",
         {
-            "leaky": {**declared, "stub": f"call: lookup {every} => found {every}\n===\nThe answer is {every}.\n"
-                                            f"```json\n{{\"token\": \"{token}\", \"nested\": [\"x {cert} y\"]}}\n```"},
+            "leaky": {
+                **declared,
+                "stub": f"call: lookup {every} => found {every}\n===\nThe answer is {every}.\n"
+                f'```json\n{{"token": "{token}", "nested": ["x {cert} y"]}}\n```',
+            },
             "reader": {},
             "bigmouth": {**declared, "stub": f"A long answer. {every}\n" + "tide " * 20_000},  # an S3 blob on DynamoDB
             "breaker": {**declared, "stub": f"fail: refused {every}"},
             "crasher": {**declared},
         },
-        {"leak": {"steps": [
-            {"agent": "leaky", "instruction": "Research.", "output": "json"},
-            {"agent": "reader", "instruction": "Read it."},
-            {"agent": "bigmouth"},
-            {"agent": "breaker", "retries": 0, "optional": True},
-            {"agent": "crasher"},
-        ]}},
+        {
+            "leak": {
+                "steps": [
+                    {"agent": "leaky", "instruction": "Research.", "output": "json"},
+                    {"agent": "reader", "instruction": "Read it."},
+                    {"agent": "bigmouth"},
+                    {"agent": "breaker", "retries": 0, "optional": True},
+                    {"agent": "crasher"},
+                ]
+            }
+        },
     )
     checked = step_module.check_output
 
@@ -381,11 +414,21 @@ def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step
     kinds = [FailureKind.model, FailureKind.output, FailureKind.worker, FailureKind.other, FailureKind.output]
     for n, kind in enumerate(kinds, 1):  # more attempts than a DynamoDB step item keeps
         attempt = svc.store.claim_attempt(
-            run.tenant, run.id, 0, token=f"t{n}" * 8, started_at=utcnow(), expect_status=(StepStatus.pending,),
+            run.tenant,
+            run.id,
+            0,
+            token=f"t{n}" * 8,
+            started_at=utcnow(),
+            expect_status=(StepStatus.pending,),
             message=f"attempt {n}",
         )
-        svc.store.end_attempt(AttemptRef.of(run.tenant, attempt), AttemptStatus.failed, reason=f"why {n}", reason_kind=kind,
-                              step=StepChanges(status=StepStatus.pending))
+        svc.store.end_attempt(
+            AttemptRef.of(run.tenant, attempt),
+            AttemptStatus.failed,
+            reason=f"why {n}",
+            reason_kind=kind,
+            step=StepChanges(status=StepStatus.pending),
+        )
     attempts = svc.store.list_attempts(run.tenant, run.id, 0)
     assert [(a.n, a.reason, a.reason_kind) for a in attempts] == [(n, f"why {n}", k) for n, k in enumerate(kinds, 1)]
     assert svc.store.get_step(run.tenant, run.id, 0).message == "attempt 5"  # the latest attempt's

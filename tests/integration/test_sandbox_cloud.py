@@ -53,15 +53,34 @@ def aws(monkeypatch, tmp_path):
         ecs = boto3.client("ecs", region_name=REGION)
         cluster = ecs.create_cluster(clusterName="laneflow-sandbox")["cluster"]["clusterArn"]
         task_def = ecs.register_task_definition(
-            family="laneflow-sandbox", requiresCompatibilities=["FARGATE"], networkMode="awsvpc", cpu="512", memory="1024",
-            containerDefinitions=[{"name": "step", "image": "laneflow-sandbox", "essential": True, "cpu": 512, "memory": 1024,
-                                   "command": ["python", "-m", "laneflow.entrypoints.sandbox_worker"]}],
+            family="laneflow-sandbox",
+            requiresCompatibilities=["FARGATE"],
+            networkMode="awsvpc",
+            cpu="512",
+            memory="1024",
+            containerDefinitions=[
+                {
+                    "name": "step",
+                    "image": "laneflow-sandbox",
+                    "essential": True,
+                    "cpu": 512,
+                    "memory": 1024,
+                    "command": ["python", "-m", "laneflow.entrypoints.sandbox_worker"],
+                }
+            ],
         )["taskDefinition"]["taskDefinitionArn"]
         svc = for_store(open_store(URL), Settings(store_url=URL, tenant=TENANT, capture_dir=str(tmp_path / "captures")))
         yield {
-            "svc": svc, "ecs": ecs, "cluster": cluster,
-            "subs": {"SandboxClusterArn": cluster, "SandboxTaskDefinitionArn": task_def, "SandboxSubnets": subnet,
-                     "SandboxSecurityGroups": group, "SandboxAssignPublicIp": "ENABLED"},
+            "svc": svc,
+            "ecs": ecs,
+            "cluster": cluster,
+            "subs": {
+                "SandboxClusterArn": cluster,
+                "SandboxTaskDefinitionArn": task_def,
+                "SandboxSubnets": subnet,
+                "SandboxSecurityGroups": group,
+                "SandboxAssignPublicIp": "ENABLED",
+            },
         }
 
 
@@ -169,8 +188,12 @@ def test_reconcile_marks_the_attempt_of_a_stopped_task_interrupted(aws, tmp_path
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
     subs = aws["subs"]
     task = ecs.run_task(
-        cluster=aws["cluster"], taskDefinition=subs["SandboxTaskDefinitionArn"], launchType="FARGATE",
-        networkConfiguration={"awsvpcConfiguration": {"subnets": [subs["SandboxSubnets"]], "securityGroups": [subs["SandboxSecurityGroups"]]}},
+        cluster=aws["cluster"],
+        taskDefinition=subs["SandboxTaskDefinitionArn"],
+        launchType="FARGATE",
+        networkConfiguration={
+            "awsvpcConfiguration": {"subnets": [subs["SandboxSubnets"]], "securityGroups": [subs["SandboxSecurityGroups"]]}
+        },
     )["tasks"][0]["taskArn"]
     worker = FargateTask(task=task)
     svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 32, started_at=utcnow(), worker=worker)
@@ -220,7 +243,9 @@ def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_
     assert out["result"].execution_status == "SUCCEEDED", (out["result"].error, out["result"].cause)
     stored = svc.store.get_run(run.tenant, run.id)
     assert stored.status == RunStatus.completed, stored.error
-    table = s3.get_object(Bucket="laneflow-blobs", Key=f"workspaces/{TENANT}/tides/storage/tides-brest.md")["Body"].read().decode()
+    table = (
+        s3.get_object(Bucket="laneflow-blobs", Key=f"workspaces/{TENANT}/tides/storage/tides-brest.md")["Body"].read().decode()
+    )
     assert "# Tides at Brest" in table
     counted = s3.get_object(Bucket="laneflow-blobs", Key=f"workspaces/{TENANT}/tides/state/tables-filed")["Body"].read()
     assert counted.strip() == b"1"

@@ -138,7 +138,12 @@ def test_a_completed_sandboxed_attempt_keeps_only_its_outputs_memory_storage_and
     with Scribbler(ws) as scribbler:
         result = drive(svc, ws)
     assert result.run.status == RunStatus.completed and scribbler.seen
-    for rel in ("agents/builder/outputs/draft.md", "storage/deliverable.txt", "state/cursor.json", "agents/builder/memory/learned.md"):
+    for rel in (
+        "agents/builder/outputs/draft.md",
+        "storage/deliverable.txt",
+        "state/cursor.json",
+        "agents/builder/memory/learned.md",
+    ):
         assert (ws / rel).read_text() == STRAY[rel], rel
     assert not (ws / "knowledge" / "stray.md").exists()
     assert not (ws / "agents" / "builder" / "knowledge" / "stray.md").exists()
@@ -246,8 +251,13 @@ def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_i
     ws = workspace(tmp_path, "ttft_ms: 60000\nnever")
     store_url = f"sqlite:///{tmp_path / 'int.db'}"
     exe = Path(sys.executable).parent / "laneflow"
-    proc = subprocess.Popen([str(exe), "run", str(ws), "build", "--store", store_url, "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [str(exe), "run", str(ws), "build", "--store", store_url, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         deadline, pid, db = time.monotonic() + 60, None, None
         while pid is None and time.monotonic() < deadline and proc.poll() is None:
@@ -273,7 +283,9 @@ def test_a_sandboxed_rescue_runs_through_the_rescue_choice_in_a_child(svc, tmp_p
     ws = workspace(tmp_path, "rescued it")
     (ws / "agents" / "breaker").mkdir()
     (ws / "agents" / "breaker" / "agent.md").write_text('---\nstub: "fail: it broke"\n---\nYou break.\n')
-    (ws / "flows" / "rescue.yaml").write_text("steps:\n  - agent: breaker\n    retries: 0\n    on_fail: builder\n    instruction: Try.\n")
+    (ws / "flows" / "rescue.yaml").write_text(
+        "steps:\n  - agent: breaker\n    retries: 0\n    on_fail: builder\n    instruction: Try.\n"
+    )
     result = drive(svc, ws, "rescue")
     assert result.execution_status == "SUCCEEDED", (result.error, result.cause)
     run = svc.store.get_run(result.run.tenant, result.run.id)
@@ -284,7 +296,11 @@ def test_a_sandboxed_rescue_runs_through_the_rescue_choice_in_a_child(svc, tmp_p
     assert attempt.worker.pid != os.getpid()
     (breaker,) = svc.store.list_attempts(run.tenant, run.id, 0)
     assert breaker.worker.pid == os.getpid()  # the unsandboxed step ran in the engine's process
-    entered = [e["stateEnteredEventDetails"]["name"] for e in local_engine(svc).history(result.execution_arn) if "stateEnteredEventDetails" in e]
+    entered = [
+        e["stateEnteredEventDetails"]["name"]
+        for e in local_engine(svc).history(result.execution_arn)
+        if "stateEnteredEventDetails" in e
+    ]
     assert "RescueSandboxed" in entered and "SandboxRescue" in entered and "RunRescue" not in entered
 
 

@@ -39,7 +39,7 @@ def workspace(root: Path, *, groups: int = 1, parallel: int | None = None, stub:
     (ws / "agents" / "worker" / "agent.md").write_text(f"---\nstub: {json.dumps(stub)}\n---\nYou do one item.\n")
     cap = f"    parallel: {parallel}\n" if parallel else ""
     entries = "".join(
-        f"  - agent: worker\n    each: input.items\n{cap}    instruction: \"Group {g}: {{item}}.\"\n" for g in range(groups)
+        f'  - agent: worker\n    each: input.items\n{cap}    instruction: "Group {g}: {{item}}."\n' for g in range(groups)
     )
     (ws / "flows" / "fan.yaml").write_text(
         "description: fan-outs\ninput:\n  type: object\n  properties:\n    items: {type: array}\nsteps:\n" + entries
@@ -48,7 +48,10 @@ def workspace(root: Path, *, groups: int = 1, parallel: int | None = None, stub:
 
 
 def services(tmp_path: Path, budget: int):
-    return for_store(open_store(f"sqlite:///{tmp_path / f'b{budget}.db'}"), Settings(history_budget=budget, capture_dir=str(tmp_path / "captures")))
+    return for_store(
+        open_store(f"sqlite:///{tmp_path / f'b{budget}.db'}"),
+        Settings(history_budget=budget, capture_dir=str(tmp_path / "captures")),
+    )
 
 
 def entered(history: list[dict], state: str) -> int:
@@ -175,17 +178,37 @@ def test_a_crash_inside_a_later_window_is_reconciled_and_completes_exactly_once(
     store = f"sqlite:///{tmp_path / 'crash.db'}"
     environ = {**os.environ, "LANEFLOW_HISTORY_BUDGET": "200"}
     crashed = subprocess.run(
-        [str(EXE), "run", str(ws), "fan", "--input", json.dumps({"items": [f"i{n}" for n in range(30)]}),
-         "--store", store, "--quiet", "--json"],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path, env={**environ, "LANEFLOW_CRASH_AT": "after-result:15"},
+        [
+            str(EXE),
+            "run",
+            str(ws),
+            "fan",
+            "--input",
+            json.dumps({"items": [f"i{n}" for n in range(30)]}),
+            "--store",
+            store,
+            "--quiet",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**environ, "LANEFLOW_CRASH_AT": "after-result:15"},
     )
     assert crashed.returncode == -9, crashed.stderr[-800:]
     db = open_store(store)
     [before] = db.list_runs("local")
     assert before.status == RunStatus.running and before.segments >= 1, "the crash was not in a later window"
     # When reconcile re-drives it
-    reconciled = subprocess.run([str(EXE), "reconcile", "--store", store, "--json"], capture_output=True, text=True,
-                                timeout=180, cwd=tmp_path, env=environ)
+    reconciled = subprocess.run(
+        [str(EXE), "reconcile", "--store", store, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env=environ,
+    )
     assert reconciled.returncode == 0, reconciled.stderr[-800:]
     assert before.id in json.loads(reconciled.stdout)["redriven"]
     # Then it completes, every step completed once, and only the crash counted as a drive
@@ -203,7 +226,11 @@ def sfn(monkeypatch):
     """Step Functions under moto, executing its state machines."""
     from moto import mock_aws
 
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
@@ -226,21 +253,33 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
 
     # A stand-in for the flow: a first segment ends at once, a continuation (its input has a
     # segment) stays running.
-    definition = {"StartAt": "Which", "States": {
-        "Which": {"Type": "Choice", "Choices": [{"Variable": "$.segment", "IsPresent": True, "Next": "Work"}], "Default": "Done"},
-        "Work": {"Type": "Wait", "Seconds": 120, "End": True},
-        "Done": {"Type": "Succeed"},
-    }}
-    machine = sfn.create_state_machine(name="laneflow-flow", definition=json.dumps(definition),
-                                       roleArn="arn:aws:iam::123456789012:role/x")["stateMachineArn"]
+    definition = {
+        "StartAt": "Which",
+        "States": {
+            "Which": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.segment", "IsPresent": True, "Next": "Work"}],
+                "Default": "Done",
+            },
+            "Work": {"Type": "Wait", "Seconds": 120, "End": True},
+            "Done": {"Type": "Succeed"},
+        },
+    }
+    machine = sfn.create_state_machine(
+        name="laneflow-flow", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/x"
+    )["stateMachineArn"]
     import dataclasses
 
     drives = StepFunctionsDrives(machine, client=sfn)
     svc = dataclasses.replace(svc, drives=drives, continuations=drives)
     run = create_run(svc, workspace(tmp_path), "fan", {"items": ["a"]})
     first = drives.start(run.tenant, run.id)
-    svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, execution=first,
-                                                        driver=StepFunctionsExecution(execution=first)), add_drives=1)
+    svc.store.update_run(
+        run.tenant,
+        run.id,
+        RunChanges(status=RunStatus.running, execution=first, driver=StepFunctionsExecution(execution=first)),
+        add_drives=1,
+    )
     request = NextDriveRequest(run=DriveRef(tenant=run.tenant, run_id=run.id, drive=1), execution=first)
     try:
         went_on = next_drive(svc, request)
@@ -254,8 +293,11 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
         stored = svc.store.get_run(run.tenant, run.id, steps=False)
         assert stored.execution == went_on.execution and stored.driver == StepFunctionsExecution(execution=went_on.execution)
         assert (stored.drives, stored.segments) == (1, 1)
-        report = Reconciler(svc, Liveness(execution_alive=execution_alive(sfn)),
-                            redrive=lambda r: pytest.fail("re-drove a run whose newest execution runs")).run()
+        report = Reconciler(
+            svc,
+            Liveness(execution_alive=execution_alive(sfn)),
+            redrive=lambda r: pytest.fail("re-drove a run whose newest execution runs"),
+        ).run()
         assert report.redriven == [] and report.closed == [] and report.to_redrive == []
         # and once the newest is gone too, the run is re-driven
         sfn.stop_execution(executionArn=went_on.execution)
@@ -279,14 +321,33 @@ def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows
     store = f"sqlite:///{tmp_path / 'int.db'}"
     environ = {**os.environ, "LANEFLOW_HISTORY_BUDGET": "200"}
     proc = subprocess.Popen(
-        [str(EXE), "run", str(ws), "fan", "--input", json.dumps({"items": [f"i{n}" for n in range(30)]}),
-         "--store", store, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=environ,
+        [
+            str(EXE),
+            "run",
+            str(ws),
+            "fan",
+            "--input",
+            json.dumps({"items": [f"i{n}" for n in range(30)]}),
+            "--store",
+            store,
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=environ,
     )
     db, run_id = wait_for_run(
-        proc, tmp_path / "int.db", store,
-        lambda db, run: run.segments >= 1 and any(s.status == StepStatus.running for s in db.get_steps("local", run.id)), poll_s=0.02,
+        proc,
+        tmp_path / "int.db",
+        store,
+        lambda db, run: run.segments >= 1 and any(s.status == StepStatus.running for s in db.get_steps("local", run.id)),
+        poll_s=0.02,
     )
-    assert run_id and db, f"the run never reached its second execution: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+    assert run_id and db, (
+        f"the run never reached its second execution: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+    )
     # When the person presses Ctrl-C while the second execution runs
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -295,8 +356,14 @@ def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows
     left = db.get_run("local", run_id)
     assert left.status == RunStatus.running and left.driver is None and left.drives == 1
     assert not [a for a in db.list_attempts("local", run_id) if a.status == AttemptStatus.running]
-    resumed = subprocess.run([str(EXE), "resume", run_id, "--store", store, "--quiet"], capture_output=True, text=True,
-                             timeout=180, cwd=tmp_path, env=environ)
+    resumed = subprocess.run(
+        [str(EXE), "resume", run_id, "--store", store, "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env=environ,
+    )
     assert resumed.returncode == 0, resumed.stderr[-800:]
     run = db.get_run("local", run_id)
     assert run.status == RunStatus.completed and run.drives == 2 and run.segments >= 2
@@ -338,8 +405,12 @@ def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_
     # Given a fan-out of 20 that all fail, each with a rescue, and a budget of about 10 steps
     ws = workspace(tmp_path, stub="fail: cannot today")
     (ws / "agents" / "fixer").mkdir()
-    (ws / "agents" / "fixer" / "agent.md").write_text("---\nstub: \"Fixed {item}.\"\n---\nYou fix.\n")
-    flow = (ws / "flows" / "fan.yaml").read_text().replace("    instruction:", "    retries: 0\n    on_fail: fixer\n    instruction:")
+    (ws / "agents" / "fixer" / "agent.md").write_text('---\nstub: "Fixed {item}."\n---\nYou fix.\n')
+    flow = (
+        (ws / "flows" / "fan.yaml")
+        .read_text()
+        .replace("    instruction:", "    retries: 0\n    on_fail: fixer\n    instruction:")
+    )
     (ws / "flows" / "fan.yaml").write_text(flow)
     svc = services(tmp_path, 200)
     engine = local_engine(svc)
@@ -354,8 +425,9 @@ def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_
     assert sorted(s.rescue_of for s in rescues) == list(range(20))
     assert all(s.status == StepStatus.completed for s in rescues)
     assert sum(entered(h, "RunRescue") for h in histories) == 20
-    assert all(s.status == StepStatus.completed and s.result == f"Fixed i{s.index}." for s in result.run.steps if s.rescue_of is None)
-
+    assert all(
+        s.status == StepStatus.completed and s.result == f"Fixed i{s.index}." for s in result.run.steps if s.rescue_of is None
+    )
 
 
 def test_colleagues_in_a_lane_larger_than_the_budget_reach_each_other_across_its_windows(tmp_path):
@@ -383,6 +455,9 @@ def test_colleagues_in_a_lane_larger_than_the_budget_reach_each_other_across_its
     before = [s.index for s in final.steps[:9] if s.finished_at and last.started_at and s.finished_at < last.started_at]
     assert 0 in before
     assert {f"message from worker (step {n}): scout i{n} covered i{n}" for n in before} <= set(heard), heard
-    first_window = [json.loads(e["stateEnteredEventDetails"]["input"])["step"]["index"] for e in engine.history(result.executions[0])
-                    if (e.get("stateEnteredEventDetails") or {}).get("name") == "WaitForLead"]
+    first_window = [
+        json.loads(e["stateEnteredEventDetails"]["input"])["step"]["index"]
+        for e in engine.history(result.executions[0])
+        if (e.get("stateEnteredEventDetails") or {}).get("name") == "WaitForLead"
+    ]
     assert first_window and 9 not in first_window  # the listener ran in a later execution than these

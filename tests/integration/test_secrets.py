@@ -100,7 +100,7 @@ def test_a_step_gets_its_secrets_as_variables_files_and_prefixed_names_and_its_r
     ws = fetcher_workspace(
         tmp_path,
         ["TOKEN", "@CERT", "ANTHROPIC_API_KEY"],
-        f"call: fetch {TOKEN} => {CERT}\n===\nGot {TOKEN} and {MODEL_NAMED}.\n```json\n{{\"t\": \"{TOKEN}\"}}\n```",
+        f'call: fetch {TOKEN} => {CERT}\n===\nGot {TOKEN} and {MODEL_NAMED}.\n```json\n{{"t": "{TOKEN}"}}\n```',
         output="json",
     )
 
@@ -114,7 +114,7 @@ def test_a_step_gets_its_secrets_as_variables_files_and_prefixed_names_and_its_r
     assert not Path(cert_path).exists() and not Path(cert_path).parent.exists()  # removed with the attempt
     assert not Path(cert_path).is_relative_to(ws)
     [step] = run.steps
-    assert step.result == "Got [TOKEN] and [ANTHROPIC_API_KEY].\n```json\n{\"t\": \"[TOKEN]\"}\n```"
+    assert step.result == 'Got [TOKEN] and [ANTHROPIC_API_KEY].\n```json\n{"t": "[TOKEN]"}\n```'
     assert step.data == {"t": "[TOKEN]"}
     [tool] = [e for e in step.events if e.type == EventType.tool]
     capture = svc.captures.get(tool.data["capture"])
@@ -172,8 +172,12 @@ def test_a_missing_secret_fails_the_step_before_the_model_is_called_and_is_never
 def test_a_missing_secret_fails_a_claude_step_before_any_request_reaches_the_api(tmp_path):
     key = "sk-test-0123456789abcdef"
     with MessagesImitation(ttft_ms=10, token_ms=0, api_keys={key}) as api:
-        cfg = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"),
-                       secrets_file=str(secrets_file(tmp_path)))
+        cfg = Settings(
+            anthropic_api_key=key,
+            anthropic_base_url=api.url,
+            capture_dir=str(tmp_path / "captures"),
+            secrets_file=str(secrets_file(tmp_path)),
+        )
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), cfg)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         ws = write_workspace(
@@ -319,11 +323,18 @@ def test_metadata_captures_keep_no_tool_text_anywhere_events_included(on, tmp_pa
 
 
 def _recorder(svc: Services, run_id: str, tenant: str, n_before: int = 0) -> StepRecorder:
-    attempt = svc.store.claim_attempt(tenant, run_id, 0, token=os.urandom(8).hex(), started_at=utcnow(),
-                                      expect_status=(StepStatus.pending, StepStatus.running))
+    attempt = svc.store.claim_attempt(
+        tenant, run_id, 0, token=os.urandom(8).hex(), started_at=utcnow(), expect_status=(StepStatus.pending, StepStatus.running)
+    )
     prior = svc.store.get_step(tenant, run_id, 0, detail=True)
-    return StepRecorder(svc=svc, ref=AttemptRef.of(tenant, attempt), base_n=0, redact=svc.redactor,
-                        _captured=captured(prior), _capture_full=capture_full(prior))
+    return StepRecorder(
+        svc=svc,
+        ref=AttemptRef.of(tenant, attempt),
+        base_n=0,
+        redact=svc.redactor,
+        _captured=captured(prior),
+        _capture_full=capture_full(prior),
+    )
 
 
 def test_past_the_capture_limit_no_later_call_of_the_step_is_captured_and_the_trace_says_so_once(on, tmp_path):
@@ -387,7 +398,9 @@ def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_maske
         assert value.encode() not in stored
 
 
-@pytest.mark.parametrize("command", [["run", "WS", "FLOW"], ["demo"], ["resume", "RUN"], ["approve", "RUN"], ["reconcile"], ["serve"]])
+@pytest.mark.parametrize(
+    "command", [["run", "WS", "FLOW"], ["demo"], ["resume", "RUN"], ["approve", "RUN"], ["reconcile"], ["serve"]]
+)
 def test_every_command_that_runs_steps_takes_a_secrets_file(command):
     from laneflow.entrypoints.cli import build_parser
 

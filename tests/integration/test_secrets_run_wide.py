@@ -85,7 +85,11 @@ def workspace(tmp_path: Path) -> Path:
     return write_workspace(tmp_path / "ws", agents, {"everywhere": flow})
 
 
-RUN_INPUT = {"note": TOKEN, "key": KEY, "encoded": {"b64": base64.b64encode(TOKEN.encode()).decode(), "hex": TOKEN.encode().hex()}}
+RUN_INPUT = {
+    "note": TOKEN,
+    "key": KEY,
+    "encoded": {"b64": base64.b64encode(TOKEN.encode()).decode(), "hex": TOKEN.encode().hex()},
+}
 
 
 def leaks(text: str | bytes) -> list[str]:
@@ -96,11 +100,25 @@ def leaks(text: str | bytes) -> list[str]:
 
 def api_get(svc: Services, path: str, tenant: str) -> Any:
     event = {
-        "resource": path, "path": path, "httpMethod": "GET", "headers": {}, "multiValueHeaders": {},
-        "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": None,
-        "stageVariables": None, "body": None, "isBase64Encoded": False,
-        "requestContext": {"httpMethod": "GET", "path": "/Prod" + path, "resourcePath": path, "stage": "Prod",
-                           "requestId": "req-1", "identity": {"accountId": tenant, "sourceIp": "198.51.100.7"}},
+        "resource": path,
+        "path": path,
+        "httpMethod": "GET",
+        "headers": {},
+        "multiValueHeaders": {},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "body": None,
+        "isBase64Encoded": False,
+        "requestContext": {
+            "httpMethod": "GET",
+            "path": "/Prod" + path,
+            "resourcePath": path,
+            "stage": "Prod",
+            "requestId": "req-1",
+            "identity": {"accountId": tenant, "sourceIp": "198.51.100.7"},
+        },
     }
     out = resolve(event, None, svc)
     assert out["statusCode"] == 200, out
@@ -123,12 +141,25 @@ def api_start(svc: Services, tmp_path: Path, tenant: str) -> Run:
     svc.drives = DriveHere(svc)
     body = json.dumps({"workspace": "ws", "flow": "everywhere", "input": RUN_INPUT})
     event = {
-        "resource": "/runs", "path": "/runs", "httpMethod": "POST", "headers": {"Content-Type": "application/json"},
-        "multiValueHeaders": {"Content-Type": ["application/json"]}, "queryStringParameters": None,
-        "multiValueQueryStringParameters": None, "pathParameters": None, "stageVariables": None, "body": body,
+        "resource": "/runs",
+        "path": "/runs",
+        "httpMethod": "POST",
+        "headers": {"Content-Type": "application/json"},
+        "multiValueHeaders": {"Content-Type": ["application/json"]},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "body": body,
         "isBase64Encoded": False,
-        "requestContext": {"httpMethod": "POST", "path": "/Prod/runs", "resourcePath": "/runs", "stage": "Prod",
-                           "requestId": "req-1", "identity": {"accountId": tenant, "sourceIp": "198.51.100.7"}},
+        "requestContext": {
+            "httpMethod": "POST",
+            "path": "/Prod/runs",
+            "resourcePath": "/runs",
+            "stage": "Prod",
+            "requestId": "req-1",
+            "identity": {"accountId": tenant, "sourceIp": "198.51.100.7"},
+        },
     }
     out = resolve(event, None, svc)
     assert out["statusCode"] == 201, out
@@ -236,13 +267,17 @@ def test_every_record_of_a_run_is_masked_with_every_declared_value_in_every_enco
         assert "[TOKEN]" in out.out and leaks(out.out + out.err) == [], extra
 
 
-def test_laneflow_run_masks_the_run_from_its_start_and_says_nothing_of_the_value(tmp_path, capsys, no_machine_secrets, monkeypatch):
+def test_laneflow_run_masks_the_run_from_its_start_and_says_nothing_of_the_value(
+    tmp_path, capsys, no_machine_secrets, monkeypatch
+):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)  # the model's key of this machine: masked too
     settings.cache_clear()
     ws = workspace(tmp_path)
     given = dotenv(tmp_path, TOKEN=TOKEN)
     store = f"sqlite:///{tmp_path / 'cli.db'}"
-    code = main(["run", str(ws), "everywhere", "--store", store, "--secrets", str(given), "--input", json.dumps(RUN_INPUT), "--json"])
+    code = main(
+        ["run", str(ws), "everywhere", "--store", store, "--secrets", str(given), "--input", json.dumps(RUN_INPUT), "--json"]
+    )
     out = capsys.readouterr()
     assert code == 1, out.err
     shown = json.loads(out.out)
@@ -270,4 +305,3 @@ def test_a_source_that_cannot_be_read_refuses_the_start_and_writes_nothing(on, t
     with pytest.raises(Exception, match="does not exist"):
         drive(svc, ws, "everywhere", RUN_INPUT)
     assert svc.store.list_runs("local") == [] and svc.redactor.held() == []
-

@@ -78,7 +78,9 @@ def raw_request(
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
 
-def exchange(server: ApiServer, raw: bytes, *, method: str = "GET", timeout: float = 10) -> tuple[int, Any, http.client.HTTPMessage]:
+def exchange(
+    server: ApiServer, raw: bytes, *, method: str = "GET", timeout: float = 10
+) -> tuple[int, Any, http.client.HTTPMessage]:
     """Send raw bytes on a new connection; the status, the body (parsed when JSON), the headers."""
     with socket.create_connection(("127.0.0.1", port_of(server)), timeout=timeout) as sock:
         sock.sendall(raw)
@@ -208,7 +210,7 @@ def test_a_form_typed_stop_without_a_body_is_refused_with_415(server):
 
 
 def test_a_json_body_with_a_utf8_charset_is_read(server):
-    status, run, _ = ask(server, "POST", "/runs", [("Content-Type", "Application/JSON; charset=\"UTF-8\"")], START)
+    status, run, _ = ask(server, "POST", "/runs", [("Content-Type", 'Application/JSON; charset="UTF-8"')], START)
     assert status == 201 and run["workspace"] == "ws_control"
 
 
@@ -332,7 +334,16 @@ def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path):
         port = holder.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LANEFLOW_", "ANTHROPIC_"))}
         done = subprocess.run(
-            [sys.executable, "-m", "laneflow.entrypoints.cli", "serve", "--port", str(port), "--store", f"sqlite:///{tmp_path / 'x.db'}"],
+            [
+                sys.executable,
+                "-m",
+                "laneflow.entrypoints.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--store",
+                f"sqlite:///{tmp_path / 'x.db'}",
+            ],
             capture_output=True,
             text=True,
             timeout=120,
@@ -340,7 +351,9 @@ def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path):
             env=env,
         )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [f"laneflow: port {port} on 127.0.0.1 is in use (another laneflow serve?): stop it, or choose another with --port"]
+    assert done.stderr.strip().splitlines() == [
+        f"laneflow: port {port} on 127.0.0.1 is in use (another laneflow serve?): stop it, or choose another with --port"
+    ]
     assert done.stdout == ""
 
 

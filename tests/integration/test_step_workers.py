@@ -160,7 +160,9 @@ def test_a_claude_lane_spreads_over_the_workers_and_still_pays_one_cold_prefix(t
     ws = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_claude", ws)
     with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={key}) as api:
-        settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"), step_workers=2)
+        settings = Settings(
+            anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"), step_workers=2
+        )
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
         try:
             engine, pool = ready_engine(svc)

@@ -30,7 +30,11 @@ def test_every_route_the_resolver_answers_is_an_event_of_the_machines_api(svc):
     document = json.loads(resolve(people_event("GET", "/openapi.json", {}), None, svc)["body"])
     answered = {(path, method.upper()) for path, operations in document["paths"].items() for method in operations}
     events = RESOURCES["ApiFunction"]["Properties"]["Events"].values()
-    deployed = {(e["Properties"]["Path"], e["Properties"]["Method"].upper()) for e in events if e["Properties"].get("RestApiId") == {"Ref": "LaneflowApi"}}
+    deployed = {
+        (e["Properties"]["Path"], e["Properties"]["Method"].upper())
+        for e in events
+        if e["Properties"].get("RestApiId") == {"Ref": "LaneflowApi"}
+    }
     assert answered == deployed and len(answered) == len(app._static_routes + app._dynamic_routes)
 
 
@@ -45,7 +49,10 @@ def test_people_get_a_second_api_only_when_a_user_pool_is_given():
 
 def test_the_people_api_takes_cognito_tokens_of_the_given_pool_everywhere_but_the_viewers_files():
     scheme = BODY["components"]["securitySchemes"]["cognito"]
-    assert scheme["x-amazon-apigateway-authorizer"] == {"type": "cognito_user_pools", "providerARNs": [{"Ref": "PeopleUserPoolArn"}]}
+    assert scheme["x-amazon-apigateway-authorizer"] == {
+        "type": "cognito_user_pools",
+        "providerARNs": [{"Ref": "PeopleUserPoolArn"}],
+    }
     paths = BODY["paths"]
     assert paths["/{proxy+}"]["x-amazon-apigateway-any-method"]["security"] == [{"cognito": []}]
     for public in ("/", "/assets/{name}", "/openapi.json"):
@@ -63,14 +70,26 @@ def people_event(method: str, path: str, claims: dict[str, str], body: object = 
     """What the people API delivers: its greedy proxy resource, a Cognito authorizer's claims,
     no IAM identity."""
     return {
-        "resource": "/{proxy+}", "path": path, "httpMethod": method,
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
         "headers": {"Content-Type": "application/json", "Host": "people.example"},
         "multiValueHeaders": {"Content-Type": ["application/json"]},
-        "queryStringParameters": None, "multiValueQueryStringParameters": None,
-        "pathParameters": {"proxy": path.lstrip("/")}, "stageVariables": None,
-        "requestContext": {"httpMethod": method, "path": "/v1" + path, "resourcePath": "/{proxy+}", "stage": "v1", "requestId": "r",
-                           "identity": {"accountId": None, "sourceIp": "198.51.100.9"}, "authorizer": {"claims": claims}},
-        "body": json.dumps(body) if body is not None else None, "isBase64Encoded": False,
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": {"proxy": path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "httpMethod": method,
+            "path": "/v1" + path,
+            "resourcePath": "/{proxy+}",
+            "stage": "v1",
+            "requestId": "r",
+            "identity": {"accountId": None, "sourceIp": "198.51.100.9"},
+            "authorizer": {"claims": claims},
+        },
+        "body": json.dumps(body) if body is not None else None,
+        "isBase64Encoded": False,
     }
 
 
@@ -83,7 +102,13 @@ def test_a_persons_tenant_is_their_tokens_claim_and_a_token_without_one_is_a_401
     from helpers import FIXTURES
 
     svc.workspaces, svc.drives = FolderWorkspaces(FIXTURES), NoDrives()
-    out = resolve(people_event("POST", "/runs", {"sub": "u-1", "custom:tenant": "harbour"}, {"workspace": "ws_control", "flow": "approval"}), None, svc)
+    out = resolve(
+        people_event(
+            "POST", "/runs", {"sub": "u-1", "custom:tenant": "harbour"}, {"workspace": "ws_control", "flow": "approval"}
+        ),
+        None,
+        svc,
+    )
     assert out["statusCode"] == 201 and json.loads(out["body"])["tenant"] == "harbour"
     listed = resolve(people_event("GET", "/runs", {"sub": "u-2", "custom:tenant": "harbour"}), None, svc)
     assert [r["tenant"] for r in json.loads(listed["body"])["runs"]] == ["harbour"]

@@ -79,7 +79,9 @@ def test_the_api_stage_writes_one_json_line_per_request_without_bodies_or_header
     # API Gateway writes access logs through the account's CloudWatch role, set before the API.
     assert api["DependsOn"] == "ApiGatewayAccount"
     role, _ = _target(RESOURCES["ApiGatewayAccount"]["Properties"]["CloudWatchRoleArn"])
-    assert RESOURCES[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {"Service": "apigateway.amazonaws.com"}
+    assert RESOURCES[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "apigateway.amazonaws.com"
+    }
 
 
 def test_sam_makes_no_phantom_stage_because_globals_set_the_openapi_version():
@@ -89,11 +91,25 @@ def test_sam_makes_no_phantom_stage_because_globals_set_the_openapi_version():
 
 # What each required alarm watches: (namespace, metric, dimension, resource type, attribute).
 REQUIRED = {
-    "failed drives": ("AWS/States", "ExecutionsFailed", "StateMachineArn", "AWS::Serverless::StateMachine", "Ref", "FlowStateMachine"),
+    "failed drives": (
+        "AWS/States",
+        "ExecutionsFailed",
+        "StateMachineArn",
+        "AWS::Serverless::StateMachine",
+        "Ref",
+        "FlowStateMachine",
+    ),
     "reconcile errors": ("AWS/Lambda", "Errors", "FunctionName", "AWS::Serverless::Function", "Ref", "ReconcileFunction"),
     "step runner throttles": ("AWS/Lambda", "Throttles", "FunctionName", "AWS::Serverless::Function", "Ref", "RunStepFunction"),
     "table throttles": ("AWS/DynamoDB", "ThrottledRequests", "TableName", "AWS::DynamoDB::Table", "Ref", "RunsTable"),
-    "undelivered reconciles": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "AWS::SQS::Queue", "QueueName", "ReconcileDeadLetterQueue"),
+    "undelivered reconciles": (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        "QueueName",
+        "AWS::SQS::Queue",
+        "QueueName",
+        "ReconcileDeadLetterQueue",
+    ),
 }
 
 
@@ -101,10 +117,14 @@ REQUIRED = {
 def test_each_alarm_watches_the_metric_of_the_real_resource(what):
     namespace, metric, dimension, resource_type, attribute, resource = REQUIRED[what]
     watching = [
-        name for name, alarm in ALARMS.items()
-        if any(m["Namespace"] == namespace and m["MetricName"] == metric
-               and any(d["Name"] == dimension and _target(d["Value"]) == (resource, attribute) for d in m["Dimensions"])
-               for m in _metrics(alarm))
+        name
+        for name, alarm in ALARMS.items()
+        if any(
+            m["Namespace"] == namespace
+            and m["MetricName"] == metric
+            and any(d["Name"] == dimension and _target(d["Value"]) == (resource, attribute) for d in m["Dimensions"])
+            for m in _metrics(alarm)
+        )
     ]
     assert watching, f"no alarm on {namespace} {metric} of {resource}"
     assert RESOURCES[resource]["Type"] == resource_type
@@ -158,8 +178,11 @@ def test_the_reconcile_schedule_retries_and_keeps_what_it_could_not_deliver():
     queue, attribute = _target(props["DeadLetterConfig"]["Arn"])
     assert (RESOURCES[queue]["Type"], attribute) == ("AWS::SQS::Queue", "Arn")
     # EventBridge may write to the queue only for this rule (SAM names it function + event).
-    [policy] = [r["Properties"] for r in RESOURCES.values()
-                if r["Type"] == "AWS::SQS::QueuePolicy" and {"Ref": queue} in r["Properties"]["Queues"]]
+    [policy] = [
+        r["Properties"]
+        for r in RESOURCES.values()
+        if r["Type"] == "AWS::SQS::QueuePolicy" and {"Ref": queue} in r["Properties"]["Queues"]
+    ]
     [statement] = policy["PolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Service": "events.amazonaws.com"} and statement["Action"] == "sqs:SendMessage"
     assert _target(statement["Resource"]) == (queue, "Arn")
@@ -175,9 +198,15 @@ def test_the_log_level_is_a_parameter_given_to_every_function():
 
 
 def _logger_level(env: dict[str, str]) -> str:
-    clean = {k: v for k, v in os.environ.items() if k not in ("POWERTOOLS_LOG_LEVEL", "LOG_LEVEL", "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_LOG_LEVEL")}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("POWERTOOLS_LOG_LEVEL", "LOG_LEVEL", "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_LOG_LEVEL")
+    }
     code = "import logging; from laneflow.adapters.aws.powertools import logger; print(logging.getLevelName(logger.log_level))"
-    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60, check=True
+    )
     return out.stdout.strip()
 
 
@@ -198,10 +227,15 @@ def test_sam_builds_the_layer_and_every_handler_with_make_so_python312_need_not_
     layer = RESOURCES["LaneflowLayer"]
     assert layer["Metadata"]["BuildMethod"] == "makefile"
     makefile = ROOT / layer["Properties"]["ContentUri"] / "Makefile"
-    plan = subprocess.run(["make", "-n", "-f", str(makefile), "build-LaneflowLayer", f"ARTIFACTS_DIR={tmp_path / 'layer'}"],
-                          capture_output=True, text=True, timeout=60, check=True).stdout
+    plan = subprocess.run(
+        ["make", "-n", "-f", str(makefile), "build-LaneflowLayer", f"ARTIFACTS_DIR={tmp_path / 'layer'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert "--platform manylinux2014_aarch64" in plan and "--python-version 3.12" in plan and "--only-binary=:all:" in plan
-    assert f"--target \"{tmp_path / 'layer'}/python\"" in plan  # a Python layer's modules go under python/
+    assert f'--target "{tmp_path / "layer"}/python"' in plan  # a Python layer's modules go under python/
     for logical_id, resource in FUNCTIONS.items():
         assert resource["Metadata"]["BuildMethod"] == "makefile", logical_id
         source = ROOT / resource["Properties"]["CodeUri"]
@@ -210,8 +244,14 @@ def test_sam_builds_the_layer_and_every_handler_with_make_so_python312_need_not_
         # As sam build runs it: in a scratch copy, with the function's target and ARTIFACTS_DIR.
         scratch = tmp_path / f"{logical_id}-scratch"
         scratch.mkdir()
-        subprocess.run(["make", "-f", str(source / "Makefile"), f"build-{logical_id}", f"ARTIFACTS_DIR={out}"],
-                       cwd=scratch, capture_output=True, text=True, timeout=60, check=True)
+        subprocess.run(
+            ["make", "-f", str(source / "Makefile"), f"build-{logical_id}", f"ARTIFACTS_DIR={out}"],
+            cwd=scratch,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         assert (out / "app.py").read_bytes() == (source / "app.py").read_bytes(), logical_id
 
 

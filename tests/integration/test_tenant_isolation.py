@@ -112,7 +112,11 @@ def text(s3: Any, key: str) -> str:
 
 @pytest.fixture
 def cloud(monkeypatch, tmp_path: Path):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(workspaces, "CACHE", tmp_path / "cache")
     monkeypatch.setattr(workspaces, "ATTEMPTS", tmp_path / "attempts")
@@ -146,7 +150,9 @@ def call(route: str, tenant: str, *, run_id: str | None = None, body: Any = None
     """One API request of `tenant`'s through the API handler."""
     changes: dict[str, Any] = {}
     if run_id:
-        path = {"get_run": f"/runs/{run_id}", "stop_run": f"/runs/{run_id}/stop", "answer_approval": f"/runs/{run_id}/approval"}[route]
+        path = {"get_run": f"/runs/{run_id}", "stop_run": f"/runs/{run_id}/stop", "answer_approval": f"/runs/{run_id}/approval"}[
+            route
+        ]
         changes.update(pathParameters={"run_id": run_id}, path=path)
     if route == "start_run":
         body = {"workspace": "desk", "flow": "notes", **({"idempotency_key": key} if key else {})}

@@ -35,12 +35,7 @@ DESK = {
     "AGENTS.md": "---\nmodel: claude-sonnet-4-6\n---\nThe desk.\n",
     "agents/clerk/agent.md": "---\ndescription: Files things.\nmax_turns: 8\n---\nYou are the clerk.\n",
     "storage/notes.md": "the notes\n",
-    "flows/file.yaml": (
-        "steps:\n"
-        "  - agent: clerk\n"
-        "    instruction: File the notes.\n"
-        "    output: json\n"
-    ),
+    "flows/file.yaml": ("steps:\n  - agent: clerk\n    instruction: File the notes.\n    output: json\n"),
     "flows/fail.yaml": (
         "steps:\n"
         "  - agent: clerk\n"
@@ -98,7 +93,11 @@ class Clerk:
 
 @pytest.fixture
 def cloud(monkeypatch, tmp_path: Path):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(workspaces, "CACHE", tmp_path / "cache")
     monkeypatch.setattr(workspaces, "ATTEMPTS", tmp_path / "attempts")

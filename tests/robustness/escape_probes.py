@@ -42,7 +42,7 @@ FORK = (
     "        time.sleep(3)\n"
     "        os._exit(0)\n"
     "    n += 1\n"
-    "print(\"forked\", n)'"
+    'print("forked", n)\''
 )
 
 
@@ -111,9 +111,21 @@ def probe_all(top: Path) -> dict[str, dict[str, Any]]:
     in this process's environment and SMALL in `isolation.SIZES` (see `main`)."""
     root = _workspace(top)
     job = StepJob(
-        tenant="local", run_id="run-escape", index=0, attempt=1, agent="worker", model="stub", item=None, run_input=None,
-        system_stable="", system_dynamic="", user="", tools=("bash",), workspace_root=str(root),
-        agent_path="agents/worker", size="small",
+        tenant="local",
+        run_id="run-escape",
+        index=0,
+        attempt=1,
+        agent="worker",
+        model="stub",
+        item=None,
+        run_input=None,
+        system_stable="",
+        system_dynamic="",
+        user="",
+        tools=("bash",),
+        workspace_root=str(root),
+        agent_path="agents/worker",
+        size="small",
     )
     tools = StepTools(job, _Sink(), isolation=BUBBLEWRAP)
     agent_md = root / "agents" / "worker" / "agent.md"
@@ -132,7 +144,10 @@ def probe_all(top: Path) -> dict[str, dict[str, Any]]:
     out["new user namespace"]["host_file"] = os.path.exists(f"/etc/{marker}")
     probe("unmask /etc/shadow", "umount /etc/shadow; umount -l /etc/shadow; cat /etc/shadow")
     before = agent_md.read_text()
-    probe("unbind agent.md", "umount agents/worker/agent.md; umount -l agents/worker/agent.md; echo 'tools: [everything]' > agents/worker/agent.md")
+    probe(
+        "unbind agent.md",
+        "umount agents/worker/agent.md; umount -l agents/worker/agent.md; echo 'tools: [everything]' > agents/worker/agent.md",
+    )
     out["unbind agent.md"]["unchanged"] = agent_md.read_text() == before
     probe("read the host's home", "ls -a /root; ls -a /home")
     probe("laneflow's environ", f"cat /proc/{os.getpid()}/environ; cat /proc/*/environ | tr '\\0' '\\n'")
@@ -145,8 +160,11 @@ def probe_all(top: Path) -> dict[str, dict[str, Any]]:
     other_run = _Callbacks()
     relay = CallbackRelay(other_run)  # type: ignore[arg-type]
     path = relay.listen()
-    probe("another run's relay", "python3 -c 'import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
-          f"s.connect(\"{path}\")\ns.sendall(b\"{{\\\"op\\\": \\\"succeed_all\\\", \\\"tokens\\\": [\\\"t\\\"]}}\\n\")\nprint(s.recv(100))'")
+    probe(
+        "another run's relay",
+        "python3 -c 'import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
+        f's.connect("{path}")\ns.sendall(b"{{\\"op\\": \\"succeed_all\\", \\"tokens\\": [\\"t\\"]}}\\n")\nprint(s.recv(100))\'',
+    )
     out["another run's relay"]["relay_calls"] = list(other_run.calls)
 
     forked = probe("fork bomb", FORK)
@@ -158,7 +176,10 @@ def probe_all(top: Path) -> dict[str, dict[str, Any]]:
     out["one huge file"]["bytes"] = (root / "huge").stat().st_size if (root / "huge").exists() else 0
     out["one huge file"]["limit"] = SMALL.file_bytes
     (root / "huge").unlink(missing_ok=True)
-    probe("fill the scratch", "mkdir fill; for i in $(seq 1 64); do head -c 1048576 /dev/zero > fill/$i; sleep 0.05; done; echo filled")
+    probe(
+        "fill the scratch",
+        "mkdir fill; for i in $(seq 1 64); do head -c 1048576 /dev/zero > fill/$i; sleep 0.05; done; echo filled",
+    )
     out["fill the scratch"]["bytes"] = _used(root / "fill") if (root / "fill").exists() else 0
     out["fill the scratch"]["limit"] = SMALL.scratch_bytes
     out["_canary"] = {"value": CANARY, "uid": os.geteuid()}

@@ -15,16 +15,42 @@ from hypothesis import strategies as st
 
 from laneflow.domain.apis import CallInvalid, check_apis, origin, parse_call, read_operations, target_url
 
-BASES = st.sampled_from(["http://127.0.0.1:8080/api/v1", "https://api.example.com", "https://api.example.com/v2/", "http://h:81/a/b"])
+BASES = st.sampled_from(
+    ["http://127.0.0.1:8080/api/v1", "https://api.example.com", "https://api.example.com/v2/", "http://h:81/a/b"]
+)
 
 PATHS = st.one_of(
     st.text(max_size=30),
-    st.sampled_from([
-        "/", "", "..", "../x", "/%2e%2e/x", "/%2E%2e%2fetc", "//evil.com/x", "http://evil.com/", "https://api.example.com/x",
-        "http://127.0.0.1:8080/api/v1/x", "http://127.0.0.1:8081/api/v1", "HTTP://API.EXAMPLE.COM/x", "/a/../../b", "/x?y=1#z",
-        "\\\\evil.com\\x", "/a b", "/\u00e9", "items:42", "http://[::1]/", "http://a:99999/", "/x\r\nHost: evil", "%", "/%zz",
-        "javascript:alert(1)", "/./././", "/api/v1/../../..",
-    ]),
+    st.sampled_from(
+        [
+            "/",
+            "",
+            "..",
+            "../x",
+            "/%2e%2e/x",
+            "/%2E%2e%2fetc",
+            "//evil.com/x",
+            "http://evil.com/",
+            "https://api.example.com/x",
+            "http://127.0.0.1:8080/api/v1/x",
+            "http://127.0.0.1:8081/api/v1",
+            "HTTP://API.EXAMPLE.COM/x",
+            "/a/../../b",
+            "/x?y=1#z",
+            "\\\\evil.com\\x",
+            "/a b",
+            "/\u00e9",
+            "items:42",
+            "http://[::1]/",
+            "http://a:99999/",
+            "/x\r\nHost: evil",
+            "%",
+            "/%zz",
+            "javascript:alert(1)",
+            "/./././",
+            "/api/v1/../../..",
+        ]
+    ),
 )
 
 JSON = st.recursive(
@@ -69,8 +95,16 @@ ENTRY = st.one_of(
         {},
         optional={
             "name": st.sampled_from(["tracker", "a b", "", "x" * 70]) | JSON,
-            "base_url": st.sampled_from(["https://x.example.com", "ftp://x", "http://", "http://u:p@h", "http://h?x", "http://h:99999"]) | JSON,
-            "headers": st.dictionaries(st.sampled_from(["X-Token", "a b", ""]), st.sampled_from(["${TOKEN}", "${NOPE}", "v\r\n", "${@X}"]) | JSON, max_size=3) | JSON,
+            "base_url": st.sampled_from(
+                ["https://x.example.com", "ftp://x", "http://", "http://u:p@h", "http://h?x", "http://h:99999"]
+            )
+            | JSON,
+            "headers": st.dictionaries(
+                st.sampled_from(["X-Token", "a b", ""]),
+                st.sampled_from(["${TOKEN}", "${NOPE}", "v\r\n", "${@X}"]) | JSON,
+                max_size=3,
+            )
+            | JSON,
             "openapi": st.sampled_from(["api.json", "../x", "/etc/passwd", "", "missing.yaml"]) | JSON,
             "extra": JSON,
         },
@@ -80,7 +114,9 @@ ENTRY = st.one_of(
 
 @given(st.lists(ENTRY, max_size=3) | JSON)
 def test_any_apis_entry_is_checked_into_problems_never_an_exception(raw):
-    specs, problems = check_apis(raw, rel="agents/a/agent.md", agent_dir=Path("/nonexistent/agents/a"), lines={"apis": 2}, secrets=["TOKEN"])
+    specs, problems = check_apis(
+        raw, rel="agents/a/agent.md", agent_dir=Path("/nonexistent/agents/a"), lines={"apis": 2}, secrets=["TOKEN"]
+    )
     assert all(p.file == "agents/a/agent.md" and p.field and p.field.startswith("apis") for p in problems)
     if raw is not None and not problems:
         assert isinstance(raw, list) and len(specs) == len(raw)
@@ -88,8 +124,22 @@ def test_any_apis_entry_is_checked_into_problems_never_an_exception(raw):
 
 OPENAPI = st.one_of(
     st.text(max_size=60),
-    st.sampled_from(["paths: {}", "paths: []", "paths:\n  /x:\n    get: {summary: 1}\n", "paths:\n  /x: [1]\n", "openapi: 3\npaths:\n  /x:\n    post: ~\n    x-y: 1\n",
-                     '{"paths": {"/a": {"get": {"description": "\\n"}}}}', "[", "{", ".inf", "a: *b", "\ufeffpaths: {}", "paths:\n  1: {get: {}}\n"]),
+    st.sampled_from(
+        [
+            "paths: {}",
+            "paths: []",
+            "paths:\n  /x:\n    get: {summary: 1}\n",
+            "paths:\n  /x: [1]\n",
+            "openapi: 3\npaths:\n  /x:\n    post: ~\n    x-y: 1\n",
+            '{"paths": {"/a": {"get": {"description": "\\n"}}}}',
+            "[",
+            "{",
+            ".inf",
+            "a: *b",
+            "\ufeffpaths: {}",
+            "paths:\n  1: {get: {}}\n",
+        ]
+    ),
 )
 
 

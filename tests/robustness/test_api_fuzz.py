@@ -48,8 +48,15 @@ def api() -> Iterator[tuple[Services, str]]:
     shutil.rmtree(folder)
 
 
-def event(method: str, path: str, headers: dict[str, str], body: str | None, *, base64_body: bool = False,
-          query: dict[str, str] | None = None) -> dict[str, Any]:
+def event(
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: str | None,
+    *,
+    base64_body: bool = False,
+    query: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """An API Gateway REST proxy event of an IAM caller of TENANT."""
     return {
         "resource": path,
@@ -62,7 +69,11 @@ def event(method: str, path: str, headers: dict[str, str], body: str | None, *, 
         "pathParameters": None,
         "stageVariables": None,
         "requestContext": {
-            "httpMethod": method, "path": "/Prod" + path, "resourcePath": path, "stage": "Prod", "requestId": "req-fuzz",
+            "httpMethod": method,
+            "path": "/Prod" + path,
+            "resourcePath": path,
+            "stage": "Prod",
+            "requestId": "req-fuzz",
             "identity": {"accountId": TENANT, "sourceIp": "198.51.100.7"},
         },
         "body": body,
@@ -104,14 +115,27 @@ def bodies(draw: st.DrawFn) -> str | None:
     text = json.dumps(draw(FIELDS | JSONISH), allow_nan=True, ensure_ascii=draw(st.booleans()))
     if kind == 3:
         at = draw(st.integers(0, len(text)))
-        text = text[:at] + draw(st.sampled_from(["NaN", "Infinity", "1e999", "\\ud800", "\\udc00\\udc00", "9" * 500, "}"])) + text[at:]
+        text = (
+            text[:at]
+            + draw(st.sampled_from(["NaN", "Infinity", "1e999", "\\ud800", "\\udc00\\udc00", "9" * 500, "}"]))
+            + text[at:]
+        )
     return text
 
 
-HEADER_NAMES = st.sampled_from(["Content-Type", "content-type", "Content-Length", "Authorization", "Origin", "X-Anything", "Host"])
+HEADER_NAMES = st.sampled_from(
+    ["Content-Type", "content-type", "Content-Length", "Authorization", "Origin", "X-Anything", "Host"]
+)
 HEADER_VALUES = st.sampled_from(
-    ["application/json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-     "application/json; charset=utf-16", "", "x" * 300]
+    [
+        "application/json",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json; charset=utf-16",
+        "",
+        "x" * 300,
+    ]
 ) | st.text(max_size=20)
 METHODS = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD", "FOO", "get", ""])
 
@@ -119,9 +143,28 @@ METHODS = st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "
 @st.composite
 def paths(draw: st.DrawFn, real_run: str) -> str:
     run = draw(st.sampled_from([real_run, "run-nope", "x" * 200, "%2e%2e", "..", "a b", "\u00e9"]) | st.text(max_size=12))
-    return draw(st.sampled_from(["/runs", f"/runs/{run}", f"/runs/{run}/stop", f"/runs/{run}/approval", "/", "/openapi.json",
-                                 "/runs/", "//runs", "/nothing", f"/runs/{run}/else",
-                                 f"/runs/{run}/stream", "/assets/app.js", "/assets/preact.mjs", f"/assets/{run}", "/assets/", "/estimates"]))
+    return draw(
+        st.sampled_from(
+            [
+                "/runs",
+                f"/runs/{run}",
+                f"/runs/{run}/stop",
+                f"/runs/{run}/approval",
+                "/",
+                "/openapi.json",
+                "/runs/",
+                "//runs",
+                "/nothing",
+                f"/runs/{run}/else",
+                f"/runs/{run}/stream",
+                "/assets/app.js",
+                "/assets/preact.mjs",
+                f"/assets/{run}",
+                "/assets/",
+                "/estimates",
+            ]
+        )
+    )
 
 
 @pytest.mark.slow
@@ -135,14 +178,17 @@ def test_any_request_on_any_route_is_answered_below_500_and_a_refusal_writes_not
     as_base64 = data.draw(st.booleans()) and body is not None
     if as_base64:
         body = data.draw(st.sampled_from([base64.b64encode(body.encode("utf-8", "surrogatepass")).decode(), body]))
-    query = data.draw(st.none() | st.dictionaries(st.sampled_from(["limit", "x"]), st.sampled_from(["1", "0", "-1", "abc", "9" * 50, ""]), max_size=2))
+    query = data.draw(
+        st.none()
+        | st.dictionaries(st.sampled_from(["limit", "x"]), st.sampled_from(["1", "0", "-1", "abc", "9" * 50, ""]), max_size=2)
+    )
     before = [r.id for r in svc.store.list_runs(TENANT, limit=500)]
 
     out = resolve(event(method, path, headers, body, base64_body=as_base64, query=query), None, svc)
 
     status, answer = out["statusCode"], str(out.get("body") or "")
     assert status < 500, (status, answer)
-    assert "Traceback" not in answer and "File \"" not in answer
+    assert "Traceback" not in answer and 'File "' not in answer
     after = [r.id for r in svc.store.list_runs(TENANT, limit=500)]
     if status >= 400:
         assert after == before  # a refusal wrote nothing

@@ -37,7 +37,6 @@ BODIES = st.fixed_dictionaries(
 )
 
 
-
 @settings(max_examples=60)
 @given(body=BODIES | JSONISH)
 def test_any_estimate_request_is_answered_200_or_a_4xx_and_writes_nothing(body: Any):
@@ -51,22 +50,32 @@ def test_any_estimate_request_is_answered_200_or_a_4xx_and_writes_nothing(body: 
     assert SVC.store.list_runs(TENANT) == []
 
 
-
-LEAF = st.sampled_from([
-    {"type": "string"}, {"type": "string", "minLength": 7}, {"type": "string", "pattern": "^[a-z0-9-]+$"},
-    {"type": "string", "maxLength": 3}, {"type": "integer", "minimum": 100}, {"type": "integer", "maximum": 0},
-    {"type": "number", "exclusiveMinimum": 2.5}, {"type": "boolean"}, {"enum": ["a", "b"]}, {"const": 42}, {"type": "null"},
-])
+LEAF = st.sampled_from(
+    [
+        {"type": "string"},
+        {"type": "string", "minLength": 7},
+        {"type": "string", "pattern": "^[a-z0-9-]+$"},
+        {"type": "string", "maxLength": 3},
+        {"type": "integer", "minimum": 100},
+        {"type": "integer", "maximum": 0},
+        {"type": "number", "exclusiveMinimum": 2.5},
+        {"type": "boolean"},
+        {"enum": ["a", "b"]},
+        {"const": 42},
+        {"type": "null"},
+    ]
+)
 SCHEMAS = st.recursive(
     LEAF,
-    lambda inner: st.builds(lambda items, n: {"type": "array", "items": items, "minItems": n}, inner, st.integers(0, 3))
-    | st.builds(
-        lambda props: {"type": "object", "properties": props, "required": sorted(props), "additionalProperties": False},
-        st.dictionaries(st.from_regex(r"[a-z]{1,8}", fullmatch=True), inner, max_size=4),
+    lambda inner: (
+        st.builds(lambda items, n: {"type": "array", "items": items, "minItems": n}, inner, st.integers(0, 3))
+        | st.builds(
+            lambda props: {"type": "object", "properties": props, "required": sorted(props), "additionalProperties": False},
+            st.dictionaries(st.from_regex(r"[a-z]{1,8}", fullmatch=True), inner, max_size=4),
+        )
     ),
     max_leaves=8,
 )
-
 
 
 @given(schema=SCHEMAS, topic=st.text(max_size=40))

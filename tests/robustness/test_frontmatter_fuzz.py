@@ -19,26 +19,111 @@ from laneflow.domain.flow import check_workspace, load_flow
 from laneflow.domain.frontmatter import read_front
 from laneflow.domain.workspace import load_agent, load_workspace
 
-AGENT_KEYS = ["model", "effort", "tools", "budget", "timeout", "max_turns", "sandbox", "size", "secrets", "apis", "stub",
-              "description"]
-STEP_KEYS = ["agent", "instruction", "each", "parallel", "retries", "on_fail", "until", "loop", "max_cycles", "output",
-             "schema", "optional", "handoff", "model", "verify"]
+AGENT_KEYS = [
+    "model",
+    "effort",
+    "tools",
+    "budget",
+    "timeout",
+    "max_turns",
+    "sandbox",
+    "size",
+    "secrets",
+    "apis",
+    "stub",
+    "description",
+]
+STEP_KEYS = [
+    "agent",
+    "instruction",
+    "each",
+    "parallel",
+    "retries",
+    "on_fail",
+    "until",
+    "loop",
+    "max_cycles",
+    "output",
+    "schema",
+    "optional",
+    "handoff",
+    "model",
+    "verify",
+]
 
 SCALARS = st.one_of(
-    st.sampled_from([
-        "stub", "writer", "0", "-1", "1.5", ".inf", "-.inf", ".nan", "1e999", "1.0e+999", "0x" + "f" * 300, "9" * 5000,
-        "~", "null", "true", "no", "2024-01-01", '"\\ud800"', '"\\udfff x"', "'quoted: colon'", "a: b", "*undefined",
-        "&x 1", "!!binary aGk=", "!!python/object:os.system", "[", "]", "{", "|", ">-", "'", '"', "@x", "`x`", "%x",
-        "[[[[[[[[[[]]]]]]]]]]", "[" * 200 + "]" * 200, "{a: {b: {c: .nan}}}", "[1, .inf]", "'cost: inf'", "\"delay_ms: 99999999999\\nx\"",
-        "'cost: {input.c}'", "json", "text", "results",
-        # values PyYAML resolves but cannot build (a ValueError or OverflowError, not a YAML error)
-        "2001-13-45", "2001-02-30", "0000-01-01", "2001-12-14t21:59:43.10+99:00", "9999-12-31 23:59:60",
-        "1" + ":59" * 200 + ".5", "!!timestamp x", "!!int x", "!!float x", "!!bool x", "!!set x", "!!omap x", "!foo bar",
-        "!!binary x", "{1: a, true: b}", "{a: 1, a: 2}", "[2001-13-45]",
-    ]),
+    st.sampled_from(
+        [
+            "stub",
+            "writer",
+            "0",
+            "-1",
+            "1.5",
+            ".inf",
+            "-.inf",
+            ".nan",
+            "1e999",
+            "1.0e+999",
+            "0x" + "f" * 300,
+            "9" * 5000,
+            "~",
+            "null",
+            "true",
+            "no",
+            "2024-01-01",
+            '"\\ud800"',
+            '"\\udfff x"',
+            "'quoted: colon'",
+            "a: b",
+            "*undefined",
+            "&x 1",
+            "!!binary aGk=",
+            "!!python/object:os.system",
+            "[",
+            "]",
+            "{",
+            "|",
+            ">-",
+            "'",
+            '"',
+            "@x",
+            "`x`",
+            "%x",
+            "[[[[[[[[[[]]]]]]]]]]",
+            "[" * 200 + "]" * 200,
+            "{a: {b: {c: .nan}}}",
+            "[1, .inf]",
+            "'cost: inf'",
+            '"delay_ms: 99999999999\\nx"',
+            "'cost: {input.c}'",
+            "json",
+            "text",
+            "results",
+            # values PyYAML resolves but cannot build (a ValueError or OverflowError, not a YAML error)
+            "2001-13-45",
+            "2001-02-30",
+            "0000-01-01",
+            "2001-12-14t21:59:43.10+99:00",
+            "9999-12-31 23:59:60",
+            "1" + ":59" * 200 + ".5",
+            "!!timestamp x",
+            "!!int x",
+            "!!float x",
+            "!!bool x",
+            "!!set x",
+            "!!omap x",
+            "!foo bar",
+            "!!binary x",
+            "{1: a, true: b}",
+            "{a: 1, a: 2}",
+            "[2001-13-45]",
+        ]
+    ),
     st.text(max_size=10),
 )
-KEYS = st.one_of(st.sampled_from(["5", "~", "true", "? a", "[k]", "<<", "'q'", "1.5", "null", "2001-13-45", "!!int k"]), st.text(max_size=6))
+KEYS = st.one_of(
+    st.sampled_from(["5", "~", "true", "? a", "[k]", "<<", "'q'", "1.5", "null", "2001-13-45", "!!int k"]), st.text(max_size=6)
+)
 
 
 @st.composite
@@ -145,7 +230,12 @@ def test_the_frontmatter_reader_raises_nothing_but_workspace_invalid(tmp_path_fa
     assert not any(key in front.data for p in front.errors for key in [(p.field or "").split(".")[0].split("[")[0]])
 
 
-@given(st.integers(0, 10_000), st.integers(0, 99), st.integers(0, 99), st.sampled_from(["", "t12:00:00", " 25:61:61", "t1:2:3+30:00"]))
+@given(
+    st.integers(0, 10_000),
+    st.integers(0, 99),
+    st.integers(0, 99),
+    st.sampled_from(["", "t12:00:00", " 25:61:61", "t1:2:3+30:00"]),
+)
 def test_a_date_in_frontmatter_is_taken_or_is_a_problem_with_its_line_and_field(workspace, year, month, day, time):
     """`seen: YYYY-MM-DD`: a date that is one is an unknown setting (a warning); one that is
     not is an error naming the file, the line and the field, never an exception."""

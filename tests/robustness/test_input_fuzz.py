@@ -69,8 +69,14 @@ def accepted_or_refused_naming_input(store: Store, text: str) -> None:
         assert str(refused).startswith("--input"), str(refused)
         return
     # Accepted: the store keeps it, and gives back exactly what was read.
-    run = Run(id=f"run-{uuid.uuid4().hex[:12]}", tenant="local", workspace="w", flow="f", input=value,
-              steps=[Step(index=0, group=0, agent="a", item=value)])
+    run = Run(
+        id=f"run-{uuid.uuid4().hex[:12]}",
+        tenant="local",
+        workspace="w",
+        flow="f",
+        input=value,
+        steps=[Step(index=0, group=0, agent="a", item=value)],
+    )
     store.create_run(run)
     back = store.get_run("local", run.id)
     assert back.input == value and back.steps[0].item == value

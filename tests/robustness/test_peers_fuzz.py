@@ -41,8 +41,13 @@ json_values = st.recursive(
 def desk() -> Iterator[tuple[Services, Run]]:
     folder = tempfile.mkdtemp(prefix="peers-fuzz-")
     svc = for_store(open_store(f"sqlite:///{folder}/laneflow.db"), Settings(capture_dir=f"{folder}/captures"))
-    run = Run(id=f"run-{uuid.uuid4().hex[:8]}", tenant=TENANT, workspace="w", flow="f",
-              steps=[Step(index=i, group=0, agent=name, item=None) for i, name in enumerate(("talker", "listener", "scout", "scout"))])
+    run = Run(
+        id=f"run-{uuid.uuid4().hex[:8]}",
+        tenant=TENANT,
+        workspace="w",
+        flow="f",
+        steps=[Step(index=i, group=0, agent=name, item=None) for i, name in enumerate(("talker", "listener", "scout", "scout"))],
+    )
     svc.store.create_run(run)
     yield svc, run
     svc.store.close()
@@ -50,11 +55,33 @@ def desk() -> Iterator[tuple[Services, Run]]:
 
 
 def tools_of(svc: Services, run: Run) -> PeerTools:
-    attempt = svc.store.claim_attempt(TENANT, run.id, 0, token=uuid.uuid4().hex, started_at=utcnow(), expect_status=("pending", "running"))
-    inbox = AttemptInbox(svc=svc, run=run, step=run.steps[0], ref=AttemptRef.of(TENANT, attempt), agent="talker",
-                         stopped=lambda: False, ask_timeout=0, poll_s=0.01)
-    job = StepJob(tenant=TENANT, run_id=run.id, index=0, attempt=attempt.n, agent="talker", model="stub", item=None,
-                  run_input=None, system_stable="", system_dynamic="", user="", tools=("peers", "ask"))
+    attempt = svc.store.claim_attempt(
+        TENANT, run.id, 0, token=uuid.uuid4().hex, started_at=utcnow(), expect_status=("pending", "running")
+    )
+    inbox = AttemptInbox(
+        svc=svc,
+        run=run,
+        step=run.steps[0],
+        ref=AttemptRef.of(TENANT, attempt),
+        agent="talker",
+        stopped=lambda: False,
+        ask_timeout=0,
+        poll_s=0.01,
+    )
+    job = StepJob(
+        tenant=TENANT,
+        run_id=run.id,
+        index=0,
+        attempt=attempt.n,
+        agent="talker",
+        model="stub",
+        item=None,
+        run_input=None,
+        system_stable="",
+        system_dynamic="",
+        user="",
+        tools=("peers", "ask"),
+    )
     return PeerTools(job, SimpleNamespace(inbox=inbox))  # the sink's one attribute the tools read
 
 
@@ -63,8 +90,10 @@ def tools(desk) -> PeerTools:
     return tools_of(*desk)
 
 
-@given(name=st.sampled_from(["peers_list", "peers_message", "ask"]), args=st.dictionaries(
-    st.sampled_from(["to", "text", "question", "extra"]) | st.text(max_size=8), json_values, max_size=4))
+@given(
+    name=st.sampled_from(["peers_list", "peers_message", "ask"]),
+    args=st.dictionaries(st.sampled_from(["to", "text", "question", "extra"]) | st.text(max_size=8), json_values, max_size=4),
+)
 def test_any_input_of_a_colleague_tool_is_its_output_or_its_own_error(tools: PeerTools, name: str, args: dict[str, Any]):
     try:
         out = tools.run(name, args)
@@ -91,8 +120,16 @@ def test_a_message_to_anyone_but_one_colleague_is_refused_naming_the_choices(too
 @pytest.fixture(scope="module")
 def asked(desk) -> tuple[Services, Run]:
     svc, run = desk
-    note = Note(id=new_note_id(NoteKind.question), run_id=run.id, kind=NoteKind.question, to_index=1, from_index=1,
-                from_agent="listener", text="which?", status=QuestionStatus.open)
+    note = Note(
+        id=new_note_id(NoteKind.question),
+        run_id=run.id,
+        kind=NoteKind.question,
+        to_index=1,
+        from_index=1,
+        from_agent="listener",
+        text="which?",
+        status=QuestionStatus.open,
+    )
     svc.store.post_note(TENANT, run.id, note)
     return svc, run
 

@@ -26,10 +26,28 @@ BUCKET = "laneflow-fuzz"
 
 # Name parts S3 takes and a file system may not: empty, `.`, `..`, 255 bytes (it fits) and
 # 256 (it does not), in ASCII and in two-byte characters, next to ordinary names.
-PARTS = st.sampled_from(["a", "b", "notes.md", "scripts", "storage", "", ".", "..", " ", "x" * 255, "x" * 256,
-                         "é" * 127 + "x", "é" * 128, "a\\b", "%2e%2e"])
-KEYS = st.builds(lambda parts, marker: "/".join(parts) + ("/" if marker else ""),
-                 st.lists(PARTS, min_size=1, max_size=3), st.booleans())
+PARTS = st.sampled_from(
+    [
+        "a",
+        "b",
+        "notes.md",
+        "scripts",
+        "storage",
+        "",
+        ".",
+        "..",
+        " ",
+        "x" * 255,
+        "x" * 256,
+        "é" * 127 + "x",
+        "é" * 128,
+        "a\\b",
+        "%2e%2e",
+    ]
+)
+KEYS = st.builds(
+    lambda parts, marker: "/".join(parts) + ("/" if marker else ""), st.lists(PARTS, min_size=1, max_size=3), st.booleans()
+)
 
 _counter = itertools.count()
 _RUN = uuid.uuid4().hex[:8]  # downloads are kept under /tmp by URI: this session's are its own

@@ -124,7 +124,9 @@ def _workspace(top: Path) -> Path:
         (ws / folder).mkdir(parents=True)
     (ws / "AGENTS.md").write_text("---\nmodel: stub\n---\nRules.\n")
     stub = textwrap.indent(PROBES, "  ")
-    (ws / "agents" / "prober" / "agent.md").write_text(f"---\nsandbox: true\nsize: small\ntools: [bash]\nstub: |\n{stub}---\nYou probe.\n")
+    (ws / "agents" / "prober" / "agent.md").write_text(
+        f"---\nsandbox: true\nsize: small\ntools: [bash]\nstub: |\n{stub}---\nYou probe.\n"
+    )
     (ws / "agents" / "other" / "agent.md").write_text("---\ndescription: another\n---\nYou are another.\n")
     (ws / "agents" / "other" / "memory" / "notes.md").write_text("other-agents-memory-marker\n")
     (ws / "agents" / "other" / "outputs" / "report.md").write_text("other-agents-output-marker\n")

@@ -166,17 +166,50 @@ def _wrong_part(rng: random.Random, wrong: str, port: int, own: str) -> object:
     choices: dict[str, list[object]] = {
         "method": ["HEAD", "OPTIONS", "PUT", "DELETE", "PATCH", "get", "FROB", "G\x00T", "POST", "GET"],
         "path": [
-            "/", "/runs?limit=-1", "/runs?limit=x&limit=9", "/openapi.json", "//runs", "/runs/", "/no/such", "/runs#frag",
-            "http://evil.example/runs", "*", "/" + "x" * 3000, "/runs/%00/stop", "/runs/" + "a" * 300, "/runs/../../etc/passwd",
-            "/runs/run-none/stream", "/runs/%2e%2e/stream", "/runs/" + "b" * 300 + "/stream", "/runs//stream",
-            "/assets/app.js", "/assets/..%2fserve.py", "/assets/",
+            "/",
+            "/runs?limit=-1",
+            "/runs?limit=x&limit=9",
+            "/openapi.json",
+            "//runs",
+            "/runs/",
+            "/no/such",
+            "/runs#frag",
+            "http://evil.example/runs",
+            "*",
+            "/" + "x" * 3000,
+            "/runs/%00/stop",
+            "/runs/" + "a" * 300,
+            "/runs/../../etc/passwd",
+            "/runs/run-none/stream",
+            "/runs/%2e%2e/stream",
+            "/runs/" + "b" * 300 + "/stream",
+            "/runs//stream",
+            "/assets/app.js",
+            "/assets/..%2fserve.py",
+            "/assets/",
         ],
-        "host": [f"localhost:{port}", f"[::1]:{port}", "evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", "", None, "two"],
+        "host": [
+            f"localhost:{port}",
+            f"[::1]:{port}",
+            "evil.example",
+            f"evil.example:{port}",
+            f"127.0.0.1:{port + 1}",
+            "",
+            None,
+            "two",
+        ],
         "origin": ["http://evil.example", "null", f"http://localhost:{port}", f"https://{own}", f"http://127.0.0.1:{port + 1}"],
         "site": ["cross-site", "same-site", "none", "CROSS-SITE"],
         "content_type": [
-            "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=b",
-            "application/json; charset=latin-1", None, "application/json; charset=utf-8", "APPLICATION/JSON", "application/jsonp",
+            "text/plain",
+            "text/plain;charset=UTF-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=b",
+            "application/json; charset=latin-1",
+            None,
+            "application/json; charset=utf-8",
+            "APPLICATION/JSON",
+            "application/jsonp",
         ],
         "lie": ["less", "more", "none", "bad", "two", "huge"],
         "version": ["HTTP/1.0", "HTTP/2.0", "HTTP/9", ""],
@@ -219,9 +252,16 @@ def a_request(rng: random.Random, port: int, run_ids: list[str]) -> Sent:
         ]
     )
     parts: dict[str, Any] = {
-        "method": method, "path": path, "body": body, "host": own, "origin": rng.choice([None, f"http://{own}"]),
-        "site": rng.choice([None, "same-origin"]), "content_type": "application/json" if body is not None else None,
-        "lie": "true", "version": "HTTP/1.1", "extra": [],
+        "method": method,
+        "path": path,
+        "body": body,
+        "host": own,
+        "origin": rng.choice([None, f"http://{own}"]),
+        "site": rng.choice([None, "same-origin"]),
+        "content_type": "application/json" if body is not None else None,
+        "lie": "true",
+        "version": "HTTP/1.1",
+        "extra": [],
     }
     names = ["method", "path", "host", "origin", "site", "content_type", "body", "lie", "version", "extra"]
     for wrong in rng.sample(names, rng.choice([0, 1, 1, 1, 2, 2, 3, 4])):
@@ -246,10 +286,20 @@ def a_request(rng: random.Random, port: int, run_ids: list[str]) -> Sent:
     # site; a state change labelled other than JSON.
     own_hosts = {own, f"localhost:{port}", f"[::1]:{port}"}
     changes = method in ("POST", "PUT", "PATCH", "DELETE")
-    json_type = content_type is not None and content_type.split(";")[0].strip().lower() == "application/json" and "latin-1" not in content_type
+    json_type = (
+        content_type is not None
+        and content_type.split(";")[0].strip().lower() == "application/json"
+        and "latin-1" not in content_type
+    )
     must_refuse = (
         host not in own_hosts
-        or (changes and (origin not in (None, f"http://{own}", f"http://localhost:{port}") or (site or "").lower() in ("cross-site", "same-site")))
+        or (
+            changes
+            and (
+                origin not in (None, f"http://{own}", f"http://localhost:{port}")
+                or (site or "").lower() in ("cross-site", "same-site")
+            )
+        )
         or (changes and content_type is not None and not json_type)
     )
     line = f"{method} {path} {version}".rstrip()
@@ -327,7 +377,9 @@ def test_a_bounded_fuzz_of_serve_gets_no_5xx_and_changes_nothing_on_a_refusal(se
     stored = svc.store.list_runs(TENANT, limit=500)  # the store still lists
     assert {r.id for r in stored} == created
     assert sorted(svc.drives.started) == sorted(created)
-    stopped = {s.path.split("/")[2] for s, a in zip(requests, answers, strict=True) if a.status == 200 and s.path.endswith("/stop")}
+    stopped = {
+        s.path.split("/")[2] for s, a in zip(requests, answers, strict=True) if a.status == 200 and s.path.endswith("/stop")
+    }
     for run in stored:
         assert run.stop_requested == (run.id in stopped), run.id
     # The server still answers, and as before.

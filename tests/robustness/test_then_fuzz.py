@@ -22,8 +22,23 @@ from laneflow.domain.records import Step, StepStatus
 from laneflow.domain.workspace import load_workspace
 
 TEXT = st.one_of(
-    st.sampled_from(["{result.writer}", "{data.writer}", "{data.ghost}", "{input.topic}", "{input.a.b}", "x {result.writer} y",
-                     "{result.}", "{result.writer", "{{result.writer}}", "{data.writer}{data.writer}", "publish", "publsh", ""]),
+    st.sampled_from(
+        [
+            "{result.writer}",
+            "{data.writer}",
+            "{data.ghost}",
+            "{input.topic}",
+            "{input.a.b}",
+            "x {result.writer} y",
+            "{result.}",
+            "{result.writer",
+            "{{result.writer}}",
+            "{data.writer}{data.writer}",
+            "publish",
+            "publsh",
+            "",
+        ]
+    ),
     st.text(max_size=12),
 )
 JSON = st.recursive(
@@ -63,9 +78,15 @@ def test_any_then_loads_or_is_a_problem_naming_the_flow_file(workspace, then):
 
 STEPS = st.lists(
     st.builds(
-        lambda i, agent, status, result, data, rescue: Step(index=i, group=0, agent=agent, status=status, result=result, data=data, rescue_of=rescue),
-        st.integers(0, 5), st.sampled_from(["writer", "scout", None]), st.sampled_from(list(StepStatus)),
-        st.none() | st.text(max_size=8), JSON, st.none() | st.integers(0, 3),
+        lambda i, agent, status, result, data, rescue: Step(
+            index=i, group=0, agent=agent, status=status, result=result, data=data, rescue_of=rescue
+        ),
+        st.integers(0, 5),
+        st.sampled_from(["writer", "scout", None]),
+        st.sampled_from(list(StepStatus)),
+        st.none() | st.text(max_size=8),
+        JSON,
+        st.none() | st.integers(0, 3),
     ),
     max_size=5,
 )

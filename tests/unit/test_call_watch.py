@@ -135,11 +135,18 @@ class KeptAlive:
                         owner.left += 1
                     self.close_connection = True
                     return
-                body = json.dumps({
-                    "id": "msg_kept", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
-                    "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "stop_sequence": None,
-                    "usage": {"input_tokens": 3, "output_tokens": 1},
-                }).encode()
+                body = json.dumps(
+                    {
+                        "id": "msg_kept",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "claude-sonnet-4-6",
+                        "content": [{"type": "text", "text": "done"}],
+                        "stop_reason": "end_turn",
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": 3, "output_tokens": 1},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -23,7 +23,6 @@ ESCAPE = re.compile(r"\x1b")
 WAITING = "prompt cache: waiting for the first researcher step's reply before starting, so this one reads its prefix"
 
 
-
 def _actions(parser: argparse.ArgumentParser, path: str = "laneflow"):
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -33,19 +32,16 @@ def _actions(parser: argparse.ArgumentParser, path: str = "laneflow"):
             yield path, action
 
 
-
 def test_every_flag_and_argument_of_every_command_has_help():
     missing = [f"{path} {action.dest}" for path, action in _actions(build_parser()) if not action.help]
     assert missing == []
     assert len(list(_actions(build_parser()))) > 40  # the walk reached the subcommands
 
 
-
 def test_version_prints_laneflows_version(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and re.match(r"laneflow \S+", capsys.readouterr().out)
-
 
 
 def test_a_mistyped_command_suggests_the_closest_and_exits_non_zero(capsys):
@@ -55,22 +51,33 @@ def test_a_mistyped_command_suggests_the_closest_and_exits_non_zero(capsys):
     assert "no command 'rnu'; did you mean 'run'?" in capsys.readouterr().err
 
 
-
 def _run(steps: list[Step], status: RunStatus = RunStatus.running) -> Run:
     return Run(id="run-20261201-000000-abcdef", workspace="newsroom-with-a-long-name", flow="brief", status=status, steps=steps)
 
 
-
 def _fan_out() -> Run:
-    lead = Step(index=0, group=0, agent="researcher", item="tides", status=StepStatus.running, attempts=1,
-                started_at="2026-12-01T00:00:01.000Z", calls=[ModelCall(id="c1", cost_usd=0.0125)])
+    lead = Step(
+        index=0,
+        group=0,
+        agent="researcher",
+        item="tides",
+        status=StepStatus.running,
+        attempts=1,
+        started_at="2026-12-01T00:00:01.000Z",
+        calls=[ModelCall(id="c1", cost_usd=0.0125)],
+    )
     waiting = [
-        Step(index=i, group=0, agent="researcher", item=f"topic number {i} with a long name", events=[Event(type=EventType.gate, text=WAITING)])
+        Step(
+            index=i,
+            group=0,
+            agent="researcher",
+            item=f"topic number {i} with a long name",
+            events=[Event(type=EventType.gate, text=WAITING)],
+        )
         for i in range(1, 4)
     ]
     later = [Step(index=4, group=1, agent="writer"), Step(index=5, group=2, agent=None, instruction="Publish this brief?")]
     return _run([lead, *waiting, *later])
-
 
 
 @pytest.mark.parametrize("width", [40, 80, 160])
@@ -85,7 +92,6 @@ def test_the_live_view_fits_the_terminal_at_any_width(width):
     assert "⏸" in text  # the waiting siblings are marked waiting, not running
 
 
-
 def test_a_waiting_sibling_is_shown_waiting_with_the_gates_reason():
     console = Console(width=200, file=io.StringIO(), color_system=None)
     with console.capture() as captured:
@@ -94,7 +100,6 @@ def test_a_waiting_sibling_is_shown_waiting_with_the_gates_reason():
     waiting = [line for line in lines if "⏸ 1 researcher" in line]
     assert waiting and "waiting: waiting for the first researcher step's reply" in waiting[0]
     assert any("▶ 0 researcher (tides)" in line and "attempt 1" in line for line in lines)
-
 
 
 @pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}])
@@ -122,7 +127,6 @@ def test_no_color_and_a_dumb_terminal_get_plain_lines_with_no_escape_codes(env, 
     assert "run run-20261201-000000-abcdef: completed" in text
 
 
-
 def test_a_terminal_gets_the_live_view_drawn_with_rich(monkeypatch):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm-256color")
@@ -140,11 +144,16 @@ def test_a_terminal_gets_the_live_view_drawn_with_rich(monkeypatch):
     assert progress.plain_wanted({"NO_COLOR": ""}) and not progress.plain_wanted({"TERM": "xterm"})
 
 
-
 def test_runs_is_a_table_with_a_header_and_aligned_columns_others_can_extend():
     runs = [
         Run(id="run-20261201-000000-aaaaaa", workspace="newsroom", flow="brief", status=RunStatus.completed, cost_usd=0.041),
-        Run(id="run-20261201-000001-bbbbbb", workspace="ws", flow="a-much-longer-flow", status=RunStatus.awaiting_approval, cost_usd=12.5),
+        Run(
+            id="run-20261201-000001-bbbbbb",
+            workspace="ws",
+            flow="a-much-longer-flow",
+            status=RunStatus.awaiting_approval,
+            cost_usd=12.5,
+        ),
     ]
     header, *rows = runs_table(runs).splitlines()
     assert header.split() == ["RUN", "STATUS", "FLOW", "COST", "DRIVES", "CREATED"]
@@ -156,7 +165,6 @@ def test_runs_is_a_table_with_a_header_and_aligned_columns_others_can_extend():
     finally:
         RUN_COLUMNS.pop()
     assert runs_table([]) == "no runs yet"
-
 
 
 def test_plain_lines_say_a_run_ended_after_its_last_step_ended():

@@ -60,7 +60,10 @@ def test_the_peers_layer_is_dynamic_and_names_who_runs_beside_the_step(tmp_path)
     ws_root = write_workspace(tmp_path / "ws", {"a": {"tools": ["peers", "ask"], "ask_timeout": 90}}, FLOW)
     ws = load_workspace(ws_root)
     agent = load_agent(ws, "a")
-    peers = [Peer(agent="scout", index=1, item="north", status="running"), Peer(agent="scout", index=2, item="south", status="pending")]
+    peers = [
+        Peer(agent="scout", index=1, item="north", status="running"),
+        Peer(agent="scout", index=2, item="south", status="pending"),
+    ]
     prompt = build_system_prompt(ws, agent, peers=peers)
     layers = {layer.name: layer for layer in prompt.layers}
     assert layers["peers"].dynamic and not layers["ask"].dynamic
@@ -85,7 +88,9 @@ def test_in_lambda_an_ask_stops_waiting_a_margin_before_the_invocations_deadline
     ref = AttemptRef(tenant="local", run_id="run-1", index=0, n=1, token="t", started_at="now")
 
     def inbox(**kwargs) -> AttemptInbox:
-        return AttemptInbox(svc=None, run=run, step=run.steps[0], ref=ref, agent="a", stopped=lambda: False, ask_timeout=600, **kwargs)  # type: ignore[arg-type]
+        return AttemptInbox(
+            svc=None, run=run, step=run.steps[0], ref=ref, agent="a", stopped=lambda: False, ask_timeout=600, **kwargs
+        )  # type: ignore[arg-type]
 
     lambda_wait = inbox(worker=LambdaRequest(request_id="r", deadline=time.time() + 300)).wait_s()
     assert 300 - LAMBDA_MARGIN_S - 2 < lambda_wait <= 300 - LAMBDA_MARGIN_S

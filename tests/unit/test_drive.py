@@ -34,7 +34,10 @@ def test_lanes_are_keyed_by_agent_and_model_in_index_order():
     steps = [step(0, "a"), step(1, "b", slot=1), step(2, "a", model="claude-x"), step(3, "a")]
     lanes = plan_lanes(steps, flow, 100)
     assert [(lane.agent, lane.model, [s.index for s in lane.steps]) for lane in lanes] == [
-        ("a", "stub", [0, 3]), ("b", "stub", [1]), ("a", "claude-x", [2])]
+        ("a", "stub", [0, 3]),
+        ("b", "stub", [1]),
+        ("a", "claude-x", [2]),
+    ]
 
 
 def test_lane_concurrency_is_the_tightest_parallel_and_never_above_the_engine_cap():
@@ -130,7 +133,9 @@ def test_end_run_of_a_run_whose_steps_all_ended_reads_no_step_and_settles_its_co
     run, ref = started
     steps = svc.store.get_steps(run.tenant, run.id)
     for s in steps:
-        svc.store.update_step(run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed, cost_usd=0.125 * (s.index + 1)))
+        svc.store.update_step(
+            run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed, cost_usd=0.125 * (s.index + 1))
+        )
     read = []
     monkeypatch.setattr(svc.store, "get_steps", lambda *a, **k: read.append(a) or [])
     assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed

@@ -35,9 +35,21 @@ def test_install_is_idempotent():
 
 
 JSON_VALUES = [
-    None, True, 0, -3, 2.5, "", "text",
-    [], {}, [1, [2, [3, {"a": None}]]],
-    {"tenant": "local", "run_id": "r-1", "plan": {"lanes": [{"index": i, "role": "lead" if i == 0 else "sibling"} for i in range(5)]}},
+    None,
+    True,
+    0,
+    -3,
+    2.5,
+    "",
+    "text",
+    [],
+    {},
+    [1, [2, [3, {"a": None}]]],
+    {
+        "tenant": "local",
+        "run_id": "r-1",
+        "plan": {"lanes": [{"index": i, "role": "lead" if i == 0 else "sibling"} for i in range(5)]},
+    },
     {"1": [True, False, None], "nested": {"deep": {"deeper": ["x", 1.0e-3, -0.0]}}},
 ]
 

@@ -27,8 +27,14 @@ def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for():
     source = inspect.getsource(patched.original)
     # moto's own: a thread per state to wait with its timeout, then the output's handling,
     # which the inline path repeats step for step
-    for line in ("thread.start()", "terminated_event.wait(timeout_seconds)", "self.result_selector.eval(env=env)",
-                 "self.result_path.eval(env)", "env.states.set_result(execution_output)", "self.assign_decl.eval(env=env)"):
+    for line in (
+        "thread.start()",
+        "terminated_event.wait(timeout_seconds)",
+        "self.result_selector.eval(env=env)",
+        "self.result_path.eval(env)",
+        "env.states.set_result(execution_output)",
+        "self.assign_decl.eval(env=env)",
+    ):
         assert line in source, line
     assert TimeoutSeconds.DEFAULT_TIMEOUT_SECONDS == 99999999
     moto_inline.install()  # idempotent
@@ -37,9 +43,16 @@ def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for():
 
 def _drive(tmp_path, name: str):
     ws = write_workspace(
-        tmp_path / name, {"worker": {"stub": "ttft_ms: 20\ndid {item}"}},
-        {"fan": {"steps": [{"agent": "worker", "each": [1, 2, 3, 4], "parallel": 2, "instruction": "Do {item}."},
-                           {"agent": "worker", "instruction": "Sum up."}]}},
+        tmp_path / name,
+        {"worker": {"stub": "ttft_ms: 20\ndid {item}"}},
+        {
+            "fan": {
+                "steps": [
+                    {"agent": "worker", "each": [1, 2, 3, 4], "parallel": 2, "instruction": "Do {item}."},
+                    {"agent": "worker", "instruction": "Sum up."},
+                ]
+            }
+        },
     )
     svc = for_store(open_store(f"sqlite:///{tmp_path / name}.db"), Settings(capture_dir=str(tmp_path / f"{name}-captures")))
     engine = local_engine(svc)

@@ -127,7 +127,9 @@ def test_missing_or_ill_typed_arguments_are_errors_the_model_is_told(ws, tools, 
 
 def test_a_write_where_a_folder_is_or_through_a_file_is_an_error(ws, tools):
     assert "a folder, not a file" in refusal(tools, "write_file", {"path": "storage", "content": "x"})
-    assert "a folder on the way is a file" in refusal(tools, "write_file", {"path": "agents/writer/outputs/draft.md/x.md", "content": "x"})
+    assert "a folder on the way is a file" in refusal(
+        tools, "write_file", {"path": "agents/writer/outputs/draft.md/x.md", "content": "x"}
+    )
 
 
 def test_a_refused_write_leaves_the_old_file_whole_and_no_scratch_file(ws, tools):
@@ -156,7 +158,9 @@ def test_a_refused_write_leaves_the_old_file_whole_and_no_scratch_file(ws, tools
     ],
 )
 def test_an_agent_cannot_write_its_own_definition(ws, tools, path):
-    assert "cannot rewrite itself" in refusal(tools, "write_file", {"path": path, "content": "---\nmax_turns: 99\n---\nRewritten."})
+    assert "cannot rewrite itself" in refusal(
+        tools, "write_file", {"path": path, "content": "---\nmax_turns: 99\n---\nRewritten."}
+    )
     assert (ws / "agents/writer/agent.md").read_text() == AGENT_MD
     assert (ws / "agents/writer/skills/tone/SKILL.md").read_text() == "Be warm."
     assert not (ws / "agents/writer/skills/new.md").exists() and not (ws / "agents/writer/scripts/new.sh").exists()
@@ -166,13 +170,24 @@ def test_a_link_in_its_own_outputs_does_not_lead_to_its_definition(ws, tools):
     (ws / "agents/writer/outputs/me.md").symlink_to(ws / "agents/writer/agent.md")
     (ws / "agents/writer/outputs/skills").symlink_to(ws / "agents/writer/skills", target_is_directory=True)
     assert "cannot rewrite itself" in refusal(tools, "write_file", {"path": "agents/writer/outputs/me.md", "content": "x"})
-    assert "cannot rewrite itself" in refusal(tools, "write_file", {"path": "agents/writer/outputs/skills/evil.md", "content": "x"})
+    assert "cannot rewrite itself" in refusal(
+        tools, "write_file", {"path": "agents/writer/outputs/skills/evil.md", "content": "x"}
+    )
     assert (ws / "agents/writer/agent.md").read_text() == AGENT_MD
     # Reading its own definition is allowed: it is what the agent is.
     assert tools.run("read_file", {"path": "agents/writer/outputs/me.md"}) == AGENT_MD
 
 
-@pytest.mark.parametrize("path", ["knowledge/facts.md", "knowledge/new.md", "Knowledge/new.md", "agents/writer/knowledge/style.md", "agents/writer/knowledge/new.md"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "knowledge/facts.md",
+        "knowledge/new.md",
+        "Knowledge/new.md",
+        "agents/writer/knowledge/style.md",
+        "agents/writer/knowledge/new.md",
+    ],
+)
 def test_knowledge_folders_are_read_only(ws, tools, path):
     message = refusal(tools, "write_file", {"path": path, "content": "x"})
     assert "read-only" in message or "not in your folder" in message

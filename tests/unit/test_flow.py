@@ -59,8 +59,7 @@ def test_design_example_flow_loads_with_every_shape():
     assert [e.line for e in flow.entries] == [8, 12, 15, 20, 21]
 
     research = flow.entries[0].steps[0]
-    assert (research.agent, research.each, research.each_input, research.parallel) == (
-        "researcher", "input.topics", "topics", 4)
+    assert (research.agent, research.each, research.each_input, research.parallel) == ("researcher", "input.topics", "topics", 4)
     assert (research.retries, research.handoff, research.output) == (1, "results", "text")
     assert flow.entries[1].steps[0].on_fail == "rescuer"
 
@@ -93,20 +92,23 @@ def test_inline_each_list_and_inline_schema():
 
 
 def test_until_without_max_cycles_defaults_to_three_and_loop_may_name_its_own_group(tmp_path):
-    ws = flow_ws(tmp_path, """
+    ws = flow_ws(
+        tmp_path,
+        """
 steps:
   - group:
       - agent: writer
       - agent: checker
         until: OK
         loop: writer
-""")
+""",
+    )
     checker = load_flow(ws, "f").entries[0].steps[1]
     assert (checker.loop, checker.max_cycles) == ("writer", 3)
 
 
 def test_each_given_as_a_json_list_string_is_read_as_the_list(tmp_path):
-    ws = flow_ws(tmp_path, "steps:\n  - agent: writer\n    each: '[\"x\", \"y\"]'\n")
+    ws = flow_ws(tmp_path, 'steps:\n  - agent: writer\n    each: \'["x", "y"]\'\n')
     assert load_flow(ws, "f").entries[0].steps[0].each == ["x", "y"]
 
 
@@ -171,8 +173,12 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
         ("steps:\n  - agent: checker\n    until: OK\n", 3, "steps[0].until", "until needs loop:"),
         ("steps:\n  - agent: writer\n  - agent: checker\n    loop: writer\n", 4, "steps[1].loop", "loop needs until:"),
         ("steps:\n  - agent: writer\n    max_cycles: 2\n", 3, "steps[0].max_cycles", "applies only to a loop"),
-        ("steps:\n  - agent: writer\n  - agent: checker\n    until: OK\n    loop: writer\n    max_cycles: 0\n",
-         6, "steps[1].max_cycles", "from 1 to 20"),
+        (
+            "steps:\n  - agent: writer\n  - agent: checker\n    until: OK\n    loop: writer\n    max_cycles: 0\n",
+            6,
+            "steps[1].max_cycles",
+            "from 1 to 20",
+        ),
         ("steps:\n  - agent: writer\n    each: topics\n", 3, "steps[0].each", "input.NAME or a list"),
         ("steps:\n  - agent: writer\n    each: []\n", 3, "steps[0].each", "empty list"),
         ("steps:\n  - agent: writer\n    on_fail: nobody\n", 3, "steps[0].on_fail", "unknown agent 'nobody'"),
@@ -181,8 +187,7 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
         ("steps:\n  - agent: writer\n    optional: maybe\n", 3, "steps[0].optional", "true or false"),
         ("steps:\n  - agent: writer\n    handoff: everything\n", 3, "steps[0].handoff", "results, conclusions"),
         ("steps:\n  - agent: writer\n    output: xml\n", 3, "steps[0].output", "'text' or 'json'"),
-        ("steps:\n  - agent: writer\n    verify:\n      jduge: ok?\n", 4, "steps[0].verify.jduge",
-         "did you mean 'judge'?"),
+        ("steps:\n  - agent: writer\n    verify:\n      jduge: ok?\n", 4, "steps[0].verify.jduge", "did you mean 'judge'?"),
         ("steps:\n  - group: []\n", 2, "steps[0].group", "group is empty"),
         ("steps:\n  - group:\n      - writer\n", 3, "steps[0].group[0]", "a group holds steps"),
         ("steps:\n  - group:\n      - approval: ok?\n", 3, "steps[0].group[0]", "steps only"),
@@ -190,10 +195,18 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
         ("steps:\n  - agent: writer\n    agent: checker\n", 3, "steps[0].agent", "given twice"),
         ("budget: 0\nsteps:\n  - agent: writer\n", 1, "budget", "greater than 0"),
         ("input: {type: objekt}\nsteps:\n  - agent: writer\n", 1, "input.type", "not a valid JSON Schema"),
-        ("input:\n  properties: {n: {type: string}}\nsteps:\n  - agent: writer\n    each: input.n\n",
-         5, "steps[0].each", "declared as 'string', not a list"),
-        ("steps:\n  - agent: writer\n    output: json\n    schema: {type: 12}\n", 4, "steps[0].schema",
-         "not a valid JSON Schema"),
+        (
+            "input:\n  properties: {n: {type: string}}\nsteps:\n  - agent: writer\n    each: input.n\n",
+            5,
+            "steps[0].each",
+            "declared as 'string', not a list",
+        ),
+        (
+            "steps:\n  - agent: writer\n    output: json\n    schema: {type: 12}\n",
+            4,
+            "steps[0].schema",
+            "not a valid JSON Schema",
+        ),
     ],
 )
 def test_each_kind_of_mistake_is_reported_with_line_and_field(tmp_path, flow, line, field, message):
@@ -203,13 +216,16 @@ def test_each_kind_of_mistake_is_reported_with_line_and_field(tmp_path, flow, li
 
 
 def test_loop_to_an_agent_that_only_runs_later_is_refused(tmp_path):
-    ws = flow_ws(tmp_path, """
+    ws = flow_ws(
+        tmp_path,
+        """
 steps:
   - agent: checker
     until: OK
     loop: writer
   - agent: writer
-""")
+""",
+    )
     problem = only_problem(ws)
     assert (problem.line, problem.field) == (5, "steps[0].loop")
     assert "not a step of this or an earlier entry" in problem.message
@@ -274,7 +290,9 @@ def test_valid_input_passes():
 
 
 def test_input_errors_name_each_field_by_its_json_path(tmp_path):
-    ws = flow_ws(tmp_path, """
+    ws = flow_ws(
+        tmp_path,
+        """
 input:
   type: object
   required: [topics, tone]
@@ -285,7 +303,8 @@ input:
 steps:
   - agent: writer
     each: input.topics
-""")
+""",
+    )
     with pytest.raises(RunInputInvalid) as e:
         validate_input(load_flow(ws, "f"), {"topics": ["a", 3], "words": "many"})
     by_field = {p.field: p.message for p in e.value.problems}
@@ -319,19 +338,27 @@ def test_check_workspace_lists_the_malformed_agent_md_and_every_flow_mistake():
     assert len(broken) == 1 and broken[0].line == 4
     flow_fields = {p.field for p in problems if p.file == "flows/messy.yaml"}
     assert flow_fields == {
-        "steps[0].agnet", "steps[1].agent", "steps[1].each", "steps[2].loop",
-        "steps[2].max_cycles", "steps[4].schema", "steps[5]",
+        "steps[0].agnet",
+        "steps[1].agent",
+        "steps[1].each",
+        "steps[2].loop",
+        "steps[2].max_cycles",
+        "steps[4].schema",
+        "steps[5]",
     }
     assert any(p.file == "schemas/bad.json" for p in problems)
     assert all(not Path(p.file).is_absolute() for p in problems)
 
 
 def test_check_workspace_collects_warnings_and_agents_md_errors_without_raising(tmp_path):
-    root = write(tmp_path / "ws", {
-        "AGENTS.md": "---\nbudget: free\n---\n",
-        "agents/a/agent.md": "---\ndescription: Use when: asked\n---\n",
-        "agents/empty/notes.txt": "",
-    })
+    root = write(
+        tmp_path / "ws",
+        {
+            "AGENTS.md": "---\nbudget: free\n---\n",
+            "agents/a/agent.md": "---\ndescription: Use when: asked\n---\n",
+            "agents/empty/notes.txt": "",
+        },
+    )
     problems = check_workspace(root)
     assert [(p.file, p.severity) for p in problems] == [
         ("AGENTS.md", "error"),

@@ -19,7 +19,9 @@ from laneflow.domain.records import Step
 
 
 def lane_of(n: int, parallel: int):
-    flow = Flow(name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a", parallel=parallel)])])
+    flow = Flow(
+        name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a", parallel=parallel)])]
+    )
     steps = [Step(index=i, group=0, entry=0, slot=0, agent="a", model="stub") for i in range(n)]
     [lane] = plan_lanes(steps, flow, 100, gate=True)
     return lane

@@ -167,8 +167,14 @@ def test_a_continuation_claims_no_drive_and_records_its_execution(svc, big):
     run, ref = big
     assert ref.drive == 1
     svc.store.update_run(run.tenant, run.id, RunChanges(execution="first"))
-    req = StartDriveRequest.model_validate({"tenant": run.tenant, "run_id": run.id, "execution": "second",
-                                            "input": {"tenant": run.tenant, "run_id": run.id, "drive": 1, "segment": 1}})
+    req = StartDriveRequest.model_validate(
+        {
+            "tenant": run.tenant,
+            "run_id": run.id,
+            "execution": "second",
+            "input": {"tenant": run.tenant, "run_id": run.id, "drive": 1, "segment": 1},
+        }
+    )
     cont = start_drive(svc, req, worker=local_worker())
     assert (cont.drive, cont.segment) == (1, 1)
     stored = svc.store.get_run(run.tenant, run.id, steps=False)

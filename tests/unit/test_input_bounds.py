@@ -170,7 +170,9 @@ def test_laneflow_check_reports_a_frontmatter_crash_as_a_problem(tmp_path):
 # -- stub answers ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("header", ["cost: inf", "cost: nan", "cost: -1", "cost: 1e308", "delay_ms: 99999999999", "ttft_ms: -5", "delay_ms: 1.5"])
+@pytest.mark.parametrize(
+    "header", ["cost: inf", "cost: nan", "cost: -1", "cost: 1e308", "delay_ms: 99999999999", "ttft_ms: -5", "delay_ms: 1.5"]
+)
 def test_a_stub_header_value_out_of_bounds_is_refused_naming_the_header(header):
     with pytest.raises(BadHeader) as err:
         parse_answer(f"{header}\nThe reply.")
@@ -218,7 +220,7 @@ def test_laneflow_check_reports_an_unbounded_delay_in_a_stub_answer(tmp_path):
         ("steps:\n  - agent: writer\n    each: [2024-01-01]\n", 3, "steps[0].each[0]", "date"),
         ("steps:\n  - agent: writer\n    each: &a [x, *a]\n", 3, None, "recursive"),
         ("steps:\n  - agent: writer\n    retries: " + "1" * 500 + "\n", 3, None, "500 digits"),
-        ("steps:\n  - agent: writer\n    instruction: \"\\ud800\"\n", 3, None, "lone surrogate"),
+        ('steps:\n  - agent: writer\n    instruction: "\\ud800"\n', 3, None, "lone surrogate"),
         ("input: {properties: {5: {type: string}}}\nsteps:\n  - agent: writer\n", 1, "input.properties", "key must be text"),
         ("steps:\n" + "  - " + "[" * 3000 + "]" * 3000 + "\n", 2, None, "nested deeper"),
     ],
@@ -226,8 +228,10 @@ def test_laneflow_check_reports_an_unbounded_delay_in_a_stub_answer(tmp_path):
 def test_flow_values_the_run_could_not_keep_are_refused_naming_file_and_line(tmp_path, lines, line, field, words):
     problems = flow_problems(tmp_path, lines)
 
-    assert any(p.file == "flows/f.yaml" and p.line == line and (field is None or p.field == field) and words in p.message
-               for p in problems), problems
+    assert any(
+        p.file == "flows/f.yaml" and p.line == line and (field is None or p.field == field) and words in p.message
+        for p in problems
+    ), problems
 
 
 SCHEMA_FLOW = "steps:\n  - agent: writer\n    output: json\n    schema: schemas/x.json\n"

@@ -46,7 +46,9 @@ with tempfile.NamedTemporaryFile(suffix=".xml") as report:
 
 def _arenas(mode: str) -> int:
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    done = subprocess.run([sys.executable, "-c", COUNT_ARENAS, mode], env=env, capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", COUNT_ARENAS, mode], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
     return int(done.stdout.strip())
 
 

@@ -27,7 +27,7 @@ LEVELS = [
     pytest.param(SUBPROCESS, id="subprocess"),
 ]
 
-COUNT = "#!/bin/sh\n# Counts the words on stdin\n# and echoes its arguments.\nwc -w\necho \"args: $*\"\n"
+COUNT = '#!/bin/sh\n# Counts the words on stdin\n# and echoes its arguments.\nwc -w\necho "args: $*"\n'
 
 
 class Sink:
@@ -54,7 +54,7 @@ def ws(tmp_path: Path) -> Path:
     (scripts / "count.sh").chmod(0o755)
     (scripts / "notes.txt").write_text("not executable: not a tool\n")
     (root / "scripts").mkdir()
-    (root / "scripts" / "fail-with").write_text("#!/bin/sh\necho \"failing with $1\" >&2\nexit \"$1\"\n")
+    (root / "scripts" / "fail-with").write_text('#!/bin/sh\necho "failing with $1" >&2\nexit "$1"\n')
     (root / "scripts" / "fail-with").chmod(0o755)
     for folder in ("storage", "knowledge"):
         (root / folder).mkdir()
@@ -63,8 +63,20 @@ def ws(tmp_path: Path) -> Path:
 
 def job(ws: Path, **fields) -> StepJob:
     base = dict(
-        tenant="local", run_id="run-1", index=2, attempt=1, agent="worker", model="stub", item=None, run_input=None,
-        system_stable="", system_dynamic="", user="", tools=("bash", "scripts"), workspace_root=str(ws), agent_path="agents/worker",
+        tenant="local",
+        run_id="run-1",
+        index=2,
+        attempt=1,
+        agent="worker",
+        model="stub",
+        item=None,
+        run_input=None,
+        system_stable="",
+        system_dynamic="",
+        user="",
+        tools=("bash", "scripts"),
+        workspace_root=str(ws),
+        agent_path="agents/worker",
     )
     return StepJob(**{**base, **fields})
 
@@ -84,7 +96,10 @@ def test_scripts_become_script_tools_described_by_their_leading_comments_in_a_st
 
 
 def test_tools_script_x_grants_one_script_and_no_bash(ws):
-    assert [d["name"] for d in tools(ws, SUBPROCESS, tools=("script_count", "read_file")).definitions()] == ["read_file", "script_count"]
+    assert [d["name"] for d in tools(ws, SUBPROCESS, tools=("script_count", "read_file")).definitions()] == [
+        "read_file",
+        "script_count",
+    ]
     with pytest.raises(ToolError, match="no tool 'bash'"):
         tools(ws, SUBPROCESS, tools=("script_count",)).run("bash", {"command": "true"})
 
@@ -158,14 +173,22 @@ def test_programs_see_only_the_listed_variables_and_the_declared_secrets(ws, iso
     monkeypatch.setenv("LANEFLOW_CANARY", "canary-value-in-laneflows-own-env")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-must-never-reach-a-script")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-must-never-reach-a-script")
-    out = tools(ws, isolation, secret_env={"SEARCH_TOKEN": "tok-12345678"}).run("bash", {"command": "env -0 | sort -z | tr '\\0' '\\n'"})
+    out = tools(ws, isolation, secret_env={"SEARCH_TOKEN": "tok-12345678"}).run(
+        "bash", {"command": "env -0 | sort -z | tr '\\0' '\\n'"}
+    )
     stdout = out.split("--- stdout ---\n")[1].split("\n--- stderr ---")[0]
     seen = dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
     seen.pop("PWD", None), seen.pop("SHLVL", None), seen.pop("_", None)  # bash sets these itself
     assert seen == {
-        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(ws), "LANG": os.environ.get("LANG") or "C.UTF-8",
-        "TZ": os.environ.get("TZ") or "UTC", "LANEFLOW_RUN_ID": "run-1", "LANEFLOW_STEP": "2", "LANEFLOW_AGENT": "worker",
-        "LANEFLOW_WORKSPACE": str(ws), "SEARCH_TOKEN": "tok-12345678",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(ws),
+        "LANG": os.environ.get("LANG") or "C.UTF-8",
+        "TZ": os.environ.get("TZ") or "UTC",
+        "LANEFLOW_RUN_ID": "run-1",
+        "LANEFLOW_STEP": "2",
+        "LANEFLOW_AGENT": "worker",
+        "LANEFLOW_WORKSPACE": str(ws),
+        "SEARCH_TOKEN": "tok-12345678",
     }
     assert "canary-value" not in out and "sk-ant" not in out and "aws-must" not in out
 
@@ -173,9 +196,15 @@ def test_programs_see_only_the_listed_variables_and_the_declared_secrets(ws, iso
 @pytest.mark.parametrize("isolation", LEVELS)
 @pytest.mark.parametrize(
     ("size", "cpu", "memory_kib", "processes", "file_kib"),
-    [("small", 60, 512 * 1024, 64, 1024**2), (None, 300, 2 * 1024**2, 256, 4 * 1024**2), ("large", 1800, 8 * 1024**2, 1024, 16 * 1024**2)],
+    [
+        ("small", 60, 512 * 1024, 64, 1024**2),
+        (None, 300, 2 * 1024**2, 256, 4 * 1024**2),
+        ("large", 1800, 8 * 1024**2, 1024, 16 * 1024**2),
+    ],
 )
-def test_size_sets_the_cpu_memory_process_and_file_limits_a_program_runs_under(ws, isolation, size, cpu, memory_kib, processes, file_kib):
+def test_size_sets_the_cpu_memory_process_and_file_limits_a_program_runs_under(
+    ws, isolation, size, cpu, memory_kib, processes, file_kib
+):
     out = tools(ws, isolation, size=size).run("bash", {"command": "ulimit -t; ulimit -v; ulimit -u; ulimit -f"})
     said = out.split("--- stdout ---\n")[1].split("\n")[:4]
     assert said[:2] == [str(cpu), str(memory_kib)] and said[3] == str(file_kib)
@@ -211,10 +240,16 @@ def _state(pid: int) -> str:
 # -- isolation: the trace, network_enforce, escape attempts ------------------------------------
 
 
-@pytest.mark.parametrize(("isolation", "line"), [
-    (BUBBLEWRAP, "isolation: bubblewrap, no network; as nobody in its own user namespace ({host} on the host), no capabilities, no mounts"),
-    (SUBPROCESS, "isolation: subprocess, network not enforced, file system not enforced; as {who}"),
-])
+@pytest.mark.parametrize(
+    ("isolation", "line"),
+    [
+        (
+            BUBBLEWRAP,
+            "isolation: bubblewrap, no network; as nobody in its own user namespace ({host} on the host), no capabilities, no mounts",
+        ),
+        (SUBPROCESS, "isolation: subprocess, network not enforced, file system not enforced; as {who}"),
+    ],
+)
 def test_the_trace_names_the_isolation_the_step_got_who_its_programs_are_and_the_limits_that_bind_them(ws, isolation, line):
     sink = Sink()
     tools(ws, isolation, sink, size="small").prepare()
@@ -225,7 +260,13 @@ def test_the_trace_names_the_isolation_the_step_got_who_its_programs_are_and_the
     assert text.startswith(line.format(host=host, who=who) + "; limits: ")
     assert "512 MiB of memory and 60 s of CPU a process, 1 GiB a file, a 1 GiB scratch (measured)" in text
     assert ("64 processes, " if uid is not None else "64 processes beside laneflow's own, ") in text
-    assert data["limits"] == {"processes": 64, "memory_bytes": 512 * 1024**2, "cpu_s": 60, "file_bytes": 1024**3, "scratch_bytes": 1024**3}
+    assert data["limits"] == {
+        "processes": 64,
+        "memory_bytes": 512 * 1024**2,
+        "cpu_s": 60,
+        "file_bytes": 1024**3,
+        "scratch_bytes": 1024**3,
+    }
     assert data["scratch"] == "measured"  # no tmpfs of its own outside a sandbox worker
 
 

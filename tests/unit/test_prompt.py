@@ -47,7 +47,19 @@ def scripted_researcher(tmp_path: Path, tools: str = "[read_file, scripts]") -> 
 
 def test_the_researcher_gets_every_layer_its_folder_supports(tmp_path):
     names = {layer.name for layer in researcher_prompt(scripted_researcher(tmp_path)).layers}
-    assert {"persona", "where", "agents.md", "skills", "memory", "knowledge", "scripts", "script-tools", "state", "clock", "rules"} <= names
+    assert {
+        "persona",
+        "where",
+        "agents.md",
+        "skills",
+        "memory",
+        "knowledge",
+        "scripts",
+        "script-tools",
+        "state",
+        "clock",
+        "rules",
+    } <= names
 
 
 def test_scripts_and_secrets_layers_are_left_out_when_the_step_cannot_run_a_program(tmp_path):

@@ -45,7 +45,9 @@ def test_an_attempt_a_note_a_run_input_and_a_worker_read_from_json_leave_no_valu
         value = attempt.run_id
         del attempt
         assert _held_by_caller_only(value)
-    note = Note.model_validate_json(json.dumps({"id": uuid.uuid4().hex, "run_id": "r", "kind": "message", "to_index": 1, "text": "hi"}))
+    note = Note.model_validate_json(
+        json.dumps({"id": uuid.uuid4().hex, "run_id": "r", "kind": "message", "to_index": 1, "text": "hi"})
+    )
     value = note.id
     del note
     assert _held_by_caller_only(value)

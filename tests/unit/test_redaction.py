@@ -36,8 +36,14 @@ def test_the_redactor_masks_longest_value_first_and_leaves_short_values_alone():
 
 def test_the_redactor_masks_every_string_of_a_record_but_never_its_identity():
     redact = Redactor({"KEY": SECRET})
-    step = Step(index=0, group=0, agent="a", instruction=f"use {SECRET}", data={SECRET: [f"x{SECRET}", 1, None]},
-                events=[Event(text=f"saw {SECRET}", data={"tool": SECRET})])
+    step = Step(
+        index=0,
+        group=0,
+        agent="a",
+        instruction=f"use {SECRET}",
+        data={SECRET: [f"x{SECRET}", 1, None]},
+        events=[Event(text=f"saw {SECRET}", data={"tool": SECRET})],
+    )
     run = Run(id=f"run-{SECRET}", workspace="w", flow="f", input={"k": SECRET}, steps=[step])
     masked = redact.value(run)
     assert masked.id == run.id  # a key: a masked record is found where it was written

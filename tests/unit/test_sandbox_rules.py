@@ -33,8 +33,13 @@ def test_an_agent_is_sandboxed_when_it_says_so_or_runs_programs(settings, sandbo
 
 
 def test_a_lane_is_sandboxed_when_its_agent_is_and_only_then():
-    flow = Flow(name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a"), StepSpec(agent="b")])])
-    steps = [Step(index=0, group=0, entry=0, slot=0, agent="a", model="stub"), Step(index=1, group=0, entry=0, slot=1, agent="b", model="stub")]
+    flow = Flow(
+        name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a"), StepSpec(agent="b")])]
+    )
+    steps = [
+        Step(index=0, group=0, entry=0, slot=0, agent="a", model="stub"),
+        Step(index=1, group=0, entry=0, slot=1, agent="b", model="stub"),
+    ]
     lanes = {lane.agent: lane.sandboxed for lane in plan_lanes(steps, flow, 10, sandboxed={"b"})}
     assert lanes == {"a": False, "b": True}
     assert all(not lane.sandboxed for lane in plan_lanes(steps, flow, 10))
@@ -89,7 +94,7 @@ def test_the_worker_reference_comes_from_ecs_task_metadata_in_fargate(monkeypatc
     arn = "arn:aws:ecs:us-east-1:123456789012:task/laneflow-sandbox/0123456789abcdef"
 
     class Metadata(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the http.server API
+        def do_GET(self):  # the http.server API
             body = json.dumps({"TaskARN": arn, "Cluster": "laneflow-sandbox"}).encode() if self.path.endswith("/task") else b"{}"
             self.send_response(200)
             self.end_headers()

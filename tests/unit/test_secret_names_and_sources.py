@@ -23,7 +23,9 @@ VALUE = "s3cr3t-value-0123456789"
 
 
 def test_a_declared_name_crosses_as_itself_unless_the_model_laneflow_or_aws_reads_it():
-    plain, as_file, model, ours, aws = declared_secrets(["API_TOKEN", "@CERT", "ANTHROPIC_API_KEY", "LANEFLOW_STORE", "@AWS_SECRET_ACCESS_KEY"])
+    plain, as_file, model, ours, aws = declared_secrets(
+        ["API_TOKEN", "@CERT", "ANTHROPIC_API_KEY", "LANEFLOW_STORE", "@AWS_SECRET_ACCESS_KEY"]
+    )
     assert (plain.name, plain.as_file, plain.env_name, plain.reserved_by) == ("API_TOKEN", False, "API_TOKEN", None)
     assert (as_file.name, as_file.as_file, as_file.env_name) == ("CERT", True, "CERT")
     assert model.env_name == "LANEFLOW_DECLARED_ANTHROPIC_API_KEY" and model.reserved_by == "the model's own settings"
@@ -110,12 +112,19 @@ def test_the_workspace_file_comes_next_and_the_environment_only_without_either(t
 
 
 def test_the_environment_never_gives_laneflows_the_models_or_awss_own_variables(tmp_path):
-    env = {"ANTHROPIC_API_KEY": "sk-ant-real-key", "AWS_SECRET_ACCESS_KEY": "aws-real-secret", "LANEFLOW_STORE": "x", "TOKEN": "fine-value"}
+    env = {
+        "ANTHROPIC_API_KEY": "sk-ant-real-key",
+        "AWS_SECRET_ACCESS_KEY": "aws-real-secret",
+        "LANEFLOW_STORE": "x",
+        "TOKEN": "fine-value",
+    }
     source = LocalSecrets(None, environ=env)
     assert source.read("local", str(tmp_path), list(env)) == {"TOKEN": "fine-value"}
     named = tmp_path / "named.env"
     named.write_text("ANTHROPIC_API_KEY=the-one-for-the-script\n")  # put in a file on purpose: given
-    assert LocalSecrets(str(named), environ=env).read("local", str(tmp_path), ["ANTHROPIC_API_KEY"]) == {"ANTHROPIC_API_KEY": "the-one-for-the-script"}
+    assert LocalSecrets(str(named), environ=env).read("local", str(tmp_path), ["ANTHROPIC_API_KEY"]) == {
+        "ANTHROPIC_API_KEY": "the-one-for-the-script"
+    }
 
 
 def test_a_secrets_file_that_went_away_is_bad_input(tmp_path):
@@ -189,7 +198,9 @@ def test_two_runs_scopes_are_dropped_each_with_its_own_last_step():
 # -- Secrets Manager's refusals ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("code", "retryable"), [("AccessDeniedException", False), ("DecryptionFailure", False), ("ThrottlingException", True)])
+@pytest.mark.parametrize(
+    ("code", "retryable"), [("AccessDeniedException", False), ("DecryptionFailure", False), ("ThrottlingException", True)]
+)
 def test_a_secret_secrets_manager_refuses_fails_the_attempt_naming_it_retried_only_when_it_may_pass(code, retryable):
     import boto3
     from botocore.stub import Stubber

@@ -10,7 +10,8 @@ from laneflow.domain.settlement import STOPPED, decide, tidy
 
 def flow(*entries: list[StepSpec]) -> Flow:
     return Flow(
-        name="f", path="flows/f.yaml",
+        name="f",
+        path="flows/f.yaml",
         entries=[Entry(index=i, kind="steps", steps=specs) for i, specs in enumerate(entries)],
     )
 
@@ -105,7 +106,10 @@ def test_a_reply_without_the_marker_loops_back_to_the_loop_agents_group():
 
 
 def test_a_reply_with_the_marker_goes_on():
-    steps = [step(0, StepStatus.completed), step(1, StepStatus.completed, group=1, entry=1, agent="checker", result="Fine. **OK**.")]
+    steps = [
+        step(0, StepStatus.completed),
+        step(1, StepStatus.completed, group=1, entry=1, agent="checker", result="Fine. **OK**."),
+    ]
     assert decide(run(), LOOP, 1, steps).action == "next"
 
 

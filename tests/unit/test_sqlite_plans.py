@@ -16,8 +16,13 @@ WHOLE_RUN = ("GROUP BY grp", "FROM runs WHERE tenant = ? ORDER BY", "WHERE statu
 
 def test_a_steps_life_on_sqlite_reads_by_key_and_scans_no_table(tmp_path):
     store = SqliteStore(tmp_path / "plans.db")
-    run = Run(id=f"run-{uuid.uuid4().hex[:8]}", tenant="acme", workspace="ws", flow="f",
-              steps=[Step(index=i, group=0, agent="a", item=str(i)) for i in range(3)])
+    run = Run(
+        id=f"run-{uuid.uuid4().hex[:8]}",
+        tenant="acme",
+        workspace="ws",
+        flow="f",
+        steps=[Step(index=i, group=0, agent="a", item=str(i)) for i in range(3)],
+    )
     store.create_run(run)
     statements: list[str] = []
     store._conn.set_trace_callback(statements.append)
@@ -30,7 +35,9 @@ def test_a_steps_life_on_sqlite_reads_by_key_and_scans_no_table(tmp_path):
     store.get_step(t, r, 1, detail=True)
     store.list_attempts(t, r, 1)
     store.get_step_status(t, r, 1)
-    store.end_attempt(AttemptRef.of(t, attempt), AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="ok"))
+    store.end_attempt(
+        AttemptRef.of(t, attempt), AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="ok")
+    )
     store._conn.set_trace_callback(None)
 
     selects = {s for s in statements if s.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE"))}

@@ -15,7 +15,9 @@ from laneflow.adapters.engine import step_workers
 
 class Quiet:
     def succeed(self, token, output): ...
-    def succeed_all(self, tokens, output): return []
+    def succeed_all(self, tokens, output):
+        return []
+
     def fail(self, token, error, cause): ...
     def heartbeat(self, token): ...
 
@@ -28,13 +30,17 @@ def stand_in(tmp_path, monkeypatch, body: str) -> dict[str, str]:
 
 
 def test_a_worker_that_writes_garbage_fails_its_call_as_exited_and_is_killed(tmp_path, monkeypatch):
-    env = stand_in(tmp_path, monkeypatch, """
+    env = stand_in(
+        tmp_path,
+        monkeypatch,
+        """
         import sys, time
         print('{"ready": 1}', flush=True)
         sys.stdin.readline()
         print("hello from a library", flush=True)
         time.sleep(600)
-    """)
+    """,
+    )
     pool = step_workers.StepWorkers(env, 1, Quiet())
     try:
         started = time.monotonic()
@@ -48,7 +54,10 @@ def test_a_worker_that_writes_garbage_fails_its_call_as_exited_and_is_killed(tmp
 
 
 def test_a_worker_that_dies_mid_call_fails_it_and_the_next_call_gets_a_new_worker(tmp_path, monkeypatch):
-    env = stand_in(tmp_path, monkeypatch, """
+    env = stand_in(
+        tmp_path,
+        monkeypatch,
+        """
         import json, os, sys
         print('{"ready": 1}', flush=True)
         call = json.loads(sys.stdin.readline())
@@ -57,7 +66,8 @@ def test_a_worker_that_dies_mid_call_fails_it_and_the_next_call_gets_a_new_worke
             os._exit(3)
         print(json.dumps({"id": call["id"], "result": {"StatusCode": 200, "Payload": {"ok": True}}}), flush=True)
         sys.stdin.readline()
-    """)
+    """,
+    )
     env["DIE_FIRST"] = str(tmp_path / "died-once")
     pool = step_workers.StepWorkers(env, 1, Quiet())
     try:
@@ -70,13 +80,17 @@ def test_a_worker_that_dies_mid_call_fails_it_and_the_next_call_gets_a_new_worke
 
 
 def test_one_run_s_calls_go_to_one_worker(tmp_path, monkeypatch):
-    env = stand_in(tmp_path, monkeypatch, """
+    env = stand_in(
+        tmp_path,
+        monkeypatch,
+        """
         import json, os, sys
         print('{"ready": 1}', flush=True)
         for line in sys.stdin:
             call = json.loads(line)
             print(json.dumps({"id": call["id"], "result": {"Payload": {"pid": os.getpid()}}}), flush=True)
-    """)
+    """,
+    )
     pool = step_workers.StepWorkers(env, 3, Quiet())
     try:
         pids = {pool.invoke("F", {"run": {"run_id": "run-a"}})["Payload"]["pid"] for _ in range(5)}
@@ -93,9 +107,13 @@ def test_a_pool_of_no_worker_is_refused():
 
 
 def test_a_worker_that_never_starts_is_not_waited_for_its_call_is_answered_here(tmp_path, monkeypatch):
-    env = stand_in(tmp_path, monkeypatch, """
+    env = stand_in(
+        tmp_path,
+        monkeypatch,
+        """
         raise SystemExit(5)
-    """)
+    """,
+    )
     pool = step_workers.StepWorkers(env, 1, Quiet())
     try:
         started = time.monotonic()

@@ -54,9 +54,19 @@ class Sink:
 
 def job(stub, k=0, item=None, run_input=None) -> StepJob:
     return StepJob(
-        tenant="local", run_id="run-1", index=0, attempt=k + 1, agent="a", model="stub", item=item,
-        run_input=run_input or {}, system_stable="S" * 400, system_dynamic="D" * 40, user="Do it.",
-        stub=stub, answer_index=k,
+        tenant="local",
+        run_id="run-1",
+        index=0,
+        attempt=k + 1,
+        agent="a",
+        model="stub",
+        item=item,
+        run_input=run_input or {},
+        system_stable="S" * 400,
+        system_dynamic="D" * 40,
+        user="Do it.",
+        stub=stub,
+        answer_index=k,
     )
 
 
@@ -141,12 +151,14 @@ def test_a_bad_header_value_is_a_clear_failure_not_a_crash():
     assert "stub answer" in err.value.reason and not err.value.retryable
 
 
-
-@pytest.mark.parametrize(("given", "said"), [
-    ('{"command": "ls", "command": "rm -rf x"}', 'refused: $.command: the key "command" is given twice'),
-    ('{"command": NaN}', "refused: $.command: NaN is not a number"),
-    ("{nope", "is not JSON"),
-])
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ('{"command": "ls", "command": "rm -rf x"}', 'refused: $.command: the key "command" is given twice'),
+        ('{"command": NaN}', "refused: $.command: NaN is not a number"),
+        ("{nope", "is not JSON"),
+    ],
+)
 def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_calls_own_error(given, said):
     """A `tool:` line's input is JSON a person wrote: read strictly, and what is refused is
     the call's `is_error` result, before any tool runs."""

@@ -57,7 +57,9 @@ def test_a_bad_setting_in_the_environment_is_refused_naming_its_variables_never_
     from laneflow.domain.errors import InvalidInput
 
     with pytest.raises(InvalidInput) as refused:
-        Settings.from_env({"LANEFLOW_HISTORY_BUDGET": "abc", "LANEFLOW_ISOLATION": "s3cr3t-ish", "ANTHROPIC_API_KEY": "sk-ant-xyz"})
+        Settings.from_env(
+            {"LANEFLOW_HISTORY_BUDGET": "abc", "LANEFLOW_ISOLATION": "s3cr3t-ish", "ANTHROPIC_API_KEY": "sk-ant-xyz"}
+        )
     said = str(refused.value)
     assert said.startswith("LANEFLOW_HISTORY_BUDGET: Input should be a valid integer")
     assert "LANEFLOW_ISOLATION: Input should be 'auto' or 'subprocess'" in said

@@ -30,7 +30,10 @@ def ws(tmp_path: Path) -> Path:
 def test_tools_are_defined_in_a_stable_sorted_order(ws):
     names = [d["name"] for d in FileTools(ws, "agents/writer").definitions()]
     assert names == ["list_files", "read_file", "write_file"]
-    assert [d["name"] for d in FileTools(ws, "agents/writer").definitions(("write_file", "read_file"))] == ["read_file", "write_file"]
+    assert [d["name"] for d in FileTools(ws, "agents/writer").definitions(("write_file", "read_file"))] == [
+        "read_file",
+        "write_file",
+    ]
 
 
 def test_read_list_and_write_inside_own_and_shared_folders(ws):

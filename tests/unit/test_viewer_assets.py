@@ -40,7 +40,9 @@ def test_no_asset_loads_anything_from_elsewhere_or_writes_html():
     for name, found in viewer_assets.ASSETS.items():
         if name.endswith((".js", ".css")):  # our own modules and style
             assert "http://" not in found.text and "https://" not in found.text and "@import" not in found.text, name
-            assert not re.search(r"innerHTML|insertAdjacentHTML|document\.write|dangerouslySetInnerHTML|\beval\(", found.text), name
+            assert not re.search(r"innerHTML|insertAdjacentHTML|document\.write|dangerouslySetInnerHTML|\beval\(", found.text), (
+                name
+            )
             assert not re.search(r"""(from|import)\s*["'](?!\./|preact|htm)""", found.text), name
 
 

@@ -24,7 +24,9 @@ def test_each_kind_is_asked_about_in_its_own_way():
         now=lambda: 1000.0,
     )
     assert liveness.alive(local_worker()) is True  # this very process
-    assert liveness.alive(LocalProcess(host=socket.gethostname(), pid=os.getpid(), started="not-its-start")) is False  # a reused pid
+    assert (
+        liveness.alive(LocalProcess(host=socket.gethostname(), pid=os.getpid(), started="not-its-start")) is False
+    )  # a reused pid
     assert liveness.alive(LocalProcess(host="another-host", pid=1)) is None  # cannot tell from here
     assert liveness.alive(LambdaRequest(request_id="r", deadline=1000.0 - GRACE_S)) is True
     assert liveness.alive(LambdaRequest(request_id="r", deadline=1000.0 - GRACE_S - 1)) is False
@@ -44,8 +46,12 @@ def test_a_worker_known_to_be_leaving_counts_as_gone_and_a_lambda_is_the_same_re
 
 
 def test_a_reference_reads_back_from_the_text_it_is_kept_as():
-    for worker in (local_worker(), LambdaRequest(request_id="r", deadline=1.5), StepFunctionsExecution(execution="arn:e"),
-                   FargateTask(task="arn:t")):
+    for worker in (
+        local_worker(),
+        LambdaRequest(request_id="r", deadline=1.5),
+        StepFunctionsExecution(execution="arn:e"),
+        FargateTask(task="arn:t"),
+    ):
         assert loads(dumps(worker)) == worker
     assert loads(None) is None and loads("") is None and loads("pid:1") is None
 

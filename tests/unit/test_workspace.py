@@ -149,17 +149,19 @@ def test_value_with_colon_is_read_leniently_with_a_warning_and_the_same_result_e
 
     assert first.settings.description == "Use when: the user asks"
     [warning] = first.warnings
-    assert (warning.severity, warning.file, warning.line, warning.field) == (
-        "warning", "agents/a/agent.md", 3, "description")
+    assert (warning.severity, warning.file, warning.line, warning.field) == ("warning", "agents/a/agent.md", 3, "description")
     assert "leniently" in warning.message
     assert second == first  # every read parses afresh: same bytes, same result
 
 
 def test_lenient_read_leaves_block_scalars_and_quoted_values_alone(tmp_path):
-    path = write(
-        tmp_path,
-        {"x.md": '---\nnote: |\n  Keep: this: as is\nq: "a: b"\nd: Use when: asked\n---\nbody'},
-    ) / "x.md"
+    path = (
+        write(
+            tmp_path,
+            {"x.md": '---\nnote: |\n  Keep: this: as is\nq: "a: b"\nd: Use when: asked\n---\nbody'},
+        )
+        / "x.md"
+    )
     data, body, warnings = read_frontmatter(path, "x.md")
     assert data == {"note": "Keep: this: as is\n", "q": "a: b", "d": "Use when: asked"}
     assert body == "body"
@@ -315,13 +317,16 @@ def test_revision_is_stable_and_changes_when_a_workspace_file_changes(tmp_path):
     assert workspace_revision(ws_root) == first
 
     # What runs write, and hidden files, do not count.
-    write(ws_root, {
-        "agents/writer/outputs/draft.md": "draft",
-        "storage/brief.pdf": b"%PDF",
-        ".git/HEAD": "ref",
-        "flows/__pycache__/x.pyc": b"\0",
-        ".DS_Store": b"\0",
-    })
+    write(
+        ws_root,
+        {
+            "agents/writer/outputs/draft.md": "draft",
+            "storage/brief.pdf": b"%PDF",
+            ".git/HEAD": "ref",
+            "flows/__pycache__/x.pyc": b"\0",
+            ".DS_Store": b"\0",
+        },
+    )
     assert workspace_revision(ws_root) == first
 
     (ws_root / "knowledge/style.md").write_text("House style: long sentences.\n")

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from laneflow.domain.workspace import _files, _rel
 
-NAME = st.text(alphabet=string.ascii_letters + string.digits + "._- ", min_size=1, max_size=12).filter(lambda n: n not in (".", ".."))
+NAME = st.text(alphabet=string.ascii_letters + string.digits + "._- ", min_size=1, max_size=12).filter(
+    lambda n: n not in (".", "..")
+)
 
 
 def rel_by_pathlib(path: Path, root: Path) -> str:
@@ -36,7 +38,11 @@ def test_a_path_under_the_root_and_one_outside_it_are_named_as_relpath_names_the
 
 @settings(max_examples=60, deadline=None)
 @given(
-    entries=st.lists(st.tuples(NAME, st.sampled_from(["file", "dir", "link-to-file", "link-to-dir", "dangling"])), max_size=10, unique_by=lambda e: e[0]),
+    entries=st.lists(
+        st.tuples(NAME, st.sampled_from(["file", "dir", "link-to-file", "link-to-dir", "dangling"])),
+        max_size=10,
+        unique_by=lambda e: e[0],
+    ),
     pattern=st.sampled_from(["*", "*.md", "*.yaml", "*.yml", "a*", "*.MD"]),
 )
 def test_a_folder_s_visible_files_are_the_ones_glob_and_is_file_gave(tmp_path_factory, entries, pattern):

@@ -45,6 +45,14 @@ from laneflow_dev.imitation.replies import Reply, Responder, default_responder
 from laneflow_dev.imitation.server import HOST, MessagesImitation
 
 __all__ = [
-    "Reply", "Responder", "MessagesImitation", "default_responder", "DEFAULT_MIN_CACHEABLE", "main",
-    "HOST", "RequestError", "analyze_prompt", "validate_body",
+    "Reply",
+    "Responder",
+    "MessagesImitation",
+    "default_responder",
+    "DEFAULT_MIN_CACHEABLE",
+    "main",
+    "HOST",
+    "RequestError",
+    "analyze_prompt",
+    "validate_body",
 ]

@@ -17,7 +17,6 @@ _SCHEMA_INTRO = "It must match this JSON Schema:"
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-
 def schema_in(text: str) -> dict[str, Any] | None:
     """The JSON Schema the message asks its reply to match, if it gives one."""
     at = text.find(_SCHEMA_INTRO)
@@ -33,7 +32,6 @@ def schema_in(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-
 def _string(name: str, schema: dict[str, Any], topic: str) -> str:
     words = _WORD.findall(f"{topic} {name}".lower()) or ["reply"]
     text = "-".join(words) if schema.get("pattern") else " ".join(words).capitalize()
@@ -45,7 +43,6 @@ def _string(name: str, schema: dict[str, Any], topic: str) -> str:
         text = (text + ("-" if pattern else " ") + "x" * least)[: max(least, len(text))]
     most = schema.get("maxLength")
     return text[: int(most)] if most is not None else text
-
 
 
 def instance(schema: Any, name: str = "value", topic: str = "reply", depth: int = 0) -> Any:
@@ -77,7 +74,6 @@ def instance(schema: Any, name: str = "value", topic: str = "reply", depth: int 
     if kind == "null":
         return None
     return _string(name, schema, topic)
-
 
 
 def json_reply(text: str, topic: str) -> str:

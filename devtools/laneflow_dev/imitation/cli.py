@@ -25,8 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8765, help="port (0: any free one); default 8765")
     parser.add_argument("--ttft-ms", type=int, default=0, help="time to first token (the prefill), ms")
     parser.add_argument("--token-ms", type=float, default=0.0, help="time per output token, ms")
-    parser.add_argument("--hold-headers-ms", type=milliseconds, default=0,
-                        help="how long an accepted request waits before its response's headers are sent, ms")
+    parser.add_argument(
+        "--hold-headers-ms",
+        type=milliseconds,
+        default=0,
+        help="how long an accepted request waits before its response's headers are sent, ms",
+    )
     parser.add_argument("--ttl-s", type=float, default=300.0, help="TTL of 5m cache entries, s")
     parser.add_argument("--chars-per-token", type=int, default=4)
     parser.add_argument("--api-key", action="append", default=None, help="accepted x-api-key (repeatable); default any")

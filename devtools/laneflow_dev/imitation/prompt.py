@@ -23,13 +23,11 @@ MAX_BREAKPOINTS = 4
 DEFAULT_MIN_CACHEABLE: dict[str, int] = {**catalog().min_cacheable_by_model(), "*": 1024}
 
 
-
 class RequestError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
         self.message = message
-
 
 
 def _strip_cache_control(value: Any) -> Any:
@@ -40,10 +38,8 @@ def _strip_cache_control(value: Any) -> Any:
     return value
 
 
-
 def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
 
 
 def _block_text(block: dict[str, Any], *, is_tool: bool = False) -> str:
@@ -70,7 +66,6 @@ def _block_text(block: dict[str, Any], *, is_tool: bool = False) -> str:
     return canonical(_strip_cache_control(block))
 
 
-
 @dataclass
 class Breakpoint:
     key: str
@@ -78,12 +73,10 @@ class Breakpoint:
     ttl: str  # "5m" | "1h"
 
 
-
 @dataclass
 class Prompt:
     tokens: int
     breakpoints: list[Breakpoint]
-
 
 
 def _cache_control_ttl(block: dict[str, Any], where: str) -> str | None:
@@ -96,7 +89,6 @@ def _cache_control_ttl(block: dict[str, Any], where: str) -> str | None:
     if ttl not in ("5m", "1h"):
         raise RequestError(400, f"{where}.cache_control.ttl: Input should be '5m' or '1h'")
     return str(ttl)
-
 
 
 def _prompt_items(body: dict[str, Any]) -> list[tuple[str, Any, dict[str, Any], bool]]:
@@ -144,9 +136,7 @@ def analyze_prompt(body: dict[str, Any], chars_per_token: int) -> Prompt:
         if ttl is None:
             continue
         if ttl == "1h" and saw_5m:
-            raise RequestError(
-                400, "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
-            )
+            raise RequestError(400, "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block")
         saw_5m = saw_5m or ttl == "5m"
         breakpoints.append(Breakpoint(key=hasher.copy().hexdigest(), tokens=total, ttl=ttl))
     if len(breakpoints) > MAX_BREAKPOINTS:
@@ -154,7 +144,6 @@ def analyze_prompt(body: dict[str, Any], chars_per_token: int) -> Prompt:
             400, f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(breakpoints)}."
         )
     return Prompt(tokens=total, breakpoints=breakpoints)
-
 
 
 def validate_body(body: Any) -> None:
@@ -232,8 +221,11 @@ def validate_output_config(body: dict[str, Any], betas: set[str]) -> None:
         raise RequestError(400, f"output_config.effort: effort is not supported by model {model}")
     if effort not in EFFORT_LEVELS[family]:
         raise RequestError(
-            400, f"output_config.effort: {effort!r} is not supported by model {model}; supported values: {list(EFFORT_LEVELS[family])}"
+            400,
+            f"output_config.effort: {effort!r} is not supported by model {model}; supported values: {list(EFFORT_LEVELS[family])}",
         )
     beta = EFFORT_BETAS.get(family)
     if beta and beta not in betas:
-        raise RequestError(400, f"output_config.effort: model {model} takes effort only with the beta header anthropic-beta: {beta}")
+        raise RequestError(
+            400, f"output_config.effort: model {model} takes effort only with the beta header anthropic-beta: {beta}"
+        )

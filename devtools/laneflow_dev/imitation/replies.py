@@ -21,14 +21,12 @@ class Reply:
     stop_reason: str | None = None  # default: "tool_use" if tool_uses else "end_turn"
 
 
-
 Responder = Callable[[dict[str, Any]], Reply]
 
 
 _TOOL_DIRECTIVE = re.compile(r"^\[\[tool\s+([^\s\]]+)(?:\s+(.*?))?\s*\]\]$")
 
 _REPLY_DIRECTIVE = re.compile(r"^\[\[reply(?:\s+(.*?))?\]\]$", re.S)
-
 
 
 def _text_of(content: Any) -> str:
@@ -41,7 +39,6 @@ def _text_of(content: Any) -> str:
             if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
                 parts.append(block["text"])
     return "\n".join(parts)
-
 
 
 def _parse_script(text: str) -> tuple[list[dict[str, Any]], str | None, list[str]]:
@@ -68,7 +65,6 @@ def _parse_script(text: str) -> tuple[list[dict[str, Any]], str | None, list[str
             continue
         rest.append(raw)
     return tools, reply, rest
-
 
 
 def default_responder(body: dict[str, Any]) -> Reply:

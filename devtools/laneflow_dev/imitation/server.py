@@ -54,10 +54,8 @@ ERROR_MESSAGES: dict[int, str] = {
 }
 
 
-
 def _error_type(status: int) -> str:
     return ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
-
 
 
 @dataclass
@@ -66,7 +64,6 @@ class _Entry:
     ttl_s: float
     expires_at: float
     readable_at: float | None = None  # set when a writing response begins
-
 
 
 @dataclass
@@ -78,7 +75,6 @@ class _Plan:
     write_5m: int = 0
     write_1h: int = 0
     written: list[_Entry] = field(default_factory=list)
-
 
 
 def _new_counts() -> dict[str, int]:
@@ -96,7 +92,6 @@ def _new_counts() -> dict[str, int]:
     }
 
 
-
 def _api_key_of(headers: Any) -> str | None:
     """The caller's key: ``x-api-key``, or an ``Authorization: Bearer`` token (what SDK 2.x
     sends for ``api_key``)."""
@@ -109,10 +104,8 @@ def _api_key_of(headers: Any) -> str | None:
     return None
 
 
-
 def _new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(12)
-
 
 
 class _Server(ThreadingHTTPServer):
@@ -122,14 +115,13 @@ class _Server(ThreadingHTTPServer):
     imitation: MessagesImitation
 
 
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "laneflow-imitation"
     sys_version = ""
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
     # -- plumbing -------------------------------------------------------------------------
@@ -193,7 +185,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.imitation._handle_messages(self, raw)
         else:
             self._send_error(404, f"Not found: {path}")
-
 
 
 class MessagesImitation:
@@ -595,7 +586,6 @@ class MessagesImitation:
                 self._count(message["model"], disconnects=1)
 
 
-
 def _client_stays(conn: socket.socket, seconds: float) -> bool:
     """Wait `seconds` (the prefill), watching the connection: False as soon as the client
     closes it, as a server sees a caller give up before the first token."""
@@ -611,7 +601,6 @@ def _client_stays(conn: socket.socket, seconds: float) -> bool:
             return False
         time.sleep(min(left, 0.05))  # the client sent something more: not a close
     return True
-
 
 
 def _word_chunks(text: str, words: int = 3) -> list[str]:

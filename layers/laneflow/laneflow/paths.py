@@ -13,10 +13,8 @@ from laneflow.domain.errors import LaneflowError
 PACKAGED = Path(__file__).resolve().parent / "_project"
 
 
-
 def _is_project(folder: Path) -> bool:
     return (folder / "template.yaml").is_file() and (folder / "statemachines").is_dir()
-
 
 
 @lru_cache(maxsize=1)
@@ -34,6 +32,5 @@ def project_root() -> Path:
         if _is_project(parent):
             return parent
     raise LaneflowError(
-        "cannot find the laneflow project (template.yaml): install laneflow with pip, "
-        "run from a checkout, or set LANEFLOW_HOME"
+        "cannot find the laneflow project (template.yaml): install laneflow with pip, run from a checkout, or set LANEFLOW_HOME"
     )

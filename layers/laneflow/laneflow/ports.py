@@ -64,10 +64,8 @@ class CaptureSink(Protocol):
         """Store one capture; returns its reference (relative key)."""
 
 
-
 class TokenGone(Exception):
     """The token names no task that is still waiting (completed, timed out, execution ended)."""
-
 
 
 class TaskCallbacks(Protocol):
@@ -86,12 +84,9 @@ class TaskCallbacks(Protocol):
         nothing for that long times out). Raises TokenGone if nothing waits on it."""
 
 
-
 class DriveStarter(Protocol):
     def start(self, tenant: str, run_id: str) -> str:
         """Start a new drive of the run; returns the execution's id."""
-
-
 
 
 class DriveContinuer(Protocol):
@@ -101,16 +96,13 @@ class DriveContinuer(Protocol):
         Returns the execution's id."""
 
 
-
 class OnEnd(Protocol):
     def __call__(self, run: Run) -> None: ...
-
 
 
 class WorkspaceSource(Protocol):
     def locate(self, tenant: str, name: str) -> str:
         """The URI of the tenant's workspace called `name`; WorkspaceNotFound if there is none."""
-
 
 
 @dataclass(frozen=True)
@@ -145,7 +137,6 @@ class StepJob:
     apis: tuple[ApiSpec, ...] = ()  # agent `apis:`: its `api_<name>` tools (headers unfilled)
 
 
-
 @dataclass
 class StepOutcome:
     result: str  # the whole reply (every turn's text)
@@ -153,7 +144,6 @@ class StepOutcome:
     cost_usd: float = 0.0
     turns: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-
 
 
 class StepInbox(Protocol):
@@ -206,7 +196,6 @@ class ExecutionSink(Protocol):
 
     def stopped(self) -> bool:
         """True when the run was stopped: the executor ends the attempt as soon as it can."""
-
 
 
 class Executor(Protocol):
@@ -293,7 +282,13 @@ class Store(ABC):
 
     @abstractmethod
     def get_steps(
-        self, tenant: str, run_id: str, *, group: int | None = None, messages: bool = True, where: StepFilter | None = None,
+        self,
+        tenant: str,
+        run_id: str,
+        *,
+        group: int | None = None,
+        messages: bool = True,
+        where: StepFilter | None = None,
     ) -> list[Step]:
         """Steps ordered by index (without events, calls or layers), of one group if given,
         and only those `where` admits (`laneflow.domain.outline.StepFilter`). With
@@ -428,9 +423,7 @@ class Store(ABC):
     # -- trace --------------------------------------------------------------------------
 
     @abstractmethod
-    def add_event(
-        self, tenant: str, run_id: str, index: int, event: Event, *, attempt: AttemptRef | None = None
-    ) -> None:
+    def add_event(self, tenant: str, run_id: str, index: int, event: Event, *, attempt: AttemptRef | None = None) -> None:
         """Append a trace line to a step. With `attempt`, fenced like `end_attempt` (and the
         event's `attempt` is set to its number)."""
 
@@ -529,7 +522,6 @@ class Store(ABC):
         return None
 
 
-
 class WorkingCopy(Protocol):
     """The folder one attempt reads and writes (`root`)."""
 
@@ -573,7 +565,6 @@ class SecretSource(Protocol):
         """Where values are read from, in words fit for the trace (no path, no value)."""
 
 
-
 class SecretFileSet(Protocol):
     paths: dict[str, str]  # name -> the file's absolute path
 
@@ -581,12 +572,10 @@ class SecretFileSet(Protocol):
         """Remove every file and their folder (idempotent)."""
 
 
-
 class SecretFiles(Protocol):
     def write(self, values: dict[str, str]) -> SecretFileSet:
         """Write each value (name -> value) to its own 0600 file in a fresh private folder
         outside any workspace; the caller removes them when the attempt ends."""
-
 
 
 class WorkerLiveness(Protocol):

@@ -39,7 +39,6 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
 )
 
 
-
 class Settings(BaseModel):
     """Process-wide settings. Locally the CLI fills most of these from its flags; in Lambda
     they come from the function's environment (template.yaml)."""
@@ -68,8 +67,12 @@ class Settings(BaseModel):
     state_machine_arn: str | None = None  # LANEFLOW_STATE_MACHINE_ARN: drives start executions of it (cloud)
     workspaces: str | None = None  # LANEFLOW_WORKSPACES: a folder of workspaces, or s3://bucket/prefix
     in_lambda: bool = False  # AWS_LAMBDA_FUNCTION_NAME is set: Powertools logging, tracing, metrics
-    anthropic_secret: str | None = None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud, step runners only)
-    anthropic_enabled: bool = False  # LANEFLOW_ANTHROPIC_ENABLED: the stack holds a key its step runners read (the API accepts Claude runs)
+    anthropic_secret: str | None = (
+        None  # LANEFLOW_ANTHROPIC_SECRET: Secrets Manager name of the API key (cloud, step runners only)
+    )
+    anthropic_enabled: bool = (
+        False  # LANEFLOW_ANTHROPIC_ENABLED: the stack holds a key its step runners read (the API accepts Claude runs)
+    )
     # LANEFLOW_ISOLATION: where a step's programs run: `auto` (the strongest the machine offers:
     # bubblewrap where it can run) or `subprocess` (a plain child process, never bubblewrap).
     isolation: Literal["auto", "subprocess"] = "auto"
@@ -126,14 +129,14 @@ class Settings(BaseModel):
         return out
 
 
-
 def unusable_variables(error: ValidationError) -> str:
     """What is wrong with the environment, by the variables' names (never their values: one
     may be a key)."""
     names = dict(ENV_NAMES)
-    said = [f"{names.get(str(e['loc'][0]), str(e['loc'][0])) if e['loc'] else 'the environment'}: {e['msg']}" for e in error.errors()]
+    said = [
+        f"{names.get(str(e['loc'][0]), str(e['loc'][0])) if e['loc'] else 'the environment'}: {e['msg']}" for e in error.errors()
+    ]
     return "; ".join(said)
-
 
 
 @lru_cache(maxsize=1)

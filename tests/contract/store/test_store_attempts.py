@@ -74,7 +74,10 @@ def test_end_attempt_with_the_exact_ref_ends_it_and_changes_its_step_together(st
     after = store.get_run(run.tenant, run.id)
     step = after.step(0)
     assert (step.status, step.result, step.cost_usd, step.finished_at) == (
-        StepStatus.completed, "the answer", 0.25, "2026-04-04T00:00:00.000Z"
+        StepStatus.completed,
+        "the answer",
+        0.25,
+        "2026-04-04T00:00:00.000Z",
     )
     assert after.cost_usd == 0.0  # the run's cost is what settling a group adds up
 
@@ -226,7 +229,9 @@ def test_a_refused_claim_writes_neither_worker_nor_layers(store: Store):
     store.update_step(run.tenant, run.id, 1, StepChanges(status=StepStatus.completed))
     before = snapshot(store, run)
     with pytest.raises(Conflict):  # an attempt runs
-        claim(store, run, 0, expect_status=[StepStatus.running], worker=LAMBDA, layers=[PromptLayer(name="x", chars=1, sha256="bb")])
+        claim(
+            store, run, 0, expect_status=[StepStatus.running], worker=LAMBDA, layers=[PromptLayer(name="x", chars=1, sha256="bb")]
+        )
     with pytest.raises(Conflict):  # not an expected status
         claim(store, run, 1, worker=LAMBDA, layers=[PromptLayer(name="x", chars=1, sha256="bb")])
     assert snapshot(store, run) == before
@@ -264,7 +269,9 @@ def test_a_refused_end_writes_none_of_its_calls(store: Store):
     for stale in (ref, ref.model_copy(update={"n": 2}), ref2.model_copy(update={"token": "not-the-token"})):
         with pytest.raises(AttemptEnded):
             store.end_attempt(
-                stale, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed),
+                stale,
+                AttemptStatus.completed,
+                step=StepChanges(status=StepStatus.completed),
                 calls=[ModelCall(id="turn-1", ms=999), ModelCall(id="stale", n=2)],
             )
     assert snapshot(store, run) == before

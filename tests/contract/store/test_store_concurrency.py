@@ -58,7 +58,7 @@ def test_a_stop_requested_from_another_process_is_seen_by_this_one(store: Store)
         while not done.is_set():
             try:
                 store.add_event(run.tenant, run.id, 0, Event(text="still working"), attempt=ref)
-            except Exception as error:  # noqa: BLE001 - reported below
+            except Exception as error:  # reported below
                 errors.append(error)
                 return
             writing.set()

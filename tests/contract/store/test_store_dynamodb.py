@@ -46,7 +46,11 @@ def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_
     run = new_run(dynamo, input={"document": big_text()}, steps=2)
     _, ref = claim(dynamo, run, 0)
     result, conclusion, data = big_text(seed="result"), big_text(50_000, seed="c"), big_text(50_000, seed="d")
-    dynamo.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result=result, conclusion=conclusion, data=data))
+    dynamo.end_attempt(
+        ref,
+        AttemptStatus.completed,
+        step=StepChanges(status=StepStatus.completed, result=result, conclusion=conclusion, data=data),
+    )
 
     # Then the result is a pointer to its text under the run's own prefix; the others stay
     (step,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000000"]
@@ -110,10 +114,14 @@ def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: Dyn
     # Then only the live index was queried or scanned (and the items it named read by key)
     assert {name for name, _ in requests} == {"Query", "Scan", "BatchGetItem"}
     assert all(index == "live" for name, index in requests if name in ("Query", "Scan"))
+
     # And the index holds exactly what is live: the run, the step with a running attempt, the
     # step with a pending journal entry
     def live_index() -> list[str]:
-        return sorted(i["sk"]["S"] for i in aws_session().client("dynamodb", region_name=REGION).scan(TableName=TABLE, IndexName="live")["Items"])
+        return sorted(
+            i["sk"]["S"]
+            for i in aws_session().client("dynamodb", region_name=REGION).scan(TableName=TABLE, IndexName="live")["Items"]
+        )
 
     assert live_index() == ["RUN", "S#00000000", "S#00000001"]
     # And a step leaves it with the last live thing it has
@@ -132,7 +140,9 @@ def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: Dynamo
         dynamo.journal_begin(TENANT, run.id, f"op-{i}", 0, ttl_s=-1 if i == 1 else 3600)
         _, ref = claim(dynamo, run, 0, op_id=f"op-{i}", expect_status=[StepStatus.pending, StepStatus.failed])
         calls = [ModelCall(id=f"turn-{i}-{k}", n=3 * i + k) for k in range(3)]
-        dynamo.end_attempt(ref, AttemptStatus.failed, reason="model error", step=StepChanges(status=StepStatus.failed), calls=calls)
+        dynamo.end_attempt(
+            ref, AttemptStatus.failed, reason="model error", step=StepChanges(status=StepStatus.failed), calls=calls
+        )
     # Then the step item keeps only its latest attempts, settled entries and a few spans
     (step,) = [i for i in raw_items() if i["pk"]["S"].endswith(run.id) and i["sk"]["S"] == "S#00000000"]
     assert {k for k in step if re.fullmatch(r"A\d+", k)} == {f"A{n}" for n in range(11 - ATTEMPTS_ON_STEP, 11)}
@@ -149,7 +159,10 @@ def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: Dynamo
 
 def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dynamo: DynamoStore):
     def live_index() -> list[str]:
-        return sorted(i["sk"]["S"] for i in aws_session().client("dynamodb", region_name=REGION).scan(TableName=TABLE, IndexName="live")["Items"])
+        return sorted(
+            i["sk"]["S"]
+            for i in aws_session().client("dynamodb", region_name=REGION).scan(TableName=TABLE, IndexName="live")["Items"]
+        )
 
     run = new_run(dynamo, status=RunStatus.completed)
     dynamo.journal_begin(TENANT, run.id, "op-a", 0)
@@ -170,13 +183,27 @@ def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: Dy
     run = new_run(dynamo, steps=1)
     dynamo.consumed(reset=True)
     dynamo.journal_begin(TENANT, run.id, "exec-1:RunStep:0:0", 0)
-    _, ref = claim(dynamo, run, 0, op_id="exec-1:RunStep:0:0", worker=LambdaRequest(request_id=uuid.uuid4().hex, deadline=time.time()))
-    dynamo.set_prompt_layers(ref, [PromptLayer(name=n, chars=812, sha256="3f2a9c1d0b7e", dynamic=n == "input") for n in ("persona", "shared", "task", "input")])
-    dynamo.add_event(TENANT, run.id, 0, Event(type="tool", text="search tides of the north sea", data={"tool": "search"}), attempt=ref)
-    dynamo.put_call(ref, ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn"))
+    _, ref = claim(
+        dynamo, run, 0, op_id="exec-1:RunStep:0:0", worker=LambdaRequest(request_id=uuid.uuid4().hex, deadline=time.time())
+    )
+    dynamo.set_prompt_layers(
+        ref,
+        [
+            PromptLayer(name=n, chars=812, sha256="3f2a9c1d0b7e", dynamic=n == "input")
+            for n in ("persona", "shared", "task", "input")
+        ],
+    )
+    dynamo.add_event(
+        TENANT, run.id, 0, Event(type="tool", text="search tides of the north sea", data={"tool": "search"}), attempt=ref
+    )
+    dynamo.put_call(
+        ref, ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn")
+    )
     dynamo.heartbeat(ref, utcnow())
     dynamo.end_attempt(
-        ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, result="the answer", cost_usd=0.01, finished_at=utcnow())
+        ref,
+        AttemptStatus.completed,
+        step=StepChanges(status=StepStatus.completed, result="the answer", cost_usd=0.01, finished_at=utcnow()),
     )
     # Then each costs what the item layout promises: one conditional write of the step item
     # (billed on the whole item: past 1 KB once it holds layers, worker and a span), a
@@ -201,8 +228,13 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
     attempt that failed first and a second claim). Each call's write units, by operation."""
     run = new_run(dynamo, steps=1)
     worker = LambdaRequest(request_id=str(uuid.uuid4()), deadline=time.time() + 900)
-    layers = [PromptLayer(name=n, chars=812, sha256="3f2a9c1d0b7e", dynamic=n == "input") for n in ("persona", "shared", "task", "input")]
-    span = ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn", cost_usd=0.01)
+    layers = [
+        PromptLayer(name=n, chars=812, sha256="3f2a9c1d0b7e", dynamic=n == "input")
+        for n in ("persona", "shared", "task", "input")
+    ]
+    span = ModelCall(
+        id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn", cost_usd=0.01
+    )
     done = {"status": StepStatus.completed, "result": "the answer", "conclusion": "done", "data": None, "error": None}
     costs: list[tuple[str, dict[str, float]]] = []
 
@@ -216,7 +248,12 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
     _, ref = measured("claim", lambda: claim(dynamo, run, 0, op_id=STEP_OP, worker=worker, layers=layers))  # type: ignore[misc]
     if retry:
         error = "model error: overloaded"
-        measured("end failed", lambda: dynamo.end_attempt(ref, AttemptStatus.failed, reason=error, step=StepChanges(error=error, cost_usd=0.01), calls=[span]))
+        measured(
+            "end failed",
+            lambda: dynamo.end_attempt(
+                ref, AttemptStatus.failed, reason=error, step=StepChanges(error=error, cost_usd=0.01), calls=[span]
+            ),
+        )
         _, ref = measured("claim again", lambda: claim(dynamo, run, 0, expect_status=[StepStatus.running], worker=worker))  # type: ignore[misc]
         span = span.model_copy(update={"id": "turn-2", "n": 2, "attempt": 2})
     step = StepChanges(**done, cost_usd=0.02 if retry else 0.01, finished_at=utcnow())
@@ -244,7 +281,9 @@ def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item
         ("end", 3),  # the step item (now 1.1 KB: 2) + the step leaves the live index
     ]
     assert sum(sum(units.values()) for _, units in costs) <= 6
-    writes = [name for name in requests if name in ("PutItem", "UpdateItem", "TransactWriteItems", "BatchWriteItem", "DeleteItem")]
+    writes = [
+        name for name in requests if name in ("PutItem", "UpdateItem", "TransactWriteItems", "BatchWriteItem", "DeleteItem")
+    ]
     assert writes[-3:] == ["UpdateItem"] * 3  # (the first are the run's creation)
 
 

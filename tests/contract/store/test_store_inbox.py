@@ -15,13 +15,30 @@ from laneflow.domain.records import AttemptStatus, utcnow
 
 
 def message(run_id: str, to: int, text: str, *, sender: int = 0) -> Note:
-    return Note(id=new_note_id(NoteKind.message), run_id=run_id, kind=NoteKind.message, to_index=to,
-                from_index=sender, from_agent="scout", attempt=1, text=text)
+    return Note(
+        id=new_note_id(NoteKind.message),
+        run_id=run_id,
+        kind=NoteKind.message,
+        to_index=to,
+        from_index=sender,
+        from_agent="scout",
+        attempt=1,
+        text=text,
+    )
 
 
 def question(run_id: str, index: int, text: str) -> Note:
-    return Note(id=new_note_id(NoteKind.question), run_id=run_id, kind=NoteKind.question, to_index=index,
-                from_index=index, from_agent="scout", attempt=1, text=text, status=QuestionStatus.open)
+    return Note(
+        id=new_note_id(NoteKind.question),
+        run_id=run_id,
+        kind=NoteKind.question,
+        to_index=index,
+        from_index=index,
+        from_agent="scout",
+        attempt=1,
+        text=text,
+        status=QuestionStatus.open,
+    )
 
 
 def test_a_note_is_kept_in_its_recipients_inbox_in_order_and_an_id_is_taken_once(store: Store):

@@ -43,7 +43,12 @@ def test_a_claim_with_an_op_id_completes_its_journal_entry_in_the_same_write(sto
     entry = journal_entry(store, TENANT, run.id, "op-0")
     assert entry is not None
     assert (entry.status, entry.index, entry.attempt, entry.token, entry.started_at, entry.resumed_at) == (
-        JournalStatus.completed, 0, 1, attempt.token, attempt.started_at, None
+        JournalStatus.completed,
+        0,
+        1,
+        attempt.token,
+        attempt.started_at,
+        None,
     )
     assert store.journal_pending() == []
 
@@ -100,12 +105,23 @@ def test_a_step_claimed_many_times_keeps_every_attempt_span_and_journal_entry(st
     claimed = []
     for i in range(1, 9):
         store.journal_begin(TENANT, run.id, f"op-{i}", 0)
-        attempt, ref = claim(store, run, 0, op_id=f"op-{i}", expect_status=[StepStatus.pending, StepStatus.failed], worker=LocalProcess(host="w", pid=i))
+        attempt, ref = claim(
+            store,
+            run,
+            0,
+            op_id=f"op-{i}",
+            expect_status=[StepStatus.pending, StepStatus.failed],
+            worker=LocalProcess(host="w", pid=i),
+        )
         assert attempt.n == i
         store.heartbeat(ref, f"2026-01-01T00:00:0{i}.000Z")
         store.put_call(ref, ModelCall(id=f"turn-{i}", n=i))
         store.end_attempt(
-            ref, AttemptStatus.failed, reason=f"reason {i}", step=StepChanges(status=StepStatus.failed), calls=[ModelCall(id=f"turn-{i}", n=i, ms=i)]
+            ref,
+            AttemptStatus.failed,
+            reason=f"reason {i}",
+            step=StepChanges(status=StepStatus.failed),
+            calls=[ModelCall(id=f"turn-{i}", n=i, ms=i)],
         )
         claimed.append((attempt, ref))
     # Then every attempt reads back, as it ended
@@ -122,12 +138,18 @@ def test_a_step_claimed_many_times_keeps_every_attempt_span_and_journal_entry(st
         entry = journal_entry(store, TENANT, run.id, f"op-{i}")
         assert entry is not None
         assert (entry.status, entry.index, entry.attempt, entry.token, entry.started_at) == (
-            JournalStatus.completed, 0, i, attempt.token, attempt.started_at
+            JournalStatus.completed,
+            0,
+            i,
+            attempt.token,
+            attempt.started_at,
         )
         # And a re-delivered invocation of any of them gets what it got and claims nothing
         assert store.journal_begin(TENANT, run.id, f"op-{i}", 0) == entry
         assert store.journal_settle(TENANT, run.id, f"op-{i}") == entry
-        replay = store.claim_attempt(TENANT, run.id, 0, token="again", started_at=utcnow(), op_id=f"op-{i}", expect_status=[StepStatus.failed])
+        replay = store.claim_attempt(
+            TENANT, run.id, 0, token="again", started_at=utcnow(), op_id=f"op-{i}", expect_status=[StepStatus.failed]
+        )
         assert replay == attempts[i - 1]
         # And its late writes never land
         with pytest.raises(AttemptEnded):

@@ -105,8 +105,13 @@ def test_get_run_with_steps_false_is_the_run_alone(store: Store):
 def test_get_run_without_its_input_is_the_run_with_input_none_and_get_run_input_gives_the_input(store: Store):
     # Given a run whose input is large (the DynamoDB store keeps it in S3) and its flow
     items = [f"item-{i:06d}" for i in range(BIG // 10)]
-    run = new_run(store, input={"items": items, "nested": {"a": [1, 2.5, None, "é"]}}, flow_spec={"steps": [{"agent": "a"}]},
-                  workspace_uri="/srv/ws", options={"gate": True})
+    run = new_run(
+        store,
+        input={"items": items, "nested": {"a": [1, 2.5, None, "é"]}},
+        flow_spec={"steps": [{"agent": "a"}]},
+        workspace_uri="/srv/ws",
+        options={"gate": True},
+    )
     # When it is read without its input, everything else reads as it is stored
     head = store.get_run(run.tenant, run.id, steps=False, input=False)
     assert head.input is None and head.steps == []
@@ -242,9 +247,7 @@ def test_update_run_refused_by_expect_status_is_a_conflict_naming_run_and_status
     run = new_run(store, id="run-cond")
     before = snapshot(store, run)
     with pytest.raises(Conflict, match=r"run-cond.*queued"):
-        store.update_run(
-            run.tenant, run.id, RunChanges(status=RunStatus.failed), expect_status=[RunStatus.running], add_drives=1
-        )
+        store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.failed), expect_status=[RunStatus.running], add_drives=1)
     assert snapshot(store, run) == before
     # The same write with a condition that holds lands.
     written = store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running), expect_status=[RunStatus.queued])

@@ -23,7 +23,9 @@ def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(stor
 
 def test_get_steps_without_messages_leaves_out_only_each_step_s_message(store: Store):
     run = new_run(store, steps=5)
-    handoff = "Do it.\n\n## Handoff from the previous group\n\n" + "a result of an earlier step\n" * 20_000  # large: kept in S3 on DynamoDB
+    handoff = (
+        "Do it.\n\n## Handoff from the previous group\n\n" + "a result of an earlier step\n" * 20_000
+    )  # large: kept in S3 on DynamoDB
     claim(store, run, 2, message=handoff)
     claim(store, run, 3, message="short")
     whole = store.get_steps(run.tenant, run.id, group=1)
@@ -39,10 +41,22 @@ def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store:
     an index range, each lane's first few and a limit, alone and together, on any backend."""
     from laneflow.domain.outline import StepFilter, statuses
 
-    run = Run(id=f"run-{uuid.uuid4().hex[:10]}", tenant="acme", workspace="newsroom", flow="brief", steps=[
-        Step(index=i, group=0 if i < 8 else 1, agent="scout" if i % 3 else "editor", model="stub" if i < 6 else "claude-x",
-             item=f"item-{i}") for i in range(10)
-    ])
+    run = Run(
+        id=f"run-{uuid.uuid4().hex[:10]}",
+        tenant="acme",
+        workspace="newsroom",
+        flow="brief",
+        steps=[
+            Step(
+                index=i,
+                group=0 if i < 8 else 1,
+                agent="scout" if i % 3 else "editor",
+                model="stub" if i < 6 else "claude-x",
+                item=f"item-{i}",
+            )
+            for i in range(10)
+        ],
+    )
     store.create_run(run)
     t, r = run.tenant, run.id
     store.update_step(t, r, 1, StepChanges(status=StepStatus.completed))
@@ -59,7 +73,14 @@ def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store:
     assert read(statuses=statuses(StepStatus.pending), flow=True) == [0, 3, 6, 7]
     assert read(low=3, high=6) == [3, 4, 5, 6]
     assert read(statuses=statuses(StepStatus.pending, StepStatus.running), high=4) == [0, 3, 4]
-    assert read(flow=True, per_lane=2) == [0, 1, 2, 3, 6, 7]  # editor@stub 0, 3; scout@stub 1, 2; scout@claude-x 7; editor@claude-x 6
+    assert read(flow=True, per_lane=2) == [
+        0,
+        1,
+        2,
+        3,
+        6,
+        7,
+    ]  # editor@stub 0, 3; scout@stub 1, 2; scout@claude-x 7; editor@claude-x 6
     assert read(flow=True, per_lane=1) == [0, 1, 6, 7]
     assert read(statuses=statuses(StepStatus.pending), flow=True, limit=3) == [0, 3, 6]
     assert read(low=5, limit=2) == [5, 6]
@@ -71,7 +92,12 @@ def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store:
     assert read(agent="editor", started_by="2026-12-01T10:00:04.999Z") == [3]  # never a step not started (0)
     lone = [s for s in store.get_steps(t, r, group=1, where=StepFilter(flow=True, per_lane=1))]
     assert [s.index for s in lone] == [8, 9] and lone[0] == store.get_step(t, r, 8)
-    assert [s.index for s in store.get_steps(t, r, where=StepFilter(statuses=statuses(StepStatus.pending), low=7))] == [7, 8, 9, 10]
+    assert [s.index for s in store.get_steps(t, r, where=StepFilter(statuses=statuses(StepStatus.pending), low=7))] == [
+        7,
+        8,
+        9,
+        10,
+    ]
 
 
 def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(store: Store):
@@ -155,7 +181,10 @@ def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_stat
     before = snapshot(store, run)
     with pytest.raises(Conflict, match=r"step 2 of run 'run-steps' is completed"):
         store.update_step(
-            run.tenant, run.id, 2, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"),
+            run.tenant,
+            run.id,
+            2,
+            StepChanges(status=StepStatus.skipped, skip_reason="run stopped"),
             expect_status=[StepStatus.pending, StepStatus.awaiting_approval],
         )
     assert snapshot(store, run) == before
@@ -180,17 +209,63 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
     outline = store.get_group_outline(t, r)
 
     assert outline == [
-        GroupOutline(group=0, cycle=0, pending=0, failed_required=1, unfinished_rescues=1, cost_usd=0.875, last_index=7,
-                     unfinished=0, waiting=1),
-        GroupOutline(group=1, cycle=2, pending=1, failed_required=1, unfinished_rescues=0, cost_usd=0.0, last_index=3,
-                     unfinished=1, waiting=1),
-        GroupOutline(group=2, cycle=0, pending=2, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=5,
-                     unfinished=1, waiting=2),  # step 4 awaits approval: waiting, not unfinished
-        GroupOutline(group=3, cycle=0, pending=0, failed_required=0, unfinished_rescues=0, cost_usd=0.0, last_index=8,
-                     unfinished=1, waiting=0),  # step 8 runs
+        GroupOutline(
+            group=0,
+            cycle=0,
+            pending=0,
+            failed_required=1,
+            unfinished_rescues=1,
+            cost_usd=0.875,
+            last_index=7,
+            unfinished=0,
+            waiting=1,
+        ),
+        GroupOutline(
+            group=1,
+            cycle=2,
+            pending=1,
+            failed_required=1,
+            unfinished_rescues=0,
+            cost_usd=0.0,
+            last_index=3,
+            unfinished=1,
+            waiting=1,
+        ),
+        GroupOutline(
+            group=2,
+            cycle=0,
+            pending=2,
+            failed_required=0,
+            unfinished_rescues=0,
+            cost_usd=0.0,
+            last_index=5,
+            unfinished=1,
+            waiting=2,
+        ),  # step 4 awaits approval: waiting, not unfinished
+        GroupOutline(
+            group=3,
+            cycle=0,
+            pending=0,
+            failed_required=0,
+            unfinished_rescues=0,
+            cost_usd=0.0,
+            last_index=8,
+            unfinished=1,
+            waiting=0,
+        ),  # step 8 runs
     ]
-    facts = [StepFacts(index=s.index, group=s.group, cycle=s.cycle, status=s.status.value, rescue=s.rescue_of is not None,
-                       optional=s.optional, cost_usd=s.cost_usd) for s in store.get_steps(t, r)]
+    facts = [
+        StepFacts(
+            index=s.index,
+            group=s.group,
+            cycle=s.cycle,
+            status=s.status.value,
+            rescue=s.rescue_of is not None,
+            optional=s.optional,
+            cost_usd=s.cost_usd,
+        )
+        for s in store.get_steps(t, r)
+    ]
     assert outline_of(facts) == outline
     with pytest.raises(NotFound):
         store.get_group_outline(t, "run-none")
@@ -205,7 +280,8 @@ def test_a_steps_cache_break_and_prefix_are_kept_with_its_attempts_end_and_read_
     broke = {"layer": "skills", "since": "run-earlier/3"}
     prefix = {"tokens": 4279, "tools": "3f2a9c0d1e2b"}
     store.end_attempt(
-        AttemptRef.of(run.tenant, attempt), AttemptStatus.completed,
+        AttemptRef.of(run.tenant, attempt),
+        AttemptStatus.completed,
         step=StepChanges(status=StepStatus.completed, cache_break=broke, prefix=prefix),
     )
     step = store.get_step(run.tenant, run.id, 1, detail=True)

@@ -40,7 +40,9 @@ def test_put_call_twice_with_the_same_id_keeps_one_updated_span_and_spans_are_or
 def test_set_prompt_layers_replaces_the_layers_of_the_step(store: Store):
     run = new_run(store)
     _, ref = claim(store, run, 0)
-    store.set_prompt_layers(ref, [PromptLayer(name="persona", chars=1, sha256="aa"), PromptLayer(name="task", chars=2, sha256="bb")])
+    store.set_prompt_layers(
+        ref, [PromptLayer(name="persona", chars=1, sha256="aa"), PromptLayer(name="task", chars=2, sha256="bb")]
+    )
     store.set_prompt_layers(ref, [PromptLayer(name="input", chars=3, sha256="cc", dynamic=True)])
     assert store.get_step(run.tenant, run.id, 0, detail=True).prompt_layers == [
         PromptLayer(name="input", chars=3, sha256="cc", dynamic=True)
@@ -59,7 +61,10 @@ def test_add_event_rejects_an_attempt_of_another_step(store: Store):
 def test_large_values_round_trip_exactly(store: Store):
     # Given a run whose input, instruction, result, conclusion, data, trace, handoff and
     # attempt reason are each larger than a blob threshold
-    big = {name: big_text(seed=name) for name in ("input", "event", "row", "stop", "handoff", "result", "conclusion", "reason", "instruction")}
+    big = {
+        name: big_text(seed=name)
+        for name in ("input", "event", "row", "stop", "handoff", "result", "conclusion", "reason", "instruction")
+    }
     data = {"rows": [big["row"]]}
     run = new_run(store, input={"document": big["input"]}, steps=2)
     _, ref = claim(store, run, 0)

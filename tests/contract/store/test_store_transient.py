@@ -61,7 +61,9 @@ def test_the_state_machine_retries_transient_errors_by_that_name():
 
 
 @pytest.mark.parametrize(("code", "status"), THROTTLES, ids=[code for code, _ in THROTTLES])
-def test_a_dynamodb_throttle_or_failure_on_a_conditional_write_is_a_transient_error_and_writes_nothing(dynamo: DynamoStore, code, status):
+def test_a_dynamodb_throttle_or_failure_on_a_conditional_write_is_a_transient_error_and_writes_nothing(
+    dynamo: DynamoStore, code, status
+):
     run = new_run(dynamo)
     before = snapshot(dynamo, run)
     refused = refuse_at_send(dynamo, "UpdateItem", {"Code": code, "Message": "slow down"}, status)
@@ -77,8 +79,11 @@ def test_a_throttled_read_is_a_transient_error(dynamo: DynamoStore, operation):
     run = new_run(dynamo)
     refuse_at_send(dynamo, operation, {"Code": "ProvisionedThroughputExceededException", "Message": "over capacity"}, 400)
     with pytest.raises(TransientError):
-        {"Query": lambda: dynamo.get_run(TENANT, run.id), "BatchGetItem": lambda: dynamo.list_runs(TENANT),
-         "GetItem": lambda: dynamo.get_step(TENANT, run.id, 0)}[operation]()
+        {
+            "Query": lambda: dynamo.get_run(TENANT, run.id),
+            "BatchGetItem": lambda: dynamo.list_runs(TENANT),
+            "GetItem": lambda: dynamo.get_step(TENANT, run.id, 0),
+        }[operation]()
 
 
 def test_a_transaction_cancelled_by_a_throttle_is_a_transient_error_and_writes_nothing(dynamo: DynamoStore):

@@ -25,11 +25,15 @@ def stored_worker(store: Store, run_id: str, index: int, n: int) -> str:
     """The text the store keeps for attempt n's worker."""
     if isinstance(store, SqliteStore):
         with sqlite3.connect(store.path) as db:
-            (text,) = db.execute("SELECT worker FROM attempts WHERE run_id = ? AND idx = ? AND n = ?", (run_id, index, n)).fetchone()
+            (text,) = db.execute(
+                "SELECT worker FROM attempts WHERE run_id = ? AND idx = ? AND n = ?", (run_id, index, n)
+            ).fetchone()
         return text
-    item = aws_session().client("dynamodb", region_name=REGION).get_item(
-        TableName=TABLE, Key={"pk": {"S": f"T#{TENANT}#R#{run_id}"}, "sk": {"S": f"S#{index:08d}"}}
-    )["Item"]
+    item = (
+        aws_session()
+        .client("dynamodb", region_name=REGION)
+        .get_item(TableName=TABLE, Key={"pk": {"S": f"T#{TENANT}#R#{run_id}"}, "sk": {"S": f"S#{index:08d}"}})["Item"]
+    )
     return item[f"A{n}"]["M"]["w"]["S"]
 
 
@@ -42,12 +46,18 @@ def store_as_before(store: Store, run_id: str, *, driver: str, worker: str) -> N
         return
     client, pk = aws_session().client("dynamodb", region_name=REGION), {"S": f"T#{TENANT}#R#{run_id}"}
     client.update_item(
-        TableName=TABLE, Key={"pk": pk, "sk": {"S": "RUN"}}, UpdateExpression="SET #d = :v",
-        ExpressionAttributeNames={"#d": "driver"}, ExpressionAttributeValues={":v": {"S": driver}},
+        TableName=TABLE,
+        Key={"pk": pk, "sk": {"S": "RUN"}},
+        UpdateExpression="SET #d = :v",
+        ExpressionAttributeNames={"#d": "driver"},
+        ExpressionAttributeValues={":v": {"S": driver}},
     )
     client.update_item(
-        TableName=TABLE, Key={"pk": pk, "sk": {"S": "S#00000000"}}, UpdateExpression="SET #a.#w = :v",
-        ExpressionAttributeNames={"#a": "A1", "#w": "w"}, ExpressionAttributeValues={":v": {"S": worker}},
+        TableName=TABLE,
+        Key={"pk": pk, "sk": {"S": "S#00000000"}},
+        UpdateExpression="SET #a.#w = :v",
+        ExpressionAttributeNames={"#a": "A1", "#w": "w"},
+        ExpressionAttributeValues={":v": {"S": worker}},
     )
 
 
@@ -65,14 +75,20 @@ def test_a_run_and_attempt_written_by_an_older_version_read_as_worker_models(sto
     claim(store, run, 0)
     store_as_before(store, run.id, driver=OLD_SFN, worker=OLD_LOCAL)
     # Then they read as the models they name
-    assert store.get_run(TENANT, run.id).driver == StepFunctionsExecution(execution="arn:aws:states:us-east-1:1:execution:flow:e-1")
+    assert store.get_run(TENANT, run.id).driver == StepFunctionsExecution(
+        execution="arn:aws:states:us-east-1:1:execution:flow:e-1"
+    )
     assert store.get_attempt(TENANT, run.id, 0, 1).worker == WORKERS[0]
     assert [a.worker for a in store.list_attempts(TENANT, run.id)] == [WORKERS[0]]
     assert [a.worker for _, a in store.running_attempts(TENANT)] == [WORKERS[0]]
-    assert [r.driver for r in store.active_runs(TENANT)] == [StepFunctionsExecution(execution="arn:aws:states:us-east-1:1:execution:flow:e-1")]
+    assert [r.driver for r in store.active_runs(TENANT)] == [
+        StepFunctionsExecution(execution="arn:aws:states:us-east-1:1:execution:flow:e-1")
+    ]
 
 
-@pytest.mark.parametrize("text", ["pid:1", '{"kind": "mainframe"}', '{"kind": "lambda"}'], ids=["not-json", "unknown-kind", "incomplete"])
+@pytest.mark.parametrize(
+    "text", ["pid:1", '{"kind": "mainframe"}', '{"kind": "lambda"}'], ids=["not-json", "unknown-kind", "incomplete"]
+)
 def test_a_stored_reference_that_names_no_known_worker_reads_as_none_and_the_record_reads_on(store: Store, text):
     run = new_run(store)
     claim(store, run, 0)

@@ -23,7 +23,6 @@ from laneflow.domain.workers import ENGINE_WORKER, FargateTask, LambdaRequest, L
 GRACE_S = 30.0  # past a Lambda's deadline, before its attempt counts as gone
 
 
-
 def _process_stat(pid: int) -> tuple[str, str] | None:
     """A process's state and the kernel's start time of it (clock ticks since boot), or None
     if unknown."""
@@ -41,7 +40,6 @@ def _process_start(pid: int) -> str | None:
     return stat[1] if stat else None
 
 
-
 @lru_cache(maxsize=1)
 def local_worker() -> LocalProcess:
     engine = os.environ.get(ENGINE_WORKER)
@@ -51,14 +49,12 @@ def local_worker() -> LocalProcess:
     return LocalProcess(host=socket.gethostname(), pid=pid, started=_process_start(pid))
 
 
-
 def current_worker(context: Any = None) -> LocalProcess | LambdaRequest:
     """The worker an invocation runs on: the local process, or a Lambda (from its context)."""
     if context is None or getattr(context, "local", False):
         return local_worker()
     remaining = context.get_remaining_time_in_millis()
     return LambdaRequest(request_id=context.aws_request_id, deadline=time.time() + remaining / 1000)
-
 
 
 def local_alive(worker: LocalProcess) -> bool | None:
@@ -78,7 +74,6 @@ def local_alive(worker: LocalProcess) -> bool | None:
         # it does no work. A killed worker's parent may well have died with it.
         return False
     return worker.started is None or (stat is not None and stat[1] == worker.started)
-
 
 
 class Liveness:

@@ -56,14 +56,12 @@ _PATH_SAFE = "/:@!$&'()*+,;=-._~"
 SECRET_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-
 class ApiOperation(BaseModel):
     """One operation of an OpenAPI file: what the prompt layer lists."""
 
     method: str
     path: str
     summary: str = ""
-
 
 
 class ApiSpec(BaseModel):
@@ -84,7 +82,6 @@ class ApiSpec(BaseModel):
         """The declared secrets its headers name, in order, each once."""
         found = [m.group(1) for value in self.headers.values() for m in SECRET_REF.finditer(value)]
         return list(dict.fromkeys(found))
-
 
 
 # --------------------------------------------------------------------------- checking entries
@@ -167,7 +164,11 @@ class _Checker:
                 continue
             for ref in SECRET_REF.findall(text):
                 if ref in files:
-                    self.error(index, field, f"header {key} names secret {ref}, which is declared as a file (@{ref}); declare it as {ref} to use it in a header")
+                    self.error(
+                        index,
+                        field,
+                        f"header {key} names secret {ref}, which is declared as a file (@{ref}); declare it as {ref} to use it in a header",
+                    )
                 elif ref not in plain:
                     close = difflib.get_close_matches(ref, sorted(plain), n=1, cutoff=0.6)
                     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -204,7 +205,6 @@ class _Checker:
         return ref, operations
 
 
-
 def base_url_problem(url: Any) -> str:
     """Why `url` cannot be an API's base URL ("" when it can)."""
     if not isinstance(url, str) or not url.strip():
@@ -227,21 +227,27 @@ def base_url_problem(url: Any) -> str:
     return ""
 
 
-
-def check_apis(raw: Any, *, rel: str, agent_dir: Path, lines: dict[str, int], secrets: Any) -> tuple[list[ApiSpec], list[Problem]]:
+def check_apis(
+    raw: Any, *, rel: str, agent_dir: Path, lines: dict[str, int], secrets: Any
+) -> tuple[list[ApiSpec], list[Problem]]:
     """An agent's `apis:` as written: (the checked entries, the problems, each naming the
     agent.md, the entry's line and its field)."""
     if raw is None:
         return [], []
     problems: list[Problem] = []
     if not isinstance(raw, list):
-        problems.append(Problem(file=rel, line=lines.get("apis"), field="apis", message="apis is a list of {name, base_url, headers, openapi}"))
+        problems.append(
+            Problem(
+                file=rel, line=lines.get("apis"), field="apis", message="apis is a list of {name, base_url, headers, openapi}"
+            )
+        )
         return [], problems
-    checker = _Checker(rel=rel, agent_dir=agent_dir, lines=lines, secrets=list(secrets) if isinstance(secrets, list) else [], problems=problems)
+    checker = _Checker(
+        rel=rel, agent_dir=agent_dir, lines=lines, secrets=list(secrets) if isinstance(secrets, list) else [], problems=problems
+    )
     seen: set[str] = set()
     specs = [spec for index, entry in enumerate(raw) if (spec := checker.entry(index, entry, seen)) is not None]
     return specs, problems
-
 
 
 # --------------------------------------------------------------------------- OpenAPI
@@ -297,7 +303,6 @@ def _document(text: str, *, json_text: bool) -> tuple[Any, str]:
         return None, f"is not valid YAML{f' (line {mark.line + 1})' if mark else ''}"
 
 
-
 def _yaml(text: str) -> Any:
     """A YAML document, strictly: a value that cannot be constructed, or a key given twice,
     is an `UnfitValue` naming its field (the first one; the file is refused either way)."""
@@ -313,16 +318,17 @@ def _yaml(text: str) -> Any:
         loader.dispose()
 
 
-
 def layer_text(apis: list[ApiSpec]) -> str:
     """The `apis` prompt layer: each API tool, where it reaches, which headers it sends (names
     only), and its OpenAPI operations. Stable: it changes only when agent.md or the file does."""
     if not apis:
         return ""
-    parts = ["# HTTP APIs you can call",
-             'Call a tool api_<name> with {"method": "GET", "path": "/...", "query": {...}, "body": ...}; '
-             "the path is relative to the API's base URL, and only that host can be reached. "
-             "Credentials are added for you: never put them in a call."]
+    parts = [
+        "# HTTP APIs you can call",
+        'Call a tool api_<name> with {"method": "GET", "path": "/...", "query": {...}, "body": ...}; '
+        "the path is relative to the API's base URL, and only that host can be reached. "
+        "Credentials are added for you: never put them in a call.",
+    ]
     for spec in apis:
         line = f"## {spec.tool_name}: {spec.base_url}"
         if spec.headers:
@@ -335,13 +341,11 @@ def layer_text(apis: list[ApiSpec]) -> str:
     return "\n".join(parts)
 
 
-
 # --------------------------------------------------------------------------- one call
 
 
 class CallInvalid(ValueError):
     """A call's input is not what an API tool takes (the model is told why)."""
-
 
 
 @dataclass(frozen=True)
@@ -351,7 +355,6 @@ class ApiCall:
     query: list[tuple[str, str]]
     body: bytes | None
     content_type: str | None
-
 
 
 def _query(value: Any) -> list[tuple[str, str]]:
@@ -373,7 +376,6 @@ def _query(value: Any) -> list[tuple[str, str]]:
             else:
                 raise CallInvalid(f"query parameter {key!r} is text, a number, true/false or a list of them")
     return pairs
-
 
 
 def parse_call(args: Any) -> ApiCall:
@@ -408,7 +410,6 @@ def parse_call(args: Any) -> ApiCall:
     return ApiCall(method=method.upper(), path=path, query=query, body=body, content_type=content_type)
 
 
-
 def origin(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of a URL, the port filled in from the scheme."""
     parts = urlsplit(url)
@@ -416,12 +417,10 @@ def origin(url: str) -> tuple[str, str, int]:
     return parts.scheme, (parts.hostname or "").lower(), port
 
 
-
 def _base_path(base_url: str) -> str:
     """The base URL's path, ending in `/`: every call's path must stay under it."""
     path = urlsplit(base_url).path or "/"
     return path if path.endswith("/") else path + "/"
-
 
 
 def _normalized(path: str) -> str:
@@ -433,7 +432,6 @@ def _normalized(path: str) -> str:
     if path.endswith("/") and not joined.endswith("/"):
         joined += "/"
     return "/" + joined.lstrip("/")
-
 
 
 def within(base_url: str, url: str) -> str:
@@ -455,10 +453,8 @@ def within(base_url: str, url: str) -> str:
     return ""
 
 
-
 def _absolute(path: str) -> bool:
     return path.startswith("//") or urlsplit(path).scheme.lower() in ("http", "https")
-
 
 
 def target_url(base_url: str, call: ApiCall) -> str:
@@ -491,7 +487,6 @@ def target_url(base_url: str, call: ApiCall) -> str:
         raise CallInvalid(f"refused: {why}")
     query = "&".join(q for q in (quote(query, safe="=&+%/:@!$'()*,;?-._~"), urlencode(call.query)) if q)
     return url + (f"?{query}" if query else "")
-
 
 
 def fill_headers(spec: ApiSpec, values: dict[str, str]) -> dict[str, str]:

@@ -26,11 +26,9 @@ SHA_PREFIX = 12
 FALLBACK_MIN_CACHEABLE = 1024
 
 
-
 def tokens_in(chars: int) -> int:
     """Tokens of a block of `chars` characters (/ 4, rounded up)."""
     return math.ceil(chars / CHARS_PER_TOKEN)
-
 
 
 def tokens_of(text: str) -> int:
@@ -38,10 +36,8 @@ def tokens_of(text: str) -> int:
     return tokens_in(len(text))
 
 
-
 def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
 
 
 def prefix_tokens(system_stable: str, tool_definitions: Sequence[dict[str, Any]] = ()) -> int:
@@ -49,11 +45,9 @@ def prefix_tokens(system_stable: str, tool_definitions: Sequence[dict[str, Any]]
     return sum(tokens_of(canonical(d)) for d in tool_definitions) + (tokens_of(system_stable) if system_stable else 0)
 
 
-
 def tools_digest(names: Iterable[str]) -> str:
     """A short digest of the tools a step is given (in the stable order they are sent)."""
     return hashlib.sha256("\n".join(sorted(names)).encode("utf-8")).hexdigest()[:SHA_PREFIX]
-
 
 
 def min_cacheable(model: str) -> int:

@@ -36,11 +36,9 @@ CHAIN_DEPTH = "chain_depth"  # run.options: how many runs chained before this on
 CHAINED_FROM = "chained_from"  # run.options: the run whose end started this one
 
 
-
 def then_key(run_id: str) -> str:
     """The idempotency key of the run a finished run chains to."""
     return f"then:{run_id}"
-
 
 
 def placeholders(value: Any) -> list[tuple[str, str]]:
@@ -57,7 +55,6 @@ def placeholders(value: Any) -> list[tuple[str, str]]:
     return found
 
 
-
 def _outcomes(steps: list[Step]) -> dict[tuple[str, str], Any]:
     by_agent: dict[tuple[str, str], list[Any]] = {}
     for step in sorted(steps, key=lambda s: s.index):
@@ -66,7 +63,6 @@ def _outcomes(steps: list[Step]) -> dict[tuple[str, str], Any]:
         by_agent.setdefault(("result", step.agent), []).append(step.result)
         by_agent.setdefault(("data", step.agent), []).append(step.data)
     return {key: values[0] if len(values) == 1 else values for key, values in by_agent.items()}
-
 
 
 def fill_then_input(template: Any, run_input: Any, steps: list[Step]) -> Any:

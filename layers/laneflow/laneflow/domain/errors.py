@@ -25,13 +25,11 @@ class Problem(BaseModel):
         return f"{where}:{field} {tag}{self.message}"
 
 
-
 class LaneflowError(Exception):
     """Base of every error laneflow raises on purpose."""
 
     exit_code = 1
     http_status = 500
-
 
 
 class InvalidInput(LaneflowError):
@@ -63,20 +61,16 @@ class InvalidInput(LaneflowError):
         return f"{head}: {errors[0]}{more}"
 
 
-
 class WorkspaceInvalid(InvalidInput):
     """A workspace that cannot be read (missing, or a file that does not parse)."""
-
 
 
 class FlowInvalid(InvalidInput):
     """A flow that is not valid; refused before the run starts."""
 
 
-
 class RunInputInvalid(InvalidInput):
     """A run input that does not match the flow's `input:` schema."""
-
 
 
 class NotFound(LaneflowError):
@@ -84,12 +78,10 @@ class NotFound(LaneflowError):
     http_status = 404
 
 
-
 class RunNotFound(NotFound):
     def __init__(self, run_id: str):
         super().__init__(f"no run {run_id!r}")
         self.run_id = run_id
-
 
 
 class RecordDamaged(LaneflowError):
@@ -99,29 +91,24 @@ class RecordDamaged(LaneflowError):
     and which field."""
 
 
-
 class Conflict(LaneflowError):
     """A conditional write was refused: what it was conditional on no longer holds."""
 
     http_status = 409
 
 
-
 class AttemptEnded(Conflict):
     """A write named an attempt that is no longer the stored, running one."""
-
 
 
 class IdempotencyKeyReused(Conflict):
     """An idempotency key was presented again with a different request."""
 
 
-
 class Unavailable(LaneflowError):
     """This deployment lacks what the request needs (a drive starter, a workspace source)."""
 
     http_status = 503
-
 
 
 class StepFailed(LaneflowError):
@@ -137,7 +124,6 @@ class StepFailed(LaneflowError):
         self.kind = kind or (FailureKind.model if retryable else FailureKind.other)
 
 
-
 class StepStopped(StepFailed):
     """The run was stopped by a person while this attempt ran: it ends, and says so."""
 
@@ -145,16 +131,13 @@ class StepStopped(StepFailed):
         super().__init__(reason, retryable=False)
 
 
-
 class TransientError(LaneflowError):
     """An infrastructure error worth retrying the whole Task for (the state machine retries
     it by name)."""
 
 
-
 class ModelNotConfigured(InvalidInput):
     """A non-stub model was asked for without what it needs (an API key)."""
-
 
 
 class WorkspaceNotFound(NotFound):

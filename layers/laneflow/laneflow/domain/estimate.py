@@ -27,7 +27,6 @@ from laneflow.domain.records import Tokens
 DEFAULT_OUTPUT_TOKENS = 400  # per turn, on Claude: a page of prose
 
 
-
 @dataclass(frozen=True)
 class LanePlan:
     """What the estimate knows of one lane before it runs."""
@@ -50,7 +49,6 @@ class LanePlan:
         return f"{self.agent}@{self.model}"
 
 
-
 @dataclass(frozen=True)
 class CacheFigures:
     cold_prefixes: int
@@ -61,7 +59,6 @@ class CacheFigures:
 
     def tokens(self) -> Tokens:
         return Tokens(input=self.input, output=self.output, cache_read=self.cache_read, cache_write=self.cache_write)
-
 
 
 @dataclass
@@ -75,12 +72,17 @@ class LaneEstimate:
     def as_dict(self) -> dict[str, Any]:
         p = self.plan
         return {
-            "group": p.group, "lane": p.lane, "steps": p.steps, "parallel": p.parallel, "turns": p.turns,
-            "prefix_tokens": p.prefix_tokens, "min_cacheable": p.min_cacheable, "cacheable": p.prefix_tokens >= p.min_cacheable,
+            "group": p.group,
+            "lane": p.lane,
+            "steps": p.steps,
+            "parallel": p.parallel,
+            "turns": p.turns,
+            "prefix_tokens": p.prefix_tokens,
+            "min_cacheable": p.min_cacheable,
+            "cacheable": p.prefix_tokens >= p.min_cacheable,
             "with_gate": {**self.with_gate.__dict__, "cost_usd": round(self.cost_with_gate, 6)},
             "without_gate": {**self.without_gate.__dict__, "cost_usd": round(self.cost_without_gate, 6)},
         }
-
 
 
 def cache_figures(plan: LanePlan, *, gate: bool) -> CacheFigures:
@@ -95,7 +97,6 @@ def cache_figures(plan: LanePlan, *, gate: bool) -> CacheFigures:
     together = 1 if gate or plan.parallel <= 1 else min(plan.parallel, plan.steps)
     reads = (plan.steps - together) + later_turns
     return CacheFigures(together, together * plan.prefix_tokens, reads * plan.prefix_tokens, uncached, output)
-
 
 
 @dataclass
@@ -138,7 +139,6 @@ class Estimate:
             },
             "unpriced_models": self.unpriced,
         }
-
 
 
 def _totals(lanes: list[LaneEstimate], *, gate: bool) -> dict[str, Any]:

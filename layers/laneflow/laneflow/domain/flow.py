@@ -102,7 +102,6 @@ _FLOW_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 PROBLEM = "flow_problem"  # the error type of a refusal that words itself (see `_problem`)
 
 
-
 # --------------------------------------------------------------------------- reading
 
 
@@ -116,7 +115,6 @@ class Says(NamedTuple):
     null_ok: bool = False
 
 
-
 @dataclass(frozen=True)
 class AsWritten:
     """The validation context of a flow read from its file: the workspace its agent names
@@ -126,18 +124,15 @@ class AsWritten:
     input_schema: dict[str, Any] | None = None
 
 
-
 def _as_written(info: ValidationInfo) -> AsWritten | None:
     context = info.context
     return context.get("written") if isinstance(context, dict) else None
-
 
 
 def _problem(message: str, at: str = "") -> PydanticCustomError:
     """A refusal in its own words (the checker reports `message` as it is), `at` the path
     below the field (`[2].x`) when the problem is inside its value."""
     return PydanticCustomError(PROBLEM, "{problem}", {"problem": message, "at": at})
-
 
 
 def _keepable(value: Any) -> Any:
@@ -149,7 +144,6 @@ def _keepable(value: Any) -> Any:
     return value
 
 
-
 def _valid_schema(value: dict[str, Any], where: Any) -> dict[str, Any]:
     """`value` must be a JSON Schema; `where(path)` words the path of what is wrong in it."""
     _keepable(value)
@@ -157,7 +151,6 @@ def _valid_schema(value: dict[str, Any], where: Any) -> dict[str, Any]:
     if bad is not None:
         raise _problem(f"not a valid JSON Schema: {bad.message}", where(bad.path))
     return value
-
 
 
 def _check_each_input(schema: dict[str, Any] | None, name: str) -> None:
@@ -176,7 +169,6 @@ def _check_each_input(schema: dict[str, Any] | None, name: str) -> None:
         types_ = declared_type if isinstance(declared_type, list) else [declared_type]
         if "array" not in types_:
             raise _problem(f"input.{name} is declared as {declared_type!r}, not a list (array)")
-
 
 
 # --------------------------------------------------------------------------- models
@@ -199,16 +191,16 @@ class StepSpec(BaseModel):
         default=None, ge=1, le=MAX_CYCLES_LIMIT
     )  # DEFAULT_MAX_CYCLES when `until` is set
     output: Annotated[Literal["text", "json"], Says("output is 'text' or 'json'")] = "text"
-    schema_: Annotated[
-        dict[str, Any] | None, Says("schema is a file path (schemas/x.json) or an inline JSON Schema")
-    ] = Field(default=None, alias="schema")  # resolved
+    schema_: Annotated[dict[str, Any] | None, Says("schema is a file path (schemas/x.json) or an inline JSON Schema")] = Field(
+        default=None, alias="schema"
+    )  # resolved
     schema_ref: str | None = None  # the path as written, when `schema:` is a path
     verify_judge: str | None = None
     optional: Annotated[bool, Says("optional is true or false")] = False
     retries: Annotated[int, Says("retries is a whole number of at least 0")] = Field(default=DEFAULT_RETRIES, ge=0)
-    handoff: Annotated[
-        Literal["results", "conclusions", "data", "none"], Says(f"handoff is one of {', '.join(HANDOFFS)}")
-    ] = "results"
+    handoff: Annotated[Literal["results", "conclusions", "data", "none"], Says(f"handoff is one of {', '.join(HANDOFFS)}")] = (
+        "results"
+    )
     model: Annotated[str | None, Says("model is a model name")] = Field(default=None, min_length=1)
     line: int | None = None
 
@@ -277,7 +269,6 @@ class StepSpec(BaseModel):
         return None
 
 
-
 class Entry(BaseModel):
     """One entry of `steps:`: one group of steps run at once, or an approval."""
 
@@ -288,14 +279,12 @@ class Entry(BaseModel):
     line: int | None = None
 
 
-
 class ThenSpec(BaseModel):
     """`then:`: the flow a completed run of this one starts, and its input (placeholders
     filled from the finished run: `domain/chain.py`)."""
 
     flow: str
     input: dict[str, Any] = Field(default_factory=dict)
-
 
 
 class Flow(BaseModel):
@@ -329,13 +318,11 @@ class Flow(BaseModel):
         return next(e for e in self.entries if e.index == entry).steps[slot]
 
 
-
 # --------------------------------------------------------------------------- helpers
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
 
 
 def _shown(value: Any) -> str:
@@ -348,7 +335,6 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
-
 def _schema_problem(schema: Any) -> SchemaError | None:
     """The first reason `schema` is not a valid JSON Schema, or None."""
     try:
@@ -356,7 +342,6 @@ def _schema_problem(schema: Any) -> SchemaError | None:
     except SchemaError as e:
         return e
     return None
-
 
 
 # --------------------------------------------------------------------------- public
@@ -374,7 +359,6 @@ def load_flow(ws: Workspace, name: str) -> Flow:
     return read_flow(ws, name)
 
 
-
 def _dedupe(problems: list[Problem]) -> list[Problem]:
     seen: set[tuple[str, int | None, str | None, str, str]] = set()
     out = []
@@ -386,10 +370,8 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
     return out
 
 
-
 def _json_path(path: Any) -> str:
     return "$" + "".join(f"[{p}]" if _is_int(p) else f".{p}" for p in path)
-
 
 
 def validate_input(flow: Flow, data: Any) -> None:
@@ -412,12 +394,12 @@ def validate_input(flow: Flow, data: Any) -> None:
             if not isinstance(data, dict) or name not in data:
                 problems.append(Problem(file="input", field=f"$.{name}", message=f"missing; {where}"))
             elif not isinstance(data[name], list):
-                problems.append(Problem(file="input", field=f"$.{name}",
-                                        message=f"must be a list, got {_shown(data[name])}; {where}"))
+                problems.append(
+                    Problem(file="input", field=f"$.{name}", message=f"must be a list, got {_shown(data[name])}; {where}")
+                )
     problems = _dedupe(problems)
     if problems:
         raise RunInputInvalid(f"the input does not fit flow {flow.name!r}", problems)
-
 
 
 def check_workspace(root: str | Path, account: str | Path | None = None) -> list[Problem]:

@@ -47,8 +47,21 @@ _M = TypeVar("_M", bound=BaseModel)
 # The order a step's and a flow's keys are reported in (unknown keys first), whatever
 # order they are written or validated in.
 _STEP_ORDER = (
-    "agent", "instruction", "each", "parallel", "retries", "on_fail", "until", "loop", "max_cycles",
-    "output", "schema", "verify", "optional", "handoff", "model",
+    "agent",
+    "instruction",
+    "each",
+    "parallel",
+    "retries",
+    "on_fail",
+    "until",
+    "loop",
+    "max_cycles",
+    "output",
+    "schema",
+    "verify",
+    "optional",
+    "handoff",
+    "model",
 )
 
 _TOP_ORDER = ("description", "budget", "input")
@@ -56,10 +69,8 @@ _TOP_ORDER = ("description", "budget", "input")
 _TOP_FIELDS = {"description": "description", "budget": "budget", "input": "input_schema"}  # written key -> field
 
 
-
 def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
-
 
 
 def _field_info(model: type[BaseModel], name: str) -> FieldInfo | None:
@@ -67,13 +78,11 @@ def _field_info(model: type[BaseModel], name: str) -> FieldInfo | None:
     return fields.get(name) or next((f for f in fields.values() if f.alias == name), None)
 
 
-
 def says(model: type[BaseModel], name: str) -> Says:
     """What a model's field takes, in words (its `Says` marker)."""
     info = _field_info(model, name)
     found = [m for m in info.metadata if isinstance(m, Says)] if info is not None else []
     return found[0] if found else Says(f"{name} is not valid")
-
 
 
 class _FlowChecker:
@@ -120,8 +129,15 @@ class _FlowChecker:
         return out
 
     def validated(
-        self, model: type[_M], written: dict[str, Any], lines: dict[str, int], prefix: str, line: int,
-        *, fields: dict[str, str] | None = None, base: dict[str, Any] | None = None,
+        self,
+        model: type[_M],
+        written: dict[str, Any],
+        lines: dict[str, int],
+        prefix: str,
+        line: int,
+        *,
+        fields: dict[str, str] | None = None,
+        base: dict[str, Any] | None = None,
     ) -> tuple[_M | None, set[str]]:
         """Validate what was written (key -> value; `fields` names the field a key fills
         when it differs) against the model's own constraints, strictly (YAML already gives
@@ -183,8 +199,9 @@ class _FlowChecker:
         written = {key: self.value(node) for key, (_, node) in keys.items() if key not in ("steps", "then")}
         lines = {key: key_line for key, (key_line, _) in keys.items()}
         start = len(self.problems)
-        top, refused = self.validated(Flow, written, lines, "", _line(root), fields=_TOP_FIELDS,
-                                      base={"name": self.name, "path": self.rel, "entries": []})
+        top, refused = self.validated(
+            Flow, written, lines, "", _line(root), fields=_TOP_FIELDS, base={"name": self.name, "path": self.rel, "entries": []}
+        )
         self.in_order(start, "", _TOP_ORDER)
         out: dict[str, Any] = {}
         if top is not None:
@@ -206,7 +223,9 @@ class _FlowChecker:
         """`then: {flow: NAME, input: {...}}`: a flow of this workspace, and an input whose
         `{result.X}` / `{data.X}` name agents that are steps of this flow."""
         if not isinstance(node, yaml.MappingNode):
-            self.error(line, "then", f"then is a mapping such as {{flow: publish, input: {{...}}}}, got {_shown(self.value(node))}")
+            self.error(
+                line, "then", f"then is a mapping such as {{flow: publish, input: {{...}}}}, got {_shown(self.value(node))}"
+            )
             return None
         keys = self.pairs(node, "then", THEN_KEYS)
         start = len(self.problems)
@@ -216,7 +235,9 @@ class _FlowChecker:
             input_line, input_node = keys["input"]
             run_input = self.value(input_node)
             if not isinstance(run_input, dict):
-                self.error(input_line, "then.input", f"then.input is a mapping (the chained run's input), got {_shown(run_input)}")
+                self.error(
+                    input_line, "then.input", f"then.input is a mapping (the chained run's input), got {_shown(run_input)}"
+                )
             elif (refused := jsonsafe.refusal(run_input)) is not None:
                 self.error(input_line, "then.input" + (refused.path[1:] if refused.parts else ""), refused.reason)
             else:
@@ -224,7 +245,11 @@ class _FlowChecker:
                 for kind, agent in dict.fromkeys(placeholders(run_input)):
                     if agent not in agents:
                         listed = ", ".join(sorted(agents)) or "none"
-                        self.error(input_line, "then.input", f"{{{kind}.{agent}}} names agent {agent!r}, which is not a step of this flow (its agents: {listed})")
+                        self.error(
+                            input_line,
+                            "then.input",
+                            f"{{{kind}.{agent}}} names agent {agent!r}, which is not a step of this flow (its agents: {listed})",
+                        )
         if len(self.problems) != start or name is None:
             return None
         return ThenSpec(flow=name, input=run_input)
@@ -268,7 +293,8 @@ class _FlowChecker:
         line = _line(node)
         if not isinstance(node, yaml.MappingNode):
             self.error(
-                line, field,
+                line,
+                field,
                 f"an entry is a step (agent: ...), an approval: or a group:, got {_shown(self.value(node))}",
             )
             return None
@@ -366,7 +392,7 @@ class _FlowChecker:
 
     def check_verify(self, line: int, node: yaml.Node, field: str) -> str | None:
         if not isinstance(node, yaml.MappingNode):
-            self.error(line, field, f"verify is a mapping such as {{judge: \"question\"}}, got {_shown(self.value(node))}")
+            self.error(line, field, f'verify is a mapping such as {{judge: "question"}}, got {_shown(self.value(node))}')
             return None
         keys = self.pairs(node, field, VERIFY_KEYS)
         if "judge" not in keys:
@@ -449,7 +475,6 @@ class _FlowChecker:
                 self.error(line, field, f"loop goes back to {agent!r}, which is not a step of this or an earlier entry")
 
 
-
 def read_flow(ws: Workspace, name: str) -> Flow:
     """`load_flow`: read and check `flows/<name>.yaml`; `FlowInvalid` with every problem."""
     rel = f"flows/{name}.yaml"
@@ -462,8 +487,9 @@ def read_flow(ws: Workspace, name: str) -> Flow:
     try:
         text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
-        raise FlowInvalid(f"flow {name!r} is not valid",
-                          [Problem(file=rel, message=f"not UTF-8 text (byte {e.start})")]) from None
+        raise FlowInvalid(
+            f"flow {name!r} is not valid", [Problem(file=rel, message=f"not UTF-8 text (byte {e.start})")]
+        ) from None
     loader: StrictLoader | None = None
     try:
         loader = StrictLoader(text)  # reads the text at once: a control character fails here
@@ -483,7 +509,9 @@ def read_flow(ws: Workspace, name: str) -> Flow:
             loader.dispose()
     # A value that could not be taken is said once: not again as the text it was made into.
     said = [Problem(file=rel, line=_line(u.node), field=u.field or None, message=u.message) for u in unfit]
-    problems = said + [p for p in checker.problems if not (p.file == rel and p.field and any(within(p.field, u.field) for u in unfit))]
+    problems = said + [
+        p for p in checker.problems if not (p.file == rel and p.field and any(within(p.field, u.field) for u in unfit))
+    ]
     # In file order: the flow's own problems by line, then those of its schema files.
     problems = sorted(_dedupe(problems), key=lambda p: (p.file != rel, p.file, p.line or 0))
     if problems:

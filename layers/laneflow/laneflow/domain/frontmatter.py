@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 
-
 class Front(typing.NamedTuple):
     data: dict[str, Any]
     body: str
@@ -56,10 +55,8 @@ class Front(typing.NamedTuple):
     errors: list[Problem] = []  # values that cannot be constructed, keys given twice (`unreadable`); left out of `data`
 
 
-
 class UnfitValue(yaml.MarkedYAMLError):
     """YAML that parses but holds a value laneflow does not take (see `StrictLoader`)."""
-
 
 
 class StrictLoader(yaml.SafeLoader):
@@ -130,13 +127,11 @@ class StrictLoader(yaml.SafeLoader):
         return value
 
 
-
 _KINDS = {"timestamp": "a date", "int": "a number", "float": "a number", "bool": "true/false", "binary": "base64 data"}
 
 _STR_TAG = "tag:yaml.org,2002:str"
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-
 
 
 def _not_constructed(node: yaml.Node, error: Exception) -> str:
@@ -149,13 +144,11 @@ def _not_constructed(node: yaml.Node, error: Exception) -> str:
     return f"a {kind} that cannot be built ({str(error)[:80]})"
 
 
-
 StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
 
 StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
 
 StrictLoader.add_constructor("tag:yaml.org,2002:str", StrictLoader.construct_yaml_str)
-
 
 
 class Unreadable(typing.NamedTuple):
@@ -165,7 +158,6 @@ class Unreadable(typing.NamedTuple):
     field: str
     node: yaml.Node
     message: str
-
 
 
 def unreadable(loader: StrictLoader, root: yaml.Node | None) -> list[Unreadable]:
@@ -205,7 +197,6 @@ def unreadable(loader: StrictLoader, root: yaml.Node | None) -> list[Unreadable]
     return sorted(found, key=lambda u: (u.node.start_mark.line, u.node.start_mark.column))
 
 
-
 def _try_scalar(loader: StrictLoader, node: yaml.ScalarNode, field: str, found: list[Unreadable]) -> bool:
     """Construct one scalar; if it cannot be, note why and make it text. True when it was."""
     try:
@@ -221,11 +212,9 @@ def _try_scalar(loader: StrictLoader, node: yaml.ScalarNode, field: str, found: 
     return False
 
 
-
 def within(outer: str | None, inner: str) -> bool:
     """Whether field `inner` is `outer` or a part of it (`steps[0]` holds `steps[0].agent`)."""
     return outer is not None and (inner == outer or inner.startswith((outer + ".", outer + "[")))
-
 
 
 class _CapturingYAML(YAMLHandler):
@@ -257,7 +246,6 @@ class _CapturingYAML(YAMLHandler):
         return {}
 
 
-
 # A `key: value` line (optionally a `- key: value` list item) whose value is a plain scalar.
 _KEY_VALUE = re.compile(
     r"^(?P<lead>[ \t]*(?:-[ \t]+)?)(?P<key>[A-Za-z0-9_][^:#]*?|\"[^\"]*\"|'[^']*'):[ \t]+(?P<value>\S.*?)[ \t]*$"
@@ -266,7 +254,6 @@ _KEY_VALUE = re.compile(
 _NOT_PLAIN = tuple("\"'[{|>&*!%@`")
 
 _BLOCK_SCALAR = re.compile(r"^[|>][-+0-9]*$")
-
 
 
 def _quote_colon_values(fm: str) -> tuple[str, list[tuple[int, str]]]:
@@ -311,15 +298,12 @@ def _quote_colon_values(fm: str) -> tuple[str, list[tuple[int, str]]]:
     return "\n".join(out), quoted
 
 
-
 def read_text(path: Path, rel: str) -> str:
     """A file's text as UTF-8; `WorkspaceInvalid` naming the file when it is not."""
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise WorkspaceInvalid(
-            f"cannot read {rel}", [Problem(file=rel, message=f"cannot read: {e.strerror or e}")]
-        ) from None
+        raise WorkspaceInvalid(f"cannot read {rel}", [Problem(file=rel, message=f"cannot read: {e.strerror or e}")]) from None
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
@@ -330,7 +314,6 @@ def read_text(path: Path, rel: str) -> str:
         ) from None
 
 
-
 def yaml_error_at(e: yaml.YAMLError, text: str) -> tuple[int | None, str]:
     """Where (0-based line of `text`, when known) and what a YAML error says, in one line.
     A character YAML does not take (a control character) is a ReaderError with a position."""
@@ -338,7 +321,6 @@ def yaml_error_at(e: yaml.YAMLError, text: str) -> tuple[int | None, str]:
         return text[: e.position].count("\n"), f"unacceptable character #x{e.character:04x}: {e.reason}"
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     return (mark.line if mark is not None else None), getattr(e, "problem", None) or str(e)
-
 
 
 def _yaml_problem(e: yaml.YAMLError, rel: str, first_line: int, fm: str = "") -> Problem:
@@ -356,12 +338,10 @@ def _yaml_problem(e: yaml.YAMLError, rel: str, first_line: int, fm: str = "") ->
     return Problem(file=rel, line=line, message=message)
 
 
-
 class _Lines(typing.NamedTuple):
     keys: dict[str, int]  # top-level key -> its line; a list's items as `key[i]`
     text: dict[str, int]  # a block scalar (`key: |`) by field -> the line its text starts on
     bad_keys: list[Problem]  # keys that are not text (`5: x`, `~: x`); `file` left empty
-
 
 
 def _key_lines(fm: str, first_line: int) -> _Lines:
@@ -384,10 +364,16 @@ def _key_lines(fm: str, first_line: int) -> _Lines:
             tag = k.tag.rsplit(":", 1)[-1]
             what = {"int": "a number", "float": "a number", "bool": "true/false", "null": "null"}.get(tag, tag)
             lines.bad_keys.append(
-                Problem(file="", line=lines.keys[key], field=key[:40],
-                        message=f"a setting's name must be text, not {what} ({key[:40]}); quote it or remove it")
+                Problem(
+                    file="",
+                    line=lines.keys[key],
+                    field=key[:40],
+                    message=f"a setting's name must be text, not {what} ({key[:40]}); quote it or remove it",
+                )
             )
-        fields = [(key, v)] + ([(f"{key}[{i}]", item) for i, item in enumerate(v.value)] if isinstance(v, yaml.SequenceNode) else [])
+        fields = [(key, v)] + (
+            [(f"{key}[{i}]", item) for i, item in enumerate(v.value)] if isinstance(v, yaml.SequenceNode) else []
+        )
         for field, value in fields:
             if field != key:
                 lines.keys[field] = first_line + value.start_mark.line
@@ -395,7 +381,6 @@ def _key_lines(fm: str, first_line: int) -> _Lines:
             if isinstance(value, yaml.ScalarNode) and value.style in ("|", ">"):
                 lines.text[field] = first_line + value.start_mark.line + 1
     return lines
-
 
 
 def _inner_lines(keys: dict[str, int], field: str, node: yaml.Node, first_line: int, *, depth: int) -> None:
@@ -409,7 +394,6 @@ def _inner_lines(keys: dict[str, int], field: str, node: yaml.Node, first_line: 
             _inner_lines(keys, inner, v, first_line, depth=depth - 1)
 
 
-
 # What `read_front` parsed, by (rel, text): a file is read afresh every time, and only its
 # parse is reused when its bytes are the very same (an edited file is a new key at once,
 # whatever its mtime or path, also in a fresh copy of the workspace). Bounded; a file that
@@ -419,7 +403,6 @@ PARSED_KEPT = 256
 _parsed: OrderedDict[tuple[str, str], Front] = OrderedDict()
 
 _parsed_lock = threading.Lock()
-
 
 
 def _handed_out(front: Front) -> Front:
@@ -432,7 +415,6 @@ def _handed_out(front: Front) -> Front:
         dict(front.text_lines),
         [p.model_copy() for p in front.errors],
     )
-
 
 
 def read_front(path: Path, rel: str) -> Front:
@@ -450,7 +432,6 @@ def read_front(path: Path, rel: str) -> Front:
             while len(_parsed) > PARSED_KEPT:
                 _parsed.popitem(last=False)
     return _handed_out(kept)
-
 
 
 def _parse_front(text: str, rel: str) -> Front:
@@ -514,8 +495,10 @@ def _parse_front(text: str, rel: str) -> Front:
                 )
             ],
         )
-    unfit = [Problem(file=rel, line=first_line + u.node.start_mark.line, field=u.field or None, message=u.message)
-             for u in handler.unfit]
+    unfit = [
+        Problem(file=rel, line=first_line + u.node.start_mark.line, field=u.field or None, message=u.message)
+        for u in handler.unfit
+    ]
     lines = _key_lines(handler.fm, first_line)
     if lines.bad_keys:  # a key laneflow cannot name is read no further (a date that is no date is said once)
         said = {(p.line, p.field) for p in unfit}
@@ -526,7 +509,6 @@ def _parse_front(text: str, rel: str) -> Front:
     # file is checked as usual.
     data = {str(k): v for k, v in raw.items() if not any(within(str(k), u.field) for u in handler.unfit)}
     return Front(data, post.content, warnings, lines.keys, lines.text, unfit)
-
 
 
 def read_frontmatter(path: Path, rel: str) -> tuple[dict[str, Any], str, list[Problem]]:
@@ -544,7 +526,6 @@ def read_frontmatter(path: Path, rel: str) -> tuple[dict[str, Any], str, list[Pr
     if front.errors:
         raise WorkspaceInvalid(f"{rel} does not parse", front.errors)
     return front.data, front.body, front.warnings
-
 
 
 def type_name(value: Any) -> str:

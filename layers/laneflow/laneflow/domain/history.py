@@ -139,7 +139,14 @@ class HistoryCosts:
 @lru_cache(maxsize=1)
 def history_costs() -> HistoryCosts:
     data = json.loads(COSTS_FILE.read_text(encoding="utf-8"))
-    return HistoryCosts(states=data["states"], step=data["step"], lane=data["lane"], group=data["group"], rescue_round=data["rescue_round"], drive=data["drive"])
+    return HistoryCosts(
+        states=data["states"],
+        step=data["step"],
+        lane=data["lane"],
+        group=data["group"],
+        rescue_round=data["rescue_round"],
+        drive=data["drive"],
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -59,7 +59,6 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-
 class Refusal(ValueError):
     """A JSON value laneflow does not take: where in it (`parts`, keys and indexes from the
     root), and why (`reason`)."""
@@ -74,7 +73,6 @@ class Refusal(ValueError):
         return json_path(self.parts)
 
 
-
 class JsonRefused(InvalidInput):
     """JSON from a person refused at an entrance: `source` names the entrance (`--input`,
     a file), the problem names the field (`$.a.b[0]`) and, for text that is not JSON, the
@@ -87,7 +85,6 @@ class JsonRefused(InvalidInput):
 
     def __str__(self) -> str:  # the one problem is the message: no second copy below it
         return str(self.args[0])
-
 
 
 def json_path(parts: tuple[str | int, ...]) -> str:
@@ -106,7 +103,6 @@ def json_path(parts: tuple[str | int, ...]) -> str:
     return out
 
 
-
 # -- reading text -------------------------------------------------------------------------------
 
 
@@ -120,10 +116,8 @@ class _Unfit:
         self.reason, self.key = reason, key
 
 
-
 def _constant(name: str) -> _Unfit:
     return _Unfit(f"{name} is not a number JSON allows (it has no NaN or Infinity)")
-
 
 
 def _float(text: str) -> float | _Unfit:
@@ -134,13 +128,11 @@ def _float(text: str) -> float | _Unfit:
     return _Unfit(f"{shown} is too large to be a number (it would be infinite)")
 
 
-
 def _int(text: str) -> int | _Unfit:
     digits = len(text.lstrip("-"))
     if digits > MAX_DIGITS:
         return _Unfit(f"a number of {digits} digits; at most {MAX_DIGITS} are taken")
     return int(text)
-
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Unfit:
@@ -153,11 +145,9 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Unfit:
     return _Unfit(f"the key {_shown_key(repeated)} is given twice in one object; give it once", key=repeated)
 
 
-
 def _shown_key(key: str) -> str:
     shown = key if len(key) <= 40 else key[:40] + "…"
     return json.dumps(shown)  # ensure_ascii: a lone surrogate is shown escaped, never printed raw
-
 
 
 def parse(text: str) -> Any:
@@ -175,7 +165,6 @@ def parse(text: str) -> Any:
     return value
 
 
-
 def loads(text: str, source: str) -> Any:
     """Read JSON text from a person (`source` names where it came from, for the error).
     Raises `JsonRefused` (an `InvalidInput`) naming the source and the field, or the line
@@ -188,7 +177,6 @@ def loads(text: str, source: str) -> Any:
         raise JsonRefused(source, e.reason, field=e.path) from None
 
 
-
 def parse_stored(text: str) -> Any:
     """Read JSON a store wrote. Raises ValueError (a `Refusal` for nesting too deep) for
     what no entrance lets in, so the store can treat the record as damaged."""
@@ -198,10 +186,8 @@ def parse_stored(text: str) -> Any:
         raise Refusal((), f"nested deeper than {MAX_DEPTH} levels of lists and objects") from None
 
 
-
 def _refuse_stored(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
-
 
 
 # -- checking values ----------------------------------------------------------------------------
@@ -212,14 +198,12 @@ def _type_name(value: Any) -> str:
     return names.get(type(value), f"a {type(value).__name__}")
 
 
-
 def _text_refusal(text: str, parts: tuple[str | int, ...], what: str) -> Refusal | None:
     bad = _SURROGATE.search(text)
     if bad is None:
         return None
     code = f"\\u{ord(bad.group()):04x}"
     return Refusal(parts, f"{what} holds a lone surrogate ({code}), which is not a character; write the character itself")
-
 
 
 def refusal(value: Any, parts: tuple[str | int, ...] = (), *, json_text: bool = False) -> Refusal | None:

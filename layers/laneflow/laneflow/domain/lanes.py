@@ -21,14 +21,17 @@ def gate_key(group: int, cycle: int, lane: str | LaneKey) -> str:
     return f"g{group}c{cycle}:{lane}"
 
 
-
 def waiting_line(agent: str) -> str:
     return f"prompt cache: waiting for the first {agent} step's reply before starting, so this one reads its prefix"
 
 
-
 def plan_lanes(
-    steps: list[Step], flow: Flow, max_parallel: int, *, gate: bool = False, sandboxed: Collection[str] = (),
+    steps: list[Step],
+    flow: Flow,
+    max_parallel: int,
+    *,
+    gate: bool = False,
+    sandboxed: Collection[str] = (),
     group: Collection[Step] | None = None,
 ) -> list[Lane]:
     """Group a launching group's steps into lanes keyed by (agent, model), in index order.
@@ -83,9 +86,7 @@ def plan_lanes(
     return planned
 
 
-
 SANDBOXED = "sandboxed"  # the run option naming the agents whose steps run in a sandbox worker
-
 
 
 def sandboxed_agents(options: dict[str, object]) -> frozenset[str]:

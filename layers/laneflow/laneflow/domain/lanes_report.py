@@ -25,10 +25,8 @@ from laneflow.domain.records import EventType, PromptLayer, Step, StepStatus
 WAITING_PREFIX = "prompt cache: waiting"
 
 
-
 def _time(text: str) -> _dt.datetime:
     return _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
 
 
 def gate_wait_ms(step: Step, now: str | None = None) -> int:
@@ -43,7 +41,6 @@ def gate_wait_ms(step: Step, now: str | None = None) -> int:
     return max(0, int((_time(end) - _time(waited.t)).total_seconds() * 1000))
 
 
-
 def waiting_reason(step: Step) -> str | None:
     """The gate line of a sibling still waiting for its lead (None when it is not waiting)."""
     if step.status != StepStatus.pending or step.started_at:
@@ -52,10 +49,8 @@ def waiting_reason(step: Step) -> str | None:
     return waited.text if waited else None
 
 
-
 def wrote_cache(step: Step) -> bool:
     return any(c.tokens.cache_write > 0 for c in step.calls)
-
 
 
 def lane_rows(steps: Sequence[Step], now: str | None = None) -> list[dict[str, Any]]:
@@ -67,8 +62,16 @@ def lane_rows(steps: Sequence[Step], now: str | None = None) -> list[dict[str, A
         lane = f"{step.agent}@{step.model}"
         row = rows.setdefault(
             (step.group, step.cycle, lane),
-            {"group": step.group, "cycle": step.cycle, "lane": lane, "steps": 0, "cold_prefixes": 0,
-             "cache_read": 0, "cache_write": 0, "gate_wait_ms": 0},
+            {
+                "group": step.group,
+                "cycle": step.cycle,
+                "lane": lane,
+                "steps": 0,
+                "cold_prefixes": 0,
+                "cache_read": 0,
+                "cache_write": 0,
+                "gate_wait_ms": 0,
+            },
         )
         row["steps"] += 1
         row["cold_prefixes"] += 1 if wrote_cache(step) else 0
@@ -76,7 +79,6 @@ def lane_rows(steps: Sequence[Step], now: str | None = None) -> list[dict[str, A
         row["cache_write"] += sum(c.tokens.cache_write for c in step.calls)
         row["gate_wait_ms"] += gate_wait_ms(step, now)
     return list(rows.values())
-
 
 
 def _first_difference(mine: Sequence[PromptLayer], theirs: Sequence[PromptLayer]) -> str | None:
@@ -89,7 +91,6 @@ def _first_difference(mine: Sequence[PromptLayer], theirs: Sequence[PromptLayer]
         if i >= len(b) or a[i].name != b[i].name or a[i].sha256 != b[i].sha256:
             return a[i].name
     return None
-
 
 
 def cache_break(
@@ -122,7 +123,6 @@ def cache_break(
     return {"layer": "expired", "since": since}
 
 
-
 def started_before(other: Step, step: Step) -> bool:
     """Whether `other` started before `step` (any time, if `step` has not started). Start
     times are to the millisecond, so two siblings can share one: the lower index counts as
@@ -138,7 +138,9 @@ def writes_prefix(step: Step) -> bool:
     return bool(step.prompt_layers) and (wrote_cache(step) or step.status == StepStatus.running)
 
 
-def earlier_writers(step: Step, this_run: tuple[str, Sequence[Step]], previous: tuple[str, Sequence[Step]] | None) -> list[tuple[str, Step]]:
+def earlier_writers(
+    step: Step, this_run: tuple[str, Sequence[Step]], previous: tuple[str, Sequence[Step]] | None
+) -> list[tuple[str, Step]]:
     """The steps of `step`'s agent that wrote (or, still running, are writing) its prefix
     before it: this run's, latest start first; else the previous run's, latest first."""
     run_id, steps = this_run

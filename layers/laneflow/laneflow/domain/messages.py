@@ -18,7 +18,6 @@ class Contract(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-
 class ExecutionInput(Contract):
     """What an execution of the state machine is started with. A continuation (a drive
     going on in a fresh execution: NextDrive) names its drive and its segment number; a
@@ -28,7 +27,6 @@ class ExecutionInput(Contract):
     run_id: str
     drive: int = 0
     segment: int = 0
-
 
 
 class StartDriveRequest(Contract):
@@ -42,7 +40,6 @@ class StartDriveRequest(Contract):
         return self.input.segment if self.input is not None else 0
 
 
-
 class DriveRef(Contract):
     """Which run, and which drive of it, a state is working for: `$.run` in the definition."""
 
@@ -52,14 +49,12 @@ class DriveRef(Contract):
     segment: int = 0  # which execution of this drive (0: its first; NextDrive counts on)
 
 
-
 class LaneStep(Contract):
     index: int
     role: Literal["solo", "lead", "sibling"] = "solo"
     # A rescue whose agent runs in a sandbox worker (the definition routes each rescue on it;
     # a lane's steps are routed on `Lane.sandboxed`).
     sandboxed: bool = False
-
 
 
 class LaneKey(NamedTuple):
@@ -78,7 +73,6 @@ class LaneKey(NamedTuple):
     def parse(cls, key: str) -> LaneKey:
         agent, _, model = key.partition("@")
         return cls(agent, model)
-
 
 
 class Lane(Contract):
@@ -113,11 +107,9 @@ class Lane(Contract):
         ]
 
 
-
 class NextGroupRequest(Contract):
     run: DriveRef
     used: int = 0  # history events this execution has recorded so far (laneflow.domain.history)
-
 
 
 class Plan(Contract):
@@ -137,7 +129,6 @@ class Plan(Contract):
     used: int = 0  # history events this execution will have recorded once the plan has run
 
 
-
 class OpContext(Contract):
     """Where an invocation comes from in the orchestrator: a re-delivered invocation presents
     the same values, so the same operation id (the claim journal's key)."""
@@ -151,7 +142,6 @@ class OpContext(Contract):
         return f"{self.execution}|{self.state}|g{group}c{cycle}|s{index}|m{self.map_index}|r{self.retry}"
 
 
-
 class RunStepRequest(Contract):
     run: DriveRef
     group: int
@@ -159,7 +149,6 @@ class RunStepRequest(Contract):
     lane: str = ""
     step: LaneStep
     op: OpContext = Field(default_factory=OpContext)
-
 
 
 class WaitForLeadRequest(Contract):
@@ -177,18 +166,15 @@ class WaitForLeadRequest(Contract):
     parallel: int | None = None
 
 
-
 class WaitForLeadReport(Contract):
     index: int
     waiting: bool
-
 
 
 class StepReport(Contract):
     index: int
     status: StepStatus
     attempts: int = 0
-
 
 
 class StepCrashedRequest(Contract):
@@ -200,14 +186,12 @@ class StepCrashedRequest(Contract):
     error: dict[str, Any] = Field(default_factory=dict)  # the Catch's {Error, Cause}
 
 
-
 class SettleGroupRequest(Contract):
     run: DriveRef
     group: int
     cycle: int = 0
     through: int = -1  # the window that ran (Plan.through); -1: the whole group
     used: int = 0
-
 
 
 class Settlement(Contract):
@@ -226,13 +210,11 @@ class Settlement(Contract):
     used: int = 0
 
 
-
 class NextDriveRequest(Contract):
     """NextDrive: this execution's history is spent; the drive goes on in a fresh one."""
 
     run: DriveRef
     execution: str = ""  # $$.Execution.Id of the execution that ends
-
 
 
 class DriveContinued(Contract):
@@ -241,16 +223,13 @@ class DriveContinued(Contract):
     segment: int
 
 
-
 class ParkRequest(Contract):
     run: DriveRef
     group: int
 
 
-
 class EndRunRequest(Contract):
     run: DriveRef
-
 
 
 class RunEnded(Contract):

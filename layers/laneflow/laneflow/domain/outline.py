@@ -49,8 +49,19 @@ def outline_of(facts: Iterable[StepFacts]) -> list[GroupOutline]:
     """The outline of a run's steps, by group."""
     groups: dict[int, dict[str, float]] = {}
     for f in facts:
-        g = groups.setdefault(f.group, {"cycle": 0, "pending": 0, "failed_required": 0, "unfinished_rescues": 0,
-                                        "cost_usd": 0.0, "last_index": -1, "unfinished": 0, "waiting": 0})
+        g = groups.setdefault(
+            f.group,
+            {
+                "cycle": 0,
+                "pending": 0,
+                "failed_required": 0,
+                "unfinished_rescues": 0,
+                "cost_usd": 0.0,
+                "last_index": -1,
+                "unfinished": 0,
+                "waiting": 0,
+            },
+        )
         g["cost_usd"] += f.cost_usd
         g["last_index"] = max(g["last_index"], f.index)
         g["waiting"] += f.status in PENDING
@@ -62,9 +73,17 @@ def outline_of(facts: Iterable[StepFacts]) -> list[GroupOutline]:
         g["unfinished"] += f.status in UNFINISHED
         g["failed_required"] += f.status == StepStatus.failed.value and not f.optional
     return [
-        GroupOutline(group=n, cycle=int(g["cycle"]), pending=int(g["pending"]), failed_required=int(g["failed_required"]),
-                     unfinished_rescues=int(g["unfinished_rescues"]), cost_usd=round(g["cost_usd"], 6),
-                     last_index=int(g["last_index"]), unfinished=int(g["unfinished"]), waiting=int(g["waiting"]))
+        GroupOutline(
+            group=n,
+            cycle=int(g["cycle"]),
+            pending=int(g["pending"]),
+            failed_required=int(g["failed_required"]),
+            unfinished_rescues=int(g["unfinished_rescues"]),
+            cost_usd=round(g["cost_usd"], 6),
+            last_index=int(g["last_index"]),
+            unfinished=int(g["unfinished"]),
+            waiting=int(g["waiting"]),
+        )
         for n, g in sorted(groups.items())
     ]
 

@@ -9,13 +9,11 @@ from typing import Any
 _PLACEHOLDER = re.compile(r"\{(item|input(?:\.[A-Za-z_][A-Za-z0-9_]*)+)\}")
 
 
-
 def render_value(value: Any) -> str:
     """A value as it reads in a prompt: strings as they are, anything else as compact JSON."""
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
 
 
 def lookup_input(run_input: Any, dotted: str) -> tuple[bool, Any]:
@@ -26,7 +24,6 @@ def lookup_input(run_input: Any, dotted: str) -> tuple[bool, Any]:
             return False, None
         value = value[part]
     return True, value
-
 
 
 def fill(text: str, *, item: Any = None, run_input: Any = None, has_item: bool = False) -> str:

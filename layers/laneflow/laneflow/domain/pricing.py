@@ -16,7 +16,6 @@ from laneflow.domain.records import Tokens
 CATALOG = Path(__file__).with_name("prices.json")
 
 
-
 @dataclass(frozen=True)
 class Price:
     input: float
@@ -36,7 +35,6 @@ class Price:
             + tokens.cache_write * write
             + tokens.cache_read * self.cache_read
         ) / 1_000_000
-
 
 
 class PriceCatalog:
@@ -67,7 +65,6 @@ class PriceCatalog:
     def min_cacheable_by_model(self) -> dict[str, int]:
         """Every known minimum cacheable length, by the model id prefix the catalog keys it on."""
         return {name: p.min_cacheable for name, p in self._prices.items() if p.min_cacheable is not None}
-
 
 
 @lru_cache(maxsize=1)

@@ -49,7 +49,6 @@ _DYNAMIC = dict(LAYER_ORDER)
 SHA_PREFIX = 12
 
 
-
 @dataclass(frozen=True)
 class Layer:
     name: str
@@ -59,7 +58,6 @@ class Layer:
     def record(self) -> PromptLayer:
         digest = hashlib.sha256(self.text.encode("utf-8")).hexdigest()[:SHA_PREFIX]
         return PromptLayer(name=self.name, chars=len(self.text), sha256=digest, dynamic=self.dynamic)
-
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,6 @@ class SystemPrompt:
         return [layer.record() for layer in self.layers]
 
 
-
 def _docs(title: str, docs: list[Doc]) -> str:
     if not docs:
         return ""
@@ -86,7 +83,6 @@ def _docs(title: str, docs: list[Doc]) -> str:
     for doc in docs:
         parts.append(f"## {doc.path}\n{doc.text.strip()}")
     return "\n\n".join(parts)
-
 
 
 def _program_tools(has_scripts: bool, has_bash: bool) -> str:
@@ -103,7 +99,6 @@ def _program_tools(has_scripts: bool, has_bash: bool) -> str:
     return "\n".join(lines)
 
 
-
 def _secrets(secrets: list[str]) -> str:
     """The `secrets` layer: names only, and how each reaches the step's programs."""
     names = sorted(n.lstrip("@") for n in secrets if not n.startswith("@"))
@@ -115,7 +110,6 @@ def _secrets(secrets: list[str]) -> str:
         parts.append("These are files whose path is in the environment variable of the same name: " + ", ".join(files) + ".")
     parts.append("Never write their values anywhere.")
     return "\n".join(parts)
-
 
 
 def _peers(peers: list[Peer]) -> str:
@@ -187,9 +181,12 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
     return layers
 
 
-
 def build_system_prompt(
-    ws: Workspace, agent: Agent, *, secrets: list[str] | None = None, now: _dt.datetime | None = None,
+    ws: Workspace,
+    agent: Agent,
+    *,
+    secrets: list[str] | None = None,
+    now: _dt.datetime | None = None,
     peers: list[Peer] | None = None,
 ) -> SystemPrompt:
     """The step's system prompt: layers in LAYER_ORDER, stable ones first. `peers`: who runs

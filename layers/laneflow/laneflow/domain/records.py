@@ -21,7 +21,6 @@ def utcnow() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-
 class RunStatus(StrEnum):
     queued = "queued"
     running = "running"
@@ -32,7 +31,6 @@ class RunStatus(StrEnum):
     @property
     def ended(self) -> bool:
         return self in (RunStatus.completed, RunStatus.failed)
-
 
 
 class StepStatus(StrEnum):
@@ -48,14 +46,12 @@ class StepStatus(StrEnum):
         return self in (StepStatus.completed, StepStatus.failed, StepStatus.skipped)
 
 
-
 class AttemptStatus(StrEnum):
     running = "running"
     completed = "completed"
     failed = "failed"
     interrupted = "interrupted"
     stopped = "stopped"
-
 
 
 class FailureKind(StrEnum):
@@ -65,7 +61,6 @@ class FailureKind(StrEnum):
     model = "model"  # a model or network error (the API kept failing, a stub `fail:`)
     worker = "worker"  # its worker failed under it (a crash, a Lambda timeout)
     other = "other"  # anything else: its budget, time limit or turns, a setting, a bug
-
 
 
 # How records are read from the JSON a store keeps (`model_validate_json`, and the config of
@@ -84,7 +79,6 @@ class Record(BaseModel):
 StoredWorker = Annotated[WorkerRef | None, BeforeValidator(stored)]
 
 
-
 class EventType(StrEnum):
     """What a line of a step's trace is about. The values are what the store keeps (and what
     every earlier version wrote), so a stored line reads back as its member."""
@@ -100,7 +94,6 @@ class EventType(StrEnum):
     ask = "ask"  # a question to a person (ask), its answer, or no answer in time
 
 
-
 class Event(Record):
     """One line of a step's trace."""
 
@@ -111,13 +104,11 @@ class Event(Record):
     data: dict[str, Any] | None = None
 
 
-
 class Tokens(Record):
     input: int = 0
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
-
 
 
 class ModelCall(Record):
@@ -136,13 +127,11 @@ class ModelCall(Record):
     cost_usd: float = 0.0
 
 
-
 class PromptLayer(Record):
     name: str
     chars: int
     sha256: str  # a prefix of the hex digest of the layer's text
     dynamic: bool = False
-
 
 
 class Attempt(Record):
@@ -162,7 +151,6 @@ class Attempt(Record):
     worker: StoredWorker = None  # what works on it: a process, a Lambda request, a task
     heartbeat_at: str | None = None
     op_id: str | None = None
-
 
 
 class AttemptRef(Record):
@@ -189,12 +177,10 @@ class AttemptRef(Record):
         )
 
 
-
 class JournalStatus(StrEnum):
     pending = "pending"  # the claim was asked for; whether it landed is not yet known
     completed = "completed"  # the claim landed: `attempt` is what it got
     cancelled = "cancelled"  # the claim never landed (settled after a crash)
-
 
 
 class JournalEntry(Record):
@@ -213,7 +199,6 @@ class JournalEntry(Record):
     resumed_at: str | None = None
     created_at: str = Field(default_factory=utcnow)
     expires_at: int = 0  # epoch seconds (a DynamoDB TTL)
-
 
 
 class Step(Record):
@@ -248,7 +233,6 @@ class Step(Record):
     events: list[Event] = Field(default_factory=list)
     calls: list[ModelCall] = Field(default_factory=list)
     prompt_layers: list[PromptLayer] = Field(default_factory=list)
-
 
 
 class Run(Record):
@@ -300,7 +284,6 @@ class Run(Record):
             if s.index == index:
                 return s
         raise KeyError(index)
-
 
 
 # The default of a change-set field that may not be None: None all the same, since unset it
@@ -360,7 +343,6 @@ class StepChanges(Changes):
     finished_at: str | None = None
     cache_break: dict[str, str] | None = None
     prefix: dict[str, Any] | None = None
-
 
 
 def finished_event(run: Run) -> dict[str, Any]:

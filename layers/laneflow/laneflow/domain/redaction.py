@@ -29,11 +29,9 @@ from pydantic import BaseModel
 STEP_CAPTURE_LIMIT = 4_000_000
 
 
-
 # Fields of a record that name it (keys, identities, times): never rewritten, so a masked
 # record is still found where it was written.
 IDENTITY_FIELDS = frozenset({"id", "tenant", "run_id", "token", "op_id", "started_at", "resumed_at", "t", "at"})
-
 
 
 _URL_SAFE = str.maketrans("+/", "-_")
@@ -252,12 +250,10 @@ class Redactor:
         return obj
 
 
-
 def _same_dict(before: dict[Any, Any], after: dict[Any, Any]) -> bool:
     if len(before) != len(after):
         return False
     return all(a is b and va is vb for (a, va), (b, vb) in zip(before.items(), after.items(), strict=True))
-
 
 
 # The redactors log records are masked by, held weakly (a store's goes with it). Replaced
@@ -268,7 +264,6 @@ _LOG_REDACTORS: tuple[weakref.ref[Redactor], ...] = ()
 _LOG_LOCK = threading.Lock()
 
 _factory_installed = False
-
 
 
 def redact_logs(redactor: Redactor) -> None:
@@ -290,10 +285,8 @@ def redact_logs(redactor: Redactor) -> None:
         _LOG_REDACTORS = live
 
 
-
 def _redactors() -> list[Redactor]:
     return [r for ref in _LOG_REDACTORS if (r := ref()) is not None and r]
-
 
 
 def masked(text: str) -> str:
@@ -302,7 +295,6 @@ def masked(text: str) -> str:
     for redactor in _redactors():
         text = redactor(text)
     return text
-
 
 
 def _install_record_factory() -> None:
@@ -317,11 +309,10 @@ def _install_record_factory() -> None:
     logging.setLogRecordFactory(factory)
 
 
-
 def _mask_record(record: logging.LogRecord) -> None:
     try:
         message = record.getMessage()
-    except Exception:  # noqa: BLE001 - a bad format string: leave it for logging to report
+    except Exception:  # a bad format string: leave it for logging to report
         return
     said = masked(message)
     if record.exc_info and record.exc_info[1] is not None:
@@ -334,8 +325,8 @@ def _mask_record(record: logging.LogRecord) -> None:
     if said != message:
         record.msg, record.args = said, None
 
-_ABS_PATH = re.compile(r"(?<![\w.:/~-])(?:/[\w.@+-]+){2,}/?")
 
+_ABS_PATH = re.compile(r"(?<![\w.:/~-])(?:/[\w.@+-]+){2,}/?")
 
 
 def scrub_paths(text: str, *roots: str) -> str:

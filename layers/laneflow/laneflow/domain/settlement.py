@@ -37,11 +37,9 @@ SUPERSEDED = "superseded on resume"
 _TRAILING = " \t\r\n.!*_`'\""
 
 
-
 def ends_with_marker(reply: str | None, marker: str) -> bool:
     """Does the reply end with the marker (trailing spaces, punctuation and emphasis aside)?"""
     return bool(reply and reply.rstrip(_TRAILING).endswith(marker.rstrip(_TRAILING)))
-
 
 
 def loop_target_group(flow: Flow, checker: Step, agent: str) -> int:
@@ -53,17 +51,14 @@ def loop_target_group(flow: Flow, checker: Step, agent: str) -> int:
     return checker.group  # validated away by flow.py; a safe fallback
 
 
-
 def rescue_instruction(step: Step, spec: StepSpec, error: str | None) -> str:
     parts = [
         step.instruction.strip() or f"Do the part of the flow given to {step.agent}.",
-        f"This step was given to {step.agent} and failed: {error or 'no reason recorded'}. "
-        "Take it over and do what it asked.",
+        f"This step was given to {step.agent} and failed: {error or 'no reason recorded'}. Take it over and do what it asked.",
     ]
     if spec.until:
         parts.append(f"Your reply must end with {spec.until}.")
     return "\n\n".join(parts)
-
 
 
 def budget_spent(run: Run, spent: float | None = None) -> str | None:
@@ -97,7 +92,6 @@ def turn_refused(spent: float, budget: float, turn: int) -> str:
 def stopped_by_budget(step: Step) -> bool:
     """The step failed because the run's budget refused it a model turn, not by its own doing."""
     return step.status == StepStatus.failed and (step.error or "").startswith(BUDGET_SPENT)
-
 
 
 # -- what a settled group means -------------------------------------------------------------
@@ -187,9 +181,7 @@ def tidy(run: Run, steps: list[Step]) -> Tidying:
         note = f"its rescue (step {rescue.index}, {rescue.agent}) failed too"
         if note not in (target.error or ""):
             failed.append((target, f"{target.error}; {note}: {rescue.error}"))
-    abandoned = [
-        s.index for s in steps if s.rescue_of is None and s.status in (StepStatus.pending, StepStatus.running)
-    ]
+    abandoned = [s.index for s in steps if s.rescue_of is None and s.status in (StepStatus.pending, StepStatus.running)]
     return Tidying(rescued=tuple(rescued), rescue_failed=tuple(failed), abandoned=tuple(abandoned))
 
 
@@ -209,8 +201,7 @@ def decide(
         return Decision(action="loop", reason=_loop_text(flow, members, loop), exhausted=exhausted, loop=loop)
     ended = {e.index: e.reason for e in exhausted}
     members = [
-        s.model_copy(update={"status": StepStatus.failed, "error": ended[s.index]}) if s.index in ended else s
-        for s in members
+        s.model_copy(update={"status": StepStatus.failed, "error": ended[s.index]}) if s.index in ended else s for s in members
     ]
     if next_index is None:
         next_index = max((s.index for s in steps), default=-1) + 1
@@ -255,7 +246,9 @@ def _check_loops(flow: Flow, members: list[Step], steps: list[Step]) -> tuple[tu
 def _loop_text(flow: Flow, members: list[Step], loop: LoopBack) -> str:
     checker = next(s for s in members if s.index == loop.checker)
     spec = flow.spec(checker.entry, checker.slot)
-    return f"loop: no {spec.until} at the end of the reply; cycle {loop.cycle + 1} of {spec.max_cycles or 3} from group {loop.group}"
+    return (
+        f"loop: no {spec.until} at the end of the reply; cycle {loop.cycle + 1} of {spec.max_cycles or 3} from group {loop.group}"
+    )
 
 
 def _plan_rescues(flow: Flow, members: list[Step], *, next_index: int) -> tuple[tuple[RescuePlan, ...], list[Step]]:
@@ -277,8 +270,9 @@ def _plan_rescues(flow: Flow, members: list[Step], *, next_index: int) -> tuple[
         if unfinished:
             plans.append(RescuePlan(of=step.index, supersede=supersede, resume=unfinished[0]))
             continue
-        new = NewRescue(of=step, spec=spec, index=next_index, agent=spec.on_fail,
-                        instruction=rescue_instruction(step, spec, step.error))
+        new = NewRescue(
+            of=step, spec=spec, index=next_index, agent=spec.on_fail, instruction=rescue_instruction(step, spec, step.error)
+        )
         next_index += 1
         plans.append(RescuePlan(of=step.index, supersede=supersede, new=new))
     return tuple(plans), failed

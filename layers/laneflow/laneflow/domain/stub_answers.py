@@ -39,6 +39,7 @@ _TURN_BREAK = re.compile(r"^\s*===\s*$")
 
 _TURN_COST = re.compile(r"^\s*cost\s*:\s*(.*?)\s*$")
 
+
 @dataclass
 class StubCall:
     """A tool call of a stub turn: pretend (`call:`, its output as written) or, when `real`,
@@ -49,11 +50,13 @@ class StubCall:
     output: str
     real: bool = False
 
+
 @dataclass
 class StubTurn:
     text: str
     calls: list[StubCall] = field(default_factory=list)
     cost: float = 0.0  # the turn's own `cost:` line (right after its `===`)
+
 
 @dataclass
 class StubAnswer:
@@ -68,6 +71,7 @@ class StubAnswer:
         """What the attempt costs: the answer's `cost:` and every turn's own."""
         return round(self.cost + sum(t.cost for t in self.turns), 6)
 
+
 def pick_answer(stub: str | list[str] | None, k: int, default: str) -> str:
     """The k-th answer (0-based) of a step position; the last one repeats."""
     if stub is None or stub == []:
@@ -76,6 +80,7 @@ def pick_answer(stub: str | list[str] | None, k: int, default: str) -> str:
         return stub
     return stub[min(k, len(stub) - 1)]
 
+
 class BadHeader(ValueError):
     """A header line of a stub answer whose value cannot be used: which header, on which
     line of the answer (0-based), and why."""
@@ -83,6 +88,7 @@ class BadHeader(ValueError):
     def __init__(self, header: str, line: int, message: str):
         self.header, self.line = header, line
         super().__init__(f"{header}: {message}")
+
 
 def header_value(name: str, text: str, line: int = 0) -> float | int | str:
     """A header's value, checked: `cost` a price in USD from 0 to MAX_COST_USD, `ttft_ms`
@@ -94,7 +100,9 @@ def header_value(name: str, text: str, line: int = 0) -> float | int | str:
     if name == "cost":
         value = float(text) if _PRICE.match(text) else math.nan
         if not 0 <= value <= MAX_COST_USD:
-            raise BadHeader(name, line, f"{shown!r} is not a price; write a number of USD from 0 to {MAX_COST_USD:,}, such as 0.25")
+            raise BadHeader(
+                name, line, f"{shown!r} is not a price; write a number of USD from 0 to {MAX_COST_USD:,}, such as 0.25"
+            )
         return value
     value_ms = int(text) if _MILLISECONDS.match(text) else -1
     if not 0 <= value_ms <= MAX_SIMULATED_MS:
@@ -102,6 +110,7 @@ def header_value(name: str, text: str, line: int = 0) -> float | int | str:
             name, line, f"{shown!r} is not a time; write whole milliseconds from 0 to {MAX_SIMULATED_MS} (ten minutes)"
         )
     return value_ms
+
 
 def _headers(lines: list[str]) -> tuple[dict[str, tuple[int, str]], int]:
     """The header lines an answer opens with: name -> (line, raw value), and how many."""
@@ -114,6 +123,7 @@ def _headers(lines: list[str]) -> tuple[dict[str, tuple[int, str]], int]:
         headers[match.group(1)] = (i, match.group(2))
         i += 1
     return headers, i
+
 
 def parse_answer(text: str) -> StubAnswer:
     """Split an answer into its headers and turns. Raises `BadHeader` (a ValueError) on a
@@ -151,6 +161,7 @@ def parse_answer(text: str) -> StubAnswer:
         fail=str(values["fail"]) if values.get("fail") else None,
     )
 
+
 def header_problems(stub: str | list[str] | None) -> list[tuple[int | None, BadHeader]]:
     """Every header of an agent's `stub:` answers whose value cannot be used, as (the
     answer's index, or None for a single answer; the problem), for `laneflow check` and
@@ -164,7 +175,8 @@ def header_problems(stub: str | list[str] | None) -> list[tuple[int | None, BadH
         lines = answer.splitlines()
         headers = [(name, line, value) for name, (line, value) in _headers(lines)[0].items()]
         headers += [
-            ("cost", n + 1, own.group(1)) for n, line in enumerate(lines[:-1])
+            ("cost", n + 1, own.group(1))
+            for n, line in enumerate(lines[:-1])
             if _TURN_BREAK.match(line) and (own := _TURN_COST.match(lines[n + 1]))
         ]
         for name, line, value in headers:

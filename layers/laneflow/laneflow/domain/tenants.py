@@ -21,17 +21,14 @@ _ALLOWED = re.compile(r"[A-Za-z0-9._@-]")
 _RULE = f"a tenant is 1 to {TENANT_MAX_CHARS} letters, digits, '.', '_', '-' or '@', starting with a letter or digit"
 
 
-
 class TenantInvalid(InvalidInput):
     """A tenant name laneflow cannot key data by (empty, too long, or a character such as
     `#`, `/` or a control character)."""
 
 
-
 def _shown(tenant: str) -> str:
     """The tenant as an error may show it: quoted with control characters escaped, cut."""
     return repr(tenant if len(tenant) <= 40 else tenant[:40] + "…")
-
 
 
 def check_tenant(tenant: object, *, source: str = "tenant") -> str:

@@ -73,10 +73,7 @@ def _description(path: Path) -> str:
 def _executables(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
-    return sorted(
-        p for p in folder.iterdir()
-        if p.is_file() and not p.name.startswith(".") and os.access(p, os.X_OK)
-    )
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and os.access(p, os.X_OK))
 
 
 def discover_scripts(root: str | Path, agent_path: str) -> list[ScriptTool]:

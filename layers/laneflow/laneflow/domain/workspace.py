@@ -54,7 +54,6 @@ __all__ = [
 ]
 
 
-
 # --------------------------------------------------------------------------- models
 
 
@@ -70,7 +69,9 @@ class AgentSettings(BaseModel):
     tools: list[str] = Field(default_factory=list)
     budget: float | None = Field(default=None, gt=0, description="USD cap for one step")
     timeout: float | None = Field(default=None, gt=0, description="seconds")
-    ask_timeout: float = Field(default=DEFAULT_ASK_TIMEOUT_S, ge=ASK_TIMEOUT_BOUNDS[0], le=ASK_TIMEOUT_BOUNDS[1], description="seconds")
+    ask_timeout: float = Field(
+        default=DEFAULT_ASK_TIMEOUT_S, ge=ASK_TIMEOUT_BOUNDS[0], le=ASK_TIMEOUT_BOUNDS[1], description="seconds"
+    )
     max_turns: int | None = Field(default=None, ge=1)
     sandbox: bool = False
     size: Literal["small", "medium", "large"] | None = None
@@ -78,7 +79,6 @@ class AgentSettings(BaseModel):
     apis: list[Any] = Field(default_factory=list)  # checked into `Agent.apis` (domain/apis.py)
     stub: str | list[str] | None = None
     description: str | None = None
-
 
 
 class WorkspaceSettings(BaseModel):
@@ -94,9 +94,7 @@ class WorkspaceSettings(BaseModel):
     locale: str | None = None
 
 
-
 JUDGE_FIELDS = ("model", "effort", "stub")  # stub: the judge's answers on the stub model
-
 
 
 class Doc(BaseModel):
@@ -106,14 +104,12 @@ class Doc(BaseModel):
     text: str
 
 
-
 class Skill(BaseModel):
     """An agent skill: `skills/<skill>/SKILL.md` or a flat `skills/<name>.md`."""
 
     name: str
     description: str
     path: str
-
 
 
 class Agent(BaseModel):
@@ -140,7 +136,6 @@ class Agent(BaseModel):
         return self.settings.sandbox or runs_programs(self.settings.tools)
 
 
-
 class Workspace(BaseModel):
     """A workspace's settings, shared documents and the names of its agents and flows.
 
@@ -159,7 +154,6 @@ class Workspace(BaseModel):
     warnings: list[Problem] = Field(default_factory=list)
 
 
-
 # --------------------------------------------------------------------------- settings
 
 
@@ -175,10 +169,7 @@ def _describe(annotation: Any) -> str:
         return "a list of strings" if typing.get_args(annotation) == (str,) else "a list"
     if origin is dict or annotation is dict:
         return "a mapping"
-    return {str: "a string", float: "a number", int: "a whole number", bool: "true or false"}.get(
-        annotation, str(annotation)
-    )
-
+    return {str: "a string", float: "a number", int: "a whole number", bool: "true or false"}.get(annotation, str(annotation))
 
 
 def _suggest(word: str, known: typing.Iterable[str]) -> str:
@@ -186,14 +177,10 @@ def _suggest(word: str, known: typing.Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-
 _S = typing.TypeVar("_S", bound=BaseModel)
 
 
-
-def _settings(
-    cls: type[_S], front: Front, rel: str
-) -> tuple[_S, list[Problem], list[Problem]]:
+def _settings(cls: type[_S], front: Front, rel: str) -> tuple[_S, list[Problem], list[Problem]]:
     """Validate frontmatter against a settings model: (settings, errors, warnings).
 
     Unknown fields are warnings with the closest known field suggested; a field of the
@@ -250,7 +237,6 @@ def _settings(
         return partial, errors, warnings
 
 
-
 def _stub_problems(stub: Any, front: Front, rel: str, field: str) -> list[Problem]:
     """A problem (file, line, field) for each stub answer header whose value the stub
     executor would refuse at run time (`cost: inf`, an unbounded `delay_ms`)."""
@@ -261,7 +247,6 @@ def _stub_problems(stub: Any, front: Front, rel: str, field: str) -> list[Proble
         line = start + bad.line if start is not None else front.lines.get(where, front.lines.get(field.split(".")[0]))
         problems.append(Problem(file=rel, line=line, field=where, message=f"header {bad}"))
     return problems
-
 
 
 def _merge_settings(account: WorkspaceSettings | None, own: WorkspaceSettings) -> WorkspaceSettings:
@@ -279,12 +264,10 @@ def _merge_settings(account: WorkspaceSettings | None, own: WorkspaceSettings) -
     return WorkspaceSettings.model_validate(merged)
 
 
-
 # --------------------------------------------------------------------------- files
 
 
 _SKIP_DIRS = {".git", "__pycache__", "outputs", "storage"}
-
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -294,17 +277,17 @@ def _rel(path: Path, root: Path) -> str:
     return Path(os.path.relpath(path, root)).as_posix()
 
 
-
 def _files(folder: Path, pattern: str = "*") -> list[Path]:
     """The visible files directly in a folder matching a glob, sorted by name (a folder that
     is missing or cannot be listed has none)."""
     try:
         with os.scandir(folder) as entries:
-            names = sorted(e.name for e in entries if not e.name.startswith(".") and fnmatch.fnmatchcase(e.name, pattern) and e.is_file())
+            names = sorted(
+                e.name for e in entries if not e.name.startswith(".") and fnmatch.fnmatchcase(e.name, pattern) and e.is_file()
+            )
     except OSError:
         return []
     return [folder / name for name in names]
-
 
 
 def _docs(folder: Path, root: Path, pattern: str, warnings: list[Problem]) -> list[Doc]:
@@ -315,18 +298,13 @@ def _docs(folder: Path, root: Path, pattern: str, warnings: list[Problem]) -> li
         try:
             text = read_text(path, rel)
         except WorkspaceInvalid as e:
-            warnings.extend(
-                p.model_copy(update={"severity": "warning", "message": p.message + "; left out"})
-                for p in e.problems
-            )
+            warnings.extend(p.model_copy(update={"severity": "warning", "message": p.message + "; left out"}) for p in e.problems)
             continue
         docs.append(Doc(path=rel, text=text))
     return docs
 
 
-
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
 
 
 def _agent_md(root: Path, name: str) -> Path | None:
@@ -336,11 +314,9 @@ def _agent_md(root: Path, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-
 def has_agent(ws: Workspace, name: str) -> bool:
     """Whether `agents/<name>/agent.md` exists (looked up on disk, now)."""
     return _agent_md(ws.root, name) is not None
-
 
 
 # --------------------------------------------------------------------------- loading
@@ -357,7 +333,6 @@ def _account_file(root: Path, account: str | Path | None) -> Path | None:
     if not path.is_file():
         raise WorkspaceInvalid(f"no account AGENTS.md at {account}")
     return path.resolve()
-
 
 
 def _read_agents_md(
@@ -391,7 +366,6 @@ def _read_agents_md(
     return layers, instructions
 
 
-
 def _agent_names(path: Path, warnings: list[Problem]) -> list[str]:
     """The agents of a workspace: its `agents/` folders with an agent.md (a folder without
     one is a warning)."""
@@ -414,7 +388,6 @@ def _agent_names(path: Path, warnings: list[Problem]) -> list[str]:
     return agent_names
 
 
-
 def _flow_names(path: Path, warnings: list[Problem]) -> list[str]:
     """The flows of a workspace: `flows/*.yaml` (a `.yml` file is a warning)."""
     flow_names = [p.stem for p in _files(path / "flows", "*.yaml")]
@@ -429,10 +402,7 @@ def _flow_names(path: Path, warnings: list[Problem]) -> list[str]:
     return flow_names
 
 
-
-def _read_workspace(
-    root: str | Path, account: str | Path | None
-) -> tuple[Workspace, list[Problem]]:
+def _read_workspace(root: str | Path, account: str | Path | None) -> tuple[Workspace, list[Problem]]:
     """Read a workspace, collecting the errors of its AGENTS.md files rather than raising.
 
     Raises `WorkspaceInvalid` only when there is no workspace to read at all."""
@@ -467,7 +437,6 @@ def _read_workspace(
     return ws, errors
 
 
-
 def load_workspace(root: str | Path, account: str | Path | None = None) -> Workspace:
     """Read a workspace folder: settings (the workspace's over the account's, field by
     field), shared instructions, knowledge, memory and state, and the names of its agents
@@ -482,7 +451,6 @@ def load_workspace(root: str | Path, account: str | Path | None = None) -> Works
     if errors:
         raise WorkspaceInvalid(f"workspace {ws.name!r} has problems in AGENTS.md", errors)
     return ws
-
 
 
 def _read_skills(agent_dir: Path, root: Path, errors: list[Problem], warnings: list[Problem]) -> list[Skill]:
@@ -512,19 +480,23 @@ def _read_skills(agent_dir: Path, root: Path, errors: list[Problem], warnings: l
         for field, value in (("name", name), ("description", description)):
             if value is not None and not isinstance(value, str):
                 errors.append(
-                    Problem(file=rel, line=front.lines.get(field), field=field,
-                            message=f"expected a string, got {type_name(value)}")
+                    Problem(
+                        file=rel, line=front.lines.get(field), field=field, message=f"expected a string, got {type_name(value)}"
+                    )
                 )
         if not isinstance(name, str) or (description is not None and not isinstance(description, str)):
             continue
         if not description:
             warnings.append(
-                Problem(file=rel, field="description", severity="warning",
-                        message="skill has no description; the agent sees only its name")
+                Problem(
+                    file=rel,
+                    field="description",
+                    severity="warning",
+                    message="skill has no description; the agent sees only its name",
+                )
             )
         skills.append(Skill(name=name, description=(description or "").strip(), path=rel))
     return skills
-
 
 
 def _effort_not_taken(settings: AgentSettings, model: str | None, front: Front, rel: str) -> list[Problem]:
@@ -534,11 +506,15 @@ def _effort_not_taken(settings: AgentSettings, model: str | None, front: Front, 
     if price is None or settings.effort in price.efforts:
         return []
     takes = f"takes effort {', '.join(price.efforts)}" if price.efforts else "takes no effort setting"
-    return [Problem(
-        file=rel, line=front.lines.get("effort"), field="effort", severity="warning",
-        message=f"model {model} {takes}: effort {settings.effort!r} would not be sent",
-    )]
-
+    return [
+        Problem(
+            file=rel,
+            line=front.lines.get("effort"),
+            field="effort",
+            severity="warning",
+            message=f"model {model} {takes}: effort {settings.effort!r} would not be sent",
+        )
+    ]
 
 
 def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list[Problem]:
@@ -552,12 +528,15 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
         hint = f" (did you mean {close!r}?)" if close else ""
         if name.startswith(API_PREFIX):  # an API's tool is granted by its apis: entry alone
             hint = f" (an API tool comes from its apis: entry alone; remove {name} from tools:)"
-        problems.append(Problem(
-            file=rel, line=front.lines.get(f"tools[{index}]", front.lines.get("tools")), field=f"tools[{index}]",
-            message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers and ask",
-        ))
+        problems.append(
+            Problem(
+                file=rel,
+                line=front.lines.get(f"tools[{index}]", front.lines.get("tools")),
+                field=f"tools[{index}]",
+                message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers and ask",
+            )
+        )
     return problems
-
 
 
 def _program_settings(settings: AgentSettings, front: Front, rel: str, refused: set[str | None]) -> list[Problem]:
@@ -568,21 +547,30 @@ def _program_settings(settings: AgentSettings, front: Front, rel: str, refused: 
     try:
         declared_secrets(list(settings.secrets))
     except InvalidInput as error:
-        problems.append(Problem(file=rel, line=front.lines.get("secrets"), field="secrets", message=str(error).removeprefix("secrets: ")))
+        problems.append(
+            Problem(file=rel, line=front.lines.get("secrets"), field="secrets", message=str(error).removeprefix("secrets: "))
+        )
     if "tools" in refused:
         return problems
     if "ask_timeout" in front.data and "ask_timeout" not in refused and ASK not in settings.tools:
-        problems.append(Problem(
-            file=rel, line=front.lines.get("ask_timeout"), field="ask_timeout",
-            message="ask_timeout bounds the ask tool's wait; this agent has no ask tool (tools: [ask]), so it would be ignored",
-        ))
+        problems.append(
+            Problem(
+                file=rel,
+                line=front.lines.get("ask_timeout"),
+                field="ask_timeout",
+                message="ask_timeout bounds the ask tool's wait; this agent has no ask tool (tools: [ask]), so it would be ignored",
+            )
+        )
     if settings.size and not runs_programs(settings.tools):
-        problems.append(Problem(
-            file=rel, line=front.lines.get("size"), field="size",
-            message="size sets the limits of the programs an agent runs (bash, script tools); this agent runs none, so it would be ignored",
-        ))
+        problems.append(
+            Problem(
+                file=rel,
+                line=front.lines.get("size"),
+                field="size",
+                message="size sets the limits of the programs an agent runs (bash, script tools); this agent runs none, so it would be ignored",
+            )
+        )
     return problems
-
 
 
 def load_agent(ws: Workspace, name: str) -> Agent:
@@ -619,7 +607,11 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         errors.extend(_ignored_settings(front, rel, script_tools))
         written = front.data.get("apis")  # not a list: the settings' own check says so
         apis, api_problems = check_apis(
-            written if isinstance(written, list) else None, rel=rel, agent_dir=agent_dir, lines=front.lines, secrets=front.data.get("secrets")
+            written if isinstance(written, list) else None,
+            rel=rel,
+            agent_dir=agent_dir,
+            lines=front.lines,
+            secrets=front.data.get("secrets"),
         )
         errors.extend(api_problems)
         # On the settings that validated, also beside one that did not: every problem of
@@ -633,11 +625,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)
     scripts_dir = agent_dir / "scripts"
-    scripts = [
-        _rel(p, root)
-        for p in _files(scripts_dir)
-        if "__pycache__" not in p.parts
-    ]
+    scripts = [_rel(p, root) for p in _files(scripts_dir) if "__pycache__" not in p.parts]
     return Agent(
         name=name,
         path=_rel(agent_dir, root),
@@ -651,7 +639,6 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         apis=apis,
         warnings=warnings,
     )
-
 
 
 def workspace_revision(root: str | Path) -> str:

@@ -36,10 +36,8 @@ from laneflow.wiring import for_store, local_drives, local_engine, local_folder
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
-
 def _err(message: str) -> None:
     print(f"laneflow: {masked(message)}", file=sys.stderr)  # a bad input may quote a secret back
-
 
 
 class Interrupted(KeyboardInterrupt):
@@ -51,11 +49,9 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-
 def _exit_code(interrupt: KeyboardInterrupt) -> int:
     """128 + the signal: 130 for SIGINT (and a plain KeyboardInterrupt), 143 for SIGTERM."""
     return 128 + getattr(interrupt, "signum", signal.SIGINT)
-
 
 
 @contextlib.contextmanager
@@ -84,7 +80,6 @@ def leaving_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-
 def _went_away(svc: Services, tenant: str, run_id: str, interrupt: KeyboardInterrupt) -> int:
     """What a person is told when SIGINT or SIGTERM ended a drive: where the run stands and
     how to go on."""
@@ -99,7 +94,6 @@ def _went_away(svc: Services, tenant: str, run_id: str, interrupt: KeyboardInter
             f"(or laneflow reconcile; laneflow stop {run_id} to end it)"
         )
     return _exit_code(interrupt)
-
 
 
 def parse_input(text: str | None) -> Any:
@@ -125,7 +119,6 @@ def parse_input(text: str | None) -> Any:
     return jsonsafe.loads(text, source)
 
 
-
 def _services(args: argparse.Namespace, settings: Settings | None = None) -> Services:
     from laneflow.adapters.store import open_store
     from laneflow.settings import settings as from_env
@@ -136,7 +129,6 @@ def _services(args: argparse.Namespace, settings: Settings | None = None) -> Ser
     if getattr(args, "drives", False) or getattr(args, "func", None) is cmd_serve:
         cfg = cfg.model_copy(update={"step_workers": step_workers(getattr(args, "step_workers", None), cfg)})
     return for_store(open_store(args.store), cfg)
-
 
 
 MAX_DEFAULT_STEP_WORKERS = 4  # what a drive starts unless told: each is a Python of its own with laneflow imported
@@ -159,7 +151,6 @@ def step_workers(given: int | None, cfg: Settings, environ: Mapping[str, str] = 
     return min(cores, MAX_DEFAULT_STEP_WORKERS) if cores >= 2 else 0
 
 
-
 def secrets_file(given: str) -> str:
     """`--secrets FILE`: the dotenv file declared secrets are read from, as an absolute path
     (the settings carry it to every step this process runs, and to the sandbox workers it
@@ -169,7 +160,6 @@ def secrets_file(given: str) -> str:
     if not path.is_file():
         raise InvalidInput(f"--secrets {given}: no such file")
     return str(path)
-
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -196,7 +186,6 @@ def cmd_run(
     if not args.json and not args.quiet:
         _err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
     return drive_and_report(svc, run.tenant, run.id, args)
-
 
 
 def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Namespace, *, record: bool = True) -> int:
@@ -241,7 +230,6 @@ def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Nam
     return EXIT_FAILED
 
 
-
 def _then(svc: Services, final: Run, args: argparse.Namespace) -> int:
     """After a completed run: the run its flow's `then:` started. Queued here (nothing else
     drives runs in this process), it is driven now, with its own summary (under --json,
@@ -261,7 +249,6 @@ def _then(svc: Services, final: Run, args: argparse.Namespace) -> int:
     return drive_and_report(svc, final.tenant, chained.id, args, record=not args.json)
 
 
-
 def _reconcile_quietly(svc: Services, args: argparse.Namespace) -> None:
     """At the start of `run`: settle what crashed runs left behind (journal, attempts whose
     worker is gone, stopped runs) and say which runs need a re-drive and how to give it,
@@ -277,14 +264,15 @@ def _reconcile_quietly(svc: Services, args: argparse.Namespace) -> None:
     for run_id in report.to_redrive:
         try:
             run = svc.store.get_run(svc.settings.tenant, run_id, steps=False, detail=False)
-            what = f"run {run_id} ({run.workspace}/{run.flow}) " + ("was interrupted" if run.drives else "is queued and nothing drives it")
+            what = f"run {run_id} ({run.workspace}/{run.flow}) " + (
+                "was interrupted" if run.drives else "is queued and nothing drives it"
+            )
         except LaneflowError:  # another tenant's run (reconcile sees every tenant's)
             what = f"run {run_id} was interrupted"
         _err(
             f"{what}: laneflow resume {run_id}{store} re-drives it now "
             f"(laneflow reconcile{store} re-drives every such run; laneflow stop {run_id}{store} ends it)"
         )
-
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
@@ -314,7 +302,6 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-
 def cmd_resume(args: argparse.Namespace) -> int:
     """Re-drive one run now, in this process, with progress: what reconcile would do for it
     (settle its journal, interrupt its attempts whose worker is gone, re-drive it, or close
@@ -333,7 +320,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if not args.json and not args.quiet:
         _err(f"resuming run {run.id} (drive {run.drives + 1}); completed steps are carried")
     return drive_and_report(svc, run.tenant, run.id, args)
-
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -358,14 +344,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-
 def cmd_init_store(args: argparse.Namespace) -> int:
     from laneflow.adapters.store.provision import init_store
 
     for line in init_store(args.store or "sqlite:///.laneflow/laneflow.db"):
         print(line)
     return EXIT_OK
-
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -384,7 +368,6 @@ def cmd_approve(args: argparse.Namespace) -> int:
     return drive_and_report(svc, run.tenant, run.id, args)
 
 
-
 def cmd_stop(args: argparse.Namespace) -> int:
     from laneflow.usecases.stop import stop_run
 
@@ -395,7 +378,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
     else:
         print(outcome.message)
     return EXIT_OK
-
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -432,7 +414,6 @@ def _fresh_copy(example: Path, target: Path) -> Path:
     return target
 
 
-
 def cmd_check(args: argparse.Namespace) -> int:
     from laneflow.domain.flow import check_workspace
 
@@ -449,7 +430,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         else:
             print(f"{args.workspace}: ok" + (f" ({warnings} warning(s))" if warnings else ""))
     return EXIT_INVALID if errors else EXIT_OK  # a workspace with errors is bad input, as for `run`
-
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -481,7 +461,6 @@ def cmd_answer(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-
 def cmd_show(args: argparse.Namespace) -> int:
     svc = _services(args)
     run = svc.store.get_run(svc.settings.tenant, args.run, detail=True)
@@ -492,7 +471,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     elif not args.follow:
         print(describe(run))
     return EXIT_OK
-
 
 
 FOLLOW_POLL_S = 0.5
@@ -521,7 +499,6 @@ def _follow(svc: Services, run: Run, *, quiet: bool) -> Run:
     return run
 
 
-
 def cmd_estimate(args: argparse.Namespace) -> int:
     from laneflow.entrypoints.progress import plain_wanted
     from laneflow.usecases.estimate import estimate_run
@@ -530,7 +507,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise InvalidInput("--output-tokens: must be 0 or more")
     svc = _services(args)
     result = estimate_run(
-        svc, args.workspace, args.flow, parse_input(args.input), model=args.model, account=args.account,
+        svc,
+        args.workspace,
+        args.flow,
+        parse_input(args.input),
+        model=args.model,
+        account=args.account,
         output_tokens=args.output_tokens,
     )
     data = result.as_dict()
@@ -546,7 +528,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-
 # -- rendering -------------------------------------------------------------------------------
 
 
@@ -560,7 +541,6 @@ def summary(run: Run) -> str:
     if tokens:
         line += f"; {tokens} cache-read tokens"
     return line + f"\n  see it: laneflow show {run.id}"
-
 
 
 # -- the parser ------------------------------------------------------------------------------
@@ -579,7 +559,6 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -589,11 +568,9 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-
 JSON_HELP = "print the result as JSON and nothing else on stdout"
 
 QUIET_HELP = "no progress on stderr"
-
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -602,7 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--store", default=None, help="sqlite:///PATH (default sqlite:///.laneflow/laneflow.db) or dynamodb://TABLE")
+        p.add_argument(
+            "--store", default=None, help="sqlite:///PATH (default sqlite:///.laneflow/laneflow.db) or dynamodb://TABLE"
+        )
         return p
 
     def json_flag(p: argparse.ArgumentParser, help: str = JSON_HELP) -> None:
@@ -610,7 +589,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def workers_flag(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--step-workers", type=int, default=None, metavar="N",
+            "--step-workers",
+            type=int,
+            default=None,
+            metavar="N",
             help="run steps in N worker processes beside the engine's (default LANEFLOW_STEP_WORKERS, else one per core up to 4 on 2+ cores; 0: in this process)",
         )
 
@@ -625,7 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def secrets_flag(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--secrets", default=None, metavar="FILE",
+            "--secrets",
+            default=None,
+            metavar="FILE",
             help="read agents' declared secrets from this dotenv file (default: the workspace's .secrets.env, else the environment)",
         )
 
@@ -646,20 +630,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="estimate every step on this model (e.g. claude-sonnet-4-6)")
     p.add_argument("--account", default=None, help="an account folder with its own AGENTS.md")
     p.add_argument(
-        "--output-tokens", type=int, default=None, metavar="N",
+        "--output-tokens",
+        type=int,
+        default=None,
+        metavar="N",
         help="output tokens a Claude turn is assumed to write (default: what the flow's previous completed run wrote"
         f" per call of the same agent and model, else {DEFAULT_OUTPUT_TOKENS})",
     )
     json_flag(p, "print the estimate as JSON, nothing else on stdout")
     p.set_defaults(func=cmd_estimate)
 
-    p = with_store(sub.add_parser("demo", help="run an example flow on the stub model (newsroom, or tides: a sandboxed script with a secret)"))
+    p = with_store(
+        sub.add_parser(
+            "demo", help="run an example flow on the stub model (newsroom, or tides: a sandboxed script with a secret)"
+        )
+    )
     p.add_argument(
-        "example", nargs="?", default="newsroom", choices=["newsroom", "tides"],
+        "example",
+        nargs="?",
+        default="newsroom",
+        choices=["newsroom", "tides"],
         help="newsroom (default): a fan-out, a brief, a check, a post; tides: a sandboxed agent runs a script with a declared secret",
     )
     run_flags(p)
-    p.add_argument("--imitate", action="store_true", help="run it on Claude's executor against a local imitation of the Messages API")
+    p.add_argument(
+        "--imitate", action="store_true", help="run it on Claude's executor against a local imitation of the Messages API"
+    )
     p.set_defaults(func=cmd_demo, input=None, drives=True)
 
     p = sub.add_parser("check", help="list every problem of a workspace")
@@ -725,7 +721,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -747,7 +742,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-
 
 
 if __name__ == "__main__":  # pragma: no cover

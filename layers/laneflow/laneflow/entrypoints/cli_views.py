@@ -22,10 +22,8 @@ def _short(text: str, width: int = 80) -> str:
     return first if len(first) <= width else first[: width - 1] + "…"
 
 
-
 def _at(text: str) -> _dt.datetime:
     return _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
 
 
 def duration(start: str | None, end: str | None) -> str:
@@ -33,7 +31,6 @@ def duration(start: str | None, end: str | None) -> str:
     if not start or not end:
         return ""
     return f"{(_at(end) - _at(start)).total_seconds():.3f}s"
-
 
 
 # -- tables ------------------------------------------------------------------------------------
@@ -46,7 +43,6 @@ class Column:
     header: str
     cell: Callable[[Any], str]
     right: bool = False
-
 
 
 def table(columns: list[Column], rows: list[Any], indent: str = "") -> list[str]:
@@ -63,7 +59,6 @@ def table(columns: list[Column], rows: list[Any], indent: str = "") -> list[str]
     return lines
 
 
-
 # `laneflow runs`: add a column by appending to this list.
 RUN_COLUMNS: list[Column] = [
     Column("RUN", lambda r: r.id),
@@ -75,16 +70,13 @@ RUN_COLUMNS: list[Column] = [
 ]
 
 
-
 def asking_column(asking: dict[str, list[int]]) -> Column:
     """Which steps of each run wait on a person's answer (their ask tool): run id -> indexes."""
     return Column("ASKING", lambda r: ", ".join(f"step {i}" for i in asking.get(r.id, [])))
 
 
-
 def runs_table(runs: list[Run], extra: list[Column] | None = None) -> str:
     return "\n".join(table(RUN_COLUMNS + list(extra or []), runs)) if runs else "no runs yet"
-
 
 
 LANE_COLUMNS: list[Column] = [
@@ -99,7 +91,6 @@ LANE_COLUMNS: list[Column] = [
 ]
 
 
-
 # -- show -----------------------------------------------------------------------------------------
 
 
@@ -107,7 +98,6 @@ def event_line(event: Event, since: str | None) -> str:
     at = f"{(_at(event.t) - _at(since)).total_seconds():+.3f}s" if since else event.t
     attempt = f" (attempt {event.attempt})" if event.attempt and event.attempt > 1 else ""
     return f"{at:>10} {event.type}{attempt}: {_short(event.text, 160)}"
-
 
 
 def _step_lines(s: Step, run: Run) -> list[str]:
@@ -150,7 +140,6 @@ def _step_lines(s: Step, run: Run) -> list[str]:
     return lines
 
 
-
 def describe(run: Run) -> str:
     lines = [
         f"run {run.id}  {run.status}",
@@ -180,7 +169,6 @@ def describe(run: Run) -> str:
     return "\n".join(lines)
 
 
-
 def new_lines(run: Run, seen: dict[int, tuple[str, int]]) -> list[str]:
     """`show --follow`: what happened since the last look (status changes, new events)."""
     out = []
@@ -193,7 +181,6 @@ def new_lines(run: Run, seen: dict[int, tuple[str, int]]) -> list[str]:
             out.append(f"step {s.index} {step_label(s)}: {event_line(e, run.driven_at or run.created_at).strip()}")
         seen[s.index] = (str(s.status), len(s.events))
     return out
-
 
 
 # -- estimate -----------------------------------------------------------------------------------
@@ -211,7 +198,6 @@ ESTIMATE_COLUMNS: list[Column] = [
 ]
 
 
-
 def estimate_text(data: dict[str, Any]) -> str:
     cost = data["cost_usd"]
     totals = data["totals"]
@@ -227,7 +213,8 @@ def estimate_text(data: dict[str, Any]) -> str:
     learned = data.get("output_learned_from")
     assumed = (
         f"  output: what {learned} wrote per call of each agent on Claude (else {data['output_tokens_per_turn']} a turn)"
-        if learned else f"  output assumed: {data['output_tokens_per_turn']} tokens a turn on Claude (--output-tokens)"
+        if learned
+        else f"  output assumed: {data['output_tokens_per_turn']} tokens a turn on Claude (--output-tokens)"
     )
     lines.append(assumed + "; the stub's answers are its own")
     if any(not lane["cacheable"] for lane in data["lanes"]):
@@ -237,20 +224,28 @@ def estimate_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-
 def estimate_table(data: dict[str, Any]) -> Any:
     """The estimate as a rich table (its caption: the totals, the cost range, the assumption)."""
     from rich import box
     from rich.table import Table
 
-    t = Table(title=f"estimate: {data['workspace']}/{data['flow']} (nothing has run; W/R: cache tokens written/read)",
-              title_justify="left", box=box.SIMPLE_HEAD)
+    t = Table(
+        title=f"estimate: {data['workspace']}/{data['flow']} (nothing has run; W/R: cache tokens written/read)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
     for col in ESTIMATE_COLUMNS:
         # Figures never wrap; the lane's name folds when the terminal is narrow.
-        t.add_column(col.header, justify="right" if col.right else "left", overflow="fold", no_wrap=col.right, min_width=8 if not col.right else None)
+        t.add_column(
+            col.header,
+            justify="right" if col.right else "left",
+            overflow="fold",
+            no_wrap=col.right,
+            min_width=8 if not col.right else None,
+        )
     for row in data["lanes"]:
         t.add_row(*(col.cell(row) for col in ESTIMATE_COLUMNS))
     body = estimate_text(data).splitlines()
-    t.caption = "\n".join(line.strip() for line in body[len(data["lanes"]) + 2:])
+    t.caption = "\n".join(line.strip() for line in body[len(data["lanes"]) + 2 :])
     t.caption_justify = "left"
     return t

@@ -25,7 +25,6 @@ def _keys_of(event: Any) -> dict[str, Any]:
     return {k: v for k, v in keys.items() if v is not None}
 
 
-
 def lambda_handler(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """Wrap a thin handler: the run its event names is masked while it works (`masked_run`);
     in Lambda, Powertools too."""
@@ -42,7 +41,6 @@ def lambda_handler(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
     wrapped = metrics.log_metrics(tracer.capture_lambda_handler(keyed))
     return logger.inject_lambda_context(clear_state=True)(wrapped)
-
 
 
 def masked_run(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:

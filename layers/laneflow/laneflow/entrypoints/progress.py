@@ -48,12 +48,10 @@ RUN_STYLE = {"running": "bold cyan", "completed": "bold green", "failed": "bold 
 ACTIVE_SHOWN = 6  # running or waiting steps listed under the groups
 
 
-
 def plain_wanted(environ: Mapping[str, str] | None = None) -> bool:
     """NO_COLOR (any value) or TERM=dumb: plain lines, no colour and no cursor movement."""
     env = os.environ if environ is None else environ
     return "NO_COLOR" in env or env.get("TERM", "") == "dumb"
-
 
 
 def step_label(step: Step) -> str:
@@ -66,7 +64,6 @@ def step_label(step: Step) -> str:
     return f"{step.agent}{item}"
 
 
-
 def live_cost(run: Run) -> float:
     """The run's cost so far: its ended steps' cost, plus the spans its running steps have
     reported (the run's own figure grows as steps end)."""
@@ -75,13 +72,11 @@ def live_cost(run: Run) -> float:
     return max(run.cost_usd, steps + running)
 
 
-
 def _line(*parts: tuple[str, str]) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     for content, style in parts:
         text.append(content, style=style)
     return text
-
 
 
 def _group_line(group: int, steps: list[Step]) -> Text:
@@ -99,7 +94,6 @@ def _group_line(group: int, steps: list[Step]) -> Text:
     return line
 
 
-
 def render(run: Run, elapsed_s: float = 0.0) -> Group:
     """The live view of a run: one renderable whose every line fits the console's width."""
     steps = [s for s in run.steps if s.rescue_of is None]
@@ -107,8 +101,11 @@ def render(run: Run, elapsed_s: float = 0.0) -> Group:
     # the cost so far, the time, then which run.
     lines = [
         _line(
-            (f"{run.status} ", RUN_STYLE.get(str(run.status), "bold")), (f"${live_cost(run):.4f} ", "bold green"),
-            (f"{elapsed_s:.1f}s ", "dim"), (f"{run.workspace}/{run.flow} ", ""), (run.id, "dim"),
+            (f"{run.status} ", RUN_STYLE.get(str(run.status), "bold")),
+            (f"${live_cost(run):.4f} ", "bold green"),
+            (f"{elapsed_s:.1f}s ", "dim"),
+            (f"{run.workspace}/{run.flow} ", ""),
+            (run.id, "dim"),
         )
     ]
     for g in sorted({s.group for s in steps}):
@@ -117,7 +114,12 @@ def render(run: Run, elapsed_s: float = 0.0) -> Group:
     for s in active[:ACTIVE_SHOWN]:
         reason = waiting_reason(s)
         if reason:
-            lines.append(_line((f"  {WAITING} {s.index} {step_label(s)} ", "yellow"), (f"waiting: {reason.removeprefix('prompt cache: ')}", "dim")))
+            lines.append(
+                _line(
+                    (f"  {WAITING} {s.index} {step_label(s)} ", "yellow"),
+                    (f"waiting: {reason.removeprefix('prompt cache: ')}", "dim"),
+                )
+            )
         else:
             lines.append(_line((f"  ▶ {s.index} {step_label(s)} ", "cyan"), (f"attempt {s.attempts}", "dim")))
     if len(active) > ACTIVE_SHOWN:
@@ -128,7 +130,6 @@ def render(run: Run, elapsed_s: float = 0.0) -> Group:
         read, written = sum(r["cache_read"] for r in rows), sum(r["cache_write"] for r in rows)
         lines.append(_line((f"prompt cache: {cold} cold prefix(es), {read:,} tokens read, {written:,} written", "dim")))
     return Group(*lines)
-
 
 
 class Progress:
@@ -144,7 +145,11 @@ class Progress:
         self._run_status: str | None = None
         self._live: Live | None = None
         self._done = False
-        self._console = Console(file=self.stream, width=width, force_terminal=self.live or None, no_color=plain_wanted()) if self.live else None
+        self._console = (
+            Console(file=self.stream, width=width, force_terminal=self.live or None, no_color=plain_wanted())
+            if self.live
+            else None
+        )
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.started

@@ -65,7 +65,7 @@ def worker_of(environ: Mapping[str, str]) -> Any:
         return FargateTask(task=environ["LANEFLOW_WORKER_TASK_ARN"], cluster=environ.get("LANEFLOW_WORKER_CLUSTER") or None)
     metadata = environ.get("ECS_CONTAINER_METADATA_URI_V4")
     if metadata:
-        with urllib.request.urlopen(f"{metadata}/task", timeout=5) as response:  # noqa: S310 - ECS's own endpoint
+        with urllib.request.urlopen(f"{metadata}/task", timeout=5) as response:  # ECS's own endpoint
             task = json.loads(response.read())
         return FargateTask(task=task["TaskARN"], cluster=task.get("Cluster"))
     return local_worker()
@@ -83,7 +83,7 @@ class _Heartbeat:
         while not self.done.wait(self.every_s):
             try:
                 self.callbacks.heartbeat(self.token)
-            except Exception as error:  # noqa: BLE001 - a missed beat is not the step's failure
+            except Exception as error:  # a missed beat is not the step's failure
                 log.warning("heartbeat failed: %s", error)
 
     def __enter__(self) -> _Heartbeat:
@@ -194,7 +194,7 @@ def run(environ: Mapping[str, str]) -> int:
         with _Heartbeat(svc.callbacks, token, float(environ.get("LANEFLOW_HEARTBEAT_S") or HEARTBEAT_S)):
             try:
                 report = run_step(svc, request_of(environ), worker_of(environ))
-            except Exception as error:  # noqa: BLE001 - crosses as the task's failure, by its name
+            except Exception as error:  # crosses as the task's failure, by its name
                 log.exception("the sandboxed step failed")
                 svc.callbacks.fail(token, type(error).__name__, svc.redactor(str(error))[:32000])
                 return 0
@@ -203,7 +203,7 @@ def run(environ: Mapping[str, str]) -> int:
     except TokenGone as gone:
         log.warning("the state no longer waits for this step (%s)", gone)
         return 0
-    except Exception:  # noqa: BLE001 - the state times out on its heartbeat and catches it
+    except Exception:  # the state times out on its heartbeat and catches it
         log.exception("could not complete the task token")
         return 1
     finally:
@@ -240,11 +240,10 @@ def _on_sigterm(grace_s: float) -> None:
 def _preload() -> None:
     """What every step needs, imported once by the warm worker before it forks (Powertools'
     tracer alone takes about 0.3 s to import, boto3 about 0.1 s)."""
-    import boto3  # noqa: F401 - a DynamoDB store, S3 workspaces
 
-    import laneflow.adapters.aws.powertools  # noqa: F401 - the services' telemetry
-    import laneflow.adapters.executors.stub  # noqa: F401
-    import laneflow.usecases.run_step.runner  # noqa: F401
+    import laneflow.adapters.aws.powertools  # the services' telemetry
+    import laneflow.adapters.executors.stub
+    import laneflow.usecases.run_step.runner
     import laneflow.wiring  # noqa: F401
 
 

@@ -69,8 +69,11 @@ _DIGITS = re.compile(r"[0-9]{1,18}")
 
 STREAM_PATH = re.compile(r"/runs/([^/]{1,400})/stream")
 
-STREAM_TICK_S, STREAM_HEARTBEAT_S, STREAM_MAX_S = 0.4, 15.0, 600.0  # a stream reads the run; a quiet one says so; it closes (and is reopened)
-
+STREAM_TICK_S, STREAM_HEARTBEAT_S, STREAM_MAX_S = (
+    0.4,
+    15.0,
+    600.0,
+)  # a stream reads the run; a quiet one says so; it closes (and is reopened)
 
 
 def proxy_event(
@@ -103,13 +106,16 @@ def proxy_event(
             "requestTimeEpoch": int(time.time() * 1000),
             "resourcePath": path,
             "stage": STAGE,
-            "identity": {"accountId": tenant, "sourceIp": source_ip, "userAgent": next((v for k, v in headers if k.lower() == "user-agent"), None)},
+            "identity": {
+                "accountId": tenant,
+                "sourceIp": source_ip,
+                "userAgent": next((v for k, v in headers if k.lower() == "user-agent"), None),
+            },
         },
         # As API Gateway passes a body with no binary media type configured: as text.
         "body": body.decode("utf-8", errors="replace") if body else None,
         "isBase64Encoded": False,
     }
-
 
 
 # -- what is read ---------------------------------------------------------------------------------
@@ -133,7 +139,6 @@ def json_body_problem(body: bytes) -> str | None:
     return None
 
 
-
 def _json_media_type(value: str) -> str | None:
     """Why a Content-Type is not JSON this server reads, or None."""
     media, *params = value.split(";")
@@ -144,7 +149,6 @@ def _json_media_type(value: str) -> str | None:
         if name.strip().lower() == "charset" and given.strip().strip('"').lower() not in ("utf-8", "utf8"):
             return f"Content-Type {value.strip()[:100]!r}: only UTF-8 is read"
     return None
-
 
 
 class _Deadline(io.RawIOBase):
@@ -165,7 +169,6 @@ class _Deadline(io.RawIOBase):
             raise TimeoutError("the request did not arrive in time")
         self.sock.settimeout(left)
         return self.sock.recv_into(buffer)
-
 
 
 # -- the handler ----------------------------------------------------------------------------------
@@ -211,11 +214,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         # HEAD is answered as GET without its body (_reply leaves it out), as HTTP expects.
         event = proxy_event(
-            "GET" if self.command == "HEAD" else self.command, self.path, list(self.headers.items()), body, tenant=svc.settings.tenant, source_ip=self.client_address[0]
+            "GET" if self.command == "HEAD" else self.command,
+            self.path,
+            list(self.headers.items()),
+            body,
+            tenant=svc.settings.tenant,
+            source_ip=self.client_address[0],
         )
         try:
             out = api.resolve(event, None, svc)
-        except Exception:  # noqa: BLE001 - the resolver answers its own errors; this is a last resort
+        except Exception:  # the resolver answers its own errors; this is a last resort
             log.exception("laneflow serve: a request failed unexpectedly")
             self._refuse(500, api.GENERIC_ERROR)
             return
@@ -232,7 +240,11 @@ class _Handler(BaseHTTPRequestHandler):
         (API Gateway's REST APIs cannot): the viewer polls where this is a 404."""
         svc, tenant = self.server.svc, self.server.svc.settings.tenant
         if not 1 <= len(run_id) <= 128:  # as the API's routes take a run id
-            self._refuse(400, "a run id is 1 to 128 characters", problems=[{"in": "path", "field": "run_id", "message": "1 to 128 characters"}])
+            self._refuse(
+                400,
+                "a run id is 1 to 128 characters",
+                problems=[{"in": "path", "field": "run_id", "message": "1 to 128 characters"}],
+            )
             return
         try:
             run = svc.store.get_run(tenant, run_id)
@@ -244,8 +256,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True  # an event stream has no length: it ends with the connection
         self.connection.settimeout(WRITE_TIMEOUT_S)
         self.send_response(200)
-        for name, value in (("Content-Type", "text/event-stream; charset=utf-8"), ("Cache-Control", "no-store"),
-                            ("X-Content-Type-Options", "nosniff"), ("Connection", "close")):
+        for name, value in (
+            ("Content-Type", "text/event-stream; charset=utf-8"),
+            ("Cache-Control", "no-store"),
+            ("X-Content-Type-Options", "nosniff"),
+            ("Connection", "close"),
+        ):
             self.send_header(name, value)
         self.end_headers()
         opened = quiet = time.monotonic()
@@ -258,7 +274,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.write(f"event: run\ndata: {record}\n\n".encode())
                     sent, quiet = record, time.monotonic()
                 if run.status in (RunStatus.completed, RunStatus.failed):
-                    self.wfile.write(f"event: end\ndata: \"{run.status}\"\n\n".encode())
+                    self.wfile.write(f'event: end\ndata: "{run.status}"\n\n'.encode())
                     return
                 if time.monotonic() - quiet > STREAM_HEARTBEAT_S:
                     self.wfile.write(b": still here\n\n")
@@ -324,7 +340,6 @@ class _Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
-
 class ApiServer(ThreadingHTTPServer):
     """The local API server. `serve_forever()` answers, one thread per connection;
     `shutdown()` then `server_close()` stop it."""
@@ -340,7 +355,9 @@ class ApiServer(ThreadingHTTPServer):
         names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
         bound = self.server_address[1]
         # What a client puts in Host for this server; the port may be left out only when it is 80.
-        self.hosts = frozenset(f"{name.lower()}:{bound}" for name in names) | (frozenset(n.lower() for n in names) if bound == 80 else frozenset())
+        self.hosts = frozenset(f"{name.lower()}:{bound}" for name in names) | (
+            frozenset(n.lower() for n in names) if bound == 80 else frozenset()
+        )
         self.origins = frozenset(f"http://{h}" for h in self.hosts)
 
     def shutdown(self) -> None:
@@ -396,7 +413,6 @@ class ApiServer(ThreadingHTTPServer):
         log.exception("laneflow serve: a connection from %s failed", client_address[0] if client_address else "?")
 
 
-
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -404,7 +420,6 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
 
 
 def make_server(
@@ -424,9 +439,10 @@ def make_server(
         return ApiServer(svc, host, port, quiet=quiet, request_timeout_s=request_timeout_s)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise InvalidInput(f"port {port} on {host} is in use (another laneflow serve?): stop it, or choose another with --port") from None
+            raise InvalidInput(
+                f"port {port} on {host} is in use (another laneflow serve?): stop it, or choose another with --port"
+            ) from None
         raise InvalidInput(f"cannot listen on port {port} on {host}: {exc.strerror or type(exc).__name__}") from None
-
 
 
 def serve(svc: Services, host: str = "127.0.0.1", port: int = 8080, *, server: ApiServer | None = None) -> None:
@@ -436,7 +452,6 @@ def serve(svc: Services, host: str = "127.0.0.1", port: int = 8080, *, server: A
     unless set) a reconcile re-drives the runs whose worker went away meanwhile (`Reconciling`);
     the one at the start is the caller's (`reconcile_runs`, after the port is bound)."""
     if svc.drives is None:
-
         svc.drives = local_drives(svc)
     server = server or make_server(svc, host, port, quiet=False)
     print(f"laneflow serve: {server.url}/ (tenant {svc.settings.tenant!r}); Ctrl-C to stop", file=sys.stderr, flush=True)
@@ -448,7 +463,6 @@ def serve(svc: Services, host: str = "127.0.0.1", port: int = 8080, *, server: A
     finally:
         reconciling.stop()
         server.server_close()
-
 
 
 def reconcile_runs(svc: Services) -> list[str]:
@@ -463,7 +477,6 @@ def reconcile_runs(svc: Services) -> list[str]:
         raise ValueError("serve reconciles with its own drives: set svc.drives first")
     report = reconcile(svc, Liveness(), redrive=lambda run: drives.start(run.tenant, run.id))
     return [line for line in report.lines() if line != "nothing to reconcile"]
-
 
 
 class Reconciling:
@@ -491,6 +504,6 @@ class Reconciling:
             try:
                 for line in reconcile_runs(self.svc):
                     print(f"laneflow serve: reconcile: {line}", file=sys.stderr, flush=True)
-            except Exception:  # noqa: BLE001 - the next pass tries again
+            except Exception:  # the next pass tries again
                 log.exception("laneflow serve: a periodic reconcile failed")
             self.passes += 1

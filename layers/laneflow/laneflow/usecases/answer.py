@@ -85,7 +85,15 @@ def waiting_questions(svc: Services, tenant: str | None = None, run_id: str | No
             continue
         if step.status != StepStatus.running:
             continue
-        found.append(WaitingQuestion(
-            tenant=owner, run_id=note.run_id, index=note.to_index, agent=note.from_agent, question=note.text, asked_at=note.at, id=note.id,
-        ))
+        found.append(
+            WaitingQuestion(
+                tenant=owner,
+                run_id=note.run_id,
+                index=note.to_index,
+                agent=note.from_agent,
+                question=note.text,
+                asked_at=note.at,
+                id=note.id,
+            )
+        )
     return found

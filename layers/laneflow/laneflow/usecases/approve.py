@@ -16,7 +16,6 @@ class RunNotWaiting(LaneflowError):
     http_status = 409
 
 
-
 def answer_approval(svc: Services, tenant: str, run_id: str, *, approve: bool) -> Run:
     """Approve (the run is queued for a new drive: the caller starts it) or reject (the run
     fails with "rejected by a person")."""
@@ -29,13 +28,19 @@ def answer_approval(svc: Services, tenant: str, run_id: str, *, approve: bool) -
     now = utcnow()
     if approve:
         store.update_step(
-            tenant, run_id, step.index, StepChanges(status=StepStatus.completed, result="approved by a person", finished_at=now),
+            tenant,
+            run_id,
+            step.index,
+            StepChanges(status=StepStatus.completed, result="approved by a person", finished_at=now),
             expect_status=(StepStatus.awaiting_approval,),
         )
         store.add_event(tenant, run_id, step.index, Event(text="approved by a person"))
         return store.update_run(tenant, run_id, RunChanges(status=RunStatus.queued), expect_status=(RunStatus.awaiting_approval,))
     store.update_step(
-        tenant, run_id, step.index, StepChanges(status=StepStatus.failed, error=REJECTED, finished_at=now),
+        tenant,
+        run_id,
+        step.index,
+        StepChanges(status=StepStatus.failed, error=REJECTED, finished_at=now),
         expect_status=(StepStatus.awaiting_approval,),
     )
     store.add_event(tenant, run_id, step.index, Event(type=EventType.error, text=REJECTED))

@@ -30,7 +30,6 @@ from laneflow.usecases.start_run_idempotent import StartRun, start_in
 log = logging.getLogger("laneflow.chain")
 
 
-
 def start_chained(svc: Services, run: Run) -> str | None:
     """Start the run `run`'s flow chains to, once; its id, or None (no `then:`, the run did
     not complete, or the chained run could not be made: the run's `then_error` says why)."""
@@ -47,7 +46,9 @@ def start_chained(svc: Services, run: Run) -> str | None:
     if "gate" in run.options:
         options["gate"] = run.options["gate"]
     try:
-        request = StartRun(workspace=run.workspace, flow=str(then["flow"]), input=run_input, model=run.model, idempotency_key=then_key(run.id))
+        request = StartRun(
+            workspace=run.workspace, flow=str(then["flow"]), input=run_input, model=run.model, idempotency_key=then_key(run.id)
+        )
         started = start_in(svc, run.tenant, request, lambda: run.workspace_uri, account=run_account(run), options=options)
     except (LaneflowError, ValueError) as error:  # the flow or its input: the run records why
         reason = str(error).splitlines()[0]
@@ -62,11 +63,12 @@ def start_chained(svc: Services, run: Run) -> str | None:
     return started.run.id
 
 
-
 def _note(svc: Services, run: Run, what: dict[str, Any]) -> None:
     """Add to the ended run's options (nothing else writes them once it has ended)."""
     current = svc.store.get_run(run.tenant, run.id, steps=False, detail=False)
     try:
-        svc.store.update_run(run.tenant, run.id, RunChanges(options={**current.options, **what}), expect_status=(RunStatus.completed,))
+        svc.store.update_run(
+            run.tenant, run.id, RunChanges(options={**current.options, **what}), expect_status=(RunStatus.completed,)
+        )
     except Conflict:  # pragma: no cover - a completed run stays completed
         pass

@@ -35,7 +35,6 @@ _lock = threading.Lock()
 _hits: dict[str, int] = {}
 
 
-
 def crashpoint(name: str) -> None:
     spec = os.environ.get("LANEFLOW_CRASH_AT")
     if not spec:

@@ -33,7 +33,6 @@ from laneflow.usecases.step_crashed import step_crashed
 log = logging.getLogger("laneflow.end_run")
 
 
-
 def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
     """Close the run: `failed` with its reason, or `completed`; `finished_at` set. Every way
     a run ends comes here (its drive's EndRun, a stop, a rejection, reconcile closing it),
@@ -74,20 +73,18 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
     if svc.on_end:
         try:
             svc.on_end(run)
-        except Exception:  # noqa: BLE001 - the run has ended; a hook's failure must not undo that
+        except Exception:  # the run has ended; a hook's failure must not undo that
             log.exception("on-end hook failed for run %s", run.id)
     _chain(svc, run)
     return RunEnded(run_id=run.id, status=run.status)
-
 
 
 def _chain(svc: Services, run: Run) -> None:
     """A completed run whose flow says `then:` starts that flow's run (`usecases.chain`)."""
     try:
         start_chained(svc, run)
-    except Exception:  # noqa: BLE001 - the run has ended; the chain's failure must not undo that
+    except Exception:  # the run has ended; the chain's failure must not undo that
         log.exception("starting the run chained to %s failed", run.id)
-
 
 
 def not_run_because(run: Run, error: str | None) -> str:
@@ -99,7 +96,6 @@ def not_run_because(run: Run, error: str | None) -> str:
     if error and error.startswith(BUDGET_SPENT):
         return BUDGET_SPENT
     return FAILED_BEFORE
-
 
 
 def skip_unrun_steps(svc: Services, run: Run, steps: list[Step], reason: str) -> bool:
@@ -121,7 +117,6 @@ def skip_unrun_steps(svc: Services, run: Run, steps: list[Step], reason: str) ->
     return skipped
 
 
-
 def close_run(svc: Services, tenant: str, run_id: str, *, error: str, cause: str = "") -> None:
     """Close a run whose drive went away without ending it (a crashed definition, an
     interrupted local runner): end the attempts it left running, then fail the run with the
@@ -131,7 +126,9 @@ def close_run(svc: Services, tenant: str, run_id: str, *, error: str, cause: str
     ref = DriveRef(tenant=tenant, run_id=run_id)
     for step in store.get_steps(tenant, run_id):
         if step.status == StepStatus.running:
-            step_crashed(svc, StepCrashedRequest(run=ref, step=LaneStep(index=step.index), error={"Error": error, "Cause": cause}))
+            step_crashed(
+                svc, StepCrashedRequest(run=ref, step=LaneStep(index=step.index), error={"Error": error, "Cause": cause})
+            )
     run = store.get_run(tenant, run_id, steps=False)
     if run.status in ACTIVE:
         try:

@@ -35,7 +35,6 @@ from laneflow.usecases.start_run_idempotent import RunOfAFlow
 HANDOFF_HEADER_TOKENS = 8  # "## Handoff from the previous group" and each step's "### agent — item (step N)"
 
 
-
 def _stub_answer(agent: Agent, step: Step, run: Run) -> StubAnswer | None:
     raw = pick_answer(agent.settings.stub, 0, f"Done: {step.instruction.splitlines()[0] if step.instruction else agent.name}")
     try:
@@ -44,11 +43,9 @@ def _stub_answer(agent: Agent, step: Step, run: Run) -> StubAnswer | None:
         return None
 
 
-
 def _stub_output(answer: StubAnswer) -> int:
     chars = [len(t.text) + sum(len(c.tool) + len(c.input) for c in t.calls) for t in answer.turns]
     return sum(tokens_in(n) for n in chars)  # as the stub counts its output
-
 
 
 def learned_output(svc: Services, run: Run) -> tuple[str | None, dict[tuple[str, str], int]]:
@@ -66,12 +63,16 @@ def learned_output(svc: Services, run: Run) -> tuple[str | None, dict[tuple[str,
     return None, {}
 
 
-
 class _Lanes:
     """The lanes of one prepared run, planned as the planner plans them."""
 
     def __init__(
-        self, svc: Services, run: Run, agents: Mapping[str, Agent], prompts: Mapping[str, SystemPrompt], output_tokens: int,
+        self,
+        svc: Services,
+        run: Run,
+        agents: Mapping[str, Agent],
+        prompts: Mapping[str, SystemPrompt],
+        output_tokens: int,
         learned: Mapping[tuple[str, str], int] | None = None,
     ):
         self.svc, self.run, self.agents, self.prompts, self.output_tokens = svc, run, agents, prompts, output_tokens
@@ -82,9 +83,20 @@ class _Lanes:
 
     def _prefix(self, agent: Agent, prompt: SystemPrompt, model: str) -> int:
         job = StepJob(
-            tenant=self.run.tenant, run_id=self.run.id, index=0, attempt=1, agent=agent.name, model=model, item=None,
-            run_input=self.run.input, system_stable=prompt.stable, system_dynamic=prompt.dynamic, user="",
-            tools=tuple(agent.settings.tools), workspace_root=self.run.workspace_uri, agent_path=agent.path,
+            tenant=self.run.tenant,
+            run_id=self.run.id,
+            index=0,
+            attempt=1,
+            agent=agent.name,
+            model=model,
+            item=None,
+            run_input=self.run.input,
+            system_stable=prompt.stable,
+            system_dynamic=prompt.dynamic,
+            user="",
+            tools=tuple(agent.settings.tools),
+            workspace_root=self.run.workspace_uri,
+            agent_path=agent.path,
         )
         defs = self.svc.tool_definitions(job) if self.svc.tool_definitions else []
         return prefix_tokens(prompt.stable, defs)
@@ -112,16 +124,22 @@ class _Lanes:
                 inputs.append(tokens_of(prompt.dynamic + message) + handoff)
             plans.append(
                 LanePlan(
-                    group=group, agent=lane.agent, model=lane.model, steps=len(members), parallel=lane.parallel,
-                    prefix_tokens=self._prefix(agent, prompt, lane.model), min_cacheable=min_cacheable(lane.model),
-                    turns=turns, input_tokens=sum(inputs) // max(1, len(inputs)), output_tokens=output,
+                    group=group,
+                    agent=lane.agent,
+                    model=lane.model,
+                    steps=len(members),
+                    parallel=lane.parallel,
+                    prefix_tokens=self._prefix(agent, prompt, lane.model),
+                    min_cacheable=min_cacheable(lane.model),
+                    turns=turns,
+                    input_tokens=sum(inputs) // max(1, len(inputs)),
+                    output_tokens=output,
                     stub_cost_usd=sum(a.total_cost for a in answers if a) if stub else None,
                 )
             )
             handed_on += len(members) * (turns * output + HANDOFF_HEADER_TOKENS)
         self.handoff_tokens = handed_on + HANDOFF_HEADER_TOKENS if handed_on else 0
         return plans
-
 
 
 def _priced(plan: LanePlan, prices: PriceCatalog, unpriced: list[str], *, gate: bool, output_scale: float = 1.0) -> float:
@@ -135,7 +153,6 @@ def _priced(plan: LanePlan, prices: PriceCatalog, unpriced: list[str], *, gate: 
     f = cache_figures(plan, gate=gate)
     tokens = Tokens(input=f.input, output=int(f.output * output_scale), cache_read=f.cache_read, cache_write=f.cache_write)
     return price.cost(tokens)
-
 
 
 def estimate_run(
@@ -183,16 +200,16 @@ def estimate_run(
     return result
 
 
-
 class EstimateRequest(RunOfAFlow):
     """`POST /estimates`: what a run of a flow of a workspace on an input would cache and cost."""
 
     output_tokens: int | None = Field(
-        default=None, ge=0, le=1_000_000,
+        default=None,
+        ge=0,
+        le=1_000_000,
         description="output tokens a Claude turn is assumed to write (default: what the flow's previous completed run wrote"
         f" per call of the same agent and model, else {DEFAULT_OUTPUT_TOKENS})",
     )
-
 
 
 class EstimateAnswer(BaseModel):
@@ -201,7 +218,9 @@ class EstimateAnswer(BaseModel):
     workspace: str
     flow: str
     output_tokens_per_turn: int = Field(description="the output a Claude turn was assumed to write where nothing was learned")
-    output_learned_from: str | None = Field(description="the earlier run of the flow whose output per call the Claude lanes assume")
+    output_learned_from: str | None = Field(
+        description="the earlier run of the flow whose output per call the Claude lanes assume"
+    )
     lanes: list[dict[str, Any]] = Field(
         description="per lane: group, lane (agent@model), steps, parallel, turns, prefix_tokens, min_cacheable, cacheable, "
         "and with_gate / without_gate: cold_prefixes, cache_write, cache_read, input, output, cost_usd"
@@ -211,13 +230,18 @@ class EstimateAnswer(BaseModel):
     unpriced_models: list[str] = Field(description="models the price catalog has no price for (counted as $0)")
 
 
-
 def estimate_request(svc: Services, tenant: str, request: EstimateRequest) -> dict[str, Any]:
     """The estimate of the tenant's own workspace's flow, as `laneflow estimate --json` prints it."""
     if svc.workspaces is None:
         raise Unavailable("this deployment has no workspaces to estimate runs of")
     uri = svc.workspaces.locate(tenant, request.workspace)  # the caller's own workspace, never another tenant's
     result = estimate_run(
-        svc, svc.folders.open(uri), request.flow, request.input, model=request.model, output_tokens=request.output_tokens, tenant=tenant
+        svc,
+        svc.folders.open(uri),
+        request.flow,
+        request.input,
+        model=request.model,
+        output_tokens=request.output_tokens,
+        tenant=tenant,
     )
     return result.as_dict()

@@ -76,7 +76,9 @@ def masking_of(svc: Services, tenant: str, run_id: str) -> AbstractContextManage
     return _held(svc, tenant, run_id, lambda: svc.store.get_run(tenant, run_id, detail=False, steps=False, input=False))
 
 
-def values_loader(svc: Services, tenant: str, run_id: str, read_run: Callable[[], Run], *, strict: bool = False) -> Callable[[], dict[str, str]]:
+def values_loader(
+    svc: Services, tenant: str, run_id: str, read_run: Callable[[], Run], *, strict: bool = False
+) -> Callable[[], dict[str, str]]:
     """What reads a run's values for `Redactor.hold` (see `masking` for `strict`)."""
 
     def load() -> dict[str, str]:

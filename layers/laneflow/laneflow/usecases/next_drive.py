@@ -32,10 +32,14 @@ def next_drive(svc: Services, req: NextDriveRequest) -> DriveContinued:
     start = ExecutionInput(tenant=tenant, run_id=run_id, drive=req.run.drive, segment=segment)
     execution = svc.continuations.continue_drive(start, name)
     if run.execution != execution:  # a retried NextDrive has recorded it already
-        driver: WorkerRef | None = StepFunctionsExecution(execution=execution) if isinstance(run.driver, StepFunctionsExecution) else run.driver
+        driver: WorkerRef | None = (
+            StepFunctionsExecution(execution=execution) if isinstance(run.driver, StepFunctionsExecution) else run.driver
+        )
         try:
             svc.store.update_run(
-                tenant, run_id, RunChanges(execution=execution, driver=driver, segments=run.segments + 1),
+                tenant,
+                run_id,
+                RunChanges(execution=execution, driver=driver, segments=run.segments + 1),
                 expect_status=(RunStatus.running,),
             )
         except Conflict:

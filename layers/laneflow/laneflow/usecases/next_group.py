@@ -39,7 +39,6 @@ FAILED_BEFORE = "the run failed before this step"
 FAILED_DURING = "the run failed before this step finished"  # it had begun: an interrupted attempt
 
 
-
 def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     """The first group with a pending flow step runs next, as much of it as fits this
     execution's history budget (a window); none left means the run ends, and a window that
@@ -57,8 +56,13 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
         settle = costs.group - costs.states.get("RunGroup", 0)
         if req.used and not fits(req.used, settle, svc.settings.history_budget, costs):
             return Plan(action="continue", group=left.group, cycle=left.cycle, used=req.used)
-        return Plan(action="settle", group=left.group, cycle=left.cycle, reason="an earlier drive left this group unsettled",
-                    used=req.used + settle)
+        return Plan(
+            action="settle",
+            group=left.group,
+            cycle=left.cycle,
+            reason="an earlier drive left this group unsettled",
+            used=req.used + settle,
+        )
     first = first_pending(outline)
     if first is None:
         return Plan(action="end", used=req.used)
@@ -72,8 +76,9 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     # first two steps in the whole group (its lead, and whether it is gated). An approval is a
     # group of its own, so the window shows it.
     most = most_steps(used=req.used, budget=svc.settings.history_budget, costs=costs)
-    launching = store.get_steps(run.tenant, run.id, group=group, messages=False,
-                                where=StepFilter(statuses=PENDING, flow=True, limit=most + 1))
+    launching = store.get_steps(
+        run.tenant, run.id, group=group, messages=False, where=StepFilter(statuses=PENDING, flow=True, limit=most + 1)
+    )
     if any(s.agent is None for s in launching):
         return Plan(action="park", group=group, reason="an approval", used=req.used)
     crashpoint("group-transition")
@@ -83,17 +88,24 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
 
     def plan(window: list[Step]) -> list[Lane]:
         return plan_lanes(
-            window, flow, svc.settings.max_lane_parallel, gate=bool(run.options.get("gate", True)),
-            sandboxed=sandboxed_agents(run.options), group=leads,
+            window,
+            flow,
+            svc.settings.max_lane_parallel,
+            gate=bool(run.options.get("gate", True)),
+            sandboxed=sandboxed_agents(run.options),
+            group=leads,
         )
 
-    window = plan_window(launching, plan, used=req.used, budget=svc.settings.history_budget, costs=costs,
-                         fresh=req.used == 0)
+    window = plan_window(launching, plan, used=req.used, budget=svc.settings.history_budget, costs=costs, fresh=req.used == 0)
     if window is None:
-        return Plan(action="continue", group=group, cycle=cycle, used=req.used,
-                    reason="this execution's history budget is spent: the drive goes on in a fresh one")
+        return Plan(
+            action="continue",
+            group=group,
+            cycle=cycle,
+            used=req.used,
+            reason="this execution's history budget is spent: the drive goes on in a fresh one",
+        )
     lanes, through = window
     planned = [s for s in launching if through < 0 or s.index <= through]
     prepare_handoffs(svc, run, group, cycle, {flow.spec(s.entry, s.slot).handoff for s in planned})
-    return Plan(action="run", group=group, cycle=cycle, lanes=lanes, through=through,
-                used=req.used + window_cost(lanes, costs))
+    return Plan(action="run", group=group, cycle=cycle, lanes=lanes, through=through, used=req.used + window_cost(lanes, costs))

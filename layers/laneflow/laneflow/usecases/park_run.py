@@ -15,11 +15,15 @@ def park_run(svc: Services, req: ParkRequest) -> RunEnded:
     store, tenant, run_id = svc.store, req.run.tenant, req.run.run_id
     for step in store.get_steps(tenant, run_id, group=req.group):
         if step.agent is None and step.status == StepStatus.pending:
-            store.update_step(tenant, run_id, step.index, StepChanges(status=StepStatus.awaiting_approval), expect_status=(StepStatus.pending,))
+            store.update_step(
+                tenant, run_id, step.index, StepChanges(status=StepStatus.awaiting_approval), expect_status=(StepStatus.pending,)
+            )
             store.add_event(tenant, run_id, step.index, Event(text=f"waiting for a person: {step.instruction}"))
     try:
         run = store.update_run(
-            tenant, run_id, RunChanges(status=RunStatus.awaiting_approval, parked_at=utcnow(), execution=None, driver=None),
+            tenant,
+            run_id,
+            RunChanges(status=RunStatus.awaiting_approval, parked_at=utcnow(), execution=None, driver=None),
             expect_status=(RunStatus.running,),
         )
     except Conflict:

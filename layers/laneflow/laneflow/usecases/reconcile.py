@@ -64,7 +64,6 @@ INTERRUPTED = "interrupted: its worker went away"
 JOURNAL_GRACE_S = 60.0
 
 
-
 @dataclass
 class AttemptOutcome:
     tenant: str
@@ -72,7 +71,6 @@ class AttemptOutcome:
     index: int
     attempt: int
     outcome: str  # interrupted | already interrupted | continued | stale
-
 
 
 @dataclass
@@ -107,17 +105,14 @@ class ReconcileReport:
         }
 
 
-
 def _age_s(stamp: str, now: _dt.datetime) -> float:
     return (now - _dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
-
 
 
 def drive_alive(liveness: Liveness, run: Run) -> bool:
     """Whether the run's drive may still be working: its driver is alive, or cannot be told
     (another host); a run with no driver has no drive."""
     return run.driver is not None and liveness.alive(run.driver) is not False
-
 
 
 class Reconciler:
@@ -220,7 +215,10 @@ class Reconciler:
             self._close_stopped(run)
         elif run.status == RunStatus.running and run.drives >= max_drives:
             close_run(
-                self.svc, run.tenant, run.id, error="GaveUp",
+                self.svc,
+                run.tenant,
+                run.id,
+                error="GaveUp",
                 cause=f"its drive went away {run.drives} times (the limit is {max_drives} drives)",
             )
             self.report.closed.append(run.id)
@@ -230,7 +228,7 @@ class Reconciler:
             try:
                 self.redrive(run)
                 self.report.redriven.append(run.id)
-            except Exception:  # noqa: BLE001 - one run's failure must not stop the pass
+            except Exception:  # one run's failure must not stop the pass
                 log.exception("re-driving %s failed", run.id)
                 return
             self._drive_chain(run)
@@ -256,7 +254,7 @@ class Reconciler:
             try:
                 self.redrive(chained)
                 self.report.redriven.append(chained.id)
-            except Exception:  # noqa: BLE001 - one run's failure must not stop the pass
+            except Exception:  # one run's failure must not stop the pass
                 log.exception("driving %s, chained to %s, failed", chained.id, run.id)
                 return
             run = chained
@@ -267,7 +265,6 @@ class Reconciler:
         else:
             close_run(self.svc, run.tenant, run.id, error="Stopped", cause="stopped by a person; its drive was gone")
         self.report.closed.append(run.id)
-
 
 
 def interrupt(
@@ -306,10 +303,8 @@ def interrupt(
         return "already interrupted" if now.status == AttemptStatus.interrupted else "stale"
 
 
-
 def reconcile(svc: Services, liveness: Liveness, **kwargs: Any) -> ReconcileReport:
     return Reconciler(svc, liveness, **kwargs).run()
-
 
 
 # -- a local runner going away, and a person resuming one run -----------------------------------
@@ -334,13 +329,11 @@ def leave_drive(svc: Services, tenant: str, run_id: str, worker: WorkerRef, live
     return run
 
 
-
 class RunNotResumable(LaneflowError):
     """`resume` was asked for a run that has nothing to resume, or that a live drive holds."""
 
     exit_code = 2
     http_status = 409
-
 
 
 def resumable_run(svc: Services, liveness: Liveness, tenant: str, run_id: str) -> Run:

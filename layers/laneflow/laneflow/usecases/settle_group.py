@@ -75,12 +75,12 @@ def settle_group(svc: Services, req: SettleGroupRequest) -> Settlement:
     # Rescues run as many as fit this execution's history; the others stay pending, and the
     # group is settled again after these (here, or in a fresh execution: `continue`).
     costs = history_costs()
-    taken, used = rescue_window(settled.rescues, used=req.used, budget=svc.settings.history_budget, costs=costs,
-                                fresh=req.used <= costs.group)
+    taken, used = rescue_window(
+        settled.rescues, used=req.used, budget=svc.settings.history_budget, costs=costs, fresh=req.used <= costs.group
+    )
     if not taken:
         return settled.model_copy(update={**echo, "action": "continue", "rescues": []})
     return settled.model_copy(update={**echo, "rescues": taken, "used": used})
-
 
 
 class Settler:
@@ -112,7 +112,9 @@ class Settler:
         self.settle_cost(outline)
         if tidying.rescued or tidying.rescue_failed or tidying.abandoned:  # what it recorded is read back
             members = self.store.get_steps(tenant, run_id, group=self.group, messages=False)
-        steps = [s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g, messages=False)] + members
+        steps = [
+            s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g, messages=False)
+        ] + members
         last = max((o.last_index for o in outline), default=-1)
         return self.apply(decide(self.run, self.flow, self.group, steps, next_index=last + 1, spent=spent_of(outline)))
 
@@ -122,12 +124,18 @@ class Settler:
         group's last. No rescue of this cycle exists before its last window is settled, so the
         window's own steps are all tidying has to look at."""
         tenant, run_id = self.run.tenant, self.run.id
-        later = self.store.get_steps(tenant, run_id, group=self.group, messages=False,
-                                     where=StepFilter(statuses=statuses(StepStatus.pending), flow=True, low=self.through + 1, limit=1))
+        later = self.store.get_steps(
+            tenant,
+            run_id,
+            group=self.group,
+            messages=False,
+            where=StepFilter(statuses=statuses(StepStatus.pending), flow=True, low=self.through + 1, limit=1),
+        )
         if not later:
             return None
-        unfinished = self.store.get_steps(tenant, run_id, group=self.group, messages=False,
-                                          where=StepFilter(statuses=UNFINISHED, flow=True, high=self.through))
+        unfinished = self.store.get_steps(
+            tenant, run_id, group=self.group, messages=False, where=StepFilter(statuses=UNFINISHED, flow=True, high=self.through)
+        )
         self.apply_tidying(tidy(self.run, unfinished))
         outline = self.store.get_group_outline(tenant, run_id)
         self.settle_cost(outline)
@@ -151,7 +159,9 @@ class Settler:
         if spent == self.run.cost_usd:
             return
         try:
-            self.run = self.store.update_run(self.run.tenant, self.run.id, RunChanges(cost_usd=spent), expect_status=(RunStatus.running,))
+            self.run = self.store.update_run(
+                self.run.tenant, self.run.id, RunChanges(cost_usd=spent), expect_status=(RunStatus.running,)
+            )
         except Conflict:
             pass
 
@@ -164,9 +174,17 @@ class Settler:
         tenant, run_id = self.run.tenant, self.run.id
         for target, rescue in tidying.rescued:
             self.store.update_step(
-                tenant, run_id, target.index,
-                StepChanges(status=StepStatus.completed, result=rescue.result, conclusion=rescue.conclusion,
-                            data=rescue.data, error=None, finished_at=rescue.finished_at),
+                tenant,
+                run_id,
+                target.index,
+                StepChanges(
+                    status=StepStatus.completed,
+                    result=rescue.result,
+                    conclusion=rescue.conclusion,
+                    data=rescue.data,
+                    error=None,
+                    finished_at=rescue.finished_at,
+                ),
                 expect_status=(StepStatus.failed,),
             )
             self._event(target.index, f"rescued by step {rescue.index} ({rescue.agent}); it failed: {target.error}")
@@ -193,14 +211,26 @@ class Settler:
         tenant, run_id = self.run.tenant, self.run.id
         for ended in decision.exhausted:
             self.store.update_step(
-                tenant, run_id, ended.index, StepChanges(status=StepStatus.failed, error=ended.reason),
+                tenant,
+                run_id,
+                ended.index,
+                StepChanges(status=StepStatus.failed, error=ended.reason),
                 expect_status=(StepStatus.completed,),
             )
             self._event(ended.index, ended.reason, type=EventType.error)
         if decision.loop is not None:
             loop = decision.loop
-            cleared = StepChanges(status=StepStatus.pending, cycle=loop.cycle, result=None, conclusion=None, data=None,
-                                  error=None, skip_reason=None, started_at=None, finished_at=None)
+            cleared = StepChanges(
+                status=StepStatus.pending,
+                cycle=loop.cycle,
+                result=None,
+                conclusion=None,
+                data=None,
+                error=None,
+                skip_reason=None,
+                started_at=None,
+                finished_at=None,
+            )
             for index in loop.reset:
                 self.store.update_step(tenant, run_id, index, cleared)
             self.store.put_handoff(tenant, run_id, feedback_key(loop.group, loop.cycle), loop.feedback)
@@ -209,8 +239,7 @@ class Settler:
         launched = [launch for plan in decision.rescues if (launch := self._rescue(plan)) is not None]
         if decision.rescues and not launched:  # every rescue kept had ended meanwhile
             return Settlement(action="end", reason=decision.unrescued) if decision.unrescued else Settlement(action="next")
-        return Settlement(action=decision.action, reason=decision.reason,
-                          rescues=launched if decision.action == "rescue" else [])
+        return Settlement(action=decision.action, reason=decision.reason, rescues=launched if decision.action == "rescue" else [])
 
     def _rescue(self, plan: RescuePlan) -> LaneStep | None:
         """Write one failed step's rescue; the rescue to launch, if it is pending."""
@@ -231,20 +260,31 @@ class Settler:
             if attempt.status == AttemptStatus.running:
                 try:
                     self.store.end_attempt(
-                        AttemptRef.of(self.run.tenant, attempt), AttemptStatus.interrupted,
-                        reason="interrupted: its worker went away", step=StepChanges(status=StepStatus.pending),
+                        AttemptRef.of(self.run.tenant, attempt),
+                        AttemptStatus.interrupted,
+                        reason="interrupted: its worker went away",
+                        step=StepChanges(status=StepStatus.pending),
                     )
                 except AttemptEnded:
                     pass
         step = self.store.get_step(self.run.tenant, self.run.id, rescue.index)
         if step.status == StepStatus.running:  # no running attempt was left: just pending again
-            step = self.store.update_step(self.run.tenant, self.run.id, rescue.index, StepChanges(status=StepStatus.pending), expect_status=(StepStatus.running,))
+            step = self.store.update_step(
+                self.run.tenant,
+                self.run.id,
+                rescue.index,
+                StepChanges(status=StepStatus.pending),
+                expect_status=(StepStatus.running,),
+            )
         return step
 
     def _supersede(self, index: int) -> None:
         try:
             self.store.update_step(
-                self.run.tenant, self.run.id, index, StepChanges(status=StepStatus.skipped, skip_reason=SUPERSEDED),
+                self.run.tenant,
+                self.run.id,
+                index,
+                StepChanges(status=StepStatus.skipped, skip_reason=SUPERSEDED),
                 expect_status=(StepStatus.pending, StepStatus.running),
             )
         except Conflict:
@@ -259,8 +299,16 @@ class Settler:
         model = resolve_model(rescue_spec, agent_model, ws, override=self.run.model, default=self.svc.settings.default_model)
         step = new.of
         rescue = Step(
-            index=new.index, group=step.group, entry=step.entry, slot=step.slot, agent=new.agent, item=step.item,
-            model=model, cycle=step.cycle, rescue_of=step.index, instruction=new.instruction,
+            index=new.index,
+            group=step.group,
+            entry=step.entry,
+            slot=step.slot,
+            agent=new.agent,
+            item=step.item,
+            model=model,
+            cycle=step.cycle,
+            rescue_of=step.index,
+            instruction=new.instruction,
         )
         self.store.add_steps(self.run.tenant, self.run.id, [rescue])
         self._event(step.index, f"rescue: {new.agent} takes this step over as step {new.index}")

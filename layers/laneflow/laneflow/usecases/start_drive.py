@@ -49,7 +49,9 @@ def _continue(svc: Services, req: StartDriveRequest, driver: WorkerRef) -> Drive
     assert req.input is not None
     try:
         svc.store.update_run(
-            req.tenant, req.run_id, RunChanges(execution=req.execution or None, driver=driver),
+            req.tenant,
+            req.run_id,
+            RunChanges(execution=req.execution or None, driver=driver),
             expect_status=(RunStatus.running,),
         )
     except Conflict:

@@ -35,7 +35,6 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return f"run-{now.strftime('%Y%m%d-%H%M%S')}-{_secrets.token_hex(3)}"
 
 
-
 def each_items(spec: StepSpec, run_input: Any) -> list[Any] | None:
     """The fan-out items of an `each:` step (None when it has no `each:`)."""
     if spec.each is None:
@@ -47,11 +46,9 @@ def each_items(spec: StepSpec, run_input: Any) -> list[Any] | None:
     return list(value) if found and isinstance(value, list) else []
 
 
-
 def resolve_model(spec: StepSpec, agent_model: str | None, ws: Workspace, *, override: str | None, default: str) -> str:
     """`--model` for the run, else the step's `model:`, the agent's, the workspace's, the default."""
     return override or spec.model or agent_model or ws.settings.model or default
-
 
 
 def expand_steps(
@@ -82,7 +79,6 @@ def expand_steps(
                     )
                 )
     return steps
-
 
 
 def prepare_run(
@@ -140,7 +136,6 @@ def prepare_run(
     )
 
 
-
 def flow_agents(ws: Workspace, flow: Flow) -> dict[str, Agent]:
     """The flow's agents (its steps' and their rescues'), each read once, in flow order."""
     names = [spec.agent for entry in flow.entries for spec in entry.steps]
@@ -148,13 +143,11 @@ def flow_agents(ws: Workspace, flow: Flow) -> dict[str, Agent]:
     return {name: load_agent(ws, name) for name in dict.fromkeys(names)}
 
 
-
 def run_account(run: Run) -> str | None:
     """The account folder (or AGENTS.md) the run was started with (`--account`), if any:
     what every reload of its workspace passes along."""
     account = run.options.get("account")
     return str(account) if account else None
-
 
 
 def create_run(svc: Services, workspace: str | Path, flow_name: str, run_input: Any = None, **kwargs: Any) -> Run:

@@ -25,7 +25,6 @@ from laneflow.usecases.start_run import prepare_run
 IDEMPOTENT_PREFIX = "run-k-"
 
 
-
 class RunOfAFlow(BaseModel):
     """A run of a flow of a workspace on an input: what a start (`StartRun`) and an estimate
     (`usecases.estimate.EstimateRequest`) are asked about."""
@@ -38,19 +37,20 @@ class RunOfAFlow(BaseModel):
     model: str | None = Field(default=None, min_length=1, max_length=200, description="run every step on this model")
 
 
-
 class StartRun(RunOfAFlow):
     """Start a run of a flow of a workspace on an input."""
 
     idempotency_key: str | None = Field(
-        default=None, min_length=1, max_length=255, description="the same key again returns the run it started (200) and starts nothing"
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="the same key again returns the run it started (200) and starts nothing",
     )
 
     def fingerprint(self) -> str:
         """What the request asks for (everything but the key), to tell a retry from a reuse."""
         asked = self.model_dump(mode="json", exclude={"idempotency_key"})
         return "sha256:" + hashlib.sha256(json.dumps(asked, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,9 @@ class Started:
     replayed: bool = False
 
 
-
 def idempotent_run_id(tenant: str, key: str) -> str:
     """The run id a (tenant, idempotency key) pair names; one tenant's key never names another's run."""
     return IDEMPOTENT_PREFIX + hashlib.sha256(f"{tenant}\n{key}".encode()).hexdigest()[:24]
-
 
 
 def start_run_idempotent(svc: Services, tenant: str, request: StartRun) -> Started:
@@ -85,10 +83,14 @@ def start_run_idempotent(svc: Services, tenant: str, request: StartRun) -> Start
     return start_in(svc, tenant, request, lambda: workspaces.locate(tenant, request.workspace))
 
 
-
 def start_in(
-    svc: Services, tenant: str, request: StartRun, where: Callable[[], str], *,
-    account: str | None = None, options: dict[str, Any] | None = None,
+    svc: Services,
+    tenant: str,
+    request: StartRun,
+    where: Callable[[], str],
+    *,
+    account: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Started:
     """`start_run_idempotent` in the tenant's workspace that `where()` finds (asked only when a
     run is to be made): make the run (or, for a key seen before, answer the one it made) and
@@ -100,7 +102,14 @@ def start_in(
         return Started(earlier, replayed=True)
     uri = where()
     run = prepare_run(
-        svc, svc.folders.open(uri), request.flow, request.input, tenant=tenant, model=request.model, account=account, options=options
+        svc,
+        svc.folders.open(uri),
+        request.flow,
+        request.input,
+        tenant=tenant,
+        model=request.model,
+        account=account,
+        options=options,
     )
     run.workspace_uri = uri  # where every later reader finds it (an S3 URI in the cloud)
     if run_id:
@@ -117,7 +126,6 @@ def start_in(
     if svc.drives is not None:
         svc.drives.start(tenant, run.id)
     return Started(run)
-
 
 
 def _earlier(svc: Services, tenant: str, run_id: str, request: StartRun) -> Run | None:

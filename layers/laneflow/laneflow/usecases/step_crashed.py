@@ -59,5 +59,15 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
             step = store.get_step(tenant, run_id, index)
     store.add_event(tenant, run_id, index, Event(type=EventType.error, text=reason))
     if req.step.role == "lead":
-        open_gate(svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index, why="the lead's worker failed", lead_ended=True)
+        open_gate(
+            svc,
+            tenant,
+            run_id,
+            group=req.group,
+            cycle=req.cycle,
+            lane=req.lane,
+            lead=index,
+            why="the lead's worker failed",
+            lead_ended=True,
+        )
     return StepReport(index=index, status=step.status, attempts=step.attempts)

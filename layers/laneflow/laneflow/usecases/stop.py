@@ -26,12 +26,10 @@ def _close(svc: Services, run: Run) -> Run:
     return svc.store.get_run(run.tenant, run.id, steps=False)
 
 
-
 @dataclass
 class StopOutcome:
     run: Run
     message: str
-
 
 
 def stop_run(svc: Services, tenant: str, run_id: str) -> StopOutcome:
@@ -54,7 +52,6 @@ def stop_run(svc: Services, tenant: str, run_id: str) -> StopOutcome:
     return StopOutcome(run, f"run {run_id}: stop requested; its running steps end at their next check{tasks}")
 
 
-
 def stop_sandbox_tasks(svc: Services, tenant: str, run_id: str) -> int:
     """Send StopTask to the Fargate task of each of the run's running attempts (a sandboxed
     step): its worker sees the stop as every worker does, and the task ends with it.
@@ -68,6 +65,6 @@ def stop_sandbox_tasks(svc: Services, tenant: str, run_id: str) -> int:
         try:
             svc.tasks.stop(attempt.worker, f"laneflow: run {run_id} was stopped")
             told += 1
-        except Exception as error:  # noqa: BLE001 - the worker still sees the stop itself
+        except Exception as error:  # the worker still sees the stop itself
             log.warning("could not stop sandbox task %s: %s", attempt.worker.task, error)
     return told

@@ -26,7 +26,6 @@ from laneflow.ports import Services
 log = logging.getLogger("laneflow.gate")
 
 
-
 def wait_for_lead(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport:
     """A sibling arrives: go on at once if its lead's reply has begun (the reserve: if its
     lead has ended), else leave its token for the lead (and say so in its trace). It holds
@@ -44,7 +43,6 @@ def wait_for_lead(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport:
     line = reserve_line(agent, req.parallel or 0) if reserve else waiting_line(agent)
     svc.store.add_event(tenant, run_id, index, Event(type=EventType.gate, text=line))
     return WaitForLeadReport(index=index, waiting=True)
-
 
 
 def open_gate(
@@ -78,6 +76,9 @@ def open_gate(
     if waiters:
         data = {"ended_at" if lead_ended else "opened_at": at or utcnow(), "released_at": utcnow(), "released": released}
         svc.store.add_event(
-            tenant, run_id, lead, Event(type=EventType.gate, text=f"prompt cache: released {released} waiting sibling(s): {why}", data=data)
+            tenant,
+            run_id,
+            lead,
+            Event(type=EventType.gate, text=f"prompt cache: released {released} waiting sibling(s): {why}", data=data),
         )
     return released

@@ -54,7 +54,7 @@ def task_alive(tasks: EcsTasks | None = None) -> Callable[[str], bool | None]:
     def alive(task_arn: str) -> bool | None:
         try:
             return ecs.alive(task_arn)
-        except Exception as error:  # noqa: BLE001 - cannot tell: reconcile leaves the attempt alone
+        except Exception as error:  # cannot tell: reconcile leaves the attempt alone
             log.warning("could not describe sandbox task %s: %s", task_arn, error)
             return None
 

@@ -20,5 +20,12 @@ class EventBridgeOnEnd(LazyClient):
 
     def __call__(self, run: Run) -> None:
         self.client.put_events(
-            Entries=[{"Source": "laneflow", "DetailType": "run finished", "Detail": json.dumps(finished_event(run)), "EventBusName": self.bus}]
+            Entries=[
+                {
+                    "Source": "laneflow",
+                    "DetailType": "run finished",
+                    "Detail": json.dumps(finished_event(run)),
+                    "EventBusName": self.bus,
+                }
+            ]
         )

@@ -65,18 +65,15 @@ if IN_LAMBDA:
     copy_config_to_registered_loggers(source_logger=logger, include={"laneflow"})
 
 
-
 def bind(**keys: Any) -> None:
     """Add keys (e.g. the attempt, once claimed) to every later log line of this invocation."""
     if IN_LAMBDA:
         logger.append_keys(**keys)
 
 
-
 def metric(name: str, unit: MetricUnit, value: float) -> None:
     if IN_LAMBDA:
         metrics.add_metric(name=name, unit=unit, value=value)
-
 
 
 def step_metrics(*, cost_usd: float, duration_ms: float, calls: list[Any], gate_wait_ms: float | None) -> None:

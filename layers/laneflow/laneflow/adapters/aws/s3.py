@@ -44,7 +44,12 @@ class S3Captures:
     `region` overrides the region)."""
 
     def __init__(
-        self, bucket: str, prefix: str = "captures", *, region: str | None = None, client: Any | None = None,
+        self,
+        bucket: str,
+        prefix: str = "captures",
+        *,
+        region: str | None = None,
+        client: Any | None = None,
         redactor: Redactor | None = None,
     ):
         self.bucket, self.prefix, self.region = bucket, prefix.strip("/"), region
@@ -73,7 +78,9 @@ class S3Captures:
         return rel
 
     def get(self, ref: str) -> dict[str, Any]:
-        record: dict[str, Any] = json.loads(self._s3().get_object(Bucket=self.bucket, Key=self.key(ref))["Body"].read().decode("utf-8"))
+        record: dict[str, Any] = json.loads(
+            self._s3().get_object(Bucket=self.bucket, Key=self.key(ref))["Body"].read().decode("utf-8")
+        )
         return record
 
 
@@ -92,10 +99,8 @@ KEPT_OWN = ("outputs", "memory")  # ... and its agent's
 _lock = threading.Lock()
 
 
-
 def _valid_name(name: str) -> bool:
     return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".")
-
 
 
 class S3Workspaces:
@@ -117,7 +122,6 @@ class S3Workspaces:
         return uri
 
 
-
 def _s3(client: Any | None) -> Any:
     if client is not None:
         return client
@@ -126,12 +130,10 @@ def _s3(client: Any | None) -> Any:
     return boto3.client("s3")
 
 
-
 def _split(uri: str) -> tuple[str, str]:
     """(bucket, key prefix ending in '/') of an `s3://bucket/prefix/` URI."""
     parsed = urlparse(uri)
     return parsed.netloc, parsed.path.lstrip("/")
-
 
 
 def _objects(uri: str, client: Any | None = None) -> list[dict[str, Any]]:
@@ -149,7 +151,6 @@ def _objects(uri: str, client: Any | None = None) -> list[dict[str, Any]]:
         token = page.get("NextContinuationToken")
 
 
-
 def is_script(rel: str) -> bool:
     """A file directly in the workspace's or an agent's `scripts/` folder. S3 keeps no file
     modes, so a downloaded workspace's scripts are made executable (its script tools)."""
@@ -157,16 +158,13 @@ def is_script(rel: str) -> bool:
     return (len(parts) == 2 and parts[0] == "scripts") or (len(parts) == 4 and parts[0] == "agents" and parts[2] == "scripts")
 
 
-
 NAME_MAX = 255  # bytes of one name in a path (Linux's file systems, /tmp among them)
-
 
 
 def _refused(name: str, rel: str, why: str) -> WorkspaceInvalid:
     message = f"its S3 key {rel!r} {why}; nothing was downloaded"
     shown = rel.encode("utf-8", "backslashreplace").decode("utf-8")[:200]  # a Problem is JSON: no lone surrogate
     return WorkspaceInvalid(f"workspace {name!r}: {message}", [Problem(file=shown, message=message)])
-
 
 
 def _key_problem(rel: str) -> str | None:
@@ -185,7 +183,6 @@ def _key_problem(rel: str) -> str | None:
     if max(sizes) > NAME_MAX:
         return f"has a name of {max(sizes)} bytes; a file or folder name is at most {NAME_MAX} bytes"
     return None
-
 
 
 def _download_plan(name: str, prefix: str, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -213,7 +210,6 @@ def _download_plan(name: str, prefix: str, objects: list[dict[str, Any]]) -> lis
         if rel in folders:
             raise _refused(name, rel, f"is a file, and the key {folders[rel]!r} needs a folder of that name")
     return plan
-
 
 
 def local_path(uri: str, client: Any | None = None) -> Path:
@@ -263,7 +259,6 @@ def local_path(uri: str, client: Any | None = None) -> Path:
     return target
 
 
-
 def _prune(home: Path, keep: Path) -> None:
     """Remove the earlier downloads of one workspace that nobody used for PRUNE_AFTER_S (a
     Lambda container's /tmp would otherwise fill with one copy per change)."""
@@ -274,7 +269,6 @@ def _prune(home: Path, keep: Path) -> None:
                 shutil.rmtree(old, ignore_errors=True)
         except FileNotFoundError:
             pass
-
 
 
 @dataclass
@@ -337,9 +331,7 @@ class WorkingCopy:
             shutil.rmtree(self.root.parent, ignore_errors=True)
 
 
-
 NOT_COPIED = (".git", ".secrets.env")  # never in a scratch copy: history, and the local secrets file
-
 
 
 def _not_copied(top: Path, agents: Collection[str] | None = None) -> Callable[[str, list[str]], set[str]]:
@@ -360,7 +352,6 @@ def _not_copied(top: Path, agents: Collection[str] | None = None) -> Callable[[s
     return ignore
 
 
-
 def checkout(uri: str, client: Any | None = None, *, scratch: bool = False, agents: Collection[str] | None = None) -> WorkingCopy:
     """The folder an attempt works in: for an S3 workspace, a fresh copy of its pristine
     download in a folder of its own under /tmp; for a local one, the workspace itself, or
@@ -377,6 +368,8 @@ def checkout(uri: str, client: Any | None = None, *, scratch: bool = False, agen
         shutil.rmtree(root.parent, ignore_errors=True)
         raise
     return WorkingCopy(root=root, uri=uri, pristine=pristine, client=client)
+
+
 class SyncedFolders:
     """`WorkspaceFolders`: a local workspace is its own folder (a sandbox worker's attempts
     get a scratch copy of it); one in S3 is synced to /tmp."""

@@ -23,7 +23,9 @@ def read_model_key(name: str) -> str:
         code = error.response.get("Error", {}).get("Code", "error")
         raise ModelNotConfigured(f"the model's key could not be read from Secrets Manager secret {name!r}: {code}") from None
     except BotoCoreError as error:
-        raise ModelNotConfigured(f"the model's key could not be read from Secrets Manager secret {name!r}: {type(error).__name__}") from None
+        raise ModelNotConfigured(
+            f"the model's key could not be read from Secrets Manager secret {name!r}: {type(error).__name__}"
+        ) from None
     value = value.strip()
     if value.startswith("{"):
         try:
@@ -81,9 +83,13 @@ class SecretsManagerSecrets:
                 code = error.response.get("Error", {}).get("Code", "error")
                 if code in ("ResourceNotFoundException", "InvalidRequestException"):  # absent, or deleted
                     continue
-                raise StepFailed(f"secret {name} could not be read from Secrets Manager ({sid}): {code}", retryable=code in _TEMPORARY) from None
+                raise StepFailed(
+                    f"secret {name} could not be read from Secrets Manager ({sid}): {code}", retryable=code in _TEMPORARY
+                ) from None
             except BotoCoreError as error:
-                raise StepFailed(f"secret {name} could not be read from Secrets Manager ({sid}): {type(error).__name__}") from None
+                raise StepFailed(
+                    f"secret {name} could not be read from Secrets Manager ({sid}): {type(error).__name__}"
+                ) from None
             value = _field(value, name)
             if value:
                 values[name] = value

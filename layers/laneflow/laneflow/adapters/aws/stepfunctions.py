@@ -54,7 +54,6 @@ class StepFunctionsCallbacks(LazyClient):
         self._call("send_task_heartbeat", taskToken=token)
 
 
-
 class StepFunctionsDrives(LazyClient):
     """StartExecution on the deployed state machine."""
 
@@ -66,7 +65,9 @@ class StepFunctionsDrives(LazyClient):
 
     def start(self, tenant: str, run_id: str) -> str:
         name = f"{run_id}-{secrets.token_hex(4)}"[:80]
-        out = self.client.start_execution(stateMachineArn=self.arn, name=name, input=json.dumps({"tenant": tenant, "run_id": run_id}))
+        out = self.client.start_execution(
+            stateMachineArn=self.arn, name=name, input=json.dumps({"tenant": tenant, "run_id": run_id})
+        )
         return str(out["executionArn"])
 
     def continue_drive(self, start: ExecutionInput, name: str) -> str:
@@ -78,8 +79,6 @@ class StepFunctionsDrives(LazyClient):
         except self.client.exceptions.ExecutionAlreadyExists:
             return self.arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
         return str(out["executionArn"])
-
-
 
 
 def execution_alive(client: Any | None = None) -> Callable[[str], bool | None]:

@@ -75,7 +75,6 @@ for _noisy in ("moto", "moto.stepfunctions"):
     logging.getLogger(_noisy).setLevel(logging.CRITICAL)
 
 
-
 class LambdaContext:
     """What a Lambda handler's `context` offers, for an in-process call."""
 
@@ -93,7 +92,6 @@ class LambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
-
 
 
 class HandlerRegistry:
@@ -155,7 +153,7 @@ class HandlerRegistry:
                 return answered  # already the Invoke API's shape, made by the worker's registry
             with self.bind() if self.bind is not None else nullcontext():
                 result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
-        except Exception as exc:  # noqa: BLE001 - every error crosses as a Lambda function error
+        except Exception as exc:  # every error crosses as a Lambda function error
             logging.getLogger("laneflow.engine").debug("handler %s raised", logical_id, exc_info=True)
             return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc)[-5:])
         finally:
@@ -170,7 +168,6 @@ class HandlerRegistry:
             return self._idle.wait_for(lambda: self._running == 0, timeout=timeout_s)
 
 
-
 def _function_error(error_type: str, message: str, stack: list[str] | None = None) -> dict[str, Any]:
     return {
         "StatusCode": 200,
@@ -179,14 +176,12 @@ def _function_error(error_type: str, message: str, stack: list[str] | None = Non
     }
 
 
-
 # -- the interpreter hook ------------------------------------------------------------------------
 
 _registry_lock = threading.Lock()
 
 # The handlers of each running drive, by the ARN of the execution they answer.
 _registries: dict[str, HandlerRegistry] = {}
-
 
 
 def serve_execution(execution_arn: str, registry: HandlerRegistry | None) -> None:
@@ -198,12 +193,10 @@ def serve_execution(execution_arn: str, registry: HandlerRegistry | None) -> Non
             _registries[execution_arn] = registry
 
 
-
 def registry_of(execution_arn: str | None) -> HandlerRegistry | None:
     """The handlers (and so the services) of the drive that serves this execution, if any."""
     with _registry_lock:
         return _registries.get(execution_arn) if execution_arn else None
-
 
 
 def _invoke_in_process(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
@@ -216,10 +209,8 @@ def _invoke_in_process(parameters: dict[str, Any], region: str, state_credential
     return registry.invoke(parameters["FunctionName"], payload)
 
 
-
 # The sandbox workers of each running drive that has them, by the ARN of its execution.
 _sandboxes: dict[str, Sandboxes] = {}
-
 
 
 def _field(params: dict[str, Any], name: str) -> Any:
@@ -231,12 +222,10 @@ def _field(params: dict[str, Any], name: str) -> Any:
     return None
 
 
-
 def overrides_environment(params: dict[str, Any]) -> dict[str, str]:
     """The environment a runTask's container overrides give its (first) container."""
     containers = _field(_field(params, "Overrides") or {}, "ContainerOverrides") or [{}]
     return {str(_field(e, "Name")): str(_field(e, "Value")) for e in _field(containers[0], "Environment") or []}
-
 
 
 def _run_task_locally(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -244,19 +233,22 @@ def _run_task_locally(original: Callable[..., Any]) -> Callable[..., Any]:
     the sandbox worker (its token and request in its environment, as the task's overrides
     give them); outside a drive (a test under `mock_aws`), moto's own."""
 
-    def run_task(self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any) -> None:
+    def run_task(
+        self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+    ) -> None:
         with _registry_lock:
             sandboxes = _sandboxes.get(moto_patches.execution_of(env) or "")
         if sandboxes is None:
             return original(self, env, resource_runtime_part, normalised_parameters, state_credentials)  # type: ignore[no-any-return]
         child = sandboxes.launch(overrides_environment(normalised_parameters))
         task = f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/local/{child.pid}"
-        env.stack.append({"Tasks": [{"TaskArn": task, "ClusterArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/local", "LastStatus": "RUNNING"}]})
+        env.stack.append(
+            {"Tasks": [{"TaskArn": task, "ClusterArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/local", "LastStatus": "RUNNING"}]}
+        )
         return None
 
     run_task.original = original  # type: ignore[attr-defined]
     return run_task
-
 
 
 def install_interpreter_hook() -> None:
@@ -281,7 +273,6 @@ def install_interpreter_hook() -> None:
     moto_fastcopy.install()
 
 
-
 def _hear_an_early_outcome() -> None:
     """A fix to moto's callback endpoint (idempotent). A task with `HeartbeatSeconds` waits
     on its heartbeat endpoint, made only once the task was submitted; a worker that completes
@@ -304,7 +295,6 @@ def _hear_an_early_outcome() -> None:
     CallbackEndpoint.setup_heartbeat_endpoint = setup_heartbeat_endpoint  # type: ignore[method-assign]
 
 
-
 def child_environ(svc: Services, environ: dict[str, str] | None = None) -> dict[str, str]:
     """What a local sandbox worker inherits: this process's environment (AWS endpoints and
     the like) and this engine's settings as the variables they are read from (the CLI may
@@ -318,18 +308,15 @@ def child_environ(svc: Services, environ: dict[str, str] | None = None) -> dict[
     return env
 
 
-
 def execution_arn(state_machine_arn: str, name: str) -> str:
     """The ARN moto gives an execution named `name` of the state machine."""
     return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
-
 
 
 def _backend() -> Any:
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
     return stepfunctions_parser_backends[ACCOUNT][REGION]
-
 
 
 class LocalCallbacks:
@@ -360,7 +347,6 @@ class LocalCallbacks:
         self._call("send_task_heartbeat", token)
 
 
-
 @dataclass
 class DriveResult:
     run: Run
@@ -372,7 +358,6 @@ class DriveResult:
     # started once the one before had spent its history budget (read each one's history
     # with `LocalEngine.history`).
     executions: list[str] = dataclasses.field(default_factory=list)
-
 
 
 class LocalContinuations:
@@ -420,7 +405,6 @@ class LocalContinuations:
         return arn
 
 
-
 class LocalEngine:
     """Runs drives of runs through the real definition, one execution per drive.
 
@@ -465,7 +449,9 @@ class LocalEngine:
             if arn is not None and not any(m.arn == arn for m in _backend().state_machines):
                 arn = None
             if arn is None:
-                machine = _backend().create_state_machine(name=f"laneflow-flow-{digest}", definition=self.definition, roleArn=ROLE)
+                machine = _backend().create_state_machine(
+                    name=f"laneflow-flow-{digest}", definition=self.definition, roleArn=ROLE
+                )
                 arn = self._machines[digest] = machine.arn
         return arn
 
@@ -489,7 +475,9 @@ class LocalEngine:
         try:
             self._start_sandboxes(arn, tenant, run_id)
             try:
-                execution = _backend().start_execution(machine, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id}))
+                execution = _backend().start_execution(
+                    machine, name=name, execution_input=json.dumps({"tenant": tenant, "run_id": run_id})
+                )
                 if execution.execution_arn != arn:  # pragma: no cover - guarded by test_engine_patch
                     raise RuntimeError(f"moto named the execution {execution.execution_arn}, not {arn}")
                 execution = self._follow(run_id, execution, on_tick, tick_s)
@@ -593,7 +581,6 @@ class LocalEngine:
         return events
 
 
-
 # The C heap of a long-lived process that drives runs (glibc's malloc; elsewhere these do
 # nothing). What `serve` holds after a drive is what the drive left: nothing, once it is
 # forgotten. What it had freed still sat in malloc's heaps, in two ways:
@@ -679,7 +666,7 @@ class LocalDrives:
                 self._forget(engine, result)
                 del engine, result
                 release_free_memory()
-            except Exception:  # noqa: BLE001 - reconcile picks up a drive that failed to run
+            except Exception:  # reconcile picks up a drive that failed to run
                 logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
 
     def _forget(self, engine: LocalEngine, result: DriveResult) -> None:

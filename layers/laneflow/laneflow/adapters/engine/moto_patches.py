@@ -137,7 +137,7 @@ def _walked(extract_json: Callable[[str, Any], Any], parse: Callable[[str], Any]
     def walk(path: str, data: Any) -> Any:
         try:
             names = names_of(path)
-        except Exception:  # noqa: BLE001 - a path jsonpath-ng cannot parse: moto's own raises it
+        except Exception:  # a path jsonpath-ng cannot parse: moto's own raises it
             names = None
         if names is None:
             return extract_json(path, data)
@@ -215,7 +215,11 @@ def install() -> None:
         _replace(json_path, "parse", _memoized)
         _replace(result_path, "parse", _memoized)
         extract_json = _require(json_path, "extract_json")
-        walked = extract_json if getattr(extract_json, "__laneflow_patch__", False) else _walked(extract_json, _require(json_path, "parse"))
+        walked = (
+            extract_json
+            if getattr(extract_json, "__laneflow_patch__", False)
+            else _walked(extract_json, _require(json_path, "parse"))
+        )
         for name in EXTRACT_JSON_USERS:
             module = importlib.import_module(name)
             if not getattr(_require(module, "extract_json"), "__laneflow_patch__", False):

@@ -52,7 +52,6 @@ class RelayClosed(RuntimeError):
     (a kill -9 of `laneflow run` closes its sockets with it)."""
 
 
-
 class RelayCallbacks:
     """`TaskCallbacks` of a worker in another process than the engine's (a local sandbox
     worker, a step worker): each call goes to the engine's relay.
@@ -177,9 +176,12 @@ class Zygote:
 
     def __init__(self, environ: Mapping[str, str], on_exit: Any):
         self.on_exit = on_exit  # (pid, code) of each worker that ended
-        self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        self._process = subprocess.Popen(  # our own interpreter and module
             [sys.executable, "-m", WORKER_MODULE, "--zygote"],
-            env=dict(environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+            env=dict(environ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
         )
         self._answers: queue.Queue[dict[str, Any]] = queue.Queue()
         self._lock = threading.Lock()
@@ -287,7 +289,7 @@ class CallbackRelay:
                     return {"error": f"unknown relay call {other!r}"}
         except TokenGone as gone:
             return {"gone": str(gone)}
-        except Exception as error:  # noqa: BLE001 - the worker is told, and decides
+        except Exception as error:  # the worker is told, and decides
             return {"error": f"{type(error).__name__}: {error}"}
         if message.get("op") in ("succeed", "fail") and self.on_reported is not None:
             self.on_reported(token)
@@ -341,8 +343,10 @@ class Sandboxes:
         if self.zygote is not None and self.zygote.ready.wait(30):
             pid = self.zygote.fork(whole)
         else:
-            process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", WORKER_MODULE], env=whole, stdin=subprocess.DEVNULL,
+            process = subprocess.Popen(  # our own interpreter and module
+                [sys.executable, "-m", WORKER_MODULE],
+                env=whole,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: a stop kills all it started
             )
             pid = process.pid
@@ -369,10 +373,12 @@ class Sandboxes:
         if reported or self._closed:
             return
         try:  # it died without a word: the state catches this as a crashed worker
-            self.callbacks.fail(child.token, "SandboxWorkerExited", f"the sandbox worker exited with code {code} before it reported")
+            self.callbacks.fail(
+                child.token, "SandboxWorkerExited", f"the sandbox worker exited with code {code} before it reported"
+            )
         except TokenGone:
             pass
-        except Exception:  # noqa: BLE001 - the interpreter has gone with its drive
+        except Exception:  # the interpreter has gone with its drive
             log.debug("could not fail the token of a sandbox worker that exited", exc_info=True)
 
     def stop_all(self, grace_s: float = KILL_GRACE_S) -> None:

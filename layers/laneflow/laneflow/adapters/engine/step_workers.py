@@ -66,11 +66,9 @@ START_TIMEOUT_S = 30.0  # a worker not ready by then: the engine answers its cal
 CALL_TIMEOUT_S = 3600.0  # past a Lambda's 15 minutes: a worker that never answers is a bug, not a wait
 
 
-
 def usable(store_url: str | None) -> bool:
     """Whether a worker process can reach the engine's store (a `:memory:` one is per process)."""
     return bool(store_url) and ":memory:" not in str(store_url)
-
 
 
 def spreads(payload: Mapping[str, Any]) -> bool:
@@ -81,20 +79,24 @@ def spreads(payload: Mapping[str, Any]) -> bool:
     return isinstance(lane, str) and "@" in lane and LaneKey.parse(lane).model != "stub"
 
 
-
 def _exited(error: str) -> dict[str, Any]:
-    return {"StatusCode": 200, "FunctionError": "Unhandled",
-            "Payload": {"errorType": "StepWorkerExited", "errorMessage": error, "stackTrace": []}}
-
+    return {
+        "StatusCode": 200,
+        "FunctionError": "Unhandled",
+        "Payload": {"errorType": "StepWorkerExited", "errorMessage": error, "stackTrace": []},
+    }
 
 
 class _Worker:
     """One worker process, its calls in flight, and the thread reading its answers."""
 
     def __init__(self, environ: Mapping[str, str]):
-        self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", WORKER_MODULE], env=dict(environ),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,  # a person's Ctrl-C is the engine's
+        self.process = subprocess.Popen(  # our own interpreter and module
+            [sys.executable, "-m", WORKER_MODULE],
+            env=dict(environ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # a person's Ctrl-C is the engine's
         )
         self.ready = threading.Event()
         self.dead = threading.Event()
@@ -167,7 +169,6 @@ class _Worker:
             self.process.wait()
 
 
-
 class StepWorkers:
     """`size` worker processes answering one function's calls for the engine, with their
     callbacks relayed to `callbacks` (the interpreter's)."""
@@ -200,7 +201,9 @@ class StepWorkers:
                 if each.dead.is_set() and not each.started:
                     # It could not start (a broken environment): none would. The engine
                     # answers every call itself from now on, and says so once.
-                    log.warning("a step worker exited before it started (code %s): steps run in the engine's process", each.process.poll())
+                    log.warning(
+                        "a step worker exited before it started (code %s): steps run in the engine's process", each.process.poll()
+                    )
                     self._closed = True
                     return None
                 if each.dead.is_set():
@@ -240,11 +243,9 @@ class StepWorkers:
         self.relay.close()
 
 
-
 _pools: dict[tuple[int, str], StepWorkers] = {}
 
 _pools_lock = threading.Lock()
-
 
 
 def shared(environ: Mapping[str, str], size: int, callbacks: TaskCallbacks) -> StepWorkers:
@@ -256,7 +257,6 @@ def shared(environ: Mapping[str, str], size: int, callbacks: TaskCallbacks) -> S
         if pool is None:
             pool = _pools[key] = StepWorkers(environ, size, callbacks)
         return pool
-
 
 
 def close_all() -> None:

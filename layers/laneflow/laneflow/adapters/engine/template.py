@@ -18,7 +18,6 @@ class _CfnLoader(yaml.SafeLoader):
     """YAML with CloudFormation's short tags (!Ref, !GetAtt, !Sub, ...) read as plain data."""
 
 
-
 def _cfn_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
     name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
     if isinstance(node, yaml.ScalarNode):
@@ -33,9 +32,7 @@ def _cfn_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str,
     return {name: value}
 
 
-
 _CfnLoader.add_multi_constructor("!", _cfn_tag)
-
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,6 @@ class FunctionSpec:
     logical_id: str
     code_dir: Path
     handler: str  # module.function, e.g. app.handler
-
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ class Template:
     def load(cls, path: str | Path) -> Template:
         path = Path(path)
         with path.open(encoding="utf-8") as fh:
-            return cls(path=path, body=yaml.load(fh, Loader=_CfnLoader))  # noqa: S506 - SafeLoader subclass
+            return cls(path=path, body=yaml.load(fh, Loader=_CfnLoader))  # SafeLoader subclass
 
     @property
     def resources(self) -> dict[str, Any]:

@@ -69,7 +69,6 @@ UNREADABLE_INPUT = "unreadable_input"  # the key a tool_use input that was not a
 STOPPED_BEFORE_REPLY = "stopped by a person (its model call was ended before the reply began)"
 
 
-
 class _Watcher:
     """One thread that watches every model call of an executor while it is in flight.
 
@@ -170,7 +169,7 @@ class _CallWatch:
             stop = self.sink.stopped()
         except AttemptEnded:
             stop = True  # someone ended the attempt (a stop, an interruption): the call is over too
-        except Exception:  # noqa: BLE001 - a store hiccup: look again at the next poll
+        except Exception:  # a store hiccup: look again at the next poll
             return
         if stop:
             self.fired.set()
@@ -193,9 +192,8 @@ class _CallWatch:
             return
         try:
             response.close()
-        except Exception:  # noqa: BLE001 - the reader sees the shut socket either way
+        except Exception:  # the reader sees the shut socket either way
             pass
-
 
 
 class _CallSockets:
@@ -275,7 +273,6 @@ class _CallSockets:
         stream.write = tell_and_write
 
 
-
 @dataclass
 class Turn:
     id: str = ""
@@ -288,7 +285,6 @@ class Turn:
     @property
     def tool_uses(self) -> list[dict[str, Any]]:
         return [b for b in self.blocks if b["type"] == "tool_use"]
-
 
 
 class AnthropicExecutor:
@@ -347,7 +343,13 @@ class AnthropicExecutor:
         texts: list[str] = []
         cost = 0.0
         for number in range(1, max_turns + 1):
-            params: dict[str, Any] = {"model": job.model, "max_tokens": DEFAULT_MAX_TOKENS, "system": system, "messages": messages, **effort}
+            params: dict[str, Any] = {
+                "model": job.model,
+                "max_tokens": DEFAULT_MAX_TOKENS,
+                "system": system,
+                "messages": messages,
+                **effort,
+            }
             if tool_defs:
                 params["tools"] = tool_defs
             if job.budget is not None and cost >= job.budget:
@@ -364,7 +366,9 @@ class AnthropicExecutor:
                 if late:  # a colleague's message came while it finished: it hears it before it ends
                     messages.append({"role": "user", "content": late})
                     continue
-                return StepOutcome(result="\n\n".join(t for t in texts if t), conclusion="".join(turn.text).strip(), cost_usd=cost, turns=number)
+                return StepOutcome(
+                    result="\n\n".join(t for t in texts if t), conclusion="".join(turn.text).strip(), cost_usd=cost, turns=number
+                )
             results: list[dict[str, Any]] = [self._tool_result(use, tools, bool(tool_defs), sink) for use in turn.tool_uses]
             # Colleagues' messages (and answers) that came meanwhile join the next turn.
             messages.append({"role": "user", "content": results + _text_blocks(tools.colleagues.pending())})
@@ -383,7 +387,11 @@ class AnthropicExecutor:
         except ToolError as exc:
             output, is_error = str(exc), True
         sink.tool_call(
-            use["name"], json.dumps(use["input"], ensure_ascii=False), output, ms=int((time.monotonic() - started) * 1000), is_error=is_error
+            use["name"],
+            json.dumps(use["input"], ensure_ascii=False),
+            output,
+            ms=int((time.monotonic() - started) * 1000),
+            is_error=is_error,
         )
         return {"type": "tool_result", "tool_use_id": use["id"], "content": output, "is_error": is_error}
 
@@ -407,7 +415,9 @@ class AnthropicExecutor:
             try:
                 return self._turn(params, sink, job, deadline, price, left)
             except anthropic.AuthenticationError:
-                raise StepFailed("the model API refused the credentials (authentication failed): check ANTHROPIC_API_KEY", retryable=False) from None
+                raise StepFailed(
+                    "the model API refused the credentials (authentication failed): check ANTHROPIC_API_KEY", retryable=False
+                ) from None
             except anthropic.PermissionDeniedError:
                 raise StepFailed("the model API refused this request (permission denied)", retryable=False) from None
             except anthropic.NotFoundError:
@@ -420,7 +430,9 @@ class AnthropicExecutor:
                     raise StepFailed(f"the model API failed {tried + 1} times: {what}", retryable=True) from None
                 wait = _retry_after(exc) or self.backoff_s * (2**tried)
                 if deadline and time.monotonic() + wait > deadline:
-                    raise StepFailed(f"timed out after {job.timeout:g} s (the model API was busy: {what})", retryable=False) from None
+                    raise StepFailed(
+                        f"timed out after {job.timeout:g} s (the model API was busy: {what})", retryable=False
+                    ) from None
                 sink.event(EventType.warning, f"model API busy ({what}); retrying in {wait:.1f} s")
                 self._sleep(wait, sink)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -632,15 +644,12 @@ def _tool_input(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {UNREADABLE_INPUT: raw[:2000]}
 
 
-
 def _stopped_reason(turn: Turn) -> str:
     return "stopped by a person" if turn.id else STOPPED_BEFORE_REPLY
 
 
-
 def _over_budget(spent: float, left: float) -> str:
     return f"stopped at its budget: ${left:.4f} was left for this step and the model had spent ${spent:.4f}"
-
 
 
 def _message(exc: anthropic.APIStatusError) -> str:
@@ -649,12 +658,10 @@ def _message(exc: anthropic.APIStatusError) -> str:
     return str(error.get("message") or exc.message)[:300]
 
 
-
 def _describe(exc: Exception) -> str:
     if isinstance(exc, anthropic.APIStatusError):
         return f"{exc.status_code} {_message(exc)}"
     return type(exc).__name__
-
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -44,7 +44,6 @@ STOP_POLL_S = 0.05  # how often a call in flight looks for a stop
 SHOWN_HEADERS = ("content-type", "content-length", "location", "retry-after", "etag", "last-modified", "link")
 
 
-
 class _Redirects(urllib.request.HTTPRedirectHandler):
     """Follows a redirect only within the API's own base URL; refuses any other."""
 
@@ -53,12 +52,13 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
     def __init__(self, base_url: str):
         self.base_url = base_url
 
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: HTTPMessage, newurl: str) -> urllib.request.Request | None:
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: HTTPMessage, newurl: str
+    ) -> urllib.request.Request | None:
         why = within(self.base_url, newurl)
         if why:
             raise ToolError(f"refused: the server redirected ({code}) to {newurl.split('?')[0]}, and {why}")
         return super().redirect_request(req, fp, code, msg, headers, newurl)
-
 
 
 def _secret_values(spec: ApiSpec, secret_env: dict[str, str]) -> dict[str, str]:
@@ -71,7 +71,6 @@ def _secret_values(spec: ApiSpec, secret_env: dict[str, str]) -> dict[str, str]:
             raise ToolError(f"secret {name} is not loaded for this step; declare it in the agent's secrets:")
         values[name] = secret_env[crossed]
     return values
-
 
 
 def _report(status: int, reason: str, headers: Message, body: bytes, more: bool, sent: list[str]) -> str:
@@ -90,11 +89,9 @@ def _report(status: int, reason: str, headers: Message, body: bytes, more: bool,
     return "\n".join(lines) + "\n--- body ---\n" + text
 
 
-
 def _read(response: Any) -> tuple[bytes, bool]:
     body = response.read(MAX_READ_BYTES + 1)
     return body[:MAX_READ_BYTES], len(body) > MAX_READ_BYTES
-
 
 
 class ApiTools:
@@ -120,24 +117,26 @@ class ApiTools:
         defs = []
         for name, spec in sorted(self.apis.items()):
             listed = "; its operations are listed in your instructions" if spec.operations else ""
-            defs.append({
-                "name": name,
-                "description": (
-                    f"Call the HTTP API at {spec.base_url} (only that host){listed}. "
-                    f"Returns the status, a few headers and the body (cut at {MAX_RESPONSE_CHARS:,} characters); "
-                    "a 4xx or 5xx status is an error."
-                ),
-                "input_schema": {
-                    "type": "object",
-                    "properties": {
-                        "method": {"type": "string", "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]},
-                        "path": {"type": "string", "description": "relative to the base URL, such as /items/42"},
-                        "query": {"type": "object", "description": "query parameters"},
-                        "body": {"description": "JSON to send (a string is sent as text)"},
+            defs.append(
+                {
+                    "name": name,
+                    "description": (
+                        f"Call the HTTP API at {spec.base_url} (only that host){listed}. "
+                        f"Returns the status, a few headers and the body (cut at {MAX_RESPONSE_CHARS:,} characters); "
+                        "a 4xx or 5xx status is an error."
+                    ),
+                    "input_schema": {
+                        "type": "object",
+                        "properties": {
+                            "method": {"type": "string", "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]},
+                            "path": {"type": "string", "description": "relative to the base URL, such as /items/42"},
+                            "query": {"type": "object", "description": "query parameters"},
+                            "body": {"description": "JSON to send (a string is sent as text)"},
+                        },
+                        "required": ["path"],
                     },
-                    "required": ["path"],
-                },
-            })
+                }
+            )
         return defs
 
     def run(self, name: str, args: Any, *, timeout_s: float, stopped: Callable[[], bool]) -> str:
@@ -153,7 +152,9 @@ class ApiTools:
             headers.setdefault("Content-Type", call.content_type)
         request = urllib.request.Request(url, data=call.body, headers=headers, method=call.method)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _Redirects(spec.base_url))
-        exchange = _Exchange(name, opener, request, timeout_s, sent=sorted(spec.headers), where=f"{call.method} {url.split('?')[0]}")
+        exchange = _Exchange(
+            name, opener, request, timeout_s, sent=sorted(spec.headers), where=f"{call.method} {url.split('?')[0]}"
+        )
         # The call runs on its own thread, so a stop ends the attempt at once (the abandoned
         # call ends by its own timeout; nothing reads what it gets).
         worker = threading.Thread(target=exchange, name=f"laneflow-{name}", daemon=True)
@@ -168,12 +169,27 @@ class ApiTools:
         return exchange.report
 
 
-
 class _Exchange:
     """One request and its report, or the `ToolError` saying how it failed."""
 
-    def __init__(self, name: str, opener: urllib.request.OpenerDirector, request: urllib.request.Request, timeout_s: float, *, sent: list[str], where: str):
-        self.name, self.opener, self.request, self.timeout_s, self.sent, self.where = name, opener, request, timeout_s, sent, where
+    def __init__(
+        self,
+        name: str,
+        opener: urllib.request.OpenerDirector,
+        request: urllib.request.Request,
+        timeout_s: float,
+        *,
+        sent: list[str],
+        where: str,
+    ):
+        self.name, self.opener, self.request, self.timeout_s, self.sent, self.where = (
+            name,
+            opener,
+            request,
+            timeout_s,
+            sent,
+            where,
+        )
         self.report = ""
         self.error: ToolError | None = None
 
@@ -182,7 +198,7 @@ class _Exchange:
             self.report = self._exchange()
         except ToolError as error:
             self.error = error
-        except Exception as error:  # noqa: BLE001 - whatever the call met is the tool's own failure
+        except Exception as error:  # whatever the call met is the tool's own failure
             self.error = ToolError(f"{self.name}: the call failed ({type(error).__name__}: {error})")
 
     def _exchange(self) -> str:
@@ -193,7 +209,9 @@ class _Exchange:
                 return _report(response.status, response.reason, response.headers, body, more, sent)
         except urllib.error.HTTPError as e:
             body, more = _read(e)
-            raise ToolError(f"{name}: the API answered {e.code}\n" + _report(e.code, str(e.reason or ""), e.headers, body, more, sent)) from None
+            raise ToolError(
+                f"{name}: the API answered {e.code}\n" + _report(e.code, str(e.reason or ""), e.headers, body, more, sent)
+            ) from None
         except (TimeoutError, urllib.error.URLError) as e:
             if isinstance(e, TimeoutError) or isinstance(e.reason, TimeoutError):
                 raise ToolError(f"{name}: no answer within {self.timeout_s:.1f} s ({where}); the call was given up") from None

@@ -118,8 +118,13 @@ class Limits:
         )
 
     def as_data(self) -> dict[str, int]:
-        return {"processes": self.processes, "memory_bytes": self.memory_bytes, "cpu_s": self.cpu_s,
-                "file_bytes": self.file_bytes, "scratch_bytes": self.scratch_bytes}
+        return {
+            "processes": self.processes,
+            "memory_bytes": self.memory_bytes,
+            "cpu_s": self.cpu_s,
+            "file_bytes": self.file_bytes,
+            "scratch_bytes": self.scratch_bytes,
+        }
 
 
 SIZES: dict[str, Limits] = {
@@ -216,8 +221,17 @@ def _end_leftovers(uid: int) -> None:
     if uid == NOBODY:
         return
     try:
-        subprocess.run(["kill", "-KILL", "-1"], user=uid, group=uid, extra_groups=[], env={"PATH": PATH},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5, check=False)
+        subprocess.run(
+            ["kill", "-KILL", "-1"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={"PATH": PATH},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         log.warning("could not end what uid %s left running", uid)
 
@@ -296,10 +310,21 @@ class ScratchFence:
         the worker's own (OSError when the copy is already larger), else measured."""
         own = _private_scratch
         if own is not None and (root == own or own in root.parents):
-            if _LIBC.mount(b"laneflow-scratch", str(own).encode(), None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV,
-                           f"size={limit_bytes},mode=0711".encode()) != 0:
+            if (
+                _LIBC.mount(
+                    b"laneflow-scratch",
+                    str(own).encode(),
+                    None,
+                    _MS_REMOUNT | _MS_NOSUID | _MS_NODEV,
+                    f"size={limit_bytes},mode=0711".encode(),
+                )
+                != 0
+            ):
                 code = ctypes.get_errno()
-                raise OSError(code, f"the scratch cannot be held to {amount(limit_bytes)} ({os.strerror(code)}): the workspace's copy is larger")
+                raise OSError(
+                    code,
+                    f"the scratch cannot be held to {amount(limit_bytes)} ({os.strerror(code)}): the workspace's copy is larger",
+                )
             return cls(root, limit_bytes, tmpfs=True)
         return cls(root, limit_bytes, tmpfs=False)
 
@@ -336,7 +361,11 @@ class Isolation:
             host = f"uid {uid}" if uid is not None else ("root" if os.geteuid() == 0 else f"laneflow's own uid {os.geteuid()}")
             line += f"; as nobody in its own user namespace ({host} on the host), no capabilities, no mounts"
         else:
-            line += f"; as uid {uid}" if uid is not None else ("; as root" if os.geteuid() == 0 else f"; as laneflow's own uid {os.geteuid()}")
+            line += (
+                f"; as uid {uid}"
+                if uid is not None
+                else ("; as root" if os.geteuid() == 0 else f"; as laneflow's own uid {os.geteuid()}")
+            )
         line += f"; limits: {limits.describe()}"
         if uid is None and os.geteuid() != 0:
             line = line.replace(f"{limits.processes:,} processes", f"{limits.processes:,} processes beside laneflow's own")
@@ -363,13 +392,20 @@ def _bwrap_works() -> bool:
     try:
         done = subprocess.run(
             [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *_FENCE, "true"],
-            capture_output=True, timeout=10, env={"PATH": PATH}, cwd="/",
-            user=uid, group=uid, extra_groups=[] if uid is not None else None,  # as the programs will run
+            capture_output=True,
+            timeout=10,
+            env={"PATH": PATH},
+            cwd="/",
+            user=uid,
+            group=uid,
+            extra_groups=[] if uid is not None else None,  # as the programs will run
         )
     except (OSError, subprocess.SubprocessError):
         return False
     if done.returncode != 0:
-        log.info("bubblewrap cannot run here (%s): programs run as plain subprocesses", done.stderr.decode(errors="replace")[:200])
+        log.info(
+            "bubblewrap cannot run here (%s): programs run as plain subprocesses", done.stderr.decode(errors="replace")[:200]
+        )
     return done.returncode == 0
 
 
@@ -464,8 +500,19 @@ def _child_setup(limits: Limits, processes: int) -> Callable[[], None]:
 # The fence itself: its own user namespace, in which it is nobody with no capability and can
 # make no other (so it can mount, remount or unmount nothing), a new session, and its end when
 # its parent ends.
-_FENCE = ("--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--disable-userns",
-          "--cap-drop", "ALL", "--new-session", "--die-with-parent")
+_FENCE = (
+    "--unshare-all",
+    "--unshare-user",
+    "--uid",
+    str(NOBODY),
+    "--gid",
+    str(NOBODY),
+    "--disable-userns",
+    "--cap-drop",
+    "ALL",
+    "--new-session",
+    "--die-with-parent",
+)
 
 
 def _bwrap_argv(argv: list[str], scratch: Path, read_only: list[Path]) -> list[str]:
@@ -559,10 +606,12 @@ def run_program(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group: killed as one
-        preexec_fn=_child_setup(limits, processes),  # noqa: PLW1509 - setrlimit and prctl only, nothing that takes a lock
+        preexec_fn=_child_setup(limits, processes),  # setrlimit and prctl only, nothing that takes a lock
         close_fds=True,
         # The uid is set before preexec_fn runs: the limits bind the sandbox's uid.
-        user=uid, group=uid, extra_groups=[] if uid is not None else None,
+        user=uid,
+        group=uid,
+        extra_groups=[] if uid is not None else None,
     )
     keep_bytes = keep_chars * 4
     assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None

@@ -29,13 +29,13 @@ DEFINITIONS: dict[str, dict[str, Any]] = {
         "name": "peers_message",
         "description": (
             "Send a short message to a colleague of this group (by agent name or step index). It reaches them "
-            "between their turns. A message is a request or a note (\"I already covered X\"), never a hand-over "
+            'between their turns. A message is a request or a note ("I already covered X"), never a hand-over '
             "of your own task. A colleague that has ended cannot receive it."
         ),
         "input_schema": {
             "type": "object",
             "properties": {
-                "to": {"type": "string", "description": "the colleague's agent name, or its step index (such as \"2\")"},
+                "to": {"type": "string", "description": 'the colleague\'s agent name, or its step index (such as "2")'},
                 "text": {"type": "string", "description": "what you tell them"},
             },
             "required": ["to", "text"],

@@ -39,21 +39,22 @@ DEFAULT_LANG = "C.UTF-8"
 DEFAULT_TZ = "UTC"
 
 
-
 def program_env(job: StepJob, scratch: Path) -> dict[str, str]:
     """The whole environment of a step's programs: the listed variables and the declared
     secrets, nothing else of laneflow's own (never the model's key or any credential)."""
     env = dict(job.secret_env)
-    env.update({
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(scratch),
-        "LANG": os.environ.get("LANG") or DEFAULT_LANG,
-        "TZ": os.environ.get("TZ") or DEFAULT_TZ,
-        "LANEFLOW_RUN_ID": job.run_id,
-        "LANEFLOW_STEP": str(job.index),
-        "LANEFLOW_AGENT": job.agent,
-        "LANEFLOW_WORKSPACE": str(scratch),
-    })
+    env.update(
+        {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(scratch),
+            "LANG": os.environ.get("LANG") or DEFAULT_LANG,
+            "TZ": os.environ.get("TZ") or DEFAULT_TZ,
+            "LANEFLOW_RUN_ID": job.run_id,
+            "LANEFLOW_STEP": str(job.index),
+            "LANEFLOW_AGENT": job.agent,
+            "LANEFLOW_WORKSPACE": str(scratch),
+        }
+    )
     return env
 
 
@@ -120,7 +121,9 @@ class StepTools:
             try:
                 self._fence = ScratchFence.bind(self.root, self.limits.scratch_bytes)
             except OSError as exc:
-                raise StepFailed(f"its scratch copy cannot be held to its size ({self.job.size or 'medium'}): {exc.strerror}", retryable=False) from None
+                raise StepFailed(
+                    f"its scratch copy cannot be held to its size ({self.job.size or 'medium'}): {exc.strerror}", retryable=False
+                ) from None
         return self._fence
 
     @property
@@ -137,10 +140,16 @@ class StepTools:
             return
         isolation = self.isolation
         fence = self.fence
-        self.sink.event(EventType.info, isolation.describe(self.limits, fence), {
-            "isolation": isolation.name, "network_enforced": isolation.network_enforced,
-            "limits": self.limits.as_data(), "scratch": "tmpfs" if fence and fence.tmpfs else "measured",
-        })
+        self.sink.event(
+            EventType.info,
+            isolation.describe(self.limits, fence),
+            {
+                "isolation": isolation.name,
+                "network_enforced": isolation.network_enforced,
+                "limits": self.limits.as_data(),
+                "scratch": "tmpfs" if fence and fence.tmpfs else "measured",
+            },
+        )
         if self.job.network_enforce and not isolation.network_enforced:
             raise StepFailed(
                 f"network_enforce is set (AGENTS.md) but this machine cannot enforce the network ({isolation.name} isolation); "
@@ -245,7 +254,9 @@ class StepTools:
             )
         except OSError as exc:
             why = exc.strerror if exc.strerror and exc.errno and exc.strerror != os.strerror(exc.errno) else None
-            raise ToolError(f"{name} could not start: {why or (os.strerror(exc.errno) if exc.errno else type(exc).__name__)}") from None
+            raise ToolError(
+                f"{name} could not start: {why or (os.strerror(exc.errno) if exc.errno else type(exc).__name__)}"
+            ) from None
         if done.stopped:
             raise StepStopped(f"stopped by a person (its {name} call was killed after {time.monotonic() - started:.1f} s)")
         report = _report(done)
@@ -265,7 +276,6 @@ class StepTools:
 def input_text(args: Any) -> str:
     """A call's input as recorded (JSON)."""
     return json.dumps(args, ensure_ascii=False)
-
 
 
 class _Silent:
@@ -288,7 +298,6 @@ class _Silent:
 
     def stopped(self) -> bool:
         return False
-
 
 
 def tool_definitions(job: StepJob) -> list[dict[str, Any]]:

@@ -62,7 +62,6 @@ def _answer_source(job: StepJob) -> str:
     return f"{job.agent_path}/agent.md ({field})"
 
 
-
 def _real_call(call: StubCall, tools: StepTools) -> str:
     """A `tool:` line run for real: its output, or its own failure's message (ToolError)."""
     try:  # strictly, as any JSON a person writes: a key given twice is refused, not the last one taken
@@ -72,7 +71,6 @@ def _real_call(call: StubCall, tools: StepTools) -> str:
     except ValueError:
         raise ToolError(f"the input of this {call.tool} call is not JSON; write tool: NAME {{...}}") from None
     return tools.run(call.tool, args)
-
 
 
 class PretendCache:
@@ -101,15 +99,12 @@ class PretendCache:
             self._entries[key] = (True, time.monotonic() + CACHE_TTL_S)
 
 
-
 PRETEND_CACHE = PretendCache()
-
 
 
 def _cache_key(job: StepJob, definitions: list[dict[str, object]]) -> str:
     text = json.dumps([job.run_id, job.model, job.system_stable, [d.get("name") for d in definitions]])
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
 
 
 class StubExecutor:
@@ -190,8 +185,10 @@ class StubExecutor:
                     ttft_ms=answer.ttft_ms,
                     model="stub",
                     tokens=Tokens(
-                        input=tokens_in(prompt_chars), output=tokens_in(out_chars),
-                        cache_read=prefix if read else 0, cache_write=0 if read else prefix,
+                        input=tokens_in(prompt_chars),
+                        output=tokens_in(out_chars),
+                        cache_read=prefix if read else 0,
+                        cache_write=0 if read else prefix,
                     ),
                     tools=len(turn.calls),
                     stop="tool_use" if turn.calls and not last else "end_turn",
@@ -207,6 +204,4 @@ class StubExecutor:
             if turn.text:
                 texts.append(turn.text)
         conclusion = answer.turns[-1].text if answer.turns else ""
-        return StepOutcome(
-            result="\n\n".join(texts), conclusion=conclusion, cost_usd=answer.total_cost, turns=len(answer.turns)
-        )
+        return StepOutcome(result="\n\n".join(texts), conclusion=conclusion, cost_usd=answer.total_cost, turns=len(answer.turns))

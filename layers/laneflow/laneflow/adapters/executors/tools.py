@@ -58,10 +58,8 @@ _OS_REASONS = {
 }
 
 
-
 class ToolError(Exception):
     """A tool call that cannot be done; its message goes back to the model as an error."""
-
 
 
 def _shown(rel: str) -> str:
@@ -70,12 +68,10 @@ def _shown(rel: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         return _OS_REASONS.get(exc.errno or 0) or (os.strerror(exc.errno) if exc.errno else type(exc).__name__)
     return type(exc).__name__
-
 
 
 class FileTools:
@@ -130,7 +126,7 @@ class FileTools:
             return tool(args)
         except ToolError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a tool's own failure is the model's to hear, never a crashed step
+        except Exception as exc:  # a tool's own failure is the model's to hear, never a crashed step
             log.warning("%s failed: %s", name, type(exc).__name__, exc_info=not isinstance(exc, OSError))
             raise ToolError(f"{name} failed: {_reason(exc)}") from None
 

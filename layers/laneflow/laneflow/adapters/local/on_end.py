@@ -18,7 +18,6 @@ from laneflow.domain.records import Run, finished_event
 log = logging.getLogger("laneflow.hooks")
 
 
-
 class LocalOnEnd:
     """Appends "run finished" to a JSON-lines log; runs an optional command with it."""
 
@@ -37,6 +36,8 @@ class LocalOnEnd:
                 fh.write(line + "\n")
         if self.command:
             try:
-                subprocess.run(self.command, shell=True, input=line, text=True, timeout=60, check=False)  # noqa: S602 - the person's own command
+                subprocess.run(
+                    self.command, shell=True, input=line, text=True, timeout=60, check=False
+                )  # the person's own command
             except (OSError, subprocess.SubprocessError) as exc:
                 log.warning("on-end command failed: %s", type(exc).__name__)

@@ -24,7 +24,6 @@ _FORMS = (
 _DYNAMODB_OPTIONS = ("bucket", "region")
 
 
-
 def open_store(url: str | None = None, *, default_dir: str | os.PathLike[str] = ".laneflow") -> Store:
     """Open the store a URL names.
 

@@ -190,7 +190,6 @@ def _shared_session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-
 def _kept(e: Expr, group: int | None, where: StepFilter | None) -> list[str]:
     """The filter conditions for one group and a `StepFilter`'s per-step filters (its index
     range is the key condition's)."""
@@ -319,7 +318,9 @@ class DynamoStore(RuleBookStore):
         index lags the table a little): Query for one tenant, Scan of the index for all."""
         if tenant is not None:
             e = Expr()
-            keys = self._table.query(index=LIVE_INDEX, KeyConditionExpression=f"{e.n('vpk')} = {e.v(live_pk(tenant, kind))}", **e.params())
+            keys = self._table.query(
+                index=LIVE_INDEX, KeyConditionExpression=f"{e.n('vpk')} = {e.v(live_pk(tenant, kind))}", **e.params()
+            )
         else:
             e = Expr()
             kind_only = f"begins_with({e.n('sk')}, {e.v(LIVE_KINDS[kind])})"
@@ -385,8 +386,15 @@ class DynamoStore(RuleBookStore):
         return self._head(tenant, run_id) is not None
 
     def _read_steps(
-        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
-        messages: bool = True, where: StepFilter | None = None,
+        self,
+        tenant: str,
+        run_id: str,
+        *,
+        index: int | None = None,
+        group: int | None = None,
+        detail: bool = False,
+        messages: bool = True,
+        where: StepFilter | None = None,
     ) -> list[tuple[int, Doc]]:
         if index is not None:
             item = self._table.get(key_of(tenant, run_id, step_sk(index)))
@@ -395,7 +403,9 @@ class DynamoStore(RuleBookStore):
             step = self._step_of(item)
             if detail:
                 try:
-                    self._items.with_trace({index: step}, {index: item}, self._table.query_prefix(pk_of(tenant, run_id), trace_prefix(index)))
+                    self._items.with_trace(
+                        {index: step}, {index: item}, self._table.query_prefix(pk_of(tenant, run_id), trace_prefix(index))
+                    )
                 except (KeyError, TypeError, ValueError):
                     raise trace_damaged(item_name(item)) from None
             return [(index, step)]
@@ -427,9 +437,15 @@ class DynamoStore(RuleBookStore):
             return float(value["N"]) if "N" in value else None
 
         return [
-            StepFacts(index=int(number(i, "index") or 0), group=int(number(i, "group") or 0), cycle=int(number(i, "cycle") or 0),
-                      status=str((i.get("status") or {}).get("S", "")), rescue=number(i, "rescue_of") is not None,
-                      optional=bool((i.get("optional") or {}).get("BOOL", False)), cost_usd=number(i, "cost_usd") or 0.0)
+            StepFacts(
+                index=int(number(i, "index") or 0),
+                group=int(number(i, "group") or 0),
+                cycle=int(number(i, "cycle") or 0),
+                status=str((i.get("status") or {}).get("S", "")),
+                rescue=number(i, "rescue_of") is not None,
+                optional=bool((i.get("optional") or {}).get("BOOL", False)),
+                cost_usd=number(i, "cost_usd") or 0.0,
+            )
             for i in items
         ]
 
@@ -459,7 +475,11 @@ class DynamoStore(RuleBookStore):
             params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         rows = self._runs([pk for pk, _ in keys[:limit]])
         # The index projects the status a run had; what is read decides.
-        return [(run_id, doc) for run_id, doc in rows if statuses is None or not isinstance(doc, dict) or doc.get("status") in statuses]
+        return [
+            (run_id, doc)
+            for run_id, doc in rows
+            if statuses is None or not isinstance(doc, dict) or doc.get("status") in statuses
+        ]
 
     def _active_runs(self, tenant: str | None) -> list[tuple[str, Doc | RecordDamaged]]:
         heads = [i for i in self._live("RUN", tenant) if i.get("status", {}).get("S") in ACTIVE_RUN and "hidden" not in i]
@@ -495,7 +515,9 @@ class DynamoStore(RuleBookStore):
             items = [encode(head)] + [encode(i) for i in rest]
             if len(items) <= TRANSACTION_ITEMS and sum(item_size(i) for i in items) <= TRANSACTION_BYTES:
                 try:
-                    self._table.transact([self._table.tx_put(items[0], new, e)] + [self._table.tx_put(i) for i in items[1:]], indexes=indexes)
+                    self._table.transact(
+                        [self._table.tx_put(items[0], new, e)] + [self._table.tx_put(i) for i in items[1:]], indexes=indexes
+                    )
                 except ConditionFailed:
                     raise Refused() from None
                 return
@@ -526,7 +548,9 @@ class DynamoStore(RuleBookStore):
                     f"add_steps writes at most {TRANSACTION_ITEMS - 1} items at once (steps with their trace); got {len(items)}"
                 )
             run = Expr()
-            actions = [self._table.tx_check(key_of(tenant, run_id, RUN_SK), run, f"{run.exists('pk')} AND {run.absent('hidden')}")]
+            actions = [
+                self._table.tx_check(key_of(tenant, run_id, RUN_SK), run, f"{run.exists('pk')} AND {run.absent('hidden')}")
+            ]
             for item in items:
                 if item["sk"]["S"].startswith("S#"):
                     e = Expr()
@@ -541,7 +565,9 @@ class DynamoStore(RuleBookStore):
                 raise Refused() from None
         return True
 
-    def _update_run(self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int) -> Doc:
+    def _update_run(
+        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+    ) -> Doc:
         key = key_of(tenant, run_id, RUN_SK)
         u = Update()
         with self._table.blobs(tenant, run_id) as blobs:
@@ -594,7 +620,9 @@ class DynamoStore(RuleBookStore):
             if expected is not None:
                 condition.append(u.one_of("status", expected))
             try:
-                item = self._table.update(key_of(tenant, run_id, step_sk(index)), u, " AND ".join(condition), returns="ALL_NEW", blobs=blobs)
+                item = self._table.update(
+                    key_of(tenant, run_id, step_sk(index)), u, " AND ".join(condition), returns="ALL_NEW", blobs=blobs
+                )
             except ConditionFailed as refused:
                 found = refused.found(0)
                 raise Refused(None if found is None else found["status"]["S"]) from None
@@ -615,7 +643,15 @@ class DynamoStore(RuleBookStore):
 
     def _write_event(self, tenant: str, run_id: str, index: int, event: Event, fence: AttemptRef | None) -> None:
         with self._table.blobs(tenant, run_id) as blobs:
-            item = encode(blobs.item({"pk": pk_of(tenant, run_id), "sk": event_sk(index, SEQUENCE.next()), **self._items.event_attrs(event, event.attempt)}))
+            item = encode(
+                blobs.item(
+                    {
+                        "pk": pk_of(tenant, run_id),
+                        "sk": event_sk(index, SEQUENCE.next()),
+                        **self._items.event_attrs(event, event.attempt),
+                    }
+                )
+            )
             if fence is None:
                 self._table.put(item)
             else:
@@ -636,7 +672,11 @@ class DynamoStore(RuleBookStore):
         gate = self._table.get(gate_key)
         if _gate_passes(gate, waiter):
             return _gate_pass(gate)  # the lead's reply has begun (or it ended): nothing to keep
-        attrs: dict[str, Any] = {"pk": pk_of(tenant, run_id), "sk": gate_token_prefix(key) + digest(waiter.token), "token": waiter.token}
+        attrs: dict[str, Any] = {
+            "pk": pk_of(tenant, run_id),
+            "sk": gate_token_prefix(key) + digest(waiter.token),
+            "token": waiter.token,
+        }
         attrs.update({"index": waiter.index, "until": "ended" if waiter.until_lead_ends else None})
         item = encode(attrs)
         self._table.put(item)
@@ -660,7 +700,9 @@ class DynamoStore(RuleBookStore):
         handed = []
         for item in self._table.query_prefix(pk_of(tenant, run_id), gate_token_prefix(key)):
             waiter = GateWaiter(
-                token=item["token"]["S"], index=int(item["index"]["N"]) if "index" in item else None, until_lead_ends="until" in item
+                token=item["token"]["S"],
+                index=int(item["index"]["N"]) if "index" in item else None,
+                until_lead_ends="until" in item,
             )
             if waiter.until_lead_ends and not lead_ended:
                 continue  # the reserve waits for the lead's end
@@ -678,8 +720,11 @@ class DynamoStore(RuleBookStore):
     @staticmethod
     def _note_item(tenant: str, note: Note) -> dict[str, Any]:
         item: dict[str, Any] = {
-            "pk": pk_of(tenant, note.run_id), "sk": NOTE_PREFIX + note.id, "to": note.to_index,
-            "st": note.status.value if note.status else None, "body": note.model_dump_json(),
+            "pk": pk_of(tenant, note.run_id),
+            "sk": NOTE_PREFIX + note.id,
+            "to": note.to_index,
+            "st": note.status.value if note.status else None,
+            "body": note.model_dump_json(),
         }
         if note.status == QuestionStatus.open:  # an open question is live: `open_questions` finds it
             item["vpk"], item["vsk"] = live_pk(tenant, "ASK"), f"{note.at}#{note.id}"
@@ -731,7 +776,6 @@ class DynamoStore(RuleBookStore):
 def _gate_passes(gate: dict[str, Any] | None, waiter: GateWaiter) -> bool:
     """Whether a gate item lets this waiter start: opened, or for the reserve, the lead ended."""
     return gate is not None and ("ended_at" if waiter.until_lead_ends else "opened_at") in gate
-
 
 
 def _gate_pass(gate: dict[str, Any] | None) -> GatePass:

@@ -18,7 +18,6 @@ class ItemTooLarge(InvalidInput):
     """A value too large to keep in a DynamoDB item, and no blob bucket to put it in."""
 
 
-
 def too_large(message: str, bucket: str | None) -> ItemTooLarge:
     if bucket:
         return ItemTooLarge(f"an item would pass DynamoDB's 400 KB even with its large values in s3://{bucket}: {message}")
@@ -26,7 +25,6 @@ def too_large(message: str, bucket: str | None) -> ItemTooLarge:
         f"a value is too large for a DynamoDB item (at most 400 KB) and no blob bucket is configured"
         f" (use dynamodb://TABLE?bucket=BUCKET): {message}"
     )
-
 
 
 class Blobs:
@@ -79,9 +77,7 @@ class Blobs:
 
     def _upload(self, sk: str, attr: str, text: str) -> str:
         key = f"{self.prefix}{sk.replace('#', '/')}/{attr}-{uuid.uuid4().hex}"
-        self.s3.put_object(
-            Bucket=self.bucket, Key=key, Body=text.encode("utf-8"), ContentType="text/plain; charset=utf-8"
-        )
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=text.encode("utf-8"), ContentType="text/plain; charset=utf-8")
         self.uploaded.append(key)
         return f"s3://{self.bucket}/{key}"
 
@@ -91,7 +87,6 @@ class Blobs:
                 self.s3.delete_object(Bucket=self.bucket, Key=key)
             except ClientError:  # pragma: no cover - best effort: an orphan blob harms nothing
                 pass
-
 
 
 @contextmanager

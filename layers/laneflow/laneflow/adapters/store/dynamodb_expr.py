@@ -13,7 +13,6 @@ from laneflow.domain.records import AttemptRef, AttemptStatus
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
 
-
 class Expr:
     """The names and values of one request's expressions. Every name is aliased: many of
     ours (status, index, group, data, token, text) are DynamoDB reserved words."""
@@ -67,7 +66,6 @@ class Expr:
         return sum(len(v.encode()) for v in self.names.values()) + sum(av_size(v) for v in self.values.values())
 
 
-
 class Update(Expr):
     """An UpdateExpression built by naming what to set, add and remove."""
 
@@ -113,7 +111,6 @@ class Update(Expr):
         return " ".join(parts)
 
 
-
 def fence_condition(e: Expr, ref: AttemptRef) -> str:
     """The condition that the step item's attempt `ref.n` is exactly `ref`'s and running."""
     record = attempt_attr(ref.n)
@@ -126,8 +123,6 @@ def fence_condition(e: Expr, ref: AttemptRef) -> str:
             e.eq("live_n", ref.n),
         ]
     )
-
-
 
 
 def fence_holds(item: dict[str, Any] | None, ref: AttemptRef) -> bool:

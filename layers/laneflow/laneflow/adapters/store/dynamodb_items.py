@@ -69,8 +69,16 @@ ATTEMPT_FIELDS = tuple(Attempt.model_fields)
 
 # An attempt's record on its step item: field -> the short name it is kept under.
 RECORD = {
-    "token": "t", "started_at": "s", "resumed_at": "r", "status": "st", "ended_at": "e",
-    "reason": "why", "reason_kind": "k", "worker": "w", "heartbeat_at": "hb", "op_id": "op",
+    "token": "t",
+    "started_at": "s",
+    "resumed_at": "r",
+    "status": "st",
+    "ended_at": "e",
+    "reason": "why",
+    "reason_kind": "k",
+    "worker": "w",
+    "heartbeat_at": "hb",
+    "op_id": "op",
 }
 
 RECORD_FIELD = {short: field for field, short in RECORD.items()}
@@ -82,11 +90,26 @@ JOURNAL_ATTR = re.compile(r"J[0-9a-f]{16}")
 # Attributes that may move to S3 (never keys, identities or statuses: conditions read those).
 BLOBBABLE = frozenset(
     {
-        "input", "flow_spec", "options", "item", "data", "instruction", "message", "result", "conclusion",
-        "error", "skip_reason", "reason", "worker", "layers", "text", "body", "why", "w",
+        "input",
+        "flow_spec",
+        "options",
+        "item",
+        "data",
+        "instruction",
+        "message",
+        "result",
+        "conclusion",
+        "error",
+        "skip_reason",
+        "reason",
+        "worker",
+        "layers",
+        "text",
+        "body",
+        "why",
+        "w",
     }
 )
-
 
 
 # -- values --------------------------------------------------------------------------------
@@ -102,10 +125,8 @@ def item_name(item: dict[str, Any]) -> str:
     return f"step {int(sk[2:])} of run {run_id!r}" if sk.startswith("S#") and sk[2:].isdigit() else f"run {run_id!r}"
 
 
-
 def decimal_cost(value: Any) -> Decimal:
     return Decimal(str(round(float(value), COST_DECIMALS)))
-
 
 
 def to_attr(field: str, value: Any) -> Any:
@@ -127,7 +148,6 @@ def to_attr(field: str, value: Any) -> Any:
     raise TypeError(f"DynamoStore does not know how to keep field {field!r} ({type(value).__name__}); add it to JSON_FIELDS")
 
 
-
 def to_av(value: Any) -> dict[str, Any]:
     """A Python value as a DynamoDB AttributeValue."""
     if isinstance(value, bool):
@@ -141,10 +161,8 @@ def to_av(value: Any) -> dict[str, Any]:
     raise TypeError(f"cannot keep {type(value).__name__} in DynamoDB")
 
 
-
 def to_number(text: str) -> int | float:
     return int(text) if text.lstrip("-").isdigit() else float(Decimal(text))
-
 
 
 def av_size(av: dict[str, Any]) -> int:
@@ -164,20 +182,16 @@ def av_size(av: dict[str, Any]) -> int:
     return 1  # BOOL, NULL
 
 
-
 def item_size(item: dict[str, dict[str, Any]]) -> int:
     return sum(len(name.encode()) + av_size(av) for name, av in item.items())
-
 
 
 def write_units(size: int) -> int:
     return max(1, math.ceil(size / 1024))
 
 
-
 def read_units(size: int) -> int:
     return max(1, math.ceil(size / 4096))
-
 
 
 # -- keys ----------------------------------------------------------------------------------
@@ -189,45 +203,36 @@ def pk_of(tenant: str, run_id: str) -> str:
     return f"T#{check_tenant(tenant)}#R#{run_id}"
 
 
-
 def key_of(tenant: str, run_id: str, sk: str) -> dict[str, Any]:
     return {"pk": {"S": pk_of(tenant, run_id)}, "sk": {"S": sk}}
-
 
 
 def step_sk(index: int) -> str:
     return f"S#{index:08d}"
 
 
-
 def attempt_sk(index: int, n: int) -> str:
     return f"A#{index:08d}#{n:06d}"
-
 
 
 def trace_prefix(index: int) -> str:
     return f"T#{index:08d}#"
 
 
-
 def event_sk(index: int, seq: str) -> str:
     return f"{trace_prefix(index)}E#{seq}"
-
 
 
 def call_sk(index: int, call_id: str) -> str:
     return f"{trace_prefix(index)}C#{call_id}"
 
 
-
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-
 def attempt_attr(n: int) -> str:
     return f"A{n}"
-
 
 
 def journal_attr(op_id: str) -> str:
@@ -235,11 +240,9 @@ def journal_attr(op_id: str) -> str:
     return "J" + digest(op_id)[:16]
 
 
-
 def moved_journal_sk(op_id: str) -> str:
     """Where an op_id's settled entry goes once its step has kept enough."""
     return "J#" + digest(op_id)[:16]
-
 
 
 def tenant_run(pk: str) -> tuple[str, str]:
@@ -247,25 +250,20 @@ def tenant_run(pk: str) -> tuple[str, str]:
     return tenant, run_id
 
 
-
 def gate_token_prefix(key: str) -> str:
     return f"GT#{digest(key)}#"
-
 
 
 def runs_pk(tenant: str) -> str:
     return f"T#{check_tenant(tenant)}#RUNS"
 
 
-
 def live_pk(tenant: str, kind: str) -> str:
     return f"T#{check_tenant(tenant)}#LIVE#{kind}"
 
 
-
 def live_sk(run_id: str, index: int) -> str:
     return f"{run_id}#{index:08d}"
-
 
 
 NOTE_PREFIX = "N#"  # a note of a step's inbox: N#<note id>
@@ -273,7 +271,6 @@ NOTE_PREFIX = "N#"  # a note of a step's inbox: N#<note id>
 OBSERVED_PREFIX = "O#"  # what an attempt observed: O#<idx>#<n>#<seq>
 
 LIVE_KINDS = {"RUN": RUN_SK, "STEP": "S#", "ASK": NOTE_PREFIX}  # kind -> the sk its items start with
-
 
 
 class Sequence:
@@ -292,8 +289,8 @@ class Sequence:
         return f"{ns:020d}{secrets.token_hex(3)}"
 
 
-
 SEQUENCE = Sequence()
+
 
 def record_of(item: dict[str, Any] | None, n: int) -> dict[str, Any] | None:
     """Attempt n's record on a step item (its AttributeValue map), if the item keeps it."""
@@ -303,10 +300,8 @@ def record_of(item: dict[str, Any] | None, n: int) -> dict[str, Any] | None:
     return record
 
 
-
 def pending_journal(item: dict[str, Any]) -> int:
     return int(item["jp"]["N"]) if "jp" in item else 0
-
 
 
 def plain(**values: Any) -> dict[str, Any]:
@@ -314,11 +309,9 @@ def plain(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-
 def encode(attrs: dict[str, Any]) -> dict[str, Any]:
     """An item of plain values as DynamoDB AttributeValues (None values left out)."""
     return {k: to_av(v) for k, v in attrs.items() if v is not None}
-
 
 
 def layers_json(layers: list[PromptLayer]) -> str:

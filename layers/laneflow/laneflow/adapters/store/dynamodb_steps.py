@@ -118,8 +118,12 @@ class StepItems:
             return Fenced(None, last_n)
         identity = {"token": record.get("t", {}).get("S", ""), "started_at": record.get("s", {}).get("S", "")}
         stored = Attempt(
-            run_id=ref.run_id, index=ref.index, n=ref.n, resumed_at=record.get("r", {}).get("S"),
-            status=record.get("st", {}).get("S", AttemptStatus.running.value), **identity,
+            run_id=ref.run_id,
+            index=ref.index,
+            n=ref.n,
+            resumed_at=record.get("r", {}).get("S"),
+            status=record.get("st", {}).get("S", AttemptStatus.running.value),
+            **identity,
         )
         return Fenced(stored, last_n)
 
@@ -198,7 +202,9 @@ class StepItems:
         head["calls"] = inline  # always there, so a span can be set into it by path
         items = [blobs.item(head)]
         for event in step.events:
-            items.append(blobs.item({**pk, "sk": event_sk(step.index, SEQUENCE.next()), **self.event_attrs(event, event.attempt)}))
+            items.append(
+                blobs.item({**pk, "sk": event_sk(step.index, SEQUENCE.next()), **self.event_attrs(event, event.attempt)})
+            )
         items += [blobs.item(span) for span in spans.values()]
         return items
 
@@ -210,7 +216,6 @@ class StepItems:
         if event.data is not None:
             attrs["data"] = dumps(event.data)
         return attrs
-
 
     def with_trace(self, steps: dict[int, dict[str, Any]], raw: dict[int, dict[str, Any]], trace: list[dict[str, Any]]) -> None:
         """Attach events (in key order: the order written), calls (by n: the step item's,
@@ -273,8 +278,13 @@ class StepItems:
             self._keep_step_small(tenant, run_id, attempt.index, found, u, journal)
             try:
                 self.table.update(
-                    key, u, " AND ".join(condition), returns="ALL_NEW", size=item_size(found),
-                    indexes=0 if "vpk" in found else 1, blobs=blobs,
+                    key,
+                    u,
+                    " AND ".join(condition),
+                    returns="ALL_NEW",
+                    size=item_size(found),
+                    indexes=0 if "vpk" in found else 1,
+                    blobs=blobs,
                 )
             except ConditionFailed:
                 raise Refused() from None
@@ -291,7 +301,10 @@ class StepItems:
             # The step enters the live index unless it is there already (an attempt runs, or
             # another entry is pending): setting the same key writes no index entry.
             self.table.update(
-                key_of(entry.tenant, entry.run_id, step_sk(entry.index)), u, condition, returns="ALL_NEW",
+                key_of(entry.tenant, entry.run_id, step_sk(entry.index)),
+                u,
+                condition,
+                returns="ALL_NEW",
                 indexes=lambda new: int("live_n" not in new and pending_journal(new) == 1),
             )
         except ConditionFailed:
@@ -313,7 +326,11 @@ class StepItems:
             u.remove("vpk").remove("vsk")
         try:
             self.table.update(
-                {"pk": item["pk"], "sk": item["sk"]}, u, " AND ".join(condition), returns="ALL_NEW", size=item_size(item),
+                {"pk": item["pk"], "sk": item["sk"]},
+                u,
+                " AND ".join(condition),
+                returns="ALL_NEW",
+                size=item_size(item),
                 indexes=int(leaves),
             )
         except ConditionFailed:
@@ -359,7 +376,6 @@ class StepItems:
     def attempt_of(self, item: dict[str, Any]) -> Attempt:
         return Attempt.model_validate(self.table.fields(item, ATTEMPT_FIELDS))
 
-
     def record_attempt(self, run_id: str, index: int, n: int, record: dict[str, Any]) -> Attempt:
         fields = {RECORD_FIELD[short]: self.table.text(av) for short, av in record.items() if short in RECORD_FIELD}
         return Attempt(run_id=run_id, index=index, n=n, **fields)
@@ -390,7 +406,13 @@ class StepItems:
             return None
         m, index = av["M"], int(item["index"]["N"])
         entry = JournalEntry(
-            tenant=tenant, run_id=run_id, op_id=op_id, index=index, status=m["s"]["S"], created_at=m["c"]["S"], expires_at=int(m["x"]["N"])
+            tenant=tenant,
+            run_id=run_id,
+            op_id=op_id,
+            index=index,
+            status=m["s"]["S"],
+            created_at=m["c"]["S"],
+            expires_at=int(m["x"]["N"]),
         )
         if entry.status == JournalStatus.completed:
             got = self.attempt_at(tenant, run_id, index, int(m["n"]["N"]), item)
@@ -433,7 +455,13 @@ class StepItems:
         pk = {"S": pk_of(tenant, run_id)}
         records = self.records(found)
         for n in sorted(records)[: max(0, len(records) + 1 - ATTEMPTS_ON_STEP)]:
-            moved = {"pk": pk, "sk": {"S": attempt_sk(index, n)}, "run_id": {"S": run_id}, "index": {"N": str(index)}, "n": {"N": str(n)}}
+            moved = {
+                "pk": pk,
+                "sk": {"S": attempt_sk(index, n)},
+                "run_id": {"S": run_id},
+                "index": {"N": str(index)},
+                "n": {"N": str(n)},
+            }
             moved.update({RECORD_FIELD[short]: av for short, av in records[n].items() if short in RECORD_FIELD})
             self.table.put(moved)
             u.remove(attempt_attr(n))
@@ -449,7 +477,11 @@ class StepItems:
         moving = sorted(settled)[: max(0, len(settled) - (JOURNAL_ON_STEP - (journal is not None)))]
         for _, name, m in moving:
             moved = {
-                "pk": pk, "sk": {"S": "J#" + name[1:]}, "index": {"N": str(index)}, "status": m["s"], "created_at": m["c"],
+                "pk": pk,
+                "sk": {"S": "J#" + name[1:]},
+                "index": {"N": str(index)},
+                "status": m["s"],
+                "created_at": m["c"],
                 "expires_at": m["x"],
             }
             if "n" in m:
@@ -508,7 +540,11 @@ class StepItems:
         """The step item's fenced update (or a ConditionCheck, when it changes nothing) and
         span items, in one transaction. Spans past what one transaction holds (an attempt of
         hundreds of turns) are put first, each batch fenced on its own."""
-        step = self.table.tx_update(key, u, condition, size=size + u.payload() if size else None) if u else self.table.tx_check(key, u, condition)
+        step = (
+            self.table.tx_update(key, u, condition, size=size + u.payload() if size else None)
+            if u
+            else self.table.tx_check(key, u, condition)
+        )
         actions = [step]
         batches: list[list[dict[str, Any]]] = [[]]
         for item in reversed(puts):  # the last batch goes with the write itself
@@ -519,7 +555,9 @@ class StepItems:
         for batch in reversed(batches[1:]):
             e = Expr()
             self.table.transact([self.table.tx_check(key, e, fence_condition(e, ref))] + [self.table.tx_put(i) for i in batch])
-        self.table.transact(actions + [self.table.tx_put(i) for i in batches[0]], indexes=indexes, squeeze=(blobs, [(key["sk"]["S"], u)]))
+        self.table.transact(
+            actions + [self.table.tx_put(i) for i in batches[0]], indexes=indexes, squeeze=(blobs, [(key["sk"]["S"], u)])
+        )
 
     def _span_bodies(self, blobs: Blobs, ref: AttemptRef, calls: list[ModelCall]) -> dict[str, tuple[str, dict[str, Any] | None]]:
         """Spans by id (a later one of the same id wins): the body, and the item of one too
@@ -604,7 +642,9 @@ class StepItems:
             if item is None:
                 if stored.get(i) == body:
                     continue  # kept as it is already (the spans an attempt wrote as it went, written again with its end)
-                item = encode({"pk": pk_of(ref.tenant, ref.run_id), "sk": call_sk(ref.index, i), "n": json.loads(body)["n"], "body": body})
+                item = encode(
+                    {"pk": pk_of(ref.tenant, ref.run_id), "sk": call_sk(ref.index, i), "n": json.loads(body)["n"], "body": body}
+                )
             items.append(item)
         return items
 
@@ -613,7 +653,6 @@ class StepItems:
         prefix = call_sk(ref.index, "")
         items = self.table.query_prefix(pk_of(ref.tenant, ref.run_id), prefix)
         return {i["sk"]["S"][len(prefix) :]: i["body"]["S"] for i in items if "S" in i["body"]}
-
 
     def fenced_put(self, ref: AttemptRef, item: dict[str, Any]) -> None:
         """Put an item only while `ref` is the stored, running attempt: one transaction of a

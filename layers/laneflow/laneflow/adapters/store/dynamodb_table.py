@@ -84,7 +84,9 @@ class Meter:
     def snapshot(self, reset: bool = False) -> dict[str, dict[str, float]]:
         with self._lock:
             out: dict[str, dict[str, float]] = {
-                "read": dict(self._units["read"]), "write": dict(self._units["write"]), "requests": dict(self._requests)
+                "read": dict(self._units["read"]),
+                "write": dict(self._units["write"]),
+                "requests": dict(self._requests),
             }
             if reset:
                 self._reset()
@@ -164,7 +166,9 @@ class Table:
         """The items of a partition whose sort key starts with `prefix` (and that `where`,
         given the request's expression, filters in)."""
         e = Expr()
-        params: dict[str, Any] = {"KeyConditionExpression": f"{e.n('pk')} = {e.v(pk)} AND begins_with({e.n('sk')}, {e.v(prefix)})"}
+        params: dict[str, Any] = {
+            "KeyConditionExpression": f"{e.n('pk')} = {e.v(pk)} AND begins_with({e.n('sk')}, {e.v(prefix)})"
+        }
         if where is not None:
             params["FilterExpression"] = where(e)
         return self.query(**params, **e.params())
@@ -219,7 +223,9 @@ class Table:
             extra = {"ConditionExpression": condition, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
 
         def request() -> dict[str, Any]:
-            return self.request("update_item", Key=key, UpdateExpression=u.expression(), ReturnValues=returns, **u.params(), **extra)
+            return self.request(
+                "update_item", Key=key, UpdateExpression=u.expression(), ReturnValues=returns, **u.params(), **extra
+            )
 
         try:
             reply = request()
@@ -270,8 +276,14 @@ class Table:
                 code = error.response.get("Error", {}).get("Code", "")
                 reasons = error.response.get("CancellationReasons") or []
                 codes = {r.get("Code") for r in reasons}
-                message = " ".join([error.response.get("Error", {}).get("Message", "")] + [r.get("Message") or "" for r in reasons])
-                if code == "TransactionCanceledException" and codes & _THROTTLED_REASONS and not codes & {"ConditionalCheckFailed"}:
+                message = " ".join(
+                    [error.response.get("Error", {}).get("Message", "")] + [r.get("Message") or "" for r in reasons]
+                )
+                if (
+                    code == "TransactionCanceledException"
+                    and codes & _THROTTLED_REASONS
+                    and not codes & {"ConditionalCheckFailed"}
+                ):
                     raise TransientError(f"DynamoDB throttled a transaction on {self.name}: {message.strip()}") from error
                 if code == "TransactionCanceledException" and "ConditionalCheckFailed" in codes:
                     raise ConditionFailed([dict(r) for r in reasons]) from None
@@ -336,7 +348,6 @@ class Table:
         return out
 
     # -- items ----------------------------------------------------------------------------
-
 
     def delete(self, key: dict[str, Any], *, returns: str = "NONE") -> dict[str, Any] | None:
         """Delete an item if it is there (None if it was not); counted on `returns`' item."""

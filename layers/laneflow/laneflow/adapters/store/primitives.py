@@ -156,8 +156,15 @@ class Primitives(ABC):
 
     @abstractmethod
     def _read_steps(
-        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
-        messages: bool = True, where: StepFilter | None = None,
+        self,
+        tenant: str,
+        run_id: str,
+        *,
+        index: int | None = None,
+        group: int | None = None,
+        detail: bool = False,
+        messages: bool = True,
+        where: StepFilter | None = None,
     ) -> list[tuple[int, Doc]]:
         """(index, step) of a run's steps, by index: all, the one `index`, or those of
         `group`, and of those only what `where` admits; with `detail`, as `_read_run`;
@@ -218,7 +225,9 @@ class Primitives(ABC):
         run; `Refused` if one of their indexes is taken."""
 
     @abstractmethod
-    def _update_run(self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int) -> Doc:
+    def _update_run(
+        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+    ) -> Doc:
         """Set `values` (field -> value, validated) and add `add_drives`, if the run's status
         is one of `expected` (when given). The run as written, without steps. `Refused`
         with the status found, or None if there is no run."""

@@ -25,7 +25,6 @@ def table_spec(template: Path | None = None) -> dict[str, Any]:
     return spec
 
 
-
 def init_store(url: str, *, template: Path | None = None) -> list[str]:
     """Create what a `dynamodb://TABLE[?bucket=B&region=R]` store needs, if missing.
     Returns what it did, one line each. SQLite stores need nothing."""
@@ -45,7 +44,11 @@ def init_store(url: str, *, template: Path | None = None) -> list[str]:
     else:
         dynamodb.create_table(TableName=table, **table_spec(template))
         dynamodb.get_waiter("table_exists").wait(TableName=table)
-        ttl = Template.load(template or project_root() / "template.yaml").resources["RunsTable"]["Properties"].get("TimeToLiveSpecification")
+        ttl = (
+            Template.load(template or project_root() / "template.yaml")
+            .resources["RunsTable"]["Properties"]
+            .get("TimeToLiveSpecification")
+        )
         if ttl:
             dynamodb.update_time_to_live(TableName=table, TimeToLiveSpecification=ttl)
         done.append(f"table {table} created from template.yaml's RunsTable")

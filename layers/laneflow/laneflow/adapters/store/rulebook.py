@@ -96,8 +96,18 @@ REDACTED_WRITES: dict[str, tuple[str, ...]] = {
 
 # Writes that carry only keys, identities, times, statuses and hashes: nothing to mask.
 UNMASKED_WRITES = frozenset(
-    {"request_stop", "add_run_cost", "heartbeat", "journal_begin", "journal_settle", "set_prompt_layers", "gate_wait", "gate_open",
-     "close_question", "observe"}
+    {
+        "request_stop",
+        "add_run_cost",
+        "heartbeat",
+        "journal_begin",
+        "journal_settle",
+        "set_prompt_layers",
+        "gate_wait",
+        "gate_open",
+        "close_question",
+        "observe",
+    }
 )
 
 _PUBLIC = frozenset(name for name, member in vars(Store).items() if getattr(member, "__isabstractmethod__", False))
@@ -189,6 +199,7 @@ INPUTS_KEPT = 4
 class _RunInput(BaseModel):
     model_config = READ_JSON  # its items are read once each: none kept in pydantic's cache
     input: Any = Field(default_factory=dict)  # as `Run.input`
+
 
 _STEPS = TypeAdapter(list[Step], config=READ_JSON)
 
@@ -383,7 +394,13 @@ class RuleBookStore(Primitives, Store):
 
     @_entry()
     def get_steps(
-        self, tenant: str, run_id: str, *, group: int | None = None, messages: bool = True, where: StepFilter | None = None,
+        self,
+        tenant: str,
+        run_id: str,
+        *,
+        group: int | None = None,
+        messages: bool = True,
+        where: StepFilter | None = None,
     ) -> list[Step]:
         check_tenant(tenant)
         docs = self._read_steps(tenant, run_id, group=group, messages=messages, where=where)
@@ -416,7 +433,9 @@ class RuleBookStore(Primitives, Store):
         try:
             return StepStatus(state.status), state.attempts
         except ValueError:  # as get_step would find it
-            raise RecordDamaged(f"step {index} of run {run_id!r} cannot be read from the store: its status does not fit") from None
+            raise RecordDamaged(
+                f"step {index} of run {run_id!r} cannot be read from the store: its status does not fit"
+            ) from None
 
     @_entry("steps")
     def add_steps(self, tenant: str, run_id: str, steps: list[Step]) -> None:
@@ -508,7 +527,9 @@ class RuleBookStore(Primitives, Store):
                 completed = begun.model_copy(
                     update={"status": JournalStatus.completed, "attempt": n, "token": token, "started_at": started_at}
                 )
-            claim = Claim(attempt=attempt, layers=layers, message=message, entry=completed, created=op_id is not None and entry is None)
+            claim = Claim(
+                attempt=attempt, layers=layers, message=message, entry=completed, created=op_id is not None and entry is None
+            )
             try:
                 self._write_claim(tenant, run_id, claim, state)
             except Refused:
@@ -551,7 +572,9 @@ class RuleBookStore(Primitives, Store):
         if status is AttemptStatus.running:
             raise ValueError("an attempt cannot be ended as running")
         kind = None if reason_kind is None else FailureKind(reason_kind)
-        write = AttemptWrite(status=status, ended_at=utcnow(), reason=reason, reason_kind=kind, step=_values(step), calls=list(calls or []))
+        write = AttemptWrite(
+            status=status, ended_at=utcnow(), reason=reason, reason_kind=kind, step=_values(step), calls=list(calls or [])
+        )
         self._fenced(ref, write)
 
     @_entry()
@@ -632,7 +655,9 @@ class RuleBookStore(Primitives, Store):
             self._write_event(tenant, run_id, index, event, None)
             return
         if (attempt.tenant, attempt.run_id, attempt.index) != (tenant, run_id, index):
-            raise ValueError(f"the attempt named (run {attempt.run_id!r}, step {attempt.index}) is not of run {run_id!r}, step {index}")
+            raise ValueError(
+                f"the attempt named (run {attempt.run_id!r}, step {attempt.index}) is not of run {run_id!r}, step {index}"
+            )
         try:
             self._write_event(tenant, run_id, index, event.model_copy(update={"attempt": attempt.n}), attempt)
         except Refused as refused:
@@ -675,7 +700,6 @@ class RuleBookStore(Primitives, Store):
     ) -> list[GateWaiter]:
         check_tenant(tenant)
         return self._gate_open(tenant, run_id, key, lead_ended=lead_ended, note=note)
-
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 

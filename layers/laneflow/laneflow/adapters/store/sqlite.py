@@ -142,8 +142,16 @@ def _layers(layers: list[PromptLayer]) -> str:
 
 
 def _event_row(tenant: str, run_id: str, index: int, event: Event) -> tuple[Any, ...]:
-    return (tenant, run_id, index, event.t, event.type, event.text, event.attempt, None if event.data is None else dumps(event.data))
-
+    return (
+        tenant,
+        run_id,
+        index,
+        event.t,
+        event.type,
+        event.text,
+        event.attempt,
+        None if event.data is None else dumps(event.data),
+    )
 
 
 def _chosen(group: int | None, filtered: StepFilter | None) -> tuple[str, list[str | int]]:
@@ -261,8 +269,11 @@ class SqliteStore(RuleBookStore):
     @staticmethod
     def _run_json(db: sqlite3.Connection, tenant: str, run_id: str, *, part: str = "whole") -> str | None:
         """The run row as JSON: whole, its `head` (all but its input) or its `input` alone."""
-        rendered, columns = {"whole": (RUN_JSON, RUN_COLUMNS), "head": (RUN_HEAD_JSON, RUN_HEAD_COLUMNS),
-                             "input": (RUN_INPUT_JSON, RUN_INPUT_COLUMNS)}[part]
+        rendered, columns = {
+            "whole": (RUN_JSON, RUN_COLUMNS),
+            "head": (RUN_HEAD_JSON, RUN_HEAD_COLUMNS),
+            "input": (RUN_INPUT_JSON, RUN_INPUT_COLUMNS),
+        }[part]
         row = db.execute(f"SELECT {rendered} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
         if row is None:
             return None
@@ -273,8 +284,15 @@ class SqliteStore(RuleBookStore):
 
     @staticmethod
     def _steps_json(
-        db: sqlite3.Connection, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
-        messages: bool = True, filtered: StepFilter | None = None,
+        db: sqlite3.Connection,
+        tenant: str,
+        run_id: str,
+        *,
+        index: int | None = None,
+        group: int | None = None,
+        detail: bool = False,
+        messages: bool = True,
+        filtered: StepFilter | None = None,
     ) -> list[tuple[int, str]]:
         """(index, JSON) of a run's steps (or step `index`, or group `group`, of those what
         `filtered` admits), by index. With `detail`, each carries its events, calls and
@@ -315,7 +333,8 @@ class SqliteStore(RuleBookStore):
     @staticmethod
     def _attempt_row(db: sqlite3.Connection, tenant: str, run_id: str, index: int, n: int) -> Attempt | None:
         row = db.execute(
-            f"SELECT {ATTEMPT_JSON} FROM attempts WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?", (tenant, run_id, index, n)
+            f"SELECT {ATTEMPT_JSON} FROM attempts WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",
+            (tenant, run_id, index, n),
         ).fetchone()
         return None if row is None else Attempt.model_validate_json(row[0])
 
@@ -333,7 +352,9 @@ class SqliteStore(RuleBookStore):
         out: list[tuple[str, Doc | RecordDamaged]] = []
         for tenant, run_id, doc in rows:
             if doc is None:
-                out.append((run_id, damage(db, "runs", RUN_COLUMNS, "tenant = ? AND id = ?", (tenant, run_id), f"run {run_id!r}")))
+                out.append(
+                    (run_id, damage(db, "runs", RUN_COLUMNS, "tenant = ? AND id = ?", (tenant, run_id), f"run {run_id!r}"))
+                )
             else:
                 out.append((run_id, doc))
         return out
@@ -369,22 +390,39 @@ class SqliteStore(RuleBookStore):
             return db.execute("SELECT 1 FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone() is not None
 
     def _read_steps(
-        self, tenant: str, run_id: str, *, index: int | None = None, group: int | None = None, detail: bool = False,
-        messages: bool = True, where: StepFilter | None = None,
+        self,
+        tenant: str,
+        run_id: str,
+        *,
+        index: int | None = None,
+        group: int | None = None,
+        detail: bool = False,
+        messages: bool = True,
+        where: StepFilter | None = None,
     ) -> list[tuple[int, Doc]]:
         with self._read() as db:
             return self._steps_json(  # type: ignore[return-value]
-                db, tenant, run_id, index=index, group=group, detail=detail, messages=messages, filtered=where,
+                db,
+                tenant,
+                run_id,
+                index=index,
+                group=group,
+                detail=detail,
+                messages=messages,
+                filtered=where,
             )
 
     def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
         with self._read() as db:
             rows = db.execute(
                 "SELECT idx, grp, cycle, status, rescue_of IS NOT NULL, optional, cost_usd FROM steps"
-                " WHERE tenant = ? AND run_id = ? ORDER BY idx", (tenant, run_id),
+                " WHERE tenant = ? AND run_id = ? ORDER BY idx",
+                (tenant, run_id),
             ).fetchall()
-        return [StepFacts(index=i, group=g, cycle=c, status=st, rescue=bool(r), optional=bool(o), cost_usd=float(cu or 0))
-                for i, g, c, st, r, o, cu in rows]
+        return [
+            StepFacts(index=i, group=g, cycle=c, status=st, rescue=bool(r), optional=bool(o), cost_usd=float(cu or 0))
+            for i, g, c, st, r, o, cu in rows
+        ]
 
     def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
         """Counted in SQL: one row per group leaves the database, not one per step."""
@@ -398,10 +436,23 @@ class SqliteStore(RuleBookStore):
                 " SUM(cost_usd), MAX(idx),"
                 f" SUM({flow} AND status IN ('pending', 'running')),"
                 " SUM(status IN ('pending', 'awaiting-approval'))"
-                " FROM steps WHERE tenant = ? AND run_id = ? GROUP BY grp ORDER BY grp", (tenant, run_id),
+                " FROM steps WHERE tenant = ? AND run_id = ? GROUP BY grp ORDER BY grp",
+                (tenant, run_id),
             ).fetchall()
-        return [GroupOutline(group=g, cycle=c, pending=p, failed_required=f, unfinished_rescues=u, cost_usd=round(cu or 0.0, 6),
-                             last_index=last, unfinished=n, waiting=w) for g, c, p, f, u, cu, last, n, w in rows]
+        return [
+            GroupOutline(
+                group=g,
+                cycle=c,
+                pending=p,
+                failed_required=f,
+                unfinished_rescues=u,
+                cost_usd=round(cu or 0.0, 6),
+                last_index=last,
+                unfinished=n,
+                waiting=w,
+            )
+            for g, c, p, f, u, cu, last, n, w in rows
+        ]
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         args: list[str | int]
@@ -442,7 +493,9 @@ class SqliteStore(RuleBookStore):
                     (tenant, run_id, index, op_id),
                 ).fetchone()
                 landed = None if got is None else Attempt.model_validate_json(got[0])
-        return StepState(index=index, status=row[0], attempts=row[1], last_n=last_n or 0, running=running, entry=entry, landed=landed)
+        return StepState(
+            index=index, status=row[0], attempts=row[1], last_n=last_n or 0, running=running, entry=entry, landed=landed
+        )
 
     def _list_runs(self, tenant: str, limit: int, statuses: list[str] | None) -> list[tuple[str, Doc | RecordDamaged]]:
         sql, args = f"SELECT tenant, id, {RUN_JSON} FROM runs WHERE tenant = ?", [tenant]
@@ -481,7 +534,9 @@ class SqliteStore(RuleBookStore):
 
     def _read_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
         with self._read() as db:
-            row = db.execute("SELECT body FROM handoffs WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)).fetchone()
+            row = db.execute(
+                "SELECT body FROM handoffs WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
+            ).fetchone()
         return None if row is None else row[0]
 
     # == primitives: writes =============================================================
@@ -524,7 +579,9 @@ class SqliteStore(RuleBookStore):
         db.executemany("INSERT OR REPLACE INTO calls (tenant, run_id, idx, id, n, body) VALUES (?, ?, ?, ?, ?, ?)", calls)
         db.executemany("INSERT INTO prompt_layers (tenant, run_id, idx, layers) VALUES (?, ?, ?, ?)", layers)
 
-    def _update_run(self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int) -> Doc:
+    def _update_run(
+        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+    ) -> Doc:
         sets = {column: ("?", value) for column, value in columns_of(Run, values).items()}
         if add_drives:
             sets["drives"] = ("drives + ?", add_drives)
@@ -544,7 +601,8 @@ class SqliteStore(RuleBookStore):
             if found is None or found[0] not in expected:
                 raise Refused(found and found[0])
             db.execute(
-                f"UPDATE runs SET cost_usd = ROUND(cost_usd + ?, {COST_DECIMALS}) WHERE tenant = ? AND id = ?", (usd, tenant, run_id)
+                f"UPDATE runs SET cost_usd = ROUND(cost_usd + ?, {COST_DECIMALS}) WHERE tenant = ? AND id = ?",
+                (usd, tenant, run_id),
             )
             return float(db.execute("SELECT cost_usd FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()[0])
 
@@ -591,7 +649,15 @@ class SqliteStore(RuleBookStore):
             db.execute(
                 "INSERT INTO attempts (tenant, run_id, idx, n, token, started_at, resumed_at, status, op_id, worker)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
-                (*key, attempt.n, attempt.token, attempt.started_at, attempt.resumed_at, attempt.op_id, worker_text(attempt.worker)),
+                (
+                    *key,
+                    attempt.n,
+                    attempt.token,
+                    attempt.started_at,
+                    attempt.resumed_at,
+                    attempt.op_id,
+                    worker_text(attempt.worker),
+                ),
             )
             if claim.layers is not None:
                 db.execute(_UPSERT_LAYERS, (*key, _layers(claim.layers)))
@@ -610,8 +676,17 @@ class SqliteStore(RuleBookStore):
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, run_id, op_id) DO UPDATE SET status = excluded.status,"
             " attempt = excluded.attempt, token = excluded.token, started_at = excluded.started_at, resumed_at = excluded.resumed_at",
             (
-                entry.tenant, entry.run_id, entry.op_id, entry.index, entry.status.value, entry.attempt, entry.token,
-                entry.started_at, entry.resumed_at, entry.created_at, entry.expires_at,
+                entry.tenant,
+                entry.run_id,
+                entry.op_id,
+                entry.index,
+                entry.status.value,
+                entry.attempt,
+                entry.token,
+                entry.started_at,
+                entry.resumed_at,
+                entry.created_at,
+                entry.expires_at,
             ),
         )
 
@@ -699,8 +774,15 @@ class SqliteStore(RuleBookStore):
                 "INSERT INTO gates (tenant, run_id, key, opened_at, ended_at, note, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (tenant, run_id, key) DO UPDATE SET opened_at = coalesce(opened_at, excluded.opened_at),"
                 " ended_at = coalesce(ended_at, excluded.ended_at), note = coalesce(note, excluded.note), tokens = excluded.tokens",
-                (tenant, run_id, key, now, now if lead_ended else None, note,
-                 dumps([{"token": w.token, "index": w.index, "until_lead_ends": w.until_lead_ends} for w in left])),
+                (
+                    tenant,
+                    run_id,
+                    key,
+                    now,
+                    now if lead_ended else None,
+                    note,
+                    dumps([{"token": w.token, "index": w.index, "until_lead_ends": w.until_lead_ends} for w in left]),
+                ),
             )
 
             return handed
@@ -714,7 +796,9 @@ class SqliteStore(RuleBookStore):
 
     def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
         with self._read() as db:
-            row = db.execute("SELECT body FROM notes WHERE tenant = ? AND run_id = ? AND id = ?", (tenant, run_id, note_id)).fetchone()
+            row = db.execute(
+                "SELECT body FROM notes WHERE tenant = ? AND run_id = ? AND id = ?", (tenant, run_id, note_id)
+            ).fetchone()
         return None if row is None else Note.model_validate_json(row[0])
 
     def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
@@ -762,7 +846,6 @@ class SqliteStore(RuleBookStore):
                 "INSERT INTO observed (tenant, run_id, idx, n, id) VALUES (?, ?, ?, ?, ?)",
                 [(ref.tenant, ref.run_id, ref.index, ref.n, note_id) for note_id in ids],
             )
-
 
 
 def _waiter(kept: Any) -> GateWaiter:

@@ -34,7 +34,6 @@ ADDED_COLUMNS = (
 BUSY_TIMEOUT_S = 10.0
 
 
-
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     tenant         TEXT NOT NULL,
@@ -290,11 +289,9 @@ EVENT_COLUMNS: dict[str, tuple[str, str]] = {
 }
 
 
-
 def _json_checks(columns: dict[str, tuple[str, str]]) -> list[str]:
     """Per JSON column, a SQL expression that is 1 when it holds valid JSON (or NULL)."""
     return [f"({col} IS NULL OR json_valid({col}))" for col, kind in columns.values() if kind == "json"]
-
 
 
 def _as_json(columns: dict[str, tuple[str, str]]) -> str:
@@ -305,7 +302,6 @@ def _as_json(columns: dict[str, tuple[str, str]]) -> str:
     rendered = f"json_object({', '.join(members)})"
     checks = _json_checks(columns)
     return f"CASE WHEN {' AND '.join(checks)} THEN {rendered} END" if checks else rendered
-
 
 
 def damage(
@@ -319,7 +315,6 @@ def damage(
     ).fetchone()
     bad = [field for field, ok in zip(json_fields, row, strict=True) if not ok] if row else []
     return damaged(what, bad)
-
 
 
 RUN_JSON = _as_json(RUN_COLUMNS)
@@ -342,17 +337,14 @@ ATTEMPT_JSON = _as_json(ATTEMPT_COLUMNS)
 EVENT_JSON = _as_json(EVENT_COLUMNS)
 
 
-
 def array(items: list[str]) -> str:
     return "[" + ",".join(items) + "]"
-
 
 
 def splice(obj: str, **members: str) -> str:
     """A JSON object (as json_object() renders it: '{...}', never empty) with members, given
     as JSON text, added before its closing brace."""
     return obj[:-1] + "".join(f',"{name}":{value}' for name, value in members.items()) + "}"
-
 
 
 def check_columns_cover_models() -> None:
@@ -363,7 +355,6 @@ def check_columns_cover_models() -> None:
     )
     if missing:
         raise RuntimeError(f"SqliteStore has no column for: {', '.join(missing)} (add them to store/sqlite_schema.py)")
-
 
 
 def to_db(kind: str, value: Any) -> Any:
@@ -379,7 +370,6 @@ def to_db(kind: str, value: Any) -> Any:
     if kind == "worker":
         return worker_text(value)
     return value
-
 
 
 def columns_of(model: type[Run] | type[Step], values: dict[str, Any]) -> dict[str, Any]:

@@ -33,12 +33,10 @@ log = logging.getLogger("laneflow.api")
 GENERIC_ERROR = "something went wrong on our side; it has been logged"
 
 
-
 class Unauthenticated(LaneflowError):
     """The request carries no identity laneflow can take a tenant from."""
 
     http_status = 401
-
 
 
 class ErrorBody(BaseModel):
@@ -48,11 +46,9 @@ class ErrorBody(BaseModel):
     problems: list[dict[str, Any]] = Field(default_factory=list)
 
 
-
 def error_response(status: int, message: str, problems: list[dict[str, Any]] | None = None) -> Response[dict[str, Any]]:
     body = ErrorBody(message=message, problems=problems or [])
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body.model_dump())
-
 
 
 def scrub(text: str, svc: Services | None) -> str:
@@ -63,7 +59,6 @@ def scrub(text: str, svc: Services | None) -> str:
         roots.append(str(svc.workspaces.root))
     text = scrub_paths(text, *roots)
     return svc.redactor(text) if svc is not None else text
-
 
 
 def domain_error(exc: LaneflowError, svc: Services | None) -> Response[dict[str, Any]]:
@@ -79,7 +74,6 @@ def domain_error(exc: LaneflowError, svc: Services | None) -> Response[dict[str,
     )
 
 
-
 def request_invalid(exc: RequestValidationError) -> Response[dict[str, Any]]:
     # Only where and what: never the input itself or pydantic's internals.
     problems = []
@@ -93,17 +87,14 @@ def request_invalid(exc: RequestValidationError) -> Response[dict[str, Any]]:
     return error_response(400, f"the request does not fit: {named}", problems)
 
 
-
 def service_error(exc: ServiceError) -> Response[dict[str, Any]]:
     # Powertools' own (a route that does not exist is a NotFoundError).
     return error_response(exc.status_code, str(exc.msg))  # a str from Powertools; its type allows a dict
 
 
-
 def unexpected(exc: Exception) -> Response[dict[str, Any]]:
     log.error("request failed unexpectedly: %s", type(exc).__name__, exc_info=exc)
     return error_response(500, GENERIC_ERROR)
-
 
 
 def install(app: APIGatewayRestResolver, services: Callable[[], Services | None]) -> None:

@@ -49,20 +49,32 @@ class QuestionList(BaseModel):
     summary="Answer the question a step is waiting on (its ask tool)",
     tags=["runs"],
     responses={
-        200: {"description": "the question, answered: the step goes on with it", "content": {"application/json": {"model": Answered}}},
+        200: {
+            "description": "the question, answered: the step goes on with it",
+            "content": {"application/json": {"model": Answered}},
+        },
         **_errors(400, 401, 404, 409),
     },
 )
 def answer(run_id: RunId, index: StepIndex, body: Annotated[AnswerBody, Body()], tenant: Tenant, svc: Svc) -> dict[str, Any]:
     note = answer_question(svc, tenant, run_id, index, body.text)
-    return {"run_id": note.run_id, "index": note.to_index, "question": note.text, "answer": note.answer, "answered_at": note.answered_at}
+    return {
+        "run_id": note.run_id,
+        "index": note.to_index,
+        "question": note.text,
+        "answer": note.answer,
+        "answered_at": note.answered_at,
+    }
 
 
 @app.get(
     "/questions",
     summary="The questions steps are waiting on, oldest first",
     tags=["runs"],
-    responses={200: {"description": "the caller's waiting questions", "content": {"application/json": {"model": QuestionList}}}, **_errors(400, 401)},
+    responses={
+        200: {"description": "the caller's waiting questions", "content": {"application/json": {"model": QuestionList}}},
+        **_errors(400, 401),
+    },
 )
 def questions(
     tenant: Tenant,
@@ -70,8 +82,16 @@ def questions(
     run: Annotated[str | None, Query(min_length=1, max_length=128, description="only this run's")] = None,
 ) -> dict[str, Any]:
     found = waiting_questions(svc, tenant, run_id=run)
-    return {"questions": [
-        {"run_id": q.run_id, "index": q.index, "agent": q.agent, "question": q.question, "asked_at": q.asked_at,
-         "answer_at": f"/runs/{q.run_id}/steps/{q.index}/answer"}
-        for q in found
-    ]}
+    return {
+        "questions": [
+            {
+                "run_id": q.run_id,
+                "index": q.index,
+                "agent": q.agent,
+                "question": q.question,
+                "asked_at": q.asked_at,
+                "answer_at": f"/runs/{q.run_id}/steps/{q.index}/answer",
+            }
+            for q in found
+        ]
+    }

@@ -54,10 +54,7 @@ def _read_body(text: str) -> Any:
     try:
         return jsonsafe.parse(text)
     except jsonsafe.Refusal as refused:
-        raise RequestValidationError(
-            [{"type": "json_refused", "loc": ("body", *refused.parts), "msg": refused.reason}]
-        ) from None
-
+        raise RequestValidationError([{"type": "json_refused", "loc": ("body", *refused.parts), "msg": refused.reason}]) from None
 
 
 app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=_read_body)
@@ -69,13 +66,11 @@ app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=_rea
 _resolving = threading.Lock()
 
 
-
 def resolve(event: dict[str, Any], context: Any, svc: Services) -> dict[str, Any]:
     """Answer one API Gateway REST proxy event with the routes below, over `svc`."""
     with _resolving:
         app.append_context(services=svc)  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
         return app.resolve(_as_json(event), context)
-
 
 
 def _as_json(event: dict[str, Any]) -> dict[str, Any]:
@@ -95,12 +90,14 @@ def _as_json(event: dict[str, Any]) -> dict[str, Any]:
         event = {**event, "body": body, "isBase64Encoded": False}
     headers = {k: v for k, v in (event.get("headers") or {}).items() if str(k).lower() != "content-type"}
     multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if str(k).lower() != "content-type"}
-    return {**event, "headers": {**headers, "Content-Type": "application/json"}, "multiValueHeaders": {**multi, "Content-Type": ["application/json"]}}
-
+    return {
+        **event,
+        "headers": {**headers, "Content-Type": "application/json"},
+        "multiValueHeaders": {**multi, "Content-Type": ["application/json"]},
+    }
 
 
 errors.install(app, lambda: app.context.get("services"))
-
 
 
 # -- who is asking ------------------------------------------------------------------------------
@@ -117,11 +114,9 @@ def caller_tenant(request: Request) -> str:
     return check_tenant(tenant, source="the caller's tenant")  # a 400 naming it, before any store key is built
 
 
-
 def bound_services() -> Services:
     services: Services = app.context["services"]
     return services
-
 
 
 Tenant = Annotated[str, Depends(caller_tenant)]
@@ -129,7 +124,6 @@ Tenant = Annotated[str, Depends(caller_tenant)]
 Svc = Annotated[Services, Depends(bound_services)]
 
 RunId = Annotated[str, Path(description="the run's id", min_length=1, max_length=128)]
-
 
 
 def _record(run: Run) -> dict[str, Any]:
@@ -140,10 +134,8 @@ def _record(run: Run) -> dict[str, Any]:
     return record
 
 
-
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[Any]:
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=headers)
-
 
 
 def _errors(*statuses: int) -> dict[int, OpenAPIResponse]:
@@ -157,7 +149,6 @@ def _errors(*statuses: int) -> dict[int, OpenAPIResponse]:
     return {s: {"description": said[s], "content": {"application/json": {"model": ErrorBody}}} for s in statuses}
 
 
-
 # -- starting a run -----------------------------------------------------------------------------
 
 
@@ -167,14 +158,16 @@ def _run_location(run_id: str) -> str:
     return f"{here.rstrip('/')}/{run_id}"
 
 
-
 @app.post(
     "/runs",
     summary="Start a run",
     tags=["runs"],
     responses={
         201: {"description": "the run, queued; a drive of it has started", "content": {"application/json": {"model": Run}}},
-        200: {"description": "the run this idempotency_key started before (nothing new started)", "content": {"application/json": {"model": Run}}},
+        200: {
+            "description": "the run this idempotency_key started before (nothing new started)",
+            "content": {"application/json": {"model": Run}},
+        },
         **_errors(400, 401, 404, 409, 503),
     },
 )
@@ -185,7 +178,6 @@ def start_run(body: Annotated[StartRun, Body()], tenant: Tenant, svc: Svc) -> Re
     return _json(201, _record(started.run), {"Location": _run_location(started.run.id)})
 
 
-
 # -- reading runs -------------------------------------------------------------------------------
 
 
@@ -193,12 +185,14 @@ class RunList(BaseModel):
     runs: list[Run] = Field(description="newest first, without their steps")
 
 
-
 @app.get(
     "/runs",
     summary="List runs, newest first",
     tags=["runs"],
-    responses={200: {"description": "the caller's runs", "content": {"application/json": {"model": RunList}}}, **_errors(400, 401)},
+    responses={
+        200: {"description": "the caller's runs", "content": {"application/json": {"model": RunList}}},
+        **_errors(400, 401),
+    },
 )
 def list_runs(
     tenant: Tenant,
@@ -206,7 +200,6 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=500, description="at most this many runs")] = 50,
 ) -> dict[str, Any]:
     return {"runs": [_record(run) for run in runs_with_live_cost(svc, tenant, limit=limit)]}
-
 
 
 @app.get(
@@ -219,7 +212,6 @@ def get_run(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
     return svc.store.get_run(tenant, run_id).public()
 
 
-
 # -- what people do to runs ---------------------------------------------------------------------
 
 
@@ -228,17 +220,18 @@ class Stopped(BaseModel):
     run: Run
 
 
-
 @app.post(
     "/runs/<run_id>/stop",
     summary="Stop a run (one-way)",
     tags=["runs"],
-    responses={200: {"description": "what the stop did", "content": {"application/json": {"model": Stopped}}}, **_errors(400, 401, 404)},
+    responses={
+        200: {"description": "what the stop did", "content": {"application/json": {"model": Stopped}}},
+        **_errors(400, 401, 404),
+    },
 )
 def stop(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
     outcome = stop_run(svc, tenant, run_id)
     return {"message": outcome.message, "run": _record(outcome.run)}
-
 
 
 class Approval(BaseModel):
@@ -249,12 +242,14 @@ class Approval(BaseModel):
     approve: StrictBool = Field(description="true continues the run in a new drive; false fails it (rejected by a person)")
 
 
-
 @app.post(
     "/runs/<run_id>/approval",
     summary="Answer the approval a run waits for",
     tags=["runs"],
-    responses={200: {"description": "the run, queued (approved) or failed (rejected)", "content": {"application/json": {"model": Run}}}, **_errors(400, 401, 404, 409, 503)},
+    responses={
+        200: {"description": "the run, queued (approved) or failed (rejected)", "content": {"application/json": {"model": Run}}},
+        **_errors(400, 401, 404, 409, 503),
+    },
 )
 def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, svc: Svc) -> dict[str, Any]:
     if body.approve and svc.drives is None:
@@ -265,7 +260,6 @@ def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, s
     return _record(run)
 
 
-
 # -- estimating a run ---------------------------------------------------------------------------
 
 
@@ -274,13 +268,15 @@ def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, s
     summary="Estimate a run before it runs: each lane's prefix, cache writes and reads with and without the gate, the cost range",
     tags=["runs"],
     responses={
-        200: {"description": "the estimate (nothing is written, nothing runs)", "content": {"application/json": {"model": EstimateAnswer}}},
+        200: {
+            "description": "the estimate (nothing is written, nothing runs)",
+            "content": {"application/json": {"model": EstimateAnswer}},
+        },
         **_errors(400, 401, 404, 503),
     },
 )
 def estimate(body: Annotated[EstimateRequest, Body()], tenant: Tenant, svc: Svc) -> dict[str, Any]:
     return estimate_request(svc, tenant, body)
-
 
 
 # -- the document and the viewer ----------------------------------------------------------------
@@ -295,8 +291,12 @@ def openapi() -> Response[str]:
     return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=document)
 
 
-
-@app.get("/", summary="The run viewer (an HTML page)", tags=["meta"], responses={200: {"description": "the viewer page", "content": {"text/html": {}}}})
+@app.get(
+    "/",
+    summary="The run viewer (an HTML page)",
+    tags=["meta"],
+    responses={200: {"description": "the viewer page", "content": {"text/html": {}}}},
+)
 def viewer() -> Response[str]:
     # Everything a run holds is put in the page as text by its modules (never as HTML), and
     # the policy allows only this origin's scripts and styles, so nothing a run holds can run.
@@ -305,9 +305,7 @@ def viewer() -> Response[str]:
     return Response(status_code=200, content_type="text/html; charset=utf-8", body=page, headers=headers)
 
 
-
 AssetName = Annotated[str, Path(description="an asset's file name", min_length=1, max_length=100)]
-
 
 
 @app.get(
@@ -320,7 +318,6 @@ def viewer_asset(name: AssetName) -> Response[str]:
     found = viewer_assets.asset(name)
     headers = {"Cache-Control": "no-cache", **viewer_assets.SECURITY_HEADERS}
     return Response(status_code=200, content_type=found.content_type, body=found.text, headers=headers)
-
 
 
 # -- a path that exists, asked with another method: 405 -----------------------------------------
@@ -338,7 +335,6 @@ def not_found(_: Exception) -> Response[dict[str, Any]]:
     response = errors.error_response(405, f"{event.http_method[:20]} is not answered on {path[:100]!r}: use {', '.join(allowed)}")
     response.headers["Allow"] = ", ".join(allowed)
     return response
-
 
 
 # Routes kept in modules of their own, on this resolver.

@@ -23,8 +23,13 @@ from laneflow.domain.errors import NotFound
 
 _VIEWER = resources.files(__package__) / "viewer"
 
-_TYPES = {".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
-          ".txt": "text/plain; charset=utf-8", ".svg": "image/svg+xml"}
+_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 
 # The bare names the viewer's modules import, and the vendored file each one is.
 IMPORTS = {"preact": "preact.mjs", "preact/hooks": "preact-hooks.mjs", "htm": "htm.mjs"}

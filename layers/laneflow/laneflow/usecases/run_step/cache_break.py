@@ -19,22 +19,24 @@ log = logging.getLogger("laneflow.step")
 PREVIOUS_RUNS_LOOKED_AT = 50
 
 
-
 def step_prefix(svc: Services, job: StepJob) -> dict[str, Any]:
     """{"tokens": the prefix's size (tools, then the stable system), "tools": their digest}."""
     defs = svc.tool_definitions(job) if svc.tool_definitions else []
     return {"tokens": prefix_tokens(job.system_stable, defs), "tools": tools_digest(str(d.get("name", "")) for d in defs)}
 
 
-
 def previous_run(svc: Services, run: Run) -> tuple[str, list[Step]] | None:
     """The flow's run before this one in the same tenant and workspace, with its steps."""
     for other in svc.store.list_runs(run.tenant, limit=PREVIOUS_RUNS_LOOKED_AT):
-        if other.id != run.id and other.workspace == run.workspace and other.flow == run.flow and other.created_at < run.created_at:
+        if (
+            other.id != run.id
+            and other.workspace == run.workspace
+            and other.flow == run.flow
+            and other.created_at < run.created_at
+        ):
             full = svc.store.get_run(run.tenant, other.id, detail=True)
             return full.id, full.steps
     return None
-
 
 
 def nearest_writers(svc: Services, tenant: str, run_id: str, step: Step, model: str) -> list[tuple[str, Step]]:
@@ -70,6 +72,6 @@ def find_cache_break(
             run = svc.store.get_run(tenant, run_id, steps=False, input=False)
             earlier = earlier_writers(step, (run_id, []), previous_run(svc, run))
         return cache_break(model=model, layers=layers, prefix=prefix, earlier=earlier)
-    except Exception:  # noqa: BLE001 - the record is a nicety; the step goes on
+    except Exception:  # the record is a nicety; the step goes on
         log.warning("step %s of %s: its cache_break could not be worked out", index, run_id, exc_info=True)
         return None

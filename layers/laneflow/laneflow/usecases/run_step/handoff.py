@@ -45,10 +45,8 @@ def build_handoff(svc: Services, run: Run, group: int, kind: str) -> str:
     return "## Handoff from the previous group\n\n" + "\n\n".join(parts)
 
 
-
 def handoff_key(group: int, cycle: int, kind: str) -> str:
     return f"g{group}c{cycle}:{kind}"
-
 
 
 def feedback_key(group: int, cycle: int) -> str:
@@ -56,13 +54,11 @@ def feedback_key(group: int, cycle: int) -> str:
     return f"feedback:g{group}c{cycle}"
 
 
-
 def prepare_handoffs(svc: Services, run: Run, group: int, cycle: int, kinds: set[str]) -> None:
     """Build each handoff block a launching group needs once, for all of its steps (a
     fan-out of N would otherwise read the previous group N times)."""
     for kind in sorted(kinds - {"none"}):
         svc.store.put_handoff(run.tenant, run.id, handoff_key(group, cycle, kind), build_handoff(svc, run, group, kind))
-
 
 
 def handoff_for(svc: Services, run: Run, step: Step, kind: str, *, group: int, cycle: int) -> str:

@@ -119,17 +119,31 @@ class AttemptInbox:
         if peer.status in ENDED:
             raise NoteRefused(f"{_who(peer)} has ended ({peer.status}): it can no longer read messages")
         note = Note(
-            id=new_note_id(NoteKind.message), run_id=self.ref.run_id, kind=NoteKind.message, to_index=peer.index,
-            from_index=self.step.index, from_agent=self.agent, attempt=self.ref.n, text=text,
+            id=new_note_id(NoteKind.message),
+            run_id=self.ref.run_id,
+            kind=NoteKind.message,
+            to_index=peer.index,
+            from_index=self.step.index,
+            from_agent=self.agent,
+            attempt=self.ref.n,
+            text=text,
         )
         store = self.svc.store
         store.post_note(self.ref.tenant, self.ref.run_id, note)
         shown = f": {text}" if self.capture else f" ({len(text):,} characters)"
         data = {"note": note.id, "to": peer.index}
-        store.add_event(self.ref.tenant, self.ref.run_id, self.step.index,
-                        Event(type=EventType.peer, text=f"message to {_who(peer)}{shown}", data=data), attempt=self.ref)
-        received = Event(type=EventType.peer, text=f"message from {self.agent} (step {self.step.index}){shown}",
-                         data={"note": note.id, "from": self.step.index})
+        store.add_event(
+            self.ref.tenant,
+            self.ref.run_id,
+            self.step.index,
+            Event(type=EventType.peer, text=f"message to {_who(peer)}{shown}", data=data),
+            attempt=self.ref,
+        )
+        received = Event(
+            type=EventType.peer,
+            text=f"message from {self.agent} (step {self.step.index}){shown}",
+            data={"note": note.id, "from": self.step.index},
+        )
         store.add_event(self.ref.tenant, self.ref.run_id, peer.index, received)
         return note
 
@@ -151,11 +165,20 @@ class AttemptInbox:
         self.svc.store.observe(self.ref, ids)
         self._seen.update(ids)
         for note in pending:
-            what = f"message from {note.from_agent} (step {note.from_index})" if note.kind == NoteKind.message else "an answer to its question"
+            what = (
+                f"message from {note.from_agent} (step {note.from_index})"
+                if note.kind == NoteKind.message
+                else "an answer to its question"
+            )
             self.svc.store.add_event(
-                self.ref.tenant, self.ref.run_id, self.step.index,
-                Event(type=EventType.peer if note.kind == NoteKind.message else EventType.ask,
-                      text=f"delivered to its next turn: {what}", data={"note": note.id}),
+                self.ref.tenant,
+                self.ref.run_id,
+                self.step.index,
+                Event(
+                    type=EventType.peer if note.kind == NoteKind.message else EventType.ask,
+                    text=f"delivered to its next turn: {what}",
+                    data={"note": note.id},
+                ),
                 attempt=self.ref,
             )
         return pending
@@ -172,8 +195,15 @@ class AttemptInbox:
         question = _text("the question", question)
         wait = self.wait_s()
         note = Note(
-            id=new_note_id(NoteKind.question), run_id=self.ref.run_id, kind=NoteKind.question, to_index=self.step.index,
-            from_index=self.step.index, from_agent=self.agent, attempt=self.ref.n, text=question, status=QuestionStatus.open,
+            id=new_note_id(NoteKind.question),
+            run_id=self.ref.run_id,
+            kind=NoteKind.question,
+            to_index=self.step.index,
+            from_index=self.step.index,
+            from_agent=self.agent,
+            attempt=self.ref.n,
+            text=question,
+            status=QuestionStatus.open,
         )
         store, tenant, run_id, index = self.svc.store, self.ref.tenant, self.ref.run_id, self.step.index
         store.post_note(tenant, run_id, note)
@@ -191,8 +221,13 @@ class AttemptInbox:
         return answered.answer or ""
 
     def _event(self, text: str, data: dict[str, object]) -> None:
-        self.svc.store.add_event(self.ref.tenant, self.ref.run_id, self.step.index,
-                                 Event(type=EventType.ask, text=text, data=dict(data)), attempt=self.ref)
+        self.svc.store.add_event(
+            self.ref.tenant,
+            self.ref.run_id,
+            self.step.index,
+            Event(type=EventType.ask, text=text, data=dict(data)),
+            attempt=self.ref,
+        )
 
     def _wait(self, note: Note, wait: float) -> Note | None:
         """The answered question, or None when the wait ended without one. A stop ends it at
@@ -223,9 +258,16 @@ def attempt_inbox(
         return None
     timeout = agent.settings.timeout
     return AttemptInbox(
-        svc=svc, run=run, step=step, ref=AttemptRef.of(run.tenant, attempt), agent=agent.name, stopped=recorder.stopped,
-        ask_timeout=agent.settings.ask_timeout, step_deadline=time.monotonic() + timeout if timeout else None,
-        worker=attempt.worker, capture=capture,
+        svc=svc,
+        run=run,
+        step=step,
+        ref=AttemptRef.of(run.tenant, attempt),
+        agent=agent.name,
+        stopped=recorder.stopped,
+        ask_timeout=agent.settings.ask_timeout,
+        step_deadline=time.monotonic() + timeout if timeout else None,
+        worker=attempt.worker,
+        capture=capture,
     )
 
 

@@ -8,7 +8,6 @@ JUDGE_SYSTEM = (
 )
 
 
-
 def parse_verdict(text: str) -> tuple[bool, str]:
     """PASS, or FAIL: reason, on the first line that says anything; anything else fails."""
     first = next((line.strip() for line in (text or "").splitlines() if line.strip()), "")

@@ -44,7 +44,6 @@ class EarlierAttempt:
         return f"attempt {self.n} failed: {self.reason}"
 
 
-
 def earlier_attempts(attempts: list[Attempt], *, since: str | None) -> list[EarlierAttempt]:
     """The attempts of this pass of the step that failed or were interrupted. A pass begins
     with the attempt that set the step's `started_at` (`since`; None before its first
@@ -59,7 +58,6 @@ def earlier_attempts(attempts: list[Attempt], *, since: str | None) -> list[Earl
         for a in attempts
         if a.status in ended and (a.n >= first if first is not None else a.started_at >= since)
     ]
-
 
 
 def user_message(step: Step, spec: StepSpec, handoff: str, history: list[EarlierAttempt]) -> str:
@@ -83,7 +81,6 @@ def user_message(step: Step, spec: StepSpec, handoff: str, history: list[Earlier
     return "\n\n".join(parts)
 
 
-
 @dataclass(frozen=True)
 class Briefing:
     """What a step's next attempt is told: its handoff, the earlier attempts of this pass
@@ -93,7 +90,6 @@ class Briefing:
     handoff: str
     history: tuple[EarlierAttempt, ...]
     message: str
-
 
 
 def brief(svc: Services, run: Run, step: Step, *, cycle: int) -> Briefing:

@@ -21,7 +21,6 @@ from laneflow.ports import StepOutcome
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 
 
-
 def extract_json(text: str) -> Any:
     """The JSON of a reply: its last fenced block, else the whole text."""
     blocks = _FENCE.findall(text)
@@ -34,7 +33,6 @@ def extract_json(text: str) -> Any:
         ) from None
     except jsonsafe.Refusal as exc:
         raise StepFailed(f"the output is JSON laneflow cannot keep ({exc})", retryable=True, kind=FailureKind.output) from None
-
 
 
 def check_output(spec: StepSpec, outcome: StepOutcome) -> Any:

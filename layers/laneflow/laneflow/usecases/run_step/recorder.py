@@ -33,7 +33,6 @@ WATCH_S = 0.5
 FLUSH_S = 30.0
 
 
-
 CAPTURE_FULL = "capture limit of"  # how the trace line that says so begins
 
 
@@ -49,7 +48,6 @@ def captured(step: Step) -> int:
 def capture_full(step: Step) -> bool:
     """An earlier attempt of the step reached the capture limit (nothing more is captured)."""
     return any(e.type == EventType.warning and e.text.startswith(CAPTURE_FULL) for e in step.events)
-
 
 
 # -- the sink ----------------------------------------------------------------------------------
@@ -122,7 +120,9 @@ class StepRecorder:
 
     def event(self, type: EventType, text: str, data: dict[str, Any] | None = None) -> None:
         # Masked by the store, like every write.
-        self.svc.store.add_event(self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref)
+        self.svc.store.add_event(
+            self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref
+        )
 
     def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None:
         """A tool event and, while the step captures, the call's input and output.

@@ -68,7 +68,6 @@ from laneflow.usecases.wait_for_lead import open_gate
 log = logging.getLogger("laneflow.step")
 
 
-
 @dataclass(frozen=True)
 class PreparedAttempt:
     """What an attempt works with, read afresh for it: the workspace (with the run's
@@ -87,7 +86,6 @@ class GateOpener(Protocol):
     cached). Returns how many it released."""
 
     def __call__(self, why: str, at: str | None = None, note: str | None = None) -> int: ...
-
 
 
 # -- the attempt loop ---------------------------------------------------------------------------
@@ -131,7 +129,9 @@ class StepRunner:
         return AttemptRef.of(self.run.tenant, self.attempt)
 
     def _note(self, type: EventType, text: str, data: dict[str, Any] | None = None) -> None:
-        self.svc.store.add_event(self.run.tenant, self.run.id, self.step.index, Event(type=type, text=text, data=data), attempt=self.ref)
+        self.svc.store.add_event(
+            self.run.tenant, self.run.id, self.step.index, Event(type=type, text=text, data=data), attempt=self.ref
+        )
 
     def run_attempts(self) -> StepReport:
         # The run's secrets stay masked while this step works here, through the end of its
@@ -319,8 +319,11 @@ class StepRunner:
         )
         recorder.inbox = attempt_inbox(svc, run, step, self.attempt, agent, recorder, capture=ws.settings.capture == "full")
         if svc.sandbox:
-            recorder.event(EventType.info, "sandbox worker: the step runs whole here, in a scratch copy of the workspace",
-                           {"worker": self.attempt.worker.model_dump(mode="json") if self.attempt.worker else None})
+            recorder.event(
+                EventType.info,
+                "sandbox worker: the step runs whole here, in a scratch copy of the workspace",
+                {"worker": self.attempt.worker.model_dump(mode="json") if self.attempt.worker else None},
+            )
         # After the claim, before the model: a secret not set fails the attempt here.
         self.secrets = load_secrets(svc, run, agent, recorder)
         job = StepJob(
@@ -380,9 +383,11 @@ class StepRunner:
         self.svc.store.heartbeat(self.ref, utcnow())  # AttemptEnded if it was ended meanwhile
         try:
             self.copy.keep(kept)
-        except Exception as error:  # noqa: BLE001 - S3 or disk: the attempt did not complete
+        except Exception as error:  # S3 or disk: the attempt did not complete
             log.warning("step %s of %s: keeping its files failed: %s", self.step.index, self.run.id, error)
-            raise StepFailed(f"what it wrote could not be kept in the workspace ({type(error).__name__})", retryable=True) from None
+            raise StepFailed(
+                f"what it wrote could not be kept in the workspace ({type(error).__name__})", retryable=True
+            ) from None
         recorder.event(EventType.info, f"kept in the workspace: {', '.join(kept)}", {"kept": kept})
 
     def _discard(self) -> None:
@@ -435,7 +440,10 @@ class StepRunner:
         run = self.svc.store.get_run(self.run.tenant, self.run.id, steps=False)
         spent = self.recorder.cost_usd if self.recorder else 0.0  # what it spent counts, as for a failure
         calls = list(self.recorder.spans.values()) if self.recorder else []
-        if interrupt(self.svc, self.run.tenant, run, self.attempt, calls=calls, cost_usd=round(self.step.cost_usd + spent, 6)) == "interrupted":
+        if (
+            interrupt(self.svc, self.run.tenant, run, self.attempt, calls=calls, cost_usd=round(self.step.cost_usd + spent, 6))
+            == "interrupted"
+        ):
             self._add_spend(spent)
         return self._report()
 
@@ -443,16 +451,13 @@ class StepRunner:
         return reported(self.svc, self.run.tenant, self.run.id, self.step.index)
 
 
-
 WAITED_TO_START = "run stopped by a person while this step waited to start"
-
 
 
 def reported(svc: Services, tenant: str, run_id: str, index: int) -> StepReport:
     """What the handler answers for a step: its status and attempts as stored now."""
     status, attempts = svc.store.get_step_status(tenant, run_id, index)
     return StepReport(index=index, status=status, attempts=attempts)
-
 
 
 def prepare(svc: Services, run: Run, step: Step) -> PreparedAttempt:
@@ -470,7 +475,6 @@ def prepare(svc: Services, run: Run, step: Step) -> PreparedAttempt:
         raise
 
 
-
 def run_step(svc: Services, req: RunStepRequest, worker: WorkerRef) -> StepReport:
     """Claim the step's next attempt and run it to its end. A step that already ended (a
     re-delivered invocation) or is claimed by another worker is reported, not run again; a
@@ -482,9 +486,7 @@ def run_step(svc: Services, req: RunStepRequest, worker: WorkerRef) -> StepRepor
     svc.secret_values()
     opener = None
     if req.step.role == "lead":
-        opener = functools.partial(
-            open_gate, svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index
-        )
+        opener = functools.partial(open_gate, svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index)
     ended = False
     try:
         report = _run_step(svc, req, opener, worker)
@@ -496,7 +498,6 @@ def run_step(svc: Services, req: RunStepRequest, worker: WorkerRef) -> StepRepor
             # slot goes only once the lead has ended: an error leaving here is retried by the
             # state machine (the next invocation ends it) or caught by StepCrashed (which does).
             opener(why="the lead ended" if ended else "the lead's invocation failed before its reply began", lead_ended=ended)
-
 
 
 def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | None, worker: WorkerRef) -> StepReport:
@@ -523,7 +524,7 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
     # reason (the runner meets the same failure): no step stays pending or running silently.
     try:
         prepared: PreparedAttempt | None = prepare(svc, run, step)
-    except Exception:  # noqa: BLE001 - reported through the attempt below
+    except Exception:  # reported through the attempt below
         prepared = None
     try:
         return _claim_and_run(svc, req, run, step, prepared, opener, worker)
@@ -532,22 +533,29 @@ def _run_step(svc: Services, req: RunStepRequest, opener: Callable[..., int] | N
             prepared.copy.discard()  # if no attempt took it (the claim went elsewhere, a crash)
 
 
-
 def _skip(svc: Services, run: Run, index: int, reason: str) -> StepReport:
     """Skip a step that was to start, with the reason; if it started or ended meanwhile, its own record says how."""
     try:
         step = svc.store.update_step(
-            run.tenant, run.id, index, StepChanges(status=StepStatus.skipped, skip_reason=reason), expect_status=(StepStatus.pending,)
+            run.tenant,
+            run.id,
+            index,
+            StepChanges(status=StepStatus.skipped, skip_reason=reason),
+            expect_status=(StepStatus.pending,),
         )
     except Conflict:
         step = svc.store.get_step(run.tenant, run.id, index)
     return StepReport(index=index, status=step.status, attempts=step.attempts)
 
 
-
 def _claim_and_run(
-    svc: Services, req: RunStepRequest, run: Run, step: Step, prepared: PreparedAttempt | None,
-    opener: Callable[..., int] | None, worker: WorkerRef,
+    svc: Services,
+    req: RunStepRequest,
+    run: Run,
+    step: Step,
+    prepared: PreparedAttempt | None,
+    opener: Callable[..., int] | None,
+    worker: WorkerRef,
 ) -> StepReport:
     tenant, run_id, index = req.run.tenant, req.run.run_id, req.step.index
     # What this attempt is sent is known before it is claimed (nothing in it depends on the
@@ -559,8 +567,15 @@ def _claim_and_run(
     token = _secrets.token_hex(16)
     try:
         attempt = svc.store.claim_attempt(
-            tenant, run_id, index, token=token, started_at=utcnow(), op_id=op_id, worker=worker,
-            layers=prepared.prompt.records() if prepared else None, message=briefing.message,
+            tenant,
+            run_id,
+            index,
+            token=token,
+            started_at=utcnow(),
+            op_id=op_id,
+            worker=worker,
+            layers=prepared.prompt.records() if prepared else None,
+            message=briefing.message,
         )
     except Conflict:
         return reported(svc, tenant, run_id, index)

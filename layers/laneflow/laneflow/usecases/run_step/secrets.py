@@ -63,7 +63,10 @@ def load_secrets(svc: Services, run: Run, agent: Agent, sink: ExecutionSink) -> 
     if not wanted:
         return AttemptSecrets()
     if svc.secrets is None:
-        raise StepFailed(f"secret {wanted[0].name} cannot be read: this deployment has no secret source (declared by agent {agent.name})", retryable=False)
+        raise StepFailed(
+            f"secret {wanted[0].name} cannot be read: this deployment has no secret source (declared by agent {agent.name})",
+            retryable=False,
+        )
     values = svc.secrets.read(run.tenant, run.workspace_uri, [s.name for s in wanted])
     scope = run_scope(run.tenant, run.id)
     for name, value in values.items():  # masked before anything else, the failure below included
@@ -79,11 +82,17 @@ def load_secrets(svc: Services, run: Run, agent: Agent, sink: ExecutionSink) -> 
                 raise StepFailed("secrets given as files (@NAME) cannot be written here", retryable=False)
             loaded.files = svc.secret_files.write(as_files)
         for secret in wanted:
-            loaded.env[secret.env_name] = loaded.files.paths[secret.name] if secret.as_file and loaded.files else values[secret.name]
+            loaded.env[secret.env_name] = (
+                loaded.files.paths[secret.name] if secret.as_file and loaded.files else values[secret.name]
+            )
             if secret.reserved_by:
                 sink.event(EventType.info, crossing_note(secret), {"secret": secret.name, "as": secret.env_name})
         where = svc.secrets.where(run.workspace_uri)
-        sink.event(EventType.info, f"secrets from {where}: {', '.join(s.env_name for s in wanted)}", {"secrets": [s.name for s in wanted]})
+        sink.event(
+            EventType.info,
+            f"secrets from {where}: {', '.join(s.env_name for s in wanted)}",
+            {"secrets": [s.name for s in wanted]},
+        )
     except BaseException:
         loaded.close()
         raise
