@@ -9,6 +9,8 @@ really read and write the attempt's copy; the real definition drives them on the
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +184,19 @@ def test_an_s3_key_that_escapes_the_workspace_folder_is_refused_and_nothing_is_d
     assert repr(rel) in str(refused.value) and "outside the workspace's folder" in str(refused.value)
     assert not outside.exists() and files_under(workspaces.CACHE) == []
     assert not (workspaces.CACHE / "escaped.md").exists() and not (workspaces.CACHE.parent / "escaped.md").exists()
+
+
+def test_the_copies_folders_are_this_users_own_and_one_another_user_made_or_a_link_is_refused(tmp_path):
+    assert workspaces.ATTEMPTS.name.endswith(f"-{os.geteuid()}") and workspaces.CACHE.name.endswith(f"-{os.geteuid()}")
+    made = workspaces.own_folder(tmp_path / "mine")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(PermissionError, match="link.* is not this user's own folder"):
+        workspaces.own_folder(tmp_path / "link")
+    if os.geteuid() == 0:  # only root can give a folder away
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(PermissionError, match="made by uid 65534"):
+            workspaces.own_folder(theirs)

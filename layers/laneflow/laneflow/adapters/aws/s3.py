@@ -15,12 +15,14 @@ A local workspace is worked in in place (keep and discard change nothing).
 
 from __future__ import annotations
 
+import errno
 import filecmp
 import hashlib
 import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -84,9 +86,12 @@ class S3Captures:
         return record
 
 
-CACHE = Path(tempfile.gettempdir()) / "laneflow-workspaces"  # pristine downloads, read only
+# Both folders are this user's own (named by its uid, made 0700, refused when another user
+# made them first or one is a link): a shared /tmp is every user's, and a folder another made
+# could be read, filled or swapped under laneflow.
+CACHE = Path(tempfile.gettempdir()) / f"laneflow-workspaces-{os.geteuid()}"  # pristine downloads, read only
 
-ATTEMPTS = Path(tempfile.gettempdir()) / "laneflow-attempts"  # one folder per running attempt
+ATTEMPTS = Path(tempfile.gettempdir()) / f"laneflow-attempts-{os.geteuid()}"  # one folder per running attempt
 
 DOWNLOAD_FORMAT = "scripts-executable\n"
 
@@ -233,6 +238,7 @@ def local_path(uri: str, client: Any | None = None) -> Path:
         if target.is_dir():
             os.utime(held)  # in use: not pruned while it is read
             return target
+        own_folder(CACHE)
         staging = home / f".{held.name}.{os.getpid()}.{secrets.token_hex(4)}.partial"
         try:
             s3 = _s3(client)
@@ -352,6 +358,16 @@ def _not_copied(top: Path, agents: Collection[str] | None = None) -> Callable[[s
     return ignore
 
 
+def own_folder(folder: Path) -> Path:
+    """`folder`, made 0700 where it is missing; PermissionError, naming it, where it is a
+    link or another user's (so nothing of this user's is written into it)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+        raise PermissionError(errno.EACCES, f"{folder} is not this user's own folder (made by uid {info.st_uid})")
+    return folder
+
+
 def checkout(uri: str, client: Any | None = None, *, scratch: bool = False, agents: Collection[str] | None = None) -> WorkingCopy:
     """The folder an attempt works in: for an S3 workspace, a fresh copy of its pristine
     download in a folder of its own under /tmp; for a local one, the workspace itself, or
@@ -360,7 +376,7 @@ def checkout(uri: str, client: Any | None = None, *, scratch: bool = False, agen
     if not uri.startswith("s3://") and not scratch:
         return WorkingCopy(root=Path(uri), uri=uri)
     pristine = local_path(uri, client)
-    ATTEMPTS.mkdir(parents=True, exist_ok=True)
+    own_folder(ATTEMPTS)
     root = Path(tempfile.mkdtemp(prefix="attempt-", dir=ATTEMPTS)) / pristine.name
     try:
         shutil.copytree(pristine, root, symlinks=True, ignore=_not_copied(pristine, agents if scratch else None))
