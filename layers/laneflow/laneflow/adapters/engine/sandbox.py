@@ -264,9 +264,12 @@ class CallbackRelay:
 
     def _serve(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rwb") as fh:
-            for line in fh:
-                fh.write(json.dumps(self.answer(json.loads(line))).encode() + b"\n")
-                fh.flush()
+            try:
+                for line in fh:
+                    fh.write(json.dumps(self.answer(json.loads(line))).encode() + b"\n")
+                    fh.flush()
+            except OSError:  # the worker went away mid-call (killed, or its step stopped)
+                return
 
     def answer(self, message: dict[str, Any]) -> dict[str, Any]:
         token = str(message.get("token", ""))
