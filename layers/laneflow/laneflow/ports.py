@@ -680,8 +680,9 @@ class Services:
         for the life of this process. Only the functions that run steps are given the
         secret's name (and the right to read it); the others never ask."""
         with self._lock:
-            if self.settings.anthropic_api_key_set:
-                return self.settings.anthropic_api_key.get_secret_value()  # type: ignore[union-attr]
+            held = self._held_key()
+            if held is not None:
+                return held
             name = self.settings.anthropic_secret
             if not name:
                 return None
@@ -709,6 +710,11 @@ class Services:
         holds it already. What masks a run's records where no step runs (the API, the
         planning handlers), which are never given the key and never ask for it."""
         with self._lock:
-            if not self.settings.anthropic_api_key_set:
-                return {}
-            return {"ANTHROPIC_API_KEY": self.settings.anthropic_api_key.get_secret_value()}  # type: ignore[union-attr]
+            held = self._held_key()
+        return {"ANTHROPIC_API_KEY": held} if held is not None else {}
+
+    def _held_key(self) -> str | None:
+        """The model's key where this process holds it (given, or read once already)."""
+        if not self.settings.anthropic_api_key_set:
+            return None
+        return self.settings.anthropic_api_key.get_secret_value()  # type: ignore[union-attr]

@@ -213,10 +213,10 @@ def run(environ: Mapping[str, str]) -> int:
 def _private_scratch() -> None:
     """As root, this worker's attempts' scratch copies go on a tmpfs of its own, sized to the
     step's `size:` (a write past it fails); elsewhere they are measured (isolation.py)."""
-    from laneflow.adapters.aws.s3 import ATTEMPTS
+    from laneflow.adapters.aws.s3 import ATTEMPTS, own_folder
     from laneflow.adapters.executors.isolation import private_scratch
 
-    private_scratch(ATTEMPTS)
+    private_scratch(own_folder(ATTEMPTS))  # the tmpfs goes over this user's own folder, never another's
 
 
 def _on_sigterm(grace_s: float) -> None:
