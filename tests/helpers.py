@@ -25,7 +25,7 @@ from moto import mock_aws
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
 from laneflow.domain.records import Run
-from laneflow.ports import Services
+from laneflow.ports import Services, StepJob
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -179,3 +179,38 @@ def wait_for_run(
                 return db, runs[0].id
         time.sleep(poll_s)
     return db, None
+
+
+class Sink:
+    """What an executor reports to, kept in memory (the store-backed sink is tested end to end)."""
+
+    def __init__(self, stop_after_s: float | None = None):
+        self.events: list[tuple[str, str, dict | None]] = []
+        self._stop_at = time.monotonic() + stop_after_s if stop_after_s is not None else None
+
+    def event(self, type, text, data=None):
+        self.events.append((str(type), text, data))
+
+    def stopped(self) -> bool:
+        return self._stop_at is not None and time.monotonic() >= self._stop_at
+
+
+def step_job(ws: Path, **fields: Any) -> StepJob:
+    """One attempt's job for the tools of agent `worker` in the workspace `ws` (fields override)."""
+    base = dict(
+        tenant="local",
+        run_id="run-1",
+        index=2,
+        attempt=1,
+        agent="worker",
+        model="stub",
+        item=None,
+        run_input=None,
+        system_stable="",
+        system_dynamic="",
+        user="",
+        tools=("bash", "scripts"),
+        workspace_root=str(ws),
+        agent_path="agents/worker",
+    )
+    return StepJob(**{**base, **fields})

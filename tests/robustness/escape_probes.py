@@ -18,12 +18,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from helpers import Sink, step_job
+
 from laneflow.adapters.engine.sandbox import CallbackRelay
 from laneflow.adapters.executors import isolation
 from laneflow.adapters.executors.isolation import BUBBLEWRAP, MIB, Limits
 from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
-from laneflow.ports import StepJob
 
 CANARY = f"laneflow-canary-{uuid.uuid4().hex}"
 
@@ -44,14 +45,6 @@ FORK = (
     "    n += 1\n"
     'print("forked", n)\''
 )
-
-
-class _Sink:
-    def event(self, type: Any, text: str, data: Any = None) -> None:
-        pass
-
-    def stopped(self) -> bool:
-        return False
 
 
 class _Callbacks:
@@ -110,24 +103,8 @@ def probe_all(top: Path) -> dict[str, dict[str, Any]]:
     tool answered (`ok`, `said`) and what the host saw after it. The caller has put CANARY
     in this process's environment and SMALL in `isolation.SIZES` (see `main`)."""
     root = _workspace(top)
-    job = StepJob(
-        tenant="local",
-        run_id="run-escape",
-        index=0,
-        attempt=1,
-        agent="worker",
-        model="stub",
-        item=None,
-        run_input=None,
-        system_stable="",
-        system_dynamic="",
-        user="",
-        tools=("bash",),
-        workspace_root=str(root),
-        agent_path="agents/worker",
-        size="small",
-    )
-    tools = StepTools(job, _Sink(), isolation=BUBBLEWRAP)
+    job = step_job(root, run_id="run-escape", index=0, tools=("bash",), size="small")
+    tools = StepTools(job, Sink(), isolation=BUBBLEWRAP)
     agent_md = root / "agents" / "worker" / "agent.md"
     marker = f"laneflow-marker-{uuid.uuid4().hex[:12]}"
     out: dict[str, dict[str, Any]] = {}

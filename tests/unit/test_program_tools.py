@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import Sink, step_job
 
 from laneflow.adapters.executors.isolation import BUBBLEWRAP, SUBPROCESS, bubblewrap_available, sandbox_uid
 from laneflow.adapters.executors.registry import MAX_OUTPUT_CHARS, StepTools
 from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
-from laneflow.ports import StepJob
 
 LEVELS = [
     pytest.param(
@@ -28,20 +28,6 @@ LEVELS = [
 ]
 
 COUNT = '#!/bin/sh\n# Counts the words on stdin\n# and echoes its arguments.\nwc -w\necho "args: $*"\n'
-
-
-class Sink:
-    """What an executor reports to, kept in memory (the store-backed sink is tested end to end)."""
-
-    def __init__(self, stop_after_s: float | None = None):
-        self.events: list[tuple[str, str, dict | None]] = []
-        self._stop_at = time.monotonic() + stop_after_s if stop_after_s is not None else None
-
-    def event(self, type, text, data=None):
-        self.events.append((str(type), text, data))
-
-    def stopped(self) -> bool:
-        return self._stop_at is not None and time.monotonic() >= self._stop_at
 
 
 @pytest.fixture
@@ -61,28 +47,8 @@ def ws(tmp_path: Path) -> Path:
     return root
 
 
-def job(ws: Path, **fields) -> StepJob:
-    base = dict(
-        tenant="local",
-        run_id="run-1",
-        index=2,
-        attempt=1,
-        agent="worker",
-        model="stub",
-        item=None,
-        run_input=None,
-        system_stable="",
-        system_dynamic="",
-        user="",
-        tools=("bash", "scripts"),
-        workspace_root=str(ws),
-        agent_path="agents/worker",
-    )
-    return StepJob(**{**base, **fields})
-
-
 def tools(ws: Path, isolation, sink: Sink | None = None, **fields) -> StepTools:
-    return StepTools(job(ws, **fields), sink or Sink(), isolation=isolation)
+    return StepTools(step_job(ws, **fields), sink or Sink(), isolation=isolation)
 
 
 # -- what the tools are -------------------------------------------------------------------
