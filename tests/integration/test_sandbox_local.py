@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from contract.store.backends import dynamodb_store, sqlite_store
+from contract.store.backends import BACKENDS
 
 from laneflow.adapters.aws.s3 import ATTEMPTS
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
@@ -21,8 +21,6 @@ from laneflow.domain.workers import LocalProcess
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
-
-STORES = {"sqlite": sqlite_store, "dynamodb": dynamodb_store}
 
 
 def workspace(root: Path, stub: str, *, sandbox: bool = True, fan_out: int = 1, parallel: int = 1) -> Path:
@@ -42,9 +40,9 @@ def workspace(root: Path, stub: str, *, sandbox: bool = True, fan_out: int = 1, 
     return ws
 
 
-@pytest.fixture(params=sorted(STORES))
-def svc(request, tmp_path):
-    with STORES[request.param](tmp_path) as store:
+@pytest.fixture
+def svc(store_kind, tmp_path):
+    with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 

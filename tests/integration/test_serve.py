@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import pytest
-from contract.store.backends import STORE_FACTORIES
+from contract.store.backends import BACKENDS
 from helpers import FIXTURES, closed_within, pacing_workspace
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
@@ -361,11 +361,10 @@ def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make_store", STORE_FACTORIES, ids=lambda f: f.__name__)
-def test_serve_drives_runs_at_once_so_a_quick_run_started_after_a_slow_one_ends_first(tmp_path, make_store):
+def test_serve_drives_runs_at_once_so_a_quick_run_started_after_a_slow_one_ends_first(tmp_path, store_kind):
     # Given laneflow serve with its own drives (the embedded engine on a bounded pool)
     pacing_workspace(tmp_path, slow_ms=6000)
-    with make_store(tmp_path) as store:
+    with BACKENDS[store_kind](tmp_path) as store:
         svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures"), local_drives=2))
         svc.workspaces = FolderWorkspaces(tmp_path)
         svc.drives = drives = local_drives(svc)

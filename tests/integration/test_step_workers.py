@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from contract.store.backends import dynamodb_store, sqlite_store
+from contract.store.backends import BACKENDS
 from helpers import write_workspace
 
 from laneflow.adapters.engine import step_workers
@@ -26,12 +26,10 @@ from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
 
-STORES = {"sqlite": sqlite_store, "dynamodb": dynamodb_store}
 
-
-@pytest.fixture(params=sorted(STORES))
-def svc(request, tmp_path):
-    with STORES[request.param](tmp_path) as store:
+@pytest.fixture
+def svc(store_kind, tmp_path):
+    with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures"), step_workers=2))
     step_workers.close_all()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from contract.store.backends import STORE_FACTORIES
+from contract.store.backends import BACKENDS
 
 from laneflow.adapters.store import Store
 from laneflow.domain.records import Run, RunChanges, RunStatus, Step
@@ -19,9 +19,9 @@ from laneflow.settings import settings
 BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]
 
 
-@pytest.fixture(params=STORE_FACTORIES, ids=lambda factory: factory.__name__.removesuffix("_store"))
-def store(request, tmp_path):
-    with request.param(tmp_path) as s:
+@pytest.fixture
+def store(store_kind, tmp_path):
+    with BACKENDS[store_kind](tmp_path) as s:
         yield s
 
 
