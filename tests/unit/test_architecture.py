@@ -1,0 +1,97 @@
+"""The rules docs/ARCHITECTURE.md states about the tree, each checked here or by a gate
+`make lint` runs (named beside the rule there).
+
+- The import contracts (pyproject's [tool.importlinter]) hold, and each one breaks when a
+  violation of it is planted in a copy of the library: a contract that cannot fail is not a rule.
+- No module is over 600 lines, in the library, the dev tools, the handlers, the benchmarks,
+  the scripts or the tests.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+LIBRARY = ROOT / "layers" / "laneflow" / "laneflow"
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+MAX_LINES = 600
+
+# (the contract's name as pyproject gives it, the module a violation is planted in, the import)
+PLANTED = {
+    "layers": ("Layers: each may import only the layers below it", "domain/records.py", "import laneflow.usecases.stop"),
+    "use-case-reaches-adapter": (
+        "Layers: each may import only the layers below it",
+        "usecases/stop.py",
+        "import laneflow.adapters.store.sqlite",
+    ),
+    "cloud-library-in-domain": (
+        "The domain, the ports and the use cases use no AWS, model or engine library",
+        "usecases/approve.py",
+        "import boto3",
+    ),
+    "settings-reach-up": (
+        "Settings and paths sit beside the layers: they import only the domain",
+        "settings.py",
+        "import laneflow.ports",
+    ),
+    "dev-tools-shipped": (
+        "The shipped library never imports the dev tools (the CLI's demo may)",
+        "adapters/workers.py",
+        "import laneflow_dev.imitation",
+    ),
+}
+
+
+def lint_imports(root: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{root / 'layers' / 'laneflow'}:{root / 'devtools'}"}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(config), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_the_import_contracts_hold_on_the_tree():
+    done = lint_imports(ROOT, ROOT / "pyproject.toml")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "0 broken" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_a_violation_planted_in_a_copy_breaks_its_contract(tmp_path, case):
+    contract, module, statement = PLANTED[case]
+    copy = tmp_path / "project"
+    shutil.copytree(LIBRARY, copy / "layers" / "laneflow" / "laneflow", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "devtools" / "laneflow_dev", copy / "devtools" / "laneflow_dev", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    planted = copy / "layers" / "laneflow" / "laneflow" / module
+    source = planted.read_text()
+    assert statement not in source
+    planted.write_text(f"{source}\n{statement}  # planted\n")
+    done = lint_imports(copy, copy / "pyproject.toml")
+    assert done.returncode != 0, done.stdout[-3000:]
+    broken = [line for line in done.stdout.splitlines() if line.endswith("BROKEN")]
+    assert any(line.startswith(contract) for line in broken), done.stdout[-3000:]
+
+
+def test_no_module_is_over_600_lines():
+    roots = [LIBRARY, ROOT / "devtools", ROOT / "functions", ROOT / "bench", ROOT / "scripts", ROOT / "tests"]
+    long = {
+        str(path.relative_to(ROOT)): n
+        for base in roots
+        for path in sorted(base.rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"over {MAX_LINES} lines: {long}"
