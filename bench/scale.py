@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 MAX_HISTORY_EVENTS = 20_000
 MAX_STATE_BYTES = 200_000
 MAKESPAN_SLACK = 0.10
-# The gated lane's steps: 400 ms to the first token, 2 s in all (the measured case).
+# The gated lane's steps: 400 ms to the first token, 2 s in all.
 GATED_TTFT_MS, GATED_STEP_MS, GATED_STEPS, GATED_PARALLEL = 400, 2000, 12, 3
 
 

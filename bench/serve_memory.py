@@ -113,7 +113,7 @@ def markdown(rows: list[dict]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {'forgotten once ended' if r['forgets_executions'] else 'kept (before)'} | "
+            f"| {'forgotten once ended' if r['forgets_executions'] else 'kept (`--keep`, for comparison)'} | "
             f"{', '.join(str(s) for s in r['rss_mib_after_each_drive'])} | {r['growth_mib']} MiB | "
             f"{r['growth_kib_per_1000_steps']} KiB | {'met' if r['goal_met'] else 'NOT met'} |"
         )
