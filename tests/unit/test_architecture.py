@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -95,3 +96,17 @@ def test_no_module_is_over_600_lines():
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}, f"over {MAX_LINES} lines: {long}"
+
+
+def test_the_project_speaks_of_itself_not_of_the_history_of_its_work():
+    history = re.compile(r"\b(session|issue|item|stop) #?[0-9]", re.I)
+    roots = ["docs", "bench", "layers", "functions", "tests", "devtools", "scripts", "README.md"]
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()[:80]}"
+        for root in roots
+        for path in sorted((ROOT / root).rglob("*") if (ROOT / root).is_dir() else [ROOT / root])
+        if path.is_file() and path.suffix in {".py", ".md", ".yaml", ".json", ".js", ".txt", ".toml", ".html", ".css"}
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if history.search(line)
+    ]
+    assert found == []
