@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 import subprocess
@@ -110,3 +111,42 @@ def test_the_project_speaks_of_itself_not_of_the_history_of_its_work():
         if history.search(line)
     ]
     assert found == []
+
+
+# A file or folder the architecture names, in backticks: `adapters/store/sqlite.py`, `tests/contract/`.
+NAMED_PATH = re.compile(r"`([\w./-]+(?:\.(?:py|md|json|yaml|sh|js|toml|css|html)|/))`")
+# A module or a name in one: `laneflow.wiring.services`, `adapters.store.dynamodb`, `domain.prompt`.
+NAMED_MODULE = re.compile(r"`((?:laneflow|laneflow_dev|domain|ports|usecases|adapters|entrypoints|wiring)(?:\.\w+)+)`")
+
+
+def _path_exists(named: str) -> bool:
+    bases = [ROOT, LIBRARY, ROOT / "devtools" / "laneflow_dev", ROOT / "tests"]
+    bases += [path for path in LIBRARY.iterdir() if path.is_dir() and path.name != "__pycache__"]
+    bases += [path for path in (LIBRARY / "adapters").iterdir() if path.is_dir() and path.name != "__pycache__"]
+    return any((base / named.rstrip("/")).exists() for base in bases)
+
+
+def _module_exists(dotted: str) -> bool:
+    if not dotted.startswith(("laneflow.", "laneflow_dev.")):
+        dotted = f"laneflow.{dotted}"
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def test_every_file_and_module_the_architecture_names_is_in_the_tree():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    paths = set(NAMED_PATH.findall(text))
+    modules = set(NAMED_MODULE.findall(text))
+    assert len(paths) > 40 and modules  # it does describe the tree
+    assert sorted(p for p in paths if not _path_exists(p)) == []
+    assert sorted(m for m in modules if not _module_exists(m)) == []
