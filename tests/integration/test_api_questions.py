@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
+from api_calls import RecordingDrives, call
 from helpers import write_workspace
-from test_api import RecordingDrives, call
 
 from laneflow.domain.records import EventType, RunStatus
 from laneflow.usecases.start_run import create_run

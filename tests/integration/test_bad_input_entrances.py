@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from api_calls import START, RecordingDrives, call
 from helpers import FIXTURES
-from test_api import START, RecordingDrives, call
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.records import RunStatus, StepStatus
@@ -249,7 +249,7 @@ def test_nan_in_an_approval_body_is_a_400_naming_the_field(api_svc):
 def test_a_base64_body_is_read_as_json_and_one_that_is_not_utf8_is_a_400(api_svc):
     import base64
 
-    from test_api import rest_event
+    from api_calls import rest_event
 
     from laneflow.entrypoints.api import resolve
 

@@ -123,7 +123,7 @@ def test_show_prints_lanes_durations_gate_waits_cache_breaks_and_events_and_foll
 
 
 def test_the_apis_run_json_carries_the_lanes_and_each_steps_cache_break(svc, tmp_path):
-    from test_api import call
+    from api_calls import call
 
     ws = _gate_copy(tmp_path)
     run = drive(svc, ws, "fanout", tenant="acme", options={"gate": False})

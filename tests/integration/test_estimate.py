@@ -96,7 +96,7 @@ def test_estimate_json_is_nothing_but_the_estimate_and_a_typo_in_the_flow_sugges
 
 
 def test_post_estimates_answers_the_estimate_and_400s_naming_the_field(svc):
-    from test_api import call
+    from api_calls import call
 
     svc.workspaces = FolderWorkspaces(FIXTURES)
     status, body, _ = call(svc, "POST", "/estimates", {"workspace": "ws_gate", "flow": "fanout"})
@@ -113,7 +113,7 @@ def test_post_estimates_answers_the_estimate_and_400s_naming_the_field(svc):
 
 
 def test_the_openapi_document_describes_the_estimate_and_its_400(svc):
-    from test_api import call
+    from api_calls import call
 
     status, document, _ = call(svc, "GET", "/openapi.json", tenant=None)
     operation = document["paths"]["/estimates"]["post"]

@@ -120,7 +120,7 @@ def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on, tmp_path):
 
 
 def test_the_message_is_in_the_json_record_the_api_record_and_show(svc, capsys):
-    from test_api import call
+    from api_calls import call
 
     things = {"things": ["tides"], "audience": "kids"}
     theirs = drive(svc, SEM, "handoff", things, tenant="acme")
@@ -435,7 +435,7 @@ def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step
 
 
 def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(tmp_path, monkeypatch, capsys):
-    from test_api import RecordingDrives, call
+    from api_calls import RecordingDrives, call
 
     from laneflow.adapters.local.workspaces import FolderWorkspaces
     from laneflow.settings import settings

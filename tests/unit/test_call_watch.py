@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from laneflow.adapters.executors.anthropic import _CallWatch, _Watcher
+from laneflow.adapters.executors.claude_watch import CallWatch as _CallWatch
+from laneflow.adapters.executors.claude_watch import Watcher as _Watcher
 
 
 class Sink:
@@ -175,7 +176,7 @@ def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_o
     ends it within a second, and the other call in flight on its own connection is untouched."""
     import anthropic
 
-    from laneflow.adapters.executors.anthropic import _CallSockets
+    from laneflow.adapters.executors.claude_watch import CallSockets as _CallSockets
 
     server = KeptAlive()
     try:

@@ -10,7 +10,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laneflow.domain.workspace import _files, _rel
+from laneflow.domain.workspace_files import rel_path as _rel
+from laneflow.domain.workspace_files import visible_files as _files
 
 NAME = st.text(alphabet=string.ascii_letters + string.digits + "._- ", min_size=1, max_size=12).filter(
     lambda n: n not in (".", "..")

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTools
-from laneflow.adapters.executors.isolation import Finished, Isolation, ScratchFence, amount, detect, limits_for, run_program
+from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amount, detect, limits_for
 from laneflow.adapters.executors.peers import PeerTools
+from laneflow.adapters.executors.programs import Finished, run_program
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
