@@ -162,7 +162,7 @@ from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, StepState
 from laneflow.adapters.store.rulebook import RuleBookStore, trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
-from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.gate import GatePass, GateWaiter, lets_pass, releases
 from laneflow.domain.inbox import Note, QuestionStatus
 from laneflow.domain.outline import StepFacts, StepFilter
 from laneflow.domain.records import (
@@ -704,7 +704,7 @@ class DynamoStore(RuleBookStore):
                 index=int(item["index"]["N"]) if "index" in item else None,
                 until_lead_ends="until" in item,
             )
-            if waiter.until_lead_ends and not lead_ended:
+            if not releases(waiter, lead_ended=lead_ended):
                 continue  # the reserve waits for the lead's end
             reply = self._table.delete({"pk": item["pk"], "sk": item["sk"]}, returns="ALL_OLD")
             if reply is None:
@@ -775,7 +775,7 @@ class DynamoStore(RuleBookStore):
 
 def _gate_passes(gate: dict[str, Any] | None, waiter: GateWaiter) -> bool:
     """Whether a gate item lets this waiter start: opened, or for the reserve, the lead ended."""
-    return gate is not None and ("ended_at" if waiter.until_lead_ends else "opened_at") in gate
+    return gate is not None and lets_pass(waiter, opened="opened_at" in gate, lead_ended="ended_at" in gate)
 
 
 def _gate_pass(gate: dict[str, Any] | None) -> GatePass:

@@ -99,7 +99,7 @@ from laneflow.adapters.store.sqlite_schema import (
     to_db,
 )
 from laneflow.domain.errors import RecordDamaged, TransientError
-from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.gate import GatePass, GateWaiter, hand_back, lets_pass
 from laneflow.domain.inbox import Note
 from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter
 from laneflow.domain.records import (
@@ -741,50 +741,36 @@ class SqliteStore(RuleBookStore):
             )
 
     def _gate_wait(self, tenant: str, run_id: str, key: str, waiter: GateWaiter) -> GatePass | None:
-        opened = "ended_at" if waiter.until_lead_ends else "opened_at"
-        select = f"SELECT {opened}, note, tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?"
+        select = "SELECT opened_at, ended_at, note, tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?"
         with self._read() as db:  # most siblings arrive after the lead's reply began: no write
             row = db.execute(select, (tenant, run_id, key)).fetchone()
-        if row is not None and row[0] is not None:
-            return GatePass(note=row[1])
+        if _passes(row, waiter):
+            return GatePass(note=row[2])
         with self._write() as db:  # re-checked inside the write: the rendezvous stays exact
             row = db.execute(select, (tenant, run_id, key)).fetchone()
-            if row is not None and row[0] is not None:
-                return GatePass(note=row[1])
-            tokens = json.loads(row[2]) if row else []
-            tokens.append({"token": waiter.token, "index": waiter.index, "until_lead_ends": waiter.until_lead_ends})
+            if _passes(row, waiter):
+                return GatePass(note=row[2])
+            kept = [_waiter(t) for t in json.loads(row[3])] if row else []
             db.execute(
                 "INSERT INTO gates (tenant, run_id, key, opened_at, tokens) VALUES (?, ?, ?, NULL, ?)"
                 " ON CONFLICT (tenant, run_id, key) DO UPDATE SET tokens = excluded.tokens",
-                (tenant, run_id, key, dumps(tokens)),
+                (tenant, run_id, key, _tokens([*kept, waiter])),
             )
             return None
 
     def _gate_open(self, tenant: str, run_id: str, key: str, *, lead_ended: bool, note: str | None) -> list[GateWaiter]:
         with self._write() as db:
             row = db.execute(
-                "SELECT opened_at, ended_at, tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
+                "SELECT tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
             ).fetchone()
-            kept = [_waiter(t) for t in json.loads(row[2])] if row else []
-            done = row is not None and (row[1] is not None or (row[0] is not None and not lead_ended))  # opened so already
-            handed = [] if done else [w for w in kept if lead_ended or not w.until_lead_ends]
-            left = [w for w in kept if w not in handed]
+            handed, left = hand_back([_waiter(t) for t in json.loads(row[0])] if row else [], lead_ended=lead_ended)
             now = utcnow()
             db.execute(
                 "INSERT INTO gates (tenant, run_id, key, opened_at, ended_at, note, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (tenant, run_id, key) DO UPDATE SET opened_at = coalesce(opened_at, excluded.opened_at),"
                 " ended_at = coalesce(ended_at, excluded.ended_at), note = coalesce(note, excluded.note), tokens = excluded.tokens",
-                (
-                    tenant,
-                    run_id,
-                    key,
-                    now,
-                    now if lead_ended else None,
-                    note,
-                    dumps([{"token": w.token, "index": w.index, "until_lead_ends": w.until_lead_ends} for w in left]),
-                ),
+                (tenant, run_id, key, now, now if lead_ended else None, note, _tokens(left)),
             )
-
             return handed
 
     # == primitives: inboxes ============================================================
@@ -846,6 +832,16 @@ class SqliteStore(RuleBookStore):
                 "INSERT INTO observed (tenant, run_id, idx, n, id) VALUES (?, ?, ?, ?, ?)",
                 [(ref.tenant, ref.run_id, ref.index, ref.n, note_id) for note_id in ids],
             )
+
+
+def _passes(row: tuple[Any, ...] | None, waiter: GateWaiter) -> bool:
+    """Whether a gate row (opened_at, ended_at, ...) lets this waiter start."""
+    return row is not None and lets_pass(waiter, opened=row[0] is not None, lead_ended=row[1] is not None)
+
+
+def _tokens(kept: list[GateWaiter]) -> str:
+    """The waiters a gate row keeps, as its `tokens` column holds them."""
+    return dumps([{"token": w.token, "index": w.index, "until_lead_ends": w.until_lead_ends} for w in kept])
 
 
 def _waiter(kept: Any) -> GateWaiter:
