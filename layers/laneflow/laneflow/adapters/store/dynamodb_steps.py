@@ -51,6 +51,7 @@ from laneflow.adapters.store.dynamodb_items import (
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Fenced, Refused, StepState
+from laneflow.adapters.store.rulebook import WRITE_TRIES
 from laneflow.domain.errors import Conflict
 from laneflow.domain.records import (
     Attempt,
@@ -508,7 +509,7 @@ class StepItems:
         key = key_of(ref.tenant, ref.run_id, step_sk(ref.index))
         spans = self._span_bodies(blobs, ref, calls or [])
         found: dict[str, Any] | None = None
-        for _ in range(10):
+        for _ in range(WRITE_TRIES):
             u = Update()
             condition = [fence_condition(u, ref)]
             indexes = build(u, condition, found)

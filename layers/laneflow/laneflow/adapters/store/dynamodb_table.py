@@ -34,6 +34,15 @@ THROTTLED = frozenset(
     }
 )
 
+# Batch requests made again for what DynamoDB left unprocessed (it does under throttling),
+# backing off 10 ms doubling up to 1 s: ~4 s of pauses in all before the store stops asking.
+UNPROCESSED_TRIES = 10
+
+# A transaction made again when it conflicted with another on the same items, after a random
+# pause of up to 10 ms doubling (~5 s of pauses in all, on average): a conflict is a turn lost
+# to a concurrent writer, and ten in a row means the items are too hot to wait for.
+CONFLICT_TRIES = 10
+
 _THROTTLED_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
 
 
@@ -184,7 +193,7 @@ class Table:
         items: list[dict[str, Any]] = []
         for start in range(0, len(keys), 100):
             pending: dict[str, Any] = {self.name: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
-            for attempt in range(10):
+            for attempt in range(UNPROCESSED_TRIES):
                 page = self._client_call(self._db.batch_get_item, RequestItems=pending)
                 got = page.get("Responses", {}).get(self.name, [])
                 items += got
@@ -268,7 +277,7 @@ class Table:
             if "ConditionExpression" in body:
                 body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
             items.append({kind: body})
-        for attempt in range(10):
+        for attempt in range(CONFLICT_TRIES):
             try:
                 self._db.transact_write_items(TransactItems=items)  # errors mapped below
                 break
@@ -362,7 +371,7 @@ class Table:
         """Put items 25 at a time (no conditions), retrying what DynamoDB leaves unprocessed."""
         for start in range(0, len(items), 25):
             pending: dict[str, Any] = {self.name: [{"PutRequest": {"Item": i}} for i in items[start : start + 25]]}
-            for attempt in range(10):
+            for attempt in range(UNPROCESSED_TRIES):
                 reply = self._client_call(self._db.batch_write_item, RequestItems=pending)
                 pending = reply.get("UnprocessedItems") or {}
                 if not pending:

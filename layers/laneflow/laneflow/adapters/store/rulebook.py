@@ -75,6 +75,9 @@ ACTIVE = (RunStatus.queued.value, RunStatus.running.value, RunStatus.awaiting_ap
 
 CLAIM_TRIES = 20  # decisions made again when the step changed between the read and the write
 
+# Conditional writes made again when what they are conditional on changed meanwhile (a
+# journal entry begun or settled, a fenced write whose step item moved on): each try reads
+# what the last refusal found, so more than a few means writers racing without end.
 WRITE_TRIES = 10
 
 
