@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laneflow.adapters.store.dynamodb_items import attempt_attr, av_size, record_of, to_av
 from laneflow.domain.records import AttemptRef, AttemptStatus
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
@@ -19,7 +22,7 @@ class Expr:
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
-        self.values: dict[str, dict[str, Any]] = {}
+        self.values: dict[str, AttributeValueTypeDef] = {}
         self._aliases: dict[str, str] = {}  # names an alias cannot spell (span ids) -> #_<k>
 
     def n(self, name: str) -> str:

@@ -8,18 +8,23 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from botocore.exceptions import ClientError
 
 from laneflow.adapters.store.dynamodb_blobs import Blobs, ItemTooLarge, blobs_of, too_large
 from laneflow.adapters.store.dynamodb_expr import Expr, Update
-from laneflow.adapters.store.dynamodb_items import JSON_FIELDS, item_name, item_size, read_units, to_number, write_units
+from laneflow.adapters.store.dynamodb_items import JSON_FIELDS, from_av, item_name, item_size, read_units, write_units
 from laneflow.adapters.store.rulebook import damaged
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import Conflict, TransientError
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    from types_boto3_s3 import S3Client
 
 # Answers that mean "not now": DynamoDB throttled the request, or failed on its side. The
 # client retries them first (standard mode); what outlasts that is the store's
@@ -106,7 +111,7 @@ class Table:
     """One table (`name`) and its blob bucket, through clients made once (safe to use from
     many threads). Every request is counted under the operation it serves (`operation`)."""
 
-    def __init__(self, db: Any, s3: Any, name: str, bucket: str | None, blob_threshold: int) -> None:
+    def __init__(self, db: DynamoDBClient, s3: S3Client, name: str, bucket: str | None, blob_threshold: int) -> None:
         self._db, self._s3 = db, s3
         self.name, self.bucket, self.blob_threshold = name, bucket, blob_threshold
         self.meter = Meter()
@@ -129,7 +134,7 @@ class Table:
         """Where one write's large values go (a context: what it uploaded goes if it fails)."""
         return blobs_of(self._s3, self.bucket, self.blob_threshold, tenant, run_id)
 
-    def _client_call(self, call: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+    def _client_call(self, call: Callable[..., Mapping[str, Any]], **kwargs: Any) -> Mapping[str, Any]:
         try:
             return call(**kwargs)
         except ClientError as error:
@@ -279,7 +284,8 @@ class Table:
             items.append({kind: body})
         for attempt in range(CONFLICT_TRIES):
             try:
-                self._db.transact_write_items(TransactItems=items)  # errors mapped below
+                # errors mapped below; each action is as tx_put, tx_update and tx_check built it
+                self._db.transact_write_items(TransactItems=cast("list[TransactWriteItemTypeDef]", items))
                 break
             except ClientError as error:
                 code = error.response.get("Error", {}).get("Code", "")
@@ -326,18 +332,14 @@ class Table:
         return {"ConditionCheck": {"Key": key, "ConditionExpression": condition, **e.params()}}, 1024
 
     def text(self, av: dict[str, Any]) -> Any:
-        """A stored attribute as Python, reading a blob from S3 when it is a pointer."""
-        if "S" in av:
-            return av["S"]
-        if "N" in av:
-            return to_number(av["N"])
-        if "BOOL" in av:
-            return av["BOOL"]
-        if "M" in av and "s3" in av["M"]:
-            bucket, _, key = av["M"]["s3"]["S"].removeprefix("s3://").partition("/")
+        """A stored attribute as Python (text, a number, a boolean or None), reading a blob
+        from S3 when it is a pointer."""
+        value = from_av(av)  # type: ignore[arg-type]
+        if isinstance(value, dict) and isinstance(value.get("s3"), str):
+            bucket, _, key = value["s3"].removeprefix("s3://").partition("/")
             return self._s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
-        if "NULL" in av:
-            return None
+        if value is None or isinstance(value, (str, int, float)):
+            return value
         raise TypeError(f"unexpected attribute {av!r}")
 
     def fields(self, item: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
