@@ -75,7 +75,6 @@ from laneflow.adapters.store.encoding import COST_DECIMALS, dumps, worker_text
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced, Refused, StepState
 from laneflow.adapters.store.rulebook import ACTIVE, RuleBookStore
 from laneflow.adapters.store.sqlite_schema import (
-    ADDED_COLUMNS,
     ATTEMPT_JSON,
     BUSY_TIMEOUT_S,
     EVENT_COLUMNS,
@@ -86,8 +85,6 @@ from laneflow.adapters.store.sqlite_schema import (
     RUN_INPUT_COLUMNS,
     RUN_INPUT_JSON,
     RUN_JSON,
-    SCHEMA,
-    SCHEMA_VERSION,
     STEP_COLUMNS,
     STEP_JSON,
     STEP_JSON_WITHOUT_MESSAGE,
@@ -95,6 +92,7 @@ from laneflow.adapters.store.sqlite_schema import (
     check_columns_cover_models,
     columns_of,
     damage,
+    migrate,
     splice,
     to_db,
 )
@@ -193,7 +191,8 @@ class SqliteStore(RuleBookStore):
         self._open()
 
     def _open(self) -> None:
-        """Connect, set the pragmas, and create the tables if this is a new database."""
+        """Connect, set the pragmas, and apply the migrations the database lacks (all of
+        them to a new one: sqlite_schema.MIGRATIONS)."""
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False)
@@ -201,16 +200,7 @@ class SqliteStore(RuleBookStore):
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = NORMAL")
         with self._write() as db:
-            if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                for table, column, decl in ADDED_COLUMNS:
-                    exists = db.execute(f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}'").fetchone()
-                    have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-                    if exists and column not in have:
-                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            migrate(db, self.path)
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
