@@ -730,12 +730,13 @@ class DynamoStore(RuleBookStore):
             item["vpk"], item["vsk"] = live_pk(tenant, "ASK"), f"{note.at}#{note.id}"
         return encode(item)
 
-    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
-        return [Note.model_validate_json(i["body"]["S"]) for i in self._table.query_prefix(pk_of(tenant, run_id), NOTE_PREFIX)]
-
-    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
-        item = self._table.get(key_of(tenant, run_id, NOTE_PREFIX + note_id))
-        return None if item is None else Note.model_validate_json(item["body"]["S"])
+    def _read_notes(self, tenant: str, run_id: str, note_id: str | None = None) -> list[Note]:
+        if note_id is None:
+            items = self._table.query_prefix(pk_of(tenant, run_id), NOTE_PREFIX)
+        else:
+            item = self._table.get(key_of(tenant, run_id, NOTE_PREFIX + note_id))
+            items = [] if item is None else [item]
+        return [Note.model_validate_json(i["body"]["S"]) for i in items]
 
     def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
         out: dict[int, list[str]] = {}
@@ -750,21 +751,17 @@ class DynamoStore(RuleBookStore):
             found.append((owner, Note.model_validate_json(item["body"]["S"])))
         return found
 
-    def _insert_note(self, tenant: str, note: Note) -> None:
+    def _write_note(self, tenant: str, note: Note, *, replaces_open: bool) -> None:
         e = Expr()
         item = self._note_item(tenant, note)
+        if replaces_open:  # the question leaves the live index unless it stays open
+            condition, indexes = f"{e.exists('pk')} AND {e.eq('st', QuestionStatus.open.value)}", 1
+        else:
+            condition, indexes = e.absent("pk"), int("vpk" in item)
         try:
-            self._table.put(item, e.absent("pk"), e, indexes=int("vpk" in item))
-        except ConditionFailed:
-            raise Refused() from None
-
-    def _update_question(self, tenant: str, note: Note) -> None:
-        e = Expr()
-        item = self._note_item(tenant, note)
-        try:
-            self._table.put(item, f"{e.exists('pk')} AND {e.eq('st', QuestionStatus.open.value)}", e, indexes=1)
+            self._table.put(item, condition, e, indexes=indexes)
         except ConditionFailed as refused:
-            found = refused.found(0)
+            found = refused.found(0) if replaces_open else None
             raise Refused(None if found is None else Note.model_validate_json(found["body"]["S"])) from None
 
     def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:

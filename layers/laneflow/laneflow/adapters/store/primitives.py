@@ -7,7 +7,8 @@ has the rules they serve).
 Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
 may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
 rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
-sibling cost several times as much):
+sibling cost several times as much). 30 primitives; `_read_outline` has a default over
+`_read_step_facts` that a backend able to count in the store overrides:
 
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
@@ -15,6 +16,7 @@ sibling cost several times as much):
 | `_read_input`        | read  | a run's input alone, or None                            |
 | `_run_exists`        | read  | whether a run is there                                  |
 | `_read_steps`        | read  | steps of a run: all, one index, or one group            |
+| `_read_step_facts`   | read  | the few fields of each step the group outline counts    |
 | `_read_attempts`     | read  | attempts of a run, of a step, or one                    |
 | `_read_step_state`   | read  | what a claim or a journal write decides on              |
 | `_list_runs`         | read  | a tenant's runs, newest first                           |
@@ -35,12 +37,11 @@ sibling cost several times as much):
 | `_write_handoff`     | write | a handoff block                                         |
 | `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
 | `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
-| `_read_notes`        | read  | every note of a run's inboxes                           |
-| `_read_note`         | read  | one note, or None                                       |
+| `_read_notes`        | read  | every note of a run's inboxes, or one                   |
 | `_read_observed`     | read  | what each attempt of a step observed                    |
 | `_open_questions`    | read  | questions open, from what is live only                  |
-| `_insert_note`       | write | a note, if its id is free                               |
-| `_update_question`   | write | a question answered or expired, if it is still open     |
+| `_write_note`        | write | a note, if its id is free, or a question answered or    |
+|                      |       | expired, if it is still open                            |
 | `_write_observed`    | write | fenced: ids an attempt has observed                     |
 """
 
@@ -294,12 +295,9 @@ class Primitives(ABC):
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 
     @abstractmethod
-    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
-        """Every note of the run's inboxes, in any order ([] for none, or no run)."""
-
-    @abstractmethod
-    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
-        """One note, or None."""
+    def _read_notes(self, tenant: str, run_id: str, note_id: str | None = None) -> list[Note]:
+        """Every note of the run's inboxes, in any order, or the one `note_id` ([] for none,
+        or no run)."""
 
     @abstractmethod
     def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
@@ -310,13 +308,10 @@ class Primitives(ABC):
         """(tenant, question) of the questions open, of one tenant or all, from what is live only."""
 
     @abstractmethod
-    def _insert_note(self, tenant: str, note: Note) -> None:
-        """Write a new note; `Refused` if its id is taken in the run."""
-
-    @abstractmethod
-    def _update_question(self, tenant: str, note: Note) -> None:
-        """Replace the stored question with `note` (answered or expired), only if the stored
-        one is still open; else `Refused` with the note found (None if there is none). A
+    def _write_note(self, tenant: str, note: Note, *, replaces_open: bool) -> None:
+        """Write a new note, `Refused` if its id is taken in the run; or, `replaces_open`,
+        replace the stored question with `note` (answered or expired) only if the stored one
+        is still open, else `Refused` with the note found (None if there is none). A
         question that is no longer open leaves what is live."""
 
     @abstractmethod

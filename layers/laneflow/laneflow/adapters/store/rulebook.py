@@ -714,7 +714,7 @@ class RuleBookStore(Primitives, Store):
         if self._read_step_state(tenant, run_id, note.to_index, None) is None:  # steps are never deleted
             raise self._missing_step(tenant, run_id, note.to_index)
         try:
-            self._insert_note(tenant, note)
+            self._write_note(tenant, note, replaces_open=False)
         except Refused:
             raise Conflict(f"note {note.id!r} of run {run_id!r} exists") from None
 
@@ -729,15 +729,19 @@ class RuleBookStore(Primitives, Store):
     @_entry()
     def get_note(self, tenant: str, run_id: str, note_id: str) -> Note:
         check_tenant(tenant)
-        found = self._read_note(tenant, run_id, note_id)
+        found = self._note(tenant, run_id, note_id)
         if found is None:
             if not self._run_exists(tenant, run_id):
                 raise RunNotFound(run_id)
             raise NotFound(f"no note {note_id!r} in run {run_id!r}")
         return found
 
+    def _note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
+        found = self._read_notes(tenant, run_id, note_id)
+        return found[0] if found else None
+
     def _question(self, tenant: str, run_id: str, note_id: str) -> Note:
-        found = self._read_note(tenant, run_id, note_id)
+        found = self._note(tenant, run_id, note_id)
         if found is None or found.kind != NoteKind.question:
             if not self._run_exists(tenant, run_id):
                 raise RunNotFound(run_id)
@@ -752,7 +756,7 @@ class RuleBookStore(Primitives, Store):
             raise Conflict(f"question {note_id!r} of step {question.to_index} is {question.status}, not open")
         answered = question.model_copy(update={"status": QuestionStatus.answered, "answer": text, "answered_at": at})
         try:
-            self._update_question(tenant, answered)
+            self._write_note(tenant, answered, replaces_open=True)
         except Refused as refused:
             status = refused.found.status if isinstance(refused.found, Note) else "gone"
             raise Conflict(f"question {note_id!r} of step {question.to_index} is {status}, not open") from None
@@ -766,7 +770,7 @@ class RuleBookStore(Primitives, Store):
             return question
         closed = question.model_copy(update={"status": QuestionStatus.expired})
         try:
-            self._update_question(tenant, closed)
+            self._write_note(tenant, closed, replaces_open=True)
         except Refused as refused:
             if isinstance(refused.found, Note):
                 return refused.found  # answered meanwhile: the answer wins

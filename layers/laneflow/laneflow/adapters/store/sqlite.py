@@ -765,17 +765,11 @@ class SqliteStore(RuleBookStore):
 
     # == primitives: inboxes ============================================================
 
-    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
+    def _read_notes(self, tenant: str, run_id: str, note_id: str | None = None) -> list[Note]:
+        one, args = ("", (tenant, run_id)) if note_id is None else (" AND id = ?", (tenant, run_id, note_id))
         with self._read() as db:
-            rows = db.execute("SELECT body FROM notes WHERE tenant = ? AND run_id = ?", (tenant, run_id)).fetchall()
+            rows = db.execute(f"SELECT body FROM notes WHERE tenant = ? AND run_id = ?{one}", args).fetchall()
         return [Note.model_validate_json(body) for (body,) in rows]
-
-    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
-        with self._read() as db:
-            row = db.execute(
-                "SELECT body FROM notes WHERE tenant = ? AND run_id = ? AND id = ?", (tenant, run_id, note_id)
-            ).fetchone()
-        return None if row is None else Note.model_validate_json(row[0])
 
     def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
         out: dict[int, list[str]] = defaultdict(list)
@@ -793,26 +787,24 @@ class SqliteStore(RuleBookStore):
             rows = db.execute(f"SELECT tenant, body FROM notes WHERE {where}", args).fetchall()
         return [(t, Note.model_validate_json(body)) for t, body in rows]
 
-    def _insert_note(self, tenant: str, note: Note) -> None:
-        status = note.status.value if note.status else None
+    def _write_note(self, tenant: str, note: Note, *, replaces_open: bool) -> None:
+        key, status = (tenant, note.run_id, note.id), note.status.value if note.status else None
         with self._write() as db:
-            try:
-                db.execute(
-                    "INSERT INTO notes (tenant, run_id, id, to_idx, status, body) VALUES (?, ?, ?, ?, ?, ?)",
-                    (tenant, note.run_id, note.id, note.to_index, status, note.model_dump_json()),
-                )
-            except sqlite3.IntegrityError:
-                raise Refused() from None
-
-    def _update_question(self, tenant: str, note: Note) -> None:
-        key = (tenant, note.run_id, note.id)
-        with self._write() as db:
+            if not replaces_open:
+                try:
+                    db.execute(
+                        "INSERT INTO notes (tenant, run_id, id, to_idx, status, body) VALUES (?, ?, ?, ?, ?, ?)",
+                        (*key, note.to_index, status, note.model_dump_json()),
+                    )
+                except sqlite3.IntegrityError:
+                    raise Refused() from None
+                return
             row = db.execute("SELECT status, body FROM notes WHERE tenant = ? AND run_id = ? AND id = ?", key).fetchone()
             if row is None or row[0] != "open":
                 raise Refused(None if row is None else Note.model_validate_json(row[1]))
             db.execute(
                 "UPDATE notes SET status = ?, body = ? WHERE tenant = ? AND run_id = ? AND id = ?",
-                (note.status.value if note.status else None, note.model_dump_json(), *key),
+                (status, note.model_dump_json(), *key),
             )
 
     def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
