@@ -254,7 +254,8 @@ class RuleBookStore(Primitives, Store):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        overridden = sorted(_PUBLIC & set(cls.__dict__))
+        own = cls.__mro__[: cls.__mro__.index(RuleBookStore)]  # the backend's classes (parts included)
+        overridden = sorted(_PUBLIC & {name for klass in own for name in vars(klass)})
         if overridden:
             raise TypeError(
                 f"{cls.__name__} overrides {', '.join(overridden)}: a backend implements the primitives,"
