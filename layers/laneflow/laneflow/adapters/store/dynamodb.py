@@ -97,15 +97,16 @@ the larger of before and after) where the store knows it - it asks for the item 
 read it just before - else on the size of what it writes: a lower bound for updates of
 large items. moto reports no real capacity, so the count is the store's own.
 
-Modules: this one (the store: what each primitive reads and writes), dynamodb_steps.py
-(the step item's claims, journal entries and fenced writes), dynamodb_table.py (requests,
-capacity, errors), dynamodb_items.py (keys, values, sizes), dynamodb_expr.py (expressions),
-dynamodb_blobs.py (large values in S3).
+Modules: this one (the store: what each primitive of runs, steps, attempts, the journal
+and the trace reads and writes), dynamodb_inbox.py (handoffs, warm gates, inboxes),
+dynamodb_steps.py (the step item's claims, journal entries and fenced writes),
+dynamodb_spans.py (spans, and items written under a fence), dynamodb_table.py (requests,
+the live index, capacity, errors), dynamodb_items.py (keys, values, sizes),
+dynamodb_expr.py (expressions), dynamodb_blobs.py (large values in S3).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterable, Iterator
@@ -117,7 +118,8 @@ import boto3
 from botocore.config import Config
 
 from laneflow.adapters.store.dynamodb_blobs import ItemTooLarge
-from laneflow.adapters.store.dynamodb_expr import Expr, Update
+from laneflow.adapters.store.dynamodb_expr import Expr, Update, step_filter
+from laneflow.adapters.store.dynamodb_inbox import DynamoGatesAndInboxes
 from laneflow.adapters.store.dynamodb_items import (
     ACTIVE_RUN,
     ATTEMPTS_ON_STEP,
@@ -126,10 +128,6 @@ from laneflow.adapters.store.dynamodb_items import (
     CALLS_ON_STEP,
     INPUT_SK,
     JOURNAL_ON_STEP,
-    LIVE_INDEX,
-    LIVE_KINDS,
-    NOTE_PREFIX,
-    OBSERVED_PREFIX,
     RUN_BODY,
     RUN_HEAD,
     RUN_SK,
@@ -140,10 +138,9 @@ from laneflow.adapters.store.dynamodb_items import (
     TRANSACTION_BYTES,
     TRANSACTION_ITEMS,
     decimal_cost,
-    digest,
     encode,
     event_sk,
-    gate_token_prefix,
+    first_of,
     item_name,
     item_size,
     key_of,
@@ -154,7 +151,6 @@ from laneflow.adapters.store.dynamodb_items import (
     step_sk,
     to_attr,
     trace_prefix,
-    write_units,
 )
 from laneflow.adapters.store.dynamodb_steps import StepItems
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
@@ -162,8 +158,6 @@ from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, StepState
 from laneflow.adapters.store.rulebook import RuleBookStore, trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
-from laneflow.domain.gate import GatePass, GateWaiter, lets_pass, releases
-from laneflow.domain.inbox import Note, QuestionStatus
 from laneflow.domain.outline import StepFacts, StepFilter
 from laneflow.domain.records import (
     Attempt,
@@ -173,7 +167,6 @@ from laneflow.domain.records import (
     JournalStatus,
     Run,
     Step,
-    utcnow,
 )
 
 log = logging.getLogger("laneflow.store")
@@ -190,39 +183,7 @@ def _shared_session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-def _kept(e: Expr, group: int | None, where: StepFilter | None) -> list[str]:
-    """The filter conditions for one group and a `StepFilter`'s per-step filters (its index
-    range is the key condition's)."""
-    kept = [e.eq("group", group)] if group is not None else []
-    if where is None:
-        return kept
-    if where.statuses is not None:
-        kept.append(e.one_of("status", sorted(where.statuses)))
-    if where.flow:
-        kept.append(e.absent("rescue_of"))
-    if where.agent is not None:
-        kept.append(e.eq("agent", where.agent))
-    if where.started_by is not None:
-        kept.append(f"{e.n('started_at')} <= {e.v(where.started_by)}")
-    return kept
-
-
-def _first_of(items: list[dict[str, Any]], where: StepFilter) -> list[dict[str, Any]]:
-    """Of step items in index order, each (agent, model)'s first `per_lane`, then the first
-    `limit`: filters DynamoDB cannot apply (its own Limit counts items before filtering)."""
-    if where.per_lane is not None:
-        seen: dict[tuple[str, str], int] = {}
-        firsts = []
-        for item in items:
-            lane = (str((item.get("agent") or {}).get("S", "")), str((item.get("model") or {}).get("S", "")))
-            if seen.get(lane, 0) < where.per_lane:
-                seen[lane] = seen.get(lane, 0) + 1
-                firsts.append(item)
-        items = firsts
-    return items if where.limit is None else items[: where.limit]
-
-
-class DynamoStore(RuleBookStore):
+class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
     """The DynamoDB store (see the module docstring for the item layout and its reasons).
 
     `table` must exist with template.yaml's RunsTable key schema and indexes. `bucket` (an S3
@@ -313,29 +274,6 @@ class DynamoStore(RuleBookStore):
                     out.append((run_id, damaged))
         return out
 
-    def _live(self, kind: str, tenant: str | None) -> list[dict[str, Any]]:
-        """The items the sparse `live` index names for `kind`, re-read consistently (the
-        index lags the table a little): Query for one tenant, Scan of the index for all."""
-        if tenant is not None:
-            e = Expr()
-            keys = self._table.query(
-                index=LIVE_INDEX, KeyConditionExpression=f"{e.n('vpk')} = {e.v(live_pk(tenant, kind))}", **e.params()
-            )
-        else:
-            e = Expr()
-            kind_only = f"begins_with({e.n('sk')}, {e.v(LIVE_KINDS[kind])})"
-            params: dict[str, Any] = {"IndexName": LIVE_INDEX, "FilterExpression": kind_only, **e.params()}
-            keys = []
-            while True:
-                page = self._table.request("scan", **params)
-                keys += page.get("Items", [])
-                self._table.count(read=0.5 * read_units(sum(item_size(i) for i in page.get("Items", []))))
-                if "LastEvaluatedKey" not in page:
-                    break
-                params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        items = self._table.batch_get([{"pk": k["pk"], "sk": k["sk"]} for k in keys])
-        return [i for i in items if "vpk" in i]
-
     # == primitives: reads ==============================================================
 
     def _read_input(self, tenant: str, run_id: str) -> Doc | None:
@@ -414,13 +352,13 @@ class DynamoStore(RuleBookStore):
         high = step_sk(where.high) if where is not None and where.high is not None else STEPS_END
         steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v(low)} AND {e.v(high)}"
         params: dict[str, Any] = {"KeyConditionExpression": steps}
-        kept = _kept(e, group, where)
+        kept = step_filter(e, group, where)
         if kept:
             params["FilterExpression"] = " AND ".join(kept)
         attrs = STEP_ATTRS if messages else STEP_ATTRS_WITHOUT_MESSAGE  # a message kept in S3 is not fetched
         items = self._table.query(**params, **e.params())
         if where is not None:  # the lanes' first few and the limit are counted here, in index order
-            items = _first_of(items, where)
+            items = first_of(items, where)
         return [(int(i["index"]["N"]), self._table.fields(i, attrs)) for i in items]
 
     def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
@@ -482,19 +420,15 @@ class DynamoStore(RuleBookStore):
         ]
 
     def _active_runs(self, tenant: str | None) -> list[tuple[str, Doc | RecordDamaged]]:
-        heads = [i for i in self._live("RUN", tenant) if i.get("status", {}).get("S") in ACTIVE_RUN and "hidden" not in i]
+        heads = [i for i in self._table.live("RUN", tenant) if i.get("status", {}).get("S") in ACTIVE_RUN and "hidden" not in i]
         heads.sort(key=lambda i: i["vsk"]["S"])
         return self._runs([i["pk"]["S"] for i in heads])
 
     def _running_attempts(self, tenant: str | None) -> list[tuple[str, Attempt]]:
-        return self._items.running(self._live("STEP", tenant))
+        return self._items.running(self._table.live("STEP", tenant))
 
     def _pending_entries(self, tenant: str | None) -> list[JournalEntry]:
-        return self._items.pending(self._live("STEP", tenant))
-
-    def _read_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
-        item = self._table.get(key_of(tenant, run_id, f"H#{key}"))
-        return None if item is None else self._table.text(item["text"])
+        return self._items.pending(self._table.live("STEP", tenant))
 
     # == primitives: writes =============================================================
 
@@ -656,124 +590,3 @@ class DynamoStore(RuleBookStore):
                 self._table.put(item)
             else:
                 self._items.fenced_put(fence, item)
-
-    def _write_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
-        with self._table.blobs(tenant, run_id) as blobs:
-            self._table.put(encode(blobs.item({"pk": pk_of(tenant, run_id), "sk": f"H#{key}", "text": text})))
-
-    def _gate_wait(self, tenant: str, run_id: str, key: str, waiter: GateWaiter) -> GatePass | None:
-        # The rendezvous without a transaction. Each waiting token is an item of its own (a
-        # lane may have hundreds of siblings, and a callback token is ~1 KB). A sibling keeps
-        # its token, then looks at the gate (strongly consistent reads throughout); the lead
-        # marks the gate open (or its end), then takes the tokens kept. A token is handed back
-        # by whoever deletes it (a conditional delete), so exactly once: a sibling that finds
-        # the gate opened after it kept its token takes it back itself unless the lead did.
-        gate_key = key_of(tenant, run_id, f"G#{key}")
-        gate = self._table.get(gate_key)
-        if _gate_passes(gate, waiter):
-            return _gate_pass(gate)  # the lead's reply has begun (or it ended): nothing to keep
-        attrs: dict[str, Any] = {
-            "pk": pk_of(tenant, run_id),
-            "sk": gate_token_prefix(key) + digest(waiter.token),
-            "token": waiter.token,
-        }
-        attrs.update({"index": waiter.index, "until": "ended" if waiter.until_lead_ends else None})
-        item = encode(attrs)
-        self._table.put(item)
-        gate = self._table.get(gate_key)
-        if not _gate_passes(gate, waiter):
-            return None  # kept: the lead will complete it
-        if self._table.delete({"pk": item["pk"], "sk": item["sk"]}) is None:
-            return None  # the lead took it first: the lead completes it
-        self._table.count(write=write_units(item_size(item)))
-        return _gate_pass(gate)
-
-    def _gate_open(self, tenant: str, run_id: str, key: str, *, lead_ended: bool, note: str | None) -> list[GateWaiter]:
-        u = Update().set_default("opened_at", utcnow())
-        if lead_ended:
-            u.set_default("ended_at", utcnow())
-        if note:
-            u.set_default("note", note)
-        self._table.update(key_of(tenant, run_id, f"G#{key}"), u)
-        # Every token put before this write is now visible; each is handed back by whoever
-        # deletes it (a second opener racing this one gets the others, never the same).
-        handed = []
-        for item in self._table.query_prefix(pk_of(tenant, run_id), gate_token_prefix(key)):
-            waiter = GateWaiter(
-                token=item["token"]["S"],
-                index=int(item["index"]["N"]) if "index" in item else None,
-                until_lead_ends="until" in item,
-            )
-            if not releases(waiter, lead_ended=lead_ended):
-                continue  # the reserve waits for the lead's end
-            reply = self._table.delete({"pk": item["pk"], "sk": item["sk"]}, returns="ALL_OLD")
-            if reply is None:
-                continue
-            self._table.count(write=write_units(item_size(item)))
-            if "Attributes" in reply:
-                handed.append(waiter)
-        return handed
-
-    # == primitives: inboxes ============================================================
-    # Notes and observations sort before `RUN`, so no read of a run's record reads them.
-
-    @staticmethod
-    def _note_item(tenant: str, note: Note) -> dict[str, Any]:
-        item: dict[str, Any] = {
-            "pk": pk_of(tenant, note.run_id),
-            "sk": NOTE_PREFIX + note.id,
-            "to": note.to_index,
-            "st": note.status.value if note.status else None,
-            "body": note.model_dump_json(),
-        }
-        if note.status == QuestionStatus.open:  # an open question is live: `open_questions` finds it
-            item["vpk"], item["vsk"] = live_pk(tenant, "ASK"), f"{note.at}#{note.id}"
-        return encode(item)
-
-    def _read_notes(self, tenant: str, run_id: str, note_id: str | None = None) -> list[Note]:
-        if note_id is None:
-            items = self._table.query_prefix(pk_of(tenant, run_id), NOTE_PREFIX)
-        else:
-            item = self._table.get(key_of(tenant, run_id, NOTE_PREFIX + note_id))
-            items = [] if item is None else [item]
-        return [Note.model_validate_json(i["body"]["S"]) for i in items]
-
-    def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
-        out: dict[int, list[str]] = {}
-        for item in self._table.query_prefix(pk_of(tenant, run_id), f"{OBSERVED_PREFIX}{index:08d}#"):
-            out.setdefault(int(item["n"]["N"]), []).extend(json.loads(item["ids"]["S"]))
-        return out
-
-    def _open_questions(self, tenant: str | None) -> list[tuple[str, Note]]:
-        found = []
-        for item in self._live("ASK", tenant):
-            owner = item["pk"]["S"].split("#")[1]
-            found.append((owner, Note.model_validate_json(item["body"]["S"])))
-        return found
-
-    def _write_note(self, tenant: str, note: Note, *, replaces_open: bool) -> None:
-        e = Expr()
-        item = self._note_item(tenant, note)
-        if replaces_open:  # the question leaves the live index unless it stays open
-            condition, indexes = f"{e.exists('pk')} AND {e.eq('st', QuestionStatus.open.value)}", 1
-        else:
-            condition, indexes = e.absent("pk"), int("vpk" in item)
-        try:
-            self._table.put(item, condition, e, indexes=indexes)
-        except ConditionFailed as refused:
-            found = refused.found(0) if replaces_open else None
-            raise Refused(None if found is None else Note.model_validate_json(found["body"]["S"])) from None
-
-    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
-        sk = f"{OBSERVED_PREFIX}{ref.index:08d}#{ref.n:06d}#{SEQUENCE.next()}"
-        item = encode({"pk": pk_of(ref.tenant, ref.run_id), "sk": sk, "n": ref.n, "ids": json.dumps(ids)})
-        self._items.fenced_put(ref, item)
-
-
-def _gate_passes(gate: dict[str, Any] | None, waiter: GateWaiter) -> bool:
-    """Whether a gate item lets this waiter start: opened, or for the reserve, the lead ended."""
-    return gate is not None and lets_pass(waiter, opened="opened_at" in gate, lead_ended="ended_at" in gate)
-
-
-def _gate_pass(gate: dict[str, Any] | None) -> GatePass:
-    return GatePass(note=gate["note"]["S"] if gate and "note" in gate else None)

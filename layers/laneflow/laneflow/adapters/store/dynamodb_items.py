@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from laneflow.adapters.store.encoding import COST_DECIMALS, dumps, worker_text
+from laneflow.domain.outline import StepFilter
 from laneflow.domain.records import Attempt, PromptLayer, Run, RunStatus, Step
 from laneflow.domain.tenants import check_tenant
 from laneflow.domain.workers import FargateTask, LambdaRequest, LocalProcess, StepFunctionsExecution
@@ -330,3 +331,18 @@ def encode(attrs: dict[str, Any]) -> Item:
 
 def layers_json(layers: list[PromptLayer]) -> str:
     return dumps([layer.model_dump() for layer in layers])
+
+
+def first_of(items: list[dict[str, Any]], where: StepFilter) -> list[dict[str, Any]]:
+    """Of step items in index order, each (agent, model)'s first `per_lane`, then the first
+    `limit`: filters DynamoDB cannot apply (its own Limit counts items before filtering)."""
+    if where.per_lane is not None:
+        seen: dict[tuple[str, str], int] = {}
+        firsts = []
+        for item in items:
+            lane = (str((item.get("agent") or {}).get("S", "")), str((item.get("model") or {}).get("S", "")))
+            if seen.get(lane, 0) < where.per_lane:
+                seen[lane] = seen.get(lane, 0) + 1
+                firsts.append(item)
+        items = firsts
+    return items if where.limit is None else items[: where.limit]

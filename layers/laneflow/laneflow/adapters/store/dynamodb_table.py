@@ -16,7 +16,17 @@ from botocore.exceptions import ClientError
 
 from laneflow.adapters.store.dynamodb_blobs import Blobs, ItemTooLarge, blobs_of, too_large
 from laneflow.adapters.store.dynamodb_expr import Expr, Update
-from laneflow.adapters.store.dynamodb_items import JSON_FIELDS, from_av, item_name, item_size, read_units, write_units
+from laneflow.adapters.store.dynamodb_items import (
+    JSON_FIELDS,
+    LIVE_INDEX,
+    LIVE_KINDS,
+    from_av,
+    item_name,
+    item_size,
+    live_pk,
+    read_units,
+    write_units,
+)
 from laneflow.adapters.store.rulebook import damaged
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import Conflict, TransientError
@@ -357,6 +367,29 @@ class Table:
                         raise damaged(item_name(item), [name]) from None
                 out[name] = value
         return out
+
+    def live(self, kind: str, tenant: str | None) -> list[dict[str, Any]]:
+        """The items the sparse `live` index names for `kind`, re-read consistently (the
+        index lags the table a little): Query for one tenant, Scan of the index for all."""
+        if tenant is not None:
+            e = Expr()
+            keys = self.query(
+                index=LIVE_INDEX, KeyConditionExpression=f"{e.n('vpk')} = {e.v(live_pk(tenant, kind))}", **e.params()
+            )
+        else:
+            e = Expr()
+            kind_only = f"begins_with({e.n('sk')}, {e.v(LIVE_KINDS[kind])})"
+            params: dict[str, Any] = {"IndexName": LIVE_INDEX, "FilterExpression": kind_only, **e.params()}
+            keys = []
+            while True:
+                page = self.request("scan", **params)
+                keys += page.get("Items", [])
+                self.count(read=0.5 * read_units(sum(item_size(i) for i in page.get("Items", []))))
+                if "LastEvaluatedKey" not in page:
+                    break
+                params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        items = self.batch_get([{"pk": k["pk"], "sk": k["sk"]} for k in keys])
+        return [i for i in items if "vpk" in i]
 
     # -- items ----------------------------------------------------------------------------
 
