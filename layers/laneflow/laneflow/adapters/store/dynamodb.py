@@ -156,7 +156,8 @@ from laneflow.adapters.store.dynamodb_steps import StepItems
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, StepState
-from laneflow.adapters.store.rulebook import RuleBookStore, trace_damaged
+from laneflow.adapters.store.rulebook import RuleBookStore
+from laneflow.adapters.store.rulebook_base import trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
 from laneflow.domain.outline import StepFacts, StepFilter
 from laneflow.domain.records import (

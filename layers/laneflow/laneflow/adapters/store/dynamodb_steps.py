@@ -49,7 +49,7 @@ from laneflow.adapters.store.dynamodb_spans import StepSpans
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Refused, StepState
-from laneflow.adapters.store.rulebook import WRITE_TRIES
+from laneflow.adapters.store.rulebook_base import WRITE_TRIES
 from laneflow.domain.errors import Conflict
 from laneflow.domain.records import (
     Attempt,

@@ -27,7 +27,7 @@ from laneflow.adapters.store.dynamodb_items import (
     read_units,
     write_units,
 )
-from laneflow.adapters.store.rulebook import damaged
+from laneflow.adapters.store.rulebook_base import damaged
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import Conflict, TransientError
 

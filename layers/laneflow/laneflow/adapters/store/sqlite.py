@@ -70,7 +70,8 @@ from pydantic import TypeAdapter
 
 from laneflow.adapters.store.encoding import COST_DECIMALS, dumps, worker_text
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, StepState
-from laneflow.adapters.store.rulebook import ACTIVE, RuleBookStore
+from laneflow.adapters.store.rulebook import RuleBookStore
+from laneflow.adapters.store.rulebook_base import ACTIVE
 from laneflow.adapters.store.sqlite_inbox import SqliteGatesAndInboxes
 from laneflow.adapters.store.sqlite_schema import (
     ATTEMPT_JSON,

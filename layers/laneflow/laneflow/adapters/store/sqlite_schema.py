@@ -13,7 +13,7 @@ from collections.abc import Collection
 from typing import Any
 
 from laneflow.adapters.store.encoding import cost, dumps, worker_text
-from laneflow.adapters.store.rulebook import damaged
+from laneflow.adapters.store.rulebook_base import damaged
 from laneflow.domain.errors import RecordDamaged, Unavailable
 from laneflow.domain.records import Run, Step
 
