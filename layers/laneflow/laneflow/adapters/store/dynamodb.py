@@ -159,7 +159,7 @@ from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused
 from laneflow.adapters.store.rulebook import RuleBookStore
 from laneflow.adapters.store.rulebook_base import trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
-from laneflow.domain.outline import StepFacts, StepFilter
+from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter, outline_of
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -362,9 +362,9 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
             items = first_of(items, where)
         return [(int(i["index"]["N"]), self._table.fields(i, attrs)) for i in items]
 
-    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
-        """The step items' few small attributes (a projection: DynamoDB still reads each item,
-        but only these cross the wire and are decoded)."""
+    def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        """Counted here, of the step items' few small attributes (a projection: DynamoDB still
+        reads each item, but only these cross the wire and are decoded)."""
         e = Expr()
         steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
         names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd")
@@ -375,7 +375,7 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
             value = item.get(name) or {}
             return float(value["N"]) if "N" in value else None
 
-        return [
+        return outline_of(
             StepFacts(
                 index=int(number(i, "index") or 0),
                 group=int(number(i, "group") or 0),
@@ -386,7 +386,7 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
                 cost_usd=number(i, "cost_usd") or 0.0,
             )
             for i in items
-        ]
+        )
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         return self._items.attempts(tenant, run_id, index, n)
@@ -501,7 +501,14 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
         return True
 
     def _update_run(
-        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+        self,
+        tenant: str,
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        expected: list[str] | None,
+        add_drives: int = 0,
+        unset: str | None = None,
     ) -> Doc:
         key = key_of(tenant, run_id, RUN_SK)
         u = Update()
@@ -518,6 +525,8 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
             condition = [u.exists("pk"), u.absent("hidden")]
             if expected is not None:
                 condition.append(u.one_of("status", expected))
+            if unset is not None:
+                condition.append(f"{u.n(unset)} <> {u.v(True)}")
             try:
                 head = self._table.update(key, u, " AND ".join(condition), returns="ALL_NEW", indexes=indexes, blobs=blobs)
             except ConditionFailed as refused:
@@ -536,15 +545,6 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
             found = refused.found(0)
             raise Refused(None if found is None or "hidden" in found else found["status"]["S"]) from None
         return float((head or {}).get("cost_usd", {}).get("N", usd))
-
-    def _request_stop(self, tenant: str, run_id: str) -> bool | None:
-        u = Update().set("stop_requested", True)
-        try:
-            self._table.update(key_of(tenant, run_id, RUN_SK), u, f"{u.exists('pk')} AND {u.n('stop_requested')} <> {u.v(True)}")
-        except ConditionFailed as refused:
-            found = refused.found(0)
-            return None if found is None or "hidden" in found else False
-        return True
 
     def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:
         u = Update()

@@ -7,8 +7,7 @@ has the rules they serve).
 Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
 may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
 rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
-sibling cost several times as much). 30 primitives; `_read_outline` has a default over
-`_read_step_facts` that a backend able to count in the store overrides:
+sibling cost several times as much). 29 primitives:
 
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
@@ -16,7 +15,7 @@ sibling cost several times as much). 30 primitives; `_read_outline` has a defaul
 | `_read_input`        | read  | a run's input alone, or None                            |
 | `_run_exists`        | read  | whether a run is there                                  |
 | `_read_steps`        | read  | steps of a run: all, one index, or one group            |
-| `_read_step_facts`   | read  | the few fields of each step the group outline counts    |
+| `_read_outline`      | read  | a run's group outline (counts by group)                 |
 | `_read_attempts`     | read  | attempts of a run, of a step, or one                    |
 | `_read_step_state`   | read  | what a claim or a journal write decides on              |
 | `_list_runs`         | read  | a tenant's runs, newest first                           |
@@ -26,8 +25,8 @@ sibling cost several times as much). 30 primitives; `_read_outline` has a defaul
 | `_read_handoff`      | read  | a handoff block, or None                                |
 | `_insert_run`        | write | a new run with its steps, if its id is free             |
 | `_insert_steps`      | write | steps of a run, if their indexes are free               |
-| `_update_run`        | write | a run's fields, if its status is expected               |
-| `_request_stop`      | write | `stop_requested`, if not set                            |
+| `_update_run`        | write | a run's fields, if its status is expected (and, when    |
+|                      |       | named, a flag is not set: `stop_requested`)             |
 | `_add_run_cost`      | write | an amount added to a run's cost, if it is active        |
 | `_update_step`       | write | a step's fields, if its status is expected              |
 | `_write_claim`       | write | a new attempt (and its journal entry), if `seen` holds  |
@@ -54,7 +53,7 @@ from typing import Any
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note
-from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter, outline_of
+from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -172,13 +171,10 @@ class Primitives(ABC):
         without `messages`, no step's `message`. [] when there are none (or no run)."""
 
     @abstractmethod
-    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
-        """What the group outline counts of each of a run's steps (a few small fields, not
-        the step). [] when there are none (or no run)."""
-
     def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
-        """The run's group outline; a backend that can count in the store does so."""
-        return outline_of(self._read_step_facts(tenant, run_id))
+        """The run's group outline, by group: counted in the store where it can, else
+        `outline_of` the few small fields of each step it counts (`StepFacts`, not the
+        steps). [] when there are no steps (or no run)."""
 
     @abstractmethod
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
@@ -227,22 +223,25 @@ class Primitives(ABC):
 
     @abstractmethod
     def _update_run(
-        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+        self,
+        tenant: str,
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        expected: list[str] | None,
+        add_drives: int = 0,
+        unset: str | None = None,
     ) -> Doc:
         """Set `values` (field -> value, validated) and add `add_drives`, if the run's status
-        is one of `expected` (when given). The run as written, without steps. `Refused`
-        with the status found, or None if there is no run."""
+        is one of `expected` (when given) and its boolean field `unset` (when named) is not
+        set. The run as written, without steps. `Refused` with the status found, or None if
+        there is no run."""
 
     @abstractmethod
     def _add_run_cost(self, tenant: str, run_id: str, usd: float, *, expected: list[str]) -> float:
         """Add `usd` to the run's `cost_usd` (rounded as costs are stored), in one atomic
         increment, if its status is one of `expected`. The cost as written. `Refused` with
         the status found, or None if there is no run."""
-
-    @abstractmethod
-    def _request_stop(self, tenant: str, run_id: str) -> bool | None:
-        """Set `stop_requested` unless it is set: True if this set it, False if it was set,
-        None if there is no run."""
 
     @abstractmethod
     def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:

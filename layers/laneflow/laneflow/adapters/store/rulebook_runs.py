@@ -144,10 +144,13 @@ class RunRules(RuleBase):
     @_entry()
     def request_stop(self, tenant: str, run_id: str) -> bool:
         check_tenant(tenant)
-        done = self._request_stop(tenant, run_id)
-        if done is None:
-            raise RunNotFound(run_id)
-        return done
+        try:
+            self._update_run(tenant, run_id, {"stop_requested": True}, expected=None, unset="stop_requested")
+        except Refused as refused:
+            if refused.found is None:
+                raise RunNotFound(run_id) from None
+            return False  # requested already
+        return True
 
     @_entry()
     def add_run_cost(self, tenant: str, run_id: str, usd: float) -> float | None:

@@ -84,7 +84,7 @@ from laneflow.adapters.store.sqlite_schema import (
     to_db,
 )
 from laneflow.domain.errors import RecordDamaged
-from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter
+from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     READ_JSON,
     Attempt,
@@ -181,18 +181,6 @@ class SqliteStore(SqliteGatesAndInboxes, RuleBookStore):
                 messages=messages,
                 filtered=where,
             )
-
-    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
-        with self._read() as db:
-            rows = db.execute(
-                "SELECT idx, grp, cycle, status, rescue_of IS NOT NULL, optional, cost_usd FROM steps"
-                " WHERE tenant = ? AND run_id = ? ORDER BY idx",
-                (tenant, run_id),
-            ).fetchall()
-        return [
-            StepFacts(index=i, group=g, cycle=c, status=st, rescue=bool(r), optional=bool(o), cost_usd=float(cu or 0))
-            for i, g, c, st, r, o, cu in rows
-        ]
 
     def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
         """Counted in SQL: one row per group leaves the database, not one per step."""
@@ -343,14 +331,22 @@ class SqliteStore(SqliteGatesAndInboxes, RuleBookStore):
         db.executemany("INSERT INTO prompt_layers (tenant, run_id, idx, layers) VALUES (?, ?, ?, ?)", layers)
 
     def _update_run(
-        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+        self,
+        tenant: str,
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        expected: list[str] | None,
+        add_drives: int = 0,
+        unset: str | None = None,
     ) -> Doc:
         sets = {column: ("?", value) for column, value in columns_of(Run, values).items()}
         if add_drives:
             sets["drives"] = ("drives + ?", add_drives)
+        flag = "0" if unset is None else RUN_COLUMNS[unset][0]
         with self._write() as db:
-            found = db.execute("SELECT status FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
-            if found is None or (expected is not None and found[0] not in expected):
+            found = db.execute(f"SELECT status, {flag} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
+            if found is None or (expected is not None and found[0] not in expected) or found[1]:
                 raise Refused(found and found[0])
             db.execute(
                 f"UPDATE runs SET {', '.join(f'{c} = {expr}' for c, (expr, _) in sets.items())} WHERE tenant = ? AND id = ?",
@@ -368,14 +364,6 @@ class SqliteStore(SqliteGatesAndInboxes, RuleBookStore):
                 (usd, tenant, run_id),
             )
             return float(db.execute("SELECT cost_usd FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()[0])
-
-    def _request_stop(self, tenant: str, run_id: str) -> bool | None:
-        with self._write() as db:
-            row = db.execute("SELECT stop_requested FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
-            if row is None or row[0]:
-                return None if row is None else False
-            db.execute("UPDATE runs SET stop_requested = 1 WHERE tenant = ? AND id = ?", (tenant, run_id))
-            return True
 
     def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:
         key = (tenant, run_id, index)
