@@ -155,7 +155,7 @@ from laneflow.adapters.store.dynamodb_items import (
 from laneflow.adapters.store.dynamodb_steps import StepItems
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps
-from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, StepState
+from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, RunPart, StepState
 from laneflow.adapters.store.rulebook import RuleBookStore
 from laneflow.adapters.store.rulebook_base import trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
@@ -277,52 +277,30 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
 
     # == primitives: reads ==============================================================
 
-    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
-        head = body = None
-        for item in self._table.query_prefix(pk_of(tenant, run_id), RUN_SK):  # the run's head and its body
-            if item["sk"]["S"] == RUN_SK:
-                head = item
-            elif item["sk"]["S"] == INPUT_SK:
-                body = item
-        if head is None or "hidden" in head:
-            return None
-        return self._table.fields(body, ("input",)) if body is not None else {}
-
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
+    def _read_run(
+        self, tenant: str, run_id: str, *, steps: bool = False, detail: bool = False, part: RunPart = "whole"
+    ) -> Doc | None:
+        if part == "key":
+            return None if self._head(tenant, run_id) is None else {}
         pk = pk_of(tenant, run_id)
-        if not steps:
+        if not steps:  # the run's head and its body
             items = self._table.query_prefix(pk, RUN_SK)
-        elif not detail:
-            items = self._table.query_range(pk, RUN_SK, STEPS_END)
         else:
-            items = self._table.query_range(pk, RUN_SK)
-        head = body = None
-        step_items: dict[int, dict[str, Any]] = {}
-        raw: dict[int, dict[str, Any]] = {}
-        trace = []
-        for item in items:
-            sk = item["sk"]["S"]
-            if sk == RUN_SK:
-                head = item
-            elif sk == INPUT_SK:
-                body = item
-            elif sk.startswith("S#"):
-                step = self._step_of(item)
-                step_items[step["index"]] = step
-                raw[step["index"]] = item
-            elif sk.startswith("T#"):
-                trace.append(item)
+            items = self._table.query_range(pk, RUN_SK, None if detail else STEPS_END)
+        by_sk = {item["sk"]["S"]: item for item in items}
+        head, body = by_sk.get(RUN_SK), by_sk.get(INPUT_SK)
         if head is None or "hidden" in head:
             return None
+        if part == "input":
+            return self._table.fields(body, ("input",)) if body is not None else {}
+        raw = {int(item["index"]["N"]): item for sk, item in by_sk.items() if sk.startswith("S#")}
+        step_items = {index: self._step_of(item) for index, item in raw.items()}
         if detail:
             try:
-                self._items.with_trace(step_items, raw, trace)
+                self._items.with_trace(step_items, raw, [item for sk, item in by_sk.items() if sk.startswith("T#")])
             except (KeyError, TypeError, ValueError):
                 raise trace_damaged(f"run {run_id!r}") from None
-        return self._run_of(head, body, [step_items[i] for i in sorted(step_items)], input=input)
-
-    def _run_exists(self, tenant: str, run_id: str) -> bool:
-        return self._head(tenant, run_id) is not None
+        return self._run_of(head, body, [step_items[i] for i in sorted(step_items)], input=part == "whole")
 
     def _read_steps(
         self,

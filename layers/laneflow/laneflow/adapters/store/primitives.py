@@ -7,13 +7,12 @@ has the rules they serve).
 Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
 may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
 rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
-sibling cost several times as much). 29 primitives:
+sibling cost several times as much). 27 primitives:
 
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
-| `_read_run`          | read  | a run (its steps, their trace), or None                 |
-| `_read_input`        | read  | a run's input alone, or None                            |
-| `_run_exists`        | read  | whether a run is there                                  |
+| `_read_run`          | read  | a run (its steps, their trace), its head, its input     |
+|                      |       | alone or its key alone (whether it is there), or None   |
 | `_read_steps`        | read  | steps of a run: all, one index, or one group            |
 | `_read_outline`      | read  | a run's group outline (counts by group)                 |
 | `_read_attempts`     | read  | attempts of a run, of a step, or one                    |
@@ -48,7 +47,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
@@ -68,6 +67,8 @@ from laneflow.domain.records import (
 )
 
 Doc = str | dict[str, Any]  # a record as a backend read it: its JSON text, or its fields
+
+RunPart = Literal["whole", "head", "input", "key"]  # what `_read_run` reads of a run
 
 
 # -- what the primitives exchange ----------------------------------------------------------
@@ -139,20 +140,14 @@ class Primitives(ABC):
     `StepState` a decision was made on)."""
 
     @abstractmethod
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
-        """The run (None if absent); with `steps`, its steps by index; with `detail`, each
-        with its events (in order), calls (by n, then id) and prompt layers; without
-        `input`, its input left out (not read). `RecordDamaged` (`damaged`,
-        `trace_damaged`) when what was read does not parse."""
-
-    @abstractmethod
-    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
-        """`{"input": ...}`, the run's input (None if there is no run). `RecordDamaged` when
-        it does not parse."""
-
-    @abstractmethod
-    def _run_exists(self, tenant: str, run_id: str) -> bool:
-        """Whether the run is there."""
+    def _read_run(
+        self, tenant: str, run_id: str, *, steps: bool = False, detail: bool = False, part: RunPart = "whole"
+    ) -> Doc | None:
+        """The run (None if absent): `whole`; its `head` (all but its input, which is not
+        read); its `input` alone (`{"input": ...}`); or only its `key` (`{}`: whether it is
+        there, reading nothing else). With `steps` (whole or head), its steps by index; with
+        `detail`, each with its events (in order), calls (by n, then id) and prompt layers.
+        `RecordDamaged` (`damaged`, `trace_damaged`) when what was read does not parse."""
 
     @abstractmethod
     def _read_steps(

@@ -175,5 +175,8 @@ class RuleBase(Primitives, Store):
         """Around each public method (a backend counts what it consumes by method)."""
         yield
 
+    def _run_exists(self, tenant: str, run_id: str) -> bool:
+        return self._read_run(tenant, run_id, part="key") is not None
+
     def _missing_step(self, tenant: str, run_id: str, index: int) -> NotFound:
         return no_step(index, run_id) if self._run_exists(tenant, run_id) else RunNotFound(run_id)

@@ -66,7 +66,7 @@ class RunRules(RuleBase):
     @_entry()
     def get_run(self, tenant: str, run_id: str, *, detail: bool = True, steps: bool = True, input: bool = True) -> Run:
         check_tenant(tenant)
-        doc = self._read_run(tenant, run_id, steps=steps, detail=detail and steps, input=input)
+        doc = self._read_run(tenant, run_id, steps=steps, detail=detail and steps, part="whole" if input else "head")
         if doc is None:
             raise RunNotFound(run_id)
         run = _model(Run, doc, f"run {run_id!r}")
@@ -81,7 +81,7 @@ class RunRules(RuleBase):
             if key in inputs:
                 inputs.move_to_end(key)
                 return inputs[key]
-        doc = self._read_input(tenant, run_id)
+        doc = self._read_run(tenant, run_id, part="input")
         if doc is None:
             raise RunNotFound(run_id)
         value = _model(_RunInput, doc, f"run {run_id!r}").input
@@ -126,7 +126,7 @@ class RunRules(RuleBase):
         expected = statuses(expect_status) if expect_status is not None else None
         what = f"run {run_id!r}"
         if not values and not add_drives:
-            doc = self._read_run(tenant, run_id, steps=False, detail=False)
+            doc = self._read_run(tenant, run_id)
             if doc is None:
                 raise RunNotFound(run_id)
             run = _model(Run, doc, what)

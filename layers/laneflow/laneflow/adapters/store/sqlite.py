@@ -69,7 +69,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from laneflow.adapters.store.encoding import COST_DECIMALS, dumps, worker_text
-from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, StepState
+from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, RunPart, StepState
 from laneflow.adapters.store.rulebook import RuleBookStore
 from laneflow.adapters.store.rulebook_base import ACTIVE
 from laneflow.adapters.store.sqlite_inbox import SqliteGatesAndInboxes
@@ -143,21 +143,18 @@ class SqliteStore(SqliteGatesAndInboxes, RuleBookStore):
 
     # == primitives: reads ==============================================================
 
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
+    def _read_run(
+        self, tenant: str, run_id: str, *, steps: bool = False, detail: bool = False, part: RunPart = "whole"
+    ) -> Doc | None:
         with self._read() as db:
-            run = self._run_json(db, tenant, run_id, part="whole" if input else "head")
-            if run is None:
-                return None
+            if part == "key":
+                found = db.execute("SELECT 1 FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
+                return None if found is None else {}
+            run = self._run_json(db, tenant, run_id, part=part)
+            if run is None or part == "input":
+                return run
             step_list = [doc for _, doc in self._steps_json(db, tenant, run_id, detail=detail)] if steps else []
         return splice(run, steps=array(step_list))
-
-    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
-        with self._read() as db:
-            return self._run_json(db, tenant, run_id, part="input")
-
-    def _run_exists(self, tenant: str, run_id: str) -> bool:
-        with self._read() as db:
-            return db.execute("SELECT 1 FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone() is not None
 
     def _read_steps(
         self,
