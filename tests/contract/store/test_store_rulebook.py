@@ -44,3 +44,14 @@ def test_a_part_of_a_backend_that_defines_a_rule_is_refused_too():
 
         class Shortcut(Part, SqliteStore):
             pass
+
+
+def test_the_primitives_table_lists_every_primitive_once_with_their_count():
+    import re
+
+    from laneflow.adapters.store import primitives
+
+    table = primitives.__doc__ or ""
+    listed = re.findall(r"^\| `(_\w+)`", table, re.MULTILINE)
+    assert sorted(listed) == sorted(PRIMITIVES) and len(listed) == len(set(listed))
+    assert f"{len(PRIMITIVES)} primitives" in table
