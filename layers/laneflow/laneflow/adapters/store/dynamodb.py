@@ -112,7 +112,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -169,6 +169,9 @@ from laneflow.domain.records import (
     Run,
     Step,
 )
+
+if TYPE_CHECKING:
+    from laneflow.adapters.store.dynamodb_items import Item
 
 log = logging.getLogger("laneflow.store")
 
@@ -256,7 +259,7 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
     def _step_of(self, item: dict[str, Any]) -> dict[str, Any]:
         return self._table.fields(item, STEP_ATTRS)
 
-    def _head(self, tenant: str, run_id: str) -> dict[str, Any] | None:
+    def _head(self, tenant: str, run_id: str) -> Item | None:
         head = self._table.get(key_of(tenant, run_id, RUN_SK))
         return None if head is None or "hidden" in head else head
 

@@ -128,7 +128,7 @@ BLOBBABLE = frozenset(
 # -- values --------------------------------------------------------------------------------
 
 
-def item_name(item: dict[str, Any]) -> str:
+def item_name(item: Item) -> str:
     """An item as a person names it: `run 'ID'` or `step N of run 'ID'`."""
     try:
         _, run_id = tenant_run(item["pk"]["S"])
@@ -218,7 +218,7 @@ def pk_of(tenant: str, run_id: str) -> str:
     return f"T#{check_tenant(tenant)}#R#{run_id}"
 
 
-def key_of(tenant: str, run_id: str, sk: str) -> dict[str, Any]:
+def key_of(tenant: str, run_id: str, sk: str) -> Item:
     return {"pk": {"S": pk_of(tenant, run_id)}, "sk": {"S": sk}}
 
 
@@ -307,12 +307,11 @@ class Sequence:
 SEQUENCE = Sequence()
 
 
-def record_of(item: dict[str, Any] | None, n: int) -> dict[str, Any] | None:
+def record_of(item: Item | None, n: int) -> Mapping[str, Any] | None:
     """Attempt n's record on a step item (its AttributeValue map), if the item keeps it."""
     if item is None:
         return None
-    record: dict[str, Any] | None = item.get(attempt_attr(n), {}).get("M")
-    return record
+    return item.get(attempt_attr(n), {}).get("M")
 
 
 def pending_journal(item: dict[str, Any]) -> int:
@@ -333,7 +332,7 @@ def layers_json(layers: list[PromptLayer]) -> str:
     return dumps([layer.model_dump() for layer in layers])
 
 
-def first_of(items: list[dict[str, Any]], where: StepFilter) -> list[dict[str, Any]]:
+def first_of(items: list[Item], where: StepFilter) -> list[Item]:
     """Of step items in index order, each (agent, model)'s first `per_lane`, then the first
     `limit`: filters DynamoDB cannot apply (its own Limit counts items before filtering)."""
     if where.per_lane is not None:

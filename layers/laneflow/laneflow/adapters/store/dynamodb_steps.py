@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from laneflow.adapters.store.dynamodb_blobs import Blobs
 from laneflow.adapters.store.dynamodb_expr import Expr, Update, fence_condition, fence_holds
@@ -28,6 +28,7 @@ from laneflow.adapters.store.dynamodb_items import (
     attempt_attr,
     attempt_sk,
     call_sk,
+    encode,
     event_sk,
     item_size,
     journal_attr,
@@ -62,6 +63,9 @@ from laneflow.domain.records import (
     Step,
     StepStatus,
 )
+
+if TYPE_CHECKING:
+    from laneflow.adapters.store.dynamodb_items import Item
 
 # A fenced write's changes: given the Update, its conditions and the step item as a refused
 # try found it (None at first), adds what it writes; returns the index entries it writes.
@@ -356,7 +360,7 @@ class StepItems(StepSpans):
     def attempt_of(self, item: dict[str, Any]) -> Attempt:
         return Attempt.model_validate(self.table.fields(item, ATTEMPT_FIELDS))
 
-    def record_attempt(self, run_id: str, index: int, n: int, record: dict[str, Any]) -> Attempt:
+    def record_attempt(self, run_id: str, index: int, n: int, record: Mapping[str, Any]) -> Attempt:
         fields = {RECORD_FIELD[short]: self.table.text(av) for short, av in record.items() if short in RECORD_FIELD}
         return Attempt(run_id=run_id, index=index, n=n, **fields)
 
@@ -414,7 +418,7 @@ class StepItems(StepSpans):
                 entry = entry.model_copy(update={"token": got.token, "started_at": got.started_at, "resumed_at": got.resumed_at})
         return entry
 
-    def journal_step(self, tenant: str, run_id: str, op_id: str) -> dict[str, Any] | None:
+    def journal_step(self, tenant: str, run_id: str, op_id: str) -> Item | None:
         """The step item keeping `op_id`'s journal entry: a Query of the run's steps, filtered
         (the journal is not told which step an op_id names)."""
         e = Expr()
@@ -432,16 +436,10 @@ class StepItems(StepSpans):
         the oldest records and settled entries past what a step keeps to items of their own
         (they never change again, so a copy left by a refused claim is never stale) and
         remove them in the claim; drop settled entries past their expiry, as TTL would."""
-        pk = {"S": pk_of(tenant, run_id)}
+        pk = pk_of(tenant, run_id)
         records = self.records(found)
         for n in sorted(records)[: max(0, len(records) + 1 - ATTEMPTS_ON_STEP)]:
-            moved = {
-                "pk": pk,
-                "sk": {"S": attempt_sk(index, n)},
-                "run_id": {"S": run_id},
-                "index": {"N": str(index)},
-                "n": {"N": str(n)},
-            }
+            moved = encode({"pk": pk, "sk": attempt_sk(index, n), "run_id": run_id, "index": index, "n": n})
             moved.update({RECORD_FIELD[short]: av for short, av in records[n].items() if short in RECORD_FIELD})
             self.table.put(moved)
             u.remove(attempt_attr(n))
@@ -456,14 +454,8 @@ class StepItems(StepSpans):
                 settled.append((av["M"]["c"]["S"], name, av["M"]))
         moving = sorted(settled)[: max(0, len(settled) - (JOURNAL_ON_STEP - (journal is not None)))]
         for _, name, m in moving:
-            moved = {
-                "pk": pk,
-                "sk": {"S": "J#" + name[1:]},
-                "index": {"N": str(index)},
-                "status": m["s"],
-                "created_at": m["c"],
-                "expires_at": m["x"],
-            }
+            moved = encode({"pk": pk, "sk": "J#" + name[1:], "index": index})
+            moved.update(status=m["s"], created_at=m["c"], expires_at=m["x"])
             if "n" in m:
                 moved["attempt"] = m["n"]
             self.table.put(moved)

@@ -33,8 +33,10 @@ from laneflow.domain.errors import Conflict, TransientError
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
-    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, TransactWriteItemTypeDef
     from types_boto3_s3 import S3Client
+
+    from laneflow.adapters.store.dynamodb_items import Item
 
 # Answers that mean "not now": DynamoDB throttled the request, or failed on its side. The
 # client retries them first (standard mode); what outlasts that is the store's
@@ -82,7 +84,7 @@ class ConditionFailed(Exception):
     def failed(self, action: int) -> bool:
         return self.reasons[action].get("Code") == "ConditionalCheckFailed"
 
-    def found(self, action: int) -> dict[str, Any] | None:
+    def found(self, action: int) -> Item | None:
         return self.reasons[action].get("Item") or None
 
 
@@ -168,14 +170,14 @@ class Table:
                 raise too_large(message, self.bucket) from None
             _reraise(error)
 
-    def get(self, key: dict[str, Any]) -> dict[str, Any] | None:
+    def get(self, key: Item) -> Item | None:
         item = self.request("get_item", Key=key, ConsistentRead=True).get("Item")
         self.count(read=read_units(item_size(item) if item else 0))
         return item
 
-    def query(self, *, index: str | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    def query(self, *, index: str | None = None, **kwargs: Any) -> list[Item]:
         """Every item a Query names, page by page (strongly consistent on the table)."""
-        items: list[dict[str, Any]] = []
+        items: list[Item] = []
         params = dict(kwargs, **({"IndexName": index} if index else {"ConsistentRead": True}))
         while True:
             page = self.request("query", **params)
@@ -186,7 +188,7 @@ class Table:
                 return items
             params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def query_prefix(self, pk: str, prefix: str, *, where: Callable[[Expr], str] | None = None) -> list[dict[str, Any]]:
+    def query_prefix(self, pk: str, prefix: str, *, where: Callable[[Expr], str] | None = None) -> list[Item]:
         """The items of a partition whose sort key starts with `prefix` (and that `where`,
         given the request's expression, filters in)."""
         e = Expr()
@@ -197,15 +199,15 @@ class Table:
             params["FilterExpression"] = where(e)
         return self.query(**params, **e.params())
 
-    def query_range(self, pk: str, low: str, high: str | None = None) -> list[dict[str, Any]]:
+    def query_range(self, pk: str, low: str, high: str | None = None) -> list[Item]:
         e = Expr()
         sk = e.n("sk")
         between = f"{sk} BETWEEN {e.v(low)} AND {e.v(high)}" if high else f"{sk} >= {e.v(low)}"
         return self.query(KeyConditionExpression=f"{e.n('pk')} = {e.v(pk)} AND {between}", **e.params())
 
-    def batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def batch_get(self, keys: list[Item]) -> list[Item]:
         """The items of `keys` (strongly consistent), in no particular order."""
-        items: list[dict[str, Any]] = []
+        items: list[Item] = []
         for start in range(0, len(keys), 100):
             pending: dict[str, Any] = {self.name: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
             for attempt in range(UNPROCESSED_TRIES):
@@ -219,7 +221,7 @@ class Table:
                 time.sleep(min(1.0, 0.01 * 2**attempt))
         return items
 
-    def put(self, item: dict[str, Any], condition: str | None = None, e: Expr | None = None, *, indexes: int = 0) -> None:
+    def put(self, item: Item, condition: str | None = None, e: Expr | None = None, *, indexes: int = 0) -> None:
         extra: dict[str, Any] = {}
         if condition:
             extra = {"ConditionExpression": condition, "ReturnValuesOnConditionCheckFailure": "ALL_OLD", **(e or Expr()).params()}
@@ -228,7 +230,7 @@ class Table:
 
     def update(
         self,
-        key: dict[str, Any],
+        key: Item,
         u: Update,
         condition: str | None = None,
         *,
@@ -236,7 +238,7 @@ class Table:
         indexes: int | Callable[[dict[str, Any]], int] = 0,
         blobs: Blobs | None = None,
         size: int = 0,
-    ) -> dict[str, Any] | None:
+    ) -> Item | None:
         """One UpdateItem. If the item would pass 400 KB with what it already holds (the
         store sees only what it writes) and `blobs` can take them, the write's large values go
         to S3 and it is made once more. Counted on the larger of `size` (the item as read
@@ -324,27 +326,27 @@ class Table:
             raise Conflict("a write kept conflicting with concurrent writes to the same items; try again")
         self.count(write=2 * sum(write_units(size) for _, size in actions) + indexes)
 
-    def tx_put(self, item: dict[str, Any], condition: str | None = None, e: Expr | None = None) -> tuple[dict[str, Any], int]:
+    def tx_put(self, item: Item, condition: str | None = None, e: Expr | None = None) -> tuple[dict[str, Any], int]:
         body: dict[str, Any] = {"Item": item}
         if condition:
             body.update(ConditionExpression=condition, **(e or Expr()).params())
         return {"Put": body}, item_size(item)
 
     def tx_update(
-        self, key: dict[str, Any], u: Update, condition: str | None = None, *, size: int | None = None
+        self, key: Item, u: Update, condition: str | None = None, *, size: int | None = None
     ) -> tuple[dict[str, Any], int]:
         body: dict[str, Any] = {"Key": key, "UpdateExpression": u.expression(), **u.params()}
         if condition:
             body["ConditionExpression"] = condition
         return {"Update": body}, size if size is not None else item_size(key) + u.payload()
 
-    def tx_check(self, key: dict[str, Any], e: Expr, condition: str) -> tuple[dict[str, Any], int]:
+    def tx_check(self, key: Item, e: Expr, condition: str) -> tuple[dict[str, Any], int]:
         return {"ConditionCheck": {"Key": key, "ConditionExpression": condition, **e.params()}}, 1024
 
-    def text(self, av: dict[str, Any]) -> Any:
+    def text(self, av: AttributeValueTypeDef) -> Any:
         """A stored attribute as Python (text, a number, a boolean or None), reading a blob
         from S3 when it is a pointer."""
-        value = from_av(av)  # type: ignore[arg-type]
+        value = from_av(av)
         if isinstance(value, dict) and isinstance(value.get("s3"), str):
             bucket, _, key = value["s3"].removeprefix("s3://").partition("/")
             return self._s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
@@ -352,7 +354,7 @@ class Table:
             return value
         raise TypeError(f"unexpected attribute {av!r}")
 
-    def fields(self, item: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    def fields(self, item: Item, names: Iterable[str]) -> dict[str, Any]:
         """The named model fields of an item (absent ones left to the model's defaults).
         `RecordDamaged` naming the item and the field when a JSON field does not parse
         (strictly: a NaN no entrance lets in now is damage too)."""
@@ -368,7 +370,7 @@ class Table:
                 out[name] = value
         return out
 
-    def live(self, kind: str, tenant: str | None) -> list[dict[str, Any]]:
+    def live(self, kind: str, tenant: str | None) -> list[Item]:
         """The items the sparse `live` index names for `kind`, re-read consistently (the
         index lags the table a little): Query for one tenant, Scan of the index for all."""
         if tenant is not None:
@@ -393,7 +395,7 @@ class Table:
 
     # -- items ----------------------------------------------------------------------------
 
-    def delete(self, key: dict[str, Any], *, returns: str = "NONE") -> dict[str, Any] | None:
+    def delete(self, key: Item, *, returns: str = "NONE") -> dict[str, Any] | None:
         """Delete an item if it is there (None if it was not); counted on `returns`' item."""
         e = Expr()
         try:
@@ -402,7 +404,7 @@ class Table:
             return None
         return reply
 
-    def batch_put(self, items: list[dict[str, Any]]) -> None:
+    def batch_put(self, items: list[Item]) -> None:
         """Put items 25 at a time (no conditions), retrying what DynamoDB leaves unprocessed."""
         for start in range(0, len(items), 25):
             pending: dict[str, Any] = {self.name: [{"PutRequest": {"Item": i}} for i in items[start : start + 25]]}
