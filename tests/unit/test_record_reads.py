@@ -12,7 +12,7 @@ import uuid
 
 from helpers import write_workspace
 
-from laneflow.adapters.store import open_store, rulebook, sqlite
+from laneflow.adapters.store import open_store, rulebook_runs, sqlite
 from laneflow.domain import workers
 from laneflow.domain.inbox import Note
 from laneflow.domain.records import Attempt
@@ -51,7 +51,7 @@ def test_an_attempt_a_note_a_run_input_and_a_worker_read_from_json_leave_no_valu
     value = note.id
     del note
     assert _held_by_caller_only(value)
-    run_input = rulebook._RunInput.model_validate_json(json.dumps({"input": {"items": [uuid.uuid4().hex]}}))
+    run_input = rulebook_runs._RunInput.model_validate_json(json.dumps({"input": {"items": [uuid.uuid4().hex]}}))
     value = run_input.input["items"][0]  # the store keeps a few inputs parsed, by run: not their items for ever
     del run_input
     assert _held_by_caller_only(value)

@@ -14,11 +14,17 @@ PUBLIC = {name for name, member in vars(Store).items() if getattr(member, "__isa
 PRIMITIVES = {name for name, member in vars(Primitives).items() if getattr(member, "__isabstractmethod__", False)}
 
 
+def own(backend: type) -> set[str]:
+    """What a backend's own classes (the modules it is split into) define."""
+    return {name for klass in backend.__mro__[: backend.__mro__.index(RuleBookStore)] for name in vars(klass)}
+
+
 def test_every_public_method_is_the_rule_books_and_every_primitive_is_the_backends():
-    assert PUBLIC <= set(vars(RuleBookStore)) and not RuleBookStore.__abstractmethods__ - PRIMITIVES
+    rules = {name for klass in RuleBookStore.__mro__[: RuleBookStore.__mro__.index(Primitives)] for name in vars(klass)}
+    assert PUBLIC <= rules and not RuleBookStore.__abstractmethods__ - PRIMITIVES
     for backend in (SqliteStore, DynamoStore):
-        assert not PUBLIC & set(vars(backend)), backend.__name__
-        assert PRIMITIVES <= set(vars(backend)) and not backend.__abstractmethods__, backend.__name__
+        assert not PUBLIC & own(backend), backend.__name__
+        assert PRIMITIVES <= own(backend) and not backend.__abstractmethods__, backend.__name__
 
 
 def test_a_backend_that_overrides_a_rule_is_refused_when_its_class_is_made():
@@ -27,3 +33,25 @@ def test_a_backend_that_overrides_a_rule_is_refused_when_its_class_is_made():
         class Shortcut(SqliteStore):
             def claim_attempt(self, *args, **kwargs):  # type: ignore[override]
                 raise AssertionError("never called")
+
+
+def test_a_part_of_a_backend_that_defines_a_rule_is_refused_too():
+    class Part:
+        def get_run(self, *args, **kwargs):
+            raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="get_run"):
+
+        class Shortcut(Part, SqliteStore):
+            pass
+
+
+def test_the_primitives_table_lists_every_primitive_once_with_their_count():
+    import re
+
+    from laneflow.adapters.store import primitives
+
+    table = primitives.__doc__ or ""
+    listed = re.findall(r"^\| `(_\w+)`", table, re.MULTILINE)
+    assert sorted(listed) == sorted(PRIMITIVES) and len(listed) == len(set(listed))
+    assert f"{len(PRIMITIVES)} primitives" in table

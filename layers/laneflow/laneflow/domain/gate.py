@@ -1,5 +1,6 @@
-"""The warm gate's rules that are not a rendezvous: which sibling holds the lead's pool slot,
-what the gate tells a sibling that passes, and the trace lines that say why.
+"""The warm gate's rules: which sibling holds the lead's pool slot, which sibling the gate
+lets pass and which kept waiters the lead's opening hands back, what the gate tells a
+sibling that passes, and the trace lines that say why.
 
 A gated lane runs its lead in one Map and its siblings in another whose cap is the lane's
 whole `parallel:`. So that the lead and its siblings together never pass that cap, one
@@ -71,3 +72,27 @@ def prefix_tokens(stable_chars: int, tool_chars: int) -> int:
     the cache breakpoint) and the tool definitions."""
     tools = tool_chars // CHARS_PER_TOKEN + TOOL_USE_OVERHEAD_TOKENS if tool_chars else 0
     return -(-stable_chars // CHARS_PER_TOKEN) + tools
+
+
+# -- the rendezvous's rules (each store keeps the gate's state and its waiters its own way,
+# and makes the reads and conditional writes; these decide) ---------------------------------
+
+
+def lets_pass(waiter: GateWaiter, *, opened: bool, lead_ended: bool) -> bool:
+    """Whether a gate that has `opened` (the lead's reply began) and whose lead has, or has
+    not, ended lets this sibling start: the reserve only once the lead has ended, every
+    other sibling once the gate has opened."""
+    return lead_ended if waiter.until_lead_ends else opened
+
+
+def releases(waiter: GateWaiter, *, lead_ended: bool) -> bool:
+    """Whether the lead's opening of the gate (with `lead_ended`, or only its reply begun)
+    hands back a kept waiter: whoever the gate then lets pass."""
+    return lets_pass(waiter, opened=True, lead_ended=lead_ended)
+
+
+def hand_back(kept: list[GateWaiter], *, lead_ended: bool) -> tuple[list[GateWaiter], list[GateWaiter]]:
+    """The kept waiters an opening hands back, in the order kept, and those it leaves
+    waiting (the reserve, while the lead runs)."""
+    handed = [waiter for waiter in kept if releases(waiter, lead_ended=lead_ended)]
+    return handed, [waiter for waiter in kept if not releases(waiter, lead_ended=lead_ended)]

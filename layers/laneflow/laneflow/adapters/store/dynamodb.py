@@ -97,27 +97,29 @@ the larger of before and after) where the store knows it - it asks for the item 
 read it just before - else on the size of what it writes: a lower bound for updates of
 large items. moto reports no real capacity, so the count is the store's own.
 
-Modules: this one (the store: what each primitive reads and writes), dynamodb_steps.py
-(the step item's claims, journal entries and fenced writes), dynamodb_table.py (requests,
-capacity, errors), dynamodb_items.py (keys, values, sizes), dynamodb_expr.py (expressions),
-dynamodb_blobs.py (large values in S3).
+Modules: this one (the store: what each primitive of runs, steps, attempts, the journal
+and the trace reads and writes), dynamodb_inbox.py (handoffs, warm gates, inboxes),
+dynamodb_steps.py (the step item's claims, journal entries and fenced writes),
+dynamodb_spans.py (spans, and items written under a fence), dynamodb_table.py (requests,
+the live index, capacity, errors), dynamodb_items.py (keys, values, sizes),
+dynamodb_expr.py (expressions), dynamodb_blobs.py (large values in S3).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 
 from laneflow.adapters.store.dynamodb_blobs import ItemTooLarge
-from laneflow.adapters.store.dynamodb_expr import Expr, Update
+from laneflow.adapters.store.dynamodb_expr import Expr, Update, step_filter
+from laneflow.adapters.store.dynamodb_inbox import DynamoGatesAndInboxes
 from laneflow.adapters.store.dynamodb_items import (
     ACTIVE_RUN,
     ATTEMPTS_ON_STEP,
@@ -126,10 +128,6 @@ from laneflow.adapters.store.dynamodb_items import (
     CALLS_ON_STEP,
     INPUT_SK,
     JOURNAL_ON_STEP,
-    LIVE_INDEX,
-    LIVE_KINDS,
-    NOTE_PREFIX,
-    OBSERVED_PREFIX,
     RUN_BODY,
     RUN_HEAD,
     RUN_SK,
@@ -140,10 +138,9 @@ from laneflow.adapters.store.dynamodb_items import (
     TRANSACTION_BYTES,
     TRANSACTION_ITEMS,
     decimal_cost,
-    digest,
     encode,
     event_sk,
-    gate_token_prefix,
+    first_of,
     item_name,
     item_size,
     key_of,
@@ -154,17 +151,15 @@ from laneflow.adapters.store.dynamodb_items import (
     step_sk,
     to_attr,
     trace_prefix,
-    write_units,
 )
 from laneflow.adapters.store.dynamodb_steps import StepItems
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps
-from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, StepState
-from laneflow.adapters.store.rulebook import RuleBookStore, trace_damaged
+from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, RunPart, StepState
+from laneflow.adapters.store.rulebook import RuleBookStore
+from laneflow.adapters.store.rulebook_base import trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
-from laneflow.domain.gate import GatePass, GateWaiter
-from laneflow.domain.inbox import Note, QuestionStatus
-from laneflow.domain.outline import StepFacts, StepFilter
+from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter, outline_of
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -173,8 +168,10 @@ from laneflow.domain.records import (
     JournalStatus,
     Run,
     Step,
-    utcnow,
 )
+
+if TYPE_CHECKING:
+    from laneflow.adapters.store.dynamodb_items import Item
 
 log = logging.getLogger("laneflow.store")
 
@@ -190,39 +187,7 @@ def _shared_session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-def _kept(e: Expr, group: int | None, where: StepFilter | None) -> list[str]:
-    """The filter conditions for one group and a `StepFilter`'s per-step filters (its index
-    range is the key condition's)."""
-    kept = [e.eq("group", group)] if group is not None else []
-    if where is None:
-        return kept
-    if where.statuses is not None:
-        kept.append(e.one_of("status", sorted(where.statuses)))
-    if where.flow:
-        kept.append(e.absent("rescue_of"))
-    if where.agent is not None:
-        kept.append(e.eq("agent", where.agent))
-    if where.started_by is not None:
-        kept.append(f"{e.n('started_at')} <= {e.v(where.started_by)}")
-    return kept
-
-
-def _first_of(items: list[dict[str, Any]], where: StepFilter) -> list[dict[str, Any]]:
-    """Of step items in index order, each (agent, model)'s first `per_lane`, then the first
-    `limit`: filters DynamoDB cannot apply (its own Limit counts items before filtering)."""
-    if where.per_lane is not None:
-        seen: dict[tuple[str, str], int] = {}
-        firsts = []
-        for item in items:
-            lane = (str((item.get("agent") or {}).get("S", "")), str((item.get("model") or {}).get("S", "")))
-            if seen.get(lane, 0) < where.per_lane:
-                seen[lane] = seen.get(lane, 0) + 1
-                firsts.append(item)
-        items = firsts
-    return items if where.limit is None else items[: where.limit]
-
-
-class DynamoStore(RuleBookStore):
+class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
     """The DynamoDB store (see the module docstring for the item layout and its reasons).
 
     `table` must exist with template.yaml's RunsTable key schema and indexes. `bucket` (an S3
@@ -294,7 +259,7 @@ class DynamoStore(RuleBookStore):
     def _step_of(self, item: dict[str, Any]) -> dict[str, Any]:
         return self._table.fields(item, STEP_ATTRS)
 
-    def _head(self, tenant: str, run_id: str) -> dict[str, Any] | None:
+    def _head(self, tenant: str, run_id: str) -> Item | None:
         head = self._table.get(key_of(tenant, run_id, RUN_SK))
         return None if head is None or "hidden" in head else head
 
@@ -313,77 +278,32 @@ class DynamoStore(RuleBookStore):
                     out.append((run_id, damaged))
         return out
 
-    def _live(self, kind: str, tenant: str | None) -> list[dict[str, Any]]:
-        """The items the sparse `live` index names for `kind`, re-read consistently (the
-        index lags the table a little): Query for one tenant, Scan of the index for all."""
-        if tenant is not None:
-            e = Expr()
-            keys = self._table.query(
-                index=LIVE_INDEX, KeyConditionExpression=f"{e.n('vpk')} = {e.v(live_pk(tenant, kind))}", **e.params()
-            )
-        else:
-            e = Expr()
-            kind_only = f"begins_with({e.n('sk')}, {e.v(LIVE_KINDS[kind])})"
-            params: dict[str, Any] = {"IndexName": LIVE_INDEX, "FilterExpression": kind_only, **e.params()}
-            keys = []
-            while True:
-                page = self._table.request("scan", **params)
-                keys += page.get("Items", [])
-                self._table.count(read=0.5 * read_units(sum(item_size(i) for i in page.get("Items", []))))
-                if "LastEvaluatedKey" not in page:
-                    break
-                params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        items = self._table.batch_get([{"pk": k["pk"], "sk": k["sk"]} for k in keys])
-        return [i for i in items if "vpk" in i]
-
     # == primitives: reads ==============================================================
 
-    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
-        head = body = None
-        for item in self._table.query_prefix(pk_of(tenant, run_id), RUN_SK):  # the run's head and its body
-            if item["sk"]["S"] == RUN_SK:
-                head = item
-            elif item["sk"]["S"] == INPUT_SK:
-                body = item
-        if head is None or "hidden" in head:
-            return None
-        return self._table.fields(body, ("input",)) if body is not None else {}
-
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
+    def _read_run(
+        self, tenant: str, run_id: str, *, steps: bool = False, detail: bool = False, part: RunPart = "whole"
+    ) -> Doc | None:
+        if part == "key":
+            return None if self._head(tenant, run_id) is None else {}
         pk = pk_of(tenant, run_id)
-        if not steps:
+        if not steps:  # the run's head and its body
             items = self._table.query_prefix(pk, RUN_SK)
-        elif not detail:
-            items = self._table.query_range(pk, RUN_SK, STEPS_END)
         else:
-            items = self._table.query_range(pk, RUN_SK)
-        head = body = None
-        step_items: dict[int, dict[str, Any]] = {}
-        raw: dict[int, dict[str, Any]] = {}
-        trace = []
-        for item in items:
-            sk = item["sk"]["S"]
-            if sk == RUN_SK:
-                head = item
-            elif sk == INPUT_SK:
-                body = item
-            elif sk.startswith("S#"):
-                step = self._step_of(item)
-                step_items[step["index"]] = step
-                raw[step["index"]] = item
-            elif sk.startswith("T#"):
-                trace.append(item)
+            items = self._table.query_range(pk, RUN_SK, None if detail else STEPS_END)
+        by_sk = {item["sk"]["S"]: item for item in items}
+        head, body = by_sk.get(RUN_SK), by_sk.get(INPUT_SK)
         if head is None or "hidden" in head:
             return None
+        if part == "input":
+            return self._table.fields(body, ("input",)) if body is not None else {}
+        raw = {int(item["index"]["N"]): item for sk, item in by_sk.items() if sk.startswith("S#")}
+        step_items = {index: self._step_of(item) for index, item in raw.items()}
         if detail:
             try:
-                self._items.with_trace(step_items, raw, trace)
+                self._items.with_trace(step_items, raw, [item for sk, item in by_sk.items() if sk.startswith("T#")])
             except (KeyError, TypeError, ValueError):
                 raise trace_damaged(f"run {run_id!r}") from None
-        return self._run_of(head, body, [step_items[i] for i in sorted(step_items)], input=input)
-
-    def _run_exists(self, tenant: str, run_id: str) -> bool:
-        return self._head(tenant, run_id) is not None
+        return self._run_of(head, body, [step_items[i] for i in sorted(step_items)], input=part == "whole")
 
     def _read_steps(
         self,
@@ -414,18 +334,18 @@ class DynamoStore(RuleBookStore):
         high = step_sk(where.high) if where is not None and where.high is not None else STEPS_END
         steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v(low)} AND {e.v(high)}"
         params: dict[str, Any] = {"KeyConditionExpression": steps}
-        kept = _kept(e, group, where)
+        kept = step_filter(e, group, where)
         if kept:
             params["FilterExpression"] = " AND ".join(kept)
         attrs = STEP_ATTRS if messages else STEP_ATTRS_WITHOUT_MESSAGE  # a message kept in S3 is not fetched
         items = self._table.query(**params, **e.params())
         if where is not None:  # the lanes' first few and the limit are counted here, in index order
-            items = _first_of(items, where)
+            items = first_of(items, where)
         return [(int(i["index"]["N"]), self._table.fields(i, attrs)) for i in items]
 
-    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
-        """The step items' few small attributes (a projection: DynamoDB still reads each item,
-        but only these cross the wire and are decoded)."""
+    def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        """Counted here, of the step items' few small attributes (a projection: DynamoDB still
+        reads each item, but only these cross the wire and are decoded)."""
         e = Expr()
         steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
         names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd")
@@ -436,7 +356,7 @@ class DynamoStore(RuleBookStore):
             value = item.get(name) or {}
             return float(value["N"]) if "N" in value else None
 
-        return [
+        return outline_of(
             StepFacts(
                 index=int(number(i, "index") or 0),
                 group=int(number(i, "group") or 0),
@@ -447,7 +367,7 @@ class DynamoStore(RuleBookStore):
                 cost_usd=number(i, "cost_usd") or 0.0,
             )
             for i in items
-        ]
+        )
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         return self._items.attempts(tenant, run_id, index, n)
@@ -482,19 +402,15 @@ class DynamoStore(RuleBookStore):
         ]
 
     def _active_runs(self, tenant: str | None) -> list[tuple[str, Doc | RecordDamaged]]:
-        heads = [i for i in self._live("RUN", tenant) if i.get("status", {}).get("S") in ACTIVE_RUN and "hidden" not in i]
+        heads = [i for i in self._table.live("RUN", tenant) if i.get("status", {}).get("S") in ACTIVE_RUN and "hidden" not in i]
         heads.sort(key=lambda i: i["vsk"]["S"])
         return self._runs([i["pk"]["S"] for i in heads])
 
     def _running_attempts(self, tenant: str | None) -> list[tuple[str, Attempt]]:
-        return self._items.running(self._live("STEP", tenant))
+        return self._items.running(self._table.live("STEP", tenant))
 
     def _pending_entries(self, tenant: str | None) -> list[JournalEntry]:
-        return self._items.pending(self._live("STEP", tenant))
-
-    def _read_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
-        item = self._table.get(key_of(tenant, run_id, f"H#{key}"))
-        return None if item is None else self._table.text(item["text"])
+        return self._items.pending(self._table.live("STEP", tenant))
 
     # == primitives: writes =============================================================
 
@@ -566,7 +482,14 @@ class DynamoStore(RuleBookStore):
         return True
 
     def _update_run(
-        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+        self,
+        tenant: str,
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        expected: list[str] | None,
+        add_drives: int = 0,
+        unset: str | None = None,
     ) -> Doc:
         key = key_of(tenant, run_id, RUN_SK)
         u = Update()
@@ -583,6 +506,8 @@ class DynamoStore(RuleBookStore):
             condition = [u.exists("pk"), u.absent("hidden")]
             if expected is not None:
                 condition.append(u.one_of("status", expected))
+            if unset is not None:
+                condition.append(f"{u.n(unset)} <> {u.v(True)}")
             try:
                 head = self._table.update(key, u, " AND ".join(condition), returns="ALL_NEW", indexes=indexes, blobs=blobs)
             except ConditionFailed as refused:
@@ -601,15 +526,6 @@ class DynamoStore(RuleBookStore):
             found = refused.found(0)
             raise Refused(None if found is None or "hidden" in found else found["status"]["S"]) from None
         return float((head or {}).get("cost_usd", {}).get("N", usd))
-
-    def _request_stop(self, tenant: str, run_id: str) -> bool | None:
-        u = Update().set("stop_requested", True)
-        try:
-            self._table.update(key_of(tenant, run_id, RUN_SK), u, f"{u.exists('pk')} AND {u.n('stop_requested')} <> {u.v(True)}")
-        except ConditionFailed as refused:
-            found = refused.found(0)
-            return None if found is None or "hidden" in found else False
-        return True
 
     def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:
         u = Update()
@@ -656,127 +572,3 @@ class DynamoStore(RuleBookStore):
                 self._table.put(item)
             else:
                 self._items.fenced_put(fence, item)
-
-    def _write_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
-        with self._table.blobs(tenant, run_id) as blobs:
-            self._table.put(encode(blobs.item({"pk": pk_of(tenant, run_id), "sk": f"H#{key}", "text": text})))
-
-    def _gate_wait(self, tenant: str, run_id: str, key: str, waiter: GateWaiter) -> GatePass | None:
-        # The rendezvous without a transaction. Each waiting token is an item of its own (a
-        # lane may have hundreds of siblings, and a callback token is ~1 KB). A sibling keeps
-        # its token, then looks at the gate (strongly consistent reads throughout); the lead
-        # marks the gate open (or its end), then takes the tokens kept. A token is handed back
-        # by whoever deletes it (a conditional delete), so exactly once: a sibling that finds
-        # the gate opened after it kept its token takes it back itself unless the lead did.
-        gate_key = key_of(tenant, run_id, f"G#{key}")
-        gate = self._table.get(gate_key)
-        if _gate_passes(gate, waiter):
-            return _gate_pass(gate)  # the lead's reply has begun (or it ended): nothing to keep
-        attrs: dict[str, Any] = {
-            "pk": pk_of(tenant, run_id),
-            "sk": gate_token_prefix(key) + digest(waiter.token),
-            "token": waiter.token,
-        }
-        attrs.update({"index": waiter.index, "until": "ended" if waiter.until_lead_ends else None})
-        item = encode(attrs)
-        self._table.put(item)
-        gate = self._table.get(gate_key)
-        if not _gate_passes(gate, waiter):
-            return None  # kept: the lead will complete it
-        if self._table.delete({"pk": item["pk"], "sk": item["sk"]}) is None:
-            return None  # the lead took it first: the lead completes it
-        self._table.count(write=write_units(item_size(item)))
-        return _gate_pass(gate)
-
-    def _gate_open(self, tenant: str, run_id: str, key: str, *, lead_ended: bool, note: str | None) -> list[GateWaiter]:
-        u = Update().set_default("opened_at", utcnow())
-        if lead_ended:
-            u.set_default("ended_at", utcnow())
-        if note:
-            u.set_default("note", note)
-        self._table.update(key_of(tenant, run_id, f"G#{key}"), u)
-        # Every token put before this write is now visible; each is handed back by whoever
-        # deletes it (a second opener racing this one gets the others, never the same).
-        handed = []
-        for item in self._table.query_prefix(pk_of(tenant, run_id), gate_token_prefix(key)):
-            waiter = GateWaiter(
-                token=item["token"]["S"],
-                index=int(item["index"]["N"]) if "index" in item else None,
-                until_lead_ends="until" in item,
-            )
-            if waiter.until_lead_ends and not lead_ended:
-                continue  # the reserve waits for the lead's end
-            reply = self._table.delete({"pk": item["pk"], "sk": item["sk"]}, returns="ALL_OLD")
-            if reply is None:
-                continue
-            self._table.count(write=write_units(item_size(item)))
-            if "Attributes" in reply:
-                handed.append(waiter)
-        return handed
-
-    # == primitives: inboxes ============================================================
-    # Notes and observations sort before `RUN`, so no read of a run's record reads them.
-
-    @staticmethod
-    def _note_item(tenant: str, note: Note) -> dict[str, Any]:
-        item: dict[str, Any] = {
-            "pk": pk_of(tenant, note.run_id),
-            "sk": NOTE_PREFIX + note.id,
-            "to": note.to_index,
-            "st": note.status.value if note.status else None,
-            "body": note.model_dump_json(),
-        }
-        if note.status == QuestionStatus.open:  # an open question is live: `open_questions` finds it
-            item["vpk"], item["vsk"] = live_pk(tenant, "ASK"), f"{note.at}#{note.id}"
-        return encode(item)
-
-    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
-        return [Note.model_validate_json(i["body"]["S"]) for i in self._table.query_prefix(pk_of(tenant, run_id), NOTE_PREFIX)]
-
-    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
-        item = self._table.get(key_of(tenant, run_id, NOTE_PREFIX + note_id))
-        return None if item is None else Note.model_validate_json(item["body"]["S"])
-
-    def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
-        out: dict[int, list[str]] = {}
-        for item in self._table.query_prefix(pk_of(tenant, run_id), f"{OBSERVED_PREFIX}{index:08d}#"):
-            out.setdefault(int(item["n"]["N"]), []).extend(json.loads(item["ids"]["S"]))
-        return out
-
-    def _open_questions(self, tenant: str | None) -> list[tuple[str, Note]]:
-        found = []
-        for item in self._live("ASK", tenant):
-            owner = item["pk"]["S"].split("#")[1]
-            found.append((owner, Note.model_validate_json(item["body"]["S"])))
-        return found
-
-    def _insert_note(self, tenant: str, note: Note) -> None:
-        e = Expr()
-        item = self._note_item(tenant, note)
-        try:
-            self._table.put(item, e.absent("pk"), e, indexes=int("vpk" in item))
-        except ConditionFailed:
-            raise Refused() from None
-
-    def _update_question(self, tenant: str, note: Note) -> None:
-        e = Expr()
-        item = self._note_item(tenant, note)
-        try:
-            self._table.put(item, f"{e.exists('pk')} AND {e.eq('st', QuestionStatus.open.value)}", e, indexes=1)
-        except ConditionFailed as refused:
-            found = refused.found(0)
-            raise Refused(None if found is None else Note.model_validate_json(found["body"]["S"])) from None
-
-    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
-        sk = f"{OBSERVED_PREFIX}{ref.index:08d}#{ref.n:06d}#{SEQUENCE.next()}"
-        item = encode({"pk": pk_of(ref.tenant, ref.run_id), "sk": sk, "n": ref.n, "ids": json.dumps(ids)})
-        self._items.fenced_put(ref, item)
-
-
-def _gate_passes(gate: dict[str, Any] | None, waiter: GateWaiter) -> bool:
-    """Whether a gate item lets this waiter start: opened, or for the reserve, the lead ended."""
-    return gate is not None and ("ended_at" if waiter.until_lead_ends else "opened_at") in gate
-
-
-def _gate_pass(gate: dict[str, Any] | None) -> GatePass:
-    return GatePass(note=gate["note"]["S"] if gate and "note" in gate else None)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from laneflow.adapters.store.dynamodb_expr import Update
 from laneflow.adapters.store.dynamodb_items import BLOBBABLE, ITEM_LIMIT, av_size, to_av
 from laneflow.domain.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from types_boto3_s3 import S3Client
 
 
 class ItemTooLarge(InvalidInput):
@@ -31,7 +34,7 @@ class Blobs:
     """One write's large values: over the threshold (or to keep an item under ~350 KB) they
     go to S3 under a key of their own; `undo` deletes what a failed write uploaded."""
 
-    def __init__(self, s3: Any, bucket: str | None, threshold: int, tenant: str, run_id: str) -> None:
+    def __init__(self, s3: S3Client, bucket: str | None, threshold: int, tenant: str, run_id: str) -> None:
         self.s3, self.bucket, self.threshold = s3, bucket, threshold
         self.prefix = f"{tenant}/{run_id}/"
         self.uploaded: list[str] = []
@@ -76,12 +79,15 @@ class Blobs:
         return moved
 
     def _upload(self, sk: str, attr: str, text: str) -> str:
+        assert self.bucket is not None, "a value moves to S3 only when there is a bucket"
         key = f"{self.prefix}{sk.replace('#', '/')}/{attr}-{uuid.uuid4().hex}"
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=text.encode("utf-8"), ContentType="text/plain; charset=utf-8")
         self.uploaded.append(key)
         return f"s3://{self.bucket}/{key}"
 
     def undo(self) -> None:
+        if self.bucket is None:
+            return
         for key in self.uploaded:
             try:
                 self.s3.delete_object(Bucket=self.bucket, Key=key)
@@ -90,7 +96,7 @@ class Blobs:
 
 
 @contextmanager
-def blobs_of(s3: Any, bucket: str | None, threshold: int, tenant: str, run_id: str) -> Iterator[Blobs]:
+def blobs_of(s3: S3Client, bucket: str | None, threshold: int, tenant: str, run_id: str) -> Iterator[Blobs]:
     """Where one write's large values go; what it uploaded is deleted if it fails."""
     blobs = Blobs(s3, bucket, threshold, tenant, run_id)
     try:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laneflow.adapters.store.dynamodb_items import attempt_attr, av_size, record_of, to_av
+from laneflow.domain.outline import StepFilter
 from laneflow.domain.records import AttemptRef, AttemptStatus
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
@@ -19,7 +23,7 @@ class Expr:
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
-        self.values: dict[str, dict[str, Any]] = {}
+        self.values: dict[str, AttributeValueTypeDef] = {}
         self._aliases: dict[str, str] = {}  # names an alias cannot spell (span ids) -> #_<k>
 
     def n(self, name: str) -> str:
@@ -137,3 +141,20 @@ def fence_holds(item: dict[str, Any] | None, ref: AttemptRef) -> bool:
         and record.get("st", {}).get("S") == AttemptStatus.running.value
         and item.get("live_n", {}).get("N") == str(ref.n)
     )
+
+
+def step_filter(e: Expr, group: int | None, where: StepFilter | None) -> list[str]:
+    """The filter conditions for one group and a `StepFilter`'s per-step filters (its index
+    range is the key condition's)."""
+    kept = [e.eq("group", group)] if group is not None else []
+    if where is None:
+        return kept
+    if where.statuses is not None:
+        kept.append(e.one_of("status", sorted(where.statuses)))
+    if where.flow:
+        kept.append(e.absent("rescue_of"))
+    if where.agent is not None:
+        kept.append(e.eq("agent", where.agent))
+    if where.started_by is not None:
+        kept.append(f"{e.n('started_at')} <= {e.v(where.started_by)}")
+    return kept

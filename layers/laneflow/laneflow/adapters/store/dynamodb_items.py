@@ -9,14 +9,27 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from decimal import Decimal
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from laneflow.adapters.store.encoding import COST_DECIMALS, dumps, worker_text
+from laneflow.domain.outline import StepFilter
 from laneflow.domain.records import Attempt, PromptLayer, Run, RunStatus, Step
 from laneflow.domain.tenants import check_tenant
 from laneflow.domain.workers import FargateTask, LambdaRequest, LocalProcess, StepFunctionsExecution
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef
+
+    Item = dict[str, AttributeValueTypeDef]  # an item as DynamoDB reads and writes it
+
+_SERIALIZER = TypeSerializer()
+
+_DESERIALIZER = TypeDeserializer()
 
 BLOB_THRESHOLD = 64 * 1024
 
@@ -115,7 +128,7 @@ BLOBBABLE = frozenset(
 # -- values --------------------------------------------------------------------------------
 
 
-def item_name(item: dict[str, Any]) -> str:
+def item_name(item: Item) -> str:
     """An item as a person names it: `run 'ID'` or `step N of run 'ID'`."""
     try:
         _, run_id = tenant_run(item["pk"]["S"])
@@ -148,24 +161,26 @@ def to_attr(field: str, value: Any) -> Any:
     raise TypeError(f"DynamoStore does not know how to keep field {field!r} ({type(value).__name__}); add it to JSON_FIELDS")
 
 
-def to_av(value: Any) -> dict[str, Any]:
-    """A Python value as a DynamoDB AttributeValue."""
-    if isinstance(value, bool):
-        return {"BOOL": value}
-    if isinstance(value, (int, Decimal)):
-        return {"N": str(value)}
-    if isinstance(value, str):
-        return {"S": value}
-    if isinstance(value, dict):
-        return {"M": {k: to_av(v) for k, v in value.items()}}
-    raise TypeError(f"cannot keep {type(value).__name__} in DynamoDB")
+def to_av(value: Any) -> AttributeValueTypeDef:
+    """A Python value as a DynamoDB AttributeValue (boto3's `TypeSerializer`: a number's text
+    is its Decimal's, a float is refused - `to_attr` keeps a float field as a Decimal)."""
+    return _SERIALIZER.serialize(value)
 
 
 def to_number(text: str) -> int | float:
+    """A stored number (its `N` text) as a model field reads it: int when it is a whole
+    number's digits, else float."""
     return int(text) if text.lstrip("-").isdigit() else float(Decimal(text))
 
 
-def av_size(av: dict[str, Any]) -> int:
+def from_av(av: AttributeValueTypeDef) -> Any:
+    """An AttributeValue as Python (boto3's `TypeDeserializer`), a number as `to_number`
+    reads its text."""
+    value = _DESERIALIZER.deserialize(av)
+    return to_number(str(value)) if isinstance(value, Decimal) else value
+
+
+def av_size(av: Mapping[str, Any]) -> int:
     """Bytes an AttributeValue counts for, by DynamoDB's item-size rules."""
     ((kind, value),) = av.items()
     if kind == "S":
@@ -182,7 +197,7 @@ def av_size(av: dict[str, Any]) -> int:
     return 1  # BOOL, NULL
 
 
-def item_size(item: dict[str, dict[str, Any]]) -> int:
+def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
     return sum(len(name.encode()) + av_size(av) for name, av in item.items())
 
 
@@ -203,7 +218,7 @@ def pk_of(tenant: str, run_id: str) -> str:
     return f"T#{check_tenant(tenant)}#R#{run_id}"
 
 
-def key_of(tenant: str, run_id: str, sk: str) -> dict[str, Any]:
+def key_of(tenant: str, run_id: str, sk: str) -> Item:
     return {"pk": {"S": pk_of(tenant, run_id)}, "sk": {"S": sk}}
 
 
@@ -292,12 +307,11 @@ class Sequence:
 SEQUENCE = Sequence()
 
 
-def record_of(item: dict[str, Any] | None, n: int) -> dict[str, Any] | None:
+def record_of(item: Item | None, n: int) -> Mapping[str, Any] | None:
     """Attempt n's record on a step item (its AttributeValue map), if the item keeps it."""
     if item is None:
         return None
-    record: dict[str, Any] | None = item.get(attempt_attr(n), {}).get("M")
-    return record
+    return item.get(attempt_attr(n), {}).get("M")
 
 
 def pending_journal(item: dict[str, Any]) -> int:
@@ -309,10 +323,25 @@ def plain(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def encode(attrs: dict[str, Any]) -> dict[str, Any]:
+def encode(attrs: dict[str, Any]) -> Item:
     """An item of plain values as DynamoDB AttributeValues (None values left out)."""
     return {k: to_av(v) for k, v in attrs.items() if v is not None}
 
 
 def layers_json(layers: list[PromptLayer]) -> str:
     return dumps([layer.model_dump() for layer in layers])
+
+
+def first_of(items: list[Item], where: StepFilter) -> list[Item]:
+    """Of step items in index order, each (agent, model)'s first `per_lane`, then the first
+    `limit`: filters DynamoDB cannot apply (its own Limit counts items before filtering)."""
+    if where.per_lane is not None:
+        seen: dict[tuple[str, str], int] = {}
+        firsts = []
+        for item in items:
+            lane = (str((item.get("agent") or {}).get("S", "")), str((item.get("model") or {}).get("S", "")))
+            if seen.get(lane, 0) < where.per_lane:
+                seen[lane] = seen.get(lane, 0) + 1
+                firsts.append(item)
+        items = firsts
+    return items if where.limit is None else items[: where.limit]

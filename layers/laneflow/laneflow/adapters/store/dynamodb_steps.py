@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from laneflow.adapters.store.dynamodb_blobs import Blobs
 from laneflow.adapters.store.dynamodb_expr import Expr, Update, fence_condition, fence_holds
@@ -25,8 +25,6 @@ from laneflow.adapters.store.dynamodb_items import (
     SEQUENCE,
     STEP_ATTRS,
     STEPS_END,
-    TRANSACTION_BYTES,
-    TRANSACTION_ITEMS,
     attempt_attr,
     attempt_sk,
     call_sk,
@@ -48,9 +46,11 @@ from laneflow.adapters.store.dynamodb_items import (
     to_attr,
     to_number,
 )
+from laneflow.adapters.store.dynamodb_spans import StepSpans
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps
-from laneflow.adapters.store.primitives import AttemptWrite, Claim, Fenced, Refused, StepState
+from laneflow.adapters.store.primitives import AttemptWrite, Claim, Refused, StepState
+from laneflow.adapters.store.rulebook_base import WRITE_TRIES
 from laneflow.domain.errors import Conflict
 from laneflow.domain.records import (
     Attempt,
@@ -64,12 +64,15 @@ from laneflow.domain.records import (
     StepStatus,
 )
 
+if TYPE_CHECKING:
+    from laneflow.adapters.store.dynamodb_items import Item
+
 # A fenced write's changes: given the Update, its conditions and the step item as a refused
 # try found it (None at first), adds what it writes; returns the index entries it writes.
 Build = Callable[[Update, list[str], dict[str, Any] | None], int]
 
 
-class StepItems:
+class StepItems(StepSpans):
     """Reads and conditional writes of step items, over one table."""
 
     def __init__(self, table: Table) -> None:
@@ -109,23 +112,6 @@ class StepItems:
             landed=landed,
             seen=item,
         )
-
-    def fenced(self, ref: AttemptRef, found: dict[str, Any] | None) -> Fenced:
-        """What a refused fenced write found on the step item."""
-        record = record_of(found, ref.n)
-        last_n = int(found["last_n"]["N"]) if found is not None and "last_n" in found else 0
-        if record is None:
-            return Fenced(None, last_n)
-        identity = {"token": record.get("t", {}).get("S", ""), "started_at": record.get("s", {}).get("S", "")}
-        stored = Attempt(
-            run_id=ref.run_id,
-            index=ref.index,
-            n=ref.n,
-            resumed_at=record.get("r", {}).get("S"),
-            status=record.get("st", {}).get("S", AttemptStatus.running.value),
-            **identity,
-        )
-        return Fenced(stored, last_n)
 
     def attempts(self, tenant: str, run_id: str, index: int | None, n: int | None) -> list[Attempt] | None:
         """The attempts of a run, of a step, or one, wherever they are kept (None: no run,
@@ -239,8 +225,6 @@ class StepItems:
             step["events"] = events[index]
             step["calls"] = sorted(calls.values(), key=lambda c: (c.get("n", 1), c["id"]))
             step["prompt_layers"] = json.loads(self.table.text(item["layers"])) if "layers" in item else []
-
-    # -- attempts and journal entries on a step item -------------------------------------------
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -376,7 +360,7 @@ class StepItems:
     def attempt_of(self, item: dict[str, Any]) -> Attempt:
         return Attempt.model_validate(self.table.fields(item, ATTEMPT_FIELDS))
 
-    def record_attempt(self, run_id: str, index: int, n: int, record: dict[str, Any]) -> Attempt:
+    def record_attempt(self, run_id: str, index: int, n: int, record: Mapping[str, Any]) -> Attempt:
         fields = {RECORD_FIELD[short]: self.table.text(av) for short, av in record.items() if short in RECORD_FIELD}
         return Attempt(run_id=run_id, index=index, n=n, **fields)
 
@@ -434,7 +418,7 @@ class StepItems:
                 entry = entry.model_copy(update={"token": got.token, "started_at": got.started_at, "resumed_at": got.resumed_at})
         return entry
 
-    def journal_step(self, tenant: str, run_id: str, op_id: str) -> dict[str, Any] | None:
+    def journal_step(self, tenant: str, run_id: str, op_id: str) -> Item | None:
         """The step item keeping `op_id`'s journal entry: a Query of the run's steps, filtered
         (the journal is not told which step an op_id names)."""
         e = Expr()
@@ -452,16 +436,10 @@ class StepItems:
         the oldest records and settled entries past what a step keeps to items of their own
         (they never change again, so a copy left by a refused claim is never stale) and
         remove them in the claim; drop settled entries past their expiry, as TTL would."""
-        pk = {"S": pk_of(tenant, run_id)}
+        pk = pk_of(tenant, run_id)
         records = self.records(found)
         for n in sorted(records)[: max(0, len(records) + 1 - ATTEMPTS_ON_STEP)]:
-            moved = {
-                "pk": pk,
-                "sk": {"S": attempt_sk(index, n)},
-                "run_id": {"S": run_id},
-                "index": {"N": str(index)},
-                "n": {"N": str(n)},
-            }
+            moved = encode({"pk": pk, "sk": attempt_sk(index, n), "run_id": run_id, "index": index, "n": n})
             moved.update({RECORD_FIELD[short]: av for short, av in records[n].items() if short in RECORD_FIELD})
             self.table.put(moved)
             u.remove(attempt_attr(n))
@@ -476,14 +454,8 @@ class StepItems:
                 settled.append((av["M"]["c"]["S"], name, av["M"]))
         moving = sorted(settled)[: max(0, len(settled) - (JOURNAL_ON_STEP - (journal is not None)))]
         for _, name, m in moving:
-            moved = {
-                "pk": pk,
-                "sk": {"S": "J#" + name[1:]},
-                "index": {"N": str(index)},
-                "status": m["s"],
-                "created_at": m["c"],
-                "expires_at": m["x"],
-            }
+            moved = encode({"pk": pk, "sk": "J#" + name[1:], "index": index})
+            moved.update(status=m["s"], created_at=m["c"], expires_at=m["x"])
             if "n" in m:
                 moved["attempt"] = m["n"]
             self.table.put(moved)
@@ -508,7 +480,7 @@ class StepItems:
         key = key_of(ref.tenant, ref.run_id, step_sk(ref.index))
         spans = self._span_bodies(blobs, ref, calls or [])
         found: dict[str, Any] | None = None
-        for _ in range(10):
+        for _ in range(WRITE_TRIES):
             u = Update()
             condition = [fence_condition(u, ref)]
             indexes = build(u, condition, found)
@@ -525,141 +497,3 @@ class StepItems:
                 if not fence_holds(found, ref):
                     raise Refused(self.fenced(ref, found)) from None
         raise Conflict(f"step {ref.index} of run {ref.run_id!r} kept changing while attempt {ref.n} wrote to it; try again")
-
-    def _fenced_transact(
-        self,
-        ref: AttemptRef,
-        key: dict[str, Any],
-        u: Update,
-        condition: str,
-        puts: list[dict[str, Any]],
-        indexes: int,
-        blobs: Blobs,
-        size: int,
-    ) -> None:
-        """The step item's fenced update (or a ConditionCheck, when it changes nothing) and
-        span items, in one transaction. Spans past what one transaction holds (an attempt of
-        hundreds of turns) are put first, each batch fenced on its own."""
-        step = (
-            self.table.tx_update(key, u, condition, size=size + u.payload() if size else None)
-            if u
-            else self.table.tx_check(key, u, condition)
-        )
-        actions = [step]
-        batches: list[list[dict[str, Any]]] = [[]]
-        for item in reversed(puts):  # the last batch goes with the write itself
-            limit = TRANSACTION_ITEMS - (len(actions) if len(batches) == 1 else 1)
-            if len(batches[-1]) >= limit or sum(map(item_size, batches[-1])) + item_size(item) > TRANSACTION_BYTES // 2:
-                batches.append([])
-            batches[-1].append(item)
-        for batch in reversed(batches[1:]):
-            e = Expr()
-            self.table.transact([self.table.tx_check(key, e, fence_condition(e, ref))] + [self.table.tx_put(i) for i in batch])
-        self.table.transact(
-            actions + [self.table.tx_put(i) for i in batches[0]], indexes=indexes, squeeze=(blobs, [(key["sk"]["S"], u)])
-        )
-
-    def _span_bodies(self, blobs: Blobs, ref: AttemptRef, calls: list[ModelCall]) -> dict[str, tuple[str, dict[str, Any] | None]]:
-        """Spans by id (a later one of the same id wins): the body, and the item of one too
-        large to keep in the step item."""
-        spans: dict[str, tuple[str, dict[str, Any] | None]] = {}
-        for call in calls:
-            body = call.model_dump_json()
-            item = None
-            if len(body.encode()) > CALL_INLINE_MAX:
-                span = {"pk": pk_of(ref.tenant, ref.run_id), "sk": call_sk(ref.index, call.id), "n": call.n, "body": body}
-                item = encode(blobs.item(span))
-            spans[call.id] = (body, item)
-        return spans
-
-    def _place_spans(
-        self,
-        ref: AttemptRef,
-        u: Update,
-        condition: list[str],
-        spans: dict[str, tuple[str, dict[str, Any] | None]],
-        found: dict[str, Any] | None,
-    ) -> list[dict[str, Any]]:
-        """Put spans into the step item's `calls` map where they fit; return the items the
-        others need. Without `found`, the cheap form: every small span into the map,
-        conditional on its room. With it: replace those the map holds, add while it has
-        room, the rest to items (removed from the map: the map wins over an item)."""
-        if not spans:
-            return []
-        small = [i for i, (_, item) in spans.items() if item is None]
-        large = [i for i, (_, item) in spans.items() if item is not None]
-        if found is None:
-            return self._place_spans_blind(u, condition, spans, small, large)
-        held = found.get("calls", {}).get("M")
-        room = CALLS_ON_STEP - len(held or {})
-        inline, out = [], list(large)
-        for i in small:
-            if held is not None and i in held:
-                inline.append(i)
-            elif room > 0:
-                inline.append(i)
-                room -= 1
-            else:
-                out.append(i)
-        if held is None:
-            condition.append(u.absent("calls"))
-            if inline:
-                u.set("calls", {i: spans[i][0] for i in inline})
-        else:
-            condition.append(f"({u.exists('calls')} AND size({u.n('calls')}) = {u.v(len(held))})")
-            for i in inline:
-                u.set(("calls", i), spans[i][0])
-            for i in out:
-                if i in held:
-                    u.remove(("calls", i))
-        return self._span_items(ref, spans, out)
-
-    @staticmethod
-    def _place_spans_blind(
-        u: Update,
-        condition: list[str],
-        spans: dict[str, tuple[str, dict[str, Any] | None]],
-        small: list[str],
-        large: list[str],
-    ) -> list[dict[str, Any]]:
-        """The cheap form of `_place_spans`: every small span into the map, conditional on its room."""
-        if small:
-            condition.append(f"({u.exists('calls')} AND size({u.n('calls')}) <= {u.v(CALLS_ON_STEP - len(small))})")
-        for i in small:
-            u.set(("calls", i), spans[i][0])
-        condition += [u.absent(("calls", i)) for i in large]  # else the map's older version would win
-        return [spans[i][1] for i in large]  # type: ignore[misc]
-
-    def _span_items(
-        self, ref: AttemptRef, spans: dict[str, tuple[str, dict[str, Any] | None]], out: list[str]
-    ) -> list[dict[str, Any]]:
-        """The items for the spans that do not go into the step item's map."""
-        overflow = [i for i in out if spans[i][1] is None]
-        stored = self._stored_spans(ref) if overflow else {}
-        items = []
-        for i in out:
-            body, item = spans[i]
-            if item is None:
-                if stored.get(i) == body:
-                    continue  # kept as it is already (the spans an attempt wrote as it went, written again with its end)
-                item = encode(
-                    {"pk": pk_of(ref.tenant, ref.run_id), "sk": call_sk(ref.index, i), "n": json.loads(body)["n"], "body": body}
-                )
-            items.append(item)
-        return items
-
-    def _stored_spans(self, ref: AttemptRef) -> dict[str, str]:
-        """The bodies of a step's span items, by id (those kept in S3 left out)."""
-        prefix = call_sk(ref.index, "")
-        items = self.table.query_prefix(pk_of(ref.tenant, ref.run_id), prefix)
-        return {i["sk"]["S"][len(prefix) :]: i["body"]["S"] for i in items if "S" in i["body"]}
-
-    def fenced_put(self, ref: AttemptRef, item: dict[str, Any]) -> None:
-        """Put an item only while `ref` is the stored, running attempt: one transaction of a
-        ConditionCheck on the step item and the put."""
-        e = Expr()
-        check = self.table.tx_check(key_of(ref.tenant, ref.run_id, step_sk(ref.index)), e, fence_condition(e, ref))
-        try:
-            self.table.transact([check, self.table.tx_put(item)])
-        except ConditionFailed as refused:
-            raise Refused(self.fenced(ref, refused.found(0))) from None

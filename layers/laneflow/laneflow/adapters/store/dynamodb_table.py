@@ -8,18 +8,35 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from botocore.exceptions import ClientError
 
 from laneflow.adapters.store.dynamodb_blobs import Blobs, ItemTooLarge, blobs_of, too_large
 from laneflow.adapters.store.dynamodb_expr import Expr, Update
-from laneflow.adapters.store.dynamodb_items import JSON_FIELDS, item_name, item_size, read_units, to_number, write_units
-from laneflow.adapters.store.rulebook import damaged
+from laneflow.adapters.store.dynamodb_items import (
+    JSON_FIELDS,
+    LIVE_INDEX,
+    LIVE_KINDS,
+    from_av,
+    item_name,
+    item_size,
+    live_pk,
+    read_units,
+    write_units,
+)
+from laneflow.adapters.store.rulebook_base import damaged
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import Conflict, TransientError
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, TransactWriteItemTypeDef
+    from types_boto3_s3 import S3Client
+
+    from laneflow.adapters.store.dynamodb_items import Item
 
 # Answers that mean "not now": DynamoDB throttled the request, or failed on its side. The
 # client retries them first (standard mode); what outlasts that is the store's
@@ -33,6 +50,15 @@ THROTTLED = frozenset(
         "ServiceUnavailable",
     }
 )
+
+# Batch requests made again for what DynamoDB left unprocessed (it does under throttling),
+# backing off 10 ms doubling up to 1 s: ~4 s of pauses in all before the store stops asking.
+UNPROCESSED_TRIES = 10
+
+# A transaction made again when it conflicted with another on the same items, after a random
+# pause of up to 10 ms doubling (~5 s of pauses in all, on average): a conflict is a turn lost
+# to a concurrent writer, and ten in a row means the items are too hot to wait for.
+CONFLICT_TRIES = 10
 
 _THROTTLED_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
 
@@ -58,7 +84,7 @@ class ConditionFailed(Exception):
     def failed(self, action: int) -> bool:
         return self.reasons[action].get("Code") == "ConditionalCheckFailed"
 
-    def found(self, action: int) -> dict[str, Any] | None:
+    def found(self, action: int) -> Item | None:
         return self.reasons[action].get("Item") or None
 
 
@@ -97,7 +123,7 @@ class Table:
     """One table (`name`) and its blob bucket, through clients made once (safe to use from
     many threads). Every request is counted under the operation it serves (`operation`)."""
 
-    def __init__(self, db: Any, s3: Any, name: str, bucket: str | None, blob_threshold: int) -> None:
+    def __init__(self, db: DynamoDBClient, s3: S3Client, name: str, bucket: str | None, blob_threshold: int) -> None:
         self._db, self._s3 = db, s3
         self.name, self.bucket, self.blob_threshold = name, bucket, blob_threshold
         self.meter = Meter()
@@ -120,7 +146,7 @@ class Table:
         """Where one write's large values go (a context: what it uploaded goes if it fails)."""
         return blobs_of(self._s3, self.bucket, self.blob_threshold, tenant, run_id)
 
-    def _client_call(self, call: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+    def _client_call(self, call: Callable[..., Mapping[str, Any]], **kwargs: Any) -> Mapping[str, Any]:
         try:
             return call(**kwargs)
         except ClientError as error:
@@ -144,14 +170,14 @@ class Table:
                 raise too_large(message, self.bucket) from None
             _reraise(error)
 
-    def get(self, key: dict[str, Any]) -> dict[str, Any] | None:
+    def get(self, key: Item) -> Item | None:
         item = self.request("get_item", Key=key, ConsistentRead=True).get("Item")
         self.count(read=read_units(item_size(item) if item else 0))
         return item
 
-    def query(self, *, index: str | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    def query(self, *, index: str | None = None, **kwargs: Any) -> list[Item]:
         """Every item a Query names, page by page (strongly consistent on the table)."""
-        items: list[dict[str, Any]] = []
+        items: list[Item] = []
         params = dict(kwargs, **({"IndexName": index} if index else {"ConsistentRead": True}))
         while True:
             page = self.request("query", **params)
@@ -162,7 +188,7 @@ class Table:
                 return items
             params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    def query_prefix(self, pk: str, prefix: str, *, where: Callable[[Expr], str] | None = None) -> list[dict[str, Any]]:
+    def query_prefix(self, pk: str, prefix: str, *, where: Callable[[Expr], str] | None = None) -> list[Item]:
         """The items of a partition whose sort key starts with `prefix` (and that `where`,
         given the request's expression, filters in)."""
         e = Expr()
@@ -173,18 +199,18 @@ class Table:
             params["FilterExpression"] = where(e)
         return self.query(**params, **e.params())
 
-    def query_range(self, pk: str, low: str, high: str | None = None) -> list[dict[str, Any]]:
+    def query_range(self, pk: str, low: str, high: str | None = None) -> list[Item]:
         e = Expr()
         sk = e.n("sk")
         between = f"{sk} BETWEEN {e.v(low)} AND {e.v(high)}" if high else f"{sk} >= {e.v(low)}"
         return self.query(KeyConditionExpression=f"{e.n('pk')} = {e.v(pk)} AND {between}", **e.params())
 
-    def batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def batch_get(self, keys: list[Item]) -> list[Item]:
         """The items of `keys` (strongly consistent), in no particular order."""
-        items: list[dict[str, Any]] = []
+        items: list[Item] = []
         for start in range(0, len(keys), 100):
             pending: dict[str, Any] = {self.name: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
-            for attempt in range(10):
+            for attempt in range(UNPROCESSED_TRIES):
                 page = self._client_call(self._db.batch_get_item, RequestItems=pending)
                 got = page.get("Responses", {}).get(self.name, [])
                 items += got
@@ -195,7 +221,7 @@ class Table:
                 time.sleep(min(1.0, 0.01 * 2**attempt))
         return items
 
-    def put(self, item: dict[str, Any], condition: str | None = None, e: Expr | None = None, *, indexes: int = 0) -> None:
+    def put(self, item: Item, condition: str | None = None, e: Expr | None = None, *, indexes: int = 0) -> None:
         extra: dict[str, Any] = {}
         if condition:
             extra = {"ConditionExpression": condition, "ReturnValuesOnConditionCheckFailure": "ALL_OLD", **(e or Expr()).params()}
@@ -204,7 +230,7 @@ class Table:
 
     def update(
         self,
-        key: dict[str, Any],
+        key: Item,
         u: Update,
         condition: str | None = None,
         *,
@@ -212,7 +238,7 @@ class Table:
         indexes: int | Callable[[dict[str, Any]], int] = 0,
         blobs: Blobs | None = None,
         size: int = 0,
-    ) -> dict[str, Any] | None:
+    ) -> Item | None:
         """One UpdateItem. If the item would pass 400 KB with what it already holds (the
         store sees only what it writes) and `blobs` can take them, the write's large values go
         to S3 and it is made once more. Counted on the larger of `size` (the item as read
@@ -268,9 +294,10 @@ class Table:
             if "ConditionExpression" in body:
                 body["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
             items.append({kind: body})
-        for attempt in range(10):
+        for attempt in range(CONFLICT_TRIES):
             try:
-                self._db.transact_write_items(TransactItems=items)  # errors mapped below
+                # errors mapped below; each action is as tx_put, tx_update and tx_check built it
+                self._db.transact_write_items(TransactItems=cast("list[TransactWriteItemTypeDef]", items))
                 break
             except ClientError as error:
                 code = error.response.get("Error", {}).get("Code", "")
@@ -299,39 +326,35 @@ class Table:
             raise Conflict("a write kept conflicting with concurrent writes to the same items; try again")
         self.count(write=2 * sum(write_units(size) for _, size in actions) + indexes)
 
-    def tx_put(self, item: dict[str, Any], condition: str | None = None, e: Expr | None = None) -> tuple[dict[str, Any], int]:
+    def tx_put(self, item: Item, condition: str | None = None, e: Expr | None = None) -> tuple[dict[str, Any], int]:
         body: dict[str, Any] = {"Item": item}
         if condition:
             body.update(ConditionExpression=condition, **(e or Expr()).params())
         return {"Put": body}, item_size(item)
 
     def tx_update(
-        self, key: dict[str, Any], u: Update, condition: str | None = None, *, size: int | None = None
+        self, key: Item, u: Update, condition: str | None = None, *, size: int | None = None
     ) -> tuple[dict[str, Any], int]:
         body: dict[str, Any] = {"Key": key, "UpdateExpression": u.expression(), **u.params()}
         if condition:
             body["ConditionExpression"] = condition
         return {"Update": body}, size if size is not None else item_size(key) + u.payload()
 
-    def tx_check(self, key: dict[str, Any], e: Expr, condition: str) -> tuple[dict[str, Any], int]:
+    def tx_check(self, key: Item, e: Expr, condition: str) -> tuple[dict[str, Any], int]:
         return {"ConditionCheck": {"Key": key, "ConditionExpression": condition, **e.params()}}, 1024
 
-    def text(self, av: dict[str, Any]) -> Any:
-        """A stored attribute as Python, reading a blob from S3 when it is a pointer."""
-        if "S" in av:
-            return av["S"]
-        if "N" in av:
-            return to_number(av["N"])
-        if "BOOL" in av:
-            return av["BOOL"]
-        if "M" in av and "s3" in av["M"]:
-            bucket, _, key = av["M"]["s3"]["S"].removeprefix("s3://").partition("/")
+    def text(self, av: AttributeValueTypeDef) -> Any:
+        """A stored attribute as Python (text, a number, a boolean or None), reading a blob
+        from S3 when it is a pointer."""
+        value = from_av(av)
+        if isinstance(value, dict) and isinstance(value.get("s3"), str):
+            bucket, _, key = value["s3"].removeprefix("s3://").partition("/")
             return self._s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
-        if "NULL" in av:
-            return None
+        if value is None or isinstance(value, (str, int, float)):
+            return value
         raise TypeError(f"unexpected attribute {av!r}")
 
-    def fields(self, item: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    def fields(self, item: Item, names: Iterable[str]) -> dict[str, Any]:
         """The named model fields of an item (absent ones left to the model's defaults).
         `RecordDamaged` naming the item and the field when a JSON field does not parse
         (strictly: a NaN no entrance lets in now is damage too)."""
@@ -347,9 +370,32 @@ class Table:
                 out[name] = value
         return out
 
+    def live(self, kind: str, tenant: str | None) -> list[Item]:
+        """The items the sparse `live` index names for `kind`, re-read consistently (the
+        index lags the table a little): Query for one tenant, Scan of the index for all."""
+        if tenant is not None:
+            e = Expr()
+            keys = self.query(
+                index=LIVE_INDEX, KeyConditionExpression=f"{e.n('vpk')} = {e.v(live_pk(tenant, kind))}", **e.params()
+            )
+        else:
+            e = Expr()
+            kind_only = f"begins_with({e.n('sk')}, {e.v(LIVE_KINDS[kind])})"
+            params: dict[str, Any] = {"IndexName": LIVE_INDEX, "FilterExpression": kind_only, **e.params()}
+            keys = []
+            while True:
+                page = self.request("scan", **params)
+                keys += page.get("Items", [])
+                self.count(read=0.5 * read_units(sum(item_size(i) for i in page.get("Items", []))))
+                if "LastEvaluatedKey" not in page:
+                    break
+                params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        items = self.batch_get([{"pk": k["pk"], "sk": k["sk"]} for k in keys])
+        return [i for i in items if "vpk" in i]
+
     # -- items ----------------------------------------------------------------------------
 
-    def delete(self, key: dict[str, Any], *, returns: str = "NONE") -> dict[str, Any] | None:
+    def delete(self, key: Item, *, returns: str = "NONE") -> dict[str, Any] | None:
         """Delete an item if it is there (None if it was not); counted on `returns`' item."""
         e = Expr()
         try:
@@ -358,11 +404,11 @@ class Table:
             return None
         return reply
 
-    def batch_put(self, items: list[dict[str, Any]]) -> None:
+    def batch_put(self, items: list[Item]) -> None:
         """Put items 25 at a time (no conditions), retrying what DynamoDB leaves unprocessed."""
         for start in range(0, len(items), 25):
             pending: dict[str, Any] = {self.name: [{"PutRequest": {"Item": i}} for i in items[start : start + 25]]}
-            for attempt in range(10):
+            for attempt in range(UNPROCESSED_TRIES):
                 reply = self._client_call(self._db.batch_write_item, RequestItems=pending)
                 pending = reply.get("UnprocessedItems") or {}
                 if not pending:

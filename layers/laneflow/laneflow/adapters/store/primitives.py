@@ -7,14 +7,14 @@ has the rules they serve).
 Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
 may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
 rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
-sibling cost several times as much):
+sibling cost several times as much). 27 primitives:
 
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
-| `_read_run`          | read  | a run (its steps, their trace), or None                 |
-| `_read_input`        | read  | a run's input alone, or None                            |
-| `_run_exists`        | read  | whether a run is there                                  |
+| `_read_run`          | read  | a run (its steps, their trace), its head, its input     |
+|                      |       | alone or its key alone (whether it is there), or None   |
 | `_read_steps`        | read  | steps of a run: all, one index, or one group            |
+| `_read_outline`      | read  | a run's group outline (counts by group)                 |
 | `_read_attempts`     | read  | attempts of a run, of a step, or one                    |
 | `_read_step_state`   | read  | what a claim or a journal write decides on              |
 | `_list_runs`         | read  | a tenant's runs, newest first                           |
@@ -24,8 +24,8 @@ sibling cost several times as much):
 | `_read_handoff`      | read  | a handoff block, or None                                |
 | `_insert_run`        | write | a new run with its steps, if its id is free             |
 | `_insert_steps`      | write | steps of a run, if their indexes are free               |
-| `_update_run`        | write | a run's fields, if its status is expected               |
-| `_request_stop`      | write | `stop_requested`, if not set                            |
+| `_update_run`        | write | a run's fields, if its status is expected (and, when    |
+|                      |       | named, a flag is not set: `stop_requested`)             |
 | `_add_run_cost`      | write | an amount added to a run's cost, if it is active        |
 | `_update_step`       | write | a step's fields, if its status is expected              |
 | `_write_claim`       | write | a new attempt (and its journal entry), if `seen` holds  |
@@ -35,12 +35,11 @@ sibling cost several times as much):
 | `_write_handoff`     | write | a handoff block                                         |
 | `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
 | `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
-| `_read_notes`        | read  | every note of a run's inboxes                           |
-| `_read_note`         | read  | one note, or None                                       |
+| `_read_notes`        | read  | every note of a run's inboxes, or one                   |
 | `_read_observed`     | read  | what each attempt of a step observed                    |
 | `_open_questions`    | read  | questions open, from what is live only                  |
-| `_insert_note`       | write | a note, if its id is free                               |
-| `_update_question`   | write | a question answered or expired, if it is still open     |
+| `_write_note`        | write | a note, if its id is free, or a question answered or    |
+|                      |       | expired, if it is still open                            |
 | `_write_observed`    | write | fenced: ids an attempt has observed                     |
 """
 
@@ -48,12 +47,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.gate import GatePass, GateWaiter
 from laneflow.domain.inbox import Note
-from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter, outline_of
+from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -68,6 +67,8 @@ from laneflow.domain.records import (
 )
 
 Doc = str | dict[str, Any]  # a record as a backend read it: its JSON text, or its fields
+
+RunPart = Literal["whole", "head", "input", "key"]  # what `_read_run` reads of a run
 
 
 # -- what the primitives exchange ----------------------------------------------------------
@@ -139,20 +140,14 @@ class Primitives(ABC):
     `StepState` a decision was made on)."""
 
     @abstractmethod
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
-        """The run (None if absent); with `steps`, its steps by index; with `detail`, each
-        with its events (in order), calls (by n, then id) and prompt layers; without
-        `input`, its input left out (not read). `RecordDamaged` (`damaged`,
-        `trace_damaged`) when what was read does not parse."""
-
-    @abstractmethod
-    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
-        """`{"input": ...}`, the run's input (None if there is no run). `RecordDamaged` when
-        it does not parse."""
-
-    @abstractmethod
-    def _run_exists(self, tenant: str, run_id: str) -> bool:
-        """Whether the run is there."""
+    def _read_run(
+        self, tenant: str, run_id: str, *, steps: bool = False, detail: bool = False, part: RunPart = "whole"
+    ) -> Doc | None:
+        """The run (None if absent): `whole`; its `head` (all but its input, which is not
+        read); its `input` alone (`{"input": ...}`); or only its `key` (`{}`: whether it is
+        there, reading nothing else). With `steps` (whole or head), its steps by index; with
+        `detail`, each with its events (in order), calls (by n, then id) and prompt layers.
+        `RecordDamaged` (`damaged`, `trace_damaged`) when what was read does not parse."""
 
     @abstractmethod
     def _read_steps(
@@ -171,13 +166,10 @@ class Primitives(ABC):
         without `messages`, no step's `message`. [] when there are none (or no run)."""
 
     @abstractmethod
-    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
-        """What the group outline counts of each of a run's steps (a few small fields, not
-        the step). [] when there are none (or no run)."""
-
     def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
-        """The run's group outline; a backend that can count in the store does so."""
-        return outline_of(self._read_step_facts(tenant, run_id))
+        """The run's group outline, by group: counted in the store where it can, else
+        `outline_of` the few small fields of each step it counts (`StepFacts`, not the
+        steps). [] when there are no steps (or no run)."""
 
     @abstractmethod
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
@@ -226,22 +218,25 @@ class Primitives(ABC):
 
     @abstractmethod
     def _update_run(
-        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+        self,
+        tenant: str,
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        expected: list[str] | None,
+        add_drives: int = 0,
+        unset: str | None = None,
     ) -> Doc:
         """Set `values` (field -> value, validated) and add `add_drives`, if the run's status
-        is one of `expected` (when given). The run as written, without steps. `Refused`
-        with the status found, or None if there is no run."""
+        is one of `expected` (when given) and its boolean field `unset` (when named) is not
+        set. The run as written, without steps. `Refused` with the status found, or None if
+        there is no run."""
 
     @abstractmethod
     def _add_run_cost(self, tenant: str, run_id: str, usd: float, *, expected: list[str]) -> float:
         """Add `usd` to the run's `cost_usd` (rounded as costs are stored), in one atomic
         increment, if its status is one of `expected`. The cost as written. `Refused` with
         the status found, or None if there is no run."""
-
-    @abstractmethod
-    def _request_stop(self, tenant: str, run_id: str) -> bool | None:
-        """Set `stop_requested` unless it is set: True if this set it, False if it was set,
-        None if there is no run."""
 
     @abstractmethod
     def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:
@@ -294,12 +289,9 @@ class Primitives(ABC):
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 
     @abstractmethod
-    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
-        """Every note of the run's inboxes, in any order ([] for none, or no run)."""
-
-    @abstractmethod
-    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
-        """One note, or None."""
+    def _read_notes(self, tenant: str, run_id: str, note_id: str | None = None) -> list[Note]:
+        """Every note of the run's inboxes, in any order, or the one `note_id` ([] for none,
+        or no run)."""
 
     @abstractmethod
     def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
@@ -310,13 +302,10 @@ class Primitives(ABC):
         """(tenant, question) of the questions open, of one tenant or all, from what is live only."""
 
     @abstractmethod
-    def _insert_note(self, tenant: str, note: Note) -> None:
-        """Write a new note; `Refused` if its id is taken in the run."""
-
-    @abstractmethod
-    def _update_question(self, tenant: str, note: Note) -> None:
-        """Replace the stored question with `note` (answered or expired), only if the stored
-        one is still open; else `Refused` with the note found (None if there is none). A
+    def _write_note(self, tenant: str, note: Note, *, replaces_open: bool) -> None:
+        """Write a new note, `Refused` if its id is taken in the run; or, `replaces_open`,
+        replace the stored question with `note` (answered or expired) only if the stored one
+        is still open, else `Refused` with the note found (None if there is none). A
         question that is no longer open leaves what is live."""
 
     @abstractmethod

@@ -54,66 +54,47 @@ connection bookkeeping for the engine's short-lived threads.
 Floats: costs are rounded to 6 decimals whenever they are stored, so sums of many small
 costs do not show binary drift (0.1 + 0.2 is stored as 0.3).
 
-Tables, columns and the SQL that renders rows as JSON are in sqlite_schema.py.
+Modules: this one (runs, steps, attempts, the journal and the trace: their primitives),
+sqlite_inbox.py (handoffs, warm gates, inboxes), sqlite_db.py (the connection, transactions,
+rows read as JSON), sqlite_schema.py (tables, columns, migrations, the SQL that renders rows
+as JSON).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import sqlite3
-import threading
-from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from pydantic import TypeAdapter
 
 from laneflow.adapters.store.encoding import COST_DECIMALS, dumps, worker_text
-from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Fenced, Refused, StepState
-from laneflow.adapters.store.rulebook import ACTIVE, RuleBookStore
+from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused, RunPart, StepState
+from laneflow.adapters.store.rulebook import RuleBookStore
+from laneflow.adapters.store.rulebook_base import ACTIVE
+from laneflow.adapters.store.sqlite_inbox import SqliteGatesAndInboxes
 from laneflow.adapters.store.sqlite_schema import (
-    ADDED_COLUMNS,
     ATTEMPT_JSON,
-    BUSY_TIMEOUT_S,
-    EVENT_COLUMNS,
-    EVENT_JSON,
     RUN_COLUMNS,
-    RUN_HEAD_COLUMNS,
-    RUN_HEAD_JSON,
-    RUN_INPUT_COLUMNS,
-    RUN_INPUT_JSON,
     RUN_JSON,
-    SCHEMA,
-    SCHEMA_VERSION,
     STEP_COLUMNS,
-    STEP_JSON,
-    STEP_JSON_WITHOUT_MESSAGE,
     array,
-    check_columns_cover_models,
     columns_of,
-    damage,
     splice,
     to_db,
 )
-from laneflow.domain.errors import RecordDamaged, TransientError
-from laneflow.domain.gate import GatePass, GateWaiter
-from laneflow.domain.inbox import Note
-from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter
+from laneflow.domain.errors import RecordDamaged
+from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     READ_JSON,
     Attempt,
     AttemptRef,
-    AttemptStatus,
     Event,
     JournalEntry,
     JournalStatus,
     PromptLayer,
     Run,
     Step,
-    utcnow,
 )
 
 log = logging.getLogger("laneflow.store")
@@ -121,8 +102,6 @@ log = logging.getLogger("laneflow.store")
 _ATTEMPTS = TypeAdapter(list[Attempt], config=READ_JSON)
 
 _ACTIVE_SQL = ", ".join(f"'{status}'" for status in ACTIVE)
-
-_JOURNAL_FIELDS = ("op_id", "index", "status", "attempt", "token", "started_at", "resumed_at", "created_at", "expires_at")
 
 _UPSERT_CALL = (
     "INSERT INTO calls (tenant, run_id, idx, id, n, body) VALUES (?, ?, ?, ?, ?, ?)"
@@ -154,240 +133,28 @@ def _event_row(tenant: str, run_id: str, index: int, event: Event) -> tuple[Any,
     )
 
 
-def _chosen(group: int | None, filtered: StepFilter | None) -> tuple[str, list[str | int]]:
-    """The SQL conditions (and their arguments) for one group and a `StepFilter`'s
-    per-step filters."""
-    args: list[str | int]
-    sql, args = "", []
-    if group is not None:
-        sql, args = " AND grp = ?", [group]
-    if filtered is None:
-        return sql, args
-    if filtered.statuses is not None:
-        picked = sorted(filtered.statuses)
-        sql, args = sql + f" AND status IN ({', '.join('?' * len(picked))})", [*args, *picked]
-    if filtered.flow:
-        sql += " AND rescue_of IS NULL"
-    if filtered.low is not None:
-        sql, args = sql + " AND idx >= ?", [*args, filtered.low]
-    if filtered.high is not None:
-        sql, args = sql + " AND idx <= ?", [*args, filtered.high]
-    if filtered.agent is not None:
-        sql, args = sql + " AND agent = ?", [*args, filtered.agent]
-    if filtered.started_by is not None:
-        sql, args = sql + " AND started_at <= ?", [*args, filtered.started_by]
-    return sql, args
-
-
-class SqliteStore(RuleBookStore):
+class SqliteStore(SqliteGatesAndInboxes, RuleBookStore):
     """The embedded store (see the module docstring for tables and concurrency).
     `busy_timeout_s`: how long a write waits for another connection's lock before it is a
     `TransientError`."""
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
-        check_columns_cover_models()
-        path = os.fspath(path)
-        self.path = path if path == ":memory:" else os.path.abspath(os.path.expanduser(path))
-        self.url = f"sqlite:///{self.path}"
-        self.busy_timeout_s = busy_timeout_s
-        self._open()
-
-    def _open(self) -> None:
-        """Connect, set the pragmas, and create the tables if this is a new database."""
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        with self._write() as db:
-            if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                for table, column, decl in ADDED_COLUMNS:
-                    exists = db.execute(f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}'").fetchone()
-                    have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-                    if exists and column not in have:
-                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    # -- transactions -------------------------------------------------------------------
-
-    @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
-        """The process's connection, held by this thread until the block ends."""
-        if self._pid != os.getpid():
-            # A forked child must not use its parent's connection (nor its lock, which a
-            # parent thread may have held at the fork): open its own. (`:memory:` is per
-            # process, so a child starts empty.)
-            self._open()
-        with self._lock:
-            try:
-                yield self._conn
-            except sqlite3.OperationalError as error:
-                if "locked" in str(error) or "busy" in str(error):
-                    raise TransientError(
-                        f"the store {self.path} stayed locked by another connection past {self.busy_timeout_s:g} s: {error}"
-                    ) from error
-                raise
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: whole or absent. The write lock is taken up front
-        (BEGIN IMMEDIATE) so reads inside it are the state the write is conditional on."""
-        with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction: every query inside it sees the same snapshot."""
-        with self._connection() as conn:
-            conn.execute("BEGIN")
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-
-    # -- rows ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _run_json(db: sqlite3.Connection, tenant: str, run_id: str, *, part: str = "whole") -> str | None:
-        """The run row as JSON: whole, its `head` (all but its input) or its `input` alone."""
-        rendered, columns = {
-            "whole": (RUN_JSON, RUN_COLUMNS),
-            "head": (RUN_HEAD_JSON, RUN_HEAD_COLUMNS),
-            "input": (RUN_INPUT_JSON, RUN_INPUT_COLUMNS),
-        }[part]
-        row = db.execute(f"SELECT {rendered} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
-        if row is None:
-            return None
-        if row[0] is None:
-            raise damage(db, "runs", columns, "tenant = ? AND id = ?", (tenant, run_id), f"run {run_id!r}")
-        text: str = row[0]
-        return text
-
-    @staticmethod
-    def _steps_json(
-        db: sqlite3.Connection,
-        tenant: str,
-        run_id: str,
-        *,
-        index: int | None = None,
-        group: int | None = None,
-        detail: bool = False,
-        messages: bool = True,
-        filtered: StepFilter | None = None,
-    ) -> list[tuple[int, str]]:
-        """(index, JSON) of a run's steps (or step `index`, or group `group`, of those what
-        `filtered` admits), by index. With `detail`, each carries its events, calls and
-        prompt layers: one query per table."""
-        args: list[str | int]
-        where, args = "tenant = ? AND run_id = ?", [tenant, run_id]
-        if index is not None:
-            where, args = where + " AND idx = ?", args + [index]
-        chosen, chosen_args = _chosen(group, filtered)
-        rendered = STEP_JSON if messages else STEP_JSON_WITHOUT_MESSAGE
-        source, picked, picked_args = "steps", where + chosen, args + chosen_args
-        if filtered is not None and filtered.per_lane is not None:  # each lane's first few, counted in SQL
-            source = f"(SELECT *, ROW_NUMBER() OVER (PARTITION BY agent, model ORDER BY idx) AS nth FROM steps WHERE {picked})"
-            picked, picked_args = "nth <= ?", [*picked_args, filtered.per_lane]
-        limit = "" if filtered is None or filtered.limit is None else f" LIMIT {int(filtered.limit)}"
-        steps = db.execute(f"SELECT idx, {rendered} FROM {source} WHERE {picked} ORDER BY idx{limit}", picked_args).fetchall()
-        for idx, step in steps:
-            if step is None:
-                what = f"step {idx} of run {run_id!r}"
-                raise damage(db, "steps", STEP_COLUMNS, "tenant = ? AND run_id = ? AND idx = ?", (tenant, run_id, idx), what)
-        if not detail:
-            return steps
-        events: dict[int, list[str]] = defaultdict(list)
-        for idx, event in db.execute(f"SELECT idx, {EVENT_JSON} FROM events WHERE {where} ORDER BY idx, seq", args):
-            if event is None:
-                what = f"an event of step {idx} of run {run_id!r}"
-                raise damage(db, "events", EVENT_COLUMNS, "tenant = ? AND run_id = ? AND idx = ?", (tenant, run_id, idx), what)
-            events[idx].append(event)
-        calls: dict[int, list[str]] = defaultdict(list)
-        for idx, call in db.execute(f"SELECT idx, body FROM calls WHERE {where} ORDER BY idx, n, id", args):
-            calls[idx].append(call)
-        layers = dict(db.execute(f"SELECT idx, layers FROM prompt_layers WHERE {where}", args).fetchall())
-        return [
-            (idx, splice(step, events=array(events[idx]), calls=array(calls[idx]), prompt_layers=layers.get(idx, "[]")))
-            for idx, step in steps
-        ]
-
-    @staticmethod
-    def _attempt_row(db: sqlite3.Connection, tenant: str, run_id: str, index: int, n: int) -> Attempt | None:
-        row = db.execute(
-            f"SELECT {ATTEMPT_JSON} FROM attempts WHERE tenant = ? AND run_id = ? AND idx = ? AND n = ?",
-            (tenant, run_id, index, n),
-        ).fetchone()
-        return None if row is None else Attempt.model_validate_json(row[0])
-
-    @staticmethod
-    def _journal_row(db: sqlite3.Connection, tenant: str, run_id: str, op_id: str) -> JournalEntry | None:
-        row = db.execute(
-            "SELECT op_id, idx, status, attempt, token, started_at, resumed_at, created_at, expires_at FROM journal"
-            " WHERE tenant = ? AND run_id = ? AND op_id = ?",
-            (tenant, run_id, op_id),
-        ).fetchone()
-        return None if row is None else JournalEntry(tenant=tenant, run_id=run_id, **dict(zip(_JOURNAL_FIELDS, row, strict=True)))
-
-    def _runs(self, db: sqlite3.Connection, rows: list[tuple[str, str, str | None]]) -> list[tuple[str, Doc | RecordDamaged]]:
-        """(id, JSON or why it cannot be read) of (tenant, id, JSON) rows."""
-        out: list[tuple[str, Doc | RecordDamaged]] = []
-        for tenant, run_id, doc in rows:
-            if doc is None:
-                out.append(
-                    (run_id, damage(db, "runs", RUN_COLUMNS, "tenant = ? AND id = ?", (tenant, run_id), f"run {run_id!r}"))
-                )
-            else:
-                out.append((run_id, doc))
-        return out
-
-    @staticmethod
-    def _fence(db: sqlite3.Connection, ref: AttemptRef) -> None:
-        """Refuse (with what was found) unless the stored attempt has exactly `ref`'s
-        identity and is running: inside the write transaction it belongs to."""
-        found = SqliteStore._attempt_row(db, ref.tenant, ref.run_id, ref.index, ref.n)
-        if (
-            found is None
-            or (found.token, found.started_at, found.resumed_at) != (ref.token, ref.started_at, ref.resumed_at)
-            or found.status != AttemptStatus.running
-        ):
-            raise Refused(Fenced(found))
-
     # == primitives: reads ==============================================================
 
-    def _read_run(self, tenant: str, run_id: str, *, steps: bool, detail: bool, input: bool = True) -> Doc | None:
+    def _read_run(
+        self, tenant: str, run_id: str, *, steps: bool = False, detail: bool = False, part: RunPart = "whole"
+    ) -> Doc | None:
         with self._read() as db:
-            run = self._run_json(db, tenant, run_id, part="whole" if input else "head")
-            if run is None:
-                return None
+            if part == "key":
+                found = db.execute("SELECT 1 FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
+                return None if found is None else {}
+            run = self._run_json(db, tenant, run_id, part=part)
+            if run is None or part == "input":
+                return run
             step_list = [doc for _, doc in self._steps_json(db, tenant, run_id, detail=detail)] if steps else []
         return splice(run, steps=array(step_list))
-
-    def _read_input(self, tenant: str, run_id: str) -> Doc | None:
-        with self._read() as db:
-            return self._run_json(db, tenant, run_id, part="input")
-
-    def _run_exists(self, tenant: str, run_id: str) -> bool:
-        with self._read() as db:
-            return db.execute("SELECT 1 FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone() is not None
 
     def _read_steps(
         self,
@@ -411,18 +178,6 @@ class SqliteStore(RuleBookStore):
                 messages=messages,
                 filtered=where,
             )
-
-    def _read_step_facts(self, tenant: str, run_id: str) -> list[StepFacts]:
-        with self._read() as db:
-            rows = db.execute(
-                "SELECT idx, grp, cycle, status, rescue_of IS NOT NULL, optional, cost_usd FROM steps"
-                " WHERE tenant = ? AND run_id = ? ORDER BY idx",
-                (tenant, run_id),
-            ).fetchall()
-        return [
-            StepFacts(index=i, group=g, cycle=c, status=st, rescue=bool(r), optional=bool(o), cost_usd=float(cu or 0))
-            for i, g, c, st, r, o, cu in rows
-        ]
 
     def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
         """Counted in SQL: one row per group leaves the database, not one per step."""
@@ -532,13 +287,6 @@ class SqliteStore(RuleBookStore):
             keys = db.execute(query, args).fetchall()
             return [e for k in keys if (e := self._journal_row(db, *k)) is not None]
 
-    def _read_handoff(self, tenant: str, run_id: str, key: str) -> str | None:
-        with self._read() as db:
-            row = db.execute(
-                "SELECT body FROM handoffs WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
-            ).fetchone()
-        return None if row is None else row[0]
-
     # == primitives: writes =============================================================
 
     def _insert_run(self, run: Run) -> None:
@@ -580,14 +328,22 @@ class SqliteStore(RuleBookStore):
         db.executemany("INSERT INTO prompt_layers (tenant, run_id, idx, layers) VALUES (?, ?, ?, ?)", layers)
 
     def _update_run(
-        self, tenant: str, run_id: str, values: dict[str, Any], *, expected: list[str] | None, add_drives: int
+        self,
+        tenant: str,
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        expected: list[str] | None,
+        add_drives: int = 0,
+        unset: str | None = None,
     ) -> Doc:
         sets = {column: ("?", value) for column, value in columns_of(Run, values).items()}
         if add_drives:
             sets["drives"] = ("drives + ?", add_drives)
+        flag = "0" if unset is None else RUN_COLUMNS[unset][0]
         with self._write() as db:
-            found = db.execute("SELECT status FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
-            if found is None or (expected is not None and found[0] not in expected):
+            found = db.execute(f"SELECT status, {flag} FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
+            if found is None or (expected is not None and found[0] not in expected) or found[1]:
                 raise Refused(found and found[0])
             db.execute(
                 f"UPDATE runs SET {', '.join(f'{c} = {expr}' for c, (expr, _) in sets.items())} WHERE tenant = ? AND id = ?",
@@ -605,14 +361,6 @@ class SqliteStore(RuleBookStore):
                 (usd, tenant, run_id),
             )
             return float(db.execute("SELECT cost_usd FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()[0])
-
-    def _request_stop(self, tenant: str, run_id: str) -> bool | None:
-        with self._write() as db:
-            row = db.execute("SELECT stop_requested FROM runs WHERE tenant = ? AND id = ?", (tenant, run_id)).fetchone()
-            if row is None or row[0]:
-                return None if row is None else False
-            db.execute("UPDATE runs SET stop_requested = 1 WHERE tenant = ? AND id = ?", (tenant, run_id))
-            return True
 
     def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:
         key = (tenant, run_id, index)
@@ -731,125 +479,3 @@ class SqliteStore(RuleBookStore):
             if fence is not None:
                 self._fence(db, fence)
             db.execute(_INSERT_EVENT, _event_row(tenant, run_id, index, event))
-
-    def _write_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
-        with self._write() as db:
-            db.execute(
-                "INSERT INTO handoffs (tenant, run_id, key, body) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (tenant, run_id, key) DO UPDATE SET body = excluded.body",
-                (tenant, run_id, key, text),
-            )
-
-    def _gate_wait(self, tenant: str, run_id: str, key: str, waiter: GateWaiter) -> GatePass | None:
-        opened = "ended_at" if waiter.until_lead_ends else "opened_at"
-        select = f"SELECT {opened}, note, tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?"
-        with self._read() as db:  # most siblings arrive after the lead's reply began: no write
-            row = db.execute(select, (tenant, run_id, key)).fetchone()
-        if row is not None and row[0] is not None:
-            return GatePass(note=row[1])
-        with self._write() as db:  # re-checked inside the write: the rendezvous stays exact
-            row = db.execute(select, (tenant, run_id, key)).fetchone()
-            if row is not None and row[0] is not None:
-                return GatePass(note=row[1])
-            tokens = json.loads(row[2]) if row else []
-            tokens.append({"token": waiter.token, "index": waiter.index, "until_lead_ends": waiter.until_lead_ends})
-            db.execute(
-                "INSERT INTO gates (tenant, run_id, key, opened_at, tokens) VALUES (?, ?, ?, NULL, ?)"
-                " ON CONFLICT (tenant, run_id, key) DO UPDATE SET tokens = excluded.tokens",
-                (tenant, run_id, key, dumps(tokens)),
-            )
-            return None
-
-    def _gate_open(self, tenant: str, run_id: str, key: str, *, lead_ended: bool, note: str | None) -> list[GateWaiter]:
-        with self._write() as db:
-            row = db.execute(
-                "SELECT opened_at, ended_at, tokens FROM gates WHERE tenant = ? AND run_id = ? AND key = ?", (tenant, run_id, key)
-            ).fetchone()
-            kept = [_waiter(t) for t in json.loads(row[2])] if row else []
-            done = row is not None and (row[1] is not None or (row[0] is not None and not lead_ended))  # opened so already
-            handed = [] if done else [w for w in kept if lead_ended or not w.until_lead_ends]
-            left = [w for w in kept if w not in handed]
-            now = utcnow()
-            db.execute(
-                "INSERT INTO gates (tenant, run_id, key, opened_at, ended_at, note, tokens) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (tenant, run_id, key) DO UPDATE SET opened_at = coalesce(opened_at, excluded.opened_at),"
-                " ended_at = coalesce(ended_at, excluded.ended_at), note = coalesce(note, excluded.note), tokens = excluded.tokens",
-                (
-                    tenant,
-                    run_id,
-                    key,
-                    now,
-                    now if lead_ended else None,
-                    note,
-                    dumps([{"token": w.token, "index": w.index, "until_lead_ends": w.until_lead_ends} for w in left]),
-                ),
-            )
-
-            return handed
-
-    # == primitives: inboxes ============================================================
-
-    def _read_notes(self, tenant: str, run_id: str) -> list[Note]:
-        with self._read() as db:
-            rows = db.execute("SELECT body FROM notes WHERE tenant = ? AND run_id = ?", (tenant, run_id)).fetchall()
-        return [Note.model_validate_json(body) for (body,) in rows]
-
-    def _read_note(self, tenant: str, run_id: str, note_id: str) -> Note | None:
-        with self._read() as db:
-            row = db.execute(
-                "SELECT body FROM notes WHERE tenant = ? AND run_id = ? AND id = ?", (tenant, run_id, note_id)
-            ).fetchone()
-        return None if row is None else Note.model_validate_json(row[0])
-
-    def _read_observed(self, tenant: str, run_id: str, index: int) -> dict[int, list[str]]:
-        out: dict[int, list[str]] = defaultdict(list)
-        with self._read() as db:
-            rows = db.execute(
-                "SELECT n, id FROM observed WHERE tenant = ? AND run_id = ? AND idx = ? ORDER BY seq", (tenant, run_id, index)
-            ).fetchall()
-        for n, note_id in rows:
-            out[n].append(note_id)
-        return dict(out)
-
-    def _open_questions(self, tenant: str | None) -> list[tuple[str, Note]]:
-        where, args = ("status = 'open'", ()) if tenant is None else ("status = 'open' AND tenant = ?", (tenant,))
-        with self._read() as db:
-            rows = db.execute(f"SELECT tenant, body FROM notes WHERE {where}", args).fetchall()
-        return [(t, Note.model_validate_json(body)) for t, body in rows]
-
-    def _insert_note(self, tenant: str, note: Note) -> None:
-        status = note.status.value if note.status else None
-        with self._write() as db:
-            try:
-                db.execute(
-                    "INSERT INTO notes (tenant, run_id, id, to_idx, status, body) VALUES (?, ?, ?, ?, ?, ?)",
-                    (tenant, note.run_id, note.id, note.to_index, status, note.model_dump_json()),
-                )
-            except sqlite3.IntegrityError:
-                raise Refused() from None
-
-    def _update_question(self, tenant: str, note: Note) -> None:
-        key = (tenant, note.run_id, note.id)
-        with self._write() as db:
-            row = db.execute("SELECT status, body FROM notes WHERE tenant = ? AND run_id = ? AND id = ?", key).fetchone()
-            if row is None or row[0] != "open":
-                raise Refused(None if row is None else Note.model_validate_json(row[1]))
-            db.execute(
-                "UPDATE notes SET status = ?, body = ? WHERE tenant = ? AND run_id = ? AND id = ?",
-                (note.status.value if note.status else None, note.model_dump_json(), *key),
-            )
-
-    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
-        with self._write() as db:
-            self._fence(db, ref)
-            db.executemany(
-                "INSERT INTO observed (tenant, run_id, idx, n, id) VALUES (?, ?, ?, ?, ?)",
-                [(ref.tenant, ref.run_id, ref.index, ref.n, note_id) for note_id in ids],
-            )
-
-
-def _waiter(kept: Any) -> GateWaiter:
-    """A kept token as the gate row holds it (an older row kept the bare token)."""
-    if isinstance(kept, str):
-        return GateWaiter(token=kept)
-    return GateWaiter(token=kept["token"], index=kept.get("index"), until_lead_ends=bool(kept.get("until_lead_ends")))

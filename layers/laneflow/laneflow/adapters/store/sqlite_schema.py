@@ -1,24 +1,23 @@
-"""The embedded store's tables, and how its rows are written and rendered as JSON.
+"""The embedded store's tables, the numbered migrations that make them (`MIGRATIONS`; a
+database's `PRAGMA user_version` is the last it has), and how rows are written and rendered
+as JSON.
 
 See laneflow.adapters.store.sqlite for what each table holds and why.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Collection
 from typing import Any
 
 from laneflow.adapters.store.encoding import cost, dumps, worker_text
-from laneflow.adapters.store.rulebook import damaged
-from laneflow.domain.errors import RecordDamaged
+from laneflow.adapters.store.rulebook_base import damaged
+from laneflow.domain.errors import RecordDamaged, Unavailable
 from laneflow.domain.records import Run, Step
 
-SCHEMA_VERSION = 9  # 7: the gate's and the cache break's columns; 8: notes and observed (peers, ask) on one
-# branch, runs.segments (continue-as-new) on another; 9: both, so a database at either 8 gets the other's
-
-# Columns added after a table was first shipped: (table, column, declaration). A database
-# made by an older version gets them on open.
+# Columns added after a table was first shipped: (table, column, declaration).
 ADDED_COLUMNS = (
     ("runs", "driver", "TEXT"),
     ("attempts", "heartbeat_at", "TEXT"),
@@ -201,6 +200,64 @@ CREATE TABLE IF NOT EXISTS prompt_layers (
     PRIMARY KEY (tenant, run_id, idx)
 ) WITHOUT ROWID;
 """
+
+
+class DatabaseTooNew(Unavailable):
+    """The database file was last migrated by a newer laneflow than this one: its tables may
+    hold what this code would misread or lose."""
+
+
+# An ALTER TABLE ... ADD COLUMN a database may already have: a database of version 8 was made
+# by either of two branches, each adding columns of its own (`_apply` leaves a column that is
+# there, and a table that is not: it is made with its columns by a later statement).
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+) ")
+
+# The schema's history, in order: (number, what it does, its statements). A database's
+# `PRAGMA user_version` is the number of the last one it has; opening a store applies the
+# ones after it, in order, in one transaction. Versions 1 to 8 came before this list:
+# migration 9 brings a database of any of them (or a new, empty one) to the tables of
+# version 9, every column added since a table first shipped added where it is missing.
+# A schema change is a new migration at the end, never an edit of one shipped.
+MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (
+        9,
+        "every table and index of version 9; the columns a database of an earlier version lacks",
+        (
+            *(f"ALTER TABLE {table} ADD COLUMN {column} {decl}" for table, column, decl in ADDED_COLUMNS),
+            *(statement.strip() for statement in SCHEMA.split(";") if statement.strip()),
+        ),
+    ),
+)
+
+
+def _apply(db: sqlite3.Connection, statement: str) -> None:
+    added = _ADD_COLUMN.match(statement)
+    if added:
+        table, column = added.groups()
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if not have or column in have:
+            return
+    db.execute(statement)
+
+
+def migrate(db: sqlite3.Connection, path: str) -> int:
+    """Apply the migrations the database at `path` lacks, in order, inside the caller's
+    write transaction (so they land together or not at all); the version it is now at.
+    `DatabaseTooNew` if a newer laneflow migrated it past what this code knows."""
+    latest = MIGRATIONS[-1][0]
+    version: int = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > latest:
+        raise DatabaseTooNew(
+            f"the store {path} is at schema version {version}, newer than this laneflow knows ({latest}):"
+            " open it with the laneflow that last wrote it, or a newer one"
+        )
+    for number, _, statements in MIGRATIONS:
+        if number > version:
+            for statement in statements:
+                _apply(db, statement)
+            db.execute(f"PRAGMA user_version = {int(number)}")
+            version = number
+    return version
 
 
 # Model field -> (column, kind). The kind says how a value is written: as is ("plain"), as an
