@@ -379,9 +379,12 @@ def test_the_command_line_serves_until_interrupted():
         assert url.startswith("http://127.0.0.1:")
         stats = json.load(urllib.request.urlopen(url + "/stats"))
         assert stats["requests"] == 0
-    finally:
-        proc.send_signal(__import__("signal").SIGINT)
-        assert proc.wait(timeout=5) == 0
+    except BaseException:
+        proc.kill()  # the test's own failure is the one to see, not the server's exit
+        proc.wait()
+        raise
+    proc.send_signal(__import__("signal").SIGINT)
+    assert proc.wait(timeout=5) == 0
 
 
 def test_a_client_that_closes_the_connection_during_the_prefill_is_counted_as_a_disconnect():
@@ -454,9 +457,12 @@ def test_the_command_line_holds_response_headers_and_refuses_a_negative_hold():
         # The option reached the server: it held this response's headers
         stats = json.load(urllib.request.urlopen(url + "/stats"))
         assert stats["held"] == 1 and stats["requests"] == 1
-    finally:
-        proc.send_signal(__import__("signal").SIGINT)
-        assert proc.wait(timeout=5) == 0
+    except BaseException:
+        proc.kill()  # the test's own failure is the one to see, not the server's exit
+        proc.wait()
+        raise
+    proc.send_signal(__import__("signal").SIGINT)
+    assert proc.wait(timeout=5) == 0
     refused = subprocess.run(
         [sys.executable, "-m", "laneflow_dev.imitation", "--hold-headers-ms", "-5"], capture_output=True, text=True, timeout=30
     )
