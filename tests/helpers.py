@@ -53,6 +53,7 @@ __all__ = [
     "services_on",
     "store_kinds",
     "stored_bytes",
+    "wait_for",
     "write_workspace",
 ]
 
@@ -162,6 +163,17 @@ def closed_within(sock: socket.socket, seconds: float) -> float | None:
     except ConnectionError:
         pass
     return time.monotonic() - started
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 30, poll_s: float = 0.01) -> Any:
+    """Poll `predicate` until it returns something true, and return that. `timeout_s` only
+    keeps a broken test from hanging (it is generous, never the figure under test): past it
+    the test fails saying `what` never happened."""
+    deadline = time.monotonic() + timeout_s
+    while not (got := predicate()):
+        assert time.monotonic() < deadline, f"{what} never happened within {timeout_s:g} s"
+        time.sleep(poll_s)
+    return got
 
 
 def wait_for_run(

@@ -104,7 +104,6 @@ def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
 
 def test_an_unanswered_ask_times_out_and_the_step_completes(on, tmp_path):
     svc = on()
-    started = time.monotonic()
     run, thread, done = start(svc, ask_workspace(tmp_path, ask_timeout=1))
     thread.join(60)
     [ended] = done
@@ -114,7 +113,7 @@ def test_an_unanswered_ask_times_out_and_the_step_completes(on, tmp_path):
     assert "no answer within 1 s; the step goes on" in [e.text for e in step.events if e.type == EventType.ask]
     assert tool_output(tmp_path, "ask").startswith("no answer within 1 s")
     [question] = svc.store.get_inbox(run.tenant, run.id, 0)
-    assert question.status == QuestionStatus.expired and time.monotonic() - started < 30
+    assert question.status == QuestionStatus.expired
     with pytest.raises(NoQuestionWaiting, match="expired"):
         answer_question(svc, run.tenant, run.id, 0, "too late")
 
@@ -123,17 +122,15 @@ def test_a_stop_during_an_ask_ends_the_step_at_once(on, tmp_path):
     svc = on()
     run, thread, done = start(svc, ask_workspace(tmp_path, ask_timeout=600))
     until_asked(svc, run)
-    stopped_at = time.monotonic()
     stop_run(svc, run.tenant, run.id)
-    thread.join(60)
-    took = time.monotonic() - stopped_at
+    thread.join(60)  # the ask waits 600 s: ended within this bound, the stop ended it
+    assert not thread.is_alive(), "the stop did not end the wait for an answer"
     [ended] = done
     assert ended.status == RunStatus.failed and ended.stop_requested
     [step] = ended.steps
     assert step.status == StepStatus.failed and "waited for an answer" in (step.error or "")
     [attempt] = svc.store.list_attempts(run.tenant, run.id, 0)
     assert attempt.status == "stopped"
-    assert took < 10, f"the stop took {took:.1f} s to end the wait"
     [question] = svc.store.get_inbox(run.tenant, run.id, 0)
     assert question.status == QuestionStatus.expired and waiting_questions(svc, run.tenant) == []
 

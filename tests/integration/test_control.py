@@ -203,15 +203,15 @@ def _stop_when(svc, run, predicate, timeout=30.0) -> threading.Thread:
 def test_a_stop_ends_the_running_step_and_skips_what_had_not_started(svc):
     run = create_run(svc, CTRL, "stop")
     watcher = _stop_when(svc, run, lambda r: r.steps[0].status == StepStatus.running)
-    started = time.monotonic()
     final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
     watcher.join()
-    assert time.monotonic() - started < 15
     assert final.status == RunStatus.failed and final.finished_at and final.error == "stopped by a person"
     slow, later = final.steps
     assert slow.status == StepStatus.failed and slow.error == "stopped by a person"
     [attempt] = svc.store.list_attempts(run.tenant, run.id, 0)
     assert attempt.status == AttemptStatus.stopped and attempt.reason == "stopped by a person"
+    # The stop cut the 40 s model call short: it never answered (no call span, no result)
+    assert slow.calls == [] and slow.result is None
     assert later.status == StepStatus.skipped and later.skip_reason == "run stopped"
 
 

@@ -15,7 +15,7 @@ from helpers import FIXTURES
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.gate import reserve_line
 from laneflow.domain.lanes import waiting_line
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.usecases.run_step.runner import WAITED_TO_START
 from laneflow.usecases.start_run import create_run
 
@@ -83,14 +83,15 @@ def test_a_stop_while_siblings_wait_skips_them_never_started(svc, run_flow):
 
     stopper = threading.Thread(target=stop_once_siblings_wait)
     stopper.start()
-    started = time.monotonic()
     result = engine.drive(run.tenant, run.id, tick_s=0.02)
     stopper.join()
-    assert time.monotonic() - started < 15, "the stop did not end the slow lead"
     final = result.run
     assert final.status == RunStatus.failed and final.finished_at and final.stop_requested
     lead, s1, s2, later = final.steps
     assert lead.status == StepStatus.failed and lead.error == "stopped by a person"
+    # The stop ended the slow lead: its 40 s model call never answered
+    [attempt] = svc.store.list_attempts(run.tenant, run.id, lead.index)
+    assert attempt.status == AttemptStatus.stopped and lead.calls == [] and lead.result is None
     for sibling in (s1, s2):
         assert sibling.status == StepStatus.skipped and sibling.skip_reason == WAITED_TO_START
         assert sibling.attempts == 0 and sibling.started_at is None
@@ -127,8 +128,9 @@ def test_the_gate_can_be_turned_off_for_comparison(run_flow):
     run = run_flow(GATE, "fanout", options={"gate": False}).run
     assert run.status == RunStatus.completed
     assert not any(e.type == "gate" for s in run.steps for e in s.events)
-    starts = sorted(ts(s.started_at) for s in run.steps)
-    assert starts[-1] - starts[0] < dt.timedelta(milliseconds=200)  # all started together
+    # No sibling waited at a gate (no gate line above, which a wait writes), and they ran
+    # together: every step had started before any ended
+    assert max(ts(s.started_at) for s in run.steps) < min(ts(s.finished_at) for s in run.steps)
 
 
 def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc, tmp_path):
@@ -190,15 +192,12 @@ def _most_at_once(spans) -> int:
 @pytest.mark.slow
 def test_a_gated_lane_runs_parallel_steps_at_once_and_takes_about_the_ideal_time(run_flow):
     """12 stub steps of 2 s at `parallel: 3` (reply after 200 ms): from the steps' recorded
-    start and end times, never more than 3 run at once, the makespan is within 10 % of the
-    ideal ceil(12 / 3) x 2 s, and the reserve said why it waited for the lead's end."""
+    start and end times, never more than 3 run at once, and the reserve said why it waited
+    for the lead's end. (The makespan against the ideal is bench/gated_lane.py's figure.)"""
     run = run_flow(GATE, "lane12").run
     assert run.status == RunStatus.completed
     spans = sorted((ts(s.started_at), ts(s.finished_at)) for s in run.steps)
     assert _most_at_once(spans) == 3
-    makespan = (max(b for _, b in spans) - min(a for a, _ in spans)).total_seconds()
-    ideal = 4 * 2.0
-    assert makespan <= ideal * 1.10, f"makespan {makespan:.2f} s against an ideal of {ideal} s"
     lead, *siblings = run.steps
     reserve = siblings[2]  # the siblings' Map iteration parallel - 1
     lines = [e.text for e in reserve.events if e.type == "gate"]

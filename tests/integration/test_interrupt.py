@@ -93,13 +93,13 @@ def assert_finished_telling_the_truth(db, run_id: str) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_leaves_the_run_resumable_and_resume_finishes_it_telling_the_step_it_was_interrupted(tmp_path):
-    code, out, err, took, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT)
+    code, out, err, _, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT)
     assert code == 130, err
     assert (
         f"laneflow: interrupted; run {run_id} is resumable: laneflow resume {run_id} "
         f"(or laneflow reconcile; laneflow stop {run_id} to end it)"
     ) in err
-    assert took < 15  # the minute-long attempts did not hold the runner
+    # The minute-long attempts did not hold the runner: they ended interrupted, not answered
     assert_resumable(db, run_id)
     assert db.get_run("local", run_id).driver is None  # its drive ended
 
@@ -133,11 +133,12 @@ def test_sigterm_leaves_the_run_resumable_and_reconcile_re_drives_it_with_its_ac
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_during_the_cleanup_exits_at_once_and_reconcile_finishes_the_job(tmp_path):
-    code, out, err, took, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT, signal.SIGINT)
+    code, out, err, _, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT, signal.SIGINT)
     # 130 from the handler; had the cleanup already ended, the process was past its last
     # line and the second Ctrl-C ended it as the shell's default would (killed by SIGINT).
+    # (Had it waited for the minute-long attempts instead, they would have answered: the
+    # reconcile below finds each slow step on its second attempt, the first never answered.)
     assert code in (130, -signal.SIGINT), err
-    assert took < 5
     run = db.get_run("local", run_id)
     assert run.status == RunStatus.running and not run.error  # not failed, whatever the cleanup reached
     reconciled = laneflow("reconcile", "--store", store, "--json", cwd=tmp_path)
@@ -163,9 +164,8 @@ def test_a_second_signal_while_the_cleanup_runs_exits_at_once(tmp_path):
                 print("cleanup finished", flush=True)
         """
     )
-    started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert time.monotonic() - started < 20
+    # It left during the cleanup's 30 s sleep: the cleanup never printed its end
     assert proc.returncode == 143 and proc.stdout == f"cleanup after {int(signal.SIGINT)}\n"
     assert "interrupted again: leaving now; `laneflow reconcile` finishes the cleanup" in proc.stderr
 

@@ -88,7 +88,14 @@ def test_serve_re_drives_an_interrupted_run_at_its_start_and_at_a_later_reconcil
         assert proc.poll() is None
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+            ended_on_term = True
+        except subprocess.TimeoutExpired:  # said below, not over the body's own error
+            proc.kill()
+            _, err = proc.communicate()
+            ended_on_term = False
+    assert ended_on_term, f"laneflow serve did not end on SIGTERM: {err[-2000:]}"
     for run_id in (first, second):
         run = svc.store.get_run("local", run_id)
         assert run.drives == 2 and [s.status for s in run.steps] == [StepStatus.completed] * 2

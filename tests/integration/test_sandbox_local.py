@@ -228,10 +228,9 @@ def test_a_stop_ends_the_sandbox_worker_and_its_attempt(svc, tmp_path):
     ws = workspace(tmp_path, "ttft_ms: 60000\nnever")
     run, thread, out = _drive_in_thread(svc, ws)
     pid = _running_child(svc, run.id)
-    asked = time.monotonic()
     stop_run(svc, run.tenant, run.id)
-    thread.join(30)
-    assert not thread.is_alive() and time.monotonic() - asked < 10
+    thread.join(30)  # its model call takes 60 s: ended within this bound, the stop ended it
+    assert not thread.is_alive(), "the stop did not end the step"
     assert _gone(pid)
     stored = svc.store.get_run(run.tenant, run.id)
     assert stored.status.ended and stored.stop_requested

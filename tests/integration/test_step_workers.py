@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from contract.store.backends import BACKENDS
-from helpers import write_workspace
+from helpers import wait_for, write_workspace
 
 from laneflow.adapters.engine import step_workers
 from laneflow.adapters.workers import local_worker
@@ -83,10 +83,7 @@ def test_a_worker_that_dies_mid_step_is_a_crashed_worker_its_run_goes_on_and_it_
     driving = threading.Thread(target=lambda: done.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)))
     driving.start()
     # When the step runs in its worker, the worker is killed
-    deadline = time.monotonic() + 60
-    while svc.store.get_step(run.tenant, run.id, 0).status != StepStatus.running:
-        assert time.monotonic() < deadline, "the step never started"
-        time.sleep(0.05)
+    wait_for(lambda: svc.store.get_step(run.tenant, run.id, 0).status == StepStatus.running, "the step's start", 60)
     (victim,) = [w for w in pool.workers if w.answered]
     os.killpg(victim.process.pid, signal.SIGKILL)
     driving.join(120)
@@ -119,15 +116,15 @@ def test_ctrl_c_reaches_the_steps_running_in_workers_and_the_run_stays_resumable
         _thread.interrupt_main()
 
     threading.Thread(target=interrupt_when_running, daemon=True).start()
-    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         engine.drive(run.tenant, run.id, tick_s=0.02)
-    # The steps' 20 s delays were cut short: the workers' steps saw the worker leaving.
-    assert time.monotonic() - started < 15
     stored = svc.store.get_run(run.tenant, run.id)
     assert not stored.status.ended and stored.driver is None  # resumable
     for step in stored.steps:
         assert step.status != StepStatus.running
+        # The step's 20 s model call was cut short (the worker's step saw the worker leaving):
+        # it never answered
+        assert step.calls == [] and step.result is None, step
         for attempt in svc.store.list_attempts(run.tenant, run.id, step.index):
             assert attempt.status != AttemptStatus.running
 

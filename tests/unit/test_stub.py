@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from laneflow.adapters.executors.stub import StubExecutor, parse_answer, pick_answer
-from laneflow.domain.errors import StepFailed
+from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import ModelCall
 from laneflow.domain.stub_answers import BadHeader, header_problems
 from laneflow.ports import StepJob
@@ -114,13 +114,28 @@ def test_every_turn_is_a_span_with_tokens_tools_and_stop_reason():
 
 
 def test_simulated_time_to_first_token_and_latency_are_waited_and_recorded():
-    sink = Sink()
-    started = time.monotonic()
-    StubExecutor().execute(job("ttft_ms: 120\ndelay_ms: 250\nok"), sink)
-    elapsed = time.monotonic() - started
-    assert sink.began_at is not None and sink.began_at - started >= 0.115
-    assert elapsed >= 0.245
-    assert sink.calls[0].ttft_ms == 120 and sink.calls[0].ms >= 245
+    # The stub's clock is one the test reads: it moves only when the stub sleeps, so what it
+    # waited is exact (no machine's speed in it)
+    class Clock:
+        now, slept = 1000.0, 0.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+        def sleep(self, seconds: float) -> None:
+            self.now += seconds
+            self.slept += seconds
+
+    clock, sink = Clock(), Sink()
+    first_event_after: list[float] = []
+    sink.first_event = lambda: first_event_after.append(clock.slept)  # type: ignore[method-assign]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("laneflow.adapters.executors.stub.time", clock)
+        StubExecutor().execute(job("ttft_ms: 120\ndelay_ms: 250\nok"), sink)
+    # The first token came after the time to first token, the reply after the whole latency
+    assert first_event_after == [pytest.approx(0.120)]
+    assert clock.slept == pytest.approx(0.250)
+    assert sink.calls[0].ttft_ms == 120 and sink.calls[0].ms == 250
 
 
 def test_fail_header_fails_the_attempt_with_its_reason_before_any_reply():
@@ -139,10 +154,11 @@ def test_item_and_input_are_filled_into_the_answer():
 
 
 def test_a_stop_ends_a_slow_stub_turn():
-    started = time.monotonic()
-    with pytest.raises(StepFailed):
-        StubExecutor(slice_s=0.01).execute(job("delay_ms: 5000\nslow"), Sink(stop_after=0.1))
-    assert time.monotonic() - started < 1.0
+    sink = Sink(stop_after=0.1)
+    # The stop, not the 5 s turn's end: the turn raised stopped and never answered
+    with pytest.raises(StepStopped):
+        StubExecutor(slice_s=0.01).execute(job("delay_ms: 5000\nslow"), sink)
+    assert sink.calls == []
 
 
 def test_a_bad_header_value_is_a_clear_failure_not_a_crash():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -107,16 +107,40 @@ def test_a_sqlite_database_locked_past_the_busy_timeout_is_a_transient_error_and
     holder.execute("BEGIN IMMEDIATE")
     try:
         # When this store writes
-        started = time.monotonic()
         with pytest.raises(TransientError) as raised:
             store.update_run(TENANT, run.id, RunChanges(status=RunStatus.running))
-        # Then it waited its timeout, said so, and wrote nothing; reads go on meanwhile (WAL)
-        assert time.monotonic() - started >= 0.2 and type(raised.value) is TransientError
-        assert "locked" in str(raised.value)
+        # Then it says so, naming its timeout, and wrote nothing; reads go on meanwhile (WAL)
+        assert type(raised.value) is TransientError
+        assert "locked" in str(raised.value) and "past 0.2 s" in str(raised.value)
         assert store.get_run(TENANT, run.id).status == RunStatus.queued
     finally:
         holder.execute("ROLLBACK")
+    # And a write that meets the lock waits for it: a store with a long timeout, its
+    # transaction begun (SQLite traced the BEGIN IMMEDIATE) while the lock is held, is still
+    # waiting while it is held and lands once the holder lets go
+    patient = SqliteStore(path, busy_timeout_s=60)
+    begun, outcome = threading.Event(), {}
+    patient._conn.set_trace_callback(lambda sql: sql == "BEGIN IMMEDIATE" and begun.set())
+
+    def write() -> None:
+        try:
+            outcome["run"] = patient.update_run(TENANT, run.id, RunChanges(status=RunStatus.running))
+        except Exception as error:
+            outcome["error"] = error
+
+    holder.execute("BEGIN IMMEDIATE")
+    writer = threading.Thread(target=write, daemon=True)
+    try:
+        writer.start()
+        assert begun.wait(30), "the write never began its transaction"
+        writer.join(0.5)  # time for a write that does not wait to end (it would fail at once)
+        assert writer.is_alive() and not outcome, f"the write ended while the lock was held: {outcome}"
+    finally:
+        holder.execute("ROLLBACK")
         holder.close()
-    # And once the lock is free the same write lands
-    assert store.update_run(TENANT, run.id, RunChanges(status=RunStatus.running)).status == RunStatus.running
+    writer.join(30)
+    assert not writer.is_alive(), "the write never ended once the lock was free"
+    assert "error" not in outcome and outcome["run"].status == RunStatus.running, outcome
+    assert store.get_run(TENANT, run.id).status == RunStatus.running
+    patient.close()
     store.close()
