@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import boto3
 import pytest
@@ -32,6 +32,9 @@ from laneflow.wiring import for_store, local_engine
 
 # The engine's threads against moto's DynamoDB (see laneflow_dev/moto_support.py).
 from laneflow_dev.moto_support import serialized_dynamodb as moto_dynamodb_serialized
+
+if TYPE_CHECKING:
+    from laneflow.adapters.engine.local import DriveResult, LocalEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -58,6 +61,22 @@ __all__ = [
 
 
 STORE_KINDS = ("sqlite", "dynamodb")
+
+
+class ServicesOn(Protocol):
+    """The `on` fixture: on(**env) -> Services on the store of the test's `store_kind`."""
+
+    kind: str
+
+    def __call__(self, **env: str) -> Services: ...
+
+
+class FlowRunner(Protocol):
+    """The `run_flow` fixture: run_flow(workspace, flow, input) -> DriveResult, on its `engine`."""
+
+    engine: LocalEngine
+
+    def __call__(self, workspace: str | Path, flow: str, run_input: Any = None, **kwargs: Any) -> DriveResult: ...
 
 
 def store_kinds(config: pytest.Config) -> list[str]:

@@ -8,6 +8,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -547,7 +548,7 @@ def http(
 
 
 @pytest.fixture
-def served(api_svc):
+def served(api_svc) -> Iterator[str]:
     server = make_server(api_svc, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

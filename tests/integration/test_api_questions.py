@@ -12,6 +12,7 @@ from helpers import write_workspace
 from test_api import RecordingDrives, call
 
 from laneflow.domain.records import EventType, RunStatus
+from laneflow.ports import Services
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import local_engine
 
@@ -19,7 +20,7 @@ TENANT = "acme"
 
 
 @pytest.fixture
-def api_svc(svc):
+def api_svc(svc) -> Services:
     svc.drives = RecordingDrives()
     return svc
 

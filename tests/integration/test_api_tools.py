@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ class Server:
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[Server]:
     with Server() as s:
         yield s
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def ws(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def api():
+def api() -> Iterator[MessagesImitation]:
     with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={KEY}) as server:
         yield server
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -28,7 +29,7 @@ TENANT = "123456789012"
 
 
 @pytest.fixture
-def read_only_cwd(monkeypatch, tmp_path: Path):
+def read_only_cwd(monkeypatch, tmp_path: Path) -> Iterator[Path]:
     """The working folder is a chmod 0555 folder (tests run as root, which ignores the mode:
     the test also checks that nothing appeared in it)."""
     cwd = tmp_path / "var-task"

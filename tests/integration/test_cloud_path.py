@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import boto3
 import pytest
@@ -47,7 +48,7 @@ class SyncDrives:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path):
+def cloud(monkeypatch, tmp_path) -> Iterator[Services]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ SMALL_MODEL = "claude-haiku-4-5"  # minimum cacheable length 4,096 tokens
 
 
 @pytest.fixture
-def api():
+def api() -> Iterator[MessagesImitation]:
     with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={KEY}) as server:
         yield server
 

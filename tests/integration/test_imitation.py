@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import anthropic
 import pytest
@@ -24,7 +25,7 @@ BIG = "x" * 20_000  # 5,000 tokens at 4 chars per token
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[MessagesImitation]:
     with MessagesImitation() as s:
         yield s
 

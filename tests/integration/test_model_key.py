@@ -14,6 +14,7 @@ import importlib.util
 import json
 import shutil
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -78,13 +79,13 @@ class StartedDrives:
 
 
 @pytest.fixture
-def api():
+def api() -> Iterator[MessagesImitation]:
     with MessagesImitation(ttft_ms=50, token_ms=0, api_keys={KEY}) as server:
         yield server
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path, api):
+def cloud(monkeypatch, tmp_path, api) -> Iterator[SecretReads]:
     """A step runner's environment (the secret's name set, no key), moto behind it, and the
     workspace in S3 (ws_claude plus a flow that only parks)."""
     ws = tmp_path / "claude"

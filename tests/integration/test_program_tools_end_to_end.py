@@ -10,6 +10,7 @@ import shutil
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -22,6 +23,7 @@ from laneflow.adapters.executors.isolation import detect
 from laneflow.adapters.store import open_store
 from laneflow.domain.flow import check_workspace
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.stop import stop_run
@@ -70,7 +72,7 @@ EACH = "input:\n  type: object\n  properties:\n    names: {type: array}\nsteps:\
 
 
 @pytest.fixture
-def svc(store_kind: str, tmp_path: Path):
+def svc(store_kind: str, tmp_path: Path) -> Iterator[Services]:
     with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
@@ -155,7 +157,7 @@ def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_be
 
 
 @pytest.fixture
-def api():
+def api() -> Iterator[MessagesImitation]:
     with MessagesImitation(api_keys={KEY}) as server:
         yield server
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -38,7 +40,7 @@ REGION = "us-east-1"
 
 
 @pytest.fixture
-def aws(monkeypatch, tmp_path):
+def aws(monkeypatch, tmp_path) -> Iterator[dict[str, Any]]:
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)

@@ -10,6 +10,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from contract.store.backends import dynamodb_store, sqlite_store
 from laneflow.adapters.aws.s3 import ATTEMPTS
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.domain.workers import LocalProcess
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -43,7 +45,7 @@ def workspace(root: Path, stub: str, *, sandbox: bool = True, fan_out: int = 1, 
 
 
 @pytest.fixture(params=sorted(STORES))
-def svc(request, tmp_path):
+def svc(request, tmp_path) -> Iterator[Services]:
     with STORES[request.param](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 

@@ -14,10 +14,12 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import wait_for_run
+from types_boto3_stepfunctions import SFNClient
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
@@ -222,7 +224,7 @@ def test_a_crash_inside_a_later_window_is_reconciled_and_completes_exactly_once(
 
 
 @pytest.fixture
-def sfn(monkeypatch):
+def sfn(monkeypatch) -> Iterator[SFNClient]:
     """Step Functions under moto, executing its state machines."""
     from moto import mock_aws
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,7 +45,7 @@ class RecordingDrives:
 
 
 @pytest.fixture
-def server(svc: Services):
+def server(svc: Services) -> Iterator[ApiServer]:
     svc.workspaces = FolderWorkspaces(FIXTURES)
     svc.drives = RecordingDrives()
     server = make_server(svc, "127.0.0.1", 0, request_timeout_s=TIMEOUT_S)

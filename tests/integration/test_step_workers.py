@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from laneflow.adapters.engine import step_workers
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.lanes_report import lane_rows
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -30,7 +32,7 @@ STORES = {"sqlite": sqlite_store, "dynamodb": dynamodb_store}
 
 
 @pytest.fixture(params=sorted(STORES))
-def svc(request, tmp_path):
+def svc(request, tmp_path) -> Iterator[Services]:
     with STORES[request.param](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures"), step_workers=2))
     step_workers.close_all()

@@ -111,7 +111,7 @@ def text(s3: Any, key: str) -> str:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path: Path):
+def cloud(monkeypatch, tmp_path: Path) -> Iterator[tuple[Services, Any, Requests]]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

@@ -6,6 +6,7 @@ test_tenant_isolation.py.)"""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from contract.store.backends import STORE_FACTORIES
@@ -20,7 +21,7 @@ BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]
 
 
 @pytest.fixture(params=STORE_FACTORIES, ids=lambda factory: factory.__name__.removesuffix("_store"))
-def store(request, tmp_path):
+def store(request, tmp_path) -> Iterator[Store]:
     with request.param(tmp_path) as s:
         yield s
 

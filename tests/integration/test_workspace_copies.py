@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,7 @@ class Clerk:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path: Path):
+def cloud(monkeypatch, tmp_path: Path) -> Iterator[Any]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

@@ -9,8 +9,8 @@ import pytest
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.flow import Entry, Flow, StepSpec
 from laneflow.domain.lanes import plan_lanes
-from laneflow.domain.messages import EndRunRequest, NextGroupRequest, SettleGroupRequest, StartDriveRequest
-from laneflow.domain.records import Attempt, AttemptStatus, FailureKind, RunStatus, Step, StepChanges, StepStatus
+from laneflow.domain.messages import DriveRef, EndRunRequest, NextGroupRequest, SettleGroupRequest, StartDriveRequest
+from laneflow.domain.records import Attempt, AttemptStatus, FailureKind, Run, RunStatus, Step, StepChanges, StepStatus
 from laneflow.usecases.end_run import end_run
 from laneflow.usecases.next_group import next_group
 from laneflow.usecases.run_step.message import EarlierAttempt, earlier_attempts, user_message
@@ -56,7 +56,7 @@ def test_with_the_gate_a_lane_has_one_lead_then_siblings_and_a_lone_step_has_no_
 
 
 @pytest.fixture
-def started(svc):
+def started(svc) -> tuple[Run, DriveRef]:
     run = create_run(svc, SEM, "optional_fails")
     ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id, execution="exec-1"), worker=local_worker())
     return run, ref

@@ -12,8 +12,8 @@ from laneflow.adapters.workers import local_worker
 from laneflow.domain.flow import Entry, Flow, StepSpec
 from laneflow.domain.history import COSTS_FILE, costs_from_definition, history_costs, segment_name, state_events
 from laneflow.domain.lanes import plan_lanes
-from laneflow.domain.messages import LaneStep, NextGroupRequest, SettleGroupRequest, StartDriveRequest
-from laneflow.domain.records import RunChanges, RunStatus, Step, StepChanges, StepStatus
+from laneflow.domain.messages import DriveRef, LaneStep, NextGroupRequest, SettleGroupRequest, StartDriveRequest
+from laneflow.domain.records import Run, RunChanges, RunStatus, Step, StepChanges, StepStatus
 from laneflow.domain.windows import most_steps, plan_window, rescue_window, window_cost
 from laneflow.settings import Settings
 from laneflow.usecases.next_group import next_group
@@ -93,7 +93,7 @@ def test_rescues_run_as_many_as_fit_and_a_fresh_execution_takes_one_at_least():
 
 
 @pytest.fixture
-def big(svc, tmp_path):
+def big(svc, tmp_path) -> tuple[Run, DriveRef]:
     ws = tmp_path / "ws"
     (ws / "agents" / "a").mkdir(parents=True)
     (ws / "flows").mkdir()

@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -250,7 +251,7 @@ def test_network_enforce_fails_the_attempt_where_the_network_cannot_be_enforced(
 
 
 @pytest.fixture
-def listener():
+def listener() -> Iterator[tuple[int, list[bool]]]:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(4)
