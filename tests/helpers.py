@@ -203,11 +203,11 @@ def wait_for_run(
 class Sink:
     """What an executor reports to, kept in memory (the store-backed sink is tested end to end)."""
 
-    def __init__(self, stop_after_s: float | None = None):
+    def __init__(self, stop_after_s: float | None = None) -> None:
         self.events: list[tuple[str, str, dict | None]] = []
         self._stop_at = time.monotonic() + stop_after_s if stop_after_s is not None else None
 
-    def event(self, type, text, data=None):
+    def event(self, type, text, data=None) -> None:
         self.events.append((str(type), text, data))
 
     def stopped(self) -> bool:

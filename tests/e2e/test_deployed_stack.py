@@ -33,7 +33,7 @@ def signed(method: str, path: str, body: dict | None = None) -> tuple[int, dict]
         return err.code, json.loads(err.read() or b"{}")
 
 
-def test_a_run_started_on_the_deployed_api_runs_to_its_end():
+def test_a_run_started_on_the_deployed_api_runs_to_its_end() -> None:
     status, run = signed("POST", "/runs", {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides", "kelp"]}})
     assert status == 201, run
     deadline = time.monotonic() + 600
@@ -46,6 +46,6 @@ def test_a_run_started_on_the_deployed_api_runs_to_its_end():
     assert all(step["status"] == "completed" for step in record["steps"])
 
 
-def test_a_malformed_start_is_a_400_naming_the_field():
+def test_a_malformed_start_is_a_400_naming_the_field() -> None:
     status, body = signed("POST", "/runs", {"workspace": "newsroom"})
     assert status == 400 and "flow" in body["message"]

@@ -30,7 +30,9 @@ def agents_md_layer(workspace: Path, agent: str, account: Path | None):
 
 
 @pytest.mark.slow
-def test_an_account_agents_md_reaches_every_step_and_every_retry_of_a_run(tmp_path, store_url, capsys):
+def test_an_account_agents_md_reaches_every_step_and_every_retry_of_a_run(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     account = tmp_path / "account"
     account.mkdir()
     (account / "AGENTS.md").write_text(f"---\nbudget: 2.5\n---\n{ACCOUNT_RULE}\n")
@@ -46,7 +48,9 @@ def test_an_account_agents_md_reaches_every_step_and_every_retry_of_a_run(tmp_pa
         assert layer != agents_md_layer(WS, step["agent"], None).model_dump()  # without it, another layer
 
 
-def test_a_missing_account_folder_is_refused_before_the_run_starts(tmp_path, store_url, capsys):
+def test_a_missing_account_folder_is_refused_before_the_run_starts(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["run", str(WS), "retry", "--account", str(tmp_path / "nowhere"), "--store", store_url]) == 2
     assert "no account AGENTS.md at" in capsys.readouterr().err
     assert main(["runs", "--store", store_url, "--json"]) == 0

@@ -34,7 +34,7 @@ class RecordingDrives:
     """A DriveStarter that records what it was asked to start; with an engine, it also
     drives the run there and then (to its end or its park)."""
 
-    def __init__(self, engine: LocalEngine | None = None):
+    def __init__(self, engine: LocalEngine | None = None) -> None:
         self.started: list[tuple[str, str]] = []
         self.engine = engine
 
@@ -112,7 +112,7 @@ def problem_fields(payload: dict[str, Any]) -> set[str]:
 # -- starting ----------------------------------------------------------------------------------
 
 
-def test_start_answers_201_with_the_queued_run_and_its_location_and_starts_one_drive(api_svc):
+def test_start_answers_201_with_the_queued_run_and_its_location_and_starts_one_drive(api_svc: Services) -> None:
     status, run, headers = call(api_svc, "POST", "/runs", {**START, "input": {"topic": "kelp"}})
 
     assert status == 201
@@ -125,7 +125,7 @@ def test_start_answers_201_with_the_queued_run_and_its_location_and_starts_one_d
     assert api_svc.store.get_run("acme", run["id"]).status == RunStatus.queued
 
 
-def test_a_repeated_start_with_the_same_key_returns_the_same_run_and_starts_no_second_drive(api_svc):
+def test_a_repeated_start_with_the_same_key_returns_the_same_run_and_starts_no_second_drive(api_svc: Services) -> None:
     body = {**START, "idempotency_key": "nightly-2026-11-30"}
     first = start(api_svc, body)
     assert first["id"] == idempotent_run_id("acme", "nightly-2026-11-30")
@@ -142,7 +142,7 @@ def test_a_repeated_start_with_the_same_key_returns_the_same_run_and_starts_no_s
     assert len(api_svc.store.list_runs("acme")) == 1
 
 
-def test_the_same_idempotency_key_with_a_different_request_is_a_409_and_starts_nothing(api_svc):
+def test_the_same_idempotency_key_with_a_different_request_is_a_409_and_starts_nothing(api_svc: Services) -> None:
     start(api_svc, {**START, "idempotency_key": "k1"})
 
     status, body, _ = call(api_svc, "POST", "/runs", {**START, "input": {"other": True}, "idempotency_key": "k1"})
@@ -151,7 +151,7 @@ def test_the_same_idempotency_key_with_a_different_request_is_a_409_and_starts_n
     assert len(api_svc.drives.started) == 1 and len(api_svc.store.list_runs("acme")) == 1
 
 
-def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc):
+def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc: Services) -> None:
     a = start(api_svc, {**START, "idempotency_key": "same"}, tenant="acme")
     b = start(api_svc, {**START, "idempotency_key": "same"}, tenant="globex")
 
@@ -169,7 +169,9 @@ def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc
         ({**START, "idempotency_key": ""}, "idempotency_key"),  # too short
     ],
 )
-def test_a_start_that_does_not_fit_its_model_is_a_400_naming_the_field_and_writes_nothing(api_svc, body, field):
+def test_a_start_that_does_not_fit_its_model_is_a_400_naming_the_field_and_writes_nothing(
+    api_svc: Services, body: Any, field: str
+) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", body)
 
     assert status == 400
@@ -178,13 +180,13 @@ def test_a_start_that_does_not_fit_its_model_is_a_400_naming_the_field_and_write
     assert "globex" not in json.dumps(payload)  # the offending value is not echoed
 
 
-def test_a_malformed_body_is_a_400_saying_so(api_svc):
+def test_a_malformed_body_is_a_400_saying_so(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", raw_body="{workspace: ")
 
     assert status == 400 and payload["problems"][0]["in"] == "body" and "JSON" in payload["problems"][0]["message"]
 
 
-def test_an_invalid_flow_is_a_400_listing_every_problem_with_its_file_and_no_local_path(api_svc):
+def test_an_invalid_flow_is_a_400_listing_every_problem_with_its_file_and_no_local_path(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", {"workspace": "ws_broken", "flow": "messy"})
 
     assert status == 400
@@ -194,14 +196,14 @@ def test_an_invalid_flow_is_a_400_listing_every_problem_with_its_file_and_no_loc
     assert api_svc.drives.started == [] and api_svc.store.list_runs("acme") == []
 
 
-def test_an_input_that_does_not_fit_the_flows_schema_is_a_400_naming_it(api_svc):
+def test_an_input_that_does_not_fit_the_flows_schema_is_a_400_naming_it(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", {"workspace": "ws_ok", "flow": "brief", "input": {}})
 
     assert status == 400 and "input" in payload["message"]
     assert any("topics" in json.dumps(p) for p in payload["problems"])
 
 
-def test_an_unknown_workspace_is_a_404_and_an_unknown_flow_a_400(api_svc):
+def test_an_unknown_workspace_is_a_404_and_an_unknown_flow_a_400(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", {"workspace": "nowhere", "flow": "brief"})
     assert status == 404 and payload["message"] == "no workspace 'nowhere'"
 
@@ -209,7 +211,7 @@ def test_an_unknown_workspace_is_a_404_and_an_unknown_flow_a_400(api_svc):
     assert status == 400 and "no flow 'nothing'" in payload["message"]
 
 
-def test_without_a_drive_starter_a_start_is_a_503_and_nothing_is_written(api_svc):
+def test_without_a_drive_starter_a_start_is_a_503_and_nothing_is_written(api_svc: Services) -> None:
     api_svc.drives = None
 
     status, payload, _ = call(api_svc, "POST", "/runs", START)
@@ -218,7 +220,7 @@ def test_without_a_drive_starter_a_start_is_a_503_and_nothing_is_written(api_svc
     assert api_svc.store.list_runs("acme") == []
 
 
-def test_an_unexpected_error_is_a_500_with_a_generic_message_never_its_details(api_svc):
+def test_an_unexpected_error_is_a_500_with_a_generic_message_never_its_details(api_svc: Services) -> None:
     class Broken:
         def start(self, tenant: str, run_id: str) -> str:
             raise RuntimeError("boom at /home/ops/.aws/credentials secret=hunter2")
@@ -233,7 +235,7 @@ def test_an_unexpected_error_is_a_500_with_a_generic_message_never_its_details(a
 # -- reading -----------------------------------------------------------------------------------
 
 
-def test_list_shows_the_callers_runs_newest_first_up_to_the_limit_and_get_shows_the_steps(api_svc):
+def test_list_shows_the_callers_runs_newest_first_up_to_the_limit_and_get_shows_the_steps(api_svc: Services) -> None:
     ids = [start(api_svc)["id"] for _ in range(3)]
 
     status, payload, _ = call(api_svc, "GET", "/runs")
@@ -248,13 +250,13 @@ def test_list_shows_the_callers_runs_newest_first_up_to_the_limit_and_get_shows_
     assert [(s["index"], s["status"]) for s in run["steps"]] == [(0, "pending"), (1, "pending"), (2, "pending")]
 
 
-def test_a_limit_that_is_not_a_positive_number_is_a_400_naming_it(api_svc):
+def test_a_limit_that_is_not_a_positive_number_is_a_400_naming_it(api_svc: Services) -> None:
     for bad in ("abc", "0"):
         status, payload, _ = call(api_svc, "GET", "/runs", query={"limit": bad})
         assert status == 400 and problem_fields(payload) == {"limit"}
 
 
-def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_and_approval(api_svc):
+def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_and_approval(api_svc: Services) -> None:
     theirs = start(api_svc, tenant="acme")["id"]
     missing = "run-20000101-000000-000000"
 
@@ -270,7 +272,7 @@ def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_an
     assert len(api_svc.drives.started) == 1
 
 
-def test_no_identity_is_a_401_on_every_run_route(api_svc):
+def test_no_identity_is_a_401_on_every_run_route(api_svc: Services) -> None:
     for method, path, body in (
         ("POST", "/runs", START),
         ("GET", "/runs", None),
@@ -284,7 +286,7 @@ def test_no_identity_is_a_401_on_every_run_route(api_svc):
     assert api_svc.drives.started == []
 
 
-def test_a_cognito_callers_tenant_claim_wins_over_the_account_id(api_svc):
+def test_a_cognito_callers_tenant_claim_wins_over_the_account_id(api_svc: Services) -> None:
     run = start(api_svc, tenant="123456789012", cognito="acme")
 
     assert run["tenant"] == "acme"
@@ -295,7 +297,7 @@ def test_a_cognito_callers_tenant_claim_wins_over_the_account_id(api_svc):
 # -- stop and approvals ------------------------------------------------------------------------
 
 
-def test_stop_closes_a_queued_run_at_once_and_a_second_stop_says_already(api_svc):
+def test_stop_closes_a_queued_run_at_once_and_a_second_stop_says_already(api_svc: Services) -> None:
     run_id = start(api_svc)["id"]
 
     status, payload, _ = call(api_svc, "POST", f"/runs/{run_id}/stop")
@@ -306,7 +308,7 @@ def test_stop_closes_a_queued_run_at_once_and_a_second_stop_says_already(api_svc
     assert status == 200 and "already stopped" in payload["message"]
 
 
-def test_approving_a_parked_run_continues_it_in_a_new_drive_to_completion(api_svc):
+def test_approving_a_parked_run_continues_it_in_a_new_drive_to_completion(api_svc: Services) -> None:
     # Given a run really driven (the embedded engine, the real definition) to its approval,
     api_svc.drives = RecordingDrives(local_engine(api_svc))
     run_id = start(api_svc)["id"]
@@ -335,7 +337,7 @@ def _parked_run(svc: Services, tenant: str = "acme") -> str:
     return run.id
 
 
-def test_rejecting_a_parked_run_fails_it_and_starts_no_drive(api_svc):
+def test_rejecting_a_parked_run_fails_it_and_starts_no_drive(api_svc: Services) -> None:
     run_id = _parked_run(api_svc)
 
     status, run, _ = call(api_svc, "POST", f"/runs/{run_id}/approval", {"approve": False})
@@ -344,7 +346,7 @@ def test_rejecting_a_parked_run_fails_it_and_starts_no_drive(api_svc):
     assert api_svc.drives.started == []
 
 
-def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc):
+def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc: Services) -> None:
     run_id = start(api_svc)["id"]
 
     status, payload, _ = call(api_svc, "POST", f"/runs/{run_id}/approval", {"approve": True})
@@ -353,7 +355,7 @@ def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc):
     assert len(api_svc.drives.started) == 1
 
 
-def test_an_approval_answer_must_be_a_boolean(api_svc):
+def test_an_approval_answer_must_be_a_boolean(api_svc: Services) -> None:
     for body in ({}, {"approve": "yes"}, {"approve": True, "note": "x"}):
         status, payload, _ = call(api_svc, "POST", "/runs/run-x/approval", body)
         assert status == 400 and problem_fields(payload) & {"approve", "note"}
@@ -362,7 +364,7 @@ def test_an_approval_answer_must_be_a_boolean(api_svc):
 # -- the document and the viewer ---------------------------------------------------------------
 
 
-def test_the_openapi_document_lists_every_route(api_svc):
+def test_the_openapi_document_lists_every_route(api_svc: Services) -> None:
     status, document, _ = call(api_svc, "GET", "/openapi.json", tenant=None)
 
     assert status == 200 and document["openapi"].startswith("3.")
@@ -390,7 +392,7 @@ def test_the_openapi_document_lists_every_route(api_svc):
     }
 
 
-def test_the_openapi_document_lists_the_400s_it_answers_and_never_a_422(api_svc):
+def test_the_openapi_document_lists_the_400s_it_answers_and_never_a_422(api_svc: Services) -> None:
     _, document, _ = call(api_svc, "GET", "/openapi.json", tenant=None)
 
     for path, operations in document["paths"].items():
@@ -406,7 +408,7 @@ def test_the_openapi_document_lists_the_400s_it_answers_and_never_a_422(api_svc)
     assert status == 400 and problem_fields(payload) == {"limit"}
 
 
-def test_the_openapi_document_declares_sigv4_and_cognito_and_the_stages_server(api_svc):
+def test_the_openapi_document_declares_sigv4_and_cognito_and_the_stages_server(api_svc: Services) -> None:
     event = rest_event("GET", "/openapi.json", tenant=None)
     event["headers"] = {"Host": "abc123.execute-api.eu-west-1.amazonaws.com", "X-Forwarded-Proto": "https"}
     document = json.loads(resolve(event, None, api_svc)["body"])
@@ -432,7 +434,9 @@ def test_the_openapi_document_declares_sigv4_and_cognito_and_the_stages_server(a
         ("OPTIONS", "/runs", "GET, POST"),
     ],
 )
-def test_an_unsupported_method_on_a_known_route_is_a_405_with_allow(api_svc, method, path, allowed):
+def test_an_unsupported_method_on_a_known_route_is_a_405_with_allow(
+    api_svc: Services, method: str, path: str, allowed: str
+) -> None:
     before = api_svc.store.list_runs("acme")
     status, payload, headers = call(api_svc, method, path, {"approve": True})
     assert status == 405 and headers["allow"] == [allowed]
@@ -440,12 +444,12 @@ def test_an_unsupported_method_on_a_known_route_is_a_405_with_allow(api_svc, met
     assert api_svc.store.list_runs("acme") == before
 
 
-def test_a_path_no_route_has_is_still_a_404(api_svc):
+def test_a_path_no_route_has_is_still_a_404(api_svc: Services) -> None:
     status, payload, headers = call(api_svc, "DELETE", "/no/such/route")
     assert status == 404 and "allow" not in headers and "/openapi.json" in payload["message"]
 
 
-def test_the_viewer_page_loads_its_assets_from_the_stage_under_a_policy_of_this_origin_only(api_svc):
+def test_the_viewer_page_loads_its_assets_from_the_stage_under_a_policy_of_this_origin_only(api_svc: Services) -> None:
     status, page, headers = call(api_svc, "GET", "/", tenant=None)  # through API Gateway: /Prod/
 
     assert status == 200 and headers["content-type"][0].startswith("text/html")
@@ -457,7 +461,7 @@ def test_the_viewer_page_loads_its_assets_from_the_stage_under_a_policy_of_this_
     assert headers["x-content-type-options"] == ["nosniff"]
 
 
-def test_each_viewer_asset_is_served_with_its_type_and_an_unknown_one_is_a_404(api_svc):
+def test_each_viewer_asset_is_served_with_its_type_and_an_unknown_one_is_a_404(api_svc: Services) -> None:
     status, script, headers = call(api_svc, "GET", "/assets/app.js", tenant=None)
     assert status == 200 and headers["content-type"][0].startswith("text/javascript") and 'from "preact"' in script
     status, style, headers = call(api_svc, "GET", "/assets/viewer.css", tenant=None)
@@ -485,7 +489,7 @@ SAMPLE_TENANT = "123456789012"  # the sample events' caller: an IAM identity, it
         ("api_list_questions", 200),
     ],
 )
-def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
+def test_each_sample_event_parses_and_routes_to_its_handler(svc: Services, name: str, status: int) -> None:
     event = json.loads((EVENTS / f"{name}.json").read_text())
     parsed = APIGatewayProxyEventModel.model_validate(event)
     proxy = APIGatewayProxyEvent(event)
@@ -516,7 +520,7 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
         assert payload == {"questions": []}
 
 
-def test_the_lambda_handler_resolves_with_the_installed_services(api_svc):
+def test_the_lambda_handler_resolves_with_the_installed_services(api_svc: Services) -> None:
     spec = importlib.util.spec_from_file_location("laneflow_functions.Api", ROOT / "functions" / "api" / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -548,7 +552,7 @@ def http(
 
 
 @pytest.fixture
-def served(api_svc) -> Iterator[str]:
+def served(api_svc: Services) -> Iterator[str]:
     server = make_server(api_svc, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -558,7 +562,7 @@ def served(api_svc) -> Iterator[str]:
     thread.join(5)
 
 
-def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(api_svc, served):
+def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(api_svc: Services, served: str) -> None:
     status, run, headers = http(served, "POST", "/runs", {**START, "idempotency_key": "k"})
     assert status == 201 and run["tenant"] == api_svc.settings.tenant == "local"
     assert headers["Location"] == f"/runs/{run['id']}"
@@ -593,7 +597,7 @@ def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(ap
         assert head.status == 200 and head.read() == b"" and int(head.headers["Content-Length"]) > 0
 
 
-def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_svc, served):
+def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_svc: Services, served: str) -> None:
     # Given a run that ends while a browser follows it,
     status, run, _ = http(served, "POST", "/runs", START)
     stream = urllib.request.urlopen(served + f"/runs/{run['id']}/stream", timeout=10)
@@ -612,7 +616,7 @@ def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_sv
     assert http(served, "GET", "/runs/" + "x" * 129 + "/stream")[0] == 400
 
 
-def test_laneflow_serve_answers_concurrent_callers(api_svc, served):
+def test_laneflow_serve_answers_concurrent_callers(api_svc: Services, served: str) -> None:
     results: list[int] = []
 
     def one(i: int) -> None:
@@ -628,6 +632,6 @@ def test_laneflow_serve_answers_concurrent_callers(api_svc, served):
     assert len(api_svc.drives.started) == 4
 
 
-def test_laneflow_serve_listens_on_loopback_only(api_svc):
+def test_laneflow_serve_listens_on_loopback_only(api_svc: Services) -> None:
     with pytest.raises(InvalidInput, match="loopback"):
         make_server(api_svc, "0.0.0.0", 0)

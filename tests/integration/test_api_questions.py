@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from helpers import write_workspace
@@ -20,7 +21,7 @@ TENANT = "acme"
 
 
 @pytest.fixture
-def api_svc(svc) -> Services:
+def api_svc(svc: Services) -> Services:
     svc.drives = RecordingDrives()
     return svc
 
@@ -37,7 +38,7 @@ def asker_run(svc, tmp_path, *, ask_timeout: float = 60):
     return run, thread, done
 
 
-def test_a_step_waiting_on_a_question_is_listed_and_the_apis_answer_reaches_it(api_svc, tmp_path):
+def test_a_step_waiting_on_a_question_is_listed_and_the_apis_answer_reaches_it(api_svc: Services, tmp_path: Path) -> None:
     run, thread, done = asker_run(api_svc, tmp_path)
     deadline = time.monotonic() + 30
     listed: list = []
@@ -68,7 +69,7 @@ def test_a_step_waiting_on_a_question_is_listed_and_the_apis_answer_reaches_it(a
     assert status == 409 and "waiting on no question" in body["message"] and "answered" in body["message"]
 
 
-def test_a_bad_answer_is_a_400_and_a_missing_run_or_step_a_404_naming_it(api_svc, tmp_path):
+def test_a_bad_answer_is_a_400_and_a_missing_run_or_step_a_404_naming_it(api_svc: Services, tmp_path: Path) -> None:
     run, thread, done = asker_run(api_svc, tmp_path, ask_timeout=1)
     for body in ({}, {"text": ""}, {"text": 42}, {"text": "ok", "extra": 1}, {"text": "x" * 20_001}):
         status, said, _ = call(api_svc, "POST", f"/runs/{run.id}/steps/0/answer", body, tenant=TENANT)

@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import write_workspace
+from helpers import ServicesOn, write_workspace
 
 from laneflow.domain.inbox import QuestionStatus
 from laneflow.domain.records import EventType, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.usecases.answer import NoQuestionWaiting, answer_question, waiting_questions
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.stop import stop_run
@@ -59,7 +60,7 @@ def tool_output(tmp_path: Path, tool: str) -> str:
 
 
 @pytest.mark.slow
-def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
+def test_an_ask_answered_from_another_process_reaches_the_step(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     run, thread, done = start(svc, ask_workspace(tmp_path))
     waiting = until_asked(svc, run)
@@ -102,7 +103,7 @@ def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
     assert again.returncode == 2 and "waiting on no question" in again.stderr
 
 
-def test_an_unanswered_ask_times_out_and_the_step_completes(on, tmp_path):
+def test_an_unanswered_ask_times_out_and_the_step_completes(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     started = time.monotonic()
     run, thread, done = start(svc, ask_workspace(tmp_path, ask_timeout=1))
@@ -119,7 +120,7 @@ def test_an_unanswered_ask_times_out_and_the_step_completes(on, tmp_path):
         answer_question(svc, run.tenant, run.id, 0, "too late")
 
 
-def test_a_stop_during_an_ask_ends_the_step_at_once(on, tmp_path):
+def test_a_stop_during_an_ask_ends_the_step_at_once(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     run, thread, done = start(svc, ask_workspace(tmp_path, ask_timeout=600))
     until_asked(svc, run)
@@ -138,7 +139,7 @@ def test_a_stop_during_an_ask_ends_the_step_at_once(on, tmp_path):
     assert question.status == QuestionStatus.expired and waiting_questions(svc, run.tenant) == []
 
 
-def test_an_ask_never_waits_past_the_steps_own_timeout(svc, tmp_path):
+def test_an_ask_never_waits_past_the_steps_own_timeout(svc: Services, tmp_path: Path) -> None:
     ws = ask_workspace(tmp_path, ask_timeout=600)
     md = ws / "agents" / "asker" / "agent.md"
     md.write_text(md.read_text().replace("tools:", "timeout: 2\ntools:", 1))
@@ -150,7 +151,7 @@ def test_an_ask_never_waits_past_the_steps_own_timeout(svc, tmp_path):
     assert 0 < asked.data["wait_s"] <= 2
 
 
-def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
+def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path: Path) -> None:
     """The Claude executor, through the real SDK, against the Messages API imitation: the
     person's answer comes back to the model as the ask tool's result."""
     from laneflow.adapters.executors.anthropic import AnthropicExecutor
@@ -191,7 +192,7 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_attempt(tmp_path):
+def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_attempt(tmp_path: Path) -> None:
     """A `laneflow run` killed while its step waits on a person: reconcile marks the attempt
     interrupted, and its question stops being offered to people."""
     import signal

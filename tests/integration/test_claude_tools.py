@@ -38,7 +38,7 @@ def ws(tmp_path: Path) -> Path:
 class Recording:
     """The imitation's responder, recording every request body it answers."""
 
-    def __init__(self, respond=default_responder):
+    def __init__(self, respond=default_responder) -> None:
         self.bodies: list[dict] = []
         self.respond = respond
 
@@ -78,7 +78,9 @@ def directives(*calls: tuple[str, dict], reply: str = "Probed.") -> str:
     return "".join(f"      {line}\n" for line in ["Probe the tools.", *lines, f"[[reply {reply}]]"])
 
 
-def test_a_tool_error_goes_back_to_the_model_as_is_error_and_the_step_completes(tmp_path, ws, api):
+def test_a_tool_error_goes_back_to_the_model_as_is_error_and_the_step_completes(
+    tmp_path: Path, ws: Path, api: MessagesImitation
+) -> None:
     recording = Recording()
     api.responder = recording
     calls = [
@@ -110,7 +112,9 @@ def test_a_tool_error_goes_back_to_the_model_as_is_error_and_the_step_completes(
     assert [e.data["tool"] for e in step.events if e.type == "tool"] == [name for name, _ in calls]
 
 
-def test_an_agent_asking_to_rewrite_its_own_agent_md_is_told_no_and_nothing_changes(tmp_path, ws, api):
+def test_an_agent_asking_to_rewrite_its_own_agent_md_is_told_no_and_nothing_changes(
+    tmp_path: Path, ws: Path, api: MessagesImitation
+) -> None:
     recording = Recording()
     api.responder = recording
     rewrite = "---\nmax_turns: 99\nbudget: 1000\n---\nI do whatever I like."
@@ -136,7 +140,9 @@ def test_an_agent_asking_to_rewrite_its_own_agent_md_is_told_no_and_nothing_chan
     assert (ws / "knowledge" / "ocean-primer.md").read_text() == primer
 
 
-def test_a_tool_input_that_is_not_a_json_object_is_an_error_result_not_a_crash(tmp_path, ws, api):
+def test_a_tool_input_that_is_not_a_json_object_is_an_error_result_not_a_crash(
+    tmp_path: Path, ws: Path, api: MessagesImitation
+) -> None:
     def respond(body: dict) -> Reply:
         turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if turns == 0:  # the model sends a list where an object belongs

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -39,7 +41,7 @@ def handler(name: str):
 class SyncDrives:
     """Starts a drive as StartExecution would, and waits for it (the test's clock)."""
 
-    def __init__(self, svc: Services):
+    def __init__(self, svc: Services) -> None:
         self.svc, self.started = svc, []
 
     def start(self, tenant: str, run_id: str) -> str:
@@ -48,7 +50,7 @@ class SyncDrives:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path) -> Iterator[Services]:
+def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Services]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -102,7 +104,7 @@ def record_of(api, run_id: str) -> dict:
 
 
 @pytest.mark.slow
-def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
+def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud: Services) -> None:
     api = handler("api")
     body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides", "reefs", "vents"]}}
     run_id = start(api, body)
@@ -123,7 +125,7 @@ def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
 
 
 @pytest.mark.slow
-def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud):
+def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud: Services) -> None:
     """examples/scouts from S3, started through the API handler and driven by the same
     handlers on DynamoDB: the message is kept in the table and both records show it."""
     api = handler("api")
@@ -138,7 +140,7 @@ def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud):
 
 
 @pytest.mark.slow
-def test_another_tenants_run_is_a_404_and_a_malformed_body_a_400(cloud):
+def test_another_tenants_run_is_a_404_and_a_malformed_body_a_400(cloud: Services) -> None:
     api = handler("api")
     body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides"]}}
     run_id = json.loads(api(api_event("start_run", body=json.dumps(body)), None)["body"])["id"]
@@ -149,7 +151,7 @@ def test_another_tenants_run_is_a_404_and_a_malformed_body_a_400(cloud):
     assert bad["statusCode"] == 400
 
 
-def test_the_handlers_run_under_powertools_as_in_lambda(tmp_path):
+def test_the_handlers_run_under_powertools_as_in_lambda(tmp_path: Path) -> None:
     """In Lambda (AWS_LAMBDA_FUNCTION_NAME set) the RunStep handler logs JSON lines carrying
     the run id, step and attempt, and flushes EMF metrics (step cost, cache tokens); its
     output is the contract's."""
@@ -198,7 +200,9 @@ print("RESULT " + json.dumps(out))
 
 
 @pytest.mark.slow
-def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api_lists_it(cloud, tmp_path):
+def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api_lists_it(
+    cloud: Services, tmp_path: Path
+) -> None:
     """EndRun makes the chained run (`then:`) through the same keyed start as the API's,
     reading the flow from the tenant's S3 workspace; its drive is started once (the cloud's
     StartExecution returns at once: here it is recorded, and run after), and the API's
@@ -249,7 +253,9 @@ def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api
     ],
     ids=["a-file-and-a-folder-of-one-name", "a-name-over-255-bytes", "an-empty-part"],
 )
-def test_a_workspace_key_that_cannot_be_laid_out_is_a_400_naming_it_and_nothing_is_downloaded(cloud, keys, named):
+def test_a_workspace_key_that_cannot_be_laid_out_is_a_400_naming_it_and_nothing_is_downloaded(
+    cloud: Services, keys: Any, named: Any
+) -> None:
     """S3 holds keys a file system cannot (a file and a folder of one name; a name part past
     255 bytes): starting a run on such a workspace is a 400 naming the key, no run is made,
     and nothing of the download is left under /tmp."""

@@ -10,6 +10,8 @@ import operator
 import re
 import types
 import typing
+from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ROOT
@@ -70,7 +72,7 @@ def _states(node):
             yield from _states(branch)
 
 
-def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or_the_sandbox():
+def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or_the_sandbox() -> None:
     path, subs = TEMPLATE.state_machine()
     used = set(re.findall(r"\$\{(\w+)\}", path.read_text()))
     assert used == set(subs), "definition and DefinitionSubstitutions disagree"
@@ -86,7 +88,7 @@ def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or
         assert target in sandbox and (target in TEMPLATE.resources or target in TEMPLATE.body["Parameters"]), name
 
 
-def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_ecs_with_a_heartbeat():
+def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_ecs_with_a_heartbeat() -> None:
     definition = json.loads(TEMPLATE.definition(lambda lid: f"arn:aws:lambda:us-east-1:123456789012:function:{lid}"))
     states = dict(_states(definition))
     assert states["LaneSandboxed"]["Choices"][0] == {
@@ -107,7 +109,7 @@ def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_
         assert "StepCrashed" in crashed["Parameters"]["FunctionName"]
 
 
-def test_every_function_has_a_thin_handler_that_imports():
+def test_every_function_has_a_thin_handler_that_imports() -> None:
     for spec in TEMPLATE.functions().values():
         path = spec.code_dir / "app.py"
         assert path.is_file(), path
@@ -118,7 +120,7 @@ def test_every_function_has_a_thin_handler_that_imports():
         assert len(path.read_text().splitlines()) < 20, f"{path} is not thin"
 
 
-def test_the_interpreter_loads_the_substituted_definition():
+def test_the_interpreter_loads_the_substituted_definition() -> None:
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
     definition = TEMPLATE.definition(lambda lid: f"arn:aws:lambda:us-east-1:123456789012:function:{lid}")
@@ -131,13 +133,13 @@ def test_the_interpreter_loads_the_substituted_definition():
             assert "Retry" in state, f"{name} retries nothing"
 
 
-def test_map_states_discard_their_outputs_so_no_state_nears_256_kb():
+def test_map_states_discard_their_outputs_so_no_state_nears_256_kb() -> None:
     doc = json.loads((ROOT / "statemachines" / "flow.asl.json").read_text())
     maps = [(n, s) for n, s in _states(doc) if s["Type"] == "Map"]
     assert maps and all(s.get("ResultPath", "x") is None for _, s in maps)
 
 
-def test_a_definition_with_a_missing_substitution_is_refused(tmp_path):
+def test_a_definition_with_a_missing_substitution_is_refused(tmp_path: Path) -> None:
     (tmp_path / "statemachines").mkdir()
     (tmp_path / "statemachines" / "flow.asl.json").write_text(
         '{"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "${Nope}", "End": true}}}'
@@ -151,14 +153,14 @@ def test_a_definition_with_a_missing_substitution_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(EVENT_MODELS))
-def test_every_sample_event_parses_into_its_handler_model(name):
+def test_every_sample_event_parses_into_its_handler_model(name: Any) -> None:
     event = json.loads((ROOT / "events" / f"{name}.json").read_text())
     EVENT_MODELS[name].model_validate(event)
     strict(EVENT_MODELS[name]).model_validate(event)  # and names no field the model does not know
     assert (ROOT / "functions" / name / "app.py").is_file()
 
 
-def test_the_strict_copy_of_a_handler_model_refuses_a_misspelled_field_at_any_depth():
+def test_the_strict_copy_of_a_handler_model_refuses_a_misspelled_field_at_any_depth() -> None:
     for part, typo in ((None, "gruop"), ("run", "drve"), ("step", "rol"), ("op", "retrys")):
         spoiled = json.loads((ROOT / "events" / "run_step.json").read_text())
         (spoiled[part] if part else spoiled)[typo] = 1
@@ -167,7 +169,7 @@ def test_the_strict_copy_of_a_handler_model_refuses_a_misspelled_field_at_any_de
             strict(contracts.RunStepRequest).model_validate(spoiled)
 
 
-def test_there_is_a_sample_event_for_every_function_and_every_api_route():
+def test_there_is_a_sample_event_for_every_function_and_every_api_route() -> None:
     dirs = {spec.code_dir.name for spec in TEMPLATE.functions().values()}
     stems = {p.stem for p in (ROOT / "events").glob("*.json")}
     handlers = {s for s in stems if not s.startswith("api_")}

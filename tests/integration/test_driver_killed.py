@@ -281,7 +281,9 @@ def check_trial(trial: Trial, db) -> None:
             assert step.attempts == 1  # completed before the kill (or as the driver died): carried, not redone
 
 
-def test_a_driver_killed_while_a_sandboxed_script_runs_leaves_it_interrupted_and_reconcile_finishes_the_run(tmp_path):
+def test_a_driver_killed_while_a_sandboxed_script_runs_leaves_it_interrupted_and_reconcile_finishes_the_run(
+    tmp_path: Path,
+) -> None:
     rng = random.Random(SEED)
     trials = [Trial(n, race=n % 5 == 4, group=rng.choice(sorted(GROUPS)), delay_s=rng.uniform(0.05, 0.35)) for n in range(TRIALS)]
     done: list[Trial] = []
@@ -316,7 +318,7 @@ def test_a_driver_killed_while_a_sandboxed_script_runs_leaves_it_interrupted_and
     print(f"\n{TRIALS} drivers killed; their last sandbox worker gone within {slowest * 1000:.0f} ms at most")
 
 
-def test_a_lead_whose_reply_begins_after_its_driver_was_killed_is_interrupted_not_failed(tmp_path):
+def test_a_lead_whose_reply_begins_after_its_driver_was_killed_is_interrupted_not_failed(tmp_path: Path) -> None:
     """The lead of a gated lane releases its waiting sibling through the engine's relay when
     its reply begins; its driver was killed just before. The relay is closed: the lead's
     worker goes, leaving its attempt to reconcile (it used to end it failed, "the engine

@@ -4,6 +4,7 @@ that started it (its own store), whatever else the process drives at the same ti
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 from helpers import pacing_workspace, write_workspace
@@ -18,7 +19,7 @@ from laneflow.wiring import for_store, local_engine
 
 
 @pytest.mark.slow
-def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_store(tmp_path):
+def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_store(tmp_path: Path) -> None:
     # Given two stores, each with its own engine, and a slow run in one, a quick run in the other
     ws = pacing_workspace(tmp_path, slow_ms=4000)
     svc_a = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca")))
@@ -44,7 +45,7 @@ def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_sto
         svc_b.store.get_run(slow.tenant, slow.id)
 
 
-def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_refused(tmp_path):
+def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_refused(tmp_path: Path) -> None:
     ws = pacing_workspace(tmp_path, slow_ms=4000)
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca")))
     drives = LocalDrives(lambda: local_engine(svc), pool=1)
@@ -59,7 +60,9 @@ def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_re
 
 
 @pytest.mark.parametrize("budget", [18_000, 200], ids=["one-execution", "continued"])
-def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monkeypatch, budget):
+def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
     # Given serve's drives, and gated fan-outs (Map iterations, callback tokens, NextGroup),
     # in one execution or, on a tight history budget, continued in fresh ones (NextDrive)
     import gc
@@ -80,7 +83,7 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monk
     engines, ended = [], []
     forget = moto_patches.forget
 
-    def watching(backend, arn):  # what the drive leaves behind, just before it is forgotten
+    def watching(backend, arn) -> None:  # what the drive leaves behind, just before it is forgotten
         execution = local.LocalEngine._execution(arn)
         ended.append((weakref.ref(execution), weakref.ref(execution.state_machine)))
         forget(backend, arn)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from helpers import FlowRunner
+
 from laneflow.domain.records import RunStatus
-from laneflow.ports import ExecutionSink, StepJob, StepOutcome
+from laneflow.ports import ExecutionSink, Services, StepJob, StepOutcome
 
 AGENT = '---\nstub: "Answer {n}."\n---\nYou answer.\n'
 
@@ -29,7 +31,7 @@ class EditsAfterFirstStep:
     """The stub executor, editing agent.md once its first step has run: the same size and
     the same modification time, so only its bytes tell the edit."""
 
-    def __init__(self, inner, md: Path):
+    def __init__(self, inner, md: Path) -> None:
         self.inner, self.md, self.edited = inner, md, False
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
@@ -42,7 +44,9 @@ class EditsAfterFirstStep:
         return outcome
 
 
-def test_an_edit_of_agent_md_between_two_steps_is_what_the_second_step_uses(svc, run_flow, tmp_path):
+def test_an_edit_of_agent_md_between_two_steps_is_what_the_second_step_uses(
+    svc: Services, run_flow: FlowRunner, tmp_path: Path
+) -> None:
     ws = _workspace(tmp_path)
     svc.executors["stub"] = EditsAfterFirstStep(svc.executor("stub"), ws / "agents" / "worker" / "agent.md")
     run = run_flow(ws, "two", {}).run

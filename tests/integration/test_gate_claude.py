@@ -63,7 +63,9 @@ def drive(svc: Services, ws: Path, flow: str):
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def test_a_prefix_below_the_model_s_minimum_gets_no_gate_and_the_lane_s_traces_say_why(tmp_path, api):
+def test_a_prefix_below_the_model_s_minimum_gets_no_gate_and_the_lane_s_traces_say_why(
+    tmp_path: Path, api: MessagesImitation
+) -> None:
     run = drive(services(tmp_path, api), small_workspace(tmp_path), "fanout")
     assert run.status == RunStatus.completed, run.error
     assert api.stats()["cache_writes"] == 0  # the imitation caches nothing this short either
@@ -82,7 +84,7 @@ def test_a_prefix_below_the_model_s_minimum_gets_no_gate_and_the_lane_s_traces_s
         assert note.text in gate_lines, f"step {sibling.index} does not say why it did not wait"
 
 
-def test_a_prefix_above_the_minimum_keeps_the_gate_and_pays_one_cache_write(tmp_path, api):
+def test_a_prefix_above_the_minimum_keeps_the_gate_and_pays_one_cache_write(tmp_path: Path, api: MessagesImitation) -> None:
     ws = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_claude", ws)
     run = drive(services(tmp_path, api), ws, "fanout")

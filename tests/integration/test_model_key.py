@@ -85,7 +85,7 @@ def api() -> Iterator[MessagesImitation]:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path, api) -> Iterator[SecretReads]:
+def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, api: MessagesImitation) -> Iterator[SecretReads]:
     """A step runner's environment (the secret's name set, no key), moto behind it, and the
     workspace in S3 (ws_claude plus a flow that only parks)."""
     ws = tmp_path / "claude"
@@ -130,7 +130,7 @@ def start(flow: str) -> str:
 
 
 @pytest.mark.slow
-def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud):
+def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud: SecretReads) -> None:
     reads = cloud
     boto3.client("secretsmanager").create_secret(Name=SECRET, SecretString=KEY)
 
@@ -168,7 +168,7 @@ def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud):
 
 
 @pytest.mark.slow
-def test_a_model_key_that_cannot_be_read_fails_the_claude_step_naming_the_secret(cloud):
+def test_a_model_key_that_cannot_be_read_fails_the_claude_step_naming_the_secret(cloud: SecretReads) -> None:
     # Given no such secret: a step that needs the key fails, said once, not retried
     svc = services()
     svc.drives = StartedDrives()
@@ -180,7 +180,7 @@ def test_a_model_key_that_cannot_be_read_fails_the_claude_step_naming_the_secret
     assert all(s.status != StepStatus.running for s in run.steps)
 
 
-def test_a_json_secret_gives_its_anthropic_api_key_field_and_an_empty_one_is_refused(cloud):
+def test_a_json_secret_gives_its_anthropic_api_key_field_and_an_empty_one_is_refused(cloud: SecretReads) -> None:
     client = boto3.client("secretsmanager")
     client.create_secret(Name="console-made", SecretString=json.dumps({"ANTHROPIC_API_KEY": KEY}))
     client.create_secret(Name="empty-json", SecretString=json.dumps({"other": "x"}))
@@ -194,7 +194,7 @@ def _policies_read_the_secret(policies: list) -> bool:
     return "AWSSecretsManagerGetSecretValuePolicy" in text or "secretsmanager:GetSecretValue" in text
 
 
-def test_only_the_functions_allowed_to_read_the_model_secret_are_given_its_name():
+def test_only_the_functions_allowed_to_read_the_model_secret_are_given_its_name() -> None:
     template = Template.load(ROOT / "template.yaml")
     common = template.body["Globals"]["Function"].get("Environment", {}).get("Variables", {})
     assert "LANEFLOW_ANTHROPIC_SECRET" not in common

@@ -10,9 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import drive, stored_bytes, write_workspace
+from helpers import ServicesOn, drive, stored_bytes, write_workspace
 
 from laneflow.domain.records import EventType, RunStatus, StepStatus
+from laneflow.ports import Services
 
 TALK = 'tool: peers_message {"to": "listener", "text": "I already covered the tides; take the currents"}'
 
@@ -32,7 +33,7 @@ def peer_events(step) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on, tmp_path):
+def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     ws = peers_workspace(
         tmp_path,
@@ -58,7 +59,7 @@ def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on, tmp
     assert layers["peers"].dynamic
 
 
-def test_a_message_to_a_colleague_that_has_ended_is_refused_and_the_talker_goes_on(on, tmp_path):
+def test_a_message_to_a_colleague_that_has_ended_is_refused_and_the_talker_goes_on(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     ws = peers_workspace(tmp_path, talker=f"delay_ms: 3000\n{TALK}\nTried.", listener="Done at once.")
     run = drive(svc, ws, "desk")
@@ -70,7 +71,7 @@ def test_a_message_to_a_colleague_that_has_ended_is_refused_and_the_talker_goes_
     assert listener.status == StepStatus.completed and peer_events(listener) == []
 
 
-def test_a_message_to_no_such_colleague_names_the_choices(svc, tmp_path):
+def test_a_message_to_no_such_colleague_names_the_choices(svc: Services, tmp_path: Path) -> None:
     ws = peers_workspace(
         tmp_path,
         talker='tool: peers_message {"to": "lisener", "text": "hi"}\ntool: peers_list {}\nTried.',
@@ -87,7 +88,7 @@ def test_a_message_to_no_such_colleague_names_the_choices(svc, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_secret_in_a_message_never_reaches_a_stored_byte(on, tmp_path):
+def test_a_secret_in_a_message_never_reaches_a_stored_byte(on: ServicesOn, tmp_path: Path) -> None:
     secret = "tracker-secret-4f9a1c77e2"
     svc = on()
     talk = f'tool: peers_message {{"to": "listener", "text": "the token is {secret}"}}'
@@ -104,7 +105,7 @@ def test_a_secret_in_a_message_never_reaches_a_stored_byte(on, tmp_path):
 
 
 @pytest.mark.slow
-def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_path):
+def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_path: Path) -> None:
     """A real `laneflow run` gets Ctrl-C after the listener's first attempt observed a
     message; a second message comes while it is away; `laneflow resume` runs its second
     attempt, which is given the second message only: the first is not sent twice."""
@@ -169,7 +170,7 @@ def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_pat
     assert delivered == [(1, first.id), (2, later.id)]
 
 
-def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp_path):
+def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp_path: Path) -> None:
     """The Claude executor, through the real SDK, against the Messages API imitation: the
     listener's second request holds the talker's message, after its tool result."""
     import time
@@ -223,7 +224,7 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
 
 
 @pytest.mark.slow
-def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_process(on, tmp_path):
+def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_process(on: ServicesOn, tmp_path: Path) -> None:
     """A talker and a listener that both run in sandbox workers (child processes of the
     engine): the message goes through the store between the two processes."""
     import os
@@ -247,7 +248,7 @@ def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_proce
 
 
 @pytest.mark.slow
-def test_the_scouts_example_splits_the_coast_through_peers(svc):
+def test_the_scouts_example_splits_the_coast_through_peers(svc: Services) -> None:
     from helpers import drive as drive_run
 
     root = Path(__file__).resolve().parents[2] / "examples" / "scouts"
@@ -260,7 +261,7 @@ def test_the_scouts_example_splits_the_coast_through_peers(svc):
 
 
 @pytest.mark.slow
-def test_with_capture_metadata_the_peer_events_keep_sizes_not_texts(svc, tmp_path):
+def test_with_capture_metadata_the_peer_events_keep_sizes_not_texts(svc: Services, tmp_path: Path) -> None:
     agents = {
         "talker": {"tools": ["peers"], "stub": f"{TALK}\nTold."},
         "listener": {"tools": ["peers"], "stub": "delay_ms: 2000\nWorking.\n===\nDone."},

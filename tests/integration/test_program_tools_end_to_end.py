@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import pytest
@@ -86,7 +87,7 @@ def captured(tmp_path: Path, event) -> dict:
     return json.loads((tmp_path / "captures" / event.data["capture"]).read_text())
 
 
-def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(svc, tmp_path):
+def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, agent_md=stub_agent(), flow=EACH)
     run = drive(svc, ws, "shout", {"names": ["ada"]})
     assert run.status == RunStatus.completed, run.error
@@ -108,13 +109,15 @@ def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(s
     assert step.calls[0].tools == 4  # the turn's span counts its calls
 
 
-def test_a_stop_kills_a_sleeping_script_within_2_s_and_ends_the_attempt_stopped_on_both_stores(svc, tmp_path):
+def test_a_stop_kills_a_sleeping_script_within_2_s_and_ends_the_attempt_stopped_on_both_stores(
+    svc: Services, tmp_path: Path
+) -> None:
     stub = 'tool: bash {"command": "sleep 60"}\n===\nSlept.\n'
     ws = workspace(tmp_path, agent_md=stub_agent(stub), flow=EACH)
     run = create_run(svc, ws, "shout", {"names": ["ada"]})
     stopped_at: list[float] = []
 
-    def stop_once_sleeping():
+    def stop_once_sleeping() -> None:
         # The isolation event is written just before the stub's only turn, which calls bash at
         # once (the attempt may work in a scratch copy, so the workspace shows nothing).
         deadline = time.monotonic() + 30
@@ -139,7 +142,7 @@ def test_a_stop_kills_a_sleeping_script_within_2_s_and_ends_the_attempt_stopped_
     assert ended - stopped_at[0] < 2, "the sleeping script outlived the stop by more than 2 s"
 
 
-def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_before_any_turn(tmp_path):
+def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_before_any_turn(tmp_path: Path) -> None:
     ws = workspace(tmp_path, agent_md=stub_agent(), flow=EACH)
     (ws / "AGENTS.md").write_text("---\nmodel: stub\nnetwork_enforce: true\n---\nShared rules.\n")
     # LANEFLOW_ISOLATION=subprocess: the plain subprocess, whose network cannot be fenced.
@@ -174,7 +177,9 @@ def claude_flow(*calls: tuple[str, dict]) -> str:
     return "steps:\n  - agent: shouter\n    instruction: |\n" + directives(*calls, reply="Shouted.")
 
 
-def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come_back_as_is_error(tmp_path, api):
+def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come_back_as_is_error(
+    tmp_path: Path, api: MessagesImitation
+) -> None:
     recording = Recording()
     api.responder = recording
     calls = [
@@ -201,7 +206,9 @@ def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come
     assert md.read_text().startswith("---\ntools: [bash")
 
 
-def test_a_claude_call_past_the_agents_timeout_is_killed_and_the_step_ends_with_the_reason(tmp_path, api):
+def test_a_claude_call_past_the_agents_timeout_is_killed_and_the_step_ends_with_the_reason(
+    tmp_path: Path, api: MessagesImitation
+) -> None:
     recording = Recording()
     api.responder = recording
     ws = workspace(
@@ -232,7 +239,9 @@ def test_a_claude_call_past_the_agents_timeout_is_killed_and_the_step_ends_with_
         ("claude-sonnet-4-6", "max", None, []),
     ],
 )
-def test_effort_reaches_the_api_the_way_each_model_takes_it(tmp_path, api, model, effort, config, betas):
+def test_effort_reaches_the_api_the_way_each_model_takes_it(
+    tmp_path: Path, api: MessagesImitation, model: str, effort: str, config: Any, betas: Any
+) -> None:
     ws = workspace(tmp_path, agent_md=f"---\neffort: {effort}\n---\nYou shout.\n", flow=claude_flow())
     run = claude_drive(tmp_path, api, ws, model=model)
     assert run.status == RunStatus.completed, run.error
@@ -251,7 +260,9 @@ def test_effort_reaches_the_api_the_way_each_model_takes_it(tmp_path, api, model
         ("claude-opus-4-6", {"effort": "high", "other": 1}, [], "Extra inputs"),
     ],
 )
-def test_the_imitation_refuses_effort_the_way_the_api_does(api, model, config, betas, says):
+def test_the_imitation_refuses_effort_the_way_the_api_does(
+    api: MessagesImitation, model: str, config: Any, betas: Any, says: str
+) -> None:
     client = anthropic.Anthropic(api_key=KEY, base_url=api.url, max_retries=0)
     create = client.beta.messages.create if betas else client.messages.create
     extra = {"betas": betas} if betas else {}
@@ -262,7 +273,7 @@ def test_the_imitation_refuses_effort_the_way_the_api_does(api, model, config, b
 # -- laneflow check ----------------------------------------------------------------------------
 
 
-def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_would_do(tmp_path):
+def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_would_do(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     (root / "scripts").mkdir()
@@ -277,7 +288,7 @@ def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_
     assert "an API is a mapping" in problems[("apis[0]", 7)]
 
 
-def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path):
+def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     folder = root / "agents" / "writer"
@@ -329,7 +340,7 @@ def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path
     assert lines == {"apis[0].base_url": 5, "apis[0].headers.Authorization": 8}
 
 
-def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_would_use(tmp_path):
+def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_would_use(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     md = root / "agents" / "writer" / "agent.md"
@@ -341,7 +352,7 @@ def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_w
     assert [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"] == []
 
 
-def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):
+def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     md = root / "agents" / "writer" / "agent.md"
@@ -358,7 +369,7 @@ def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tides"
 
 
-def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_path):
+def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_path: Path) -> None:
     ws = tmp_path / "tides"
     shutil.copytree(EXAMPLE, ws)
     assert check_workspace(ws) == []
@@ -374,7 +385,7 @@ def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_pa
     assert (ws / "storage" / "tides-st-malo.md").exists() and (ws / "state" / "tables-filed").read_text() == "2\n"
 
 
-def test_check_says_an_api_tool_comes_from_its_apis_entry_not_tools(tmp_path):
+def test_check_says_an_api_tool_comes_from_its_apis_entry_not_tools(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     (root / "agents" / "writer" / "agent.md").write_text("---\ntools: [read_file, api_tracker]\n---\nYou write.\n")

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -40,7 +41,7 @@ REGION = "us-east-1"
 
 
 @pytest.fixture
-def aws(monkeypatch, tmp_path) -> Iterator[dict[str, Any]]:
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, Any]]:
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
@@ -124,7 +125,7 @@ def fargate_environment(task: dict) -> dict[str, str]:
     return env
 
 
-def test_the_sandbox_state_starts_a_fargate_task_whose_worker_completes_the_token(aws, tmp_path):
+def test_the_sandbox_state_starts_a_fargate_task_whose_worker_completes_the_token(aws: dict[str, Any], tmp_path: Path) -> None:
     ws = workspace(tmp_path, "built in the cloud")
     run, engine, thread, out = start(aws, ws)
     task = the_task(aws)
@@ -145,12 +146,14 @@ def test_the_sandbox_state_starts_a_fargate_task_whose_worker_completes_the_toke
     assert "TaskSubmitted" in kinds and "TaskSucceeded" in kinds
 
 
-def test_a_worker_that_fails_sends_task_failure_and_the_catch_ends_its_attempt(aws, tmp_path, monkeypatch):
+def test_a_worker_that_fails_sends_task_failure_and_the_catch_ends_its_attempt(
+    aws: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = workspace(tmp_path, "never")
     run, engine, thread, out = start(aws, ws)
     task = the_task(aws)
 
-    def broken(*args, **kwargs):
+    def broken(*args, **kwargs) -> None:
         raise RuntimeError("the worker broke before its claim")
 
     monkeypatch.setattr("laneflow.usecases.run_step.runner.run_step", broken)
@@ -162,7 +165,7 @@ def test_a_worker_that_fails_sends_task_failure_and_the_catch_ends_its_attempt(a
     assert step.status == StepStatus.failed  # StepCrashed ended it, as for a Lambda that raised
 
 
-def test_a_stop_sends_stop_task_and_the_worker_ends_its_attempt_stopped(aws, tmp_path):
+def test_a_stop_sends_stop_task_and_the_worker_ends_its_attempt_stopped(aws: dict[str, Any], tmp_path: Path) -> None:
     ws = workspace(tmp_path, "ttft_ms: 60000\\nnever")
     svc = aws["svc"]
     svc.tasks = EcsTasks(client=aws["ecs"])
@@ -184,7 +187,7 @@ def test_a_stop_sends_stop_task_and_the_worker_ends_its_attempt_stopped(aws, tmp
     assert svc.store.get_run(run.tenant, run.id).status.ended
 
 
-def test_reconcile_marks_the_attempt_of_a_stopped_task_interrupted(aws, tmp_path):
+def test_reconcile_marks_the_attempt_of_a_stopped_task_interrupted(aws: dict[str, Any], tmp_path: Path) -> None:
     svc, ecs = aws["svc"], aws["ecs"]
     ws = workspace(tmp_path, "never")
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
@@ -211,7 +214,9 @@ def test_reconcile_marks_the_attempt_of_a_stopped_task_interrupted(aws, tmp_path
     assert attempt.status == AttemptStatus.interrupted and attempt.reason == INTERRUPTED
 
 
-def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_reaches_s3(aws, tmp_path):
+def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_reaches_s3(
+    aws: dict[str, Any], tmp_path: Path
+) -> None:
     # Given the tides example in the tenant's S3 prefix, its secret in Secrets Manager under
     # laneflow/<tenant>/TIDES_TOKEN, and a run started on it as the API starts one
     from helpers import EXAMPLES

@@ -23,6 +23,7 @@ from types_boto3_stepfunctions import SFNClient
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -86,7 +87,7 @@ def comparable(run) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_a_run_that_spends_its_history_budget_continues_as_new_and_ends_as_it_would_have(tmp_path):
+def test_a_run_that_spends_its_history_budget_continues_as_new_and_ends_as_it_would_have(tmp_path: Path) -> None:
     # Given 4 groups of 10 and a budget that holds about one group per execution
     ws = workspace(tmp_path, groups=4)
     items = {"items": [f"i{n}" for n in range(10)]}
@@ -109,7 +110,7 @@ def test_a_run_that_spends_its_history_budget_continues_as_new_and_ends_as_it_wo
     assert_within_bounds(tight, result, 200)
 
 
-def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_siblings_passing_its_gate(tmp_path):
+def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_siblings_passing_its_gate(tmp_path: Path) -> None:
     # Given one gated lane of 30 at parallel 3, and a budget that holds about 10 steps
     ws = workspace(tmp_path, parallel=3, stub="ttft_ms: 30\ndelay_ms: 30\nDone with {item}.")
     svc = services(tmp_path, 200)
@@ -138,7 +139,7 @@ def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_sibling
     assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) <= 3
 
 
-def test_a_stop_reaches_every_window(tmp_path):
+def test_a_stop_reaches_every_window(tmp_path: Path) -> None:
     # Given a lane of 60 slow-ish steps in windows of about 20, one an execution
     ws = workspace(tmp_path, parallel=5, stub="delay_ms: 150\nDone with {item}.")
     svc = services(tmp_path, 200)
@@ -174,7 +175,7 @@ def test_a_stop_reaches_every_window(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_crash_inside_a_later_window_is_reconciled_and_completes_exactly_once(tmp_path):
+def test_a_crash_inside_a_later_window_is_reconciled_and_completes_exactly_once(tmp_path: Path) -> None:
     # Given a lane of 30 in windows of about 10, whose runner is killed in its second window
     ws = workspace(tmp_path, parallel=3)
     store = f"sqlite:///{tmp_path / 'crash.db'}"
@@ -224,7 +225,7 @@ def test_a_crash_inside_a_later_window_is_reconciled_and_completes_exactly_once(
 
 
 @pytest.fixture
-def sfn(monkeypatch) -> Iterator[SFNClient]:
+def sfn(monkeypatch: pytest.MonkeyPatch) -> Iterator[SFNClient]:
     """Step Functions under moto, executing its state machines."""
     from moto import mock_aws
 
@@ -241,7 +242,9 @@ def sfn(monkeypatch) -> Iterator[SFNClient]:
         yield boto3.client("stepfunctions", region_name="us-east-1")
 
 
-def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_ended(svc, sfn, tmp_path):
+def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_ended(
+    svc: Services, sfn: SFNClient, tmp_path: Path
+) -> None:
     """The cloud path: NextDrive starts the continuation through Step Functions and records it;
     the segment it continued then ends SUCCEEDED. Reconcile asks Step Functions about the
     run's newest execution, finds it running, and re-drives nothing."""
@@ -315,7 +318,7 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows_it_to_its_end(tmp_path):
+def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows_it_to_its_end(tmp_path: Path) -> None:
     # Given `laneflow run` of a lane of 30 slow-ish steps in windows of about 10
     import signal
 
@@ -372,7 +375,7 @@ def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows
     assert all(s.status == StepStatus.completed and s.result for s in run.steps)
 
 
-def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_path):
+def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_path: Path) -> None:
     """`laneflow serve` keeps nothing of a finished drive, however many executions it took."""
     from laneflow.adapters.engine.local import LocalDrives, _backend
 
@@ -403,7 +406,7 @@ def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_pat
     assert not known & set(result.executions)
 
 
-def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_each_once(tmp_path):
+def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_each_once(tmp_path: Path) -> None:
     # Given a fan-out of 20 that all fail, each with a rescue, and a budget of about 10 steps
     ws = workspace(tmp_path, stub="fail: cannot today")
     (ws / "agents" / "fixer").mkdir()
@@ -432,7 +435,7 @@ def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_
     )
 
 
-def test_colleagues_in_a_lane_larger_than_the_budget_reach_each_other_across_its_windows(tmp_path):
+def test_colleagues_in_a_lane_larger_than_the_budget_reach_each_other_across_its_windows(tmp_path: Path) -> None:
     """peers across the windows of a chunked lane: every scout messages the lane's last
     scout, which runs in a later execution than the first ones; it hears each of them in its
     next turn, and the messages of every window are in its record."""

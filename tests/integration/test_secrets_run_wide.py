@@ -23,11 +23,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import drive, local_engine, stored_bytes, write_workspace
+from helpers import ServicesOn, drive, local_engine, stored_bytes, write_workspace
 
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.workspaces import FolderWorkspaces
@@ -128,7 +129,7 @@ def api_get(svc: Services, path: str, tenant: str) -> Any:
 class DriveHere:
     """The API's DriveStarter: drives the run on the embedded engine there and then."""
 
-    def __init__(self, svc: Services):
+    def __init__(self, svc: Services) -> None:
         self.engine = local_engine(svc)
 
     def start(self, tenant: str, run_id: str) -> str:
@@ -229,7 +230,7 @@ class LoudStub:
 
 
 @pytest.fixture
-def no_machine_secrets(monkeypatch):
+def no_machine_secrets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("TOKEN", raising=False)
     monkeypatch.setenv("LANEFLOW_SECRETS_FILE", "")
     settings.cache_clear()
@@ -237,7 +238,9 @@ def no_machine_secrets(monkeypatch):
     settings.cache_clear()
 
 
-def test_every_record_of_a_run_is_masked_with_every_declared_value_in_every_encoding(on, tmp_path, capsys, no_machine_secrets):
+def test_every_record_of_a_run_is_masked_with_every_declared_value_in_every_encoding(
+    on: ServicesOn, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_machine_secrets: None
+) -> None:
     # Given a flow whose one agent declares TOKEN, and a value in every place a run records,
     ws = workspace(tmp_path)
     svc = on(LANEFLOW_SECRETS_FILE=str(dotenv(tmp_path, TOKEN=TOKEN)), ANTHROPIC_API_KEY=KEY)
@@ -268,8 +271,8 @@ def test_every_record_of_a_run_is_masked_with_every_declared_value_in_every_enco
 
 
 def test_laneflow_run_masks_the_run_from_its_start_and_says_nothing_of_the_value(
-    tmp_path, capsys, no_machine_secrets, monkeypatch
-):
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_machine_secrets: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)  # the model's key of this machine: masked too
     settings.cache_clear()
     ws = workspace(tmp_path)
@@ -286,7 +289,9 @@ def test_laneflow_run_masks_the_run_from_its_start_and_says_nothing_of_the_value
     assert leaks(stored_bytes("sqlite", tmp_path)) == []
 
 
-def test_a_value_not_set_when_the_run_starts_is_no_error_then_and_the_declaring_step_fails_as_before(on, tmp_path):
+def test_a_value_not_set_when_the_run_starts_is_no_error_then_and_the_declaring_step_fails_as_before(
+    on: ServicesOn, tmp_path: Path
+) -> None:
     svc = on(LANEFLOW_SECRETS_FILE=str(dotenv(tmp_path)))
     ws = write_workspace(
         tmp_path / "ws",
@@ -299,7 +304,7 @@ def test_a_value_not_set_when_the_run_starts_is_no_error_then_and_the_declaring_
     assert run.steps[1].error == "secret ABSENT is not set (declared by agent needy)" and run.steps[1].attempts == 1
 
 
-def test_a_source_that_cannot_be_read_refuses_the_start_and_writes_nothing(on, tmp_path):
+def test_a_source_that_cannot_be_read_refuses_the_start_and_writes_nothing(on: ServicesOn, tmp_path: Path) -> None:
     svc = on(LANEFLOW_SECRETS_FILE=str(tmp_path / "ws" / "nowhere.env"))
     ws = workspace(tmp_path)
     with pytest.raises(Exception, match="does not exist"):

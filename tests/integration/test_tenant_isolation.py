@@ -111,7 +111,7 @@ def text(s3: Any, key: str) -> str:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path: Path) -> Iterator[tuple[Services, Any, Requests]]:
+def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Services, Any, Requests]]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -182,7 +182,7 @@ def read_notes(run: dict[str, Any], svc: Services) -> str:
     return svc.captures.get(tool["data"]["capture"])["output"]
 
 
-def test_the_same_idempotency_key_gives_each_tenant_its_own_run(cloud):
+def test_the_same_idempotency_key_gives_each_tenant_its_own_run(cloud: tuple[Services, Any, Requests]) -> None:
     svc, _, _ = cloud
     a, b = start(A), start(B)
     assert a["id"] != b["id"] and a["tenant"] == A and b["tenant"] == B
@@ -194,7 +194,7 @@ def test_the_same_idempotency_key_gives_each_tenant_its_own_run(cloud):
     assert svc.drives.started == [a["id"], b["id"]]
 
 
-def test_each_tenants_step_reads_and_writes_only_its_own_workspace_files(cloud):
+def test_each_tenants_step_reads_and_writes_only_its_own_workspace_files(cloud: tuple[Services, Any, Requests]) -> None:
     svc, s3, requests = cloud
     a = get(A, start(A)["id"])
     a_before = objects(s3, f"workspaces/{A}/")
@@ -213,7 +213,7 @@ def test_each_tenants_step_reads_and_writes_only_its_own_workspace_files(cloud):
     assert requests.calls and foreign(requests.calls, B) == []
 
 
-def test_a_cloud_run_records_the_workspaces_name_not_its_sync_folders(cloud):
+def test_a_cloud_run_records_the_workspaces_name_not_its_sync_folders(cloud: tuple[Services, Any, Requests]) -> None:
     svc, _, _ = cloud
     started = start(A)
     assert started["workspace"] == "desk"
@@ -222,7 +222,7 @@ def test_a_cloud_run_records_the_workspaces_name_not_its_sync_folders(cloud):
     assert status == 200 and [r["workspace"] for r in listed["runs"]] == ["desk"]
 
 
-def test_captures_are_under_each_tenants_own_prefix(cloud):
+def test_captures_are_under_each_tenants_own_prefix(cloud: tuple[Services, Any, Requests]) -> None:
     svc, s3, _ = cloud
     runs = {A: start(A)["id"], B: start(B)["id"]}
     captured = objects(s3, "captures/")
@@ -236,7 +236,7 @@ def test_captures_are_under_each_tenants_own_prefix(cloud):
 
 
 @pytest.mark.slow
-def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud):
+def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud: tuple[Services, Any, Requests]) -> None:
     svc, _, requests = cloud
     a = start(A)
     b = start(B, key="another-key")
@@ -265,7 +265,7 @@ def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud):
     assert get(A, a["id"])["status"] == "completed"
 
 
-def test_the_viewer_and_the_openapi_document_carry_no_tenants_runs(cloud):
+def test_the_viewer_and_the_openapi_document_carry_no_tenants_runs(cloud: tuple[Services, Any, Requests]) -> None:
     a = start(A)
     for tenant in (A, B):
         for route in ("openapi", "viewer"):
@@ -276,7 +276,7 @@ def test_the_viewer_and_the_openapi_document_carry_no_tenants_runs(cloud):
             assert a["id"] not in answer["body"] and A not in answer["body"]
 
 
-def test_a_tenant_name_no_key_can_hold_is_a_400_naming_it_on_every_route(cloud):
+def test_a_tenant_name_no_key_can_hold_is_a_400_naming_it_on_every_route(cloud: tuple[Services, Any, Requests]) -> None:
     _, _, requests = cloud
     a = start(A)
     requests.on = True

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from contract.store.backends import STORE_FACTORIES
@@ -21,7 +23,7 @@ BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]
 
 
 @pytest.fixture(params=STORE_FACTORIES, ids=lambda factory: factory.__name__.removesuffix("_store"))
-def store(request, tmp_path) -> Iterator[Store]:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     with request.param(tmp_path) as s:
         yield s
 
@@ -31,7 +33,7 @@ def a_run(tenant: str) -> Run:
 
 
 @pytest.mark.parametrize("tenant", BAD, ids=["hash", "empty", "control", "slash", "long"])
-def test_a_bad_tenant_is_refused_by_the_stores_entry_points_naming_it_and_nothing_is_written(store: Store, tenant):
+def test_a_bad_tenant_is_refused_by_the_stores_entry_points_naming_it_and_nothing_is_written(store: Store, tenant: Any) -> None:
     with pytest.raises(TenantInvalid) as refused:
         store.create_run(a_run(tenant))
     assert (repr(tenant[:40])[:-1] in str(refused.value)) if tenant else "empty" in str(refused.value)
@@ -46,13 +48,15 @@ def test_a_bad_tenant_is_refused_by_the_stores_entry_points_naming_it_and_nothin
             entry()
 
 
-def test_a_tenant_that_only_prefixes_another_reads_nothing_of_it(store: Store):
+def test_a_tenant_that_only_prefixes_another_reads_nothing_of_it(store: Store) -> None:
     store.create_run(a_run("acme"))
     assert [r.id for r in store.list_runs("acme")] == ["run-t"]
     assert store.list_runs("acm") == [] and store.list_runs("acme.eu") == []
 
 
-def test_a_bad_LANEFLOW_TENANT_is_a_clear_cli_error_with_exit_2_and_makes_no_store(monkeypatch, tmp_path, capsys):
+def test_a_bad_LANEFLOW_TENANT_is_a_clear_cli_error_with_exit_2_and_makes_no_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LANEFLOW_TENANT", "acme#RUNS")
     settings.cache_clear()

@@ -95,7 +95,7 @@ class Clerk:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path: Path) -> Iterator[Any]:
+def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -135,7 +135,7 @@ def files_under(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
-def test_each_attempt_works_in_its_own_copy_and_only_a_completed_one_keeps_its_files(cloud, tmp_path):
+def test_each_attempt_works_in_its_own_copy_and_only_a_completed_one_keeps_its_files(cloud: Any, tmp_path: Path) -> None:
     clerk = Clerk()
     run = drive(cloud, tmp_path, "file", clerk)
     assert run.status == RunStatus.completed, run.error
@@ -165,7 +165,7 @@ def test_each_attempt_works_in_its_own_copy_and_only_a_completed_one_keeps_its_f
     assert all("workspace `desk`" in system for system in clerk.systems)
 
 
-def test_a_failed_attempt_keeps_nothing_in_the_workspace(cloud, tmp_path):
+def test_a_failed_attempt_keeps_nothing_in_the_workspace(cloud: Any, tmp_path: Path) -> None:
     before = stored(cloud)
     run = drive(cloud, tmp_path, "fail")
     assert run.status == RunStatus.failed and "not valid JSON" in (run.steps[0].error or "")
@@ -175,7 +175,9 @@ def test_a_failed_attempt_keeps_nothing_in_the_workspace(cloud, tmp_path):
 
 
 @pytest.mark.parametrize("escape", ["../../escaped.md", "ABSOLUTE"], ids=["dot-dot", "absolute"])
-def test_an_s3_key_that_escapes_the_workspace_folder_is_refused_and_nothing_is_downloaded(cloud, tmp_path, escape):
+def test_an_s3_key_that_escapes_the_workspace_folder_is_refused_and_nothing_is_downloaded(
+    cloud: Any, tmp_path: Path, escape: str
+) -> None:
     outside = tmp_path / "escaped.md"
     rel = "/" + str(outside).lstrip("/") if escape == "ABSOLUTE" else escape
     cloud.put_object(Bucket=BUCKET, Key=PREFIX + rel, Body=b"written outside")
@@ -187,7 +189,7 @@ def test_an_s3_key_that_escapes_the_workspace_folder_is_refused_and_nothing_is_d
     assert not (workspaces.CACHE / "escaped.md").exists() and not (workspaces.CACHE.parent / "escaped.md").exists()
 
 
-def test_the_copies_folders_are_this_users_own_and_one_another_user_made_or_a_link_is_refused(tmp_path):
+def test_the_copies_folders_are_this_users_own_and_one_another_user_made_or_a_link_is_refused(tmp_path: Path) -> None:
     assert workspaces.ATTEMPTS.name.endswith(f"-{os.geteuid()}") and workspaces.CACHE.name.endswith(f"-{os.geteuid()}")
     made = workspaces.own_folder(tmp_path / "mine")
     assert stat.S_IMODE(made.stat().st_mode) == 0o700

@@ -54,7 +54,7 @@ def assert_the_fence_held(seen: dict[str, dict]) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="laneflow is not root here: the plain-user probes cover this machine")
-def test_a_root_laneflows_programs_cannot_leave_the_fence(tmp_path, monkeypatch):
+def test_a_root_laneflows_programs_cannot_leave_the_fence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LANEFLOW_CANARY", escape_probes.CANARY)
     monkeypatch.setitem(isolation.SIZES, "small", escape_probes.SMALL)
     seen = escape_probes.probe_all(tmp_path)
@@ -91,7 +91,7 @@ def _as_a_plain_user(top: Path) -> dict[str, dict]:
     return json.loads(said)
 
 
-def test_a_plain_users_programs_cannot_leave_the_fence(tmp_path, monkeypatch):
+def test_a_plain_users_programs_cannot_leave_the_fence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if os.geteuid() != 0:  # this process is the plain user
         monkeypatch.setenv("LANEFLOW_CANARY", escape_probes.CANARY)
         monkeypatch.setitem(isolation.SIZES, "small", escape_probes.SMALL)
@@ -135,7 +135,7 @@ def _workspace(top: Path) -> Path:
     return ws
 
 
-def test_a_sandboxed_step_sees_no_other_agent_nor_the_secrets_file_and_its_scratch_is_bounded(tmp_path):
+def test_a_sandboxed_step_sees_no_other_agent_nor_the_secrets_file_and_its_scratch_is_bounded(tmp_path: Path) -> None:
     with BACKENDS["sqlite"](tmp_path) as store:
         svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
         ws = _workspace(tmp_path)

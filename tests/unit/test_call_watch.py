@@ -36,7 +36,7 @@ def wait_for(check, within_s: float = 5.0) -> bool:
     return check()
 
 
-def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call():
+def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call() -> None:
     watcher = _Watcher(poll_s=0.01)
     sinks = [Sink() for _ in range(50)]
     first = _CallWatch(sinks[0], watcher).start()
@@ -62,7 +62,7 @@ def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call():
     assert wait_for(lambda: watching(watcher) is None)
 
 
-def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached():
+def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached() -> None:
     class Response:
         extensions: dict = {}
         closed = False
@@ -81,7 +81,7 @@ def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached():
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its death is the point
-def test_a_watcher_that_dies_is_started_again_by_the_next_call():
+def test_a_watcher_that_dies_is_started_again_by_the_next_call() -> None:
     class Broken(Sink):
         def stopped(self) -> bool:
             raise SystemExit  # not a store hiccup: it ends the watcher's thread
@@ -169,7 +169,7 @@ def ask(client, sockets, watch) -> str:
     return message.content[0].text
 
 
-def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_only_that_call():
+def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_only_that_call() -> None:
     """The second call goes out on the first one's kept-alive connection (it opens nothing,
     so only its write tells which socket is its own); the server holds its headers. A stop
     ends it within a second, and the other call in flight on its own connection is untouched."""

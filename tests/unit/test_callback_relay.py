@@ -4,6 +4,8 @@ token's gone-ness crosses as TokenGone, as from Step Functions. Through the real
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from laneflow.adapters.engine.sandbox import CallbackRelay, RelayCallbacks, gone_of
@@ -13,10 +15,10 @@ from laneflow.ports import TokenGone
 class Waiting:
     """The interpreter's side: tokens still waiting, and what completed them."""
 
-    def __init__(self, waiting: set[str]):
+    def __init__(self, waiting: set[str]) -> None:
         self.waiting, self.completed = waiting, []
 
-    def succeed(self, token, output):
+    def succeed(self, token, output) -> None:
         if token not in self.waiting:
             raise TokenGone(token)
         self.waiting.remove(token)
@@ -25,15 +27,15 @@ class Waiting:
     def succeed_all(self, tokens, output):
         return gone_of(self.succeed, tokens, output)
 
-    def fail(self, token, error, cause):
+    def fail(self, token, error, cause) -> None:
         self.succeed(token, {"error": error})
 
-    def heartbeat(self, token):
+    def heartbeat(self, token) -> None:
         if token not in self.waiting:
             raise TokenGone(token)
 
 
-def test_one_relay_call_releases_every_waiting_token_and_names_the_gone_ones():
+def test_one_relay_call_releases_every_waiting_token_and_names_the_gone_ones() -> None:
     engine = Waiting({"a", "b", "d"})
     reported: list[str] = []
     relay = CallbackRelay(engine, on_reported=reported.append)
@@ -104,7 +106,7 @@ class Engine:
         os.unlink(self.path)
 
 
-def test_a_worker_hears_its_engine_go_at_once_while_nothing_is_asked(tmp_path):
+def test_a_worker_hears_its_engine_go_at_once_while_nothing_is_asked(tmp_path: Path) -> None:
     import threading
     import time
 
@@ -118,7 +120,7 @@ def test_a_worker_hears_its_engine_go_at_once_while_nothing_is_asked(tmp_path):
     assert gone.wait(2)
 
 
-def test_a_call_that_meets_a_closed_relay_is_the_engine_gone_never_an_ordinary_error(tmp_path):
+def test_a_call_that_meets_a_closed_relay_is_the_engine_gone_never_an_ordinary_error(tmp_path: Path) -> None:
     from laneflow.adapters.engine.sandbox import RelayClosed
 
     engine = Engine(tmp_path)

@@ -7,6 +7,7 @@ And the prompt layers they add: `peers` (dynamic) names who runs beside the step
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import write_workspace
@@ -25,30 +26,30 @@ def problems_of(tmp_path: Path, settings: dict) -> list:
 
 
 @pytest.mark.parametrize("value", [0, 0.5, -3, 86_401, 10**9, "600", True])
-def test_an_ask_timeout_out_of_bounds_or_not_a_number_is_refused_naming_file_and_field(tmp_path, value):
+def test_an_ask_timeout_out_of_bounds_or_not_a_number_is_refused_naming_file_and_field(tmp_path: Path, value: Any) -> None:
     [problem] = problems_of(tmp_path, {"tools": ["ask"], "ask_timeout": value})
     assert problem.file == "agents/a/agent.md" and problem.field == "ask_timeout" and problem.line
 
 
 @pytest.mark.parametrize("value", [1, 30, 600.5, 86_400])
-def test_an_ask_timeout_within_bounds_is_taken(tmp_path, value):
+def test_an_ask_timeout_within_bounds_is_taken(tmp_path: Path, value: float) -> None:
     assert problems_of(tmp_path, {"tools": ["ask"], "ask_timeout": value}) == []
     ws = load_workspace(tmp_path / "ws")
     assert load_agent(ws, "a").settings.ask_timeout == value
 
 
-def test_an_ask_timeout_without_the_ask_tool_would_be_ignored_so_it_is_refused(tmp_path):
+def test_an_ask_timeout_without_the_ask_tool_would_be_ignored_so_it_is_refused(tmp_path: Path) -> None:
     [problem] = problems_of(tmp_path, {"tools": ["peers"], "ask_timeout": 30})
     assert problem.field == "ask_timeout" and "no ask tool" in problem.message
 
 
-def test_peers_and_ask_are_known_tools_and_a_near_miss_is_named(tmp_path):
+def test_peers_and_ask_are_known_tools_and_a_near_miss_is_named(tmp_path: Path) -> None:
     assert problems_of(tmp_path, {"tools": ["peers", "ask", "read_file"]}) == []
     [problem] = problems_of(tmp_path / "b", {"tools": ["peer"]})
     assert problem.field == "tools[0]" and "'peers'" in problem.message
 
 
-def test_the_default_wait_and_its_bounds():
+def test_the_default_wait_and_its_bounds() -> None:
     assert DEFAULT_ASK_TIMEOUT_S == 600 and ASK_TIMEOUT_BOUNDS == (1.0, 86_400.0)
     assert ask_wait(600, step_left=None, lambda_left=None) == 600
     assert ask_wait(600, step_left=42.0, lambda_left=None) == 42.0
@@ -56,7 +57,7 @@ def test_the_default_wait_and_its_bounds():
     assert ask_wait(600, step_left=None, lambda_left=10.0) == 0.0
 
 
-def test_the_peers_layer_is_dynamic_and_names_who_runs_beside_the_step(tmp_path):
+def test_the_peers_layer_is_dynamic_and_names_who_runs_beside_the_step(tmp_path: Path) -> None:
     ws_root = write_workspace(tmp_path / "ws", {"a": {"tools": ["peers", "ask"], "ask_timeout": 90}}, FLOW)
     ws = load_workspace(ws_root)
     agent = load_agent(ws, "a")
@@ -76,7 +77,7 @@ def test_the_peers_layer_is_dynamic_and_names_who_runs_beside_the_step(tmp_path)
     assert build_system_prompt(ws, agent, peers=peers).stable == build_system_prompt(ws, agent, peers=[]).stable
 
 
-def test_in_lambda_an_ask_stops_waiting_a_margin_before_the_invocations_deadline():
+def test_in_lambda_an_ask_stops_waiting_a_margin_before_the_invocations_deadline() -> None:
     import time
 
     from laneflow.domain.inbox import LAMBDA_MARGIN_S

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
+from pathlib import Path
 
 from helpers import write_workspace
 
@@ -17,7 +18,7 @@ from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
 
 
-def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for():
+def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for() -> None:
     from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSeconds
     from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 
@@ -62,7 +63,7 @@ def _drive(tmp_path, name: str):
     return result.run, Counter(getattr(e["type"], "value", e["type"]) for e in history)
 
 
-def test_a_drive_records_the_same_with_and_without_it(tmp_path):
+def test_a_drive_records_the_same_with_and_without_it(tmp_path: Path) -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 
     local.install_interpreter_hook()

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+from pathlib import Path
 
 from laneflow.adapters.engine import local
 
 
-def test_moto_is_the_exact_version_the_hook_was_written_for():
+def test_moto_is_the_exact_version_the_hook_was_written_for() -> None:
     assert importlib.metadata.version("moto") == "5.2.5"
 
 
-def test_the_hooked_function_exists_with_the_expected_signature():
+def test_the_hooked_function_exists_with_the_expected_signature() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 
     local.install_interpreter_hook()
@@ -44,13 +45,13 @@ def _registry(tmp_path, leaving=None) -> local.HandlerRegistry:
     return registry
 
 
-def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_class(tmp_path):
+def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_class(tmp_path: Path) -> None:
     class Boom(Exception):
         pass
 
     registry = _registry(tmp_path)
 
-    def raising(event, context):
+    def raising(event, context) -> None:
         raise Boom("it broke")
 
     registry._handler = lambda logical_id: raising  # type: ignore[method-assign]
@@ -63,7 +64,7 @@ def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_cla
     )
 
 
-def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_path):
+def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_path: Path) -> None:
     import threading
     import time
 
@@ -92,7 +93,7 @@ def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_
     running.join(5)
 
 
-def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thread():
+def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thread() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 
     from laneflow.adapters.engine import moto_patches
@@ -128,7 +129,7 @@ def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thr
     assert moto_patches.current_execution() is None  # only for the call's duration
 
 
-def test_a_lambda_call_of_an_execution_no_drive_serves_is_refused_not_answered_by_another():
+def test_a_lambda_call_of_an_execution_no_drive_serves_is_refused_not_answered_by_another() -> None:
     from laneflow.adapters.engine import moto_patches
 
     local.install_interpreter_hook()
@@ -137,7 +138,7 @@ def test_a_lambda_call_of_an_execution_no_drive_serves_is_refused_not_answered_b
     assert answer["FunctionError"] == "Unhandled" and answer["Payload"]["errorType"] == "ServiceException"
 
 
-def test_the_execution_arn_the_engine_expects_is_the_one_moto_gives():
+def test_the_execution_arn_the_engine_expects_is_the_one_moto_gives() -> None:
     from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 
     source = inspect.getsource(StepFunctionsParserBackend.start_execution)
@@ -146,7 +147,7 @@ def test_the_execution_arn_the_engine_expects_is_the_one_moto_gives():
     assert local.execution_arn(machine, "r1-ff") == "arn:aws:states:us-east-1:123456789012:execution:laneflow-flow-abc:r1-ff"
 
 
-def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evaluate():
+def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evaluate() -> None:
     from moto.stepfunctions.parser.asl.component.common.path import result_path
     from moto.stepfunctions.parser.asl.utils import json_path
 
@@ -164,7 +165,7 @@ def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evalu
     assert result_path.parse("$.r").update_or_create({"x": 3}, 4) == {"x": 3, "r": 4}  # the cached path kept nothing
 
 
-def test_every_module_that_evaluates_a_path_gets_the_walk_and_a_plain_path_is_walked_through_dicts_only():
+def test_every_module_that_evaluates_a_path_gets_the_walk_and_a_plain_path_is_walked_through_dicts_only() -> None:
     from jsonpath_ng import jsonpath
 
     from laneflow.adapters.engine import moto_patches
@@ -182,7 +183,7 @@ def test_every_module_that_evaluates_a_path_gets_the_walk_and_a_plain_path_is_wa
     assert type(parse("$.a")) is jsonpath.Child  # what the walk recognises is jsonpath-ng's own tree
 
 
-def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_the_same_way():
+def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_the_same_way() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
     from moto.stepfunctions.parser.asl.utils import json_path
@@ -206,7 +207,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
 
     @settings(max_examples=400, deadline=None)
     @given(path=paths, data=values)
-    def same(path, data):
+    def same(path, data) -> None:
         got, want = outcome(walked, path, data), outcome(original, path, data)
         assert got == want
         if got[0] == "value" and want[0] == "value":
@@ -215,7 +216,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
     same()
 
 
-def test_install_is_idempotent_and_wraps_nothing_twice():
+def test_install_is_idempotent_and_wraps_nothing_twice() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.utils import json_path
 
@@ -229,7 +230,7 @@ def test_install_is_idempotent_and_wraps_nothing_twice():
     assert json_path.extract_json is extract
 
 
-def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_running_ones():
+def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_running_ones() -> None:
     import threading
 
     from moto.stepfunctions.parser import utils
@@ -237,11 +238,11 @@ def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_runn
     from laneflow.adapters.engine import moto_patches
 
     class Execution:
-        def __init__(self, arn, status):
+        def __init__(self, arn, status) -> None:
             self.execution_arn, self.status = arn, status
 
     class Machine:
-        def __init__(self, *executions):
+        def __init__(self, *executions) -> None:
             self.executions = list(executions)
 
     ended, running = Execution("a", "SUCCEEDED"), Execution("b", "RUNNING")
@@ -271,7 +272,7 @@ def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_runn
         alive.join(5)
 
 
-def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_model_list():
+def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_model_list() -> None:
     from moto.core.common_models import BaseModel
     from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 
@@ -292,7 +293,7 @@ def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_
     Snapshot.instances_tracked.extend([kept, snapshot, other])
 
     class Execution:
-        def __init__(self, arn, status, state_machine):
+        def __init__(self, arn, status, state_machine) -> None:
             self.execution_arn, self.status, self.state_machine = arn, status, state_machine
 
     machine = type("Machine", (), {})()
@@ -304,7 +305,7 @@ def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_
     assert len(tracked) == 2 and tracked[0] is kept and tracked[1] is other
 
 
-def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once():
+def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service, state_task_service_ecs
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 
@@ -318,7 +319,7 @@ def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once():
     assert CallbackEndpoint.setup_heartbeat_endpoint.original.__qualname__ == "CallbackEndpoint.setup_heartbeat_endpoint"
 
 
-def test_an_outcome_before_the_heartbeat_endpoint_exists_is_heard_at_once():
+def test_an_outcome_before_the_heartbeat_endpoint_exists_is_heard_at_once() -> None:
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, CallbackOutcomeSuccess
 
     local.install_interpreter_hook()
@@ -328,13 +329,13 @@ def test_an_outcome_before_the_heartbeat_endpoint_exists_is_heard_at_once():
     assert heartbeat.clear_and_wait() is True  # not a 120-second wait
 
 
-def test_the_overrides_environment_is_read_in_the_definitions_casing_and_in_boto3s():
+def test_the_overrides_environment_is_read_in_the_definitions_casing_and_in_boto3s() -> None:
     definition = {"Overrides": {"ContainerOverrides": [{"Name": "step", "Environment": [{"Name": "A", "Value": "1"}]}]}}
     boto = {"overrides": {"containerOverrides": [{"name": "step", "environment": [{"name": "A", "value": "1"}]}]}}
     assert local.overrides_environment(definition) == local.overrides_environment(boto) == {"A": "1"}
 
 
-def test_a_definition_is_parsed_once_per_process_for_its_check_and_every_execution_with_its_heap_keys_made():
+def test_a_definition_is_parsed_once_per_process_for_its_check_and_every_execution_with_its_heap_keys_made() -> None:
     import uuid
 
     import pytest

@@ -51,7 +51,7 @@ def makespan(spans) -> float:
     return max(b for _, b in spans) - min(a for a, _ in spans)
 
 
-def test_twelve_steps_of_two_seconds_at_parallel_three_take_about_the_ideal():
+def test_twelve_steps_of_two_seconds_at_parallel_three_take_about_the_ideal() -> None:
     spans = schedule(12, 3, d=2.0, ttft=0.4)
     ideal = math.ceil(12 / 3) * 2.0
     assert makespan(spans) == pytest.approx(8.4)
@@ -60,7 +60,7 @@ def test_twelve_steps_of_two_seconds_at_parallel_three_take_about_the_ideal():
 
 
 @pytest.mark.parametrize("parallel", [2, 3, 5])
-def test_the_plan_runs_the_siblings_at_the_full_cap_and_one_of_them_holds_the_lead_s_slot(parallel):
+def test_the_plan_runs_the_siblings_at_the_full_cap_and_one_of_them_holds_the_lead_s_slot(parallel: int) -> None:
     # The plan's own numbers, not the model's: the siblings' Map runs `parallel` at a time, and
     # exactly one of its first `parallel` iterations (the reserve) waits for the lead's end.
     lane = lane_of(12, parallel)
@@ -69,7 +69,7 @@ def test_the_plan_runs_the_siblings_at_the_full_cap_and_one_of_them_holds_the_le
     assert not is_reserve(0, 1) and not is_reserve(None, parallel) and not is_reserve(parallel - 1, None)
 
 
-def test_without_the_reserve_a_full_siblings_map_would_pass_the_cap():
+def test_without_the_reserve_a_full_siblings_map_would_pass_the_cap() -> None:
     spans = schedule(12, 3, d=2.0, ttft=0.4, reserve=False)
     assert most_at_once(spans) == 4
 
@@ -77,7 +77,9 @@ def test_without_the_reserve_a_full_siblings_map_would_pass_the_cap():
 @pytest.mark.parametrize("parallel", [2, 3, 4, 8])
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 9, 12, 33])
 @pytest.mark.parametrize("ttft", [0.0, 0.4, 1.9])
-def test_the_cap_is_never_passed_and_the_lane_loses_at_most_the_lead_s_time_to_first_token(n, parallel, ttft):
+def test_the_cap_is_never_passed_and_the_lane_loses_at_most_the_lead_s_time_to_first_token(
+    n: int, parallel: int, ttft: float
+) -> None:
     spans = schedule(n, parallel, d=2.0, ttft=ttft)
     cap = min(parallel, n)
     assert most_at_once(spans) <= cap

@@ -41,7 +41,7 @@ from laneflow.domain.records import (
 from laneflow.domain.workers import LambdaRequest
 
 
-def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_400_kb(dynamo: DynamoStore):
+def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_400_kb(dynamo: DynamoStore) -> None:
     # Given a result over the 64 KB threshold, and a conclusion and data under it
     run = new_run(dynamo, input={"document": big_text()}, steps=2)
     _, ref = claim(dynamo, run, 0)
@@ -76,7 +76,7 @@ def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_
         assert (read.instruction, read.result, read.conclusion) == (texts["instruction"], texts["result"], texts["conclusion"])
 
 
-def test_dynamodb_without_a_bucket_refuses_what_cannot_fit_an_item_and_keeps_what_can(dynamo: DynamoStore):
+def test_dynamodb_without_a_bucket_refuses_what_cannot_fit_an_item_and_keeps_what_can(dynamo: DynamoStore) -> None:
     plain = DynamoStore(TABLE, region=REGION)
     run = new_run(plain)
     _, ref = claim(plain, run, 0)
@@ -92,7 +92,7 @@ def test_dynamodb_without_a_bucket_refuses_what_cannot_fit_an_item_and_keeps_wha
     assert plain.get_step(TENANT, run.id, 0).result == "y" * 100_000
 
 
-def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: DynamoStore):
+def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: DynamoStore) -> None:
     session = boto3.session.Session(region_name=REGION)
     requests: list[tuple[str, str | None]] = []
     session.events.register(
@@ -131,7 +131,7 @@ def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: Dyn
     assert live_index() == ["RUN"]
 
 
-def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: DynamoStore):
+def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: DynamoStore) -> None:
     from laneflow.adapters.store.dynamodb import ATTEMPTS_ON_STEP, CALLS_ON_STEP, JOURNAL_ON_STEP
 
     # Given a step claimed many times, each attempt with spans, one journal entry expiring at once
@@ -157,7 +157,7 @@ def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: Dynamo
     assert journal_entry(dynamo, TENANT, run.id, "op-2").attempt == 2  # type: ignore[union-attr]
 
 
-def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dynamo: DynamoStore):
+def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dynamo: DynamoStore) -> None:
     def live_index() -> list[str]:
         return sorted(
             i["sk"]["S"]
@@ -178,7 +178,7 @@ def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dy
     assert live_index() == []
 
 
-def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: DynamoStore):
+def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: DynamoStore) -> None:
     # Given a step run with every attempt-scoped write (small items, as the stub model makes them)
     run = new_run(dynamo, steps=1)
     dynamo.consumed(reset=True)
@@ -269,7 +269,7 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
     return costs
 
 
-def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item_writes(dynamo: DynamoStore):
+def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item_writes(dynamo: DynamoStore) -> None:
     # (Before the step item carried its attempt, journal entry, layers and spans: 2 + 8 + 7 =
     # 17, the claim and the end each a transaction over the step, attempt, journal or span items.)
     requests: list[str] = []
@@ -287,7 +287,7 @@ def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item
     assert writes[-3:] == ["UpdateItem"] * 3  # (the first are the run's creation)
 
 
-def test_dynamodb_a_small_step_with_one_retry_writes_twelve_units(dynamo: DynamoStore):
+def test_dynamodb_a_small_step_with_one_retry_writes_twelve_units(dynamo: DynamoStore) -> None:
     # (Before: 2 + 8 + 7 + 5 + 7 = 29.)
     costs = drive_a_small_step(dynamo, retry=True)
     assert [(label, sum(units.values())) for label, units in costs] == [

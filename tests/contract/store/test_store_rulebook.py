@@ -14,16 +14,16 @@ PUBLIC = {name for name, member in vars(Store).items() if getattr(member, "__isa
 PRIMITIVES = {name for name, member in vars(Primitives).items() if getattr(member, "__isabstractmethod__", False)}
 
 
-def test_every_public_method_is_the_rule_books_and_every_primitive_is_the_backends():
+def test_every_public_method_is_the_rule_books_and_every_primitive_is_the_backends() -> None:
     assert PUBLIC <= set(vars(RuleBookStore)) and not RuleBookStore.__abstractmethods__ - PRIMITIVES
     for backend in (SqliteStore, DynamoStore):
         assert not PUBLIC & set(vars(backend)), backend.__name__
         assert PRIMITIVES <= set(vars(backend)) and not backend.__abstractmethods__, backend.__name__
 
 
-def test_a_backend_that_overrides_a_rule_is_refused_when_its_class_is_made():
+def test_a_backend_that_overrides_a_rule_is_refused_when_its_class_is_made() -> None:
     with pytest.raises(TypeError, match="claim_attempt"):
 
         class Shortcut(SqliteStore):
-            def claim_attempt(self, *args, **kwargs):  # type: ignore[override]
+            def claim_attempt(self, *args, **kwargs) -> None:  # type: ignore[override]
                 raise AssertionError("never called")
