@@ -204,7 +204,7 @@ class Sink:
     """What an executor reports to, kept in memory (the store-backed sink is tested end to end)."""
 
     def __init__(self, stop_after_s: float | None = None) -> None:
-        self.events: list[tuple[str, str, dict | None]] = []
+        self.events: list[tuple[str, str, dict[str, Any] | None]] = []
         self._stop_at = time.monotonic() + stop_after_s if stop_after_s is not None else None
 
     def event(self, type, text, data=None) -> None:

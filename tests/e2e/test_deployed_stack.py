@@ -8,6 +8,7 @@ import json
 import os
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ API = os.environ.get("LANEFLOW_E2E_API", "").rstrip("/")
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not API, reason="no deployed stack (set LANEFLOW_E2E_API to its ApiUrl)")]
 
 
-def signed(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+def signed(method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
     """An IAM-signed (SigV4) request, as the API's authorization requires."""
     import boto3
     from botocore.auth import SigV4Auth

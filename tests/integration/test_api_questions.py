@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import write_workspace
@@ -32,7 +33,7 @@ def asker_run(svc, tmp_path, *, ask_timeout: float = 60):
     }
     ws = write_workspace(tmp_path / "ws", agents, {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}})
     run = create_run(svc, ws, "desk", tenant=TENANT)
-    done: list = []
+    done: list[Any] = []
     thread = threading.Thread(target=lambda: done.append(local_engine(svc).drive(TENANT, run.id, tick_s=0.02).run), daemon=True)
     thread.start()
     return run, thread, done
@@ -41,7 +42,7 @@ def asker_run(svc, tmp_path, *, ask_timeout: float = 60):
 def test_a_step_waiting_on_a_question_is_listed_and_the_apis_answer_reaches_it(api_svc: Services, tmp_path: Path) -> None:
     run, thread, done = asker_run(api_svc, tmp_path)
     deadline = time.monotonic() + 30
-    listed: list = []
+    listed: list[Any] = []
     while time.monotonic() < deadline and not listed:
         status, body, _ = call(api_svc, "GET", "/questions", tenant=TENANT)
         assert status == 200

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ServicesOn, write_workspace
@@ -36,7 +37,7 @@ def ask_workspace(root: Path, *, ask_timeout: float = 60, stub: str = f"{ASK}\nA
 def start(svc, ws: Path):
     """The run, and the thread driving it (the ask blocks its step)."""
     run = create_run(svc, ws, "desk")
-    done: list = []
+    done: list[Any] = []
     thread = threading.Thread(
         target=lambda: done.append(local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run), daemon=True
     )
@@ -161,9 +162,9 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path: Path) -> None:
     from laneflow_dev.imitation import MessagesImitation, Reply
 
     key = "sk-test-0123456789abcdef"
-    bodies: list[dict] = []
+    bodies: list[dict[str, Any]] = []
 
-    def respond(body: dict) -> Reply:
+    def respond(body: dict[str, Any]) -> Reply:
         bodies.append(body)
         if not any(m["role"] == "assistant" for m in body["messages"]):
             return Reply(text="Asking.", tool_uses=[{"name": "ask", "input": {"question": "North or south?"}}])
@@ -212,7 +213,7 @@ def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_atte
     )
     svc = None
     deadline = time.monotonic() + 60
-    waiting: list = []
+    waiting: list[Any] = []
     while time.monotonic() < deadline and not waiting and proc.poll() is None:
         if (tmp_path / "ask.db").exists():
             svc = svc or for_store(open_store(url), Settings(capture_dir=str(tmp_path / "captures")))

@@ -7,6 +7,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FIXTURES
@@ -243,7 +244,7 @@ def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(
     second turn is never asked for; the step fails "budget spent", and so does the run."""
     flow = (ws / "flows" / "tools.yaml").read_text()
     (ws / "flows" / "tight.yaml").write_text("budget: 0.0001\n" + flow)
-    seen: list[dict] = []
+    seen: list[dict[str, Any]] = []
     original = api.responder
     api.responder = lambda body: (seen.append(body), original(body))[1]
     run = drive(services(tmp_path, api), ws, "tight")

@@ -8,6 +8,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,14 +40,14 @@ class Recording:
     """The imitation's responder, recording every request body it answers."""
 
     def __init__(self, respond=default_responder) -> None:
-        self.bodies: list[dict] = []
+        self.bodies: list[dict[str, Any]] = []
         self.respond = respond
 
-    def __call__(self, body: dict) -> Reply:
+    def __call__(self, body: dict[str, Any]) -> Reply:
         self.bodies.append(body)
         return self.respond(body)
 
-    def tool_results(self) -> list[dict]:
+    def tool_results(self) -> list[dict[str, Any]]:
         """The tool results the model was sent, in order (the last request holds them all)."""
         last = self.bodies[-1]["messages"]
         return [
@@ -73,7 +74,7 @@ def drive_flow(tmp_path: Path, api: MessagesImitation, ws: Path, steps: str):
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def directives(*calls: tuple[str, dict], reply: str = "Probed.") -> str:
+def directives(*calls: tuple[str, dict[str, Any]], reply: str = "Probed.") -> str:
     lines = [f"[[tool {name} {json.dumps(args)}]]" for name, args in calls]
     return "".join(f"      {line}\n" for line in ["Probe the tools.", *lines, f"[[reply {reply}]]"])
 
@@ -143,7 +144,7 @@ def test_an_agent_asking_to_rewrite_its_own_agent_md_is_told_no_and_nothing_chan
 def test_a_tool_input_that_is_not_a_json_object_is_an_error_result_not_a_crash(
     tmp_path: Path, ws: Path, api: MessagesImitation
 ) -> None:
-    def respond(body: dict) -> Reply:
+    def respond(body: dict[str, Any]) -> Reply:
         turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if turns == 0:  # the model sends a list where an object belongs
             return Reply(text="Reading.", tool_uses=[{"name": "read_file", "input": ["storage/x"]}])

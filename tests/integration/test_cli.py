@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import EXAMPLES, FIXTURES, ROOT
@@ -22,7 +23,7 @@ def store(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cli.db'}"
 
 
-def runs_in(store: str, capsys) -> list:
+def runs_in(store: str, capsys) -> list[Any]:
     assert main(["runs", "--store", store, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -247,7 +248,7 @@ def test_the_sandbox_demo_runs_the_tides_script_with_its_secret_on_a_copy_of_the
 CTRL = FIXTURES / "ws_control"
 
 
-def _laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).parent / "laneflow"
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 

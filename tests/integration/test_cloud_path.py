@@ -83,20 +83,20 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Services]
         install(None)
 
 
-def api_event(name: str, **changes) -> dict:
+def api_event(name: str, **changes) -> dict[str, Any]:
     event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
     event.update(changes)
     return event
 
 
-def start(api, body: dict) -> str:
+def start(api, body: dict[str, Any]) -> str:
     """Start a run through the API handler: its id (a 201)."""
     started = api(api_event("start_run", body=json.dumps(body)), None)
     assert started["statusCode"] == 201, started["body"]
     return json.loads(started["body"])["id"]
 
 
-def record_of(api, run_id: str) -> dict:
+def record_of(api, run_id: str) -> dict[str, Any]:
     """The run's record through the API handler (a 200)."""
     got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
     assert got["statusCode"] == 200, got["body"][:300]
@@ -265,7 +265,7 @@ def test_a_workspace_key_that_cannot_be_laid_out_is_a_400_naming_it_and_nothing_
     for key in keys:
         s3.put_object(Bucket="laneflow-blobs", Key=f"workspaces/123456789012/newsroom/{key}", Body=b"notes")
 
-    def downloaded() -> set:
+    def downloaded() -> set[Any]:
         return set(workspaces.CACHE.rglob("*")) if workspaces.CACHE.exists() else set()
 
     before = downloaded()

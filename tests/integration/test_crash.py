@@ -29,7 +29,7 @@ CTRL = FIXTURES / "ws_control"
 EXE = Path(sys.executable).parent / "laneflow"
 
 
-def laneflow(*args: str, cwd: Path, crash: str | None = None, **env: str) -> subprocess.CompletedProcess:
+def laneflow(*args: str, cwd: Path, crash: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k != "LANEFLOW_CRASH_AT"}
     if crash:
         environ["LANEFLOW_CRASH_AT"] = crash
@@ -39,7 +39,7 @@ def laneflow(*args: str, cwd: Path, crash: str | None = None, **env: str) -> sub
 
 def assert_invariants(db, run) -> None:
     attempts = db.list_attempts(run.tenant, run.id)
-    by_step: dict[int, list] = {}
+    by_step: dict[int, list[Any]] = {}
     for a in attempts:
         by_step.setdefault(a.index, []).append(a)
     for index, tries in by_step.items():
@@ -61,7 +61,7 @@ def assert_invariants(db, run) -> None:
             assert step.result, f"step {step.index} completed without its result"
 
 
-def crash_then_reconcile(tmp_path: Path, flow: str, point: str) -> tuple:
+def crash_then_reconcile(tmp_path: Path, flow: str, point: str) -> tuple[Any, ...]:
     store = f"sqlite:///{tmp_path / 'crash.db'}"
     crashed = laneflow("run", str(CTRL), flow, "--store", store, "--quiet", "--json", cwd=tmp_path, crash=point)
     assert crashed.returncode == -9, f"the runner was not killed at {point}: {crashed.returncode} {crashed.stderr[-500:]}"

@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_crash import assert_invariants
@@ -91,11 +92,11 @@ class WarmParent:
         )
         assert "ready" in self._answer(), "the warm parent did not start"
 
-    def _answer(self) -> dict:
+    def _answer(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
         return json.loads(self.proc.stdout.readline() or "{}")
 
-    def _ask(self, message: dict) -> dict:
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(message) + "\n")
         self.proc.stdin.flush()
@@ -117,7 +118,7 @@ class ConsoleScript:
     """The `laneflow` console script itself, a fresh interpreter each time."""
 
     def __init__(self) -> None:
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, subprocess.Popen[str]] = {}
 
     def start(self, argv: list[str], log: Path) -> int:
         with open(log, "w") as out:
@@ -193,7 +194,7 @@ class Trial:
     run_id: str = ""
     mid_script: set[int] = field(default_factory=set)  # steps whose script ran on when the driver died
     raced: set[int] = field(default_factory=set)  # steps whose completion landed while the driver was frozen
-    unfinished: list = field(default_factory=list)  # attempts left running once the workers had gone
+    unfinished: list[Any] = field(default_factory=list)  # attempts left running once the workers had gone
     worker_gone_s: float = 0.0  # from the driver's death to its last sandbox worker's
 
 

@@ -5,6 +5,8 @@ states, the handlers in functions/, the SQLite store, the stub executor."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from helpers import EXAMPLES, FIXTURES, FlowRunner
 
@@ -33,7 +35,7 @@ def test_the_example_newsroom_flow_completes_with_layers_spans_and_json_data(run
 
 def test_groups_run_in_order_and_never_overlap(run_flow: FlowRunner) -> None:
     run = run_flow(SEM, "handoff", {"things": ["a", "b", "c"], "audience": "kids"}).run
-    by_group: dict[int, list] = {}
+    by_group: dict[int, list[Any]] = {}
     for s in run.steps:
         by_group.setdefault(s.group, []).append(s)
     for g in range(1, max(by_group) + 1):

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any, cast
 
 import anthropic
 import pytest
@@ -30,23 +31,23 @@ def server() -> Iterator[MessagesImitation]:
         yield s
 
 
-def client_for(server: MessagesImitation, **kw) -> anthropic.Anthropic:
+def client_for(server: MessagesImitation, **kw: Any) -> Any:  # Any: each test knows the blocks it reads
     return anthropic.Anthropic(api_key=kw.pop("api_key", "test"), base_url=server.url, max_retries=0, **kw)
 
 
-def cached_system(text: str = BIG, **cc) -> list[dict]:
+def cached_system(text: str = BIG, **cc: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text, "cache_control": {"type": "ephemeral", **cc}}]
 
 
-def ask(client, system=None, content="Hello", model=MODEL, **kw):
-    args = dict(model=model, max_tokens=1024, messages=[{"role": "user", "content": content}])
+def ask(client: anthropic.Anthropic, system: Any = None, content: Any = "Hello", model: str = MODEL, **kw: Any) -> Any:
+    args: dict[str, Any] = dict(model=model, max_tokens=1024, messages=[{"role": "user", "content": content}])
     args.update(kw)
     if system is not None:
         args["system"] = system
     return client.messages.create(**args)
 
 
-def raw_events(stream: Stream) -> list[tuple[str, dict]]:
+def raw_events(stream: Stream[Any]) -> list[tuple[str | None, Any]]:
     return [(sse.event, sse.json()) for sse in Stream.raw_events(stream.response)]
 
 
@@ -107,8 +108,9 @@ def test_validation_names_the_missing_field(server: MessagesImitation) -> None:
         del body[missing]
         with pytest.raises(anthropic.BadRequestError) as exc:
             client.post("/v1/messages", body=body, cast_to=object)
-        assert exc.value.body["error"]["type"] == "invalid_request_error"
-        assert missing in exc.value.body["error"]["message"]
+        body_of: Any = exc.value.body  # the error's JSON
+        assert body_of["error"]["type"] == "invalid_request_error"
+        assert missing in body_of["error"]["message"]
 
 
 def test_max_tokens_cuts_the_reply(server: MessagesImitation) -> None:
@@ -152,7 +154,7 @@ def test_a_prefix_below_the_model_minimum_neither_writes_nor_reads(server: Messa
 def test_concurrent_requests_both_write_and_a_later_one_reads_once_the_first_began() -> None:
     with MessagesImitation(ttft_ms=300) as server:
         client = client_for(server)
-        usages: list = [None, None]
+        usages: list[Any] = [None, None]
 
         def run(i: int) -> None:
             usages[i] = ask(client, system=cached_system(), content=f"lane {i}").usage
@@ -182,7 +184,7 @@ def test_a_shared_prefix_breakpoint_is_cached_on_its_own(server: MessagesImitati
     client = client_for(server)
     tail = "t" * 8000  # 2,000 tokens
 
-    def lane(name: str):
+    def lane(name: str) -> Any:
         content = [{"type": "text", "text": f"{name}: {tail}", "cache_control": {"type": "ephemeral"}}]
         return ask(client, system=cached_system(), content=content).usage
 
@@ -242,7 +244,7 @@ def test_a_failed_request_caches_nothing(server: MessagesImitation) -> None:
 def test_tool_use_streams_input_json_deltas_that_reassemble() -> None:
     tool_input = {"path": "src/app.py", "lines": [1, 2, 3], "note": "a somewhat long value to split"}
 
-    def responder(body: dict) -> Reply:
+    def responder(body: dict[str, Any]) -> Reply:
         return Reply(text="Let me look.", tool_uses=[{"name": "read_file", "input": tool_input}])
 
     with MessagesImitation(responder=responder) as server:
@@ -267,7 +269,7 @@ def test_tool_use_streams_input_json_deltas_that_reassemble() -> None:
 def test_the_tool_directive_script_over_two_turns(server: MessagesImitation) -> None:
     client = client_for(server)
     prompt = 'Fix the bug\n[[tool read_file {"path": "a.py"}]]\n[[tool run_tests {}]]'
-    messages: list[dict] = [{"role": "user", "content": prompt}]
+    messages: list[Any] = [{"role": "user", "content": prompt}]
     seen = []
     for _turn in range(2):
         m = client.messages.create(model=MODEL, max_tokens=1024, messages=messages, stream=False)
@@ -312,7 +314,7 @@ def test_fail_next_answers_the_real_error_types(server: MessagesImitation) -> No
     with pytest.raises(anthropic.APIStatusError) as overloaded:
         ask(client)
     assert overloaded.value.status_code == 529
-    assert overloaded.value.body["error"]["type"] == "overloaded_error"
+    assert cast(Any, overloaded.value.body)["error"]["type"] == "overloaded_error"
     assert isinstance(overloaded.value, anthropic.OverloadedError)
     with pytest.raises(anthropic.RateLimitError) as limited:
         ask(client, stream=True)
@@ -350,7 +352,7 @@ def test_stats_totals_and_reset(server: MessagesImitation) -> None:
 def test_many_concurrent_streams() -> None:
     with MessagesImitation(ttft_ms=50, token_ms=1) as server:
         client = client_for(server)
-        errors: list = []
+        errors: list[Any] = []
 
         def run(i: int) -> None:
             try:
@@ -375,6 +377,7 @@ def test_the_command_line_serves_until_interrupted() -> None:
         text=True,
     )
     try:
+        assert proc.stdout is not None  # stdout=PIPE
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
         stats = json.load(urllib.request.urlopen(url + "/stats"))
@@ -449,6 +452,7 @@ def test_the_command_line_holds_response_headers_and_refuses_a_negative_hold() -
         text=True,
     )
     try:
+        assert proc.stdout is not None  # stdout=PIPE
         url = proc.stdout.readline().strip()
         started = time.monotonic()
         message = anthropic.Anthropic(api_key="k", base_url=url, max_retries=0).messages.create(

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 def _sh(
     *cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, (
         f"{' '.join(map(str, cmd))} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

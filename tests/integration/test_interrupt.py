@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
@@ -37,11 +38,11 @@ EXE = Path(sys.executable).parent / "laneflow"
 SLOW = (2, 3)  # the `slow` flow's middle group: its first attempts take a minute
 
 
-def laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
-def interrupt_mid_flight(tmp_path: Path, *signals: signal.Signals, extra: tuple[str, ...] = ()) -> tuple:
+def interrupt_mid_flight(tmp_path: Path, *signals: signal.Signals, extra: tuple[str, ...] = ()) -> tuple[Any, ...]:
     """Run the `slow` flow in a real `laneflow run`, wait until both slow steps are running,
     send the signals (10 ms apart: the first has been handled, its cleanup is under way)."""
     store = f"sqlite:///{tmp_path / 'int.db'}"

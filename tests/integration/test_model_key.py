@@ -16,6 +16,7 @@ import shutil
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -45,7 +46,7 @@ def handler(name: str):
     return module.handler
 
 
-def api_event(name: str, **changes) -> dict:
+def api_event(name: str, **changes) -> dict[str, Any]:
     event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
     event.update(changes)
     return event
@@ -189,7 +190,7 @@ def test_a_json_secret_gives_its_anthropic_api_key_field_and_an_empty_one_is_ref
         read_model_key("empty-json")
 
 
-def _policies_read_the_secret(policies: list) -> bool:
+def _policies_read_the_secret(policies: list[Any]) -> bool:
     text = json.dumps(policies)
     return "AWSSecretsManagerGetSecretValuePolicy" in text or "secretsmanager:GetSecretValue" in text
 

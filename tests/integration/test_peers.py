@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ServicesOn, drive, stored_bytes, write_workspace
@@ -18,7 +19,7 @@ from laneflow.ports import Services
 TALK = 'tool: peers_message {"to": "listener", "text": "I already covered the tides; take the currents"}'
 
 
-def peers_workspace(root: Path, *, talker: str, listener: str, **extra_agents: dict) -> Path:
+def peers_workspace(root: Path, *, talker: str, listener: str, **extra_agents: dict[str, Any]) -> Path:
     agents = {
         "talker": {"tools": ["peers"], "stub": talker},
         "listener": {"tools": ["peers"], "stub": listener},
@@ -182,9 +183,9 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
     from laneflow_dev.imitation import MessagesImitation, Reply
 
     key = "sk-test-0123456789abcdef"
-    bodies: list[dict] = []
+    bodies: list[dict[str, Any]] = []
 
-    def respond(body: dict) -> Reply:
+    def respond(body: dict[str, Any]) -> Reply:
         bodies.append(body)
         system = "".join(block["text"] for block in body["system"])
         k = sum(1 for m in body["messages"] if m["role"] == "assistant")

@@ -83,7 +83,7 @@ def drive(svc, ws: Path, flow: str, run_input=None):
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def captured(tmp_path: Path, event) -> dict:
+def captured(tmp_path: Path, event) -> dict[str, Any]:
     return json.loads((tmp_path / "captures" / event.data["capture"]).read_text())
 
 
@@ -173,7 +173,7 @@ def claude_drive(tmp_path: Path, api: MessagesImitation, ws: Path, model: str = 
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def claude_flow(*calls: tuple[str, dict]) -> str:
+def claude_flow(*calls: tuple[str, dict[str, Any]]) -> str:
     return "steps:\n  - agent: shouter\n    instruction: |\n" + directives(*calls, reply="Shouted.")
 
 

@@ -7,6 +7,7 @@ each attempt adds its cost to the run's as it ends)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ServicesOn, drive, write_workspace
@@ -19,7 +20,7 @@ FIVE = ["a", "b", "c", "d", "e"]
 
 
 def fan_out(tmp_path: Path, *, parallel: int = 1, then: bool = False) -> Path:
-    steps: list[dict] = [{"agent": "pricey", "each": FIVE, "parallel": parallel}]
+    steps: list[dict[str, Any]] = [{"agent": "pricey", "each": FIVE, "parallel": parallel}]
     if then:
         steps.append({"agent": "writer"})
     return write_workspace(

@@ -100,13 +100,13 @@ def start(aws, ws):
     svc = aws["svc"]
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
     engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
-    out: dict = {}
+    out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
     thread.start()
     return run, engine, thread, out
 
 
-def the_task(aws, timeout_s: float = 30.0) -> dict:
+def the_task(aws, timeout_s: float = 30.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         arns = aws["ecs"].list_tasks(cluster=aws["cluster"])["taskArns"]
@@ -116,7 +116,7 @@ def the_task(aws, timeout_s: float = 30.0) -> dict:
     raise AssertionError("the sandbox state started no task")
 
 
-def fargate_environment(task: dict) -> dict[str, str]:
+def fargate_environment(task: dict[str, Any]) -> dict[str, str]:
     """What the container would see: the task definition's command aside, ECS's recorded
     overrides over this process's settings (the store the task definition names)."""
     env = dict(os.environ)
@@ -238,7 +238,7 @@ def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_
     svc.store.create_run(run)
     assert run.options["sandboxed"] == ["tide-keeper"]  # a script tool: sandboxed
     engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
-    out: dict = {}
+    out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
     thread.start()
     # When the Fargate task runs the worker, reading secrets from Secrets Manager

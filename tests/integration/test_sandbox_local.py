@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from contract.store.backends import dynamodb_store, sqlite_store
@@ -194,7 +195,7 @@ def _running_child(svc, run_id: str, timeout_s: float = 20.0) -> int:
 
 def _drive_in_thread(svc, ws: Path):
     run = create_run(svc, ws, "build", {})
-    out: dict = {}
+    out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)))
     thread.start()
     return run, thread, out

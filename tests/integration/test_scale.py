@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import wait_for_run
@@ -57,11 +58,11 @@ def services(tmp_path: Path, budget: int):
     )
 
 
-def entered(history: list[dict], state: str) -> int:
+def entered(history: list[dict[str, Any]], state: str) -> int:
     return sum(1 for e in history if (e.get("stateEnteredEventDetails") or {}).get("name") == state)
 
 
-def largest_state_bytes(history: list[dict]) -> int:
+def largest_state_bytes(history: list[dict[str, Any]]) -> int:
     sizes = [0]
     for event in history:
         for value in event.values():
@@ -70,7 +71,7 @@ def largest_state_bytes(history: list[dict]) -> int:
     return max(sizes)
 
 
-def assert_within_bounds(engine, result, budget: int) -> list[list[dict]]:
+def assert_within_bounds(engine, result, budget: int) -> list[list[dict[str, Any]]]:
     """Every execution of the drive recorded at most `budget` events, and no state's input or
     output reached 200 KB; each but the last ended in NextDrive, the last in EndRun."""
     histories = [engine.history(arn) for arn in result.executions]
@@ -82,7 +83,7 @@ def assert_within_bounds(engine, result, budget: int) -> list[list[dict]]:
     return histories
 
 
-def comparable(run) -> list[tuple]:
+def comparable(run) -> list[tuple[Any, ...]]:
     return [(s.index, s.group, str(s.status), s.result, s.attempts, s.skip_reason) for s in run.steps]
 
 
@@ -382,7 +383,7 @@ def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_pat
     ws = workspace(tmp_path)
     svc = services(tmp_path, 150)
     engine = local_engine(svc)
-    ran: list = []
+    ran: list[Any] = []
 
     class Recording:
         def __call__(self):

@@ -98,7 +98,7 @@ def ask(server: ApiServer, method: str, path: str, headers: list[tuple[str, str]
     return exchange(server, raw_request(server, method, path, headers, body, **kw), method=method)
 
 
-def runs(server: ApiServer) -> list:
+def runs(server: ApiServer) -> list[Any]:
     return server.svc.store.list_runs(server.svc.settings.tenant, limit=500)
 
 
@@ -399,13 +399,13 @@ def _start(server: ApiServer, flow: str) -> str:
     return run["id"]
 
 
-def _get(server: ApiServer, run_id: str) -> dict:
+def _get(server: ApiServer, run_id: str) -> dict[str, Any]:
     status, run, _ = ask(server, "GET", f"/runs/{run_id}")
     assert status == 200, run
     return run
 
 
-def _wait(server: ApiServer, run_id: str, until, timeout_s: float = 30) -> dict:
+def _wait(server: ApiServer, run_id: str, until, timeout_s: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         run = _get(server, run_id)

@@ -8,6 +8,7 @@ custom:tenant claim (checked through the API's own event shape)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from helpers import ROOT
 
@@ -67,7 +68,7 @@ def test_the_people_api_takes_cognito_tokens_of_the_given_pool_everywhere_but_th
     assert "${PeopleApi}/*" in permission["SourceArn"]["Fn::Sub"]
 
 
-def people_event(method: str, path: str, claims: dict[str, str], body: object = None) -> dict:
+def people_event(method: str, path: str, claims: dict[str, str], body: object = None) -> dict[str, Any]:
     """What the people API delivers: its greedy proxy resource, a Cognito authorizer's claims,
     no IAM identity."""
     return {

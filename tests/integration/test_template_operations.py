@@ -27,7 +27,7 @@ ALARMS = {k: v["Properties"] for k, v in RESOURCES.items() if v["Type"] == "AWS:
 RETENTION = {"Ref": "LogRetentionDays"}
 
 
-def _log_groups() -> dict[str, dict]:
+def _log_groups() -> dict[str, dict[str, Any]]:
     return {k: v["Properties"] for k, v in RESOURCES.items() if v["Type"] == "AWS::Logs::LogGroup"}
 
 
@@ -40,7 +40,7 @@ def _target(value) -> tuple[str, str] | None:
     return None
 
 
-def _metrics(alarm: dict) -> list[dict]:
+def _metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
     """Every metric an alarm reads: itself, or each MetricStat of its metric math."""
     if "MetricName" in alarm:
         return [{"Namespace": alarm["Namespace"], "MetricName": alarm["MetricName"], "Dimensions": alarm["Dimensions"]}]

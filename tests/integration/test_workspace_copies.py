@@ -76,7 +76,7 @@ class Clerk:
         self.folders_during: list[list[str]] = []
         self.systems: list[str] = []
 
-    def __call__(self, body: dict) -> Reply:
+    def __call__(self, body: dict[str, Any]) -> Reply:
         turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if turn == 0:
             self.attempt += 1

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
@@ -28,7 +29,7 @@ from robustness import escape_probes
 pytestmark = pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap is not installed or cannot make namespaces here")
 
 
-def assert_the_fence_held(seen: dict[str, dict]) -> None:
+def assert_the_fence_held(seen: dict[str, dict[str, Any]]) -> None:
     canary = seen.pop("_canary")["value"]
     for name in ("remount /etc", "remount /usr", "new user namespace"):
         assert not seen[name]["ok"] and not seen[name]["host_file"], (name, seen[name]["said"])
@@ -62,7 +63,7 @@ def test_a_root_laneflows_programs_cannot_leave_the_fence(tmp_path: Path, monkey
     assert_the_fence_held(seen)
 
 
-def _as_a_plain_user(top: Path) -> dict[str, dict]:
+def _as_a_plain_user(top: Path) -> dict[str, dict[str, Any]]:
     """The probes in a laneflow that is nobody (what a root machine has to be a plain user
     with): this process forked, the child made nobody for good before it probes, in a
     workspace it owns; its findings come back as JSON on a pipe."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,7 @@ def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call() -> No
 
 def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached() -> None:
     class Response:
-        extensions: dict = {}
+        extensions: dict[str, Any] = {}
         closed = False
 
         def close(self) -> None:
@@ -189,7 +190,7 @@ def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_o
 
         server.hold.set()
         stopped, other = Sink(), Sink()
-        outcome: dict = {}
+        outcome: dict[str, Any] = {}
 
         def call(name: str, sink: Sink) -> None:
             watch = _CallWatch(sink, watcher).start()

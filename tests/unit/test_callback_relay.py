@@ -5,6 +5,7 @@ token's gone-ness crosses as TokenGone, as from Step Functions. Through the real
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,7 +68,7 @@ class Engine:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(self.path)
         self.server.listen(8)
-        self.conns: list = []
+        self.conns: list[Any] = []
         self.connected = threading.Event()
         self.accepting = threading.Thread(target=self._accept, daemon=True)
         self.accepting.start()

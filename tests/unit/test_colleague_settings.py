@@ -20,7 +20,7 @@ from laneflow.domain.workspace import load_agent, load_workspace
 FLOW = {"one": {"description": "d", "steps": [{"agent": "a"}]}}
 
 
-def problems_of(tmp_path: Path, settings: dict) -> list:
+def problems_of(tmp_path: Path, settings: dict[str, Any]) -> list[Any]:
     ws = write_workspace(tmp_path / "ws", {"a": settings}, FLOW)
     return [p for p in check_workspace(ws) if p.severity == "error"]
 

@@ -77,7 +77,7 @@ def test_shared_parts_stay_shared_and_a_cycle_stays_a_cycle_as_with_deepcopy() -
     copied = json_deepcopy(value)
     assert copied["one"] is copied["two"] and copied["one"] is not shared
     assert copied["list"][0] is copied["list"][1] is copied["one"]["x"]
-    loop: list = [1]
+    loop: list[Any] = [1]
     loop.append(loop)
     looped = json_deepcopy(loop)
     assert looped[1] is looped and looped is not loop
@@ -109,7 +109,7 @@ def test_anything_but_json_is_copied_by_deepcopy_itself_with_the_same_memo() -> 
 
 def test_a_memo_given_by_a_caller_is_used_as_deepcopy_uses_it() -> None:
     shared = [1]
-    memo: dict = {}
+    memo: dict[str, Any] = {}
     first = json_deepcopy({"a": shared}, memo)
     second = copy.deepcopy({"b": shared}, memo)
     assert first["a"] is second["b"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 from pathlib import Path
+from typing import Any
 
 from laneflow.adapters.engine import local
 
@@ -106,7 +107,7 @@ def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thr
     seen = []
 
     class Env:  # what the wrapper and moto's integration read of a state's environment
-        stack: list = []
+        stack: list[Any] = []
 
         def is_mocked_mode(self):
             return False
@@ -284,7 +285,7 @@ def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_
     assert "state_machine_clone = copy.deepcopy(" in inspect.getsource(StepFunctionsParserBackend.start_execution)
 
     class Snapshot:
-        instances_tracked: list = []
+        instances_tracked: list[Any] = []
 
         def __eq__(self, other):  # equal to every other: only identity says which one goes
             return True

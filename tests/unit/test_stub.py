@@ -21,7 +21,7 @@ class Sink:
     def __init__(self, stop_after: float | None = None) -> None:
         self.began_at: float | None = None
         self.calls: list[ModelCall] = []
-        self.events: list[tuple[str, str, dict | None]] = []
+        self.events: list[tuple[str, str, dict[str, Any] | None]] = []
         self.tools: list[tuple[str, str, str]] = []
         self._stop_at = time.monotonic() + stop_after if stop_after is not None else None
 

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import boto3
@@ -147,7 +148,7 @@ def big_text(size: int = BIG, seed: str = "") -> str:
     return (unit * (size // len(unit) + 1))[:size]
 
 
-def raw_items() -> list[dict]:
+def raw_items() -> list[dict[str, Any]]:
     return aws_session().client("dynamodb", region_name=REGION).scan(TableName=TABLE)["Items"]
 
 

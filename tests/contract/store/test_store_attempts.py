@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from contract.store.backends import LAMBDA, WORKERS, claim, new_run, snapshot
@@ -102,7 +104,9 @@ def test_ending_the_same_attempt_again_is_attempt_ended_and_changes_nothing(stor
     ],
     ids=["token", "started_at", "resumed_at", "n"],
 )
-def test_a_ref_differing_in_any_part_of_its_identity_is_attempt_ended_and_changes_nothing(store: Store, wrong: dict) -> None:
+def test_a_ref_differing_in_any_part_of_its_identity_is_attempt_ended_and_changes_nothing(
+    store: Store, wrong: dict[str, Any]
+) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     bad = ref.model_copy(update=wrong)

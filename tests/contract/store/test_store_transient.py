@@ -29,7 +29,7 @@ THROTTLES = [
 ]
 
 
-def refuse_at_send(store: DynamoStore, operation: str, error: dict, status: int, **reply: object) -> list[str]:
+def refuse_at_send(store: DynamoStore, operation: str, error: dict[str, Any], status: int, **reply: object) -> list[str]:
     """From now on the store's own client fails `operation` as DynamoDB answers it: the
     ClientError botocore raises for that reply (`reply`: more of it), at the send step (no
     request reaches moto). Returns the operations refused so far."""
