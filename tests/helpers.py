@@ -24,8 +24,8 @@ from moto import mock_aws
 
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
-from laneflow.domain.records import Run
-from laneflow.ports import Services, StepJob
+from laneflow.domain.records import EventType, Run
+from laneflow.ports import Services, StepInbox, StepJob
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -203,11 +203,13 @@ def wait_for_run(
 class Sink:
     """What an executor reports to, kept in memory (the store-backed sink is tested end to end)."""
 
+    inbox: StepInbox | None  # declared for the ExecutionSink protocol; never set (no colleagues)
+
     def __init__(self, stop_after_s: float | None = None) -> None:
         self.events: list[tuple[str, str, dict[str, Any] | None]] = []
         self._stop_at = time.monotonic() + stop_after_s if stop_after_s is not None else None
 
-    def event(self, type, text, data=None) -> None:
+    def event(self, type: EventType | str, text: str, data: dict[str, Any] | None = None) -> None:
         self.events.append((str(type), text, data))
 
     def stopped(self) -> bool:

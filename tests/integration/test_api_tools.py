@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from helpers import ServicesOn, drive, stored_bytes, write_workspace
+from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
@@ -253,7 +254,7 @@ def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path: Path, server
 
     with MessagesImitation(api_keys={key}) as api:
         api.responder = recording
-        cfg = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        cfg = Settings(anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), cfg)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         ws = tracker_workspace(tmp_path, server.url, [])

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from helpers import ServicesOn, write_workspace
+from pydantic import SecretStr
 
 from laneflow.domain.inbox import QuestionStatus
 from laneflow.domain.records import EventType, RunStatus, StepStatus
@@ -177,7 +178,7 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path: Path) -> None:
         agents_md="model: claude-sonnet-4-6\n",
     )
     with MessagesImitation(api_keys={key}, responder=respond) as api:
-        settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        settings = Settings(anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         run, thread, done = start(svc, ws)

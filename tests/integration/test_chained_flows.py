@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ServicesOn, drive, local_engine, write_workspace
+from helpers import ServicesOn, drive, write_workspace
 
 from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import Liveness
@@ -25,7 +25,7 @@ from laneflow.settings import Settings
 from laneflow.usecases.end_run import end_run
 from laneflow.usecases.reconcile import reconcile
 from laneflow.usecases.start_run_idempotent import idempotent_run_id
-from laneflow.wiring import for_store
+from laneflow.wiring import for_store, local_engine
 
 THEN = {
     "flow": "publish",

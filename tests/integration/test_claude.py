@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from helpers import FIXTURES
+from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
@@ -40,7 +41,7 @@ def api() -> Iterator[MessagesImitation]:
 
 
 def services(tmp_path: Path, api: MessagesImitation, key: str = KEY) -> Services:
-    settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+    settings = Settings(anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
     return svc

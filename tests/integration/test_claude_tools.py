@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
@@ -67,7 +68,7 @@ def api() -> Iterator[MessagesImitation]:
 
 def drive_flow(tmp_path: Path, api: MessagesImitation, ws: Path, steps: str):
     (ws / "flows" / "probe.yaml").write_text(f"steps:\n  - agent: prober\n    instruction: |\n{steps}")
-    settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+    settings = Settings(anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url, backoff_s=0.01)
     run = create_run(svc, ws, "probe", model="claude-sonnet-4-6")

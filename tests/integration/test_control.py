@@ -12,9 +12,9 @@ import pytest
 from helpers import FIXTURES, FlowRunner
 
 from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, Step, StepChanges, StepStatus
-from laneflow.domain.settlement import SUPERSEDED
+from laneflow.domain.settlement import REJECTED, SUPERSEDED
 from laneflow.ports import Services
-from laneflow.usecases.approve import REJECTED, RunNotWaiting, answer_approval
+from laneflow.usecases.approve import RunNotWaiting, answer_approval
 from laneflow.usecases.run_step.handoff import feedback_key, handoff_for
 from laneflow.usecases.run_step.runner import WAITED_TO_START
 from laneflow.usecases.start_run import create_run

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import FIXTURES
+from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
@@ -34,7 +35,7 @@ def api() -> Iterator[MessagesImitation]:
 
 
 def services(tmp_path: Path, api: MessagesImitation) -> Services:
-    settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+    settings = Settings(anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url, backoff_s=0.01)
     return svc

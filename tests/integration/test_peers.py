@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from helpers import ServicesOn, drive, stored_bytes, write_workspace
+from pydantic import SecretStr
 
 from laneflow.domain.records import EventType, RunStatus, StepStatus
 from laneflow.ports import Services
@@ -204,7 +205,7 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
     flow = {"description": "two colleagues", "steps": [{"group": [{"agent": "talker"}, {"agent": "listener"}]}]}
     ws = write_workspace(tmp_path / "ws", agents, {"desk": flow}, agents_md="model: claude-sonnet-4-6\n")
     with MessagesImitation(api_keys={key}, responder=respond) as api:
-        settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        settings = Settings(anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         run = drive(svc, ws, "desk")

@@ -19,6 +19,7 @@ from helpers import DYNAMODB_BUCKET as BUCKET
 from helpers import DYNAMODB_REGION as REGION
 from helpers import DYNAMODB_TABLE as TABLE
 from helpers import FIXTURES, FlowRunner, ServicesOn, drive, stored_bytes, write_workspace
+from pydantic import SecretStr
 
 import laneflow.usecases.run_step.runner as step_module
 from laneflow.adapters.store import open_store
@@ -466,7 +467,7 @@ def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(
     err = capsys.readouterr().err
     assert code == 2 and "$.things" in err and f"'{MASK}' is not of type 'array'" in err and KEY not in err
     # The API's 400 says where and what, not the value.
-    svc = for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures"), anthropic_api_key=KEY))
+    svc = for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures"), anthropic_api_key=SecretStr(KEY)))
     svc.workspaces, svc.drives = FolderWorkspaces(FIXTURES), RecordingDrives()
     status, payload, _ = call(svc, "POST", "/runs", {"workspace": "ws_semantics", "flow": "handoff", "input": {"things": KEY}})
     assert status == 400 and "$.things" in json.dumps(payload) and KEY not in json.dumps(payload)

@@ -26,7 +26,8 @@ from typing import Any
 
 import boto3
 import pytest
-from helpers import ROOT, ServicesOn, drive, local_engine, services_on, stored_bytes, write_workspace
+from helpers import ROOT, ServicesOn, drive, services_on, stored_bytes, write_workspace
+from pydantic import SecretStr
 
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets
 from laneflow.adapters.engine.template import Template
@@ -42,7 +43,7 @@ from laneflow.ports import ExecutionSink, Services, StepJob, StepOutcome
 from laneflow.settings import Settings, settings
 from laneflow.usecases.run_step.recorder import StepRecorder, capture_full, captured
 from laneflow.usecases.start_run import create_run
-from laneflow.wiring import for_store
+from laneflow.wiring import for_store, local_engine
 from laneflow_dev.imitation import MessagesImitation
 
 TOKEN = "tok-0123456789-abcdef"
@@ -176,7 +177,7 @@ def test_a_missing_secret_fails_a_claude_step_before_any_request_reaches_the_api
     key = "sk-test-0123456789abcdef"
     with MessagesImitation(ttft_ms=10, token_ms=0, api_keys={key}) as api:
         cfg = Settings(
-            anthropic_api_key=key,
+            anthropic_api_key=SecretStr(key),
             anthropic_base_url=api.url,
             capture_dir=str(tmp_path / "captures"),
             secrets_file=str(secrets_file(tmp_path)),

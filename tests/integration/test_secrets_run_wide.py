@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ServicesOn, drive, local_engine, stored_bytes, write_workspace
+from helpers import ServicesOn, drive, stored_bytes, write_workspace
 
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.workspaces import FolderWorkspaces
@@ -38,6 +38,7 @@ from laneflow.entrypoints.api import resolve
 from laneflow.entrypoints.cli import main
 from laneflow.ports import ExecutionSink, Services, StepJob, StepOutcome
 from laneflow.settings import settings
+from laneflow.wiring import local_engine
 
 # A value with what each encoding changes: a space, `/`, `+`, a quote, a backslash, non-ASCII.
 TOKEN = 'Tök/+ "quoted" \\ run-wide 0123456789'

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from contract.store.backends import dynamodb_store, sqlite_store
 from helpers import write_workspace
+from pydantic import SecretStr
 
 from laneflow.adapters.engine import step_workers
 from laneflow.adapters.workers import local_worker
@@ -165,7 +166,7 @@ def test_a_claude_lane_spreads_over_the_workers_and_still_pays_one_cold_prefix(t
     shutil.copytree(FIXTURES / "ws_claude", ws)
     with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={key}) as api:
         settings = Settings(
-            anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"), step_workers=2
+            anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"), step_workers=2
         )
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
         try:

@@ -20,6 +20,7 @@ import boto3
 import pytest
 from helpers import moto_dynamodb_serialized
 from moto import mock_aws
+from pydantic import SecretStr
 from test_cloud_path import SyncDrives, api_event, handler
 
 from laneflow.adapters.aws import s3 as workspaces
@@ -127,7 +128,7 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Ser
         for tenant in (A, B):
             for rel, body in desk(tenant).items():
                 s3.put_object(Bucket=BUCKET, Key=f"workspaces/{tenant}/desk/{rel}", Body=body.encode())
-        settings = Settings(store_url=URL, anthropic_api_key=KEY, anthropic_base_url=model.url)
+        settings = Settings(store_url=URL, anthropic_api_key=SecretStr(KEY), anthropic_base_url=model.url)
         svc = for_store(open_store(URL), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=model.url, backoff_s=0.01)
         svc.workspaces = S3Workspaces(BUCKET)

@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from pydantic import SecretStr
 
 from laneflow.adapters.aws import s3 as workspaces
 from laneflow.adapters.aws.s3 import S3Workspaces, local_path
@@ -115,7 +116,9 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
 def drive(s3: Any, tmp_path: Path, flow: str, responder: Any = None) -> Run:
     """Start a run of the tenant's S3 workspace as the API does, and drive it to its end."""
     with MessagesImitation(ttft_ms=5, token_ms=0, api_keys={KEY}, responder=responder) as model:
-        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=model.url, capture_dir=str(tmp_path / "captures"))
+        settings = Settings(
+            anthropic_api_key=SecretStr(KEY), anthropic_base_url=model.url, capture_dir=str(tmp_path / "captures")
+        )
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'runs.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=model.url, backoff_s=0.01)
         uri = S3Workspaces(BUCKET).locate(TENANT, "desk")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from laneflow.adapters.engine import local
+from laneflow.adapters.engine.template import FunctionSpec
 
 
 def test_moto_is_the_exact_version_the_hook_was_written_for() -> None:
@@ -34,7 +35,7 @@ def _registry(tmp_path, leaving=None) -> local.HandlerRegistry:
     import threading
 
     registry = local.HandlerRegistry.__new__(local.HandlerRegistry)
-    registry.functions = {"F": local.FunctionSpec("F", tmp_path, "app.handler")}
+    registry.functions = {"F": FunctionSpec("F", tmp_path, "app.handler")}
     registry._modules = {}
     registry._lock = threading.Lock()
     registry.leaving = leaving

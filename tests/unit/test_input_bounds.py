@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from laneflow.adapters.executors.stub import BadHeader, parse_answer
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import FlowInvalid, InvalidInput, StepFailed, WorkspaceInvalid
 from laneflow.domain.flow import check_workspace, load_flow
-from laneflow.domain.stub_answers import MAX_SIMULATED_MS
+from laneflow.domain.stub_answers import MAX_SIMULATED_MS, BadHeader, parse_answer
 from laneflow.domain.workspace import load_agent, load_workspace
 from laneflow.entrypoints.cli import parse_input
 from laneflow.usecases.run_step.output import extract_json

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laneflow.adapters.executors.stub import StubExecutor, parse_answer, pick_answer
+from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.domain.errors import StepFailed
 from laneflow.domain.records import ModelCall
-from laneflow.domain.stub_answers import BadHeader, header_problems
+from laneflow.domain.stub_answers import BadHeader, header_problems, parse_answer, pick_answer
 from laneflow.ports import StepJob
 
 
