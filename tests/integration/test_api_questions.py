@@ -27,7 +27,7 @@ def api_svc(svc: Services) -> Services:
     return svc
 
 
-def asker_run(svc, tmp_path, *, ask_timeout: float = 60):
+def asker_run(svc: Services, tmp_path: Path, *, ask_timeout: float = 60):
     agents = {
         "asker": {"tools": ["ask"], "ask_timeout": ask_timeout, "stub": 'tool: ask {"question": "North or south?"}\nAsked.'}
     }

@@ -19,7 +19,7 @@ from helpers import ServicesOn, write_workspace
 from pydantic import SecretStr
 
 from laneflow.domain.inbox import QuestionStatus
-from laneflow.domain.records import EventType, RunStatus, StepStatus
+from laneflow.domain.records import EventType, Run, RunStatus, StepStatus
 from laneflow.ports import Services
 from laneflow.usecases.answer import NoQuestionWaiting, answer_question, waiting_questions
 from laneflow.usecases.start_run import create_run
@@ -35,7 +35,7 @@ def ask_workspace(root: Path, *, ask_timeout: float = 60, stub: str = f"{ASK}\nA
     return write_workspace(root / "ws", agents, {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}})
 
 
-def start(svc, ws: Path):
+def start(svc: Services, ws: Path):
     """The run, and the thread driving it (the ask blocks its step)."""
     run = create_run(svc, ws, "desk")
     done: list[Any] = []
@@ -46,7 +46,7 @@ def start(svc, ws: Path):
     return run, thread, done
 
 
-def until_asked(svc, run, timeout: float = 30.0):
+def until_asked(svc: Services, run: Run, timeout: float = 30.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         found = waiting_questions(svc, run.tenant, run_id=run.id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FIXTURES, ServicesOn, drive
@@ -60,12 +61,12 @@ def test_a_step_that_writes_reads_only_its_agents_started_steps_never_the_whole_
     svc = on()
     whole, full_steps, get_run, get_step = [], [], svc.store.get_run, svc.store.get_step
 
-    def run_read(tenant, run_id, **kwargs):
+    def run_read(tenant: str, run_id: str, **kwargs: Any):
         if kwargs.get("detail"):
             whole.append(run_id)
         return get_run(tenant, run_id, **kwargs)
 
-    def step_read(tenant, run_id, index, **kwargs):
+    def step_read(tenant: str, run_id: str, index: int, **kwargs: Any):
         if kwargs.get("detail"):
             full_steps.append(index)
         return get_step(tenant, run_id, index, **kwargs)

@@ -204,7 +204,7 @@ def test_laneflow_run_says_it_drives_the_chained_run_and_prints_both_summaries(
     assert captured.out.count(": completed (") == 2
 
 
-def interrupted(svc, run_id: str) -> None:
+def interrupted(svc: Services, run_id: str) -> None:
     """Leave the run as a killed `laneflow run` would: running, driven once by a process that
     is gone, its first step's attempt running on that process."""
     import socket

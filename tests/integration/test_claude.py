@@ -47,7 +47,7 @@ def services(tmp_path: Path, api: MessagesImitation, key: str = KEY) -> Services
     return svc
 
 
-def drive(svc: Services, ws: Path, flow: str, **kwargs):
+def drive(svc: Services, ws: Path, flow: str, **kwargs: Any):
     run = create_run(svc, ws, flow, **kwargs)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
@@ -122,7 +122,7 @@ def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path:
     seen = []
     original = api.responder
 
-    def spy(body):
+    def spy(body: Any):
         seen.append(body)
         return original(body)
 

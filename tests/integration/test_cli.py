@@ -23,7 +23,7 @@ def store(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cli.db'}"
 
 
-def runs_in(store: str, capsys) -> list[Any]:
+def runs_in(store: str, capsys: pytest.CaptureFixture[str]) -> list[Any]:
     assert main(["runs", "--store", store, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 

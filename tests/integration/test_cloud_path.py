@@ -83,7 +83,7 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Services]
         install(None)
 
 
-def api_event(name: str, **changes) -> dict[str, Any]:
+def api_event(name: str, **changes: Any) -> dict[str, Any]:
     event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
     event.update(changes)
     return event

@@ -6,12 +6,14 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FIXTURES, FlowRunner
 
-from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, Step, StepChanges, StepStatus
+from laneflow.domain.records import AttemptStatus, Run, RunChanges, RunStatus, Step, StepChanges, StepStatus
 from laneflow.domain.settlement import REJECTED, SUPERSEDED
 from laneflow.ports import Services
 from laneflow.usecases.approve import RunNotWaiting, answer_approval
@@ -24,7 +26,7 @@ from laneflow.wiring import local_engine
 CTRL = FIXTURES / "ws_control"
 
 
-def rescues_of(run, index):
+def rescues_of(run: Run, index: int):
     return [s for s in run.steps if s.rescue_of == index]
 
 
@@ -190,7 +192,7 @@ def test_the_revision_is_fixed_at_the_start_even_if_the_workspace_changes_while_
 # -- stop --------------------------------------------------------------------------------------
 
 
-def _stop_when(svc, run, predicate, timeout=30.0) -> threading.Thread:
+def _stop_when(svc: Services, run: Run, predicate: Callable[[Any], bool], timeout: float = 30.0) -> threading.Thread:
     def watch() -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -261,7 +263,7 @@ def test_stop_is_one_way_under_concurrent_saves(svc: Services) -> None:
         _race_a_stop(svc, random.Random(seed))
 
 
-def _race_a_stop(svc, rng) -> None:
+def _race_a_stop(svc: Services, rng) -> None:
     run = create_run(svc, CTRL, "stop")
     t, r = run.tenant, run.id
     svc.store.update_run(t, r, RunChanges(status=RunStatus.running))

@@ -28,6 +28,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,7 @@ def gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-def wait_until(check, within_s: float, poll_s: float = 0.01) -> bool:
+def wait_until(check: Callable[[], object], within_s: float, poll_s: float = 0.01) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if check():
@@ -253,7 +254,7 @@ def run_trial(trial: Trial, laneflow, tmp_path: Path) -> Trial:
     return trial
 
 
-def check_trial(trial: Trial, db) -> None:
+def check_trial(trial: Trial, db: str) -> None:
     run = db.get_run("local", trial.run_id, detail=True)
     assert run.status == RunStatus.completed, run.error
     assert run.drives == 2

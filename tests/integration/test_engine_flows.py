@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from helpers import EXAMPLES, FIXTURES, FlowRunner
 
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.ports import Services
 
 SEM = FIXTURES / "ws_semantics"
@@ -51,7 +51,7 @@ def test_each_fills_item_and_input_into_instructions(run_flow: FlowRunner) -> No
     assert run.steps[0].conclusion == "Conclusion about tides."
 
 
-def _user_message_of(svc, run, index: int) -> str:
+def _user_message_of(svc: Services, run: Run, index: int) -> str:
     """What the step was told, reconstructed by the same function the runner uses."""
     from laneflow.domain.flow import step_spec
     from laneflow.usecases.run_step.handoff import handoff_for
@@ -153,7 +153,7 @@ def test_a_drive_that_fails_outside_any_step_closes_the_run_failed(
     then closes the run with the reason instead of leaving it `running`."""
     import laneflow.usecases.settle_group as drive
 
-    def broken(svc, req) -> None:
+    def broken(svc: Services, req) -> None:
         raise RuntimeError("settle exploded")
 
     monkeypatch.setattr(drive, "settle_group", broken)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FIXTURES, FlowRunner, ServicesOn
@@ -16,7 +18,7 @@ from helpers import FIXTURES, FlowRunner, ServicesOn
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.gate import reserve_line
 from laneflow.domain.lanes import waiting_line
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.records import RunStatus, Step, StepStatus
 from laneflow.ports import Services
 from laneflow.usecases.run_step.runner import WAITED_TO_START
 from laneflow.usecases.start_run import create_run
@@ -28,7 +30,7 @@ def ts(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def released_at(step) -> dt.datetime:
+def released_at(step: Step) -> dt.datetime:
     """When the lead released the siblings waiting for its reply (the first release it wrote;
     a second one, at its end, is the reserve's)."""
     return ts([e for e in step.events if e.type == "gate" and "released" in e.text][0].t)
@@ -159,14 +161,14 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc: Services) 
     completed: list[str] = []
 
     class Callbacks:
-        def succeed(self, token, output) -> None:
+        def succeed(self, token: str, output: dict[str, Any]) -> None:
             completed.append(token)
 
-        def succeed_all(self, tokens, output):
+        def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]):
             completed.extend(tokens)
             return []
 
-        def fail(self, token, error, cause) -> None:  # pragma: no cover - not expected
+        def fail(self, token: str, error: str, cause: str) -> None:  # pragma: no cover - not expected
             raise AssertionError(error)
 
     svc.callbacks = Callbacks()
@@ -185,7 +187,7 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc: Services) 
     assert completed == ["tok-1"]
 
 
-def _most_at_once(spans) -> int:
+def _most_at_once(spans: Any) -> int:
     return max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
 
 
@@ -218,14 +220,14 @@ class _Completed:
     def __init__(self) -> None:
         self.tokens: list[str] = []
 
-    def succeed(self, token, output) -> None:
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
         self.tokens.append(token)
 
-    def succeed_all(self, tokens, output):
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]):
         self.tokens.extend(tokens)
         return []
 
-    def fail(self, token, error, cause) -> None:  # pragma: no cover - not expected
+    def fail(self, token: str, error: str, cause: str) -> None:  # pragma: no cover - not expected
         raise AssertionError(error)
 
 

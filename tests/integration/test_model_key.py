@@ -46,7 +46,7 @@ def handler(name: str):
     return module.handler
 
 
-def api_event(name: str, **changes) -> dict[str, Any]:
+def api_event(name: str, **changes: Any) -> dict[str, Any]:
     event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
     event.update(changes)
     return event

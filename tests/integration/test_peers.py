@@ -14,7 +14,7 @@ import pytest
 from helpers import ServicesOn, drive, stored_bytes, write_workspace
 from pydantic import SecretStr
 
-from laneflow.domain.records import EventType, RunStatus, StepStatus
+from laneflow.domain.records import EventType, RunStatus, Step, StepStatus
 from laneflow.ports import Services
 
 TALK = 'tool: peers_message {"to": "listener", "text": "I already covered the tides; take the currents"}'
@@ -30,7 +30,7 @@ def peers_workspace(root: Path, *, talker: str, listener: str, **extra_agents: d
     return write_workspace(root / "ws", agents, {"desk": flow})
 
 
-def peer_events(step) -> list[str]:
+def peer_events(step: Step) -> list[str]:
     return [e.text for e in step.events if e.type == EventType.peer]
 
 

@@ -78,12 +78,12 @@ def svc(store_kind: str, tmp_path: Path) -> Iterator[Services]:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
-def drive(svc, ws: Path, flow: str, run_input=None):
+def drive(svc: Services, ws: Path, flow: str, run_input=None):
     run = create_run(svc, ws, flow, run_input)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def captured(tmp_path: Path, event) -> dict[str, Any]:
+def captured(tmp_path: Path, event: Any) -> dict[str, Any]:
     return json.loads((tmp_path / "captures" / event.data["capture"]).read_text())
 
 

@@ -87,7 +87,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, A
         }
 
 
-def workspace(tmp_path, stub: str):
+def workspace(tmp_path: Path, stub: str):
     ws = tmp_path / "ws-cloud-sandbox"
     (ws / "agents" / "builder").mkdir(parents=True)
     (ws / "flows").mkdir()
@@ -96,7 +96,7 @@ def workspace(tmp_path, stub: str):
     return ws
 
 
-def start(aws, ws):
+def start(aws, ws: Path):
     svc = aws["svc"]
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
     engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
@@ -153,7 +153,7 @@ def test_a_worker_that_fails_sends_task_failure_and_the_catch_ends_its_attempt(
     run, engine, thread, out = start(aws, ws)
     task = the_task(aws)
 
-    def broken(*args, **kwargs) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the worker broke before its claim")
 
     monkeypatch.setattr("laneflow.usecases.run_step.runner.run_step", broken)

@@ -51,7 +51,7 @@ def svc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Services]:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
-def drive(svc, ws: Path, flow: str = "build"):
+def drive(svc: Services, ws: Path, flow: str = "build"):
     run = create_run(svc, ws, flow, {})
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
 
@@ -130,7 +130,7 @@ class Scribbler:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.thread.join()
 
@@ -183,7 +183,7 @@ def test_a_sandboxed_lead_opens_its_siblings_gate_through_the_relay(svc: Service
         assert sibling.started_at >= lead_began  # released by the lead's reply, relayed from its child
 
 
-def _running_child(svc, run_id: str, timeout_s: float = 20.0) -> int:
+def _running_child(svc: Services, run_id: str, timeout_s: float = 20.0) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for _, attempt in svc.store.running_attempts():
@@ -193,7 +193,7 @@ def _running_child(svc, run_id: str, timeout_s: float = 20.0) -> int:
     raise AssertionError("no sandboxed attempt started")
 
 
-def _drive_in_thread(svc, ws: Path):
+def _drive_in_thread(svc: Services, ws: Path):
     run = create_run(svc, ws, "build", {})
     out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)))

@@ -23,7 +23,7 @@ from helpers import wait_for_run
 from types_boto3_stepfunctions import SFNClient
 
 from laneflow.adapters.store import open_store
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -83,7 +83,7 @@ def assert_within_bounds(engine, result, budget: int) -> list[list[dict[str, Any
     return histories
 
 
-def comparable(run) -> list[tuple[Any, ...]]:
+def comparable(run: Run) -> list[tuple[Any, ...]]:
     return [(s.index, s.group, str(s.status), s.result, s.attempts, s.skip_reason) for s in run.steps]
 
 
@@ -389,10 +389,10 @@ def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_pat
         def __call__(self):
             return self
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str):
             return getattr(engine, name)
 
-        def drive(self, tenant, run_id):
+        def drive(self, tenant: str, run_id: str):
             result = engine.drive(tenant, run_id, tick_s=0.02)
             ran.append(result)
             return result

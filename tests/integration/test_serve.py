@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -405,7 +405,7 @@ def _get(server: ApiServer, run_id: str) -> dict[str, Any]:
     return run
 
 
-def _wait(server: ApiServer, run_id: str, until, timeout_s: float = 30) -> dict[str, Any]:
+def _wait(server: ApiServer, run_id: str, until: Callable[[dict[str, Any]], bool], timeout_s: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         run = _get(server, run_id)

@@ -45,7 +45,7 @@ def fan_out(root: Path, stub: str, n: int, parallel: int = 4) -> Path:
     return write_workspace(root / "ws", agents, flows)
 
 
-def ready_engine(svc):
+def ready_engine(svc: Services):
     """An engine whose step workers have started (so no call is answered in this process)."""
     engine = local_engine(svc)
     engine._start_step_workers()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ def watching(watcher: _Watcher) -> threading.Thread | None:
     return thread if thread is not None and thread.is_alive() else None
 
 
-def wait_for(check, within_s: float = 5.0) -> bool:
+def wait_for(check: Callable[[], object], within_s: float = 5.0) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if check():
@@ -120,7 +121,7 @@ class KeptAlive:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args) -> None:
+            def log_message(self, *args: Any) -> None:
                 pass
 
             def setup(self) -> None:

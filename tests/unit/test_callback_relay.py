@@ -4,6 +4,7 @@ token's gone-ness crosses as TokenGone, as from Step Functions. Through the real
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +20,19 @@ class Waiting:
     def __init__(self, waiting: set[str]) -> None:
         self.waiting, self.completed = waiting, []
 
-    def succeed(self, token, output) -> None:
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
         if token not in self.waiting:
             raise TokenGone(token)
         self.waiting.remove(token)
         self.completed.append((token, output))
 
-    def succeed_all(self, tokens, output):
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]):
         return gone_of(self.succeed, tokens, output)
 
-    def fail(self, token, error, cause) -> None:
+    def fail(self, token: str, error: str, cause: str) -> None:
         self.succeed(token, {"error": error})
 
-    def heartbeat(self, token) -> None:
+    def heartbeat(self, token: str) -> None:
         if token not in self.waiting:
             raise TokenGone(token)
 
@@ -60,7 +61,7 @@ class Engine:
     "ok", and closes everything at once (`die`), as the kernel does for a process killed with
     SIGKILL."""
 
-    def __init__(self, folder) -> None:
+    def __init__(self, folder: Path) -> None:
         import socket
         import threading
 

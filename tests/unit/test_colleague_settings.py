@@ -88,7 +88,7 @@ def test_in_lambda_an_ask_stops_waiting_a_margin_before_the_invocations_deadline
     run = Run(id="run-1", tenant="local", workspace="w", flow="f", steps=[Step(index=0, group=0, agent="a", item=None)])
     ref = AttemptRef(tenant="local", run_id="run-1", index=0, n=1, token="t", started_at="now")
 
-    def inbox(**kwargs) -> AttemptInbox:
+    def inbox(**kwargs: Any) -> AttemptInbox:
         return AttemptInbox(
             svc=None, run=run, step=run.steps[0], ref=ref, agent="a", stopped=lambda: False, ask_timeout=600, **kwargs
         )  # type: ignore[arg-type]

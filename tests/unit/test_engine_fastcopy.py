@@ -139,7 +139,7 @@ def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independ
 
 def test_only_plain_records_are_taken_for_the_fast_copy() -> None:
     class Custom:
-        def __deepcopy__(self, memo):
+        def __deepcopy__(self, memo: Any):
             return "custom"
 
     class Slotted:

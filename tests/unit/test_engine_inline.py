@@ -42,7 +42,7 @@ def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for() -> Non
     assert ExecutionState._evaluate_with_timeout is patched
 
 
-def _drive(tmp_path, name: str):
+def _drive(tmp_path: Path, name: str):
     ws = write_workspace(
         tmp_path / name,
         {"worker": {"stub": "ttft_ms: 20\ndid {item}"}},

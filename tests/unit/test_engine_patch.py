@@ -30,7 +30,7 @@ def test_the_hooked_function_exists_with_the_expected_signature() -> None:
     assert "_invoke_lambda_function(" in source
 
 
-def _registry(tmp_path, leaving=None) -> local.HandlerRegistry:
+def _registry(tmp_path: Path, leaving=None) -> local.HandlerRegistry:
     """A registry of one function F, without reading a template."""
     import threading
 
@@ -53,7 +53,7 @@ def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_cla
 
     registry = _registry(tmp_path)
 
-    def raising(event, context) -> None:
+    def raising(event: Any, context: Any) -> None:
         raise Boom("it broke")
 
     registry._handler = lambda logical_id: raising  # type: ignore[method-assign]
@@ -74,7 +74,7 @@ def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_
     registry = _registry(tmp_path, leaving)
     entered, release, calls = threading.Event(), threading.Event(), []
 
-    def slow(event, context):
+    def slow(event: Any, context: Any):
         calls.append(event)
         entered.set()
         release.wait(5)
@@ -201,7 +201,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
     step = st.one_of(names.map(lambda n: f".{n}"), names.map(lambda n: f"['{n}']"))  # both spellings jsonpath-ng reads as a name
     paths = st.lists(step, max_size=4).map(lambda parts: "$" + "".join(parts))
 
-    def outcome(fn, path, data):
+    def outcome(fn, path, data: Any):
         try:
             return ("value", fn(path, data))
         except Exception as error:  # the kind and text of the failure are compared
@@ -209,7 +209,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
 
     @settings(max_examples=400, deadline=None)
     @given(path=paths, data=values)
-    def same(path, data) -> None:
+    def same(path, data: Any) -> None:
         got, want = outcome(walked, path, data), outcome(original, path, data)
         assert got == want
         if got[0] == "value" and want[0] == "value":
@@ -240,11 +240,11 @@ def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_runn
     from laneflow.adapters.engine import moto_patches
 
     class Execution:
-        def __init__(self, arn, status) -> None:
+        def __init__(self, arn: str, status: Any) -> None:
             self.execution_arn, self.status = arn, status
 
     class Machine:
-        def __init__(self, *executions) -> None:
+        def __init__(self, *executions: Any) -> None:
             self.executions = list(executions)
 
     ended, running = Execution("a", "SUCCEEDED"), Execution("b", "RUNNING")
@@ -295,7 +295,7 @@ def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_
     Snapshot.instances_tracked.extend([kept, snapshot, other])
 
     class Execution:
-        def __init__(self, arn, status, state_machine) -> None:
+        def __init__(self, arn: str, status: Any, state_machine) -> None:
             self.execution_arn, self.status, self.state_machine = arn, status, state_machine
 
     machine = type("Machine", (), {})()

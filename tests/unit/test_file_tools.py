@@ -39,7 +39,7 @@ def tools(ws: Path) -> FileTools:
     return FileTools(ws, "agents/writer")
 
 
-def refusal(tools: FileTools, name: str, args) -> str:
+def refusal(tools: FileTools, name: str, args: Any) -> str:
     with pytest.raises(ToolError) as caught:
         tools.run(name, args)
     message = str(caught.value)

@@ -35,13 +35,13 @@ def flow_ws(tmp_path: Path, flow: str, **files: str):
     return load_workspace(root)
 
 
-def problems_of(ws, name: str = "f"):
+def problems_of(ws: Path, name: str = "f"):
     with pytest.raises(FlowInvalid) as e:
         load_flow(ws, name)
     return e.value.problems
 
 
-def only_problem(ws, name: str = "f"):
+def only_problem(ws: Path, name: str = "f"):
     [problem] = problems_of(ws, name)
     return problem
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Any
 
 import pytest
 
@@ -43,11 +44,11 @@ def schedule(n: int, parallel: int, d: float, ttft: float, *, reserve: bool = Tr
     return spans
 
 
-def most_at_once(spans) -> int:
+def most_at_once(spans: Any) -> int:
     return max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
 
 
-def makespan(spans) -> float:
+def makespan(spans: Any) -> float:
     return max(b for _, b in spans) - min(a for a, _ in spans)
 
 

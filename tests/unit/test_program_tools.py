@@ -49,7 +49,7 @@ def ws(tmp_path: Path) -> Path:
     return root
 
 
-def tools(ws: Path, isolation, sink: Sink | None = None, **fields) -> StepTools:
+def tools(ws: Path, isolation: Any, sink: Sink | None = None, **fields: Any) -> StepTools:
     return StepTools(step_job(ws, **fields), sink or Sink(), isolation=isolation)
 
 
@@ -285,7 +285,7 @@ ESCAPES = {
 }
 
 
-def _attempt(ws: Path, isolation, what: str, **values) -> tuple[bool, str]:
+def _attempt(ws: Path, isolation: Any, what: str, **values: Any) -> tuple[bool, str]:
     try:
         return True, tools(ws, isolation).run("bash", {"command": ESCAPES[what].format(**values)})
     except ToolError as error:

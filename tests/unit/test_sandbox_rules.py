@@ -14,7 +14,7 @@ from laneflow.domain.records import Step
 from laneflow.domain.workspace import Agent, AgentSettings
 
 
-def agent(**settings) -> Agent:
+def agent(**settings: Any) -> Agent:
     return Agent(name="a", path="agents/a", settings=AgentSettings(**settings), persona="")
 
 
@@ -103,7 +103,7 @@ def test_the_worker_reference_comes_from_ecs_task_metadata_in_fargate(monkeypatc
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args) -> None:
+        def log_message(self, *args: Any) -> None:
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Metadata)

@@ -3,6 +3,8 @@ recorded first) and `decide` (what the group means), one test per outcome."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from laneflow.domain.flow import Entry, Flow, StepSpec
 from laneflow.domain.records import Run, Step, StepStatus
 from laneflow.domain.settlement import STOPPED, decide, tidy
@@ -16,11 +18,11 @@ def flow(*entries: list[StepSpec]) -> Flow:
     )
 
 
-def run(**fields) -> Run:
+def run(**fields: Any) -> Run:
     return Run(id="run-1", workspace="ws", flow="f", status="running", **fields)
 
 
-def step(index: int, status: StepStatus, *, group: int = 0, entry: int = 0, slot: int = 0, **fields) -> Step:
+def step(index: int, status: StepStatus, *, group: int = 0, entry: int = 0, slot: int = 0, **fields: Any) -> Step:
     return Step(index=index, group=group, entry=entry, slot=slot, status=status, agent=fields.pop("agent", "writer"), **fields)
 
 

@@ -35,10 +35,10 @@ class Sink:
         self.calls.append(span)
         return span
 
-    def event(self, type, text, data=None) -> None:
+    def event(self, type, text: str, data: Any = None) -> None:
         self.events.append((type, text, data))
 
-    def tool_call(self, name, tool_input, tool_output, *, ms=0, is_error=False) -> None:
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms=0, is_error=False) -> None:
         self.tools.append((name, tool_input, tool_output))
 
     def stopped(self) -> bool:
@@ -168,7 +168,7 @@ def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_call
     from laneflow.domain.stub_answers import StubCall
 
     class NoTools:
-        def run(self, name, args) -> None:
+        def run(self, name: str, args: Any) -> None:
             raise AssertionError(f"{name} ran with {args}")
 
     with pytest.raises(ToolError) as refused:

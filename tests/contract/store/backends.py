@@ -94,7 +94,7 @@ BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Store]]] = {
 }
 
 
-def new_run(store: Store, *, steps: int = 3, tenant: str = TENANT, **fields) -> Run:
+def new_run(store: Store, *, steps: int = 3, tenant: str = TENANT, **fields: Any) -> Run:
     run = Run(
         id=fields.pop("id", f"run-{uuid.uuid4().hex[:10]}"),
         tenant=tenant,
@@ -107,7 +107,7 @@ def new_run(store: Store, *, steps: int = 3, tenant: str = TENANT, **fields) -> 
     return run
 
 
-def claim(store: Store, run: Run, index: int = 0, **kwargs) -> tuple[Attempt, AttemptRef]:
+def claim(store: Store, run: Run, index: int = 0, **kwargs: Any) -> tuple[Attempt, AttemptRef]:
     attempt = store.claim_attempt(
         run.tenant, run.id, index, token=uuid.uuid4().hex, started_at=kwargs.pop("started_at", utcnow()), **kwargs
     )

@@ -11,7 +11,7 @@ from contract.store.backends import TENANT, claim, new_run, snapshot
 from laneflow.adapters.store import Store
 from laneflow.domain.errors import AttemptEnded, Conflict, NotFound, RunNotFound
 from laneflow.domain.inbox import Note, NoteKind, QuestionStatus, new_note_id, undelivered
-from laneflow.domain.records import AttemptStatus, utcnow
+from laneflow.domain.records import AttemptStatus, Run, utcnow
 
 
 def message(run_id: str, to: int, text: str, *, sender: int = 0) -> Note:
@@ -121,7 +121,7 @@ def test_an_answer_and_the_end_of_the_wait_race_and_exactly_one_wins(store: Stor
         _race_answer_and_close(store, run)
 
 
-def _race_answer_and_close(store: Store, run) -> None:
+def _race_answer_and_close(store: Store, run: Run) -> None:
     q = question(run.id, 0, "now?")
     store.post_note(TENANT, run.id, q)
     outcomes: list[object] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from laneflow.adapters.store.dynamodb import DynamoStore
@@ -25,5 +27,5 @@ def test_a_backend_that_overrides_a_rule_is_refused_when_its_class_is_made() -> 
     with pytest.raises(TypeError, match="claim_attempt"):
 
         class Shortcut(SqliteStore):
-            def claim_attempt(self, *args, **kwargs) -> None:  # type: ignore[override]
+            def claim_attempt(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
                 raise AssertionError("never called")

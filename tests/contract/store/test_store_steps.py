@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store:
     store.update_step(t, r, 5, StepChanges(status=StepStatus.awaiting_approval))
     store.add_steps(t, r, [Step(index=10, group=0, agent="fixer", rescue_of=2, instruction="rescue")])
 
-    def read(**where) -> list[int]:
+    def read(**where: Any) -> list[int]:
         return [s.index for s in store.get_steps(t, r, group=0, messages=False, where=StepFilter(**where))]
 
     assert read() == [0, 1, 2, 3, 4, 5, 6, 7, 10]
