@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 LANE = "analyst@claude-sonnet-4-6"
 
 
-def run_page(page, served, run_id: str) -> None:
+def run_page(page: Any, served: Any, run_id: str) -> None:
     page.goto(f"{served.url}/#/runs/{run_id}")
     expect(page.locator(f'.run[data-run="{run_id}"]')).to_be_visible()
 

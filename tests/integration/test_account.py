@@ -23,7 +23,7 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'account.db'}"
 
 
-def agents_md_layer(workspace: Path, agent: str, account: Path | None):
+def agents_md_layer(workspace: Path, agent: str, account: Path | None) -> Path:
     ws = load_workspace(workspace, account)
     [layer] = [each for each in build_system_prompt(ws, load_agent(ws, agent)).records() if each.name == "agents.md"]
     return layer

@@ -13,7 +13,7 @@ import pytest
 from helpers import write_workspace
 from test_api import RecordingDrives, call
 
-from laneflow.domain.records import EventType, RunStatus
+from laneflow.domain.records import EventType, Run, RunStatus
 from laneflow.ports import Services
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import local_engine
@@ -27,7 +27,7 @@ def api_svc(svc: Services) -> Services:
     return svc
 
 
-def asker_run(svc: Services, tmp_path: Path, *, ask_timeout: float = 60):
+def asker_run(svc: Services, tmp_path: Path, *, ask_timeout: float = 60) -> tuple[Run, threading.Thread, list[Any]]:
     agents = {
         "asker": {"tools": ["ask"], "ask_timeout": ask_timeout, "stub": 'tool: ask {"question": "North or south?"}\nAsked.'}
     }

@@ -35,7 +35,7 @@ def ask_workspace(root: Path, *, ask_timeout: float = 60, stub: str = f"{ASK}\nA
     return write_workspace(root / "ws", agents, {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}})
 
 
-def start(svc: Services, ws: Path):
+def start(svc: Services, ws: Path) -> tuple[Run, threading.Thread, list[Any]]:
     """The run, and the thread driving it (the ask blocks its step)."""
     run = create_run(svc, ws, "desk")
     done: list[Any] = []
@@ -46,7 +46,7 @@ def start(svc: Services, ws: Path):
     return run, thread, done
 
 
-def until_asked(svc: Services, run: Run, timeout: float = 30.0):
+def until_asked(svc: Services, run: Run, timeout: float = 30.0) -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         found = waiting_questions(svc, run.tenant, run_id=run.id)

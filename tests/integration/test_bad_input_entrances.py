@@ -13,6 +13,7 @@ import pytest
 from helpers import FIXTURES
 from test_api import START, RecordingDrives, call
 
+from laneflow.adapters.engine.local import DriveResult
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.entrypoints.cli import main
@@ -152,7 +153,7 @@ def test_a_literal_unbounded_stub_cost_is_refused_before_the_run_naming_agent_md
 # -- the engine ------------------------------------------------------------------------------------
 
 
-def drive(svc: Services, ws: Path, run_input: Any = None):
+def drive(svc: Services, ws: Path, run_input: Any = None) -> DriveResult:
     run = create_run(svc, ws, "f", run_input)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
 

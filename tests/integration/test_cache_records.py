@@ -61,12 +61,12 @@ def test_a_step_that_writes_reads_only_its_agents_started_steps_never_the_whole_
     svc = on()
     whole, full_steps, get_run, get_step = [], [], svc.store.get_run, svc.store.get_step
 
-    def run_read(tenant: str, run_id: str, **kwargs: Any):
+    def run_read(tenant: str, run_id: str, **kwargs: Any) -> Any:
         if kwargs.get("detail"):
             whole.append(run_id)
         return get_run(tenant, run_id, **kwargs)
 
-    def step_read(tenant: str, run_id: str, index: int, **kwargs: Any):
+    def step_read(tenant: str, run_id: str, index: int, **kwargs: Any) -> Any:
         if kwargs.get("detail"):
             full_steps.append(index)
         return get_step(tenant, run_id, index, **kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.pricing import catalog
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -47,12 +48,12 @@ def services(tmp_path: Path, api: MessagesImitation, key: str = KEY) -> Services
     return svc
 
 
-def drive(svc: Services, ws: Path, flow: str, **kwargs: Any):
+def drive(svc: Services, ws: Path, flow: str, **kwargs: Any) -> Run:
     run = create_run(svc, ws, flow, **kwargs)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def drive_until(tmp_path: Path, ws: Path, imitation: MessagesImitation, counter: str):
+def drive_until(tmp_path: Path, ws: Path, imitation: MessagesImitation, counter: str) -> tuple[Services, Run, threading.Thread]:
     """The `tools` flow driven on a thread of its own against `imitation`, returned once the
     imitation's `counter` stat has counted the step's first request (or after 30 s)."""
     import threading
@@ -122,7 +123,7 @@ def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path:
     seen = []
     original = api.responder
 
-    def spy(body: Any):
+    def spy(body: Any) -> Any:
         seen.append(body)
         return original(body)
 

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -40,7 +40,7 @@ def ws(tmp_path: Path) -> Path:
 class Recording:
     """The imitation's responder, recording every request body it answers."""
 
-    def __init__(self, respond=default_responder) -> None:
+    def __init__(self, respond: Any = default_responder) -> None:
         self.bodies: list[dict[str, Any]] = []
         self.respond = respond
 
@@ -66,7 +66,7 @@ def api() -> Iterator[MessagesImitation]:
         yield server
 
 
-def drive_flow(tmp_path: Path, api: MessagesImitation, ws: Path, steps: str):
+def drive_flow(tmp_path: Path, api: MessagesImitation, ws: Path, steps: str) -> Run:
     (ws / "flows" / "probe.yaml").write_text(f"steps:\n  - agent: prober\n    instruction: |\n{steps}")
     settings = Settings(anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)

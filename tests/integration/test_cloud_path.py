@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from laneflow.wiring import for_store, install, local_engine
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 
 
-def handler(name: str):
+def handler(name: str) -> Callable[[Any, Any], Any]:
     spec = importlib.util.spec_from_file_location(f"cloud_{name}", ROOT / "functions" / name / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -89,14 +89,14 @@ def api_event(name: str, **changes: Any) -> dict[str, Any]:
     return event
 
 
-def start(api, body: dict[str, Any]) -> str:
+def start(api: Callable[[Any, Any], Any], body: dict[str, Any]) -> str:
     """Start a run through the API handler: its id (a 201)."""
     started = api(api_event("start_run", body=json.dumps(body)), None)
     assert started["statusCode"] == 201, started["body"]
     return json.loads(started["body"])["id"]
 
 
-def record_of(api, run_id: str) -> dict[str, Any]:
+def record_of(api: Callable[[Any, Any], Any], run_id: str) -> dict[str, Any]:
     """The run's record through the API handler (a 200)."""
     got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
     assert got["statusCode"] == 200, got["body"][:300]

@@ -10,6 +10,7 @@ import operator
 import re
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def strict(model: type[BaseModel]) -> type[BaseModel]:
     return _STRICT[model]
 
 
-def _strict_type(annotation):
+def _strict_type(annotation: Any) -> Any:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return strict(annotation)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -62,7 +63,7 @@ def _strict_type(annotation):
     return origin[args if len(args) > 1 else args[0]]
 
 
-def _states(node):
+def _states(node: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     for name, state in node["States"].items():
         yield name, state
         for key in ("ItemProcessor", "Iterator"):

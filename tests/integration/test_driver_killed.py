@@ -199,7 +199,7 @@ class Trial:
     worker_gone_s: float = 0.0  # from the driver's death to its last sandbox worker's
 
 
-def run_trial(trial: Trial, laneflow, tmp_path: Path) -> Trial:
+def run_trial(trial: Trial, laneflow: list[str], tmp_path: Path) -> Trial:
     root = tmp_path / f"trial-{trial.n}"
     root.mkdir()
     ws = workspace(root / f"ws-kill-{trial.n}")

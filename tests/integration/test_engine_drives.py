@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import pacing_workspace, write_workspace
@@ -83,7 +84,7 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(
     engines, ended = [], []
     forget = moto_patches.forget
 
-    def watching(backend, arn: str) -> None:  # what the drive leaves behind, just before it is forgotten
+    def watching(backend: Any, arn: str) -> None:  # what the drive leaves behind, just before it is forgotten
         execution = local.LocalEngine._execution(arn)
         ended.append((weakref.ref(execution), weakref.ref(execution.state_machine)))
         forget(backend, arn)

@@ -153,7 +153,7 @@ def test_a_drive_that_fails_outside_any_step_closes_the_run_failed(
     then closes the run with the reason instead of leaving it `running`."""
     import laneflow.usecases.settle_group as drive
 
-    def broken(svc: Services, req) -> None:
+    def broken(svc: Services, req: Any) -> None:
         raise RuntimeError("settle exploded")
 
     monkeypatch.setattr(drive, "settle_group", broken)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from helpers import FlowRunner
 
@@ -31,7 +32,7 @@ class EditsAfterFirstStep:
     """The stub executor, editing agent.md once its first step has run: the same size and
     the same modification time, so only its bytes tell the edit."""
 
-    def __init__(self, inner, md: Path) -> None:
+    def __init__(self, inner: Any, md: Path) -> None:
         self.inner, self.md, self.edited = inner, md, False
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:

@@ -164,7 +164,7 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc: Services) 
         def succeed(self, token: str, output: dict[str, Any]) -> None:
             completed.append(token)
 
-        def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]):
+        def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
             completed.extend(tokens)
             return []
 
@@ -223,7 +223,7 @@ class _Completed:
     def succeed(self, token: str, output: dict[str, Any]) -> None:
         self.tokens.append(token)
 
-    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]):
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
         self.tokens.extend(tokens)
         return []
 

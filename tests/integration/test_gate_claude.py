@@ -17,7 +17,7 @@ from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
 from laneflow.domain.lanes import waiting_line
 from laneflow.domain.pricing import catalog
-from laneflow.domain.records import RunStatus
+from laneflow.domain.records import Run, RunStatus
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -59,7 +59,7 @@ def ts(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def drive(svc: Services, ws: Path, flow: str):
+def drive(svc: Services, ws: Path, flow: str) -> Run:
     run = create_run(svc, ws, flow)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 

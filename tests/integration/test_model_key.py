@@ -14,7 +14,7 @@ import importlib.util
 import json
 import shutil
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ TENANT = "123456789012"  # the caller's account in events/api_*.json
 FUNCTIONS = ROOT / "functions"
 
 
-def handler(name: str):
+def handler(name: str) -> Callable[[Any, Any], Any]:
     spec = importlib.util.spec_from_file_location(f"key_{name}", FUNCTIONS / name / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

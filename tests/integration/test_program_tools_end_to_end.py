@@ -23,7 +23,7 @@ from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.executors.isolation import detect
 from laneflow.adapters.store import open_store
 from laneflow.domain.flow import check_workspace
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -78,7 +78,7 @@ def svc(store_kind: str, tmp_path: Path) -> Iterator[Services]:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
-def drive(svc: Services, ws: Path, flow: str, run_input=None):
+def drive(svc: Services, ws: Path, flow: str, run_input: Any = None) -> Run:
     run = create_run(svc, ws, flow, run_input)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
@@ -165,7 +165,7 @@ def api() -> Iterator[MessagesImitation]:
         yield server
 
 
-def claude_drive(tmp_path: Path, api: MessagesImitation, ws: Path, model: str = "claude-sonnet-4-6"):
+def claude_drive(tmp_path: Path, api: MessagesImitation, ws: Path, model: str = "claude-sonnet-4-6") -> Run:
     settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url, backoff_s=0.01, isolation=detect())

@@ -271,7 +271,7 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(
     )
     checked = step_module.check_output
 
-    def choke(spec: Any, outcome: Any):  # an unexpected error whose message holds the key (logged, recorded)
+    def choke(spec: Any, outcome: Any) -> Any:  # an unexpected error whose message holds the key (logged, recorded)
         if spec.agent == "crasher":
             raise RuntimeError(f"the parser choked on {KEY}")
         return checked(spec, outcome)
@@ -350,7 +350,7 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
     )
     checked = step_module.check_output
 
-    def choke(spec: Any, outcome: Any):  # an unexpected error whose message holds the values (logged, recorded)
+    def choke(spec: Any, outcome: Any) -> Any:  # an unexpected error whose message holds the values (logged, recorded)
         if spec.agent == "crasher":
             raise RuntimeError(f"the parser choked on {every}")
         return checked(spec, outcome)

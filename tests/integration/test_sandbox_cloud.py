@@ -25,7 +25,7 @@ from laneflow.adapters.engine.local import LocalEngine, overrides_environment
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
 from laneflow.adapters.workers import Liveness
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus, utcnow
+from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus, utcnow
 from laneflow.domain.workers import FargateTask
 from laneflow.entrypoints import sandbox_worker
 from laneflow.settings import Settings
@@ -87,7 +87,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, A
         }
 
 
-def workspace(tmp_path: Path, stub: str):
+def workspace(tmp_path: Path, stub: str) -> Path:
     ws = tmp_path / "ws-cloud-sandbox"
     (ws / "agents" / "builder").mkdir(parents=True)
     (ws / "flows").mkdir()
@@ -96,7 +96,7 @@ def workspace(tmp_path: Path, stub: str):
     return ws
 
 
-def start(aws, ws: Path):
+def start(aws: dict[str, Any], ws: Path) -> tuple[Run, Any, threading.Thread, list[Any]]:
     svc = aws["svc"]
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
     engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
@@ -106,7 +106,7 @@ def start(aws, ws: Path):
     return run, engine, thread, out
 
 
-def the_task(aws, timeout_s: float = 30.0) -> dict[str, Any]:
+def the_task(aws: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         arns = aws["ecs"].list_tasks(cluster=aws["cluster"])["taskArns"]

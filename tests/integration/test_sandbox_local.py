@@ -18,7 +18,8 @@ import pytest
 from contract.store.backends import dynamodb_store, sqlite_store
 
 from laneflow.adapters.aws.s3 import ATTEMPTS
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.adapters.engine.local import DriveResult
+from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus
 from laneflow.domain.workers import LocalProcess
 from laneflow.ports import Services
 from laneflow.settings import Settings
@@ -51,7 +52,7 @@ def svc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Services]:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
-def drive(svc: Services, ws: Path, flow: str = "build"):
+def drive(svc: Services, ws: Path, flow: str = "build") -> DriveResult:
     run = create_run(svc, ws, flow, {})
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
 
@@ -193,7 +194,7 @@ def _running_child(svc: Services, run_id: str, timeout_s: float = 20.0) -> int:
     raise AssertionError("no sandboxed attempt started")
 
 
-def _drive_in_thread(svc: Services, ws: Path):
+def _drive_in_thread(svc: Services, ws: Path) -> tuple[Run, threading.Thread, list[Any]]:
     run = create_run(svc, ws, "build", {})
     out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)))

@@ -51,7 +51,7 @@ def workspace(root: Path, *, groups: int = 1, parallel: int | None = None, stub:
     return ws
 
 
-def services(tmp_path: Path, budget: int):
+def services(tmp_path: Path, budget: int) -> Services:
     return for_store(
         open_store(f"sqlite:///{tmp_path / f'b{budget}.db'}"),
         Settings(history_budget=budget, capture_dir=str(tmp_path / "captures")),
@@ -71,7 +71,7 @@ def largest_state_bytes(history: list[dict[str, Any]]) -> int:
     return max(sizes)
 
 
-def assert_within_bounds(engine, result, budget: int) -> list[list[dict[str, Any]]]:
+def assert_within_bounds(engine: Any, result: Any, budget: int) -> list[list[dict[str, Any]]]:
     """Every execution of the drive recorded at most `budget` events, and no state's input or
     output reached 200 KB; each but the last ended in NextDrive, the last in EndRun."""
     histories = [engine.history(arn) for arn in result.executions]
@@ -386,13 +386,13 @@ def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_pat
     ran: list[Any] = []
 
     class Recording:
-        def __call__(self):
+        def __call__(self) -> Any:
             return self
 
-        def __getattr__(self, name: str):
+        def __getattr__(self, name: str) -> Any:
             return getattr(engine, name)
 
-        def drive(self, tenant: str, run_id: str):
+        def drive(self, tenant: str, run_id: str) -> Any:
             result = engine.drive(tenant, run_id, tick_s=0.02)
             ran.append(result)
             return result

@@ -94,7 +94,9 @@ def exchange(
     return response.status, json.loads(text) if is_json and text else text, response.headers
 
 
-def ask(server: ApiServer, method: str, path: str, headers: list[tuple[str, str]] = (), body: bytes | None = None, **kw: Any):
+def ask(
+    server: ApiServer, method: str, path: str, headers: list[tuple[str, str]] = (), body: bytes | None = None, **kw: Any
+) -> tuple[int, Any, Any]:
     return exchange(server, raw_request(server, method, path, headers, body, **kw), method=method)
 
 

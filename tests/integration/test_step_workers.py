@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from contract.store.backends import dynamodb_store, sqlite_store
@@ -45,7 +46,7 @@ def fan_out(root: Path, stub: str, n: int, parallel: int = 4) -> Path:
     return write_workspace(root / "ws", agents, flows)
 
 
-def ready_engine(svc: Services):
+def ready_engine(svc: Services) -> tuple[Any, Any]:
     """An engine whose step workers have started (so no call is answered in this process)."""
     engine = local_engine(svc)
     engine._start_step_workers()

@@ -31,7 +31,7 @@ def _log_groups() -> dict[str, dict[str, Any]]:
     return {k: v["Properties"] for k, v in RESOURCES.items() if v["Type"] == "AWS::Logs::LogGroup"}
 
 
-def _target(value) -> tuple[str, str] | None:
+def _target(value: Any) -> tuple[str, str] | None:
     """(resource logical id, attribute or "Ref") that a Ref or GetAtt names."""
     if isinstance(value, dict) and "Ref" in value:
         return value["Ref"], "Ref"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +179,7 @@ def write(path: Path, text: str) -> None:
     path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
 
 
-def loads_or_names_the_file(root: Path, rel: str, load) -> None:
+def loads_or_names_the_file(root: Path, rel: str, load: Callable[[Path], object]) -> None:
     try:
         loaded = load()
     except (WorkspaceInvalid, FlowInvalid) as refused:

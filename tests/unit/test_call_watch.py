@@ -165,7 +165,7 @@ class KeptAlive:
         self.server.server_close()
 
 
-def ask(client, sockets, watch) -> str:
+def ask(client: Any, sockets: Any, watch: Any) -> str:
     with sockets.calling(watch):
         message = client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     return message.content[0].text

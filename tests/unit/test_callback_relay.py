@@ -26,7 +26,7 @@ class Waiting:
         self.waiting.remove(token)
         self.completed.append((token, output))
 
-    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]):
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
         return gone_of(self.succeed, tokens, output)
 
     def fail(self, token: str, error: str, cause: str) -> None:
@@ -87,7 +87,7 @@ class Engine:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     @staticmethod
-    def _answer(conn) -> None:
+    def _answer(conn: Any) -> None:
         with conn.makefile("rwb") as fh:
             try:
                 for _ in fh:

@@ -8,6 +8,7 @@ import argparse
 import io
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ ESCAPE = re.compile(r"\x1b")
 WAITING = "prompt cache: waiting for the first researcher step's reply before starting, so this one reads its prefix"
 
 
-def _actions(parser: argparse.ArgumentParser, path: str = "laneflow"):
+def _actions(parser: argparse.ArgumentParser, path: str = "laneflow") -> Iterator[tuple[str, Any]]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():

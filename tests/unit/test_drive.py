@@ -27,7 +27,7 @@ def flow_of(*entries: list[StepSpec]) -> Flow:
     return Flow(name="f", path="flows/f.yaml", entries=[Entry(index=i, kind="steps", steps=e) for i, e in enumerate(entries)])
 
 
-def step(index: int, agent, model="stub", entry=0, slot=0) -> Step:
+def step(index: int, agent: str, model: str = "stub", entry: int = 0, slot: int = 0) -> Step:
     return Step(index=index, group=0, entry=entry, slot=slot, agent=agent, model=model)
 
 
@@ -112,7 +112,7 @@ def test_settle_reads_its_group_again_after_tidying_wrote_to_it_and_decides_on_w
     svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
     reads, get_steps = [], svc.store.get_steps
 
-    def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True):
+    def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> Any:
         assert not messages, "a decision reads no step's message"
         reads.append(group)
         return get_steps(tenant, run_id, group=group, messages=messages)
@@ -206,7 +206,7 @@ def test_an_interrupted_attempt_and_a_model_error_are_told_not_by_its_own_choice
 
 
 def test_earlier_attempts_are_those_of_this_pass_only_a_new_loop_cycle_is_told_nothing() -> None:
-    def attempt(n, started, status: Any, kind=None):
+    def attempt(n: int, started: Any, status: Any, kind: Any = None) -> Attempt:
         return Attempt(run_id="r", index=0, n=n, token="t", started_at=started, status=status, reason="why", reason_kind=kind)
 
     attempts = [
@@ -242,12 +242,12 @@ def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settl
     svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.completed, cost_usd=0.5))
     reads, get_steps, outline = [], svc.store.get_steps, svc.store.get_group_outline
 
-    def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True):
+    def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> Any:
         assert not messages, "a decision reads no step's message"
         reads.append(group)
         return get_steps(tenant, run_id, group=group, messages=messages)
 
-    def outlined(tenant: str, run_id: str):
+    def outlined(tenant: str, run_id: str) -> Any:
         reads.append("outline")
         return outline(tenant, run_id)
 

@@ -84,7 +84,7 @@ def test_shared_parts_stay_shared_and_a_cycle_stays_a_cycle_as_with_deepcopy() -
 
 
 class Thing:
-    def __init__(self, payload) -> None:
+    def __init__(self, payload: Any) -> None:
         self.payload = payload
 
 
@@ -139,7 +139,7 @@ def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independ
 
 def test_only_plain_records_are_taken_for_the_fast_copy() -> None:
     class Custom:
-        def __deepcopy__(self, memo: Any):
+        def __deepcopy__(self, memo: Any) -> str:
             return "custom"
 
     class Slotted:

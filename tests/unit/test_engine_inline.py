@@ -7,12 +7,13 @@ from __future__ import annotations
 import inspect
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from helpers import write_workspace
 
 from laneflow.adapters.engine import local, moto_inline
 from laneflow.adapters.store import open_store
-from laneflow.domain.records import RunStatus
+from laneflow.domain.records import Run, RunStatus
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -42,7 +43,7 @@ def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for() -> Non
     assert ExecutionState._evaluate_with_timeout is patched
 
 
-def _drive(tmp_path: Path, name: str):
+def _drive(tmp_path: Path, name: str) -> tuple[Run, Counter[Any]]:
     ws = write_workspace(
         tmp_path / name,
         {"worker": {"stub": "ttft_ms: 20\ndid {item}"}},

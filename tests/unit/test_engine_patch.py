@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def test_the_hooked_function_exists_with_the_expected_signature() -> None:
     assert "_invoke_lambda_function(" in source
 
 
-def _registry(tmp_path: Path, leaving=None) -> local.HandlerRegistry:
+def _registry(tmp_path: Path, leaving: Any = None) -> local.HandlerRegistry:
     """A registry of one function F, without reading a template."""
     import threading
 
@@ -74,7 +75,7 @@ def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_
     registry = _registry(tmp_path, leaving)
     entered, release, calls = threading.Event(), threading.Event(), []
 
-    def slow(event: Any, context: Any):
+    def slow(event: Any, context: Any) -> dict[str, Any]:
         calls.append(event)
         entered.set()
         release.wait(5)
@@ -110,14 +111,14 @@ def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thr
     class Env:  # what the wrapper and moto's integration read of a state's environment
         stack: list[Any] = []
 
-        def is_mocked_mode(self):
+        def is_mocked_mode(self) -> bool:
             return False
 
         class states:
             class context_object:
                 context_object_data = {"Execution": {"Id": "arn:aws:states:us-east-1:1:execution:m:e1"}}
 
-    def fake_invoke(parameters, region, state_credentials):
+    def fake_invoke(parameters: Any, region: Any, state_credentials: Any) -> dict[str, Any]:
         seen.append(moto_patches.current_execution())
         return {"StatusCode": 200, "Payload": {}}
 
@@ -201,7 +202,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
     step = st.one_of(names.map(lambda n: f".{n}"), names.map(lambda n: f"['{n}']"))  # both spellings jsonpath-ng reads as a name
     paths = st.lists(step, max_size=4).map(lambda parts: "$" + "".join(parts))
 
-    def outcome(fn, path, data: Any):
+    def outcome(fn: Callable[[Any, Any], Any], path: Any, data: Any) -> tuple[str, Any]:
         try:
             return ("value", fn(path, data))
         except Exception as error:  # the kind and text of the failure are compared
@@ -209,7 +210,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
 
     @settings(max_examples=400, deadline=None)
     @given(path=paths, data=values)
-    def same(path, data: Any) -> None:
+    def same(path: Any, data: Any) -> None:
         got, want = outcome(walked, path, data), outcome(original, path, data)
         assert got == want
         if got[0] == "value" and want[0] == "value":
@@ -288,14 +289,14 @@ def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_
     class Snapshot:
         instances_tracked: list[Any] = []
 
-        def __eq__(self, other):  # equal to every other: only identity says which one goes
+        def __eq__(self, other: object) -> bool:  # equal to every other: only identity says which one goes
             return True
 
     kept, snapshot, other = Snapshot(), Snapshot(), Snapshot()
     Snapshot.instances_tracked.extend([kept, snapshot, other])
 
     class Execution:
-        def __init__(self, arn: str, status: Any, state_machine) -> None:
+        def __init__(self, arn: str, status: Any, state_machine: Any) -> None:
             self.execution_arn, self.status, self.state_machine = arn, status, state_machine
 
     machine = type("Machine", (), {})()

@@ -4,6 +4,7 @@ input checks, and `check_workspace`."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def flow_ws(tmp_path: Path, flow: str, **files: str):
+def flow_ws(tmp_path: Path, flow: str, **files: str) -> Any:
     """A workspace with agents writer, checker and rescuer, and `flows/f.yaml`."""
     root = tmp_path / "ws"
     write(root, {"AGENTS.md": "", "flows/f.yaml": flow, **files})
@@ -35,13 +36,13 @@ def flow_ws(tmp_path: Path, flow: str, **files: str):
     return load_workspace(root)
 
 
-def problems_of(ws: Path, name: str = "f"):
+def problems_of(ws: Path, name: str = "f") -> Any:
     with pytest.raises(FlowInvalid) as e:
         load_flow(ws, name)
     return e.value.problems
 
 
-def only_problem(ws: Path, name: str = "f"):
+def only_problem(ws: Path, name: str = "f") -> Any:
     [problem] = problems_of(ws, name)
     return problem
 
@@ -283,7 +284,7 @@ def test_unknown_flow_is_refused(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- run input
 
 
-def brief():
+def brief() -> Any:
     return load_flow(load_workspace(WS_OK), "brief")
 
 

@@ -19,7 +19,7 @@ from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.records import Step
 
 
-def lane_of(n: int, parallel: int):
+def lane_of(n: int, parallel: int) -> Any:
     flow = Flow(
         name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a", parallel=parallel)])]
     )
@@ -28,7 +28,7 @@ def lane_of(n: int, parallel: int):
     return lane
 
 
-def schedule(n: int, parallel: int, d: float, ttft: float, *, reserve: bool = True, sibling_parallel: int | None = None):
+def schedule(n: int, parallel: int, d: float, ttft: float, *, reserve: bool = True, sibling_parallel: int | None = None) -> Any:
     """(start, end) of every step: the lead first, then its siblings."""
     lane = lane_of(n, parallel)
     cap = sibling_parallel if sibling_parallel is not None else lane.sibling_parallel

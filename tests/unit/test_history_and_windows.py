@@ -71,7 +71,7 @@ def _flow() -> Flow:
 def test_a_window_takes_the_pending_steps_in_order_that_fit_and_a_later_one_has_no_lead() -> None:
     costs, steps, flow = history_costs(), _steps(40), _flow()
 
-    def plan(window: Any):
+    def plan(window: Any) -> Any:
         return plan_lanes(window, flow, 100, gate=True, group=steps)
 
     lanes, through = plan_window(steps, plan, used=0, budget=300, costs=costs, fresh=True)
@@ -136,7 +136,7 @@ def test_a_windows_decisions_read_the_window_not_the_whole_group(
     read: list[int] = []
     get_steps = svc.store.get_steps
 
-    def counted(*args: Any, **kwargs: Any):
+    def counted(*args: Any, **kwargs: Any) -> Any:
         steps = get_steps(*args, **kwargs)
         read.append(len(steps))
         return steps
@@ -202,7 +202,7 @@ def test_a_window_of_a_fan_out_of_100000_stays_far_under_the_state_limit() -> No
 
     costs, steps, flow = history_costs(), _steps(100_000), _flow()
 
-    def plan(window: Any):
+    def plan(window: Any) -> Any:
         return plan_lanes(window, flow, 100, gate=True, group=steps[:2])
 
     started = time.perf_counter()

@@ -28,7 +28,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def agent_problems(tmp_path: Path, agent_md: str):
+def agent_problems(tmp_path: Path, agent_md: str) -> Any:
     """The problems loading agent `a` (whose agent.md is `agent_md`) raises."""
     root = write(tmp_path / "ws", {"AGENTS.md": "", "agents/a/agent.md": agent_md})
     with pytest.raises(WorkspaceInvalid) as err:
@@ -41,13 +41,13 @@ def flow_ws(tmp_path: Path, flow: str, **files: str) -> Path:
     return write(tmp_path / "ws", {"AGENTS.md": "", "agents/writer/agent.md": "You write.", "flows/f.yaml": flow, **files})
 
 
-def problems_of(root: Path):
+def problems_of(root: Path) -> Any:
     with pytest.raises(FlowInvalid) as err:
         load_flow(load_workspace(root), "f")
     return err.value.problems
 
 
-def flow_problems(tmp_path: Path, flow: str, **files: str):
+def flow_problems(tmp_path: Path, flow: str, **files: str) -> Any:
     return problems_of(flow_ws(tmp_path, flow, **files))
 
 

@@ -14,7 +14,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
 
 
-def researcher_prompt(root: Path = FIXTURES / "ws_ok", now: dt.datetime = NOW):
+def researcher_prompt(root: Path = FIXTURES / "ws_ok", now: dt.datetime = NOW) -> str:
     ws = load_workspace(root)
     return build_system_prompt(ws, load_agent(ws, "researcher"), now=now)
 

@@ -18,7 +18,7 @@ from laneflow.adapters.engine import step_workers
 
 class Quiet:
     def succeed(self, token: str, output: dict[str, Any]) -> None: ...
-    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]):
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
         return []
 
     def fail(self, token: str, error: str, cause: str) -> None: ...

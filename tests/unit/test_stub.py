@@ -35,10 +35,10 @@ class Sink:
         self.calls.append(span)
         return span
 
-    def event(self, type, text: str, data: Any = None) -> None:
+    def event(self, type: Any, text: str, data: Any = None) -> None:
         self.events.append((type, text, data))
 
-    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms=0, is_error=False) -> None:
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None:
         self.tools.append((name, tool_input, tool_output))
 
     def stopped(self) -> bool:
@@ -53,7 +53,7 @@ class Sink:
         self.turns_begun += 1
 
 
-def job(stub, k=0, item=None, run_input=None) -> StepJob:
+def job(stub: Any, k: int = 0, item: Any = None, run_input: Any = None) -> StepJob:
     return StepJob(
         tenant="local",
         run_id="run-1",
