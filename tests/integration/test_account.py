@@ -11,6 +11,7 @@ import pytest
 from helpers import FIXTURES
 
 from laneflow.domain.prompt import build_system_prompt
+from laneflow.domain.records import PromptLayer
 from laneflow.domain.workspace import load_agent, load_workspace
 from laneflow.entrypoints.cli import main
 
@@ -23,7 +24,7 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'account.db'}"
 
 
-def agents_md_layer(workspace: Path, agent: str, account: Path | None) -> Path:
+def agents_md_layer(workspace: Path, agent: str, account: Path | None) -> PromptLayer:
     ws = load_workspace(workspace, account)
     [layer] = [each for each in build_system_prompt(ws, load_agent(ws, agent)).records() if each.name == "agents.md"]
     return layer

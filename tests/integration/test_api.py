@@ -102,7 +102,8 @@ def call(svc: Services, method: str, path: str, body: Any = None, **kwargs: Any)
 def start(svc: Services, body: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
     status, run, _ = call(svc, "POST", "/runs", body or START, **kwargs)
     assert status == 201, run
-    return run
+    answer: dict[str, Any] = run
+    return answer
 
 
 def problem_fields(payload: dict[str, Any]) -> set[str]:

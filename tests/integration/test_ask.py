@@ -58,7 +58,8 @@ def until_asked(svc: Services, run: Run, timeout: float = 30.0) -> Any:
 
 def tool_output(tmp_path: Path, tool: str) -> str:
     said = [json.loads(p.read_text()) for p in sorted((tmp_path / "captures").rglob("*.json"))]
-    return next(c["output"] for c in said if c["tool"] == tool)
+    answer: str = next(c["output"] for c in said if c["tool"] == tool)
+    return answer
 
 
 @pytest.mark.slow

@@ -46,7 +46,8 @@ class Recording:
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         self.bodies.append(body)
-        return self.respond(body)
+        answer: Reply = self.respond(body)
+        return answer
 
     def tool_results(self) -> list[dict[str, Any]]:
         """The tool results the model was sent, in order (the last request holds them all)."""

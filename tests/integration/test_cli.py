@@ -25,7 +25,8 @@ def store(tmp_path: Path) -> str:
 
 def runs_in(store: str, capsys: pytest.CaptureFixture[str]) -> list[Any]:
     assert main(["runs", "--store", store, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    answer: list[Any] = json.loads(capsys.readouterr().out)
+    return answer
 
 
 def test_run_json_prints_only_the_record_and_exits_0(store: str, capsys: pytest.CaptureFixture[str]) -> None:

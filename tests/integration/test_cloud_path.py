@@ -35,7 +35,8 @@ def handler(name: str) -> Callable[[Any, Any], Any]:
     spec = importlib.util.spec_from_file_location(f"cloud_{name}", ROOT / "functions" / name / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.handler
+    answer: Callable[[Any, Any], Any] = module.handler
+    return answer
 
 
 class SyncDrives:
@@ -86,21 +87,24 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Services]
 def api_event(name: str, **changes: Any) -> dict[str, Any]:
     event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
     event.update(changes)
-    return event
+    answer: dict[str, Any] = event
+    return answer
 
 
 def start(api: Callable[[Any, Any], Any], body: dict[str, Any]) -> str:
     """Start a run through the API handler: its id (a 201)."""
     started = api(api_event("start_run", body=json.dumps(body)), None)
     assert started["statusCode"] == 201, started["body"]
-    return json.loads(started["body"])["id"]
+    answer: str = json.loads(started["body"])["id"]
+    return answer
 
 
 def record_of(api: Callable[[Any, Any], Any], run_id: str) -> dict[str, Any]:
     """The run's record through the API handler (a 200)."""
     got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
     assert got["statusCode"] == 200, got["body"][:300]
-    return json.loads(got["body"])
+    answer: dict[str, Any] = json.loads(got["body"])
+    return answer
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from helpers import FIXTURES
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, Run, RunChanges, RunStatus, StepStatus
-from laneflow.ports import Services
+from laneflow.ports import Services, Store
 from laneflow.usecases.crashpoints import POINTS
 
 pytestmark = pytest.mark.slow  # every test here starts real `laneflow` processes
@@ -37,7 +37,7 @@ def laneflow(*args: str, cwd: Path, crash: str | None = None, **env: str) -> sub
     return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=180, cwd=cwd, env=environ)
 
 
-def assert_invariants(db: str, run: Run) -> None:
+def assert_invariants(db: Store, run: Run) -> None:
     attempts = db.list_attempts(run.tenant, run.id)
     by_step: dict[int, list[Any]] = {}
     for a in attempts:

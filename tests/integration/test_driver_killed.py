@@ -38,6 +38,7 @@ from test_crash import assert_invariants
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.ports import Store
 from laneflow.usecases.reconcile import INTERRUPTED
 
 pytestmark = pytest.mark.slow
@@ -95,7 +96,8 @@ class WarmParent:
 
     def _answer(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
-        return json.loads(self.proc.stdout.readline() or "{}")
+        answer: dict[str, Any] = json.loads(self.proc.stdout.readline() or "{}")
+        return answer
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None
@@ -199,7 +201,7 @@ class Trial:
     worker_gone_s: float = 0.0  # from the driver's death to its last sandbox worker's
 
 
-def run_trial(trial: Trial, laneflow: list[str], tmp_path: Path) -> Trial:
+def run_trial(trial: Trial, laneflow: Any, tmp_path: Path) -> Trial:
     root = tmp_path / f"trial-{trial.n}"
     root.mkdir()
     ws = workspace(root / f"ws-kill-{trial.n}")
@@ -254,7 +256,7 @@ def run_trial(trial: Trial, laneflow: list[str], tmp_path: Path) -> Trial:
     return trial
 
 
-def check_trial(trial: Trial, db: str) -> None:
+def check_trial(trial: Trial, db: Store) -> None:
     run = db.get_run("local", trial.run_id, detail=True)
     assert run.status == RunStatus.completed, run.error
     assert run.drives == 2

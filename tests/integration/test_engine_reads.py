@@ -42,7 +42,8 @@ class EditsAfterFirstStep:
             self.md.write_text(AGENT.replace("{n}", "two"))
             os.utime(self.md, ns=(before.st_atime_ns, before.st_mtime_ns))
             self.edited = True
-        return outcome
+        answer: StepOutcome = outcome
+        return answer
 
 
 def test_an_edit_of_agent_md_between_two_steps_is_what_the_second_step_uses(

@@ -27,7 +27,7 @@ from laneflow.adapters.workers import Liveness, _process_start, local_worker
 from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
 from laneflow.domain.workers import LocalProcess
 from laneflow.entrypoints.cli import main
-from laneflow.ports import Services
+from laneflow.ports import Services, Store
 from laneflow.settings import Settings
 from laneflow.usecases.reconcile import INTERRUPTED, leave_drive
 from laneflow.usecases.start_run import create_run
@@ -69,7 +69,7 @@ def interrupt_mid_flight(tmp_path: Path, *signals: signal.Signals, extra: tuple[
     return proc.returncode, out, err, time.monotonic() - sent, store, db, run_id
 
 
-def assert_resumable(db: str, run_id: str) -> None:
+def assert_resumable(db: Store, run_id: str) -> None:
     run = db.get_run("local", run_id)
     assert run.status == RunStatus.running and run.finished_at is None and not run.error
     assert [s.status for s in run.steps] == [StepStatus.completed] * 2 + [StepStatus.pending] * 3
@@ -79,7 +79,7 @@ def assert_resumable(db: str, run_id: str) -> None:
     assert not [a for a in db.list_attempts("local", run_id) if a.status == AttemptStatus.running]
 
 
-def assert_finished_telling_the_truth(db: str, run_id: str) -> None:
+def assert_finished_telling_the_truth(db: Store, run_id: str) -> None:
     run = db.get_run("local", run_id)
     assert run.status == RunStatus.completed, run.error
     assert run.drives == 2

@@ -43,13 +43,15 @@ def handler(name: str) -> Callable[[Any, Any], Any]:
     spec = importlib.util.spec_from_file_location(f"key_{name}", FUNCTIONS / name / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.handler
+    answer: Callable[[Any, Any], Any] = module.handler
+    return answer
 
 
 def api_event(name: str, **changes: Any) -> dict[str, Any]:
     event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
     event.update(changes)
-    return event
+    answer: dict[str, Any] = event
+    return answer
 
 
 class SecretReads:
@@ -127,7 +129,8 @@ def start(flow: str) -> str:
     body = {"workspace": "claude", "flow": flow, "input": {}}
     answer = handler("api")(api_event("start_run", body=json.dumps(body)), None)
     assert answer["statusCode"] == 201, answer["body"]
-    return json.loads(answer["body"])["id"]
+    run_id: str = json.loads(answer["body"])["id"]
+    return run_id
 
 
 @pytest.mark.slow

@@ -84,7 +84,8 @@ def drive(svc: Services, ws: Path, flow: str, run_input: Any = None) -> Run:
 
 
 def captured(tmp_path: Path, event: Any) -> dict[str, Any]:
-    return json.loads((tmp_path / "captures" / event.data["capture"]).read_text())
+    answer: dict[str, Any] = json.loads((tmp_path / "captures" / event.data["capture"]).read_text())
+    return answer
 
 
 def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(svc: Services, tmp_path: Path) -> None:
@@ -174,7 +175,8 @@ def claude_drive(tmp_path: Path, api: MessagesImitation, ws: Path, model: str = 
 
 
 def claude_flow(*calls: tuple[str, dict[str, Any]]) -> str:
-    return "steps:\n  - agent: shouter\n    instruction: |\n" + directives(*calls, reply="Shouted.")
+    answer: str = "steps:\n  - agent: shouter\n    instruction: |\n" + directives(*calls, reply="Shouted.")
+    return answer
 
 
 def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come_back_as_is_error(

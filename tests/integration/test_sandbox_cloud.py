@@ -96,7 +96,7 @@ def workspace(tmp_path: Path, stub: str) -> Path:
     return ws
 
 
-def start(aws: dict[str, Any], ws: Path) -> tuple[Run, Any, threading.Thread, list[Any]]:
+def start(aws: dict[str, Any], ws: Path) -> tuple[Run, Any, threading.Thread, dict[str, Any]]:
     svc = aws["svc"]
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
     engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
@@ -111,7 +111,8 @@ def the_task(aws: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
     while time.monotonic() < deadline:
         arns = aws["ecs"].list_tasks(cluster=aws["cluster"])["taskArns"]
         if arns:
-            return aws["ecs"].describe_tasks(cluster=aws["cluster"], tasks=arns)["tasks"][0]
+            answer: dict[str, Any] = aws["ecs"].describe_tasks(cluster=aws["cluster"], tasks=arns)["tasks"][0]
+            return answer
         time.sleep(0.05)
     raise AssertionError("the sandbox state started no task")
 

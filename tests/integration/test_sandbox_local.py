@@ -194,7 +194,7 @@ def _running_child(svc: Services, run_id: str, timeout_s: float = 20.0) -> int:
     raise AssertionError("no sandboxed attempt started")
 
 
-def _drive_in_thread(svc: Services, ws: Path) -> tuple[Run, threading.Thread, list[Any]]:
+def _drive_in_thread(svc: Services, ws: Path) -> tuple[Run, threading.Thread, dict[str, Any]]:
     run = create_run(svc, ws, "build", {})
     out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)))

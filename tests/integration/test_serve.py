@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ def raw_request(
     server: ApiServer,
     method: str,
     path: str,
-    headers: list[tuple[str, str]] = (),
+    headers: Sequence[tuple[str, str]] = (),
     body: bytes | None = None,
     *,
     host: str | None = "own",
@@ -95,7 +95,7 @@ def exchange(
 
 
 def ask(
-    server: ApiServer, method: str, path: str, headers: list[tuple[str, str]] = (), body: bytes | None = None, **kw: Any
+    server: ApiServer, method: str, path: str, headers: Sequence[tuple[str, str]] = (), body: bytes | None = None, **kw: Any
 ) -> tuple[int, Any, Any]:
     return exchange(server, raw_request(server, method, path, headers, body, **kw), method=method)
 
@@ -107,7 +107,8 @@ def runs(server: ApiServer) -> list[Any]:
 def a_run(server: ApiServer) -> str:
     status, run, _ = ask(server, "POST", "/runs", JSON, START)
     assert status == 201, run
-    return run["id"]
+    answer: str = run["id"]
+    return answer
 
 
 # -- its own host --------------------------------------------------------------------------------
@@ -398,13 +399,15 @@ def test_serve_drives_runs_at_once_so_a_quick_run_started_after_a_slow_one_ends_
 def _start(server: ApiServer, flow: str) -> str:
     status, run, _ = ask(server, "POST", "/runs", JSON, json.dumps({"workspace": "ws_pace", "flow": flow}).encode())
     assert status == 201, run
-    return run["id"]
+    answer: str = run["id"]
+    return answer
 
 
 def _get(server: ApiServer, run_id: str) -> dict[str, Any]:
     status, run, _ = ask(server, "GET", f"/runs/{run_id}")
     assert status == 200, run
-    return run
+    answer: dict[str, Any] = run
+    return answer
 
 
 def _wait(server: ApiServer, run_id: str, until: Callable[[dict[str, Any]], bool], timeout_s: float = 30) -> dict[str, Any]:

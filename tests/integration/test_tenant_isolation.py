@@ -108,7 +108,8 @@ def objects(s3: Any, prefix: str) -> dict[str, str]:
 
 
 def text(s3: Any, key: str) -> str:
-    return s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    answer: str = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    return answer
 
 
 @pytest.fixture
@@ -168,19 +169,22 @@ def call(route: str, tenant: str, *, run_id: str | None = None, body: Any = None
 def start(tenant: str, key: str = SAME_KEY) -> dict[str, Any]:
     status, run = call("start_run", tenant, key=key)
     assert status == 201, run
-    return run
+    answer: dict[str, Any] = run
+    return answer
 
 
 def get(tenant: str, run_id: str) -> dict[str, Any]:
     status, run = call("get_run", tenant, run_id=run_id)
     assert status == 200, run
-    return run
+    answer: dict[str, Any] = run
+    return answer
 
 
 def read_notes(run: dict[str, Any], svc: Services) -> str:
     """The output of the run's read_file call, from its capture."""
     tool = next(e for e in run["steps"][0]["events"] if e["type"] == "tool" and e["data"]["tool"] == "read_file")
-    return svc.captures.get(tool["data"]["capture"])["output"]
+    answer: str = svc.captures.get(tool["data"]["capture"])["output"]
+    return answer
 
 
 def test_the_same_idempotency_key_gives_each_tenant_its_own_run(cloud: tuple[Services, Any, Requests]) -> None:

@@ -89,7 +89,8 @@ def _as_a_plain_user(top: Path) -> dict[str, dict[str, Any]]:
         said = answer.read()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0 and said, "the plain user's probes did not finish"
-    return json.loads(said)
+    seen: dict[str, dict[str, Any]] = json.loads(said)
+    return seen
 
 
 def test_a_plain_users_programs_cannot_leave_the_fence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

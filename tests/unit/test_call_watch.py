@@ -168,7 +168,8 @@ class KeptAlive:
 def ask(client: Any, sockets: Any, watch: Any) -> str:
     with sockets.calling(watch):
         message = client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
-    return message.content[0].text
+    answer: str = message.content[0].text
+    return answer
 
 
 def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_only_that_call() -> None:

@@ -49,7 +49,8 @@ def most_at_once(spans: Any) -> int:
 
 
 def makespan(spans: Any) -> float:
-    return max(b for _, b in spans) - min(a for a, _ in spans)
+    answer: float = max(b for _, b in spans) - min(a for a, _ in spans)
+    return answer
 
 
 def test_twelve_steps_of_two_seconds_at_parallel_three_take_about_the_ideal() -> None:

@@ -7,14 +7,14 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from laneflow.domain.prompt import LAYER_ORDER, build_system_prompt
+from laneflow.domain.prompt import LAYER_ORDER, SystemPrompt, build_system_prompt
 from laneflow.domain.workspace import load_agent, load_workspace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
 
 
-def researcher_prompt(root: Path = FIXTURES / "ws_ok", now: dt.datetime = NOW) -> str:
+def researcher_prompt(root: Path = FIXTURES / "ws_ok", now: dt.datetime = NOW) -> SystemPrompt:
     ws = load_workspace(root)
     return build_system_prompt(ws, load_agent(ws, "researcher"), now=now)
 

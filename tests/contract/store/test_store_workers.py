@@ -28,13 +28,15 @@ def stored_worker(store: Store, run_id: str, index: int, n: int) -> str:
             (text,) = db.execute(
                 "SELECT worker FROM attempts WHERE run_id = ? AND idx = ? AND n = ?", (run_id, index, n)
             ).fetchone()
-        return text
+        worker: str = text
+        return worker
     item = (
         aws_session()
         .client("dynamodb", region_name=REGION)
         .get_item(TableName=TABLE, Key={"pk": {"S": f"T#{TENANT}#R#{run_id}"}, "sk": {"S": f"S#{index:08d}"}})["Item"]
     )
-    return item[f"A{n}"]["M"]["w"]["S"]
+    worker_of_item: str = item[f"A{n}"]["M"]["w"]["S"]
+    return worker_of_item
 
 
 def store_as_before(store: Store, run_id: str, *, driver: str, worker: str) -> None:
