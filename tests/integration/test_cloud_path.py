@@ -33,6 +33,7 @@ URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 
 def handler(name: str) -> Callable[[Any, Any], Any]:
     spec = importlib.util.spec_from_file_location(f"cloud_{name}", ROOT / "functions" / name / "app.py")
+    assert spec is not None and spec.loader is not None  # the file exists
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     answer: Callable[[Any, Any], Any] = module.handler

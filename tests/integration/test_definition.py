@@ -115,6 +115,7 @@ def test_every_function_has_a_thin_handler_that_imports() -> None:
         path = spec.code_dir / "app.py"
         assert path.is_file(), path
         module_spec = importlib.util.spec_from_file_location(f"check_{spec.logical_id}", path)
+        assert module_spec is not None and module_spec.loader is not None  # the file exists
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
         assert callable(module.handler)

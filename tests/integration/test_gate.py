@@ -26,7 +26,7 @@ from laneflow.usecases.start_run import create_run
 GATE = FIXTURES / "ws_gate"
 
 
-def ts(text: str) -> dt.datetime:
+def ts(text: str | None) -> dt.datetime:  # a timestamp the test expects set
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 

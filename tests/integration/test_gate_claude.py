@@ -55,7 +55,7 @@ def small_workspace(root: Path) -> Path:
     return ws
 
 
-def ts(text: str) -> dt.datetime:
+def ts(text: str | None) -> dt.datetime:  # a timestamp the test expects set
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 

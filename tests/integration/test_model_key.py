@@ -41,6 +41,7 @@ FUNCTIONS = ROOT / "functions"
 
 def handler(name: str) -> Callable[[Any, Any], Any]:
     spec = importlib.util.spec_from_file_location(f"key_{name}", FUNCTIONS / name / "app.py")
+    assert spec is not None and spec.loader is not None  # the file exists
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     answer: Callable[[Any, Any], Any] = module.handler

@@ -14,10 +14,12 @@ from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.domain.errors import StepFailed
 from laneflow.domain.records import ModelCall
 from laneflow.domain.stub_answers import BadHeader, header_problems, parse_answer, pick_answer
-from laneflow.ports import StepJob
+from laneflow.ports import StepInbox, StepJob
 
 
 class Sink:
+    inbox: StepInbox | None  # declared for the ExecutionSink protocol; never set (no colleagues)
+
     def __init__(self, stop_after: float | None = None) -> None:
         self.began_at: float | None = None
         self.calls: list[ModelCall] = []
