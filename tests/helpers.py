@@ -164,7 +164,7 @@ def stored_bytes(kind: str, tmp_path: Path) -> bytes:
             parts.append(json.dumps(page["Items"], ensure_ascii=False).encode())
         s3 = boto3.client("s3", region_name=DYNAMODB_REGION)
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=DYNAMODB_BUCKET):
-            for obj in page.get("Contents", []):
+            for obj in page.get("Contents", []):  # type: ignore[attr-defined]
                 parts.append(s3.get_object(Bucket=DYNAMODB_BUCKET, Key=obj["Key"])["Body"].read())
     return b"\n".join(parts)
 
@@ -235,3 +235,11 @@ def step_job(ws: Path, **fields: Any) -> StepJob:
         agent_path="agents/worker",
     )
     return StepJob(**{**base, **fields})
+
+
+def read_capture(svc: Services, ref: str) -> dict[str, Any]:
+    """A capture read back from the services' capture sink (FolderCaptures and S3Captures
+    read one back; the port itself only writes)."""
+    captures: Any = svc.captures
+    record: dict[str, Any] = captures.get(ref)
+    return record

@@ -105,5 +105,5 @@ def test_captures_follow_the_capture_folder_else_a_bucket_named_or_in_use_else_b
     assert isinstance(beside, FolderCaptures) and beside.root == tmp_path / "captures"
     with mock_aws():
         dynamo = open_store("dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1")
-        assert capture_sink(dynamo, Settings()).bucket == "laneflow-blobs"
-        assert capture_sink(dynamo, Settings(capture_bucket="captures-bucket")).bucket == "captures-bucket"
+        assert capture_sink(dynamo, Settings()).bucket == "laneflow-blobs"  # type: ignore[attr-defined]
+        assert capture_sink(dynamo, Settings(capture_bucket="captures-bucket")).bucket == "captures-bucket"  # type: ignore[attr-defined]

@@ -79,7 +79,7 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Services]
         told = []
         bus = EventBridgeOnEnd("laneflow-runs", client=events)
         svc.on_end = lambda run: (told.append(run.id), bus(run))
-        svc.told = told
+        svc.told = told  # type: ignore[attr-defined]
         install(svc)
         yield svc
         install(None)
@@ -126,7 +126,7 @@ def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud: Services) -> None:
     # The record is in DynamoDB (a fresh store reads it), the workspace came from S3.
     fresh = open_store(URL).get_run("123456789012", run_id)
     assert fresh.status == "completed" and fresh.workspace_uri == "s3://laneflow-blobs/workspaces/123456789012/newsroom/"
-    assert cloud.told == [run_id]  # "run finished" went to the bus
+    assert cloud.told == [run_id]  # type: ignore[attr-defined]  # "run finished" went to the bus
 
 
 @pytest.mark.slow

@@ -95,7 +95,7 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(
     drives = LocalDrives(lambda: engines.append(weakref.ref(local_engine(svc))) or engines[-1](), pool=1)
     run = create_run(svc, ws, "fan", {"items": [f"item-{i}" for i in range(4)]}, options={"gate": True})
     assert local_engine(svc).state_machine_arn  # the state machine itself is made (and kept) once
-    tracked = len(StateMachine.instances_tracked)
+    tracked = len(StateMachine.instances_tracked)  # type: ignore[attr-defined]
     # When it is driven to its end
     drives.start(run.tenant, run.id)
     drives.join(60)
@@ -108,6 +108,6 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(
     assert [(e(), m()) for e, m in ended] == [(None, None)] * len(ended)
     assert engines[0]() is None
     assert released == [len(ended)]  # what the drive freed was handed back once, after it was forgotten
-    assert len(StateMachine.instances_tracked) == tracked
+    assert len(StateMachine.instances_tracked) == tracked  # type: ignore[attr-defined]
     assert not [arn for arn in {**local._registries, **local._sandboxes} if run.id in arn]
     assert not [m for m in _backend().state_machines for e in m.executions if run.id in e.execution_arn]

@@ -19,7 +19,7 @@ import pytest
 from helpers import DYNAMODB_BUCKET as BUCKET
 from helpers import DYNAMODB_REGION as REGION
 from helpers import DYNAMODB_TABLE as TABLE
-from helpers import FIXTURES, FlowRunner, ServicesOn, drive, stored_bytes, write_workspace
+from helpers import FIXTURES, FlowRunner, ServicesOn, drive, read_capture, stored_bytes, write_workspace
 from pydantic import SecretStr
 
 import laneflow.usecases.run_step.runner as step_module
@@ -269,7 +269,7 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(
             }
         },
     )
-    checked = step_module.check_output
+    checked = step_module.check_output  # type: ignore[attr-defined]
 
     def choke(spec: Any, outcome: Any) -> Any:  # an unexpected error whose message holds the key (logged, recorded)
         if spec.agent == "crasher":
@@ -292,7 +292,7 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(
     assert breaker.error == f"refused {MASK}" and any(MASK in e.text for e in breaker.events)
     assert svc.store.list_attempts(run.tenant, run.id, breaker.index)[0].reason == f"refused {MASK}"
     [tool] = [e for e in leaky.events if e.type == "tool"]
-    capture = svc.captures.get(tool.data["capture"])
+    capture = read_capture(svc, tool.data["capture"])
     assert (capture["input"], capture["output"]) == (MASK, f"found {MASK}")
     ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["run_id"] for e in ended] == [run.id] and MASK in ended[0]["error"]
@@ -348,7 +348,7 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
             }
         },
     )
-    checked = step_module.check_output
+    checked = step_module.check_output  # type: ignore[attr-defined]
 
     def choke(spec: Any, outcome: Any) -> Any:  # an unexpected error whose message holds the values (logged, recorded)
         if spec.agent == "crasher":
@@ -374,7 +374,7 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
     assert breaker.error == f"refused {masked}"
     assert run.status == RunStatus.failed and f"the parser choked on {masked}" in run.error
     [tool] = [e for e in leaky.events if e.type == "tool"]
-    assert svc.captures.get(tool.data["capture"])["output"] == f"found {masked}"
+    assert read_capture(svc, tool.data["capture"])["output"] == f"found {masked}"
     ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert masked in ended[0]["error"]  # the on-end event
     logged = caplog.text + capfd.readouterr().err + log_file.read_text()

@@ -26,7 +26,7 @@ from typing import Any
 
 import boto3
 import pytest
-from helpers import ROOT, ServicesOn, drive, services_on, stored_bytes, write_workspace
+from helpers import ROOT, ServicesOn, drive, read_capture, services_on, stored_bytes, write_workspace
 from pydantic import SecretStr
 
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets
@@ -121,7 +121,7 @@ def test_a_step_gets_its_secrets_as_variables_files_and_prefixed_names_and_its_r
     assert step.result == 'Got [TOKEN] and [ANTHROPIC_API_KEY].\n```json\n{"t": "[TOKEN]"}\n```'
     assert step.data == {"t": "[TOKEN]"}
     [tool] = [e for e in step.events if e.type == EventType.tool]
-    capture = svc.captures.get(tool.data["capture"])
+    capture = read_capture(svc, tool.data["capture"])
     assert (tool.text, capture["input"], capture["output"]) == ("fetch [TOKEN]", "[TOKEN]", "[CERT]")
     said = [e.text for e in step.events if e.type == EventType.info]
     assert (
@@ -407,7 +407,7 @@ def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_maske
     run = drive(svc, ws, "fetch")
     assert run.status == RunStatus.completed, run.error
     [tool] = [e for e in run.steps[0].events if e.type == EventType.tool]
-    output = svc.captures.get(tool.data["capture"])["output"]
+    output = read_capture(svc, tool.data["capture"])["output"]
     assert "T=[TOKEN]\n[CERT]\n600\nN=[ANTHROPIC_API_KEY]\nK=unset" in output, output
     stored = stored_bytes(on.kind, tmp_path)
     for value in (TOKEN, CERT, MODEL_NAMED):

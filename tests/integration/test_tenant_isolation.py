@@ -18,7 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
-from helpers import moto_dynamodb_serialized
+from helpers import moto_dynamodb_serialized, read_capture
 from moto import mock_aws
 from pydantic import SecretStr
 from test_cloud_path import SyncDrives, api_event, handler
@@ -135,7 +135,7 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Ser
         svc.workspaces = S3Workspaces(BUCKET)
         svc.drives = SyncDrives(svc)
         requests = Requests()
-        for client in (svc.store._db, svc.store._s3, svc.captures._s3()):
+        for client in (svc.store._db, svc.store._s3, svc.captures._s3()):  # type: ignore[attr-defined]
             requests.watch(client)
         # The workspaces' clients are made per operation from boto3's default session.
         default = boto3._get_default_session()
@@ -183,7 +183,7 @@ def get(tenant: str, run_id: str) -> dict[str, Any]:
 def read_notes(run: dict[str, Any], svc: Services) -> str:
     """The output of the run's read_file call, from its capture."""
     tool = next(e for e in run["steps"][0]["events"] if e["type"] == "tool" and e["data"]["tool"] == "read_file")
-    answer: str = svc.captures.get(tool["data"]["capture"])["output"]
+    answer: str = read_capture(svc, tool["data"]["capture"])["output"]
     return answer
 
 

@@ -187,7 +187,7 @@ def loads_or_names_the_file(root: Path, rel: str, load: Callable[[Path], object]
         assert all(p.file == rel or p.file.startswith("schemas/") for p in refused.problems), refused.problems
         return
     # What loaded can be kept: a run records it as JSON.
-    assert jsonsafe.refusal(loaded.model_dump(mode="json", by_alias=True, exclude={"root", "account_root"})) is None
+    assert jsonsafe.refusal(loaded.model_dump(mode="json", by_alias=True, exclude={"root", "account_root"})) is None  # type: ignore[attr-defined]
 
 
 @given(st.one_of(agent_md(), st.text(max_size=80)))

@@ -7,7 +7,7 @@ And the prompt layers they add: `peers` (dynamic) names who runs beside the step
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from helpers import write_workspace
@@ -16,6 +16,7 @@ from laneflow.domain.flow import check_workspace
 from laneflow.domain.inbox import ASK_TIMEOUT_BOUNDS, DEFAULT_ASK_TIMEOUT_S, Peer, ask_wait
 from laneflow.domain.prompt import build_system_prompt
 from laneflow.domain.workspace import load_agent, load_workspace
+from laneflow.ports import Services
 
 FLOW = {"one": {"description": "d", "steps": [{"agent": "a"}]}}
 
@@ -90,8 +91,15 @@ def test_in_lambda_an_ask_stops_waiting_a_margin_before_the_invocations_deadline
 
     def inbox(**kwargs: Any) -> AttemptInbox:
         return AttemptInbox(
-            svc=None, run=run, step=run.steps[0], ref=ref, agent="a", stopped=lambda: False, ask_timeout=600, **kwargs
-        )  # type: ignore[arg-type]
+            svc=cast(Services, None),  # none: the test reads the inbox's settings only
+            run=run,
+            step=run.steps[0],
+            ref=ref,
+            agent="a",
+            stopped=lambda: False,
+            ask_timeout=600,
+            **kwargs,
+        )
 
     lambda_wait = inbox(worker=LambdaRequest(request_id="r", deadline=time.time() + 300)).wait_s()
     assert 300 - LAMBDA_MARGIN_S - 2 < lambda_wait <= 300 - LAMBDA_MARGIN_S

@@ -26,7 +26,7 @@ def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for() -> Non
     local.install_interpreter_hook()
     patched = ExecutionState._evaluate_with_timeout
     assert getattr(patched, moto_inline.PATCHED, False)
-    source = inspect.getsource(patched.original)
+    source = inspect.getsource(patched.original)  # type: ignore[attr-defined]
     # moto's own: a thread per state to wait with its timeout, then the output's handling,
     # which the inline path repeats step for step
     for line in (
@@ -70,7 +70,7 @@ def test_a_drive_records_the_same_with_and_without_it(tmp_path: Path) -> None:
     local.install_interpreter_hook()
     patched = ExecutionState._evaluate_with_timeout
     inline_run, inline_events = _drive(tmp_path, "inline")
-    ExecutionState._evaluate_with_timeout = patched.original
+    ExecutionState._evaluate_with_timeout = patched.original  # type: ignore[attr-defined]
     try:
         threaded_run, threaded_events = _drive(tmp_path, "threaded")
     finally:

@@ -105,7 +105,7 @@ def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thr
     integration = lambda_eval_utils.execute_lambda_function_integration
     assert getattr(integration, "__laneflow_patch__", False), "the integration is not wrapped"
     # the wrapper sits over moto's own function, which still calls the hooked one
-    assert "_invoke_lambda_function(" in inspect.getsource(integration.__wrapped__)
+    assert "_invoke_lambda_function(" in inspect.getsource(integration.__wrapped__)  # type: ignore[attr-defined]
     seen = []
 
     class Env:  # what the wrapper and moto's integration read of a state's environment
@@ -164,8 +164,8 @@ def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evalu
     assert json_path.extract_json("$.a.b", {"a": {"b": 2}}) == 2
     assert json_path.extract_json("$.a[*].b", {"a": [{"b": 1}, {"b": 2}]}) == [1, 2]
     data = {"x": 1}
-    assert result_path.parse("$.r").update_or_create(data, {"y": 2}) == {"x": 1, "r": {"y": 2}}
-    assert result_path.parse("$.r").update_or_create({"x": 3}, 4) == {"x": 3, "r": 4}  # the cached path kept nothing
+    assert result_path.parse("$.r").update_or_create(data, {"y": 2}) == {"x": 1, "r": {"y": 2}}  # type: ignore[attr-defined]
+    assert result_path.parse("$.r").update_or_create({"x": 3}, 4) == {"x": 3, "r": 4}  # type: ignore[attr-defined]  # the cached path kept nothing
 
 
 def test_every_module_that_evaluates_a_path_gets_the_walk_and_a_plain_path_is_walked_through_dicts_only() -> None:
@@ -193,7 +193,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
 
     local.install_interpreter_hook()
     walked = json_path.extract_json
-    original = walked.__wrapped__
+    original = walked.__wrapped__  # type: ignore[attr-defined]
     names = st.sampled_from(["a", "b", "run", "plan", "lanes", "x_1", "where", "True"])
     leaves = st.none() | st.booleans() | st.integers() | st.text(max_size=3)
     values = st.recursive(
@@ -226,10 +226,10 @@ def test_install_is_idempotent_and_wraps_nothing_twice() -> None:
     from laneflow.adapters.engine import moto_patches
 
     local.install_interpreter_hook()
-    integration, parse, extract = lambda_eval_utils.execute_lambda_function_integration, json_path.parse, json_path.extract_json
+    integration, parse, extract = lambda_eval_utils.execute_lambda_function_integration, json_path.parse, json_path.extract_json  # type: ignore[attr-defined]
     moto_patches._installed = False  # as if a second engine installed them again
     moto_patches.install()
-    assert lambda_eval_utils.execute_lambda_function_integration is integration and json_path.parse is parse
+    assert lambda_eval_utils.execute_lambda_function_integration is integration and json_path.parse is parse  # type: ignore[attr-defined]
     assert json_path.extract_json is extract
 
 
@@ -269,7 +269,7 @@ def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_runn
             inline_iteration_component,
         )
 
-        assert inline_iteration_component.TMP_THREADS is utils.TMP_THREADS
+        assert inline_iteration_component.TMP_THREADS is utils.TMP_THREADS  # type: ignore[attr-defined]
     finally:
         release.set()
         alive.join(5)
@@ -315,11 +315,11 @@ def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once() 
     local.install_interpreter_hook()
     local.install_interpreter_hook()  # idempotent: wrapped once
     hooked = state_task_service_ecs.StateTaskServiceEcs._eval_service_task
-    assert hooked.original.__qualname__ == "StateTaskServiceEcs._eval_service_task"
+    assert hooked.original.__qualname__ == "StateTaskServiceEcs._eval_service_task"  # type: ignore[attr-defined]
     assert "_eval_service_task(" in inspect.getsource(state_task_service.StateTaskService._eval_execution)
-    params = list(inspect.signature(hooked.original).parameters)
+    params = list(inspect.signature(hooked.original).parameters)  # type: ignore[attr-defined]
     assert params == ["self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials"]
-    assert CallbackEndpoint.setup_heartbeat_endpoint.original.__qualname__ == "CallbackEndpoint.setup_heartbeat_endpoint"
+    assert CallbackEndpoint.setup_heartbeat_endpoint.original.__qualname__ == "CallbackEndpoint.setup_heartbeat_endpoint"  # type: ignore[attr-defined]
 
 
 def test_an_outcome_before_the_heartbeat_endpoint_exists_is_heard_at_once() -> None:
@@ -366,10 +366,10 @@ def test_a_definition_is_parsed_once_per_process_for_its_check_and_every_executi
 
     # Made as it was parsed, deep in the tree too: the state, the two retry declarations whose
     # counters are kept under their keys, the Lambda call's payload binding
-    state = program.states.states["T"]
+    state = program.states.states["T"]  # type: ignore[attr-defined]
     retrier = state.retry.retriers[0]
     made = [program, state, retrier.max_attempts, retrier.backoff_rate, state.parargs.template_eval_component.payload_bindings[0]]
-    assert all(isinstance(c, EvalComponent) and c._EvalComponent__heap_key is not None for c in made)
+    assert all(isinstance(c, EvalComponent) and c._EvalComponent__heap_key is not None for c in made)  # type: ignore[attr-defined]
 
     broken = '{"StartAt": "A", "States": {"A": {"Type": "Pass", "End": "' + marker + '"}}}'
     errors = []

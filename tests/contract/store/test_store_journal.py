@@ -174,4 +174,4 @@ def test_an_entry_left_pending_while_another_claims_attempt_runs_stays_pending_a
     assert [e.op_id for e in store.journal_pending(TENANT)] == ["op-b"]
     assert store.journal_settle(TENANT, run.id, "op-b").status == JournalStatus.cancelled
     assert store.journal_pending() == []
-    assert journal_entry(store, TENANT, run.id, "op-a").status == JournalStatus.completed  # type: ignore[union-attr]
+    assert journal_entry(store, TENANT, run.id, "op-a").status == JournalStatus.completed

@@ -37,7 +37,7 @@ def refuse_at_send(store: DynamoStore, operation: str, error: dict[str, Any], st
 
     def send(**_: object) -> None:
         refused.append(operation)
-        raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}, **reply}, operation)  # type: ignore[arg-type]
+        raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}, **reply}, operation)  # type: ignore[typeddict-item]
 
     store._db.meta.events.register(f"before-send.dynamodb.{operation}", send)
     return refused

@@ -53,7 +53,7 @@ def test_open_store_opens_a_dynamodb_table_with_boto3s_own_configuration(dynamo:
     new_run(plain, id="run-plain")
     assert dynamo.get_run(TENANT, "run-plain").id == "run-plain"
     named = open_store(f"dynamodb://{TABLE}?bucket={BUCKET}&region=eu-west-1")
-    assert (named.bucket, named.region) == (BUCKET, "eu-west-1")
+    assert (named.bucket, named.region) == (BUCKET, "eu-west-1")  # type: ignore[attr-defined]
     assert named.url == f"dynamodb://{TABLE}?bucket={BUCKET}&region=eu-west-1"
 
 
