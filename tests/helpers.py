@@ -24,7 +24,7 @@ from moto import mock_aws
 
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
-from laneflow.domain.records import EventType, Run
+from laneflow.domain.records import EventType, ModelCall, Run
 from laneflow.ports import Services, StepInbox, StepJob
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -214,6 +214,22 @@ class Sink:
 
     def stopped(self) -> bool:
         return self._stop_at is not None and time.monotonic() >= self._stop_at
+
+    # The rest of ExecutionSink: what the tools and the call watch that use this sink never call.
+    def first_event(self) -> None:
+        raise AssertionError("not expected of this sink")
+
+    def prefix_uncacheable(self, tokens: int, minimum: int) -> None:
+        raise AssertionError("not expected of this sink")
+
+    def begin_turn(self) -> None:
+        raise AssertionError("not expected of this sink")
+
+    def call(self, span: ModelCall) -> ModelCall:
+        raise AssertionError("not expected of this sink")
+
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None:
+        raise AssertionError("not expected of this sink")
 
 
 def step_job(ws: Path, **fields: Any) -> StepJob:

@@ -25,7 +25,7 @@ def signed(method: str, path: str, body: dict[str, Any] | None = None) -> tuple[
     session = boto3.Session()
     data = json.dumps(body).encode() if body is not None else None
     request = AWSRequest(method=method, url=API + path, data=data, headers={"Content-Type": "application/json"})
-    SigV4Auth(session.get_credentials(), "execute-api", session.region_name or "us-east-1").add_auth(request)
+    SigV4Auth(session.get_credentials(), "execute-api", session.region_name or "us-east-1").add_auth(request)  # type: ignore[arg-type]
     req = urllib.request.Request(API + path, data=data, method=method, headers=dict(request.headers))
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:

@@ -39,12 +39,12 @@ THEN = {
 
 
 def desk(tmp_path: Path, *, then: dict[str, Any] | None = None, writer_stub: str = "The brief.") -> Path:
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "scout": {"stub": '```json\n{"facts": [1, 2]}\n```'},
         "writer": {"stub": writer_stub},
         "publisher": {"stub": "Published."},
     }
-    flows = {
+    flows: dict[str, dict[str, Any]] = {
         "brief": {
             "steps": [{"agent": "scout", "output": "json"}, {"agent": "writer", "instruction": "Write about {input.topic}."}],
             "then": then or THEN,

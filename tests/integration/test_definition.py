@@ -158,7 +158,7 @@ def test_a_definition_with_a_missing_substitution_is_refused(tmp_path: Path) -> 
 def test_every_sample_event_parses_into_its_handler_model(name: Any) -> None:
     event = json.loads((ROOT / "events" / f"{name}.json").read_text())
     EVENT_MODELS[name].model_validate(event)  # type: ignore[attr-defined]
-    strict(EVENT_MODELS[name]).model_validate(event)  # and names no field the model does not know
+    strict(EVENT_MODELS[name]).model_validate(event)  # type: ignore[arg-type]  # and names no field the model does not know
     assert (ROOT / "functions" / name / "app.py").is_file()
 
 

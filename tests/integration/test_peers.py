@@ -20,8 +20,8 @@ from laneflow.ports import Services
 TALK = 'tool: peers_message {"to": "listener", "text": "I already covered the tides; take the currents"}'
 
 
-def peers_workspace(root: Path, *, talker: str, listener: str, **extra_agents: dict[str, Any]) -> Path:
-    agents = {
+def peers_workspace(root: Path, *, talker: str, listener: str | list[str], **extra_agents: dict[str, Any]) -> Path:
+    agents: dict[str, dict[str, Any]] = {
         "talker": {"tools": ["peers"], "stub": talker},
         "listener": {"tools": ["peers"], "stub": listener},
         **extra_agents,

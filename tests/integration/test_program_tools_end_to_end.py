@@ -184,7 +184,7 @@ def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come
 ) -> None:
     recording = Recording()
     api.responder = recording
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("script_shout", {"args": ["bob"], "stdin": "hi"}),
         ("bash", {"command": "cat storage/shouted.txt; exit 3"}),
         ("bash", {"command": "sleep 5"}),

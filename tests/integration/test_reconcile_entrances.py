@@ -137,7 +137,7 @@ def test_serves_drives_start_a_run_once_while_they_drive_it_or_wait_for_a_place_
         release.wait(10)
         raise RuntimeError("no engine in this test")
 
-    drives = LocalDrives(engine, pool=1)
+    drives = LocalDrives(engine, pool=1)  # type: ignore[arg-type]
     for run_id in ("run-a", "run-a", "run-b", "run-b"):
         drives.start("local", run_id)
     assert sorted(t.name for t in drives.threads) == ["local-drive-run-a", "local-drive-run-b"]

@@ -295,7 +295,7 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
         while sfn.describe_execution(executionArn=first)["status"] == "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sfn.describe_execution(executionArn=first)["status"] == "SUCCEEDED"
-        assert sfn.describe_execution(executionArn=went_on.execution)["status"] == "RUNNING"
+        assert sfn.describe_execution(executionArn=went_on.execution)["status"] == "RUNNING"  # type: ignore[arg-type]
         stored = svc.store.get_run(run.tenant, run.id, steps=False)
         assert stored.execution == went_on.execution and stored.driver == StepFunctionsExecution(execution=went_on.execution)
         assert (stored.drives, stored.segments) == (1, 1)
@@ -306,8 +306,8 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
         ).run()
         assert report.redriven == [] and report.closed == [] and report.to_redrive == []
         # and once the newest is gone too, the run is re-driven
-        sfn.stop_execution(executionArn=went_on.execution)
-        while sfn.describe_execution(executionArn=went_on.execution)["status"] == "RUNNING" and time.monotonic() < deadline + 10:
+        sfn.stop_execution(executionArn=went_on.execution)  # type: ignore[arg-type]
+        while sfn.describe_execution(executionArn=went_on.execution)["status"] == "RUNNING" and time.monotonic() < deadline + 10:  # type: ignore[arg-type]
             time.sleep(0.05)
         redriven: list[str] = []
         Reconciler(svc, Liveness(execution_alive=execution_alive(sfn)), redrive=lambda r: redriven.append(r.id)).run()

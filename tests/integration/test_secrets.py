@@ -327,7 +327,7 @@ def test_metadata_captures_keep_no_tool_text_anywhere_events_included(on: Servic
     assert run.status == RunStatus.completed, run.error
     [tool] = [e for e in run.steps[0].events if e.type == EventType.tool]
     assert tool.text == "lookup"
-    assert set(tool.data) == {"tool", "input_chars", "output_chars", "ms"}
+    assert set(tool.data) == {"tool", "input_chars", "output_chars", "ms"}  # type: ignore[arg-type]
     assert (tool.data["input_chars"], tool.data["output_chars"]) == (len(said), len(answered))
     stored = stored_bytes(on.kind, tmp_path)
     assert said.encode() not in stored and answered.encode() not in stored

@@ -69,7 +69,7 @@ def dotenv(tmp_path: Path, **values: str) -> Path:
 def workspace(tmp_path: Path) -> Path:
     keep = 'mkdir -p storage && printf %s "$TOKEN" > storage/kept.txt && printf %s "$TOKEN" | base64 -w0 && echo && printf %s "$TOKEN" | od -An -tx1 | tr -d " \\n"'
     reply = "\n".join([f"Read {TOKEN} and {KEY}.", *FORMS, *KEY_FORMS, *EMBEDDED])
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "keeper": {"secrets": ["TOKEN"], "tools": ["bash"], "stub": f"tool: bash {json.dumps({'command': keep})}\n===\nKept it."},
         "reader": {
             "tools": ["read_file"],
@@ -77,7 +77,7 @@ def workspace(tmp_path: Path) -> Path:
         },
         "failer": {"stub": f"fail: refused {TOKEN}"},
     }
-    flow = {
+    flow: dict[str, Any] = {
         "steps": [
             {"agent": "keeper", "instruction": f"Keep {TOKEN} in storage.", "retries": 0},
             {"agent": "reader", "instruction": "Read what was kept about {input.note}.", "retries": 0},

@@ -179,7 +179,7 @@ def write(path: Path, text: str) -> None:
     path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
 
 
-def loads_or_names_the_file(root: Path, rel: str, load: Callable[[Path], object]) -> None:
+def loads_or_names_the_file(root: Path, rel: str, load: Callable[[], object]) -> None:
     try:
         loaded = load()
     except (WorkspaceInvalid, FlowInvalid) as refused:

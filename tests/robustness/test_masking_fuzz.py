@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from laneflow.domain.redaction import SAFE_MARK, Redactor, encodings
 
 NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True)
-CHARS = st.characters(blacklist_categories=("Cs",))
+CHARS = st.characters(blacklist_categories=("Cs",))  # type: ignore[arg-type]
 VALUES = st.text(CHARS, min_size=8, max_size=40)
 TEXT = st.text(CHARS, max_size=30)
 

@@ -56,7 +56,12 @@ def desk() -> Iterator[tuple[Services, Run]]:
 
 def tools_of(svc: Services, run: Run) -> PeerTools:
     attempt = svc.store.claim_attempt(
-        TENANT, run.id, 0, token=uuid.uuid4().hex, started_at=utcnow(), expect_status=("pending", "running")
+        TENANT,
+        run.id,
+        0,
+        token=uuid.uuid4().hex,
+        started_at=utcnow(),
+        expect_status=("pending", "running"),  # type: ignore[arg-type]
     )
     inbox = AttemptInbox(
         svc=svc,

@@ -41,9 +41,9 @@ def wait_for(check: Callable[[], object], within_s: float = 5.0) -> bool:
 def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call() -> None:
     watcher = _Watcher(poll_s=0.01)
     sinks = [Sink() for _ in range(50)]
-    first = _CallWatch(sinks[0], watcher).start()
+    first = _CallWatch(sinks[0], watcher).start()  # type: ignore[arg-type]
     thread = watching(watcher)
-    calls = [first, *(_CallWatch(sink, watcher).start() for sink in sinks[1:])]
+    calls = [first, *(_CallWatch(sink, watcher).start() for sink in sinks[1:])]  # type: ignore[arg-type]
     assert thread is not None and watching(watcher) is thread  # fifty calls, one thread
     assert sum(1 for t in threading.enumerate() if t is thread) == 1
     assert wait_for(lambda: all(sink.asked >= 2 for sink in sinks))  # every call is asked, again and again
@@ -58,7 +58,7 @@ def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call() -> No
     for call in calls:
         call.close()
     assert wait_for(lambda: watching(watcher) is None and not thread.is_alive())  # the last call gone, the thread ends
-    again = _CallWatch(Sink(), watcher).start()  # and the next call starts it again
+    again = _CallWatch(Sink(), watcher).start()  # type: ignore[arg-type]  # and the next call starts it again
     assert watching(watcher) not in (None, thread)
     again.close()
     assert wait_for(lambda: watching(watcher) is None)
@@ -75,7 +75,7 @@ def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached() -> Non
     watcher = _Watcher(poll_s=0.01)
     sink = Sink()
     sink.stop = True
-    call = _CallWatch(sink, watcher).start()
+    call = _CallWatch(sink, watcher).start()  # type: ignore[arg-type]
     assert wait_for(call.fired.is_set)
     response = Response()
     call.attach(response)
@@ -89,13 +89,13 @@ def test_a_watcher_that_dies_is_started_again_by_the_next_call() -> None:
             raise SystemExit  # not a store hiccup: it ends the watcher's thread
 
     watcher = _Watcher(poll_s=0.01)
-    broken = _CallWatch(Broken(), watcher).start()
+    broken = _CallWatch(Broken(), watcher).start()  # type: ignore[arg-type]
     dying = watcher._thread
     assert dying is not None and wait_for(lambda: not dying.is_alive())  # it died
     broken.close()
     sink = Sink()
     sink.stop = True
-    call = _CallWatch(sink, watcher).start()  # the next call has a watcher again
+    call = _CallWatch(sink, watcher).start()  # type: ignore[arg-type]  # the next call has a watcher again
     assert wait_for(call.fired.is_set)
 
 
@@ -185,7 +185,7 @@ def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_o
         sockets = _CallSockets()
         client = anthropic.Anthropic(api_key="k", base_url=server.url, max_retries=0, http_client=sockets.client())
         watcher = _Watcher(poll_s=0.01)
-        first = _CallWatch(Sink(), watcher).start()
+        first = _CallWatch(Sink(), watcher).start()  # type: ignore[arg-type]
         assert ask(client, sockets, first) == "done"
         first.close()
         assert server.connections == 1
@@ -195,7 +195,7 @@ def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_o
         outcome: dict[str, Any] = {}
 
         def call(name: str, sink: Sink) -> None:
-            watch = _CallWatch(sink, watcher).start()
+            watch = _CallWatch(sink, watcher).start()  # type: ignore[arg-type]
             try:
                 outcome[name] = ask(client, sockets, watch)
             except anthropic.APIConnectionError as error:

@@ -240,7 +240,8 @@ def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settl
     t, r = run.tenant, run.id
     svc.store.update_step(t, r, 0, StepChanges(status=StepStatus.completed, cost_usd=0.25))
     svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.completed, cost_usd=0.5))
-    reads, get_steps, outline = [], svc.store.get_steps, svc.store.get_group_outline
+    reads: list[int | str | None] = []
+    get_steps, outline = svc.store.get_steps, svc.store.get_group_outline
 
     def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> Any:
         assert not messages, "a decision reads no step's message"

@@ -109,7 +109,7 @@ def test_anything_but_json_is_copied_by_deepcopy_itself_with_the_same_memo() -> 
 
 def test_a_memo_given_by_a_caller_is_used_as_deepcopy_uses_it() -> None:
     shared = [1]
-    memo: dict[str, Any] = {}
+    memo: dict[int, Any] = {}
     first = json_deepcopy({"a": shared}, memo)
     second = copy.deepcopy({"b": shared}, memo)
     assert first["a"] is second["b"]

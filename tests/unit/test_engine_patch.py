@@ -125,7 +125,7 @@ def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thr
     original = lambda_eval_utils._invoke_lambda_function
     lambda_eval_utils._invoke_lambda_function = fake_invoke
     try:
-        integration(Env(), {"FunctionName": "F", "Payload": b"{}"}, "us-east-1", None)
+        integration(Env(), {"FunctionName": "F", "Payload": b"{}"}, "us-east-1", None)  # type: ignore[arg-type]
     finally:
         lambda_eval_utils._invoke_lambda_function = original
     assert seen == ["arn:aws:states:us-east-1:1:execution:m:e1"]

@@ -10,7 +10,7 @@ import pytest
 
 from laneflow.domain.errors import FlowInvalid, RunInputInvalid, WorkspaceInvalid
 from laneflow.domain.flow import Flow, check_workspace, load_flow, validate_input
-from laneflow.domain.workspace import load_workspace
+from laneflow.domain.workspace import Workspace, load_workspace
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WS_OK = FIXTURES / "ws_ok"
@@ -36,13 +36,13 @@ def flow_ws(tmp_path: Path, flow: str, **files: str) -> Any:
     return load_workspace(root)
 
 
-def problems_of(ws: Path, name: str = "f") -> Any:
+def problems_of(ws: Workspace, name: str = "f") -> Any:
     with pytest.raises(FlowInvalid) as e:
         load_flow(ws, name)
     return e.value.problems
 
 
-def only_problem(ws: Path, name: str = "f") -> Any:
+def only_problem(ws: Workspace, name: str = "f") -> Any:
     [problem] = problems_of(ws, name)
     return problem
 

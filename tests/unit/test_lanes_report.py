@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_of
 from laneflow.domain.estimate import LanePlan, cache_figures
 from laneflow.domain.lanes_report import cache_break, earlier_writers, gate_wait_ms, lane_rows
@@ -39,7 +41,7 @@ def test_the_first_stable_layer_that_differs_is_named_with_the_step_it_differs_f
 
 def test_a_dynamic_layer_never_breaks_the_cache_and_then_tools_model_minimum_or_expiry_is_named() -> None:
     dynamic_changed = [*LAYERS[:2], PromptLayer(name="clock", chars=5, sha256="new", dynamic=True)]
-    base = {"model": "claude-sonnet-4-6", "layers": dynamic_changed}
+    base: dict[str, Any] = {"model": "claude-sonnet-4-6", "layers": dynamic_changed}
     assert cache_break(**base, prefix={"tokens": 5000, "tools": "t1"}, earlier=[("r", wrote(1))])["layer"] == "expired"
     assert cache_break(**base, prefix={"tokens": 5000, "tools": "t2"}, earlier=[("r", wrote(1))])["layer"] == "tools"
     assert cache_break(**base, prefix={"tokens": 100, "tools": "t1"}, earlier=[("r", wrote(1))])["layer"] == "below-minimum"

@@ -19,7 +19,7 @@ def flow(*entries: list[StepSpec]) -> Flow:
 
 
 def run(**fields: Any) -> Run:
-    return Run(id="run-1", workspace="ws", flow="f", status="running", **fields)
+    return Run(id="run-1", workspace="ws", flow="f", status="running", **fields)  # type: ignore[arg-type]
 
 
 def step(index: int, status: StepStatus, *, group: int = 0, entry: int = 0, slot: int = 0, **fields: Any) -> Step:

@@ -174,7 +174,7 @@ def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_call
             raise AssertionError(f"{name} ran with {args}")
 
     with pytest.raises(ToolError) as refused:
-        _real_call(StubCall(tool="bash", input=given, output="", real=True), NoTools())
+        _real_call(StubCall(tool="bash", input=given, output="", real=True), NoTools())  # type: ignore[arg-type]
     assert said in str(refused.value)
 
 

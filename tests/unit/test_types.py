@@ -34,7 +34,7 @@ def test_an_event_without_a_type_is_info() -> None:
 
 def test_an_event_type_nobody_wrote_is_refused() -> None:
     with pytest.raises(ValueError):
-        Event(type="handoff!", text="x")
+        Event(type="handoff!", text="x")  # type: ignore[arg-type]
 
 
 def test_old_event_rows_in_sqlite_still_read_and_new_ones_keep_the_text(tmp_path: Path) -> None:

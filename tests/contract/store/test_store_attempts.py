@@ -221,7 +221,14 @@ def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: St
     assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]
     # And a replayed op_id writes neither
     replay = store.claim_attempt(
-        run.tenant, run.id, 1, token="other", started_at=utcnow(), op_id="op-1", worker=WORKERS[0], layers=created
+        run.tenant,
+        run.id,
+        1,
+        token="other",
+        started_at=utcnow(),
+        op_id="op-1",
+        worker=WORKERS[0],
+        layers=created,  # type: ignore[arg-type]
     )
     assert replay.n == 1 and replay.worker == LAMBDA
     assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]

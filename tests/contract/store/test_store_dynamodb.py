@@ -64,12 +64,12 @@ def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_
     roomy = DynamoStore(TABLE, bucket=BUCKET, region=REGION, blob_threshold=10**9)
     sizes = {"instruction": 150_000, "result": 140_000, "conclusion": 130_000}
     texts = {field: big_text(size, seed=field) for field, size in sizes.items()}
-    roomy.update_step(TENANT, run.id, 1, StepChanges(**texts))
+    roomy.update_step(TENANT, run.id, 1, StepChanges(**texts))  # type: ignore[arg-type]
     (fresh,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000001"]
     assert "M" in fresh["instruction"] and "S" in fresh["conclusion"]
     # And when what an item already holds would take it past 400 KB, the write moves its own
     # large values to S3 and lands
-    roomy.update_step(TENANT, run.id, 0, StepChanges(**texts))
+    roomy.update_step(TENANT, run.id, 0, StepChanges(**texts))  # type: ignore[arg-type]
     assert all(len(json.dumps(item)) < 400 * 1024 for item in raw_items())
     for index in (0, 1):
         read = roomy.get_step(TENANT, run.id, index)
@@ -194,7 +194,11 @@ def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: Dy
         ],
     )
     dynamo.add_event(
-        TENANT, run.id, 0, Event(type="tool", text="search tides of the north sea", data={"tool": "search"}), attempt=ref
+        TENANT,
+        run.id,
+        0,
+        Event(type="tool", text="search tides of the north sea", data={"tool": "search"}),
+        attempt=ref,  # type: ignore[arg-type]
     )
     dynamo.put_call(
         ref, ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn")
@@ -256,7 +260,7 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
         )
         _, ref = measured("claim again", lambda: claim(dynamo, run, 0, expect_status=[StepStatus.running], worker=worker))  # type: ignore[misc]
         span = span.model_copy(update={"id": "turn-2", "n": 2, "attempt": 2})
-    step = StepChanges(**done, cost_usd=0.02 if retry else 0.01, finished_at=utcnow())
+    step = StepChanges(**done, cost_usd=0.02 if retry else 0.01, finished_at=utcnow())  # type: ignore[arg-type]
     measured("end", lambda: dynamo.end_attempt(ref, AttemptStatus.completed, step=step, calls=[span]))
     # What was written is what the step reads back as
     read = dynamo.get_step(TENANT, run.id, 0, detail=True)

@@ -68,7 +68,7 @@ def test_a_created_run_reads_back_with_every_field_its_steps_and_their_trace(sto
                 cost_usd=0.01,
                 started_at="2026-01-01T00:00:02.000Z",
                 finished_at="2026-01-01T00:00:03.000Z",
-                events=[Event(text="one", t="2026-01-01T00:00:02.100Z"), Event(text="two", type="tool", data={"k": 1})],
+                events=[Event(text="one", t="2026-01-01T00:00:02.100Z"), Event(text="two", type="tool", data={"k": 1})],  # type: ignore[arg-type]
                 calls=[ModelCall(id="c1", n=1, tokens=Tokens(input=5, output=7), tools=1, stop="end_turn", cost_usd=0.01)],
                 prompt_layers=[PromptLayer(name="persona", chars=10, sha256="3f2a", dynamic=False)],
             ),
@@ -202,7 +202,7 @@ def test_a_missing_run_is_run_not_found(store: Store) -> None:
 
 def test_update_run_changes_only_the_named_fields_and_returns_the_run_as_written(store: Store) -> None:
     run = new_run(store, revision="sha256:first", options={"keep": True})
-    written = store.update_run(run.tenant, run.id, RunChanges(status="running", driven_at="2026-02-02T00:00:00.000Z"))
+    written = store.update_run(run.tenant, run.id, RunChanges(status="running", driven_at="2026-02-02T00:00:00.000Z"))  # type: ignore[arg-type]
 
     assert written.status == RunStatus.running
     assert written.driven_at == "2026-02-02T00:00:00.000Z"
@@ -239,7 +239,7 @@ def test_update_run_rejects_fields_it_may_not_change_and_changes_nothing(store: 
         with pytest.raises(ValueError):
             store.update_run(run.tenant, run.id, RunChanges.model_validate(changes))
     with pytest.raises(ValueError):  # a value that is not a run status
-        store.update_run(run.tenant, run.id, RunChanges(status="exploded"))
+        store.update_run(run.tenant, run.id, RunChanges(status="exploded"))  # type: ignore[arg-type]
     assert snapshot(store, run) == before
 
 

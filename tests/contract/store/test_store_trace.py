@@ -20,7 +20,7 @@ def test_events_are_kept_in_the_order_written(store: Store) -> None:
 def test_an_event_written_with_an_attempt_carries_its_number(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
-    store.add_event(run.tenant, run.id, 0, Event(text="tool call", type="tool", attempt=7, data={"tool": "search"}), attempt=ref)
+    store.add_event(run.tenant, run.id, 0, Event(text="tool call", type="tool", attempt=7, data={"tool": "search"}), attempt=ref)  # type: ignore[arg-type]
     (event,) = store.get_step(run.tenant, run.id, 0, detail=True).events
     assert (event.attempt, event.type, event.data) == (1, "tool", {"tool": "search"})
 
