@@ -44,6 +44,7 @@ class SyncDrives:
     """Starts a drive as StartExecution would, and waits for it (the test's clock)."""
 
     def __init__(self, svc: Services) -> None:
+        self.started: list[Any]
         self.svc, self.started = svc, []
 
     def start(self, tenant: str, run_id: str) -> str:

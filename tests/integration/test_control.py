@@ -3,6 +3,7 @@ rescues, evaluator loops, approvals, stop, budgets, the judge, and the run recor
 
 from __future__ import annotations
 
+import random
 import shutil
 import threading
 import time
@@ -26,7 +27,7 @@ from laneflow.wiring import local_engine
 CTRL = FIXTURES / "ws_control"
 
 
-def rescues_of(run: Run, index: int):
+def rescues_of(run: Run, index: int) -> list[Step]:
     return [s for s in run.steps if s.rescue_of == index]
 
 
@@ -263,7 +264,7 @@ def test_stop_is_one_way_under_concurrent_saves(svc: Services) -> None:
         _race_a_stop(svc, random.Random(seed))
 
 
-def _race_a_stop(svc: Services, rng) -> None:
+def _race_a_stop(svc: Services, rng: random.Random) -> None:
     run = create_run(svc, CTRL, "stop")
     t, r = run.tenant, run.id
     svc.store.update_run(t, r, RunChanges(status=RunStatus.running))

@@ -179,7 +179,7 @@ def gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-def wait_until(check: Callable[[], object], within_s: float, poll_s: float = 0.01) -> bool:
+def wait_until(check: Callable[[], bool], within_s: float, poll_s: float = 0.01) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if check():

@@ -27,7 +27,7 @@ def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_sto
     svc_b = for_store(open_store(f"sqlite:///{tmp_path / 'b.db'}"), Settings(capture_dir=str(tmp_path / "cb")))
     slow = create_run(svc_a, ws, "slow")
     quick = create_run(svc_b, ws, "quick")
-    results = {}
+    results: dict[Any, Any] = {}
     # When the slow one is driven, and the quick one is started while it runs
     driving = threading.Thread(
         target=lambda: results.setdefault("slow", local_engine(svc_a).drive(slow.tenant, slow.id, tick_s=0.02))

@@ -134,7 +134,7 @@ def test_no_step_is_left_running_when_a_handler_crashes(
     definition's Catch: StepCrashed ends the attempt and the run fails with the reason."""
     import laneflow.usecases.run_step.runner as step_module
 
-    def explode(self) -> None:
+    def explode(self: Any) -> None:
         raise RuntimeError("boom in the executor glue")
 
     monkeypatch.setattr(step_module.StepRunner, "run_attempts", explode)

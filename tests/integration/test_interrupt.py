@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +216,7 @@ def test_resume_of_an_unknown_run_exits_2_naming_it(store_url: str, capsys: pyte
 
 
 @pytest.fixture
-def svc_on(store_kind: str, tmp_path: Path) -> Services:
+def svc_on(store_kind: str, tmp_path: Path) -> Iterator[Services]:
     with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 

@@ -112,6 +112,7 @@ class Scribbler:
     appears while the step runs (the paths in STRAY), so what is kept can be checked."""
 
     def __init__(self, ws: Path) -> None:
+        self.seen: set[Path]
         self.ws, self.seen, self.done = ws, set(), threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -127,7 +128,7 @@ class Scribbler:
                 self.seen.add(copy)
             time.sleep(0.02)
 
-    def __enter__(self):
+    def __enter__(self) -> Scribbler:
         self.thread.start()
         return self
 

@@ -87,7 +87,7 @@ def test_a_worker_that_dies_mid_step_is_a_crashed_worker_its_run_goes_on_and_it_
     ws = fan_out(tmp_path, "delay_ms: 4000\nslow {item}", 1)
     engine, pool = ready_engine(svc)
     run = create_run(svc, ws, "fan", {})
-    done = {}
+    done: dict[Any, Any] = {}
     driving = threading.Thread(target=lambda: done.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)))
     driving.start()
     # When the step runs in its worker, the worker is killed

@@ -124,6 +124,7 @@ def written(draw: st.DrawFn, depth: int = 0) -> tuple[str, set[str]]:
     if kind == 1:
         items = [draw(written(depth + 1)) for _ in range(draw(st.integers(0, 3)))]
         return "[" + ", ".join(text for text, _ in items) + "]", set().union(*(r for _, r in items))
+    seen: set[Any]
     pairs, seen, repeated = [], set(), set()
     for _ in range(draw(st.integers(0, 4))):
         key = draw(KEYS)

@@ -35,8 +35,8 @@ def test_a_secrets_file_of_any_text_is_read_or_refused_without_quoting_it(lines:
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
 VALUES = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
-    max_size=40,  # type: ignore[arg-type]
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),  # type: ignore[arg-type]
+    max_size=40,
 ) | st.sampled_from(["a  \n  b", " lead", "trail  ", "\n", "x\n\ny  "])
 
 

@@ -29,7 +29,7 @@ def watching(watcher: _Watcher) -> threading.Thread | None:
     return thread if thread is not None and thread.is_alive() else None
 
 
-def wait_for(check: Callable[[], object], within_s: float = 5.0) -> bool:
+def wait_for(check: Callable[[], bool], within_s: float = 5.0) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if check():

@@ -18,6 +18,7 @@ class Waiting:
     """The interpreter's side: tokens still waiting, and what completed them."""
 
     def __init__(self, waiting: set[str]) -> None:
+        self.completed: list[Any]
         self.waiting, self.completed = waiting, []
 
     def succeed(self, token: str, output: dict[str, Any]) -> None:

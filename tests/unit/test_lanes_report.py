@@ -17,7 +17,12 @@ LAYERS = [
 
 
 def wrote(
-    index: int, *, model: str = "claude-sonnet-4-6", layers=LAYERS, tools: str = "t1", started: str = "2026-12-01T00:00:00.000Z"
+    index: int,
+    *,
+    model: str = "claude-sonnet-4-6",
+    layers: list[PromptLayer] = LAYERS,
+    tools: str = "t1",
+    started: str = "2026-12-01T00:00:00.000Z",
 ) -> Step:
     return Step(
         index=index,

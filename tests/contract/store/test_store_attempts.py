@@ -227,8 +227,8 @@ def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: St
         token="other",
         started_at=utcnow(),
         op_id="op-1",
-        worker=WORKERS[0],
-        layers=created,  # type: ignore[arg-type]
+        worker=WORKERS[0],  # type: ignore[arg-type]
+        layers=created,
     )
     assert replay.n == 1 and replay.worker == LAMBDA
     assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]

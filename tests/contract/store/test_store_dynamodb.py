@@ -197,8 +197,8 @@ def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: Dy
         TENANT,
         run.id,
         0,
-        Event(type="tool", text="search tides of the north sea", data={"tool": "search"}),
-        attempt=ref,  # type: ignore[arg-type]
+        Event(type="tool", text="search tides of the north sea", data={"tool": "search"}),  # type: ignore[arg-type]
+        attempt=ref,
     )
     dynamo.put_call(
         ref, ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn")
