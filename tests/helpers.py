@@ -163,8 +163,8 @@ def stored_bytes(kind: str, tmp_path: Path) -> bytes:
         for page in db.get_paginator("scan").paginate(TableName=DYNAMODB_TABLE):
             parts.append(json.dumps(page["Items"], ensure_ascii=False).encode())
         s3 = boto3.client("s3", region_name=DYNAMODB_REGION)
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=DYNAMODB_BUCKET):
-            for obj in page.get("Contents", []):  # type: ignore[attr-defined]
+        for listing in s3.get_paginator("list_objects_v2").paginate(Bucket=DYNAMODB_BUCKET):
+            for obj in listing.get("Contents", []):
                 parts.append(s3.get_object(Bucket=DYNAMODB_BUCKET, Key=obj["Key"])["Body"].read())
     return b"\n".join(parts)
 

@@ -548,7 +548,7 @@ def http(
         with urllib.request.urlopen(request, timeout=10) as response:
             status, headers, text = response.status, response.headers, response.read().decode()
     except urllib.error.HTTPError as error:
-        status, headers, text = error.code, error.headers, error.read().decode()
+        status, headers, text = error.code, error.headers, error.read().decode()  # type: ignore[assignment]
     is_json = (headers.get("Content-Type") or "").startswith("application/json")
     return status, json.loads(text) if is_json else text, headers
 

@@ -52,7 +52,7 @@ class Handler(BaseHTTPRequestHandler):
         route = ROUTES.get(self.path.split("?")[0])
         if route is None:
             return self.send(200, json.dumps({"method": self.command, "path": self.path, "body": body}))
-        route(self)
+        route(self)  # type: ignore[no-untyped-call]
 
     def send(self, status: int, text: str, kind: str = "application/json", location: str = "") -> None:
         data = text.encode()
@@ -322,7 +322,7 @@ def test_a_stop_during_a_call_ends_the_step_at_once(svc: Services, tmp_path: Pat
 
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/slow"}'])
     stopped_at: list[float] = []
-    server.on_slow = lambda: (stop_run(svc, "local", svc.store.list_runs("local")[0].id), stopped_at.append(time.monotonic()))
+    server.on_slow = lambda: (stop_run(svc, "local", svc.store.list_runs("local")[0].id), stopped_at.append(time.monotonic()))  # type: ignore[func-returns-value]
     run = drive(svc, ws, "fix")
     took = time.monotonic() - stopped_at[0]
     [step] = run.steps

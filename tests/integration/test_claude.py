@@ -248,7 +248,7 @@ def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(
     (ws / "flows" / "tight.yaml").write_text("budget: 0.0001\n" + flow)
     seen: list[dict[str, Any]] = []
     original = api.responder
-    api.responder = lambda body: (seen.append(body), original(body))[1]
+    api.responder = lambda body: (seen.append(body), original(body))[1]  # type: ignore[func-returns-value]
     run = drive(services(tmp_path, api), ws, "tight")
     step = run.steps[0]
     assert len(seen) == 1 and [c.stop for c in step.calls] == ["tool_use"]

@@ -79,7 +79,7 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Services]
         svc.drives = SyncDrives(svc)
         told = []
         bus = EventBridgeOnEnd("laneflow-runs", client=events)
-        svc.on_end = lambda run: (told.append(run.id), bus(run))
+        svc.on_end = lambda run: (told.append(run.id), bus(run))  # type: ignore[assignment, func-returns-value]
         svc.told = told  # type: ignore[attr-defined]
         install(svc)
         yield svc

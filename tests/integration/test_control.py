@@ -63,10 +63,10 @@ def test_a_rescue_is_never_launched_with_its_group(svc: Services, run_flow: Flow
     assert failed.status == AttemptStatus.failed and all(ended)
     # The group's settlement makes the rescue, once every attempt of the group has ended ...
     [made] = [e for e in writer.events if e.text == f"rescue: rescuer takes this step over as step {rescue.index}"]
-    assert made.t >= max(ended)
+    assert made.t >= max(ended)  # type: ignore[type-var]
     # ... and only then does it start.
     started = [a.started_at for a in svc.store.list_attempts(run.tenant, run.id, rescue.index)]
-    assert started and rescue.started_at > max(ended) and min(started) > max(ended)
+    assert started and rescue.started_at > max(ended) and min(started) > max(ended)  # type: ignore[type-var]
     assert rescue.index > max(s.index for s in run.steps if s.rescue_of is None)
 
 

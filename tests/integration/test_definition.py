@@ -47,7 +47,7 @@ def strict(model: type[BaseModel]) -> type[BaseModel]:
     if model not in _STRICT:
         base = type(f"Strict{model.__name__}", (model,), {"model_config": ConfigDict(extra="forbid"), "__module__": __name__})
         fields = {name: (_strict_type(info.annotation), info) for name, info in model.model_fields.items()}
-        _STRICT[model] = create_model(base.__name__, __base__=base, __module__=__name__, **fields)
+        _STRICT[model] = create_model(base.__name__, __base__=base, __module__=__name__, **fields)  # type: ignore[call-overload]
     return _STRICT[model]
 
 

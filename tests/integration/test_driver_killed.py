@@ -126,7 +126,7 @@ class ConsoleScript:
     def start(self, argv: list[str], log: Path) -> int:
         with open(log, "w") as out:
             proc = subprocess.Popen([str(EXE), *argv], stdout=out, stderr=subprocess.STDOUT)
-        self.procs[proc.pid] = proc
+        self.procs[proc.pid] = proc  # type: ignore[assignment]
         return proc.pid
 
     def wait(self, pid: int) -> int:

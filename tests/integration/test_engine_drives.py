@@ -92,7 +92,7 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(
     monkeypatch.setattr(moto_patches, "forget", watching)
     released = []
     monkeypatch.setattr(local, "release_free_memory", lambda: released.append(len(ended)))
-    drives = LocalDrives(lambda: engines.append(weakref.ref(local_engine(svc))) or engines[-1](), pool=1)  # type: ignore[arg-type]
+    drives = LocalDrives(lambda: engines.append(weakref.ref(local_engine(svc))) or engines[-1](), pool=1)  # type: ignore[arg-type, func-returns-value, return-value]
     run = create_run(svc, ws, "fan", {"items": [f"item-{i}" for i in range(4)]}, options={"gate": True})
     assert local_engine(svc).state_machine_arn  # the state machine itself is made (and kept) once
     tracked = len(StateMachine.instances_tracked)  # type: ignore[attr-defined]

@@ -50,7 +50,7 @@ def test_an_edit_of_agent_md_between_two_steps_is_what_the_second_step_uses(
     svc: Services, run_flow: FlowRunner, tmp_path: Path
 ) -> None:
     ws = _workspace(tmp_path)
-    svc.executors["stub"] = EditsAfterFirstStep(svc.executor("stub"), ws / "agents" / "worker" / "agent.md")
+    svc.executors["stub"] = EditsAfterFirstStep(svc.executor("stub"), ws / "agents" / "worker" / "agent.md")  # type: ignore[assignment]
     run = run_flow(ws, "two", {}).run
     assert run.status == RunStatus.completed
     assert [s.result for s in run.steps] == ["Answer one.", "Answer two."]

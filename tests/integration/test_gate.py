@@ -118,7 +118,7 @@ def test_parallel_still_caps_a_gated_lane(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "capped").run
     assert run.status == RunStatus.completed
     spans = sorted((s.started_at, s.finished_at) for s in run.steps)
-    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) == 2
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) == 2  # type: ignore[misc]
 
 
 def test_a_lone_step_has_no_gate(run_flow: FlowRunner) -> None:
@@ -171,7 +171,7 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc: Services) 
         def fail(self, token: str, error: str, cause: str) -> None:  # pragma: no cover - not expected
             raise AssertionError(error)
 
-    svc.callbacks = Callbacks()
+    svc.callbacks = Callbacks()  # type: ignore[assignment]
     run = create_run(svc, GATE, "fanout")
     ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
     lane = "quick@stub"
@@ -241,7 +241,7 @@ def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_cra
     from laneflow.usecases.wait_for_lead import open_gate, wait_for_lead
 
     svc = on()
-    svc.callbacks = completed = _Completed()
+    svc.callbacks = completed = _Completed()  # type: ignore[assignment]
     run = create_run(svc, GATE, "fanout")
     ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
     lane = "quick@stub"

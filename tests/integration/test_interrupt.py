@@ -233,9 +233,9 @@ def test_a_leaving_worker_interrupts_only_its_own_attempts_by_identity_and_ends_
         claim = lambda index, worker: svc.store.claim_attempt(  # noqa: E731
             run.tenant, run.id, index, token=f"token-{index}", started_at="2026-01-01T00:00:00.000Z", worker=worker
         )
-        claim(0, me)
-        claim(1, theirs)
-        claim(2, None)  # claimed, no worker written yet: it lives with this drive
+        claim(0, me)  # type: ignore[no-untyped-call]
+        claim(1, theirs)  # type: ignore[no-untyped-call]
+        claim(2, None)  # type: ignore[no-untyped-call]  # claimed, no worker written yet: it lives with this drive
         left = leave_drive(svc, run.tenant, run.id, me, Liveness(gone=me))
         again = leave_drive(svc, run.tenant, run.id, me, Liveness(gone=me))  # safe to repeat
     finally:

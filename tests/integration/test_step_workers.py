@@ -65,7 +65,7 @@ def test_a_gated_fan_out_runs_in_a_worker_process_with_one_cold_prefix_and_the_s
     run = svc.store.get_run(run.tenant, run.id)
     assert run.status == RunStatus.completed
     assert [s.status for s in run.steps] == [StepStatus.completed] * 8
-    assert sorted(s.result for s in run.steps) == sorted(f"did {i}" for i in range(8))
+    assert sorted(s.result for s in run.steps) == sorted(f"did {i}" for i in range(8))  # type: ignore[type-var]
     # Every step was answered by one worker process (one run, one worker), none here.
     assert sorted(w.answered for w in pool.workers) == [0, 8]
     # Its attempts are this engine process's: it ends with it, as reconcile expects.

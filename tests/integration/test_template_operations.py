@@ -62,9 +62,9 @@ def test_every_function_has_a_log_group_of_its_own_with_the_retention_parameter(
 def test_the_state_machine_the_api_and_the_sandbox_log_to_groups_with_the_same_retention() -> None:
     groups = _log_groups()
     [destination] = RESOURCES["FlowStateMachine"]["Properties"]["Logging"]["Destinations"]
-    state_machine_group, _ = _target(destination["CloudWatchLogsLogGroup"]["LogGroupArn"])
+    state_machine_group, _ = _target(destination["CloudWatchLogsLogGroup"]["LogGroupArn"])  # type: ignore[misc]
     access = RESOURCES["LaneflowApi"]["Properties"]["AccessLogSetting"]
-    api_group, attribute = _target(access["DestinationArn"])
+    api_group, attribute = _target(access["DestinationArn"])  # type: ignore[misc]
     assert attribute == "Arn"
     for logical_id in (state_machine_group, api_group, "SandboxLogGroup"):
         assert groups[logical_id]["RetentionInDays"] == RETENTION, logical_id
@@ -80,7 +80,7 @@ def test_the_api_stage_writes_one_json_line_per_request_without_bodies_or_header
     assert not re.search(r"\$(input|context\.authorizer|method\.request)", line)  # no body, no token, no header
     # API Gateway writes access logs through the account's CloudWatch role, set before the API.
     assert api["DependsOn"] == "ApiGatewayAccount"
-    role, _ = _target(RESOURCES["ApiGatewayAccount"]["Properties"]["CloudWatchRoleArn"])
+    role, _ = _target(RESOURCES["ApiGatewayAccount"]["Properties"]["CloudWatchRoleArn"])  # type: ignore[misc]
     assert RESOURCES[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "apigateway.amazonaws.com"
     }
@@ -177,7 +177,7 @@ def test_the_reconcile_schedule_retries_and_keeps_what_it_could_not_deliver() ->
     props = event["Properties"]
     assert props["RetryPolicy"]["MaximumRetryAttempts"] >= 1
     assert 60 <= props["RetryPolicy"]["MaximumEventAgeInSeconds"] <= 300  # not older than the next reconcile
-    queue, attribute = _target(props["DeadLetterConfig"]["Arn"])
+    queue, attribute = _target(props["DeadLetterConfig"]["Arn"])  # type: ignore[misc]
     assert (RESOURCES[queue]["Type"], attribute) == ("AWS::SQS::Queue", "Arn")
     # EventBridge may write to the queue only for this rule (SAM names it function + event).
     [policy] = [

@@ -107,7 +107,7 @@ def test_a_second_holder_waits_for_the_first_holders_values_and_the_last_release
     first.start()
     assert loading.wait(5)
     seen: list[str] = []
-    second = threading.Thread(target=lambda: (redactor.hold("run:local/r1", load), seen.append(redactor("run-wide-value-0123"))))
+    second = threading.Thread(target=lambda: (redactor.hold("run:local/r1", load), seen.append(redactor("run-wide-value-0123"))))  # type: ignore[func-returns-value]
     second.start()
     second.join(0.2)
     assert second.is_alive() and seen == []  # it waits: nothing it records goes out unmasked

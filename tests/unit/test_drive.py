@@ -145,7 +145,7 @@ def test_end_run_of_a_run_whose_steps_all_ended_reads_no_step_and_settles_its_co
             run.tenant, run.id, s.index, StepChanges(status=StepStatus.completed, cost_usd=0.125 * (s.index + 1))
         )
     read = []
-    monkeypatch.setattr(svc.store, "get_steps", lambda *a, **k: read.append(a) or [])
+    monkeypatch.setattr(svc.store, "get_steps", lambda *a, **k: read.append(a) or [])  # type: ignore[func-returns-value]
     assert end_run(svc, EndRunRequest(run=ref)).status == RunStatus.completed
     spent = round(sum(0.125 * (s.index + 1) for s in steps), 6)
     assert read == [] and svc.store.get_run(run.tenant, run.id, steps=False).cost_usd == spent > 0
@@ -176,7 +176,7 @@ def test_end_run_of_a_run_with_a_step_awaiting_approval_and_no_error_completes_s
 
 
 def _told(*earlier: EarlierAttempt) -> str:
-    spec = StepSpec(agent="a", output="json", schema={"type": "object"})
+    spec = StepSpec(agent="a", output="json", schema={"type": "object"})  # type: ignore[call-arg]
     return user_message(Step(index=0, group=0, agent="a", instruction="Do it."), spec, "", list(earlier))
 
 

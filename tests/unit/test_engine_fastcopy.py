@@ -127,7 +127,7 @@ def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independ
     fast, slow = json_deepcopy(jobs), copy.deepcopy(jobs)
     assert type(fast) is set and len(fast) == 50
     view = lambda js: sorted((j.job_index, j.job_output) for j in js)  # noqa: E731
-    assert view(fast) == view(slow)
+    assert view(fast) == view(slow)  # type: ignore[no-untyped-call]
     assert all(type(j) is JobClosed for j in fast) and not {id(j) for j in fast} & {id(j) for j in jobs}
     one = next(iter(fast))
     one.job_output["step"]["index"] = -1

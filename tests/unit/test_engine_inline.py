@@ -70,11 +70,11 @@ def test_a_drive_records_the_same_with_and_without_it(tmp_path: Path) -> None:
     local.install_interpreter_hook()
     patched = ExecutionState._evaluate_with_timeout
     inline_run, inline_events = _drive(tmp_path, "inline")
-    ExecutionState._evaluate_with_timeout = patched.original  # type: ignore[attr-defined]
+    ExecutionState._evaluate_with_timeout = patched.original  # type: ignore[attr-defined, method-assign]
     try:
         threaded_run, threaded_events = _drive(tmp_path, "threaded")
     finally:
-        ExecutionState._evaluate_with_timeout = patched
+        ExecutionState._evaluate_with_timeout = patched  # type: ignore[method-assign]
     assert inline_run.status == threaded_run.status == RunStatus.completed
     assert [(s.status, s.result) for s in inline_run.steps] == [(s.status, s.result) for s in threaded_run.steps]
     assert inline_events == threaded_events  # the same events, as many of each

@@ -42,7 +42,7 @@ def test_an_attempt_a_note_a_run_input_and_a_worker_read_from_json_leave_no_valu
         lambda text: sqlite._ATTEMPTS.validate_json(f"[{text}]")[0],
     ):
         doc["run_id"] = uuid.uuid4().hex  # a value this process never read before
-        attempt = read(json.dumps(doc))
+        attempt = read(json.dumps(doc))  # type: ignore[no-untyped-call]
         value = attempt.run_id
         del attempt
         assert _held_by_caller_only(value)

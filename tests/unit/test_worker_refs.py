@@ -19,8 +19,8 @@ class Context:
 def test_each_kind_is_asked_about_in_its_own_way() -> None:
     asked: list[tuple[str, str]] = []
     liveness = Liveness(
-        execution_alive=lambda arn: asked.append(("sfn", arn)) or False,
-        task_alive=lambda arn: asked.append(("ecs", arn)) or True,
+        execution_alive=lambda arn: asked.append(("sfn", arn)) or False,  # type: ignore[func-returns-value]
+        task_alive=lambda arn: asked.append(("ecs", arn)) or True,  # type: ignore[func-returns-value]
         now=lambda: 1000.0,
     )
     assert liveness.alive(local_worker()) is True  # this very process

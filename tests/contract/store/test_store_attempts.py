@@ -185,7 +185,7 @@ def test_end_attempt_rejects_unknown_step_fields_and_the_attempt_keeps_running(s
     _, ref = claim(store, run, 0)
     before = snapshot(store, run)
     with pytest.raises(ValueError):
-        store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, agent="other"))
+        store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, agent="other"))  # type: ignore[call-arg]
     assert snapshot(store, run) == before
     assert store.get_attempt(run.tenant, run.id, 0, 1).status == AttemptStatus.running
 

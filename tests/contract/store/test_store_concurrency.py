@@ -139,5 +139,5 @@ def test_processes_racing_to_claim_the_same_step_yield_exactly_one_winner(store:
 def test_twenty_threads_adding_to_one_runs_cost_lose_none_of_it(store: Store) -> None:
     run = new_run(store, status=RunStatus.running)
     written = run_threads(20, lambda i: store.add_run_cost(run.tenant, run.id, 0.01))
-    assert sorted(written) == [round(0.01 * n, 6) for n in range(1, 21)]  # each add saw every earlier one
+    assert sorted(written) == [round(0.01 * n, 6) for n in range(1, 21)]  # type: ignore[type-var]  # each add saw every earlier one
     assert store.get_run(run.tenant, run.id, steps=False).cost_usd == 0.2

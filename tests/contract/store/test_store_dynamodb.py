@@ -255,13 +255,17 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
         measured(
             "end failed",
             lambda: dynamo.end_attempt(
-                ref, AttemptStatus.failed, reason=error, step=StepChanges(error=error, cost_usd=0.01), calls=[span]
+                ref,  # type: ignore[has-type]
+                AttemptStatus.failed,
+                reason=error,
+                step=StepChanges(error=error, cost_usd=0.01),
+                calls=[span],
             ),
         )
         _, ref = measured("claim again", lambda: claim(dynamo, run, 0, expect_status=[StepStatus.running], worker=worker))  # type: ignore[misc]
         span = span.model_copy(update={"id": "turn-2", "n": 2, "attempt": 2})
     step = StepChanges(**done, cost_usd=0.02 if retry else 0.01, finished_at=utcnow())  # type: ignore[arg-type]
-    measured("end", lambda: dynamo.end_attempt(ref, AttemptStatus.completed, step=step, calls=[span]))
+    measured("end", lambda: dynamo.end_attempt(ref, AttemptStatus.completed, step=step, calls=[span]))  # type: ignore[has-type]
     # What was written is what the step reads back as
     read = dynamo.get_step(TENANT, run.id, 0, detail=True)
     assert (read.status, read.result, read.prompt_layers, read.calls[-1]) == (StepStatus.completed, "the answer", layers, span)

@@ -80,7 +80,7 @@ def test_a_throttled_read_is_a_transient_error(dynamo: DynamoStore, operation: s
     run = new_run(dynamo)
     refuse_at_send(dynamo, operation, {"Code": "ProvisionedThroughputExceededException", "Message": "over capacity"}, 400)
     with pytest.raises(TransientError):
-        {
+        {  # type: ignore[no-untyped-call]
             "Query": lambda: dynamo.get_run(TENANT, run.id),
             "BatchGetItem": lambda: dynamo.list_runs(TENANT),
             "GetItem": lambda: dynamo.get_step(TENANT, run.id, 0),
