@@ -16,22 +16,24 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from local_engine import make_workspace
 
 from laneflow.adapters.store import open_store
+from laneflow.ports import Store
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
 
 
-def counted(store, reads: Counter) -> None:
+def counted(store: Store, reads: Counter[str]) -> None:
     """Count the calls and rows of the store's step reads, on the store itself."""
     for name in ("get_steps", "get_group_outline"):
         method = getattr(store, name, None)
         if method is None:
             continue
 
-        def wrapper(*args, _method=method, _name=name, **kwargs):
+        def wrapper(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
             rows = _method(*args, **kwargs)
             reads[f"{_name} calls"] += 1
             reads[f"{_name} rows"] += len(rows)
@@ -40,14 +42,14 @@ def counted(store, reads: Counter) -> None:
         setattr(store, name, wrapper)
 
 
-def run_bench(groups: int, fanout: int) -> dict:
+def run_bench(groups: int, fanout: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ws = make_workspace(root, groups)
         svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"))
         engine = local_engine(svc)
         run = create_run(svc, ws, "bench", {"items": [f"item-{i}" for i in range(fanout)]}, options={"gate": False})
-        reads: Counter = Counter()
+        reads: Counter[str] = Counter()
         counted(svc.store, reads)
         started = time.perf_counter()
         result = engine.drive(run.tenant, run.id)

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from local_engine import machine, write_section
 from pydantic import SecretStr
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOPICS = ["tides", "kelp", "reefs", "vents", "sea ice", "plankton", "currents", "estuaries", "whales", "trenches"]
 
 
-def one(size: int, model: str, tmp: Path) -> dict:
+def one(size: int, model: str, tmp: Path) -> dict[str, Any]:
     """Estimate, run, estimate again (now learning the output from that run), run again: the
     first estimate is a first run's (nothing to learn), the last one a later run's."""
     ws = Path(shutil.copytree(ROOT / "examples" / "newsroom", tmp / f"ws-{model}-{size}"))
@@ -47,7 +48,7 @@ def one(size: int, model: str, tmp: Path) -> dict:
         cfg = Settings(capture_dir=str(tmp / "captures"), anthropic_api_key=SecretStr("sk-bench"), anthropic_base_url=api.url)
         svc = for_store(open_store(f"sqlite:///{tmp / f'{model}-{size}.db'}"), cfg)
 
-        def a_run() -> dict:
+        def a_run() -> dict[str, Any]:
             run = create_run(svc, ws, "brief", run_input, model=on)
             local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
             return svc.store.get_run(run.tenant, run.id, detail=True).public()
@@ -66,7 +67,7 @@ def one(size: int, model: str, tmp: Path) -> dict:
     actual = {k: sum(r[k] for r in record["lanes"]) for k in ("cold_prefixes", "cache_write", "cache_read")}
     said = told["totals"]["with_gate"]
 
-    def error(estimate: dict, run: dict) -> float:
+    def error(estimate: dict[str, Any], run: dict[str, Any]) -> float:
         return abs(estimate["cost_usd"]["expected"] - run["cost_usd"]) / run["cost_usd"] if run["cost_usd"] else 0.0
 
     return {
@@ -91,7 +92,7 @@ def one(size: int, model: str, tmp: Path) -> dict:
     }
 
 
-def report(rows: list[dict]) -> str:
+def report(rows: list[dict[str, Any]]) -> str:
     lines = [
         "## estimate — `laneflow estimate` against the run it estimated (examples/newsroom `brief`)",
         "",

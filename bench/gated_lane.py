@@ -50,7 +50,7 @@ def ts(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def one_run(steps: int, parallel: int, delay_ms: int, ttft_ms: int, gate: bool) -> dict:
+def one_run(steps: int, parallel: int, delay_ms: int, ttft_ms: int, gate: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ws = make_workspace(root, parallel, delay_ms, ttft_ms)
@@ -70,7 +70,7 @@ def one_run(steps: int, parallel: int, delay_ms: int, ttft_ms: int, gate: bool) 
     }
 
 
-def lane_figures(steps: list[Any], parallel: int, delay_ms: int) -> dict:
+def lane_figures(steps: list[Any], parallel: int, delay_ms: int) -> dict[str, Any]:
     """A lane's makespan (its first step's start to its last step's end, from the records),
     the ideal for its cap (ceil(steps / parallel) x one step's duration), and the most steps
     that ran at once."""
@@ -85,7 +85,7 @@ def lane_figures(steps: list[Any], parallel: int, delay_ms: int) -> dict:
     }
 
 
-def run_bench(steps: int, parallel: int, delay_ms: int, ttft_ms: int) -> dict:
+def run_bench(steps: int, parallel: int, delay_ms: int, ttft_ms: int) -> dict[str, Any]:
     runs = [one_run(steps, parallel, delay_ms, ttft_ms, gate) for gate in (True, False)]
     return {
         "benchmark": "gated_lane",
@@ -100,7 +100,7 @@ def run_bench(steps: int, parallel: int, delay_ms: int, ttft_ms: int) -> dict:
     }
 
 
-def markdown(r: dict) -> str:
+def markdown(r: dict[str, Any]) -> str:
     lines = [
         f"## gated_lane — one lane of {r['steps']} stub steps at `parallel: {r['parallel']}`"
         f" ({r['delay_ms']} ms each, reply after {r['ttft_ms']} ms)",

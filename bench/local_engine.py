@@ -27,7 +27,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from laneflow.adapters.engine import moto_fastcopy
 from laneflow.adapters.engine import step_workers as step_workers_module
@@ -51,13 +53,14 @@ class CopyClock:
 
     def __enter__(self) -> CopyClock:
         original = self._original
-        copy.deepcopy = lambda value, memo=None, _nil=[]: self._timed(original, value, memo)  # its signature
+        # setattr: mypy holds a module's function to its own signature
+        setattr(copy, "deepcopy", lambda value, memo=None, _nil=[]: self._timed(original, value, memo))  # noqa: B010
         # The modules the engine gives its faster copy (moto_fastcopy) call the stand-in's.
-        fast = self._fast = moto_fastcopy._COPY.deepcopy
-        moto_fastcopy._COPY.deepcopy = lambda value, memo=None, _nil=None: self._timed(fast, value, memo)
+        fast = self._fast = getattr(moto_fastcopy._COPY, "deepcopy")  # noqa: B009
+        setattr(moto_fastcopy._COPY, "deepcopy", lambda value, memo=None, _nil=None: self._timed(fast, value, memo))  # noqa: B010
         return self
 
-    def _timed(self, fn, value, memo):
+    def _timed(self, fn: Callable[[Any, Any], Any], value: Any, memo: Any) -> Any:
         if getattr(self._depth, "n", 0):  # a copy inside a copy: counted in the outer one
             return fn(value, memo)
         self._depth.n = 1
@@ -71,8 +74,8 @@ class CopyClock:
                 self.calls += 1
 
     def __exit__(self, *exc: object) -> None:
-        copy.deepcopy = self._original
-        moto_fastcopy._COPY.deepcopy = self._fast
+        setattr(copy, "deepcopy", self._original)  # noqa: B010
+        setattr(moto_fastcopy._COPY, "deepcopy", self._fast)  # noqa: B010
 
 
 def make_workspace(root: Path, groups: int) -> Path:
@@ -115,7 +118,7 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_bench(groups: int, fanout: int, gate: bool = False, copies: bool = False, step_workers: int = 0) -> dict:
+def run_bench(groups: int, fanout: int, gate: bool = False, copies: bool = False, step_workers: int = 0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ws = make_workspace(root, groups)
@@ -180,7 +183,7 @@ def run_bench(groups: int, fanout: int, gate: bool = False, copies: bool = False
     }
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "## local_engine — 10 groups x fan-out of 100, stub model, no delay",
         "",

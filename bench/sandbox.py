@@ -25,7 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 from local_engine import machine, write_section
 
@@ -73,7 +75,7 @@ def workspace(root: Path, groups: int, sandbox: bool, bash: bool = False) -> Pat
 
 def drive_ms(root: Path, groups: int, sandbox: bool, warm: bool | None, isolation: str | None = None) -> float:
     store = open_store(f"sqlite:///{root / f'bench-{sandbox}-{warm}.db'}")
-    extra = {"isolation": isolation} if isolation else {}
+    extra: dict[str, Any] = {"isolation": isolation} if isolation else {}
     svc = for_store(store, Settings(capture_dir=str(root / "captures"), **extra))
     ws = workspace(root, groups, sandbox, bash=isolation is not None)
     engine = LocalEngine(svc, bind=bound, warm_sandboxes=warm)
@@ -86,25 +88,25 @@ def drive_ms(root: Path, groups: int, sandbox: bool, warm: bool | None, isolatio
     return took / groups
 
 
-def _median_ms(make: list[str] | None = None, fn=None, repeat: int = 10) -> float:
+def _median_ms(make: list[str] | None = None, fn: Callable[[], object] | None = None, repeat: int = 10) -> float:
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
         if fn is not None:
             fn()
         else:
-            subprocess.run(make, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(cast(list[str], make), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times)
 
 
-def components(root: Path) -> dict:
+def components(root: Path) -> dict[str, Any]:
     ws = workspace(root, 1, True)
 
     def copy() -> None:
         checkout(str(ws), scratch=True).discard()
 
-    out = {
+    out: dict[str, Any] = {
         "scratch_copy_ms": round(_median_ms(fn=copy), 2),
         "workspace_files": sum(1 for p in ws.rglob("*") if p.is_file()),
         "python_importing_laneflow_ms": round(
@@ -129,7 +131,7 @@ MODES: dict[str, tuple[bool, bool | None, str | None]] = {
 }
 
 
-def run_bench(groups: int, repeat: int) -> dict:
+def run_bench(groups: int, repeat: int) -> dict[str, Any]:
     per_step: dict[str, list[float]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -153,7 +155,7 @@ def run_bench(groups: int, repeat: int) -> dict:
     }
 
 
-def markdown(out: dict) -> str:
+def markdown(out: dict[str, Any]) -> str:
     m, c = out["ms_per_step"], out["components"]
     bwrap = c.get("program_bubblewrap_ms")
     lines = [

@@ -186,7 +186,8 @@ def in_child(name: str, timeout_s: float) -> dict[str, Any]:
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-5:]
         return {"scenario": name, "error": " | ".join(tail) or f"exit {done.returncode}", "goals": {"finished": False}}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def markdown(rows: list[dict[str, Any]], machine: str) -> str:

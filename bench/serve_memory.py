@@ -29,10 +29,11 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from local_engine import machine, make_workspace, write_section
 
-from laneflow.adapters.engine.local import LocalDrives
+from laneflow.adapters.engine.local import DriveResult, LocalDrives, LocalEngine
 from laneflow.adapters.store import open_store
 from laneflow.entrypoints.cli import step_workers as default_step_workers
 from laneflow.settings import Settings
@@ -61,11 +62,11 @@ def step_worker_pids() -> list[int]:
 class KeepingDrives(LocalDrives):
     """LocalDrives as before it forgot: every ended execution stays in moto (all else alike)."""
 
-    def _forget(self, engine, result) -> None:
+    def _forget(self, engine: LocalEngine, result: DriveResult) -> None:
         pass
 
 
-def run_bench(drives: int, fanout: int, warmup: int, keep: bool, step_workers: int = 1) -> dict:
+def run_bench(drives: int, fanout: int, warmup: int, keep: bool, step_workers: int = 1) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ws = make_workspace(root, 1)
@@ -100,7 +101,7 @@ def run_bench(drives: int, fanout: int, warmup: int, keep: bool, step_workers: i
     }
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict[str, Any]]) -> str:
     first = rows[0]
     lines = [
         f"## serve_memory — {first['drives']} drives of {first['fanout']} gated stub steps in one process, after {first['warmup_drives']} warm-up drives",

@@ -21,10 +21,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from local_engine import machine, write_section
 
 from laneflow.wiring import for_store, local_engine
+
+if TYPE_CHECKING:
+    from laneflow.adapters.engine.local import LocalEngine
+    from laneflow.adapters.store.dynamodb import DynamoStore
+    from laneflow.ports import Services
 
 HERE = Path(__file__).resolve().parent
 URL = "dynamodb://laneflow-bench?bucket=laneflow-bench-blobs&region=us-east-1"
@@ -47,10 +53,10 @@ def make_workspace(root: Path) -> Path:
     return ws
 
 
-def drive_flow(svc, engine, ws: Path, flow: str, steps: int, gate: bool = True) -> dict:
+def drive_flow(svc: Services, engine: LocalEngine, ws: Path, flow: str, steps: int, gate: bool = True) -> dict[str, Any]:
     from laneflow.usecases.start_run import create_run
 
-    store = svc.store
+    store = cast("DynamoStore", svc.store)  # the benchmark's store is DynamoDB's (its consumed capacity)
     store.consumed(reset=True)
     run = create_run(svc, ws, flow, {"items": [f"item-{i}" for i in range(steps)]}, options={"gate": gate})
     created = store.consumed(reset=True)
@@ -83,14 +89,14 @@ def clone_run_items(store_url: str, template_id: str, new_ids: list[str]) -> Non
     transaction, and moto deep-copies the whole table for every item of a transaction: over
     10,000 runs that setup alone outgrew 20 GB."""
     import boto3
-    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.core.models import DEFAULT_ACCOUNT_ID
     from moto.dynamodb.models import dynamodb_backends
 
     table = store_url.split("://", 1)[1].split("?", 1)[0]
     client = boto3.client("dynamodb", region_name="us-east-1")
     items, start = [], None
     while True:
-        page = client.scan(TableName=table, **({"ExclusiveStartKey": start} if start else {}))
+        page = client.scan(TableName=table, ExclusiveStartKey=start) if start else client.scan(TableName=table)
         items += [it for it in page["Items"] if template_id in json.dumps(it)]
         start = page.get("LastEvaluatedKey")
         if not start:
@@ -102,14 +108,14 @@ def clone_run_items(store_url: str, template_id: str, new_ids: list[str]) -> Non
             backend.put_item(table, item)
 
 
-def reconcile_reads(store_url: str, finished: int, active: int) -> dict:
+def reconcile_reads(store_url: str, finished: int, active: int) -> dict[str, Any]:
     from laneflow.adapters.store import open_store
     from laneflow.adapters.workers import Liveness
     from laneflow.domain.records import Run, RunStatus, Step
     from laneflow.settings import Settings
     from laneflow.usecases.reconcile import reconcile
 
-    store = open_store(store_url)
+    store = cast("DynamoStore", open_store(store_url))
     svc = for_store(store, Settings(store_url=store_url))
     started = time.perf_counter()
     # The active runs and one finished run are written by the store while the table is
@@ -145,7 +151,7 @@ def reconcile_reads(store_url: str, finished: int, active: int) -> dict:
     }
 
 
-def run_bench(steps: int, finished: int) -> dict:
+def run_bench(steps: int, finished: int) -> dict[str, Any]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -157,7 +163,7 @@ def run_bench(steps: int, finished: int) -> dict:
     from laneflow.settings import Settings
     from laneflow_dev.moto_support import serialized_dynamodb
 
-    out: dict = {"benchmark": "store_cost", "machine": machine()}
+    out: dict[str, Any] = {"benchmark": "store_cost", "machine": machine()}
     with tempfile.TemporaryDirectory() as tmp, mock_aws(), serialized_dynamodb():
         ws = make_workspace(Path(tmp))
         init_store(URL)
@@ -187,7 +193,7 @@ def run_bench(steps: int, finished: int) -> dict:
     return out
 
 
-def markdown(r: dict) -> str:
+def markdown(r: dict[str, Any]) -> str:
     lines = [
         "## store_cost — Step Functions transitions and DynamoDB units per step; reconcile's reads",
         "",

@@ -34,9 +34,11 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, cast
 
 import sdk_floor
 from local_engine import machine, write_section
+from pydantic import SecretStr
 
 from laneflow.adapters.engine import step_workers as step_workers_module
 from laneflow.adapters.engine.local import LocalEngine
@@ -80,18 +82,20 @@ class RemoteImitation:
             text=True,
         )
         self.key = KEY  # the one key it takes
+        assert self.proc.stdout is not None  # stdout=PIPE
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http://127.0.0.1:"):
             self.proc.kill()
             raise RuntimeError("the imitation server did not start")
 
-    def _call(self, method: str, path: str) -> dict:
+    def _call(self, method: str, path: str) -> dict[str, Any]:
         req = urllib.request.Request(self.url + path, method=method, data=b"" if method == "POST" else None)
         with urllib.request.urlopen(req, timeout=10) as resp:
             body = resp.read()
-        return json.loads(body) if body else {}
+        answer: dict[str, Any] = json.loads(body) if body else {}
+        return answer
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         return self._call("GET", "/stats")
 
     def reset(self) -> None:
@@ -100,7 +104,7 @@ class RemoteImitation:
     def __enter__(self) -> RemoteImitation:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
 
@@ -136,19 +140,21 @@ class Deliveries:
     def __enter__(self) -> Deliveries:
         original, at = self._original, self.at
 
-        def invoke(pool, function, payload):  # the method it stands in for
+        def invoke(
+            pool: step_workers_module.StepWorkers, function: str, payload: Any
+        ) -> dict[str, Any] | None:  # the method it stands in for
             if isinstance(payload, dict) and "step" in payload:
                 at[(str(payload["run"]["run_id"]), int(payload["step"]["index"]))] = dt.datetime.now(dt.UTC)
             return original(pool, function, payload)
 
-        step_workers_module.StepWorkers.invoke = invoke
+        setattr(step_workers_module.StepWorkers, "invoke", invoke)  # noqa: B010 (mypy refuses assigning a method)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        step_workers_module.StepWorkers.invoke = self._original
+        setattr(step_workers_module.StepWorkers, "invoke", self._original)  # noqa: B010
 
 
-def spread_ms(times: list[dt.datetime], since: dt.datetime) -> dict:
+def spread_ms(times: list[dt.datetime], since: dt.datetime) -> dict[str, Any]:
     """Median, p90 and max of `times` after `since`, in ms."""
     delays = sorted((t - since).total_seconds() * 1000 for t in times)
     return {
@@ -164,14 +170,14 @@ def ts(text: str) -> dt.datetime:
 
 def one_run(
     svc: Services, engine: LocalEngine, api: RemoteImitation, ws: Path, n: int, gate: bool, deliveries: Deliveries | None = None
-) -> dict:
+) -> dict[str, Any]:
     api.reset()
     run = create_run(svc, ws, "fanout", {"items": [f"item-{i}" for i in range(n)]}, options={"gate": gate})
     started = time.perf_counter()
     final = engine.drive(run.tenant, run.id, tick_s=0.02).run
     wall = time.perf_counter() - started
     stats = api.stats()
-    out = {
+    out: dict[str, Any] = {
         "n": n,
         "gate": gate,
         "status": str(final.status),
@@ -188,16 +194,17 @@ def one_run(
         lead, siblings = final.steps[0], final.steps[1:]
         opened = [e for e in lead.events if e.type == "gate" and e.data and "opened_at" in e.data]
         if opened:
-            first_event = ts(opened[0].data["opened_at"])
-            out["tokens_released_ms"] = round((ts(opened[0].data["released_at"]) - first_event).total_seconds() * 1000, 1)
-            started = [ts(s.started_at) for s in siblings]
-            claimed = spread_ms(started, first_event)
+            gate_data = cast(dict[str, Any], opened[0].data)  # the filter above kept only events with data
+            first_event = ts(gate_data["opened_at"])
+            out["tokens_released_ms"] = round((ts(gate_data["released_at"]) - first_event).total_seconds() * 1000, 1)
+            starts = [ts(cast(str, s.started_at)) for s in siblings]  # released siblings have started
+            claimed = spread_ms(starts, first_event)
             out["release_ms_median"], out["release_ms_p90"], out["release_ms_max"] = (
                 claimed["median"],
                 claimed["p90"],
                 claimed["max"],
             )
-            out["siblings_before_first_event"] = sum(1 for t in started if t < first_event)
+            out["siblings_before_first_event"] = sum(1 for t in starts if t < first_event)
             # Where a sibling's start goes: the engine hands its call to a worker, the worker
             # claims it (above), the step's first model request begins.
             handed = [deliveries.at[(final.id, s.index)] for s in siblings if deliveries and (final.id, s.index) in deliveries.at]
@@ -209,7 +216,7 @@ def one_run(
     return out
 
 
-def _starts(r: dict) -> dict:
+def _starts(r: dict[str, Any]) -> dict[str, Any]:
     """A gated run's sibling starts after its lead's first event, in ms: claimed (median,
     max), handed to a worker (max), first model request begun (max)."""
     return {
@@ -221,7 +228,7 @@ def _starts(r: dict) -> dict:
     }
 
 
-def gate_on_prefix_dollars(run: Run, n: int, price: Price) -> dict:
+def gate_on_prefix_dollars(run: Run, n: int, price: Price) -> dict[str, Any]:
     """What the run's steps paid for the stable prefix (each step's first model call, as the
     store recorded it), against the formula for one cold prefix and N - 1 warm reads."""
     firsts = [min(step.calls, key=lambda call: call.n) for step in run.steps if step.calls]
@@ -238,9 +245,9 @@ def gate_on_prefix_dollars(run: Run, n: int, price: Price) -> dict:
     }
 
 
-def prefix_cost(r: dict, prefix_tokens: int) -> float:
+def prefix_cost(r: dict[str, Any], prefix_tokens: int) -> float:
     """The prefix's cost in units of one uncached prefix: writes at 1.25, reads at 0.1."""
-    return (1.25 * r["cache_write_tokens"] + 0.1 * r["cache_read_tokens"]) / prefix_tokens
+    return float((1.25 * r["cache_write_tokens"] + 0.1 * r["cache_read_tokens"]) / prefix_tokens)
 
 
 def services(
@@ -248,14 +255,17 @@ def services(
 ) -> Services:
     """A SQLite store under `root`, with `executor` (the Claude executor) calling the imitation."""
     settings = Settings(
-        anthropic_api_key=api.key, anthropic_base_url=api.url, capture_dir=str(root / "captures"), step_workers=step_workers
+        anthropic_api_key=SecretStr(api.key),
+        anthropic_base_url=api.url,
+        capture_dir=str(root / "captures"),
+        step_workers=step_workers,
     )
     svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
     svc.executors["anthropic"] = executor(api_key=api.key, base_url=api.url)
     return svc
 
 
-def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict:
+def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict[str, Any]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, RemoteImitation(ttft_ms=TTFT_MS, token_ms=1) as api, Deliveries() as deliveries:
         root = Path(tmp)
@@ -316,7 +326,7 @@ def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict:
     }
 
 
-def markdown(r: dict) -> str:
+def markdown(r: dict[str, Any]) -> str:
     lines = [
         f"## warm_gate — fan-outs of one agent on the Messages API imitation (ttft {r['ttft_ms']} ms, {r['model']})",
         "",

@@ -3,11 +3,12 @@ real state machine definition on the embedded engine."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from helpers import services_on, store_kinds
+from helpers import FlowRunner, ServicesOn, services_on, store_kinds
 
 from laneflow.adapters.engine.local import DriveResult
 from laneflow.adapters.store import open_store
@@ -54,7 +55,7 @@ def svc(tmp_path: Path) -> Services:
 
 
 @pytest.fixture
-def on(store_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def on(store_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServicesOn]:
     """on(**env) -> Services on the store of `store_kind`, SQLite or DynamoDB under moto (one
     per test); `env` is the environment its settings are read from."""
     opened: list[Any] = []
@@ -65,13 +66,13 @@ def on(store_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         return cm.__enter__()
 
     make.kind = store_kind  # type: ignore[attr-defined]
-    yield make
+    yield cast(ServicesOn, make)
     for cm in reversed(opened):
         cm.__exit__(None, None, None)
 
 
 @pytest.fixture
-def run_flow(svc: Services):
+def run_flow(svc: Services) -> FlowRunner:
     """run_flow(workspace, flow, input) -> DriveResult, through the real definition."""
 
     engine = local_engine(svc)
@@ -81,4 +82,4 @@ def run_flow(svc: Services):
         return engine.drive(run.tenant, run.id, tick_s=0.02)
 
     _run.engine = engine  # type: ignore[attr-defined]
-    return _run
+    return cast(FlowRunner, _run)

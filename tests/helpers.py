@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import boto3
 import pytest
@@ -24,14 +24,17 @@ from moto import mock_aws
 
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
-from laneflow.domain.records import Run
-from laneflow.ports import Services, StepJob
+from laneflow.domain.records import EventType, ModelCall, Run
+from laneflow.ports import Services, StepInbox, StepJob
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
 
 # The engine's threads against moto's DynamoDB (see laneflow_dev/moto_support.py).
 from laneflow_dev.moto_support import serialized_dynamodb as moto_dynamodb_serialized
+
+if TYPE_CHECKING:
+    from laneflow.adapters.engine.local import DriveResult, LocalEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -59,6 +62,22 @@ __all__ = [
 
 
 STORE_KINDS = ("sqlite", "dynamodb")
+
+
+class ServicesOn(Protocol):
+    """The `on` fixture: on(**env) -> Services on the store of the test's `store_kind`."""
+
+    kind: str
+
+    def __call__(self, **env: str) -> Services: ...
+
+
+class FlowRunner(Protocol):
+    """The `run_flow` fixture: run_flow(workspace, flow, input) -> DriveResult, on its `engine`."""
+
+    engine: LocalEngine
+
+    def __call__(self, workspace: str | Path, flow: str, run_input: Any = None, **kwargs: Any) -> DriveResult: ...
 
 
 def store_kinds(config: pytest.Config) -> list[str]:
@@ -145,8 +164,8 @@ def stored_bytes(kind: str, tmp_path: Path) -> bytes:
         for page in db.get_paginator("scan").paginate(TableName=DYNAMODB_TABLE):
             parts.append(json.dumps(page["Items"], ensure_ascii=False).encode())
         s3 = boto3.client("s3", region_name=DYNAMODB_REGION)
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=DYNAMODB_BUCKET):
-            for obj in page.get("Contents", []):
+        for listing in s3.get_paginator("list_objects_v2").paginate(Bucket=DYNAMODB_BUCKET):
+            for obj in listing.get("Contents", []):
                 parts.append(s3.get_object(Bucket=DYNAMODB_BUCKET, Key=obj["Key"])["Body"].read())
     return b"\n".join(parts)
 
@@ -196,15 +215,33 @@ def wait_for_run(
 class Sink:
     """What an executor reports to, kept in memory (the store-backed sink is tested end to end)."""
 
-    def __init__(self, stop_after_s: float | None = None):
-        self.events: list[tuple[str, str, dict | None]] = []
+    inbox: StepInbox | None  # declared for the ExecutionSink protocol; never set (no colleagues)
+
+    def __init__(self, stop_after_s: float | None = None) -> None:
+        self.events: list[tuple[str, str, dict[str, Any] | None]] = []
         self._stop_at = time.monotonic() + stop_after_s if stop_after_s is not None else None
 
-    def event(self, type, text, data=None):
+    def event(self, type: EventType | str, text: str, data: dict[str, Any] | None = None) -> None:
         self.events.append((str(type), text, data))
 
     def stopped(self) -> bool:
         return self._stop_at is not None and time.monotonic() >= self._stop_at
+
+    # The rest of ExecutionSink: what the tools and the call watch that use this sink never call.
+    def first_event(self) -> None:
+        raise AssertionError("not expected of this sink")
+
+    def prefix_uncacheable(self, tokens: int, minimum: int) -> None:
+        raise AssertionError("not expected of this sink")
+
+    def begin_turn(self) -> None:
+        raise AssertionError("not expected of this sink")
+
+    def call(self, span: ModelCall) -> ModelCall:
+        raise AssertionError("not expected of this sink")
+
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None:
+        raise AssertionError("not expected of this sink")
 
 
 def step_job(ws: Path, **fields: Any) -> StepJob:
@@ -226,3 +263,11 @@ def step_job(ws: Path, **fields: Any) -> StepJob:
         agent_path="agents/worker",
     )
     return StepJob(**{**base, **fields})
+
+
+def read_capture(svc: Services, ref: str) -> dict[str, Any]:
+    """A capture read back from the services' capture sink (FolderCaptures and S3Captures
+    read one back; the port itself only writes)."""
+    captures: Any = svc.captures
+    record: dict[str, Any] = captures.get(ref)
+    return record

@@ -1,6 +1,9 @@
 """WaitForLead: A sibling's gate rendezvous; its token is completed when its lead's reply begins. (thin handler: parse, one domain call, shape)."""
 
+from typing import Any
+
 from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from laneflow.domain.messages import WaitForLeadRequest
 from laneflow.entrypoints.lambda_handler import lambda_handler
@@ -10,5 +13,5 @@ from laneflow.wiring import services
 
 @lambda_handler
 @event_parser(model=WaitForLeadRequest)
-def handler(event: WaitForLeadRequest, context):
+def handler(event: WaitForLeadRequest, context: LambdaContext) -> dict[str, Any]:
     return wait_for_lead(services(), event).model_dump(mode="json")

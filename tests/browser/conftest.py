@@ -22,7 +22,7 @@ REQUIRED = os.environ.get("LANEFLOW_REQUIRE_BROWSER") == "1"
 def _without_browser() -> None:
     if REQUIRED:
         pytest.fail(f"LANEFLOW_REQUIRE_BROWSER=1 but {REASON}")
-    pytest.skip(REASON)
+    pytest.skip(REASON)  # type: ignore[arg-type]
 
 
 WORKSPACES = ("ws_claude", "ws_gate", "ws_control", "ws_ask")

@@ -7,21 +7,24 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import pytest
 from playwright.sync_api import expect
+
+from laneflow_dev import browser as harness
 
 pytestmark = pytest.mark.slow
 
 LANE = "analyst@claude-sonnet-4-6"
 
 
-def run_page(page, served, run_id: str) -> None:
+def run_page(page: Any, served: Any, run_id: str) -> None:
     page.goto(f"{served.url}/#/runs/{run_id}")
     expect(page.locator(f'.run[data-run="{run_id}"]')).to_be_visible()
 
 
-def test_the_list_shows_each_run_with_its_status_flow_and_cost(page, served):
+def test_the_list_shows_each_run_with_its_status_flow_and_cost(page: Any, served: harness.Served) -> None:
     # Given two runs that have ended, one on Claude (through the imitation), one on the stub,
     gated = served.start("ws_claude", "fanout")
     stub = served.start("ws_gate", "fanout")
@@ -55,7 +58,9 @@ def test_the_list_shows_each_run_with_its_status_flow_and_cost(page, served):
     assert not page.errors
 
 
-def test_a_gated_fan_out_shows_its_lane_with_one_cold_prefix_its_gate_waits_and_cache_figures(page, served):
+def test_a_gated_fan_out_shows_its_lane_with_one_cold_prefix_its_gate_waits_and_cache_figures(
+    page: Any, served: harness.Served
+) -> None:
     run_id = served.start("ws_claude", "fanout")
     run = served.wait(run_id, "completed")
     lead, *siblings = run.steps
@@ -92,7 +97,7 @@ def test_a_gated_fan_out_shows_its_lane_with_one_cold_prefix_its_gate_waits_and_
     assert not page.errors
 
 
-def test_live_updates_keep_an_opened_step_open_while_the_run_changes(page, served):
+def test_live_updates_keep_an_opened_step_open_while_the_run_changes(page: Any, served: harness.Served) -> None:
     # Given a run whose siblings wait for a lead that takes 20 s,
     run_id = served.start("ws_gate", "stop")
     served.wait(run_id, "running")
@@ -111,7 +116,7 @@ def test_live_updates_keep_an_opened_step_open_while_the_run_changes(page, serve
     assert any(url.endswith(f"/runs/{run_id}/stream") for url in page.requests)
 
 
-def test_stop_on_a_running_run_ends_it_and_skips_the_siblings_waiting_for_their_lead(page, served):
+def test_stop_on_a_running_run_ends_it_and_skips_the_siblings_waiting_for_their_lead(page: Any, served: harness.Served) -> None:
     # Given a fan-out whose lead takes 20 s to reply (its siblings wait for it),
     run_id = served.start("ws_gate", "stop")
     served.wait(run_id, "running")
@@ -130,7 +135,7 @@ def test_stop_on_a_running_run_ends_it_and_skips_the_siblings_waiting_for_their_
     expect(page.get_by_role("button", name="Stop")).to_have_count(0)
 
 
-def test_approve_on_a_parked_run_continues_it_to_completion(page, served):
+def test_approve_on_a_parked_run_continues_it_to_completion(page: Any, served: harness.Served) -> None:
     run_id = served.start("ws_control", "approval")
     served.wait(run_id, "awaiting-approval")
     run_page(page, served, run_id)
@@ -143,7 +148,7 @@ def test_approve_on_a_parked_run_continues_it_to_completion(page, served):
     expect(page.locator(".run")).to_have_attribute("data-status", "completed", timeout=15000)
 
 
-def test_reject_from_the_list_fails_the_parked_run(page, served):
+def test_reject_from_the_list_fails_the_parked_run(page: Any, served: harness.Served) -> None:
     run_id = served.start("ws_control", "approval")
     served.wait(run_id, "awaiting-approval")
     page.goto(served.url + "/")
@@ -157,7 +162,7 @@ def test_reject_from_the_list_fails_the_parked_run(page, served):
     expect(row.locator('[data-k="status"]')).to_have_text("failed")
 
 
-def test_at_a_phones_width_nothing_overflows_and_every_request_stays_on_the_server(chromium, served):
+def test_at_a_phones_width_nothing_overflows_and_every_request_stays_on_the_server(chromium: Any, served: harness.Served) -> None:
     run_id = served.start("ws_claude", "fanout")
     served.wait(run_id, "completed")
     context = chromium.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
@@ -178,7 +183,9 @@ def test_at_a_phones_width_nothing_overflows_and_every_request_stays_on_the_serv
     assert requests and all(url.startswith(served.url + "/") for url in requests), requests
 
 
-def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_changed_layer(page, served):
+def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_changed_layer(
+    page: Any, served: harness.Served
+) -> None:
     # Given a real record, as a newer API answers it: with `lanes` rows and a step's
     # `cache_break` (and that step's `skills` layer changed since the agent's previous step),
     run_id = served.start("ws_claude", "fanout")
@@ -228,7 +235,7 @@ def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_cha
     expect(page.locator('[data-k="live"]')).to_have_text("polling")  # no stream: it polls
 
 
-def test_a_step_waiting_on_a_question_shows_an_answer_box_whose_answer_reaches_it(page, served):
+def test_a_step_waiting_on_a_question_shows_an_answer_box_whose_answer_reaches_it(page: Any, served: harness.Served) -> None:
     # Given a step that asks a person and waits,
     run_id = served.start("ws_ask", "ask")
     served.wait(run_id, "running")

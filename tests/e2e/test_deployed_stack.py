@@ -8,6 +8,7 @@ import json
 import os
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ API = os.environ.get("LANEFLOW_E2E_API", "").rstrip("/")
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not API, reason="no deployed stack (set LANEFLOW_E2E_API to its ApiUrl)")]
 
 
-def signed(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+def signed(method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
     """An IAM-signed (SigV4) request, as the API's authorization requires."""
     import boto3
     from botocore.auth import SigV4Auth
@@ -24,7 +25,7 @@ def signed(method: str, path: str, body: dict | None = None) -> tuple[int, dict]
     session = boto3.Session()
     data = json.dumps(body).encode() if body is not None else None
     request = AWSRequest(method=method, url=API + path, data=data, headers={"Content-Type": "application/json"})
-    SigV4Auth(session.get_credentials(), "execute-api", session.region_name or "us-east-1").add_auth(request)
+    SigV4Auth(session.get_credentials(), "execute-api", session.region_name or "us-east-1").add_auth(request)  # type: ignore[arg-type]
     req = urllib.request.Request(API + path, data=data, method=method, headers=dict(request.headers))
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
@@ -33,7 +34,7 @@ def signed(method: str, path: str, body: dict | None = None) -> tuple[int, dict]
         return err.code, json.loads(err.read() or b"{}")
 
 
-def test_a_run_started_on_the_deployed_api_runs_to_its_end():
+def test_a_run_started_on_the_deployed_api_runs_to_its_end() -> None:
     status, run = signed("POST", "/runs", {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides", "kelp"]}})
     assert status == 201, run
     deadline = time.monotonic() + 600
@@ -46,6 +47,6 @@ def test_a_run_started_on_the_deployed_api_runs_to_its_end():
     assert all(step["status"] == "completed" for step in record["steps"])
 
 
-def test_a_malformed_start_is_a_400_naming_the_field():
+def test_a_malformed_start_is_a_400_naming_the_field() -> None:
     status, body = signed("POST", "/runs", {"workspace": "newsroom"})
     assert status == 400 and "flow" in body["message"]

@@ -22,7 +22,7 @@ class RecordingDrives:
     """A DriveStarter that records what it was asked to start; with an engine, it also
     drives the run there and then (to its end or its park)."""
 
-    def __init__(self, engine: LocalEngine | None = None):
+    def __init__(self, engine: LocalEngine | None = None) -> None:
         self.started: list[tuple[str, str]] = []
         self.engine = engine
 

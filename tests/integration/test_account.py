@@ -11,6 +11,7 @@ import pytest
 from helpers import FIXTURES
 
 from laneflow.domain.prompt import build_system_prompt
+from laneflow.domain.records import PromptLayer
 from laneflow.domain.workspace import load_agent, load_workspace
 from laneflow.entrypoints.cli import main
 
@@ -23,14 +24,16 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'account.db'}"
 
 
-def agents_md_layer(workspace: Path, agent: str, account: Path | None):
+def agents_md_layer(workspace: Path, agent: str, account: Path | None) -> PromptLayer:
     ws = load_workspace(workspace, account)
     [layer] = [each for each in build_system_prompt(ws, load_agent(ws, agent)).records() if each.name == "agents.md"]
     return layer
 
 
 @pytest.mark.slow
-def test_an_account_agents_md_reaches_every_step_and_every_retry_of_a_run(tmp_path, store_url, capsys):
+def test_an_account_agents_md_reaches_every_step_and_every_retry_of_a_run(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     account = tmp_path / "account"
     account.mkdir()
     (account / "AGENTS.md").write_text(f"---\nbudget: 2.5\n---\n{ACCOUNT_RULE}\n")
@@ -46,7 +49,9 @@ def test_an_account_agents_md_reaches_every_step_and_every_retry_of_a_run(tmp_pa
         assert layer != agents_md_layer(WS, step["agent"], None).model_dump()  # without it, another layer
 
 
-def test_a_missing_account_folder_is_refused_before_the_run_starts(tmp_path, store_url, capsys):
+def test_a_missing_account_folder_is_refused_before_the_run_starts(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["run", str(WS), "retry", "--account", str(tmp_path / "nowhere"), "--store", store_url]) == 2
     assert "no account AGENTS.md at" in capsys.readouterr().err
     assert main(["runs", "--store", store_url, "--json"]) == 0

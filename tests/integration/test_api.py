@@ -6,6 +6,7 @@ the sample events: test_api_document.py; `laneflow serve` over real HTTP: test_a
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from api_calls import START, RecordingDrives, api_services, call, problem_fields, start
@@ -26,7 +27,7 @@ def api_svc(svc: Services) -> Services:
 # -- starting ----------------------------------------------------------------------------------
 
 
-def test_start_answers_201_with_the_queued_run_and_its_location_and_starts_one_drive(api_svc):
+def test_start_answers_201_with_the_queued_run_and_its_location_and_starts_one_drive(api_svc: Services) -> None:
     status, run, headers = call(api_svc, "POST", "/runs", {**START, "input": {"topic": "kelp"}})
 
     assert status == 201
@@ -39,7 +40,7 @@ def test_start_answers_201_with_the_queued_run_and_its_location_and_starts_one_d
     assert api_svc.store.get_run("acme", run["id"]).status == RunStatus.queued
 
 
-def test_a_repeated_start_with_the_same_key_returns_the_same_run_and_starts_no_second_drive(api_svc):
+def test_a_repeated_start_with_the_same_key_returns_the_same_run_and_starts_no_second_drive(api_svc: Services) -> None:
     body = {**START, "idempotency_key": "nightly-2026-11-30"}
     first = start(api_svc, body)
     assert first["id"] == idempotent_run_id("acme", "nightly-2026-11-30")
@@ -56,7 +57,7 @@ def test_a_repeated_start_with_the_same_key_returns_the_same_run_and_starts_no_s
     assert len(api_svc.store.list_runs("acme")) == 1
 
 
-def test_the_same_idempotency_key_with_a_different_request_is_a_409_and_starts_nothing(api_svc):
+def test_the_same_idempotency_key_with_a_different_request_is_a_409_and_starts_nothing(api_svc: Services) -> None:
     start(api_svc, {**START, "idempotency_key": "k1"})
 
     status, body, _ = call(api_svc, "POST", "/runs", {**START, "input": {"other": True}, "idempotency_key": "k1"})
@@ -65,7 +66,7 @@ def test_the_same_idempotency_key_with_a_different_request_is_a_409_and_starts_n
     assert len(api_svc.drives.started) == 1 and len(api_svc.store.list_runs("acme")) == 1
 
 
-def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc):
+def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc: Services) -> None:
     a = start(api_svc, {**START, "idempotency_key": "same"}, tenant="acme")
     b = start(api_svc, {**START, "idempotency_key": "same"}, tenant="globex")
 
@@ -83,7 +84,9 @@ def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc
         ({**START, "idempotency_key": ""}, "idempotency_key"),  # too short
     ],
 )
-def test_a_start_that_does_not_fit_its_model_is_a_400_naming_the_field_and_writes_nothing(api_svc, body, field):
+def test_a_start_that_does_not_fit_its_model_is_a_400_naming_the_field_and_writes_nothing(
+    api_svc: Services, body: Any, field: str
+) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", body)
 
     assert status == 400
@@ -92,13 +95,13 @@ def test_a_start_that_does_not_fit_its_model_is_a_400_naming_the_field_and_write
     assert "globex" not in json.dumps(payload)  # the offending value is not echoed
 
 
-def test_a_malformed_body_is_a_400_saying_so(api_svc):
+def test_a_malformed_body_is_a_400_saying_so(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", raw_body="{workspace: ")
 
     assert status == 400 and payload["problems"][0]["in"] == "body" and "JSON" in payload["problems"][0]["message"]
 
 
-def test_an_invalid_flow_is_a_400_listing_every_problem_with_its_file_and_no_local_path(api_svc):
+def test_an_invalid_flow_is_a_400_listing_every_problem_with_its_file_and_no_local_path(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", {"workspace": "ws_broken", "flow": "messy"})
 
     assert status == 400
@@ -108,14 +111,14 @@ def test_an_invalid_flow_is_a_400_listing_every_problem_with_its_file_and_no_loc
     assert api_svc.drives.started == [] and api_svc.store.list_runs("acme") == []
 
 
-def test_an_input_that_does_not_fit_the_flows_schema_is_a_400_naming_it(api_svc):
+def test_an_input_that_does_not_fit_the_flows_schema_is_a_400_naming_it(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", {"workspace": "ws_ok", "flow": "brief", "input": {}})
 
     assert status == 400 and "input" in payload["message"]
     assert any("topics" in json.dumps(p) for p in payload["problems"])
 
 
-def test_an_unknown_workspace_is_a_404_and_an_unknown_flow_a_400(api_svc):
+def test_an_unknown_workspace_is_a_404_and_an_unknown_flow_a_400(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", {"workspace": "nowhere", "flow": "brief"})
     assert status == 404 and payload["message"] == "no workspace 'nowhere'"
 
@@ -123,7 +126,7 @@ def test_an_unknown_workspace_is_a_404_and_an_unknown_flow_a_400(api_svc):
     assert status == 400 and "no flow 'nothing'" in payload["message"]
 
 
-def test_without_a_drive_starter_a_start_is_a_503_and_nothing_is_written(api_svc):
+def test_without_a_drive_starter_a_start_is_a_503_and_nothing_is_written(api_svc: Services) -> None:
     api_svc.drives = None
 
     status, payload, _ = call(api_svc, "POST", "/runs", START)
@@ -132,7 +135,7 @@ def test_without_a_drive_starter_a_start_is_a_503_and_nothing_is_written(api_svc
     assert api_svc.store.list_runs("acme") == []
 
 
-def test_an_unexpected_error_is_a_500_with_a_generic_message_never_its_details(api_svc):
+def test_an_unexpected_error_is_a_500_with_a_generic_message_never_its_details(api_svc: Services) -> None:
     class Broken:
         def start(self, tenant: str, run_id: str) -> str:
             raise RuntimeError("boom at /home/ops/.aws/credentials secret=hunter2")
@@ -147,7 +150,7 @@ def test_an_unexpected_error_is_a_500_with_a_generic_message_never_its_details(a
 # -- reading -----------------------------------------------------------------------------------
 
 
-def test_list_shows_the_callers_runs_newest_first_up_to_the_limit_and_get_shows_the_steps(api_svc):
+def test_list_shows_the_callers_runs_newest_first_up_to_the_limit_and_get_shows_the_steps(api_svc: Services) -> None:
     ids = [start(api_svc)["id"] for _ in range(3)]
 
     status, payload, _ = call(api_svc, "GET", "/runs")
@@ -162,13 +165,13 @@ def test_list_shows_the_callers_runs_newest_first_up_to_the_limit_and_get_shows_
     assert [(s["index"], s["status"]) for s in run["steps"]] == [(0, "pending"), (1, "pending"), (2, "pending")]
 
 
-def test_a_limit_that_is_not_a_positive_number_is_a_400_naming_it(api_svc):
+def test_a_limit_that_is_not_a_positive_number_is_a_400_naming_it(api_svc: Services) -> None:
     for bad in ("abc", "0"):
         status, payload, _ = call(api_svc, "GET", "/runs", query={"limit": bad})
         assert status == 400 and problem_fields(payload) == {"limit"}
 
 
-def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_and_approval(api_svc):
+def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_and_approval(api_svc: Services) -> None:
     theirs = start(api_svc, tenant="acme")["id"]
     missing = "run-20000101-000000-000000"
 
@@ -184,7 +187,7 @@ def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_an
     assert len(api_svc.drives.started) == 1
 
 
-def test_no_identity_is_a_401_on_every_run_route(api_svc):
+def test_no_identity_is_a_401_on_every_run_route(api_svc: Services) -> None:
     for method, path, body in (
         ("POST", "/runs", START),
         ("GET", "/runs", None),
@@ -198,7 +201,7 @@ def test_no_identity_is_a_401_on_every_run_route(api_svc):
     assert api_svc.drives.started == []
 
 
-def test_a_cognito_callers_tenant_claim_wins_over_the_account_id(api_svc):
+def test_a_cognito_callers_tenant_claim_wins_over_the_account_id(api_svc: Services) -> None:
     run = start(api_svc, tenant="123456789012", cognito="acme")
 
     assert run["tenant"] == "acme"
@@ -209,7 +212,7 @@ def test_a_cognito_callers_tenant_claim_wins_over_the_account_id(api_svc):
 # -- stop and approvals ------------------------------------------------------------------------
 
 
-def test_stop_closes_a_queued_run_at_once_and_a_second_stop_says_already(api_svc):
+def test_stop_closes_a_queued_run_at_once_and_a_second_stop_says_already(api_svc: Services) -> None:
     run_id = start(api_svc)["id"]
 
     status, payload, _ = call(api_svc, "POST", f"/runs/{run_id}/stop")
@@ -220,7 +223,7 @@ def test_stop_closes_a_queued_run_at_once_and_a_second_stop_says_already(api_svc
     assert status == 200 and "already stopped" in payload["message"]
 
 
-def test_approving_a_parked_run_continues_it_in_a_new_drive_to_completion(api_svc):
+def test_approving_a_parked_run_continues_it_in_a_new_drive_to_completion(api_svc: Services) -> None:
     # Given a run really driven (the embedded engine, the real definition) to its approval,
     api_svc.drives = RecordingDrives(local_engine(api_svc))
     run_id = start(api_svc)["id"]
@@ -249,7 +252,7 @@ def _parked_run(svc: Services, tenant: str = "acme") -> str:
     return run.id
 
 
-def test_rejecting_a_parked_run_fails_it_and_starts_no_drive(api_svc):
+def test_rejecting_a_parked_run_fails_it_and_starts_no_drive(api_svc: Services) -> None:
     run_id = _parked_run(api_svc)
 
     status, run, _ = call(api_svc, "POST", f"/runs/{run_id}/approval", {"approve": False})
@@ -258,7 +261,7 @@ def test_rejecting_a_parked_run_fails_it_and_starts_no_drive(api_svc):
     assert api_svc.drives.started == []
 
 
-def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc):
+def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc: Services) -> None:
     run_id = start(api_svc)["id"]
 
     status, payload, _ = call(api_svc, "POST", f"/runs/{run_id}/approval", {"approve": True})
@@ -267,7 +270,7 @@ def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc):
     assert len(api_svc.drives.started) == 1
 
 
-def test_an_approval_answer_must_be_a_boolean(api_svc):
+def test_an_approval_answer_must_be_a_boolean(api_svc: Services) -> None:
     for body in ({}, {"approve": "yes"}, {"approve": True, "note": "x"}):
         status, payload, _ = call(api_svc, "POST", "/runs/run-x/approval", body)
         assert status == 400 and problem_fields(payload) & {"approve", "note"}

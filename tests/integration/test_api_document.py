@@ -28,7 +28,7 @@ def api_svc(svc: Services) -> Services:
 # -- the document and the viewer ---------------------------------------------------------------
 
 
-def test_the_openapi_document_lists_every_route(api_svc):
+def test_the_openapi_document_lists_every_route(api_svc: Services) -> None:
     status, document, _ = call(api_svc, "GET", "/openapi.json", tenant=None)
 
     assert status == 200 and document["openapi"].startswith("3.")
@@ -56,7 +56,7 @@ def test_the_openapi_document_lists_every_route(api_svc):
     }
 
 
-def test_the_openapi_document_lists_the_400s_it_answers_and_never_a_422(api_svc):
+def test_the_openapi_document_lists_the_400s_it_answers_and_never_a_422(api_svc: Services) -> None:
     _, document, _ = call(api_svc, "GET", "/openapi.json", tenant=None)
 
     for path, operations in document["paths"].items():
@@ -72,7 +72,7 @@ def test_the_openapi_document_lists_the_400s_it_answers_and_never_a_422(api_svc)
     assert status == 400 and problem_fields(payload) == {"limit"}
 
 
-def test_the_openapi_document_declares_sigv4_and_cognito_and_the_stages_server(api_svc):
+def test_the_openapi_document_declares_sigv4_and_cognito_and_the_stages_server(api_svc: Services) -> None:
     event = rest_event("GET", "/openapi.json", tenant=None)
     event["headers"] = {"Host": "abc123.execute-api.eu-west-1.amazonaws.com", "X-Forwarded-Proto": "https"}
     document = json.loads(resolve(event, None, api_svc)["body"])
@@ -98,7 +98,9 @@ def test_the_openapi_document_declares_sigv4_and_cognito_and_the_stages_server(a
         ("OPTIONS", "/runs", "GET, POST"),
     ],
 )
-def test_an_unsupported_method_on_a_known_route_is_a_405_with_allow(api_svc, method, path, allowed):
+def test_an_unsupported_method_on_a_known_route_is_a_405_with_allow(
+    api_svc: Services, method: str, path: str, allowed: str
+) -> None:
     before = api_svc.store.list_runs("acme")
     status, payload, headers = call(api_svc, method, path, {"approve": True})
     assert status == 405 and headers["allow"] == [allowed]
@@ -106,12 +108,12 @@ def test_an_unsupported_method_on_a_known_route_is_a_405_with_allow(api_svc, met
     assert api_svc.store.list_runs("acme") == before
 
 
-def test_a_path_no_route_has_is_still_a_404(api_svc):
+def test_a_path_no_route_has_is_still_a_404(api_svc: Services) -> None:
     status, payload, headers = call(api_svc, "DELETE", "/no/such/route")
     assert status == 404 and "allow" not in headers and "/openapi.json" in payload["message"]
 
 
-def test_the_viewer_page_loads_its_assets_from_the_stage_under_a_policy_of_this_origin_only(api_svc):
+def test_the_viewer_page_loads_its_assets_from_the_stage_under_a_policy_of_this_origin_only(api_svc: Services) -> None:
     status, page, headers = call(api_svc, "GET", "/", tenant=None)  # through API Gateway: /Prod/
 
     assert status == 200 and headers["content-type"][0].startswith("text/html")
@@ -123,7 +125,7 @@ def test_the_viewer_page_loads_its_assets_from_the_stage_under_a_policy_of_this_
     assert headers["x-content-type-options"] == ["nosniff"]
 
 
-def test_each_viewer_asset_is_served_with_its_type_and_an_unknown_one_is_a_404(api_svc):
+def test_each_viewer_asset_is_served_with_its_type_and_an_unknown_one_is_a_404(api_svc: Services) -> None:
     status, script, headers = call(api_svc, "GET", "/assets/app.js", tenant=None)
     assert status == 200 and headers["content-type"][0].startswith("text/javascript") and 'from "preact"' in script
     status, style, headers = call(api_svc, "GET", "/assets/viewer.css", tenant=None)
@@ -151,7 +153,7 @@ SAMPLE_TENANT = "123456789012"  # the sample events' caller: an IAM identity, it
         ("api_list_questions", 200),
     ],
 )
-def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
+def test_each_sample_event_parses_and_routes_to_its_handler(svc: Services, name: str, status: int) -> None:
     event = json.loads((EVENTS / f"{name}.json").read_text())
     parsed = APIGatewayProxyEventModel.model_validate(event)
     proxy = APIGatewayProxyEvent(event)
@@ -182,7 +184,7 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc, name, status):
         assert payload == {"questions": []}
 
 
-def test_the_lambda_handler_resolves_with_the_installed_services(api_svc):
+def test_the_lambda_handler_resolves_with_the_installed_services(api_svc: Services) -> None:
     spec = importlib.util.spec_from_file_location("laneflow_functions.Api", ROOT / "functions" / "api" / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

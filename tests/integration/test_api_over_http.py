@@ -43,7 +43,7 @@ def http(
 
 
 @pytest.fixture
-def served(api_svc):
+def served(api_svc: Services):
     server = make_server(api_svc, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -53,7 +53,7 @@ def served(api_svc):
     thread.join(5)
 
 
-def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(api_svc, served):
+def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(api_svc: Services, served) -> None:
     status, run, headers = http(served, "POST", "/runs", {**START, "idempotency_key": "k"})
     assert status == 201 and run["tenant"] == api_svc.settings.tenant == "local"
     assert headers["Location"] == f"/runs/{run['id']}"
@@ -88,7 +88,7 @@ def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(ap
         assert head.status == 200 and head.read() == b"" and int(head.headers["Content-Length"]) > 0
 
 
-def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_svc, served):
+def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_svc: Services, served) -> None:
     # Given a run that ends while a browser follows it,
     status, run, _ = http(served, "POST", "/runs", START)
     stream = urllib.request.urlopen(served + f"/runs/{run['id']}/stream", timeout=10)
@@ -107,7 +107,7 @@ def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_sv
     assert http(served, "GET", "/runs/" + "x" * 129 + "/stream")[0] == 400
 
 
-def test_laneflow_serve_answers_concurrent_callers(api_svc, served):
+def test_laneflow_serve_answers_concurrent_callers(api_svc: Services, served) -> None:
     results: list[int] = []
 
     def one(i: int) -> None:
@@ -123,6 +123,6 @@ def test_laneflow_serve_answers_concurrent_callers(api_svc, served):
     assert len(api_svc.drives.started) == 4
 
 
-def test_laneflow_serve_listens_on_loopback_only(api_svc):
+def test_laneflow_serve_listens_on_loopback_only(api_svc: Services) -> None:
     with pytest.raises(InvalidInput, match="loopback"):
         make_server(api_svc, "0.0.0.0", 0)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from api_calls import RecordingDrives, call
 from helpers import write_workspace
 
-from laneflow.domain.records import EventType, RunStatus
+from laneflow.domain.records import EventType, Run, RunStatus
+from laneflow.ports import Services
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import local_engine
 
@@ -19,27 +22,27 @@ TENANT = "acme"
 
 
 @pytest.fixture
-def api_svc(svc):
+def api_svc(svc: Services) -> Services:
     svc.drives = RecordingDrives()
     return svc
 
 
-def asker_run(svc, tmp_path, *, ask_timeout: float = 60):
+def asker_run(svc: Services, tmp_path: Path, *, ask_timeout: float = 60) -> tuple[Run, threading.Thread, list[Any]]:
     agents = {
         "asker": {"tools": ["ask"], "ask_timeout": ask_timeout, "stub": 'tool: ask {"question": "North or south?"}\nAsked.'}
     }
     ws = write_workspace(tmp_path / "ws", agents, {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}})
     run = create_run(svc, ws, "desk", tenant=TENANT)
-    done: list = []
+    done: list[Any] = []
     thread = threading.Thread(target=lambda: done.append(local_engine(svc).drive(TENANT, run.id, tick_s=0.02).run), daemon=True)
     thread.start()
     return run, thread, done
 
 
-def test_a_step_waiting_on_a_question_is_listed_and_the_apis_answer_reaches_it(api_svc, tmp_path):
+def test_a_step_waiting_on_a_question_is_listed_and_the_apis_answer_reaches_it(api_svc: Services, tmp_path: Path) -> None:
     run, thread, done = asker_run(api_svc, tmp_path)
     deadline = time.monotonic() + 30
-    listed: list = []
+    listed: list[Any] = []
     while time.monotonic() < deadline and not listed:
         status, body, _ = call(api_svc, "GET", "/questions", tenant=TENANT)
         assert status == 200
@@ -67,7 +70,7 @@ def test_a_step_waiting_on_a_question_is_listed_and_the_apis_answer_reaches_it(a
     assert status == 409 and "waiting on no question" in body["message"] and "answered" in body["message"]
 
 
-def test_a_bad_answer_is_a_400_and_a_missing_run_or_step_a_404_naming_it(api_svc, tmp_path):
+def test_a_bad_answer_is_a_400_and_a_missing_run_or_step_a_404_naming_it(api_svc: Services, tmp_path: Path) -> None:
     run, thread, done = asker_run(api_svc, tmp_path, ask_timeout=1)
     for body in ({}, {"text": ""}, {"text": 42}, {"text": "ok", "extra": 1}, {"text": "x" * 20_001}):
         status, said, _ = call(api_svc, "POST", f"/runs/{run.id}/steps/0/answer", body, tenant=TENANT)

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import drive, stored_bytes, write_workspace
+from helpers import ServicesOn, drive, stored_bytes, write_workspace
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
 from laneflow.domain.prompt import build_system_prompt
 from laneflow.domain.records import EventType, RunStatus, Step
 from laneflow.domain.workspace import load_agent, load_workspace
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.wiring import for_store
 from laneflow_dev.imitation import MessagesImitation, Reply, default_responder
@@ -145,7 +146,7 @@ def outputs(svc: Any, step: Step) -> list[tuple[str, bool]]:
 # -- the secret header --------------------------------------------------------------------------
 
 
-def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secret(on, tmp_path, server):
+def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secret(on: ServicesOn, tmp_path: Path, server) -> None:
     svc = on()
     ws = tracker_workspace(
         tmp_path,
@@ -174,7 +175,7 @@ def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secre
 # -- what is refused ----------------------------------------------------------------------------
 
 
-def test_another_host_is_refused_as_an_error_and_no_request_leaves(svc, tmp_path, server):
+def test_another_host_is_refused_as_an_error_and_no_request_leaves(svc: Services, tmp_path: Path, server) -> None:
     ws = tracker_workspace(
         tmp_path,
         server.url,
@@ -201,7 +202,7 @@ def test_another_host_is_refused_as_an_error_and_no_request_leaves(svc, tmp_path
     assert '"moved=1"' not in results[6][0] and "/api/v1/echo?moved=1" in results[6][0]
 
 
-def test_a_4xx_a_5xx_and_a_timeout_are_errors_and_the_step_goes_on(svc, tmp_path, server):
+def test_a_4xx_a_5xx_and_a_timeout_are_errors_and_the_step_goes_on(svc: Services, tmp_path: Path, server) -> None:
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/missing"}', '{"path": "/boom"}', '{"path": "/slow"}'], timeout=1.5)
 
     run = drive(svc, ws, "fix")
@@ -216,7 +217,7 @@ def test_a_4xx_a_5xx_and_a_timeout_are_errors_and_the_step_goes_on(svc, tmp_path
     assert waited <= 1.5  # what was left of the step's timeout: 1.5 s, not the 60 s a call may take
 
 
-def test_the_response_is_cut_at_30000_characters_saying_so(svc, tmp_path, server):
+def test_the_response_is_cut_at_30000_characters_saying_so(svc: Services, tmp_path: Path, server) -> None:
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/big"}'])
     run = drive(svc, ws, "fix")
     [(text, failed)] = outputs(svc, run.steps[0])
@@ -224,7 +225,7 @@ def test_the_response_is_cut_at_30000_characters_saying_so(svc, tmp_path, server
     assert not failed and body.startswith("x" * 30_000) and body[30_000:] == "\n[body cut at 30,000 of 45,000 characters]"
 
 
-def test_a_call_input_that_is_not_what_the_tool_takes_is_an_error(svc, tmp_path, server):
+def test_a_call_input_that_is_not_what_the_tool_takes_is_an_error(svc: Services, tmp_path: Path, server) -> None:
     ws = tracker_workspace(
         tmp_path,
         server.url,
@@ -239,7 +240,7 @@ def test_a_call_input_that_is_not_what_the_tool_takes_is_an_error(svc, tmp_path,
 # -- the Claude executor ------------------------------------------------------------------------
 
 
-def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path, server):
+def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path: Path, server) -> None:
     key = "sk-test-0123456789abcdef"
     bodies: list[dict[str, Any]] = []
 
@@ -281,7 +282,7 @@ def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path, server):
 # -- the prompt layer ---------------------------------------------------------------------------
 
 
-def test_an_openapi_files_operations_are_listed_in_the_stable_apis_layer(tmp_path):
+def test_an_openapi_files_operations_are_listed_in_the_stable_apis_layer(tmp_path: Path) -> None:
     ws_root = tracker_workspace(tmp_path, "https://tracker.example.com/api/v1", [])
     agent_md = ws_root / "agents" / "fixer" / "agent.md"
     agent_md.write_text(agent_md.read_text().replace("  headers:", "  openapi: api/openapi.yaml\n  headers:"))
@@ -299,7 +300,9 @@ def test_an_openapi_files_operations_are_listed_in_the_stable_apis_layer(tmp_pat
     assert TOKEN not in prompt.stable + prompt.dynamic
 
 
-def test_in_a_sandboxed_step_the_call_is_made_by_the_sandbox_worker_with_the_same_code(svc, tmp_path, server):
+def test_in_a_sandboxed_step_the_call_is_made_by_the_sandbox_worker_with_the_same_code(
+    svc: Services, tmp_path: Path, server
+) -> None:
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/issues"}', '{"path": "http://example.com/"}'], sandbox=True)
     run = drive(svc, ws, "fix")
     assert run.status == RunStatus.completed, run.error
@@ -310,7 +313,7 @@ def test_in_a_sandboxed_step_the_call_is_made_by_the_sandbox_worker_with_the_sam
     assert TOKEN.encode() not in stored_bytes("sqlite", tmp_path)
 
 
-def test_a_stop_during_a_call_ends_the_step_at_once(svc, tmp_path, server):
+def test_a_stop_during_a_call_ends_the_step_at_once(svc: Services, tmp_path: Path, server) -> None:
     from laneflow.usecases.stop import stop_run
 
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/slow"}'])

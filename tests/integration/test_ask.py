@@ -12,12 +12,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import write_workspace
+from helpers import ServicesOn, write_workspace
+from pydantic import SecretStr
 
 from laneflow.domain.inbox import QuestionStatus
-from laneflow.domain.records import EventType, RunStatus, StepStatus
+from laneflow.domain.records import EventType, Run, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.usecases.answer import NoQuestionWaiting, answer_question, waiting_questions
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.stop import stop_run
@@ -32,10 +35,10 @@ def ask_workspace(root: Path, *, ask_timeout: float = 60, stub: str = f"{ASK}\nA
     return write_workspace(root / "ws", agents, {"desk": {"description": "one asker", "steps": [{"agent": "asker"}]}})
 
 
-def start(svc, ws: Path):
+def start(svc: Services, ws: Path) -> tuple[Run, threading.Thread, list[Any]]:
     """The run, and the thread driving it (the ask blocks its step)."""
     run = create_run(svc, ws, "desk")
-    done: list = []
+    done: list[Any] = []
     thread = threading.Thread(
         target=lambda: done.append(local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run), daemon=True
     )
@@ -43,7 +46,7 @@ def start(svc, ws: Path):
     return run, thread, done
 
 
-def until_asked(svc, run, timeout: float = 30.0):
+def until_asked(svc: Services, run: Run, timeout: float = 30.0) -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         found = waiting_questions(svc, run.tenant, run_id=run.id)
@@ -55,11 +58,12 @@ def until_asked(svc, run, timeout: float = 30.0):
 
 def tool_output(tmp_path: Path, tool: str) -> str:
     said = [json.loads(p.read_text()) for p in sorted((tmp_path / "captures").rglob("*.json"))]
-    return next(c["output"] for c in said if c["tool"] == tool)
+    answer: str = next(c["output"] for c in said if c["tool"] == tool)
+    return answer
 
 
 @pytest.mark.slow
-def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
+def test_an_ask_answered_from_another_process_reaches_the_step(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     run, thread, done = start(svc, ask_workspace(tmp_path))
     waiting = until_asked(svc, run)
@@ -102,7 +106,7 @@ def test_an_ask_answered_from_another_process_reaches_the_step(on, tmp_path):
     assert again.returncode == 2 and "waiting on no question" in again.stderr
 
 
-def test_an_unanswered_ask_times_out_and_the_step_completes(on, tmp_path):
+def test_an_unanswered_ask_times_out_and_the_step_completes(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     run, thread, done = start(svc, ask_workspace(tmp_path, ask_timeout=1))
     thread.join(60)
@@ -118,7 +122,7 @@ def test_an_unanswered_ask_times_out_and_the_step_completes(on, tmp_path):
         answer_question(svc, run.tenant, run.id, 0, "too late")
 
 
-def test_a_stop_during_an_ask_ends_the_step_at_once(on, tmp_path):
+def test_a_stop_during_an_ask_ends_the_step_at_once(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     run, thread, done = start(svc, ask_workspace(tmp_path, ask_timeout=600))
     until_asked(svc, run)
@@ -135,7 +139,7 @@ def test_a_stop_during_an_ask_ends_the_step_at_once(on, tmp_path):
     assert question.status == QuestionStatus.expired and waiting_questions(svc, run.tenant) == []
 
 
-def test_an_ask_never_waits_past_the_steps_own_timeout(svc, tmp_path):
+def test_an_ask_never_waits_past_the_steps_own_timeout(svc: Services, tmp_path: Path) -> None:
     ws = ask_workspace(tmp_path, ask_timeout=600)
     md = ws / "agents" / "asker" / "agent.md"
     md.write_text(md.read_text().replace("tools:", "timeout: 2\ntools:", 1))
@@ -147,7 +151,7 @@ def test_an_ask_never_waits_past_the_steps_own_timeout(svc, tmp_path):
     assert 0 < asked.data["wait_s"] <= 2
 
 
-def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
+def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path: Path) -> None:
     """The Claude executor, through the real SDK, against the Messages API imitation: the
     person's answer comes back to the model as the ask tool's result."""
     from laneflow.adapters.executors.anthropic import AnthropicExecutor
@@ -157,9 +161,9 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
     from laneflow_dev.imitation import MessagesImitation, Reply
 
     key = "sk-test-0123456789abcdef"
-    bodies: list[dict] = []
+    bodies: list[dict[str, Any]] = []
 
-    def respond(body: dict) -> Reply:
+    def respond(body: dict[str, Any]) -> Reply:
         bodies.append(body)
         if not any(m["role"] == "assistant" for m in body["messages"]):
             return Reply(text="Asking.", tool_uses=[{"name": "ask", "input": {"question": "North or south?"}}])
@@ -172,7 +176,7 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
         agents_md="model: claude-sonnet-4-6\n",
     )
     with MessagesImitation(api_keys={key}, responder=respond) as api:
-        settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        settings = Settings(anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         run, thread, done = start(svc, ws)
@@ -188,7 +192,7 @@ def test_on_claude_the_answer_is_the_ask_tools_result(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_attempt(tmp_path):
+def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_attempt(tmp_path: Path) -> None:
     """A `laneflow run` killed while its step waits on a person: reconcile marks the attempt
     interrupted, and its question stops being offered to people."""
     import signal
@@ -208,7 +212,7 @@ def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_atte
     )
     svc = None
     deadline = time.monotonic() + 60
-    waiting: list = []
+    waiting: list[Any] = []
     while time.monotonic() < deadline and not waiting and proc.poll() is None:
         if (tmp_path / "ask.db").exists():
             svc = svc or for_store(open_store(url), Settings(capture_dir=str(tmp_path / "captures")))

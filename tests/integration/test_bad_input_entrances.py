@@ -13,6 +13,7 @@ import pytest
 from api_calls import START, RecordingDrives, call
 from helpers import FIXTURES
 
+from laneflow.adapters.engine.local import DriveResult
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.entrypoints.cli import main
@@ -48,7 +49,9 @@ def two_step_ws(tmp_path: Path, second_agent_md: str = "---\nmodel: stub\n---\nY
 @pytest.mark.parametrize(
     "given, field", [('{"a": NaN}', "$.a"), ('{"a": ["x", Infinity]}', "$.a[1]"), ('{"t": "\\ud800"}', "$.t")]
 )
-def test_nan_in_run_input_is_refused_with_exit_2_naming_the_field_and_nothing_is_written(tmp_path, capsys, given, field):
+def test_nan_in_run_input_is_refused_with_exit_2_naming_the_field_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str, field: str
+) -> None:
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     ws = two_step_ws(tmp_path)
 
@@ -64,7 +67,9 @@ def test_nan_in_run_input_is_refused_with_exit_2_naming_the_field_and_nothing_is
     "given, field, key",
     [('{"a": 1, "a": 2}', "$.a", "a"), ('{"t": [{"x": 1, "y": 2, "x": 3}]}', "$.t[0].x", "x"), ('{"": 1, "": 1}', '$[""]', "")],
 )
-def test_a_repeated_key_in_run_input_is_refused_with_exit_2_naming_it_and_nothing_is_written(tmp_path, capsys, given, field, key):
+def test_a_repeated_key_in_run_input_is_refused_with_exit_2_naming_it_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str, field: str, key: str
+) -> None:
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     ws = two_step_ws(tmp_path)
     (tmp_path / "in.json").write_text(given)
@@ -96,8 +101,8 @@ def test_a_repeated_key_in_run_input_is_refused_with_exit_2_naming_it_and_nothin
     ids=["agent-date", "agent-list-date", "agents-md-date", "flow-date", "flow-overflow", "agent-repeated-key"],
 )
 def test_a_yaml_value_that_cannot_be_constructed_is_a_problem_with_file_line_and_field_for_check_and_run(
-    tmp_path, capsys, rel, text, line, field
-):
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rel: str, text: str, line: int, field: str
+) -> None:
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     ws = two_step_ws(tmp_path)
     (ws / rel).write_text(text)
@@ -115,7 +120,9 @@ def test_a_yaml_value_that_cannot_be_constructed_is_a_problem_with_file_line_and
     assert json.loads(capsys.readouterr().out) == []
 
 
-def test_check_lists_a_type_error_beside_the_stub_cost_and_secret_name_problems_of_the_same_agent_md(tmp_path, capsys):
+def test_check_lists_a_type_error_beside_the_stub_cost_and_secret_name_problems_of_the_same_agent_md(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ws = two_step_ws(
         tmp_path,
         ('---\nmodel: stub\nbudget: "3"\nsecrets: [GOOD_NAME, "bad name"]\nstub: |\n  cost: inf\n  Checked.\n---\nYou check.'),
@@ -130,7 +137,9 @@ def test_check_lists_a_type_error_beside_the_stub_cost_and_secret_name_problems_
     assert any(shown.startswith("agents/checker/agent.md:4: secrets: 'bad name' is not a secret name") for shown in out), out
 
 
-def test_a_literal_unbounded_stub_cost_is_refused_before_the_run_naming_agent_md_and_line(tmp_path, capsys):
+def test_a_literal_unbounded_stub_cost_is_refused_before_the_run_naming_agent_md_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     ws = two_step_ws(tmp_path, "---\nmodel: stub\nstub: |\n  cost: inf\n  Checked.\n---\nYou check.")
 
@@ -144,13 +153,15 @@ def test_a_literal_unbounded_stub_cost_is_refused_before_the_run_naming_agent_md
 # -- the engine ------------------------------------------------------------------------------------
 
 
-def drive(svc: Services, ws: Path, run_input: Any = None):
+def drive(svc: Services, ws: Path, run_input: Any = None) -> DriveResult:
     run = create_run(svc, ws, "f", run_input)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
 
 
 @pytest.mark.parametrize("cost", ["inf", "nan"])
-def test_a_stub_cost_filled_in_as_inf_or_nan_fails_the_step_naming_agent_md_and_the_field(svc, tmp_path, cost):
+def test_a_stub_cost_filled_in_as_inf_or_nan_fails_the_step_naming_agent_md_and_the_field(
+    svc: Services, tmp_path: Path, cost: str
+) -> None:
     # Given an answer whose cost comes from the run's input (so only run time can tell)
     ws = two_step_ws(tmp_path, "---\nmodel: stub\nstub: 'cost: {input.cost}'\n---\nYou check.")
 
@@ -167,7 +178,7 @@ def test_a_stub_cost_filled_in_as_inf_or_nan_fails_the_step_naming_agent_md_and_
     assert "Traceback" not in (run.error or "") and run.cost_usd == 0
 
 
-def test_an_agent_made_unreadable_mid_run_fails_its_step_naming_the_file_and_line(svc, tmp_path):
+def test_an_agent_made_unreadable_mid_run_fails_its_step_naming_the_file_and_line(svc: Services, tmp_path: Path) -> None:
     # Given a run that passed its checks
     ws = two_step_ws(tmp_path)
     run = create_run(svc, ws, "f")
@@ -206,7 +217,9 @@ def api_svc(svc: Services) -> Services:
         ('{"workspace": "ws_contr\\udfff", "flow": "approval"}', "workspace"),
     ],
 )
-def test_nan_infinity_and_surrogates_in_a_start_body_are_a_400_naming_the_field_and_write_nothing(api_svc, raw, field):
+def test_nan_infinity_and_surrogates_in_a_start_body_are_a_400_naming_the_field_and_write_nothing(
+    api_svc: Services, raw: str, field: str
+) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", raw_body=raw)
 
     assert status == 400 and payload["problems"][0]["field"] == field and field in payload["message"]
@@ -223,7 +236,9 @@ def test_nan_infinity_and_surrogates_in_a_start_body_are_a_400_naming_the_field_
         ("/estimates", '{"workspace": "ws_control", "flow": "approval", "input": {"n": 1, "n": 1}}', "input.n"),
     ],
 )
-def test_a_repeated_key_in_a_body_is_a_400_naming_it_and_writes_nothing(api_svc, route, raw, field):
+def test_a_repeated_key_in_a_body_is_a_400_naming_it_and_writes_nothing(
+    api_svc: Services, route: str, raw: str, field: str
+) -> None:
     status, payload, _ = call(api_svc, "POST", route, raw_body=raw)
 
     key = field.rsplit(".", 1)[-1]
@@ -233,20 +248,20 @@ def test_a_repeated_key_in_a_body_is_a_400_naming_it_and_writes_nothing(api_svc,
 
 
 @pytest.mark.parametrize("raw", ["[" * 100_000, '{"input":' * 3000 + "{}" + "}" * 3000, '{"a": "' + "x" * (1024 * 1024) + '"}'])
-def test_a_body_nested_too_deep_or_too_large_is_a_400_never_a_500(api_svc, raw):
+def test_a_body_nested_too_deep_or_too_large_is_a_400_never_a_500(api_svc: Services, raw: Any) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs", raw_body=raw)
 
     assert status == 400 and payload["problems"][0]["in"] == "body"
     assert api_svc.store.list_runs("acme") == []
 
 
-def test_nan_in_an_approval_body_is_a_400_naming_the_field(api_svc):
+def test_nan_in_an_approval_body_is_a_400_naming_the_field(api_svc: Services) -> None:
     status, payload, _ = call(api_svc, "POST", "/runs/run-x/approval", raw_body='{"approve": NaN}')
 
     assert status == 400 and payload["problems"][0]["field"] == "approve"
 
 
-def test_a_base64_body_is_read_as_json_and_one_that_is_not_utf8_is_a_400(api_svc):
+def test_a_base64_body_is_read_as_json_and_one_that_is_not_utf8_is_a_400(api_svc: Services) -> None:
     import base64
 
     from api_calls import rest_event

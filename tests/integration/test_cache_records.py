@@ -8,16 +8,18 @@ import json
 import shutil
 from pathlib import Path
 
-from helpers import FIXTURES, drive
+import pytest
+from helpers import FIXTURES, ServicesOn, drive
 
 from laneflow.domain.records import RunStatus
+from laneflow.ports import Services
 
 
 def _gate_copy(tmp_path: Path) -> Path:
     return Path(shutil.copytree(FIXTURES / "ws_gate", tmp_path / "ws_gate"))
 
 
-def test_a_gated_fan_out_pays_one_cold_prefix_and_its_lane_row_says_so(on, tmp_path):
+def test_a_gated_fan_out_pays_one_cold_prefix_and_its_lane_row_says_so(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     run = drive(svc, _gate_copy(tmp_path), "fanout")
     assert run.status == RunStatus.completed
@@ -34,7 +36,7 @@ def test_a_gated_fan_out_pays_one_cold_prefix_and_its_lane_row_says_so(on, tmp_p
     assert record["steps"][0]["prefix"]["tokens"] == written[0]
 
 
-def test_without_the_gate_every_sibling_writes_and_each_names_the_lead_it_did_not_read(on, tmp_path):
+def test_without_the_gate_every_sibling_writes_and_each_names_the_lead_it_did_not_read(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     run = drive(svc, _gate_copy(tmp_path), "fanout", options={"gate": False})
     record = svc.store.get_run(run.tenant, run.id, detail=True).public()
@@ -48,7 +50,9 @@ def test_without_the_gate_every_sibling_writes_and_each_names_the_lead_it_did_no
             assert b["layer"] == "expired" and b["since"].startswith(f"{run.id}/")
 
 
-def test_a_step_that_writes_reads_only_its_agents_started_steps_never_the_whole_run_in_full(on, tmp_path, monkeypatch):
+def test_a_step_that_writes_reads_only_its_agents_started_steps_never_the_whole_run_in_full(
+    on: ServicesOn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each step that writes its prefix works out its cache_break from the steps of its agent
     that had started (a light read) and, one by one from the nearest, the full records of
     those it needs: a fan-out without the gate, whose first wave all write, read the whole
@@ -77,7 +81,7 @@ def test_a_step_that_writes_reads_only_its_agents_started_steps_never_the_whole_
     assert len(named) == 3 and len(full_steps) <= 2 * len(writers)  # each looked at its nearest
 
 
-def test_a_changed_layer_in_the_next_run_is_named_with_the_step_it_differs_from(on, tmp_path):
+def test_a_changed_layer_in_the_next_run_is_named_with_the_step_it_differs_from(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     ws = _gate_copy(tmp_path)
     first = drive(svc, ws, "lone")
@@ -93,7 +97,9 @@ def test_a_changed_layer_in_the_next_run_is_named_with_the_step_it_differs_from(
     assert again.cache_break == {"layer": "expired", "since": f"{second.id}/{step.index}"}
 
 
-def test_show_prints_lanes_durations_gate_waits_cache_breaks_and_events_and_follow_waits_for_the_end(svc, tmp_path, capsys):
+def test_show_prints_lanes_durations_gate_waits_cache_breaks_and_events_and_follow_waits_for_the_end(
+    svc: Services, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import threading
 
     from laneflow.entrypoints.cli import main
@@ -122,7 +128,7 @@ def test_show_prints_lanes_durations_gate_waits_cache_breaks_and_events_and_foll
     assert json.loads(capsys.readouterr().out)["lanes"][0]["cold_prefixes"] == 1
 
 
-def test_the_apis_run_json_carries_the_lanes_and_each_steps_cache_break(svc, tmp_path):
+def test_the_apis_run_json_carries_the_lanes_and_each_steps_cache_break(svc: Services, tmp_path: Path) -> None:
     from api_calls import call
 
     ws = _gate_copy(tmp_path)

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from helpers import drive, local_engine, write_workspace
+import pytest
+from helpers import ServicesOn, drive, write_workspace
 
 from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import Liveness
@@ -19,11 +20,12 @@ from laneflow.domain.flow import check_workspace
 from laneflow.domain.messages import DriveRef, EndRunRequest
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.entrypoints.cli import main
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.end_run import end_run
 from laneflow.usecases.reconcile import reconcile
 from laneflow.usecases.start_run_idempotent import idempotent_run_id
-from laneflow.wiring import for_store
+from laneflow.wiring import for_store, local_engine
 
 THEN = {
     "flow": "publish",
@@ -37,12 +39,12 @@ THEN = {
 
 
 def desk(tmp_path: Path, *, then: dict[str, Any] | None = None, writer_stub: str = "The brief.") -> Path:
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "scout": {"stub": '```json\n{"facts": [1, 2]}\n```'},
         "writer": {"stub": writer_stub},
         "publisher": {"stub": "Published."},
     }
-    flows = {
+    flows: dict[str, dict[str, Any]] = {
         "brief": {
             "steps": [{"agent": "scout", "output": "json"}, {"agent": "writer", "instruction": "Write about {input.topic}."}],
             "then": then or THEN,
@@ -66,7 +68,7 @@ class CountingDrives:
         return f"exec-{len(self.started)}"
 
 
-def test_a_completed_run_starts_its_chained_run_once_with_the_input_filled_from_it(on, tmp_path):
+def test_a_completed_run_starts_its_chained_run_once_with_the_input_filled_from_it(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     ws = desk(tmp_path)
 
@@ -98,7 +100,7 @@ def test_a_completed_run_starts_its_chained_run_once_with_the_input_filled_from_
     assert done.status == RunStatus.completed and done.steps[0].result == "Published." and done.then_run is None
 
 
-def test_where_drives_can_be_started_the_chained_runs_drive_starts_once(svc, tmp_path):
+def test_where_drives_can_be_started_the_chained_runs_drive_starts_once(svc: Services, tmp_path: Path) -> None:
     svc.drives = drives = CountingDrives()
     ws = desk(tmp_path)
     first = drive(svc, ws, "brief", {"topic": "tides"})
@@ -107,7 +109,7 @@ def test_where_drives_can_be_started_the_chained_runs_drive_starts_once(svc, tmp
     assert drives.started == [first.then_run]
 
 
-def test_a_failed_or_stopped_run_starts_no_chained_run(svc, tmp_path):
+def test_a_failed_or_stopped_run_starts_no_chained_run(svc: Services, tmp_path: Path) -> None:
     ws = desk(tmp_path, writer_stub="fail: no ink")
     failed = drive(
         svc,
@@ -128,7 +130,7 @@ def test_a_failed_or_stopped_run_starts_no_chained_run(svc, tmp_path):
     assert sorted(r.flow for r in svc.store.list_runs("local")) == ["brief", "brief"]
 
 
-def test_a_chained_input_that_does_not_fit_its_flow_is_recorded_on_the_finished_run(svc, tmp_path):
+def test_a_chained_input_that_does_not_fit_its_flow_is_recorded_on_the_finished_run(svc: Services, tmp_path: Path) -> None:
     ws = desk(tmp_path, then={"flow": "publish", "input": {"other": "x"}})
     first = drive(svc, ws, "brief", {"topic": "tides"})
     assert first.status == RunStatus.completed and first.then_run is None
@@ -136,7 +138,9 @@ def test_a_chained_input_that_does_not_fit_its_flow_is_recorded_on_the_finished_
     assert [r.flow for r in svc.store.list_runs("local")] == ["brief"]
 
 
-def test_laneflow_run_drives_the_chained_run_too_and_json_prints_the_first_record(tmp_path, capsys):
+def test_laneflow_run_drives_the_chained_run_too_and_json_prints_the_first_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ws = desk(tmp_path)
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     code = main(["run", str(ws), "brief", "--input", '{"topic": "tides"}', "--store", store, "--json"])
@@ -151,7 +155,7 @@ def test_laneflow_run_drives_the_chained_run_too_and_json_prints_the_first_recor
     assert f"chain: then {record['then_run']}" in capsys.readouterr().out
 
 
-def test_check_refuses_a_then_naming_an_unknown_flow_or_agents_not_in_the_flow(tmp_path):
+def test_check_refuses_a_then_naming_an_unknown_flow_or_agents_not_in_the_flow(tmp_path: Path) -> None:
     ws = desk(tmp_path, then={"flow": "publsh", "input": {"a": "{result.editor}", "b": "{data.scout} and {data.ghost}"}})
     problems = [(p.file, p.field, p.message) for p in check_workspace(ws)]
     assert (
@@ -180,7 +184,7 @@ def test_check_refuses_a_then_naming_an_unknown_flow_or_agents_not_in_the_flow(t
     assert "then.input is a mapping" in found[(5, "then.input")]
 
 
-def test_a_chained_run_nothing_drives_is_started_by_reconcile_as_in_the_cloud(svc, tmp_path):
+def test_a_chained_run_nothing_drives_is_started_by_reconcile_as_in_the_cloud(svc: Services, tmp_path: Path) -> None:
     """Where the run's end cannot start drives (EndRun in the cloud), the chained run waits
     queued, and reconcile's re-drive of queued runs starts it."""
     first = drive(svc, desk(tmp_path), "brief", {"topic": "tides"})
@@ -189,7 +193,9 @@ def test_a_chained_run_nothing_drives_is_started_by_reconcile_as_in_the_cloud(sv
     assert redriven == [first.then_run]
 
 
-def test_laneflow_run_says_it_drives_the_chained_run_and_prints_both_summaries(tmp_path, capsys):
+def test_laneflow_run_says_it_drives_the_chained_run_and_prints_both_summaries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ws = desk(tmp_path)
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["run", str(ws), "brief", "--input", '{"topic": "tides"}', "--store", store]) == 0
@@ -198,7 +204,7 @@ def test_laneflow_run_says_it_drives_the_chained_run_and_prints_both_summaries(t
     assert captured.out.count(": completed (") == 2
 
 
-def interrupted(svc, run_id: str) -> None:
+def interrupted(svc: Services, run_id: str) -> None:
     """Leave the run as a killed `laneflow run` would: running, driven once by a process that
     is gone, its first step's attempt running on that process."""
     import socket
@@ -214,7 +220,9 @@ def interrupted(svc, run_id: str) -> None:
     svc.store.claim_attempt("local", run_id, 0, token="t-gone", started_at=utcnow(), worker=gone)
 
 
-def test_one_laneflow_reconcile_drives_an_interrupted_run_and_the_run_it_chains_to(tmp_path, capsys):
+def test_one_laneflow_reconcile_drives_an_interrupted_run_and_the_run_it_chains_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from laneflow.usecases.start_run import create_run
 
     store = f"sqlite:///{tmp_path / 'cli.db'}"

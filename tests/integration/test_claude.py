@@ -65,7 +65,7 @@ def drive_until(tmp_path: Path, ws: Path, imitation: MessagesImitation, counter:
     return svc, run, thread
 
 
-def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path, ws, api):
+def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path: Path, ws: Path, api) -> None:
     run = drive(services(tmp_path, api), ws, "fanout")
     assert run.status == RunStatus.completed, run.error
     stats = api.stats()
@@ -79,21 +79,21 @@ def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path, 
     assert stats["cache_write_tokens"] == written and stats["cache_read_tokens"] == 3 * written
 
 
-def test_without_the_gate_every_step_of_the_fan_out_writes_the_prefix(tmp_path, ws, api):
+def test_without_the_gate_every_step_of_the_fan_out_writes_the_prefix(tmp_path: Path, ws: Path, api) -> None:
     run = drive(services(tmp_path, api), ws, "fanout", options={"gate": False})
     assert run.status == RunStatus.completed
     stats = api.stats()
     assert stats["cache_writes"] == 4 and stats["cache_reads"] == 0
 
 
-def test_lanes_are_keyed_by_agent_one_cold_prefix_each(tmp_path, ws, api):
+def test_lanes_are_keyed_by_agent_one_cold_prefix_each(tmp_path: Path, ws: Path, api) -> None:
     run = drive(services(tmp_path, api), ws, "two_lanes")
     assert run.status == RunStatus.completed, run.error
     assert api.stats()["cache_writes"] == 2 and api.stats()["cache_reads"] == 4
     assert {s.model for s in run.steps if s.agent == "reviewer"} == {"claude-haiku-4-5"}
 
 
-def test_lanes_are_keyed_by_model_one_cold_prefix_each(tmp_path, ws, api):
+def test_lanes_are_keyed_by_model_one_cold_prefix_each(tmp_path: Path, ws: Path, api) -> None:
     run = drive(services(tmp_path, api), ws, "same_agent_two_models")
     assert run.status == RunStatus.completed, run.error
     by_model = api.stats()["by_model"]
@@ -101,7 +101,7 @@ def test_lanes_are_keyed_by_model_one_cold_prefix_each(tmp_path, ws, api):
     assert by_model["claude-haiku-4-5"]["cache_writes"] == 1 and by_model["claude-haiku-4-5"]["cache_reads"] == 1
 
 
-def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path, ws, api):
+def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path: Path, ws: Path, api) -> None:
     run = drive(services(tmp_path, api), ws, "fanout")
     step = run.steps[1]
     [call] = step.calls
@@ -115,7 +115,7 @@ def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path, ws, api):
     assert run.cost_usd == pytest.approx(sum(s.cost_usd for s in run.steps), abs=1e-6)
 
 
-def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path, ws, api):
+def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path: Path, ws: Path, api) -> None:
     seen = []
     original = api.responder
 
@@ -133,7 +133,7 @@ def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path,
     assert names == sorted(names)
 
 
-def test_a_tool_use_loop_writes_files_and_records_each_call(tmp_path, ws, api):
+def test_a_tool_use_loop_writes_files_and_records_each_call(tmp_path: Path, ws: Path, api) -> None:
     run = drive(services(tmp_path, api), ws, "tools")
     assert run.status == RunStatus.completed, run.error
     step = run.steps[0]
@@ -147,14 +147,14 @@ def test_a_tool_use_loop_writes_files_and_records_each_call(tmp_path, ws, api):
     assert step.conclusion == "The note is written."
 
 
-def test_max_turns_is_honoured(tmp_path, ws, api):
+def test_max_turns_is_honoured(tmp_path: Path, ws: Path, api) -> None:
     run = drive(services(tmp_path, api), ws, "too_many_turns")
     step = run.steps[0]
     assert step.status == StepStatus.failed and step.error == "reached max_turns (4) before a final reply"
     assert len(step.calls) == 4
 
 
-def test_overloaded_and_rate_limited_answers_are_retried_with_backoff(tmp_path, ws, api):
+def test_overloaded_and_rate_limited_answers_are_retried_with_backoff(tmp_path: Path, ws: Path, api) -> None:
     api.fail_next(529, 429)
     run = drive(services(tmp_path, api), ws, "tools")
     assert run.status == RunStatus.completed, run.error
@@ -163,7 +163,9 @@ def test_overloaded_and_rate_limited_answers_are_retried_with_backoff(tmp_path, 
     assert run.steps[0].attempts == 1
 
 
-def test_an_authentication_refusal_is_a_clear_failure_that_is_not_retried_and_keeps_the_key_secret(tmp_path, ws, api):
+def test_an_authentication_refusal_is_a_clear_failure_that_is_not_retried_and_keeps_the_key_secret(
+    tmp_path: Path, ws: Path, api
+) -> None:
     bad = "sk-wrong-key-abcdefghijklmnop"
     run = drive(services(tmp_path, api, key=bad), ws, "fanout")
     assert run.status == RunStatus.failed
@@ -172,7 +174,7 @@ def test_an_authentication_refusal_is_a_clear_failure_that_is_not_retried_and_ke
     assert bad not in json.dumps(run.public())
 
 
-def test_a_step_timeout_is_honoured(tmp_path, ws):
+def test_a_step_timeout_is_honoured(tmp_path: Path, ws: Path) -> None:
     with MessagesImitation(ttft_ms=3000, api_keys={KEY}) as slow:
         (ws / "agents" / "toolsmith" / "agent.md").write_text("---\ntimeout: 1\n---\nYou are slow.\n")
         run = drive(services(tmp_path, slow), ws, "tools")
@@ -180,14 +182,14 @@ def test_a_step_timeout_is_honoured(tmp_path, ws):
     assert step.status == StepStatus.failed and step.error == "timed out after 1 s"
 
 
-def test_a_non_stub_model_without_an_api_key_is_refused_before_the_run_starts(tmp_path, ws):
+def test_a_non_stub_model_without_an_api_key_is_refused_before_the_run_starts(tmp_path: Path, ws: Path) -> None:
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'nokey.db'}"), Settings())
     with pytest.raises(ModelNotConfigured, match="ANTHROPIC_API_KEY"):
         create_run(svc, ws, "fanout")
     assert svc.store.list_runs("local") == []
 
 
-def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(tmp_path, ws, api):
+def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(tmp_path: Path, ws: Path, api) -> None:
     """The analyst's first turn writes a 5,000-token prefix (at the cache-write price); a cap
     below that cost stops the step as soon as the stream reports its usage."""
     agent = ws / "agents" / "analyst" / "agent.md"
@@ -202,7 +204,7 @@ def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(tmp_
     assert step.cost_usd == pytest.approx(call.cost_usd, abs=1e-6) and step.attempts == 1
 
 
-def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path, ws):
+def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path: Path, ws: Path) -> None:
     """20 s to the first token; the stop comes 0.5 s into the call: the request is ended at
     once (the imitation sees the connection closed during its prefill), the step ends long
     before the prefill would have, and its attempt records that it was stopped."""
@@ -229,7 +231,7 @@ def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path, w
     assert not drive.is_alive() and svc.store.get_run(run.tenant, run.id).status == RunStatus.failed
 
 
-def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(tmp_path, ws, api):
+def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(tmp_path: Path, ws: Path, api) -> None:
     """The toolsmith's three-turn loop under a run budget its first turn already spends: the
     second turn is never asked for; the step fails "budget spent", and so does the run."""
     flow = (ws / "flows" / "tools.yaml").read_text()
@@ -246,7 +248,7 @@ def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(tmp_pa
     assert run.cost_usd == pytest.approx(step.calls[0].cost_usd, abs=1e-6) and run.cost_usd > 0.0001
 
 
-def test_a_stop_ends_a_claude_call_whose_response_headers_have_not_arrived(tmp_path, ws):
+def test_a_stop_ends_a_claude_call_whose_response_headers_have_not_arrived(tmp_path: Path, ws: Path) -> None:
     """The API (or a proxy in front of it) holds the response's headers for 30 s: the request
     is sent and nothing comes back. A stop issued while it waits ends the call there and then
     (the imitation sees the connection closed while it holds), and the run ends stopped

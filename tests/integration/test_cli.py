@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import EXAMPLES, FIXTURES, ROOT
@@ -22,12 +23,13 @@ def store(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cli.db'}"
 
 
-def runs_in(store: str, capsys) -> list:
+def runs_in(store: str, capsys: pytest.CaptureFixture[str]) -> list[Any]:
     assert main(["runs", "--store", store, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    answer: list[Any] = json.loads(capsys.readouterr().out)
+    return answer
 
 
-def test_run_json_prints_only_the_record_and_exits_0(store, capsys):
+def test_run_json_prints_only_the_record_and_exits_0(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", str(SEM), "handoff", "--input", '{"things": ["a"]}', "--store", store, "--json"])
     out = capsys.readouterr().out
     assert code == 0
@@ -73,21 +75,21 @@ def test_run_json_prints_only_the_record_and_exits_0(store, capsys):
     assert set(step["calls"][0]["tokens"]) == {"input", "output", "cache_read", "cache_write"}
 
 
-def test_a_failed_run_exits_1_with_the_reason_on_stderr(store, capsys):
+def test_a_failed_run_exits_1_with_the_reason_on_stderr(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", str(SEM), "required_fails", "--store", store, "--quiet"])
     captured = capsys.readouterr()
     assert code == 1
     assert "failed: step 0 (failer) failed: cannot do this" in captured.err
 
 
-def test_a_missing_workspace_exits_2_naming_it(store, capsys, tmp_path):
+def test_a_missing_workspace_exits_2_naming_it(store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     code = main(["run", str(missing), "brief", "--store", store])
     err = capsys.readouterr().err
     assert code == 2 and "nowhere" in err.splitlines()[0]
 
 
-def test_an_invalid_flow_exits_2_lists_every_problem_and_writes_nothing(store, capsys):
+def test_an_invalid_flow_exits_2_lists_every_problem_and_writes_nothing(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", str(FIXTURES / "ws_broken"), "messy", "--store", store])
     err = capsys.readouterr().err
     assert code == 2
@@ -95,7 +97,7 @@ def test_an_invalid_flow_exits_2_lists_every_problem_and_writes_nothing(store, c
     assert runs_in(store, capsys) == []
 
 
-def test_an_input_that_does_not_match_the_schema_exits_2_naming_the_field(store, capsys):
+def test_an_input_that_does_not_match_the_schema_exits_2_naming_the_field(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", str(SEM), "handoff", "--input", '{"things": [1]}', "--store", store])
     err = capsys.readouterr().err
     assert code == 2 and "things" in err
@@ -103,20 +105,22 @@ def test_an_input_that_does_not_match_the_schema_exits_2_naming_the_field(store,
 
 
 @pytest.mark.parametrize("given, expected", [("{not json", "--input: not valid JSON"), ("@/no/such/file.json", "cannot read it")])
-def test_bad_input_flag_exits_2_with_one_clear_line(store, capsys, given, expected):
+def test_bad_input_flag_exits_2_with_one_clear_line(
+    store: str, capsys: pytest.CaptureFixture[str], given: str, expected: str
+) -> None:
     code = main(["run", str(SEM), "handoff", "--input", given, "--store", store])
     err = capsys.readouterr().err
     assert code == 2 and expected in err.splitlines()[0]
 
 
-def test_input_from_a_file(store, capsys, tmp_path):
+def test_input_from_a_file(store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "in.json"
     path.write_text('{"things": ["from-file"]}')
     assert main(["run", str(SEM), "handoff", "--input", f"@{path}", "--store", store, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["steps"][0]["item"] == "from-file"
 
 
-def test_check_lists_every_problem_and_exits_2(capsys):
+def test_check_lists_every_problem_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["check", str(FIXTURES / "ws_broken")])
     out = capsys.readouterr().out
     assert code == 2
@@ -124,12 +128,12 @@ def test_check_lists_every_problem_and_exits_2(capsys):
     assert len([line for line in out.splitlines() if line.startswith("flows/messy.yaml")]) >= 5
 
 
-def test_check_a_clean_workspace_exits_0(capsys):
+def test_check_a_clean_workspace_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(EXAMPLES / "newsroom")]) == 0
     assert "ok" in capsys.readouterr().out
 
 
-def test_show_and_runs_read_what_run_wrote(store, capsys):
+def test_show_and_runs_read_what_run_wrote(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     main(["run", str(SEM), "handoff", "--input", '{"things": ["a"]}', "--store", store, "--json"])
     run_id = json.loads(capsys.readouterr().out)["id"]
     assert [r["id"] for r in runs_in(store, capsys)] == [run_id]
@@ -140,13 +144,13 @@ def test_show_and_runs_read_what_run_wrote(store, capsys):
     assert json.loads(capsys.readouterr().out)["id"] == run_id
 
 
-def test_show_an_unknown_run_exits_2(store, capsys):
+def test_show_an_unknown_run_exits_2(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", "run-nope", "--store", store]) == 2
     assert "run-nope" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_the_console_script_runs_the_demo_with_progress_on_stderr_only(tmp_path):
+def test_the_console_script_runs_the_demo_with_progress_on_stderr_only(tmp_path: Path) -> None:
     """The installed `laneflow demo` as a person runs it (a real process)."""
     exe = Path(sys.executable).parent / "laneflow"
     proc = subprocess.run(
@@ -164,7 +168,7 @@ def test_the_console_script_runs_the_demo_with_progress_on_stderr_only(tmp_path)
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_a_running_run_leaves_nothing_running_and_the_run_resumable(tmp_path):
+def test_ctrl_c_on_a_running_run_leaves_nothing_running_and_the_run_resumable(tmp_path: Path) -> None:
     """A person interrupts `laneflow run`: no step stays running, the run is not failed but
     left for `laneflow resume` (tests/integration/test_interrupt.py resumes it)."""
     import signal
@@ -197,7 +201,7 @@ def test_ctrl_c_on_a_running_run_leaves_nothing_running_and_the_run_resumable(tm
     assert all(a.status != "running" for a in db.list_attempts("local", run.id))
 
 
-def test_the_demo_on_the_messages_api_imitation_shows_cache_reads(store, capsys):
+def test_the_demo_on_the_messages_api_imitation_shows_cache_reads(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`laneflow demo --imitate`: Claude's executor through the SDK against the local
     imitation; the lead writes the prefix once, every researcher sibling reads it."""
     assert main(["demo", "--imitate", "--json", "--store", store]) == 0
@@ -212,7 +216,9 @@ def test_the_demo_on_the_messages_api_imitation_shows_cache_reads(store, capsys)
     assert "tokens read, 0 written" in capsys.readouterr().out
 
 
-def test_the_sandbox_demo_runs_the_tides_script_with_its_secret_on_a_copy_of_the_example(tmp_path, capsys):
+def test_the_sandbox_demo_runs_the_tides_script_with_its_secret_on_a_copy_of_the_example(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`laneflow demo tides`: each step runs in a sandbox worker, its script gets the
     declared secret from the example's .secrets.env, and what it files is kept in a fresh
     copy of the example beside the store, never in the project's examples/."""
@@ -243,13 +249,13 @@ def test_the_sandbox_demo_runs_the_tides_script_with_its_secret_on_a_copy_of_the
 CTRL = FIXTURES / "ws_control"
 
 
-def _laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).parent / "laneflow"
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 @pytest.mark.slow
-def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path):
+def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path: Path) -> None:
     """One process runs a slow flow; a second `laneflow stop` ends it; a third says so."""
     import time
 
@@ -286,7 +292,7 @@ def test_stop_from_a_second_terminal_ends_a_running_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_approve_from_a_second_terminal_continues_a_parked_run(tmp_path):
+def test_approve_from_a_second_terminal_continues_a_parked_run(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'approve.db'}"
     parked = _laneflow("run", str(CTRL), "approval", "--store", store, "--json", cwd=tmp_path)
     assert parked.returncode == 0 and "waiting for a person: Publish this draft?" in parked.stderr
@@ -302,7 +308,7 @@ def test_approve_from_a_second_terminal_continues_a_parked_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_reject_from_a_second_terminal_fails_the_run(tmp_path):
+def test_reject_from_a_second_terminal_fails_the_run(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'reject.db'}"
     run_id = json.loads(_laneflow("run", str(CTRL), "approval", "--store", store, "--json", cwd=tmp_path).stdout)["id"]
     rejected = _laneflow("approve", run_id, "--reject", "--store", store, cwd=tmp_path)
@@ -312,7 +318,7 @@ def test_reject_from_a_second_terminal_fails_the_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_dynamodb_store_behind_the_local_engine_really_persists(tmp_path):
+def test_a_dynamodb_store_behind_the_local_engine_really_persists(tmp_path: Path) -> None:
     """`laneflow init-store` and `laneflow run --store dynamodb://...` in processes of their
     own, against a DynamoDB endpoint (moto's server): the run is there for a fresh reader,
     so nothing the engine does intercepts the store's calls."""

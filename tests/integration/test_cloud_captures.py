@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -28,7 +29,7 @@ TENANT = "123456789012"
 
 
 @pytest.fixture
-def read_only_cwd(monkeypatch, tmp_path: Path):
+def read_only_cwd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """The working folder is a chmod 0555 folder (tests run as root, which ignores the mode:
     the test also checks that nothing appeared in it)."""
     cwd = tmp_path / "var-task"
@@ -41,8 +42,8 @@ def read_only_cwd(monkeypatch, tmp_path: Path):
 
 @pytest.mark.slow
 def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only_working_folder(
-    monkeypatch, tmp_path, read_only_cwd
-):
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, read_only_cwd: Path
+) -> None:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -93,7 +94,7 @@ def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only
     assert json.loads((temp / "laneflow" / "events.jsonl").read_text().splitlines()[-1])["run_id"] == run_id
 
 
-def test_captures_follow_the_capture_folder_else_a_bucket_named_or_in_use_else_beside_the_store(tmp_path):
+def test_captures_follow_the_capture_folder_else_a_bucket_named_or_in_use_else_beside_the_store(tmp_path: Path) -> None:
     sqlite = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
     assert isinstance(capture_sink(sqlite, Settings(capture_dir=str(tmp_path / "c"))), FolderCaptures)
     named = capture_sink(sqlite, Settings(capture_bucket="captures-bucket"))
@@ -104,5 +105,5 @@ def test_captures_follow_the_capture_folder_else_a_bucket_named_or_in_use_else_b
     assert isinstance(beside, FolderCaptures) and beside.root == tmp_path / "captures"
     with mock_aws():
         dynamo = open_store("dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1")
-        assert capture_sink(dynamo, Settings()).bucket == "laneflow-blobs"
-        assert capture_sink(dynamo, Settings(capture_bucket="captures-bucket")).bucket == "captures-bucket"
+        assert capture_sink(dynamo, Settings()).bucket == "laneflow-blobs"  # type: ignore[attr-defined]
+        assert capture_sink(dynamo, Settings(capture_bucket="captures-bucket")).bucket == "captures-bucket"  # type: ignore[attr-defined]

@@ -11,6 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -28,17 +31,20 @@ from laneflow.wiring import for_store, install, local_engine
 URL = "dynamodb://laneflow-runs?bucket=laneflow-blobs&region=us-east-1"
 
 
-def handler(name: str):
+def handler(name: str) -> Callable[[Any, Any], Any]:
     spec = importlib.util.spec_from_file_location(f"cloud_{name}", ROOT / "functions" / name / "app.py")
+    assert spec is not None and spec.loader is not None  # the file exists
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.handler
+    answer: Callable[[Any, Any], Any] = module.handler
+    return answer
 
 
 class SyncDrives:
     """Starts a drive as StartExecution would, and waits for it (the test's clock)."""
 
-    def __init__(self, svc: Services):
+    def __init__(self, svc: Services) -> None:
+        self.started: list[Any]
         self.svc, self.started = svc, []
 
     def start(self, tenant: str, run_id: str) -> str:
@@ -47,7 +53,7 @@ class SyncDrives:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path):
+def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Services]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -73,35 +79,38 @@ def cloud(monkeypatch, tmp_path):
         svc.drives = SyncDrives(svc)
         told = []
         bus = EventBridgeOnEnd("laneflow-runs", client=events)
-        svc.on_end = lambda run: (told.append(run.id), bus(run))
-        svc.told = told
+        svc.on_end = lambda run: (told.append(run.id), bus(run))  # type: ignore[assignment, func-returns-value]
+        svc.told = told  # type: ignore[attr-defined]
         install(svc)
         yield svc
         install(None)
 
 
-def api_event(name: str, **changes) -> dict:
+def api_event(name: str, **changes: Any) -> dict[str, Any]:
     event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
     event.update(changes)
-    return event
+    answer: dict[str, Any] = event
+    return answer
 
 
-def start(api, body: dict) -> str:
+def start(api: Callable[[Any, Any], Any], body: dict[str, Any]) -> str:
     """Start a run through the API handler: its id (a 201)."""
     started = api(api_event("start_run", body=json.dumps(body)), None)
     assert started["statusCode"] == 201, started["body"]
-    return json.loads(started["body"])["id"]
+    answer: str = json.loads(started["body"])["id"]
+    return answer
 
 
-def record_of(api, run_id: str) -> dict:
+def record_of(api: Callable[[Any, Any], Any], run_id: str) -> dict[str, Any]:
     """The run's record through the API handler (a 200)."""
     got = api(api_event("get_run", pathParameters={"run_id": run_id}, path=f"/runs/{run_id}"), None)
     assert got["statusCode"] == 200, got["body"][:300]
-    return json.loads(got["body"])
+    answer: dict[str, Any] = json.loads(got["body"])
+    return answer
 
 
 @pytest.mark.slow
-def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
+def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud: Services) -> None:
     api = handler("api")
     body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides", "reefs", "vents"]}}
     run_id = start(api, body)
@@ -118,11 +127,11 @@ def test_a_flow_runs_end_to_end_on_the_cloud_path(cloud):
     # The record is in DynamoDB (a fresh store reads it), the workspace came from S3.
     fresh = open_store(URL).get_run("123456789012", run_id)
     assert fresh.status == "completed" and fresh.workspace_uri == "s3://laneflow-blobs/workspaces/123456789012/newsroom/"
-    assert cloud.told == [run_id]  # "run finished" went to the bus
+    assert cloud.told == [run_id]  # type: ignore[attr-defined]  # "run finished" went to the bus
 
 
 @pytest.mark.slow
-def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud):
+def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud: Services) -> None:
     """examples/scouts from S3, started through the API handler and driven by the same
     handlers on DynamoDB: the message is kept in the table and both records show it."""
     api = handler("api")
@@ -137,7 +146,7 @@ def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud):
 
 
 @pytest.mark.slow
-def test_another_tenants_run_is_a_404_and_a_malformed_body_a_400(cloud):
+def test_another_tenants_run_is_a_404_and_a_malformed_body_a_400(cloud: Services) -> None:
     api = handler("api")
     body = {"workspace": "newsroom", "flow": "brief", "input": {"topics": ["tides"]}}
     run_id = json.loads(api(api_event("start_run", body=json.dumps(body)), None)["body"])["id"]
@@ -148,7 +157,7 @@ def test_another_tenants_run_is_a_404_and_a_malformed_body_a_400(cloud):
     assert bad["statusCode"] == 400
 
 
-def test_the_handlers_run_under_powertools_as_in_lambda(tmp_path):
+def test_the_handlers_run_under_powertools_as_in_lambda(tmp_path: Path) -> None:
     """In Lambda (AWS_LAMBDA_FUNCTION_NAME set) the RunStep handler logs JSON lines carrying
     the run id, step and attempt, and flushes EMF metrics (step cost, cache tokens); its
     output is the contract's."""
@@ -197,7 +206,9 @@ print("RESULT " + json.dumps(out))
 
 
 @pytest.mark.slow
-def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api_lists_it(cloud, tmp_path):
+def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api_lists_it(
+    cloud: Services, tmp_path: Path
+) -> None:
     """EndRun makes the chained run (`then:`) through the same keyed start as the API's,
     reading the flow from the tenant's S3 workspace; its drive is started once (the cloud's
     StartExecution returns at once: here it is recorded, and run after), and the API's
@@ -248,7 +259,9 @@ def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api
     ],
     ids=["a-file-and-a-folder-of-one-name", "a-name-over-255-bytes", "an-empty-part"],
 )
-def test_a_workspace_key_that_cannot_be_laid_out_is_a_400_naming_it_and_nothing_is_downloaded(cloud, keys, named):
+def test_a_workspace_key_that_cannot_be_laid_out_is_a_400_naming_it_and_nothing_is_downloaded(
+    cloud: Services, keys: Any, named: Any
+) -> None:
     """S3 holds keys a file system cannot (a file and a folder of one name; a name part past
     255 bytes): starting a run on such a workspace is a 400 naming the key, no run is made,
     and nothing of the download is left under /tmp."""
@@ -258,7 +271,7 @@ def test_a_workspace_key_that_cannot_be_laid_out_is_a_400_naming_it_and_nothing_
     for key in keys:
         s3.put_object(Bucket="laneflow-blobs", Key=f"workspaces/123456789012/newsroom/{key}", Body=b"notes")
 
-    def downloaded() -> set:
+    def downloaded() -> set[Any]:
         return set(workspaces.CACHE.rglob("*")) if workspaces.CACHE.exists() else set()
 
     before = downloaded()

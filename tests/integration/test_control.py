@@ -3,16 +3,21 @@ rescues, evaluator loops, approvals, stop, budgets, the judge, and the run recor
 
 from __future__ import annotations
 
+import random
 import shutil
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, FlowRunner
 
-from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, Step, StepChanges, StepStatus
-from laneflow.domain.settlement import SUPERSEDED
-from laneflow.usecases.approve import REJECTED, RunNotWaiting, answer_approval
+from laneflow.domain.records import AttemptStatus, Run, RunChanges, RunStatus, Step, StepChanges, StepStatus
+from laneflow.domain.settlement import REJECTED, SUPERSEDED
+from laneflow.ports import Services
+from laneflow.usecases.approve import RunNotWaiting, answer_approval
 from laneflow.usecases.run_step.handoff import feedback_key, handoff_for
 from laneflow.usecases.run_step.runner import WAITED_TO_START
 from laneflow.usecases.start_run import create_run
@@ -22,14 +27,14 @@ from laneflow.wiring import local_engine
 CTRL = FIXTURES / "ws_control"
 
 
-def rescues_of(run, index):
+def rescues_of(run: Run, index: int) -> list[Step]:
     return [s for s in run.steps if s.rescue_of == index]
 
 
 # -- rescue (on_fail) ------------------------------------------------------------------------
 
 
-def test_a_failed_step_is_taken_over_by_its_rescue_and_carries_the_rescues_result(svc, run_flow):
+def test_a_failed_step_is_taken_over_by_its_rescue_and_carries_the_rescues_result(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "rescue").run
     assert run.status == RunStatus.completed, run.error
     writer = run.steps[2]
@@ -40,7 +45,7 @@ def test_a_failed_step_is_taken_over_by_its_rescue_and_carries_the_rescues_resul
     assert rescue.instruction.startswith("Write the draft.") and "failed: the writer crashed" in rescue.instruction
 
 
-def test_rescue_records_never_count_in_a_handoff_the_rescued_step_carries_it_once(svc, run_flow):
+def test_rescue_records_never_count_in_a_handoff_the_rescued_step_carries_it_once(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "rescue").run
     polish = run.steps[3]
     block = handoff_for(svc, run, polish, "results", group=polish.group, cycle=0)
@@ -48,7 +53,7 @@ def test_rescue_records_never_count_in_a_handoff_the_rescued_step_carries_it_onc
     assert "(step 2)" in block and f"(step {rescues_of(run, 2)[0].index})" not in block
 
 
-def test_a_rescue_is_never_launched_with_its_group(svc, run_flow):
+def test_a_rescue_is_never_launched_with_its_group(svc: Services, run_flow: FlowRunner) -> None:
     # The rescued step carries its rescue's finished_at, so the order is read from the attempts.
     run = run_flow(CTRL, "rescue").run
     writer, [rescue] = run.steps[2], rescues_of(run, 2)
@@ -58,14 +63,14 @@ def test_a_rescue_is_never_launched_with_its_group(svc, run_flow):
     assert failed.status == AttemptStatus.failed and all(ended)
     # The group's settlement makes the rescue, once every attempt of the group has ended ...
     [made] = [e for e in writer.events if e.text == f"rescue: rescuer takes this step over as step {rescue.index}"]
-    assert made.t >= max(ended)
+    assert made.t >= max(ended)  # type: ignore[type-var]
     # ... and only then does it start.
     started = [a.started_at for a in svc.store.list_attempts(run.tenant, run.id, rescue.index)]
-    assert started and rescue.started_at > max(ended) and min(started) > max(ended)
+    assert started and rescue.started_at > max(ended) and min(started) > max(ended)  # type: ignore[type-var]
     assert rescue.index > max(s.index for s in run.steps if s.rescue_of is None)
 
 
-def test_a_rescues_own_failure_is_recorded_on_the_step_it_took_over_and_the_group_fails(run_flow):
+def test_a_rescues_own_failure_is_recorded_on_the_step_it_took_over_and_the_group_fails(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "rescue_fails").run
     assert run.status == RunStatus.failed
     failer = run.steps[0]
@@ -76,7 +81,7 @@ def test_a_rescues_own_failure_is_recorded_on_the_step_it_took_over_and_the_grou
     assert "step 0 (failer) failed" in run.error
 
 
-def test_one_rescue_per_failure_across_drives_a_leftover_pending_rescue_is_picked_up(svc, run_flow):
+def test_one_rescue_per_failure_across_drives_a_leftover_pending_rescue_is_picked_up(svc: Services, run_flow: FlowRunner) -> None:
     """A drive resumes a run whose earlier drive left two unfinished rescues of one failure:
     it runs the first, marks the other "superseded on resume", and adds none."""
     run = create_run(svc, CTRL, "rescue_fails")
@@ -95,7 +100,7 @@ def test_one_rescue_per_failure_across_drives_a_leftover_pending_rescue_is_picke
     assert final.steps[0].status == StepStatus.completed and final.status == RunStatus.completed
 
 
-def test_a_finished_rescue_is_history_a_later_failure_in_a_later_cycle_gets_a_new_one(run_flow):
+def test_a_finished_rescue_is_history_a_later_failure_in_a_later_cycle_gets_a_new_one(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "loop_rescue").run
     assert run.status == RunStatus.completed, run.error
     rescues = rescues_of(run, 0)
@@ -105,7 +110,7 @@ def test_a_finished_rescue_is_history_a_later_failure_in_a_later_cycle_gets_a_ne
     assert rescues[0].result == "Rescued draft. APPROVED" and rescues[0].finished_at < rescues[1].started_at
 
 
-def test_a_rescue_instruction_carries_the_marker_a_loop_step_owes(run_flow):
+def test_a_rescue_instruction_carries_the_marker_a_loop_step_owes(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "rescue_marker").run
     [rescue] = rescues_of(run, 1)
     assert "failed: the checker broke" in rescue.instruction and rescue.instruction.endswith("Your reply must end with APPROVED.")
@@ -115,7 +120,9 @@ def test_a_rescue_instruction_carries_the_marker_a_loop_step_owes(run_flow):
 # -- evaluator loops ---------------------------------------------------------------------------
 
 
-def test_a_loop_resets_from_the_named_agents_group_through_the_checker_and_approves_on_cycle_two(svc, run_flow):
+def test_a_loop_resets_from_the_named_agents_group_through_the_checker_and_approves_on_cycle_two(
+    svc: Services, run_flow: FlowRunner
+) -> None:
     run = run_flow(CTRL, "loop").run
     assert run.status == RunStatus.completed, run.error
     researchers, writer, checker = run.steps[:2], run.steps[2], run.steps[3]
@@ -127,7 +134,7 @@ def test_a_loop_resets_from_the_named_agents_group_through_the_checker_and_appro
     assert "Needs work: too long." in handoff_for(svc, run, writer, "results", group=writer.group, cycle=1)
 
 
-def test_past_max_cycles_the_checking_step_fails(run_flow):
+def test_past_max_cycles_the_checking_step_fails(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "loop_exhausted").run
     assert run.status == RunStatus.failed
     writer, picky = run.steps
@@ -138,7 +145,7 @@ def test_past_max_cycles_the_checking_step_fails(run_flow):
 # -- approvals ---------------------------------------------------------------------------------
 
 
-def test_an_approval_parks_the_run_with_no_drive_left_running(run_flow):
+def test_an_approval_parks_the_run_with_no_drive_left_running(run_flow: FlowRunner) -> None:
     result = run_flow(CTRL, "approval")
     run = result.run
     assert result.execution_status == "SUCCEEDED"  # the drive ended
@@ -149,7 +156,7 @@ def test_an_approval_parks_the_run_with_no_drive_left_running(run_flow):
     assert poster.status == StepStatus.pending
 
 
-def test_approving_continues_the_run_in_a_new_drive(svc, run_flow):
+def test_approving_continues_the_run_in_a_new_drive(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "approval").run
     answer_approval(svc, run.tenant, run.id, approve=True)
     final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
@@ -158,7 +165,7 @@ def test_approving_continues_the_run_in_a_new_drive(svc, run_flow):
     assert final.driven_at == run.driven_at  # set at the first pick-up only
 
 
-def test_rejecting_fails_the_run_rejected_by_a_person(svc, run_flow):
+def test_rejecting_fails_the_run_rejected_by_a_person(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "approval").run
     final = answer_approval(svc, run.tenant, run.id, approve=False)
     assert final.status == RunStatus.failed and final.error == REJECTED and final.finished_at
@@ -166,13 +173,13 @@ def test_rejecting_fails_the_run_rejected_by_a_person(svc, run_flow):
     assert steps[1].status == StepStatus.failed and steps[2].status == StepStatus.skipped
 
 
-def test_answering_a_run_that_is_not_waiting_is_a_clear_error(svc, run_flow):
+def test_answering_a_run_that_is_not_waiting_is_a_clear_error(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "rescue").run
     with pytest.raises(RunNotWaiting, match="not waiting for an approval .it is completed"):
         answer_approval(svc, run.tenant, run.id, approve=True)
 
 
-def test_the_revision_is_fixed_at_the_start_even_if_the_workspace_changes_while_parked(svc, tmp_path):
+def test_the_revision_is_fixed_at_the_start_even_if_the_workspace_changes_while_parked(svc: Services, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     shutil.copytree(CTRL, ws)
     run = create_run(svc, ws, "approval")
@@ -186,8 +193,8 @@ def test_the_revision_is_fixed_at_the_start_even_if_the_workspace_changes_while_
 # -- stop --------------------------------------------------------------------------------------
 
 
-def _stop_when(svc, run, predicate, timeout=30.0) -> threading.Thread:
-    def watch():
+def _stop_when(svc: Services, run: Run, predicate: Callable[[Any], bool], timeout: float = 30.0) -> threading.Thread:
+    def watch() -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if predicate(svc.store.get_run(run.tenant, run.id)):
@@ -200,7 +207,7 @@ def _stop_when(svc, run, predicate, timeout=30.0) -> threading.Thread:
     return thread
 
 
-def test_a_stop_ends_the_running_step_and_skips_what_had_not_started(svc):
+def test_a_stop_ends_the_running_step_and_skips_what_had_not_started(svc: Services) -> None:
     run = create_run(svc, CTRL, "stop")
     watcher = _stop_when(svc, run, lambda r: r.steps[0].status == StepStatus.running)
     final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
@@ -215,7 +222,7 @@ def test_a_stop_ends_the_running_step_and_skips_what_had_not_started(svc):
     assert later.status == StepStatus.skipped and later.skip_reason == "run stopped"
 
 
-def test_steps_waiting_for_a_pool_slot_when_the_stop_came_are_skipped_never_started(svc):
+def test_steps_waiting_for_a_pool_slot_when_the_stop_came_are_skipped_never_started(svc: Services) -> None:
     run = create_run(svc, CTRL, "slots", options={"gate": False})
     watcher = _stop_when(svc, run, lambda r: r.steps[0].status == StepStatus.running)
     final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
@@ -226,7 +233,7 @@ def test_steps_waiting_for_a_pool_slot_when_the_stop_came_are_skipped_never_star
         assert step.status == StepStatus.skipped and step.skip_reason == WAITED_TO_START and step.attempts == 0
 
 
-def test_a_second_stop_answers_already_and_a_stop_after_the_end_says_so(svc, run_flow):
+def test_a_second_stop_answers_already_and_a_stop_after_the_end_says_so(svc: Services, run_flow: FlowRunner) -> None:
     run = create_run(svc, CTRL, "approval")
     # a queued run has no drive: it is closed at once
     assert stop_run(svc, run.tenant, run.id).message == f"run {run.id} stopped"
@@ -238,7 +245,7 @@ def test_a_second_stop_answers_already_and_a_stop_after_the_end_says_so(svc, run
     assert stop_run(svc, finished.tenant, finished.id).message == f"run {finished.id} already ended (completed)"
 
 
-def test_stopping_a_parked_run_closes_it_nothing_stays_parked(svc, run_flow):
+def test_stopping_a_parked_run_closes_it_nothing_stays_parked(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "approval").run
     outcome = stop_run(svc, run.tenant, run.id)
     assert outcome.message == f"run {run.id} stopped"
@@ -248,7 +255,7 @@ def test_stopping_a_parked_run_closes_it_nothing_stays_parked(svc, run_flow):
     assert all(s.skip_reason == "run stopped" for s in final.steps[1:])
 
 
-def test_stop_is_one_way_under_concurrent_saves(svc):
+def test_stop_is_one_way_under_concurrent_saves(svc: Services) -> None:
     """Interleaved writers save every field a save may name, while one thread stops: no
     interleaving clears stop_requested, and the run ends failed."""
     import random
@@ -257,7 +264,7 @@ def test_stop_is_one_way_under_concurrent_saves(svc):
         _race_a_stop(svc, random.Random(seed))
 
 
-def _race_a_stop(svc, rng) -> None:
+def _race_a_stop(svc: Services, rng: random.Random) -> None:
     run = create_run(svc, CTRL, "stop")
     t, r = run.tenant, run.id
     svc.store.update_run(t, r, RunChanges(status=RunStatus.running))
@@ -292,21 +299,21 @@ def _race_a_stop(svc, rng) -> None:
 # -- budgets -----------------------------------------------------------------------------------
 
 
-def test_the_flow_budget_refuses_to_start_the_next_group_once_spent(run_flow):
+def test_the_flow_budget_refuses_to_start_the_next_group_once_spent(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "budget").run
     assert run.status == RunStatus.failed and run.error == "budget spent: $0.0600 of $0.05"
     assert [s.status for s in run.steps] == [StepStatus.completed, StepStatus.completed, StepStatus.skipped]
     assert run.steps[2].skip_reason == "budget spent" and run.steps[2].attempts == 0
 
 
-def test_an_agent_budget_stops_its_step_at_its_cap_and_is_not_retried(run_flow):
+def test_an_agent_budget_stops_its_step_at_its_cap_and_is_not_retried(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "agent_budget").run
     step = run.steps[0]
     assert step.status == StepStatus.failed and step.error.startswith("stopped at its budget")
     assert step.attempts == 1 and step.cost_usd == pytest.approx(0.25) and run.cost_usd == pytest.approx(0.25)
 
 
-def test_the_workspace_budget_applies_when_the_flow_has_none(svc, tmp_path):
+def test_the_workspace_budget_applies_when_the_flow_has_none(svc: Services, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     shutil.copytree(CTRL, ws)
     text = (ws / "AGENTS.md").read_text().replace("model: stub\n", "model: stub\nbudget: 0.05\n", 1)
@@ -321,7 +328,7 @@ def test_the_workspace_budget_applies_when_the_flow_has_none(svc, tmp_path):
 # -- the judge ---------------------------------------------------------------------------------
 
 
-def test_a_failing_verdict_fails_the_attempt_and_the_next_attempt_is_told_it(run_flow):
+def test_a_failing_verdict_fails_the_attempt_and_the_next_attempt_is_told_it(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "judge").run
     assert run.status == RunStatus.completed, run.error
     step = run.steps[0]
@@ -333,7 +340,7 @@ def test_a_failing_verdict_fails_the_attempt_and_the_next_attempt_is_told_it(run
     assert len(step.calls) == 4  # the step's turn and the judge's, on each attempt
 
 
-def test_the_judge_settings_come_from_the_workspace_then_the_account_field_by_field(svc, tmp_path):
+def test_the_judge_settings_come_from_the_workspace_then_the_account_field_by_field(svc: Services, tmp_path: Path) -> None:
     account = tmp_path / "account"
     ws = account / "ws"
     shutil.copytree(CTRL, ws)
@@ -355,7 +362,7 @@ def test_the_judge_settings_come_from_the_workspace_then_the_account_field_by_fi
 # -- all together ------------------------------------------------------------------------------
 
 
-def test_a_flow_with_fan_out_rescue_loop_approval_budget_and_judge_runs_to_the_end(svc, run_flow):
+def test_a_flow_with_fan_out_rescue_loop_approval_budget_and_judge_runs_to_the_end(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "combined").run
     assert run.status == RunStatus.awaiting_approval, run.error
     researchers = run.steps[:3]

@@ -13,12 +13,14 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FIXTURES
 
 from laneflow.adapters.store import open_store
-from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, Run, RunChanges, RunStatus, StepStatus
+from laneflow.ports import Services, Store
 from laneflow.usecases.crashpoints import POINTS
 
 pytestmark = pytest.mark.slow  # every test here starts real `laneflow` processes
@@ -27,7 +29,7 @@ CTRL = FIXTURES / "ws_control"
 EXE = Path(sys.executable).parent / "laneflow"
 
 
-def laneflow(*args: str, cwd: Path, crash: str | None = None, **env: str) -> subprocess.CompletedProcess:
+def laneflow(*args: str, cwd: Path, crash: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k != "LANEFLOW_CRASH_AT"}
     if crash:
         environ["LANEFLOW_CRASH_AT"] = crash
@@ -35,9 +37,9 @@ def laneflow(*args: str, cwd: Path, crash: str | None = None, **env: str) -> sub
     return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=180, cwd=cwd, env=environ)
 
 
-def assert_invariants(db, run) -> None:
+def assert_invariants(db: Store, run: Run) -> None:
     attempts = db.list_attempts(run.tenant, run.id)
-    by_step: dict[int, list] = {}
+    by_step: dict[int, list[Any]] = {}
     for a in attempts:
         by_step.setdefault(a.index, []).append(a)
     for index, tries in by_step.items():
@@ -59,7 +61,7 @@ def assert_invariants(db, run) -> None:
             assert step.result, f"step {step.index} completed without its result"
 
 
-def crash_then_reconcile(tmp_path: Path, flow: str, point: str) -> tuple:
+def crash_then_reconcile(tmp_path: Path, flow: str, point: str) -> tuple[Any, ...]:
     store = f"sqlite:///{tmp_path / 'crash.db'}"
     crashed = laneflow("run", str(CTRL), flow, "--store", store, "--quiet", "--json", cwd=tmp_path, crash=point)
     assert crashed.returncode == -9, f"the runner was not killed at {point}: {crashed.returncode} {crashed.stderr[-500:]}"
@@ -82,7 +84,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("point, flow", CASES, ids=[p for p, _ in CASES])
-def test_a_runner_killed_at_this_point_recovers_as_if_it_had_not_crashed(tmp_path, point, flow):
+def test_a_runner_killed_at_this_point_recovers_as_if_it_had_not_crashed(tmp_path: Path, point: Any, flow: Any) -> None:
     db, before, report, run = crash_then_reconcile(tmp_path, flow, point)
     assert before.status == RunStatus.running  # the crash left it mid-flight
     assert run.id in report["redriven"]
@@ -93,12 +95,12 @@ def test_a_runner_killed_at_this_point_recovers_as_if_it_had_not_crashed(tmp_pat
     assert run.drives == 2
 
 
-def test_every_named_crash_point_is_exercised():
+def test_every_named_crash_point_is_exercised() -> None:
     exercised = {p.split(":")[0] for p, _ in CASES} | {"parked"}
     assert exercised == set(POINTS)
 
 
-def test_a_claim_asked_for_but_never_landed_is_settled_cancelled(tmp_path):
+def test_a_claim_asked_for_but_never_landed_is_settled_cancelled(tmp_path: Path) -> None:
     db, before, report, run = crash_then_reconcile(tmp_path, "rescue", "after-journal:1")
     assert [j["status"] for j in report["journal"]] == ["cancelled"]
     [op] = [j["op_id"] for j in report["journal"]]
@@ -106,7 +108,7 @@ def test_a_claim_asked_for_but_never_landed_is_settled_cancelled(tmp_path):
     assert run.status == RunStatus.completed
 
 
-def test_an_attempt_whose_worker_died_is_interrupted_and_its_step_told_the_truth(tmp_path):
+def test_an_attempt_whose_worker_died_is_interrupted_and_its_step_told_the_truth(tmp_path: Path) -> None:
     db, before, report, run = crash_then_reconcile(tmp_path, "rescue", "mid-model-call:1")
     outcomes = [(a["index"], a["attempt"], a["outcome"]) for a in report["attempts"]]
     assert (0, 1, "interrupted") in outcomes
@@ -118,7 +120,7 @@ def test_an_attempt_whose_worker_died_is_interrupted_and_its_step_told_the_truth
     assert "- attempt 1 was interrupted: its worker went away, not by its own choice." in run.steps[0].message
 
 
-def test_a_parked_run_survives_its_runner_dying_and_is_not_polled(tmp_path):
+def test_a_parked_run_survives_its_runner_dying_and_is_not_polled(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'crash.db'}"
     crashed = laneflow("run", str(CTRL), "approval", "--store", store, "--quiet", cwd=tmp_path, crash="parked")
     assert crashed.returncode == -9
@@ -132,7 +134,7 @@ def test_a_parked_run_survives_its_runner_dying_and_is_not_polled(tmp_path):
     assert_invariants(db, db.get_run("local", run.id))
 
 
-def test_an_answered_approval_whose_drive_never_started_is_re_driven(tmp_path, svc):
+def test_an_answered_approval_whose_drive_never_started_is_re_driven(tmp_path: Path, svc: Services) -> None:
     """`approve` records the answer, then crashes before its drive starts: reconcile drives it."""
     store = f"sqlite:///{tmp_path / 'crash.db'}"
     parked = json.loads(laneflow("run", str(CTRL), "approval", "--store", store, "--json", cwd=tmp_path).stdout)
@@ -146,7 +148,7 @@ def test_an_answered_approval_whose_drive_never_started_is_re_driven(tmp_path, s
     assert_invariants(db, run)
 
 
-def test_past_the_drive_limit_the_run_is_closed_failed_with_the_reason(tmp_path):
+def test_past_the_drive_limit_the_run_is_closed_failed_with_the_reason(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'crash.db'}"
     crashed = laneflow("run", str(CTRL), "rescue", "--store", store, "--quiet", cwd=tmp_path, crash="after-claim:2")
     assert crashed.returncode == -9
@@ -161,7 +163,7 @@ def test_past_the_drive_limit_the_run_is_closed_failed_with_the_reason(tmp_path)
     assert [(e["run_id"], e["status"]) for e in events] == [(run.id, "failed")]  # the on-end hook was told
 
 
-def test_a_stopped_run_whose_drive_died_is_closed_not_re_driven(tmp_path):
+def test_a_stopped_run_whose_drive_died_is_closed_not_re_driven(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'crash.db'}"
     laneflow("run", str(CTRL), "rescue", "--store", store, "--quiet", cwd=tmp_path, crash="after-claim:2")
     db = open_store(store)
@@ -174,7 +176,7 @@ def test_a_stopped_run_whose_drive_died_is_closed_not_re_driven(tmp_path):
     assert_invariants(db, run)
 
 
-def test_reconcile_leaves_a_live_run_alone(tmp_path, svc):
+def test_reconcile_leaves_a_live_run_alone(tmp_path: Path, svc: Services) -> None:
     """A run whose drive is alive (this process) is not re-driven and its attempts continue."""
     from laneflow.adapters.workers import Liveness, local_worker
     from laneflow.usecases.reconcile import reconcile

@@ -10,6 +10,9 @@ import operator
 import re
 import types
 import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ROOT
@@ -44,11 +47,11 @@ def strict(model: type[BaseModel]) -> type[BaseModel]:
     if model not in _STRICT:
         base = type(f"Strict{model.__name__}", (model,), {"model_config": ConfigDict(extra="forbid"), "__module__": __name__})
         fields = {name: (_strict_type(info.annotation), info) for name, info in model.model_fields.items()}
-        _STRICT[model] = create_model(base.__name__, __base__=base, __module__=__name__, **fields)
+        _STRICT[model] = create_model(base.__name__, __base__=base, __module__=__name__, **fields)  # type: ignore[call-overload]
     return _STRICT[model]
 
 
-def _strict_type(annotation):
+def _strict_type(annotation: Any) -> Any:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return strict(annotation)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -60,7 +63,7 @@ def _strict_type(annotation):
     return origin[args if len(args) > 1 else args[0]]
 
 
-def _states(node):
+def _states(node: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     for name, state in node["States"].items():
         yield name, state
         for key in ("ItemProcessor", "Iterator"):
@@ -70,7 +73,7 @@ def _states(node):
             yield from _states(branch)
 
 
-def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or_the_sandbox():
+def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or_the_sandbox() -> None:
     path, subs = TEMPLATE.state_machine()
     used = set(re.findall(r"\$\{(\w+)\}", path.read_text()))
     assert used == set(subs), "definition and DefinitionSubstitutions disagree"
@@ -86,7 +89,7 @@ def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or
         assert target in sandbox and (target in TEMPLATE.resources or target in TEMPLATE.body["Parameters"]), name
 
 
-def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_ecs_with_a_heartbeat():
+def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_ecs_with_a_heartbeat() -> None:
     definition = json.loads(TEMPLATE.definition(lambda lid: f"arn:aws:lambda:us-east-1:123456789012:function:{lid}"))
     states = dict(_states(definition))
     assert states["LaneSandboxed"]["Choices"][0] == {
@@ -107,18 +110,19 @@ def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_
         assert "StepCrashed" in crashed["Parameters"]["FunctionName"]
 
 
-def test_every_function_has_a_thin_handler_that_imports():
+def test_every_function_has_a_thin_handler_that_imports() -> None:
     for spec in TEMPLATE.functions().values():
         path = spec.code_dir / "app.py"
         assert path.is_file(), path
         module_spec = importlib.util.spec_from_file_location(f"check_{spec.logical_id}", path)
+        assert module_spec is not None and module_spec.loader is not None  # the file exists
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
         assert callable(module.handler)
         assert len(path.read_text().splitlines()) < 20, f"{path} is not thin"
 
 
-def test_the_interpreter_loads_the_substituted_definition():
+def test_the_interpreter_loads_the_substituted_definition() -> None:
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
     definition = TEMPLATE.definition(lambda lid: f"arn:aws:lambda:us-east-1:123456789012:function:{lid}")
@@ -131,13 +135,13 @@ def test_the_interpreter_loads_the_substituted_definition():
             assert "Retry" in state, f"{name} retries nothing"
 
 
-def test_map_states_discard_their_outputs_so_no_state_nears_256_kb():
+def test_map_states_discard_their_outputs_so_no_state_nears_256_kb() -> None:
     doc = json.loads((ROOT / "statemachines" / "flow.asl.json").read_text())
     maps = [(n, s) for n, s in _states(doc) if s["Type"] == "Map"]
     assert maps and all(s.get("ResultPath", "x") is None for _, s in maps)
 
 
-def test_a_definition_with_a_missing_substitution_is_refused(tmp_path):
+def test_a_definition_with_a_missing_substitution_is_refused(tmp_path: Path) -> None:
     (tmp_path / "statemachines").mkdir()
     (tmp_path / "statemachines" / "flow.asl.json").write_text(
         '{"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "${Nope}", "End": true}}}'
@@ -151,14 +155,14 @@ def test_a_definition_with_a_missing_substitution_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(EVENT_MODELS))
-def test_every_sample_event_parses_into_its_handler_model(name):
+def test_every_sample_event_parses_into_its_handler_model(name: Any) -> None:
     event = json.loads((ROOT / "events" / f"{name}.json").read_text())
-    EVENT_MODELS[name].model_validate(event)
-    strict(EVENT_MODELS[name]).model_validate(event)  # and names no field the model does not know
+    EVENT_MODELS[name].model_validate(event)  # type: ignore[attr-defined]
+    strict(EVENT_MODELS[name]).model_validate(event)  # type: ignore[arg-type]  # and names no field the model does not know
     assert (ROOT / "functions" / name / "app.py").is_file()
 
 
-def test_the_strict_copy_of_a_handler_model_refuses_a_misspelled_field_at_any_depth():
+def test_the_strict_copy_of_a_handler_model_refuses_a_misspelled_field_at_any_depth() -> None:
     for part, typo in ((None, "gruop"), ("run", "drve"), ("step", "rol"), ("op", "retrys")):
         spoiled = json.loads((ROOT / "events" / "run_step.json").read_text())
         (spoiled[part] if part else spoiled)[typo] = 1
@@ -167,7 +171,7 @@ def test_the_strict_copy_of_a_handler_model_refuses_a_misspelled_field_at_any_de
             strict(contracts.RunStepRequest).model_validate(spoiled)
 
 
-def test_there_is_a_sample_event_for_every_function_and_every_api_route():
+def test_there_is_a_sample_event_for_every_function_and_every_api_route() -> None:
     dirs = {spec.code_dir.name for spec in TEMPLATE.functions().values()}
     stems = {p.stem for p in (ROOT / "events").glob("*.json")}
     handlers = {s for s in stems if not s.startswith("api_")}

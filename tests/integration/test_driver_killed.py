@@ -29,14 +29,17 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_crash import assert_invariants
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.ports import Store
 from laneflow.usecases.reconcile import INTERRUPTED
 
 pytestmark = pytest.mark.slow
@@ -92,11 +95,12 @@ class WarmParent:
         )
         assert "ready" in self._answer(), "the warm parent did not start"
 
-    def _answer(self) -> dict:
+    def _answer(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
-        return json.loads(self.proc.stdout.readline() or "{}")
+        answer: dict[str, Any] = json.loads(self.proc.stdout.readline() or "{}")
+        return answer
 
-    def _ask(self, message: dict) -> dict:
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(message) + "\n")
         self.proc.stdin.flush()
@@ -118,12 +122,12 @@ class ConsoleScript:
     """The `laneflow` console script itself, a fresh interpreter each time."""
 
     def __init__(self) -> None:
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, subprocess.Popen[str]] = {}
 
     def start(self, argv: list[str], log: Path) -> int:
         with open(log, "w") as out:
             proc = subprocess.Popen([str(EXE), *argv], stdout=out, stderr=subprocess.STDOUT)
-        self.procs[proc.pid] = proc
+        self.procs[proc.pid] = proc  # type: ignore[assignment]
         return proc.pid
 
     def wait(self, pid: int) -> int:
@@ -176,7 +180,7 @@ def gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-def wait_until(check, within_s: float, poll_s: float = 0.01) -> bool:
+def wait_until(check: Callable[[], bool], within_s: float, poll_s: float = 0.01) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if check():
@@ -194,11 +198,11 @@ class Trial:
     run_id: str = ""
     mid_script: set[int] = field(default_factory=set)  # steps whose script ran on when the driver died
     raced: set[int] = field(default_factory=set)  # steps whose completion landed while the driver was frozen
-    unfinished: list = field(default_factory=list)  # attempts left running once the workers had gone
+    unfinished: list[Any] = field(default_factory=list)  # attempts left running once the workers had gone
     worker_gone_s: float = 0.0  # from the driver's death to its last sandbox worker's
 
 
-def run_trial(trial: Trial, laneflow, tmp_path: Path) -> Trial:
+def run_trial(trial: Trial, laneflow: Any, tmp_path: Path) -> Trial:
     root = tmp_path / f"trial-{trial.n}"
     root.mkdir()
     ws = workspace(root / f"ws-kill-{trial.n}")
@@ -254,7 +258,7 @@ def run_trial(trial: Trial, laneflow, tmp_path: Path) -> Trial:
     return trial
 
 
-def check_trial(trial: Trial, db) -> None:
+def check_trial(trial: Trial, db: Store) -> None:
     run = db.get_run("local", trial.run_id, detail=True)
     assert run.status == RunStatus.completed, run.error
     assert run.drives == 2
@@ -283,7 +287,9 @@ def check_trial(trial: Trial, db) -> None:
             assert step.attempts == 1  # completed before the kill (or as the driver died): carried, not redone
 
 
-def test_a_driver_killed_while_a_sandboxed_script_runs_leaves_it_interrupted_and_reconcile_finishes_the_run(tmp_path):
+def test_a_driver_killed_while_a_sandboxed_script_runs_leaves_it_interrupted_and_reconcile_finishes_the_run(
+    tmp_path: Path,
+) -> None:
     rng = random.Random(SEED)
     trials = [Trial(n, race=n % 5 == 4, group=rng.choice(sorted(GROUPS)), delay_s=rng.uniform(0.05, 0.35)) for n in range(TRIALS)]
     done: list[Trial] = []
@@ -318,7 +324,7 @@ def test_a_driver_killed_while_a_sandboxed_script_runs_leaves_it_interrupted_and
     print(f"\n{TRIALS} drivers killed; their last sandbox worker gone within {slowest * 1000:.0f} ms at most")
 
 
-def test_a_lead_whose_reply_begins_after_its_driver_was_killed_is_interrupted_not_failed(tmp_path):
+def test_a_lead_whose_reply_begins_after_its_driver_was_killed_is_interrupted_not_failed(tmp_path: Path) -> None:
     """The lead of a gated lane releases its waiting sibling through the engine's relay when
     its reply begins; its driver was killed just before. The relay is closed: the lead's
     worker goes, leaving its attempt to reconcile (it used to end it failed, "the engine

@@ -4,6 +4,8 @@ that started it (its own store), whatever else the process drives at the same ti
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import pacing_workspace, write_workspace
@@ -18,14 +20,14 @@ from laneflow.wiring import for_store, local_engine
 
 
 @pytest.mark.slow
-def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_store(tmp_path):
+def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_store(tmp_path: Path) -> None:
     # Given two stores, each with its own engine, and a slow run in one, a quick run in the other
     ws = pacing_workspace(tmp_path, slow_ms=4000)
     svc_a = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca")))
     svc_b = for_store(open_store(f"sqlite:///{tmp_path / 'b.db'}"), Settings(capture_dir=str(tmp_path / "cb")))
     slow = create_run(svc_a, ws, "slow")
     quick = create_run(svc_b, ws, "quick")
-    results = {}
+    results: dict[Any, Any] = {}
     # When the slow one is driven, and the quick one is started while it runs
     driving = threading.Thread(
         target=lambda: results.setdefault("slow", local_engine(svc_a).drive(slow.tenant, slow.id, tick_s=0.02))
@@ -44,7 +46,7 @@ def test_two_drives_over_two_stores_run_at_once_and_each_writes_only_its_own_sto
         svc_b.store.get_run(slow.tenant, slow.id)
 
 
-def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_refused(tmp_path):
+def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_refused(tmp_path: Path) -> None:
     ws = pacing_workspace(tmp_path, slow_ms=4000)
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'a.db'}"), Settings(capture_dir=str(tmp_path / "ca")))
     drives = LocalDrives(lambda: local_engine(svc), pool=1)
@@ -59,7 +61,9 @@ def test_serve_s_drives_forget_each_execution_once_it_ended_and_a_bad_pool_is_re
 
 
 @pytest.mark.parametrize("budget", [18_000, 200], ids=["one-execution", "continued"])
-def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monkeypatch, budget):
+def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
     # Given serve's drives, and gated fan-outs (Map iterations, callback tokens, NextGroup),
     # in one execution or, on a tight history budget, continued in fresh ones (NextDrive)
     import gc
@@ -80,7 +84,7 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monk
     engines, ended = [], []
     forget = moto_patches.forget
 
-    def watching(backend, arn):  # what the drive leaves behind, just before it is forgotten
+    def watching(backend: Any, arn: str) -> None:  # what the drive leaves behind, just before it is forgotten
         execution = local.LocalEngine._execution(arn)
         ended.append((weakref.ref(execution), weakref.ref(execution.state_machine)))
         forget(backend, arn)
@@ -88,10 +92,10 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monk
     monkeypatch.setattr(moto_patches, "forget", watching)
     released = []
     monkeypatch.setattr(local, "release_free_memory", lambda: released.append(len(ended)))
-    drives = LocalDrives(lambda: engines.append(weakref.ref(local_engine(svc))) or engines[-1](), pool=1)
+    drives = LocalDrives(lambda: engines.append(weakref.ref(local_engine(svc))) or engines[-1](), pool=1)  # type: ignore[arg-type, func-returns-value, return-value]
     run = create_run(svc, ws, "fan", {"items": [f"item-{i}" for i in range(4)]}, options={"gate": True})
     assert local_engine(svc).state_machine_arn  # the state machine itself is made (and kept) once
-    tracked = len(StateMachine.instances_tracked)
+    tracked = len(StateMachine.instances_tracked)  # type: ignore[attr-defined]
     # When it is driven to its end
     drives.start(run.tenant, run.id)
     drives.join(60)
@@ -104,6 +108,6 @@ def test_a_drive_serve_forgot_leaves_nothing_of_it_in_the_process(tmp_path, monk
     assert [(e(), m()) for e, m in ended] == [(None, None)] * len(ended)
     assert engines[0]() is None
     assert released == [len(ended)]  # what the drive freed was handed back once, after it was forgotten
-    assert len(StateMachine.instances_tracked) == tracked
+    assert len(StateMachine.instances_tracked) == tracked  # type: ignore[attr-defined]
     assert not [arn for arn in {**local._registries, **local._sandboxes} if run.id in arn]
     assert not [m for m in _backend().state_machines for e in m.executions if run.id in e.execution_arn]

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+from helpers import FlowRunner
 
 from laneflow.domain.records import RunStatus
-from laneflow.ports import ExecutionSink, StepJob, StepOutcome
+from laneflow.ports import ExecutionSink, Services, StepJob, StepOutcome
 
 AGENT = '---\nstub: "Answer {n}."\n---\nYou answer.\n'
 
@@ -29,7 +32,7 @@ class EditsAfterFirstStep:
     """The stub executor, editing agent.md once its first step has run: the same size and
     the same modification time, so only its bytes tell the edit."""
 
-    def __init__(self, inner, md: Path):
+    def __init__(self, inner: Any, md: Path) -> None:
         self.inner, self.md, self.edited = inner, md, False
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
@@ -39,12 +42,15 @@ class EditsAfterFirstStep:
             self.md.write_text(AGENT.replace("{n}", "two"))
             os.utime(self.md, ns=(before.st_atime_ns, before.st_mtime_ns))
             self.edited = True
-        return outcome
+        answer: StepOutcome = outcome
+        return answer
 
 
-def test_an_edit_of_agent_md_between_two_steps_is_what_the_second_step_uses(svc, run_flow, tmp_path):
+def test_an_edit_of_agent_md_between_two_steps_is_what_the_second_step_uses(
+    svc: Services, run_flow: FlowRunner, tmp_path: Path
+) -> None:
     ws = _workspace(tmp_path)
-    svc.executors["stub"] = EditsAfterFirstStep(svc.executor("stub"), ws / "agents" / "worker" / "agent.md")
+    svc.executors["stub"] = EditsAfterFirstStep(svc.executor("stub"), ws / "agents" / "worker" / "agent.md")  # type: ignore[assignment]
     run = run_flow(ws, "two", {}).run
     assert run.status == RunStatus.completed
     assert [s.result for s in run.steps] == ["Answer one.", "Answer two."]

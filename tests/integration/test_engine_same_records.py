@@ -12,7 +12,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+from helpers import FlowRunner
+
 from laneflow.adapters.engine import local, moto_fastcopy
+from laneflow.ports import Services
 from laneflow.usecases.start_run import create_run
 
 
@@ -53,7 +57,9 @@ def _drive(svc: Any, run_flow: Any, ws: Path) -> tuple[Counter[str], list[tuple[
     return _events(engine, result.execution_arn, run.id), steps
 
 
-def test_a_run_records_the_same_with_moto_s_deepcopy_and_with_the_engine_s(svc, run_flow, tmp_path, monkeypatch):
+def test_a_run_records_the_same_with_moto_s_deepcopy_and_with_the_engine_s(
+    svc: Services, run_flow: FlowRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = _workspace(tmp_path)
     local.install_interpreter_hook()
     fast_events, fast_steps = _drive(svc, run_flow, ws)

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.records import RunStatus
 from laneflow.entrypoints.cli import main
+from laneflow.ports import Services
 from laneflow.usecases.estimate import estimate_run
 from laneflow.wiring import for_store
 from laneflow_dev.imitation import MessagesImitation
@@ -29,7 +30,7 @@ def _lanes_of(record: dict) -> dict[tuple[int, str], dict]:
     return {(row["group"], row["lane"]): row for row in record["lanes"]}
 
 
-def test_on_the_stub_the_estimate_is_what_the_run_then_does(svc, tmp_path):
+def test_on_the_stub_the_estimate_is_what_the_run_then_does(svc: Services, tmp_path: Path) -> None:
     ws = Path(shutil.copytree(EXAMPLES / "newsroom", tmp_path / "newsroom"))
     estimate = estimate_run(svc, ws, "brief", TOPICS).as_dict()
     run = drive(svc, ws, "brief", TOPICS)
@@ -53,7 +54,9 @@ def test_on_the_stub_the_estimate_is_what_the_run_then_does(svc, tmp_path):
 
 
 @pytest.mark.slow
-def test_through_the_imitation_the_cache_figures_equal_the_runs_and_the_cost_is_within_the_measured_error(svc, tmp_path):
+def test_through_the_imitation_the_cache_figures_equal_the_runs_and_the_cost_is_within_the_measured_error(
+    svc: Services, tmp_path: Path
+) -> None:
     ws = Path(shutil.copytree(EXAMPLES / "newsroom", tmp_path / "newsroom"))
     with MessagesImitation(ttft_ms=50, api_keys={"sk-test"}) as api:
         cfg = svc.settings.model_copy(update={"anthropic_api_key": SecretStr("sk-test"), "anthropic_base_url": api.url})
@@ -80,7 +83,9 @@ def test_through_the_imitation_the_cache_figures_equal_the_runs_and_the_cost_is_
     assert error <= MEASURED_ERROR, (estimate["cost_usd"], record["cost_usd"])
 
 
-def test_estimate_json_is_nothing_but_the_estimate_and_a_typo_in_the_flow_suggests_the_name(tmp_path, capsys, monkeypatch):
+def test_estimate_json_is_nothing_but_the_estimate_and_a_typo_in_the_flow_suggests_the_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "160")
     store = f"sqlite:///{tmp_path / 'e.db'}"
     assert main(["estimate", str(EXAMPLES / "newsroom"), "brief", "--input", json.dumps(TOPICS), "--store", store, "--json"]) == 0
@@ -95,7 +100,7 @@ def test_estimate_json_is_nothing_but_the_estimate_and_a_typo_in_the_flow_sugges
     assert "researcher@stub" in table and "cold prefixes: 4 with the gate, 6 without" in table
 
 
-def test_post_estimates_answers_the_estimate_and_400s_naming_the_field(svc):
+def test_post_estimates_answers_the_estimate_and_400s_naming_the_field(svc: Services) -> None:
     from api_calls import call
 
     svc.workspaces = FolderWorkspaces(FIXTURES)
@@ -112,7 +117,7 @@ def test_post_estimates_answers_the_estimate_and_400s_naming_the_field(svc):
     assert svc.store.list_runs("acme") == []  # nothing was written
 
 
-def test_the_openapi_document_describes_the_estimate_and_its_400(svc):
+def test_the_openapi_document_describes_the_estimate_and_its_400(svc: Services) -> None:
     from api_calls import call
 
     status, document, _ = call(svc, "GET", "/openapi.json", tenant=None)
@@ -124,7 +129,9 @@ def test_the_openapi_document_describes_the_estimate_and_its_400(svc):
 
 
 @pytest.mark.slow
-def test_once_the_flow_has_run_the_estimate_learns_its_output_and_is_within_the_error_of_the_next_run(svc, tmp_path):
+def test_once_the_flow_has_run_the_estimate_learns_its_output_and_is_within_the_error_of_the_next_run(
+    svc: Services, tmp_path: Path
+) -> None:
     """No --output-tokens: the first estimate assumes the default output (nothing to learn);
     after a run it assumes what each agent's calls wrote in that run, and a later run on a
     cold cache (as an estimate assumes) costs what it says, within the measured error."""

@@ -8,14 +8,16 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from pathlib import Path
 
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, FlowRunner, ServicesOn
 
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.gate import reserve_line
 from laneflow.domain.lanes import waiting_line
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.usecases.run_step.runner import WAITED_TO_START
 from laneflow.usecases.start_run import create_run
 
@@ -32,7 +34,7 @@ def released_at(step) -> dt.datetime:
     return ts([e for e in step.events if e.type == "gate" and "released" in e.text][0].t)
 
 
-def test_the_lead_starts_first_and_no_sibling_starts_before_its_first_stream_event(run_flow):
+def test_the_lead_starts_first_and_no_sibling_starts_before_its_first_stream_event(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "fanout").run
     assert run.status == RunStatus.completed
     lead, *siblings = run.steps
@@ -43,7 +45,7 @@ def test_the_lead_starts_first_and_no_sibling_starts_before_its_first_stream_eve
         assert ts(sibling.started_at) - released_at(lead) < dt.timedelta(milliseconds=500)
 
 
-def test_each_waiting_sibling_says_so_in_its_trace(run_flow):
+def test_each_waiting_sibling_says_so_in_its_trace(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "fanout").run
     lead, *siblings = run.steps
     assert not any(e.text == waiting_line("quick") for e in lead.events)
@@ -56,7 +58,7 @@ def test_each_waiting_sibling_says_so_in_its_trace(run_flow):
     assert "released 3 waiting sibling(s): the lead's reply began" in [e.text for e in lead.events if e.type == "gate"][0]
 
 
-def test_a_lead_that_fails_before_replying_releases_its_siblings(run_flow):
+def test_a_lead_that_fails_before_replying_releases_its_siblings(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "lead_fails").run
     assert run.status == RunStatus.completed  # everyone recovers on the retry
     lead, *siblings = run.steps
@@ -67,11 +69,11 @@ def test_a_lead_that_fails_before_replying_releases_its_siblings(run_flow):
         assert ts(sibling.started_at) < ts(lead.finished_at)
 
 
-def test_a_stop_while_siblings_wait_skips_them_never_started(svc, run_flow):
+def test_a_stop_while_siblings_wait_skips_them_never_started(svc: Services, run_flow: FlowRunner) -> None:
     engine = run_flow.engine
     run = create_run(svc, GATE, "stop")
 
-    def stop_once_siblings_wait():
+    def stop_once_siblings_wait() -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             steps = svc.store.get_run(run.tenant, run.id).steps
@@ -98,7 +100,7 @@ def test_a_stop_while_siblings_wait_skips_them_never_started(svc, run_flow):
     assert later.status == StepStatus.skipped and later.skip_reason == "run stopped"
 
 
-def test_two_lanes_in_one_group_proceed_independently(run_flow):
+def test_two_lanes_in_one_group_proceed_independently(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "two_lanes").run
     quick = [s for s in run.steps if s.agent == "quick"]
     slow = [s for s in run.steps if s.agent == "slow"]
@@ -111,20 +113,20 @@ def test_two_lanes_in_one_group_proceed_independently(run_flow):
         assert ts(sibling.started_at) >= slow_release
 
 
-def test_parallel_still_caps_a_gated_lane(run_flow):
+def test_parallel_still_caps_a_gated_lane(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "capped").run
     assert run.status == RunStatus.completed
     spans = sorted((s.started_at, s.finished_at) for s in run.steps)
     assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) == 2
 
 
-def test_a_lone_step_has_no_gate(run_flow):
+def test_a_lone_step_has_no_gate(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "lone").run
     assert run.status == RunStatus.completed
     assert not any(e.type == "gate" for s in run.steps for e in s.events)
 
 
-def test_the_gate_can_be_turned_off_for_comparison(run_flow):
+def test_the_gate_can_be_turned_off_for_comparison(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "fanout", options={"gate": False}).run
     assert run.status == RunStatus.completed
     assert not any(e.type == "gate" for s in run.steps for e in s.events)
@@ -133,7 +135,7 @@ def test_the_gate_can_be_turned_off_for_comparison(run_flow):
     assert max(ts(s.started_at) for s in run.steps) < min(ts(s.finished_at) for s in run.steps)
 
 
-def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc, tmp_path):
+def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc: Services, tmp_path: Path) -> None:
     """The store handshake: sibling first (kept, later handed to the lead) or lead first
     (the sibling is told the gate is open); a token is handed back only once."""
     run = create_run(svc, GATE, "fanout")
@@ -148,7 +150,7 @@ def test_the_gate_rendezvous_completes_a_token_whichever_side_arrives_second(svc
     assert store.gate_wait(t, r, "g0c0:other@stub", "tok-4") is None
 
 
-def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
+def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc: Services) -> None:
     """The run is stopped while the lead waits to start: the lead is skipped, never started,
     and still releases the sibling already waiting, so no sibling waits forever."""
     from laneflow.domain.messages import LaneStep, RunStepRequest, StartDriveRequest, WaitForLeadRequest
@@ -159,14 +161,14 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc):
     completed: list[str] = []
 
     class Callbacks:
-        def succeed(self, token, output):
+        def succeed(self, token, output) -> None:
             completed.append(token)
 
         def succeed_all(self, tokens, output):
             completed.extend(tokens)
             return []
 
-        def fail(self, token, error, cause):  # pragma: no cover - not expected
+        def fail(self, token, error, cause) -> None:  # pragma: no cover - not expected
             raise AssertionError(error)
 
     svc.callbacks = Callbacks()
@@ -190,7 +192,7 @@ def _most_at_once(spans) -> int:
 
 
 @pytest.mark.slow
-def test_a_gated_lane_runs_parallel_steps_at_once_and_takes_about_the_ideal_time(run_flow):
+def test_a_gated_lane_runs_parallel_steps_at_once_and_takes_about_the_ideal_time(run_flow: FlowRunner) -> None:
     """12 stub steps of 2 s at `parallel: 3` (reply after 200 ms): from the steps' recorded
     start and end times, never more than 3 run at once, and the reserve said why it waited
     for the lead's end. (The makespan against the ideal is bench/gated_lane.py's figure.)"""
@@ -212,21 +214,21 @@ def test_a_gated_lane_runs_parallel_steps_at_once_and_takes_about_the_ideal_time
 class _Completed:
     """The callbacks port, keeping the tokens completed (in order)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.tokens: list[str] = []
 
-    def succeed(self, token, output):
+    def succeed(self, token, output) -> None:
         self.tokens.append(token)
 
     def succeed_all(self, tokens, output):
         self.tokens.extend(tokens)
         return []
 
-    def fail(self, token, error, cause):  # pragma: no cover - not expected
+    def fail(self, token, error, cause) -> None:  # pragma: no cover - not expected
         raise AssertionError(error)
 
 
-def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_crashes(on):
+def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_crashes(on: ServicesOn) -> None:
     """The siblings' Map iteration parallel - 1 waits for the lead's end: the reply releases
     the others only; the lead's StepCrashed (its worker died) releases the reserve, and the
     reserve's trace says what it waited for."""
@@ -266,7 +268,7 @@ def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_cra
     assert [e.text for e in reserve.events if e.type == "gate"] == [reserve_line("quick", 2)]
 
 
-def test_an_older_database_s_gate_gains_the_lead_s_end_and_its_bare_tokens_still_come_back(tmp_path):
+def test_an_older_database_s_gate_gains_the_lead_s_end_and_its_bare_tokens_still_come_back(tmp_path: Path) -> None:
     """A database made before the gate knew the lead's end (schema 5: bare tokens, no
     ended_at or note) is upgraded on open, and a token it kept is still handed back."""
     import sqlite3

@@ -5,11 +5,13 @@ once, and the reserve sibling (laneflow.domain.gate) starting only once the lead
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
-from helpers import write_workspace
+from helpers import FlowRunner, write_workspace
 
 from laneflow.domain.gate import is_reserve, reserve_line
 from laneflow.domain.records import AttemptStatus, RunStatus
+from laneflow.ports import Services
 
 PARALLEL = 3
 
@@ -18,7 +20,9 @@ def ts(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def test_a_gated_lane_never_runs_more_than_its_cap_and_its_reserve_waits_for_the_lead_s_end(svc, run_flow, tmp_path):
+def test_a_gated_lane_never_runs_more_than_its_cap_and_its_reserve_waits_for_the_lead_s_end(
+    svc: Services, run_flow: FlowRunner, tmp_path: Path
+) -> None:
     # Seven short steps (a 100 ms first token, 400 ms in all) at parallel 3
     ws = write_workspace(
         tmp_path / "ws",

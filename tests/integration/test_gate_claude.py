@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import FIXTURES
+from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
 from laneflow.domain.lanes import waiting_line
 from laneflow.domain.pricing import catalog
-from laneflow.domain.records import RunStatus
+from laneflow.domain.records import Run, RunStatus
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -27,13 +29,13 @@ SMALL_MODEL = "claude-haiku-4-5"  # minimum cacheable length 4,096 tokens
 
 
 @pytest.fixture
-def api():
+def api() -> Iterator[MessagesImitation]:
     with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={KEY}) as server:
         yield server
 
 
 def services(tmp_path: Path, api: MessagesImitation) -> Services:
-    settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+    settings = Settings(anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url, backoff_s=0.01)
     return svc
@@ -53,16 +55,18 @@ def small_workspace(root: Path) -> Path:
     return ws
 
 
-def ts(text: str) -> dt.datetime:
+def ts(text: str | None) -> dt.datetime:  # a timestamp the test expects set
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def drive(svc: Services, ws: Path, flow: str):
+def drive(svc: Services, ws: Path, flow: str) -> Run:
     run = create_run(svc, ws, flow)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def test_a_prefix_below_the_model_s_minimum_gets_no_gate_and_the_lane_s_traces_say_why(tmp_path, api):
+def test_a_prefix_below_the_model_s_minimum_gets_no_gate_and_the_lane_s_traces_say_why(
+    tmp_path: Path, api: MessagesImitation
+) -> None:
     run = drive(services(tmp_path, api), small_workspace(tmp_path), "fanout")
     assert run.status == RunStatus.completed, run.error
     assert api.stats()["cache_writes"] == 0  # the imitation caches nothing this short either
@@ -81,7 +85,7 @@ def test_a_prefix_below_the_model_s_minimum_gets_no_gate_and_the_lane_s_traces_s
         assert note.text in gate_lines, f"step {sibling.index} does not say why it did not wait"
 
 
-def test_a_prefix_above_the_minimum_keeps_the_gate_and_pays_one_cache_write(tmp_path, api):
+def test_a_prefix_above_the_minimum_keeps_the_gate_and_pays_one_cache_write(tmp_path: Path, api: MessagesImitation) -> None:
     ws = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_claude", ws)
     run = drive(services(tmp_path, api), ws, "fanout")

@@ -10,6 +10,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from typing import Any, cast
 
 import anthropic
 import pytest
@@ -25,35 +27,35 @@ BIG = "x" * 20_000  # 5,000 tokens at 4 chars per token
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[MessagesImitation]:
     with MessagesImitation() as s:
         yield s
 
 
-def client_for(server: MessagesImitation, **kw) -> anthropic.Anthropic:
+def client_for(server: MessagesImitation, **kw: Any) -> Any:  # Any: each test knows the blocks it reads
     return anthropic.Anthropic(api_key=kw.pop("api_key", "test"), base_url=server.url, max_retries=0, **kw)
 
 
-def cached_system(text: str = BIG, **cc) -> list[dict]:
+def cached_system(text: str = BIG, **cc: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text, "cache_control": {"type": "ephemeral", **cc}}]
 
 
-def ask(client, system=None, content="Hello", model=MODEL, **kw):
-    args = dict(model=model, max_tokens=1024, messages=[{"role": "user", "content": content}])
+def ask(client: anthropic.Anthropic, system: Any = None, content: Any = "Hello", model: str = MODEL, **kw: Any) -> Any:
+    args: dict[str, Any] = dict(model=model, max_tokens=1024, messages=[{"role": "user", "content": content}])
     args.update(kw)
     if system is not None:
         args["system"] = system
     return client.messages.create(**args)
 
 
-def raw_events(stream: Stream) -> list[tuple[str, dict]]:
+def raw_events(stream: Stream[Any]) -> list[tuple[str | None, Any]]:
     return [(sse.event, sse.json()) for sse in Stream.raw_events(stream.response)]
 
 
 # -- shapes -----------------------------------------------------------------------------------
 
 
-def test_streaming_event_order_and_shapes(server):
+def test_streaming_event_order_and_shapes(server: MessagesImitation) -> None:
     client = client_for(server)
     stream = ask(client, content="Say something long enough to be chunked into several deltas", stream=True)
     events = raw_events(stream)
@@ -79,7 +81,7 @@ def test_streaming_event_order_and_shapes(server):
     assert end["usage"]["output_tokens"] == -(-len(text) // 4)
 
 
-def test_streaming_through_the_sdk_accumulates_the_message(server):
+def test_streaming_through_the_sdk_accumulates_the_message(server: MessagesImitation) -> None:
     client = client_for(server)
     with client.messages.stream(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "Hi"}]) as s:
         pieces = list(s.text_stream)
@@ -89,7 +91,7 @@ def test_streaming_through_the_sdk_accumulates_the_message(server):
     assert message.stop_reason == "end_turn" and message.usage.output_tokens == 5  # 20 chars
 
 
-def test_non_streaming_message_and_usage(server):
+def test_non_streaming_message_and_usage(server: MessagesImitation) -> None:
     message = ask(client_for(server), system="Be brief.", content="What is up?\nmore lines")
     assert message.id.startswith("msg_") and message.type == "message" and message.role == "assistant"
     assert message.model == MODEL and message.stop_reason == "end_turn" and message.stop_sequence is None
@@ -100,18 +102,19 @@ def test_non_streaming_message_and_usage(server):
     assert u.output_tokens == -(-len(message.content[0].text) // 4)
 
 
-def test_validation_names_the_missing_field(server):
+def test_validation_names_the_missing_field(server: MessagesImitation) -> None:
     client = client_for(server)
     for missing in ("model", "max_tokens", "messages"):
         body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
         del body[missing]
         with pytest.raises(anthropic.BadRequestError) as exc:
             client.post("/v1/messages", body=body, cast_to=object)
-        assert exc.value.body["error"]["type"] == "invalid_request_error"
-        assert missing in exc.value.body["error"]["message"]
+        body_of: Any = exc.value.body  # the error's JSON
+        assert body_of["error"]["type"] == "invalid_request_error"
+        assert missing in body_of["error"]["message"]
 
 
-def test_max_tokens_cuts_the_reply(server):
+def test_max_tokens_cuts_the_reply(server: MessagesImitation) -> None:
     message = ask(client_for(server), content="a fairly long question to answer here", max_tokens=3)
     assert message.stop_reason == "max_tokens" and message.usage.output_tokens == 3
     assert message.content[0].text == "Reply to: a "
@@ -120,7 +123,7 @@ def test_max_tokens_cuts_the_reply(server):
 # -- the prompt cache ---------------------------------------------------------------------------
 
 
-def test_a_cached_system_block_is_written_then_read(server):
+def test_a_cached_system_block_is_written_then_read(server: MessagesImitation) -> None:
     client = client_for(server)
     first = ask(client, system=cached_system()).usage
     assert first.cache_creation_input_tokens == 5000 and first.cache_read_input_tokens == 0
@@ -131,7 +134,7 @@ def test_a_cached_system_block_is_written_then_read(server):
     assert second.input_tokens == 4
 
 
-def test_a_prefix_below_the_model_minimum_neither_writes_nor_reads(server):
+def test_a_prefix_below_the_model_minimum_neither_writes_nor_reads(server: MessagesImitation) -> None:
     client = client_for(server)
     small = cached_system("y" * 4000)  # 1,000 tokens < 2,048
     for _ in range(2):
@@ -149,10 +152,10 @@ def test_a_prefix_below_the_model_minimum_neither_writes_nor_reads(server):
         assert ask(client_for(tuned), system=small).usage.cache_creation_input_tokens == 1000
 
 
-def test_concurrent_requests_both_write_and_a_later_one_reads_once_the_first_began():
+def test_concurrent_requests_both_write_and_a_later_one_reads_once_the_first_began() -> None:
     with MessagesImitation(ttft_ms=300) as server:
         client = client_for(server)
-        usages: list = [None, None]
+        usages: list[Any] = [None, None]
 
         def run(i: int) -> None:
             usages[i] = ask(client, system=cached_system(), content=f"lane {i}").usage
@@ -177,12 +180,12 @@ def test_concurrent_requests_both_write_and_a_later_one_reads_once_the_first_beg
         assert stats["cache_writes"] == 1 and stats["cache_reads"] == 1
 
 
-def test_a_shared_prefix_breakpoint_is_cached_on_its_own(server):
+def test_a_shared_prefix_breakpoint_is_cached_on_its_own(server: MessagesImitation) -> None:
     """Siblings share tools + system but differ after: each breakpoint is its own entry."""
     client = client_for(server)
     tail = "t" * 8000  # 2,000 tokens
 
-    def lane(name: str):
+    def lane(name: str) -> Any:
         content = [{"type": "text", "text": f"{name}: {tail}", "cache_control": {"type": "ephemeral"}}]
         return ask(client, system=cached_system(), content=content).usage
 
@@ -194,7 +197,7 @@ def test_a_shared_prefix_breakpoint_is_cached_on_its_own(server):
     assert again.cache_read_input_tokens == 7001 and again.cache_creation_input_tokens == 0
 
 
-def test_ttl_expiry_writes_again():
+def test_ttl_expiry_writes_again() -> None:
     with MessagesImitation(ttl_s=0.2) as server:
         client = client_for(server)
         assert ask(client, system=cached_system()).usage.cache_creation_input_tokens == 5000
@@ -204,7 +207,7 @@ def test_ttl_expiry_writes_again():
         assert u.cache_read_input_tokens == 0 and u.cache_creation_input_tokens == 5000
 
 
-def test_one_hour_entries_outlive_the_five_minute_ttl():
+def test_one_hour_entries_outlive_the_five_minute_ttl() -> None:
     with MessagesImitation(ttl_s=0.2) as server:
         client = client_for(server)
         hour = cached_system(ttl="1h")
@@ -220,7 +223,7 @@ def test_one_hour_entries_outlive_the_five_minute_ttl():
             ask(client, system=five_then_hour)
 
 
-def test_more_than_four_breakpoints_is_a_bad_request(server):
+def test_more_than_four_breakpoints_is_a_bad_request(server: MessagesImitation) -> None:
     blocks = [{"type": "text", "text": f"part {i}", "cache_control": {"type": "ephemeral"}} for i in range(5)]
     with pytest.raises(anthropic.BadRequestError) as exc:
         ask(client_for(server), system=blocks)
@@ -228,7 +231,7 @@ def test_more_than_four_breakpoints_is_a_bad_request(server):
     assert ask(client_for(server), system=blocks[:4]).stop_reason == "end_turn"
 
 
-def test_a_failed_request_caches_nothing(server):
+def test_a_failed_request_caches_nothing(server: MessagesImitation) -> None:
     client = client_for(server)
     server.fail_next(500)
     with pytest.raises(anthropic.InternalServerError):
@@ -239,10 +242,10 @@ def test_a_failed_request_caches_nothing(server):
 # -- tools and the script ---------------------------------------------------------------------
 
 
-def test_tool_use_streams_input_json_deltas_that_reassemble():
+def test_tool_use_streams_input_json_deltas_that_reassemble() -> None:
     tool_input = {"path": "src/app.py", "lines": [1, 2, 3], "note": "a somewhat long value to split"}
 
-    def responder(body: dict) -> Reply:
+    def responder(body: dict[str, Any]) -> Reply:
         return Reply(text="Let me look.", tool_uses=[{"name": "read_file", "input": tool_input}])
 
     with MessagesImitation(responder=responder) as server:
@@ -264,10 +267,10 @@ def test_tool_use_streams_input_json_deltas_that_reassemble():
         assert block.type == "tool_use" and block.name == "read_file" and block.input == tool_input
 
 
-def test_the_tool_directive_script_over_two_turns(server):
+def test_the_tool_directive_script_over_two_turns(server: MessagesImitation) -> None:
     client = client_for(server)
     prompt = 'Fix the bug\n[[tool read_file {"path": "a.py"}]]\n[[tool run_tests {}]]'
-    messages: list[dict] = [{"role": "user", "content": prompt}]
+    messages: list[Any] = [{"role": "user", "content": prompt}]
     seen = []
     for _turn in range(2):
         m = client.messages.create(model=MODEL, max_tokens=1024, messages=messages, stream=False)
@@ -282,7 +285,7 @@ def test_the_tool_directive_script_over_two_turns(server):
     assert final.content[0].text == "Reply to: Fix the bug\nTurn 3."
 
 
-def test_a_reply_directive_overrides_the_final_text():
+def test_a_reply_directive_overrides_the_final_text() -> None:
     body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Q\n[[reply Done.\\nAll good.]]"}]}]}
     assert default_responder(body) == Reply(text="Done.\nAll good.")
 
@@ -290,7 +293,7 @@ def test_a_reply_directive_overrides_the_final_text():
 # -- errors -----------------------------------------------------------------------------------
 
 
-def test_a_bad_key_is_an_authentication_error():
+def test_a_bad_key_is_an_authentication_error() -> None:
     with MessagesImitation(api_keys={"right"}) as server:
         with pytest.raises(anthropic.AuthenticationError) as exc:
             ask(client_for(server, api_key="wrong"))
@@ -306,13 +309,13 @@ def test_a_bad_key_is_an_authentication_error():
         assert json.load(urllib.request.urlopen(req))["content"][0]["text"].startswith("Reply to: hi")
 
 
-def test_fail_next_answers_the_real_error_types(server):
+def test_fail_next_answers_the_real_error_types(server: MessagesImitation) -> None:
     client = client_for(server)
     server.fail_next(529, 429, 401)
     with pytest.raises(anthropic.APIStatusError) as overloaded:
         ask(client)
     assert overloaded.value.status_code == 529
-    assert overloaded.value.body["error"]["type"] == "overloaded_error"
+    assert cast(Any, overloaded.value.body)["error"]["type"] == "overloaded_error"
     assert isinstance(overloaded.value, anthropic.OverloadedError)
     with pytest.raises(anthropic.RateLimitError) as limited:
         ask(client, stream=True)
@@ -325,7 +328,7 @@ def test_fail_next_answers_the_real_error_types(server):
 # -- stats ------------------------------------------------------------------------------------
 
 
-def test_stats_totals_and_reset(server):
+def test_stats_totals_and_reset(server: MessagesImitation) -> None:
     client = client_for(server)
     ask(client, system=cached_system())
     ask(client, system=cached_system(), stream=True).close()
@@ -347,10 +350,10 @@ def test_stats_totals_and_reset(server):
     assert ask(client, system=cached_system()).usage.cache_creation_input_tokens == 5000  # the cache went too
 
 
-def test_many_concurrent_streams():
+def test_many_concurrent_streams() -> None:
     with MessagesImitation(ttft_ms=50, token_ms=1) as server:
         client = client_for(server)
-        errors: list = []
+        errors: list[Any] = []
 
         def run(i: int) -> None:
             try:
@@ -367,7 +370,7 @@ def test_many_concurrent_streams():
         assert errors == [] and server.stats()["requests"] == 120
 
 
-def test_the_command_line_serves_until_interrupted():
+def test_the_command_line_serves_until_interrupted() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "laneflow_dev.imitation", "--port", "0"],
         stdout=subprocess.PIPE,
@@ -375,6 +378,7 @@ def test_the_command_line_serves_until_interrupted():
         text=True,
     )
     try:
+        assert proc.stdout is not None  # stdout=PIPE
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
         stats = json.load(urllib.request.urlopen(url + "/stats"))
@@ -387,7 +391,7 @@ def test_the_command_line_serves_until_interrupted():
     assert proc.wait(timeout=5) == 0
 
 
-def test_a_client_that_closes_the_connection_during_the_prefill_is_counted_as_a_disconnect():
+def test_a_client_that_closes_the_connection_during_the_prefill_is_counted_as_a_disconnect() -> None:
     """The server side of a stop before the first token: it notices at once, sends nothing."""
     with MessagesImitation(ttft_ms=20_000) as slow:
         stream = ask(client_for(slow), content="think long", stream=True)  # the headers came; no event yet
@@ -407,7 +411,7 @@ def test_a_client_that_closes_the_connection_during_the_prefill_is_counted_as_a_
 
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(hold_ms=st.integers(min_value=0, max_value=150), stream=st.booleans())
-def test_held_response_headers_come_no_sooner_than_the_hold(hold_ms, stream):
+def test_held_response_headers_come_no_sooner_than_the_hold(hold_ms: int, stream: bool) -> None:
     with MessagesImitation(hold_headers_ms=hold_ms) as held:
         started = time.monotonic()
         raw = client_for(held).messages.with_raw_response.create(
@@ -421,7 +425,7 @@ def test_held_response_headers_come_no_sooner_than_the_hold(hold_ms, stream):
         assert stats["held"] == (1 if hold_ms else 0) and stats["requests"] == 1 and stats["disconnects"] == 0
 
 
-def test_a_client_that_leaves_while_the_headers_are_held_is_counted_and_sent_nothing():
+def test_a_client_that_leaves_while_the_headers_are_held_is_counted_and_sent_nothing() -> None:
     import socket
 
     with MessagesImitation(hold_headers_ms=20_000) as held:
@@ -441,7 +445,7 @@ def test_a_client_that_leaves_while_the_headers_are_held_is_counted_and_sent_not
         assert stats["disconnects"] == 1 and stats["requests"] == 0
 
 
-def test_the_command_line_holds_response_headers_and_refuses_a_negative_hold():
+def test_the_command_line_holds_response_headers_and_refuses_a_negative_hold() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "laneflow_dev.imitation", "--port", "0", "--hold-headers-ms", "300"],
         stdout=subprocess.PIPE,
@@ -449,6 +453,7 @@ def test_the_command_line_holds_response_headers_and_refuses_a_negative_hold():
         text=True,
     )
     try:
+        assert proc.stdout is not None  # stdout=PIPE
         url = proc.stdout.readline().strip()
         message = anthropic.Anthropic(api_key="k", base_url=url, max_retries=0).messages.create(
             model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 def _sh(
     *cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, (
         f"{' '.join(map(str, cmd))} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -45,7 +45,7 @@ def _checkout_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     here = tmp_path_factory.mktemp("build")
     source = here / "source"
     for name in _checkout_files():
@@ -57,7 +57,7 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fresh(wheel: Path, tmp_path_factory) -> Path:
+def fresh(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A new virtual environment with the wheel installed, and this one's packages lent to it."""
     venv = tmp_path_factory.mktemp("fresh") / "venv"
     _sh(sys.executable, "-m", "venv", "--without-pip", venv)
@@ -82,7 +82,7 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("LANEFLOW_", "ANTHROPIC_")) and k != "PYTHONPATH"}
 
 
-def test_the_wheel_carries_the_project_files_the_engine_reads_and_the_dev_package(wheel: Path):
+def test_the_wheel_carries_the_project_files_the_engine_reads_and_the_dev_package(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in (
         "laneflow/_project/template.yaml",
@@ -99,14 +99,14 @@ def test_the_wheel_carries_the_project_files_the_engine_reads_and_the_dev_packag
     assert not [n for n in names if "__pycache__" in n or n.startswith(("tests/", "layers/", "devtools/"))]
 
 
-def test_the_installed_code_runs_from_the_environment_and_finds_its_own_copy(fresh: Path, empty: Path):
+def test_the_installed_code_runs_from_the_environment_and_finds_its_own_copy(fresh: Path, empty: Path) -> None:
     probe = "import laneflow, laneflow_dev; from laneflow.paths import project_root; print(laneflow.__file__); print(laneflow_dev.__file__); print(project_root())"
     lines = _sh(fresh / "bin" / "python", "-c", probe, cwd=empty, env=_env()).stdout.splitlines()
     assert all(Path(line).is_relative_to(fresh) for line in lines), lines
     assert lines[2].endswith(os.path.join("laneflow", "_project"))
 
 
-def test_laneflow_demo_in_an_empty_folder_completes(fresh: Path, empty: Path):
+def test_laneflow_demo_in_an_empty_folder_completes(fresh: Path, empty: Path) -> None:
     done = _sh(fresh / "bin" / "laneflow", "demo", "--json", cwd=empty, env=_env(), timeout=180)
     run = json.loads(done.stdout)
     assert run["status"] == "completed" and run["flow"] == "brief"
@@ -114,7 +114,7 @@ def test_laneflow_demo_in_an_empty_folder_completes(fresh: Path, empty: Path):
     assert (empty / ".laneflow" / "laneflow.db").is_file()  # the store is the folder's own
 
 
-def test_laneflow_run_of_a_copied_example_in_an_empty_folder_completes(fresh: Path, empty: Path):
+def test_laneflow_run_of_a_copied_example_in_an_empty_folder_completes(fresh: Path, empty: Path) -> None:
     shutil.copytree(EXAMPLES / "newsroom", empty / "newsroom")
     done = _sh(
         fresh / "bin" / "laneflow",

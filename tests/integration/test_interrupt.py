@@ -92,7 +92,7 @@ def assert_finished_telling_the_truth(db, run_id: str) -> None:
 
 
 @pytest.mark.slow
-def test_ctrl_c_leaves_the_run_resumable_and_resume_finishes_it_telling_the_step_it_was_interrupted(tmp_path):
+def test_ctrl_c_leaves_the_run_resumable_and_resume_finishes_it_telling_the_step_it_was_interrupted(tmp_path: Path) -> None:
     code, out, err, _, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT)
     assert code == 130, err
     assert (
@@ -111,7 +111,7 @@ def test_ctrl_c_leaves_the_run_resumable_and_resume_finishes_it_telling_the_step
 
 
 @pytest.mark.slow
-def test_sigterm_leaves_the_run_resumable_and_reconcile_re_drives_it_with_its_account(tmp_path):
+def test_sigterm_leaves_the_run_resumable_and_reconcile_re_drives_it_with_its_account(tmp_path: Path) -> None:
     account = tmp_path / "account"
     account.mkdir()
     (account / "AGENTS.md").write_text(f"---\nbudget: 3.0\n---\n{ACCOUNT_RULE}\n")
@@ -132,7 +132,7 @@ def test_sigterm_leaves_the_run_resumable_and_reconcile_re_drives_it_with_its_ac
 
 
 @pytest.mark.slow
-def test_a_second_ctrl_c_during_the_cleanup_exits_at_once_and_reconcile_finishes_the_job(tmp_path):
+def test_a_second_ctrl_c_during_the_cleanup_exits_at_once_and_reconcile_finishes_the_job(tmp_path: Path) -> None:
     code, out, err, _, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT, signal.SIGINT)
     # 130 from the handler; had the cleanup already ended, the process was past its last
     # line and the second Ctrl-C ended it as the shell's default would (killed by SIGINT).
@@ -146,7 +146,7 @@ def test_a_second_ctrl_c_during_the_cleanup_exits_at_once_and_reconcile_finishes
     assert_finished_telling_the_truth(db, run_id)
 
 
-def test_a_second_signal_while_the_cleanup_runs_exits_at_once(tmp_path):
+def test_a_second_signal_while_the_cleanup_runs_exits_at_once(tmp_path: Path) -> None:
     """The handler itself: the first signal raises into the cleanup; a second one during
     that cleanup ends the process there and then, with 128 + its number."""
     script = textwrap.dedent(
@@ -178,14 +178,14 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'resume.db'}"
 
 
-def test_resume_refuses_a_run_that_has_ended(store_url, capsys):
+def test_resume_refuses_a_run_that_has_ended(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(WS), "retry", "--store", store_url, "--json"]) == 0
     run_id = json.loads(capsys.readouterr().out)["id"]
     assert main(["resume", run_id, "--store", store_url]) == 2
     assert f"run {run_id} has ended (completed): there is nothing to resume" in capsys.readouterr().err
 
 
-def test_resume_refuses_a_parked_run_and_says_to_approve_it(store_url, capsys):
+def test_resume_refuses_a_parked_run_and_says_to_approve_it(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(FIXTURES / "ws_control"), "approval", "--store", store_url, "--json"]) == 0
     run_id = json.loads(capsys.readouterr().out)["id"]
     assert main(["resume", run_id, "--store", store_url]) == 2
@@ -195,7 +195,7 @@ def test_resume_refuses_a_parked_run_and_says_to_approve_it(store_url, capsys):
     )
 
 
-def test_resume_refuses_a_run_whose_drive_is_alive_in_another_process(store_url, capsys):
+def test_resume_refuses_a_run_whose_drive_is_alive_in_another_process(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     svc = for_store(open_store(store_url))
     run = create_run(svc, WS, "slow")
     svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=local_worker()))
@@ -205,7 +205,7 @@ def test_resume_refuses_a_run_whose_drive_is_alive_in_another_process(store_url,
     assert svc.store.get_run(run.tenant, run.id).drives == 0  # nothing was driven
 
 
-def test_resume_of_an_unknown_run_exits_2_naming_it(store_url, capsys):
+def test_resume_of_an_unknown_run_exits_2_naming_it(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["resume", "run-nope", "--store", store_url]) == 2
     assert "run-nope" in capsys.readouterr().err
 
@@ -219,7 +219,9 @@ def svc_on(store_kind: str, tmp_path: Path) -> Services:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
-def test_a_leaving_worker_interrupts_only_its_own_attempts_by_identity_and_ends_its_drive(svc_on, tmp_path):
+def test_a_leaving_worker_interrupts_only_its_own_attempts_by_identity_and_ends_its_drive(
+    svc_on: Services, tmp_path: Path
+) -> None:
     svc, me = svc_on, local_worker()
     run = create_run(svc, WS, "slow")
     svc.store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, driver=me))

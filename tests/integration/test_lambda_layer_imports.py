@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -67,7 +68,7 @@ def _handler_paths() -> list[str]:
 
 
 @pytest.mark.slow
-def test_every_handler_imports_and_answers_without_what_the_layer_leaves_out(tmp_path):
+def test_every_handler_imports_and_answers_without_what_the_layer_leaves_out(tmp_path: Path) -> None:
     from moto.server import ThreadedMotoServer
 
     paths = _handler_paths()

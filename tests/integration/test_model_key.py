@@ -14,7 +14,9 @@ import importlib.util
 import json
 import shutil
 import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -37,17 +39,20 @@ TENANT = "123456789012"  # the caller's account in events/api_*.json
 FUNCTIONS = ROOT / "functions"
 
 
-def handler(name: str):
+def handler(name: str) -> Callable[[Any, Any], Any]:
     spec = importlib.util.spec_from_file_location(f"key_{name}", FUNCTIONS / name / "app.py")
+    assert spec is not None and spec.loader is not None  # the file exists
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.handler
+    answer: Callable[[Any, Any], Any] = module.handler
+    return answer
 
 
-def api_event(name: str, **changes) -> dict:
+def api_event(name: str, **changes: Any) -> dict[str, Any]:
     event = json.loads((ROOT / "events" / f"api_{name}.json").read_text())
     event.update(changes)
-    return event
+    answer: dict[str, Any] = event
+    return answer
 
 
 class SecretReads:
@@ -78,13 +83,13 @@ class StartedDrives:
 
 
 @pytest.fixture
-def api():
+def api() -> Iterator[MessagesImitation]:
     with MessagesImitation(ttft_ms=50, token_ms=0, api_keys={KEY}) as server:
         yield server
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path, api):
+def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, api: MessagesImitation) -> Iterator[SecretReads]:
     """A step runner's environment (the secret's name set, no key), moto behind it, and the
     workspace in S3 (ws_claude plus a flow that only parks)."""
     ws = tmp_path / "claude"
@@ -125,11 +130,12 @@ def start(flow: str) -> str:
     body = {"workspace": "claude", "flow": flow, "input": {}}
     answer = handler("api")(api_event("start_run", body=json.dumps(body)), None)
     assert answer["statusCode"] == 201, answer["body"]
-    return json.loads(answer["body"])["id"]
+    run_id: str = json.loads(answer["body"])["id"]
+    return run_id
 
 
 @pytest.mark.slow
-def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud):
+def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud: SecretReads) -> None:
     reads = cloud
     boto3.client("secretsmanager").create_secret(Name=SECRET, SecretString=KEY)
 
@@ -167,7 +173,7 @@ def test_only_a_step_reads_the_model_key_once_and_nothing_else_reads_it(cloud):
 
 
 @pytest.mark.slow
-def test_a_model_key_that_cannot_be_read_fails_the_claude_step_naming_the_secret(cloud):
+def test_a_model_key_that_cannot_be_read_fails_the_claude_step_naming_the_secret(cloud: SecretReads) -> None:
     # Given no such secret: a step that needs the key fails, said once, not retried
     svc = services()
     svc.drives = StartedDrives()
@@ -179,7 +185,7 @@ def test_a_model_key_that_cannot_be_read_fails_the_claude_step_naming_the_secret
     assert all(s.status != StepStatus.running for s in run.steps)
 
 
-def test_a_json_secret_gives_its_anthropic_api_key_field_and_an_empty_one_is_refused(cloud):
+def test_a_json_secret_gives_its_anthropic_api_key_field_and_an_empty_one_is_refused(cloud: SecretReads) -> None:
     client = boto3.client("secretsmanager")
     client.create_secret(Name="console-made", SecretString=json.dumps({"ANTHROPIC_API_KEY": KEY}))
     client.create_secret(Name="empty-json", SecretString=json.dumps({"other": "x"}))
@@ -188,12 +194,12 @@ def test_a_json_secret_gives_its_anthropic_api_key_field_and_an_empty_one_is_ref
         read_model_key("empty-json")
 
 
-def _policies_read_the_secret(policies: list) -> bool:
+def _policies_read_the_secret(policies: list[Any]) -> bool:
     text = json.dumps(policies)
     return "AWSSecretsManagerGetSecretValuePolicy" in text or "secretsmanager:GetSecretValue" in text
 
 
-def test_only_the_functions_allowed_to_read_the_model_secret_are_given_its_name():
+def test_only_the_functions_allowed_to_read_the_model_secret_are_given_its_name() -> None:
     template = Template.load(ROOT / "template.yaml")
     common = template.body["Globals"]["Function"].get("Environment", {}).get("Variables", {})
     assert "LANEFLOW_ANTHROPIC_SECRET" not in common

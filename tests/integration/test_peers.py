@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import drive, stored_bytes, write_workspace
+from helpers import ServicesOn, drive, stored_bytes, write_workspace
+from pydantic import SecretStr
 
-from laneflow.domain.records import EventType, RunStatus, StepStatus
+from laneflow.domain.records import EventType, RunStatus, Step, StepStatus
+from laneflow.ports import Services
 
 TALK = 'tool: peers_message {"to": "listener", "text": "I already covered the tides; take the currents"}'
 
 
-def peers_workspace(root: Path, *, talker: str, listener: str, **extra_agents: dict) -> Path:
-    agents = {
+def peers_workspace(root: Path, *, talker: str, listener: str | list[str], **extra_agents: dict[str, Any]) -> Path:
+    agents: dict[str, dict[str, Any]] = {
         "talker": {"tools": ["peers"], "stub": talker},
         "listener": {"tools": ["peers"], "stub": listener},
         **extra_agents,
@@ -27,12 +30,12 @@ def peers_workspace(root: Path, *, talker: str, listener: str, **extra_agents: d
     return write_workspace(root / "ws", agents, {"desk": flow})
 
 
-def peer_events(step) -> list[str]:
+def peer_events(step: Step) -> list[str]:
     return [e.text for e in step.events if e.type == EventType.peer]
 
 
 @pytest.mark.slow
-def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on, tmp_path):
+def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     ws = peers_workspace(
         tmp_path,
@@ -58,7 +61,7 @@ def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on, tmp
     assert layers["peers"].dynamic
 
 
-def test_a_message_to_a_colleague_that_has_ended_is_refused_and_the_talker_goes_on(on, tmp_path):
+def test_a_message_to_a_colleague_that_has_ended_is_refused_and_the_talker_goes_on(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     ws = peers_workspace(tmp_path, talker=f"delay_ms: 3000\n{TALK}\nTried.", listener="Done at once.")
     run = drive(svc, ws, "desk")
@@ -70,7 +73,7 @@ def test_a_message_to_a_colleague_that_has_ended_is_refused_and_the_talker_goes_
     assert listener.status == StepStatus.completed and peer_events(listener) == []
 
 
-def test_a_message_to_no_such_colleague_names_the_choices(svc, tmp_path):
+def test_a_message_to_no_such_colleague_names_the_choices(svc: Services, tmp_path: Path) -> None:
     ws = peers_workspace(
         tmp_path,
         talker='tool: peers_message {"to": "lisener", "text": "hi"}\ntool: peers_list {}\nTried.',
@@ -87,7 +90,7 @@ def test_a_message_to_no_such_colleague_names_the_choices(svc, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_secret_in_a_message_never_reaches_a_stored_byte(on, tmp_path):
+def test_a_secret_in_a_message_never_reaches_a_stored_byte(on: ServicesOn, tmp_path: Path) -> None:
     secret = "tracker-secret-4f9a1c77e2"
     svc = on()
     talk = f'tool: peers_message {{"to": "listener", "text": "the token is {secret}"}}'
@@ -104,7 +107,7 @@ def test_a_secret_in_a_message_never_reaches_a_stored_byte(on, tmp_path):
 
 
 @pytest.mark.slow
-def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_path):
+def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_path: Path) -> None:
     """A real `laneflow run` gets Ctrl-C after the listener's first attempt observed a
     message; a second message comes while it is away; `laneflow resume` runs its second
     attempt, which is given the second message only: the first is not sent twice."""
@@ -169,7 +172,7 @@ def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_pat
     assert delivered == [(1, first.id), (2, later.id)]
 
 
-def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp_path):
+def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp_path: Path) -> None:
     """The Claude executor, through the real SDK, against the Messages API imitation: the
     listener's second request holds the talker's message, after its tool result."""
     import time
@@ -181,9 +184,9 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
     from laneflow_dev.imitation import MessagesImitation, Reply
 
     key = "sk-test-0123456789abcdef"
-    bodies: list[dict] = []
+    bodies: list[dict[str, Any]] = []
 
-    def respond(body: dict) -> Reply:
+    def respond(body: dict[str, Any]) -> Reply:
         bodies.append(body)
         system = "".join(block["text"] for block in body["system"])
         k = sum(1 for m in body["messages"] if m["role"] == "assistant")
@@ -202,7 +205,7 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
     flow = {"description": "two colleagues", "steps": [{"group": [{"agent": "talker"}, {"agent": "listener"}]}]}
     ws = write_workspace(tmp_path / "ws", agents, {"desk": flow}, agents_md="model: claude-sonnet-4-6\n")
     with MessagesImitation(api_keys={key}, responder=respond) as api:
-        settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        settings = Settings(anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         run = drive(svc, ws, "desk")
@@ -223,7 +226,7 @@ def test_on_claude_the_listeners_next_request_carries_the_colleagues_message(tmp
 
 
 @pytest.mark.slow
-def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_process(on, tmp_path):
+def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_process(on: ServicesOn, tmp_path: Path) -> None:
     """A talker and a listener that both run in sandbox workers (child processes of the
     engine): the message goes through the store between the two processes."""
     import os
@@ -247,7 +250,7 @@ def test_a_sandboxed_step_messages_and_hears_its_colleague_from_its_worker_proce
 
 
 @pytest.mark.slow
-def test_the_scouts_example_splits_the_coast_through_peers(svc):
+def test_the_scouts_example_splits_the_coast_through_peers(svc: Services) -> None:
     from helpers import drive as drive_run
 
     root = Path(__file__).resolve().parents[2] / "examples" / "scouts"
@@ -260,7 +263,7 @@ def test_the_scouts_example_splits_the_coast_through_peers(svc):
 
 
 @pytest.mark.slow
-def test_with_capture_metadata_the_peer_events_keep_sizes_not_texts(svc, tmp_path):
+def test_with_capture_metadata_the_peer_events_keep_sizes_not_texts(svc: Services, tmp_path: Path) -> None:
     agents = {
         "talker": {"tools": ["peers"], "stub": f"{TALK}\nTold."},
         "listener": {"tools": ["peers"], "stub": "delay_ms: 2000\nWorking.\n===\nDone."},

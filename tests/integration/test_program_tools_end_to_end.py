@@ -10,7 +10,9 @@ import shutil
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import pytest
@@ -21,7 +23,8 @@ from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.executors.isolation import detect
 from laneflow.adapters.store import open_store
 from laneflow.domain.flow import check_workspace
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.stop import stop_run
@@ -70,21 +73,22 @@ EACH = "input:\n  type: object\n  properties:\n    names: {type: array}\nsteps:\
 
 
 @pytest.fixture
-def svc(store_kind: str, tmp_path: Path):
+def svc(store_kind: str, tmp_path: Path) -> Iterator[Services]:
     with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
-def drive(svc, ws: Path, flow: str, run_input=None):
+def drive(svc: Services, ws: Path, flow: str, run_input: Any = None) -> Run:
     run = create_run(svc, ws, flow, run_input)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def captured(tmp_path: Path, event) -> dict:
-    return json.loads((tmp_path / "captures" / event.data["capture"]).read_text())
+def captured(tmp_path: Path, event: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = json.loads((tmp_path / "captures" / event.data["capture"]).read_text())
+    return answer
 
 
-def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(svc, tmp_path):
+def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, agent_md=stub_agent(), flow=EACH)
     run = drive(svc, ws, "shout", {"names": ["ada"]})
     assert run.status == RunStatus.completed, run.error
@@ -106,13 +110,15 @@ def test_stub_tool_lines_make_real_calls_recorded_like_a_models_on_both_stores(s
     assert step.calls[0].tools == 4  # the turn's span counts its calls
 
 
-def test_a_stop_kills_a_sleeping_script_within_2_s_and_ends_the_attempt_stopped_on_both_stores(svc, tmp_path):
+def test_a_stop_kills_a_sleeping_script_within_2_s_and_ends_the_attempt_stopped_on_both_stores(
+    svc: Services, tmp_path: Path
+) -> None:
     stub = 'tool: bash {"command": "sleep 60"}\n===\nSlept.\n'
     ws = workspace(tmp_path, agent_md=stub_agent(stub), flow=EACH)
     run = create_run(svc, ws, "shout", {"names": ["ada"]})
     stopped_at: list[float] = []
 
-    def stop_once_sleeping():
+    def stop_once_sleeping() -> None:
         # The isolation event is written just before the stub's only turn, which calls bash at
         # once (the attempt may work in a scratch copy, so the workspace shows nothing).
         deadline = time.monotonic() + 30
@@ -137,7 +143,7 @@ def test_a_stop_kills_a_sleeping_script_within_2_s_and_ends_the_attempt_stopped_
     assert ended - stopped_at[0] < 2, "the sleeping script outlived the stop by more than 2 s"
 
 
-def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_before_any_turn(tmp_path):
+def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_before_any_turn(tmp_path: Path) -> None:
     ws = workspace(tmp_path, agent_md=stub_agent(), flow=EACH)
     (ws / "AGENTS.md").write_text("---\nmodel: stub\nnetwork_enforce: true\n---\nShared rules.\n")
     # LANEFLOW_ISOLATION=subprocess: the plain subprocess, whose network cannot be fenced.
@@ -155,12 +161,12 @@ def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_be
 
 
 @pytest.fixture
-def api():
+def api() -> Iterator[MessagesImitation]:
     with MessagesImitation(api_keys={KEY}) as server:
         yield server
 
 
-def claude_drive(tmp_path: Path, api: MessagesImitation, ws: Path, model: str = "claude-sonnet-4-6"):
+def claude_drive(tmp_path: Path, api: MessagesImitation, ws: Path, model: str = "claude-sonnet-4-6") -> Run:
     settings = Settings(anthropic_api_key=KEY, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url, backoff_s=0.01, isolation=detect())
@@ -168,14 +174,17 @@ def claude_drive(tmp_path: Path, api: MessagesImitation, ws: Path, model: str = 
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def claude_flow(*calls: tuple[str, dict]) -> str:
-    return "steps:\n  - agent: shouter\n    instruction: |\n" + directives(*calls, reply="Shouted.")
+def claude_flow(*calls: tuple[str, dict[str, Any]]) -> str:
+    answer: str = "steps:\n  - agent: shouter\n    instruction: |\n" + directives(*calls, reply="Shouted.")
+    return answer
 
 
-def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come_back_as_is_error(tmp_path, api):
+def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come_back_as_is_error(
+    tmp_path: Path, api: MessagesImitation
+) -> None:
     recording = Recording()
     api.responder = recording
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("script_shout", {"args": ["bob"], "stdin": "hi"}),
         ("bash", {"command": "cat storage/shouted.txt; exit 3"}),
         ("bash", {"command": "sleep 5"}),
@@ -199,7 +208,9 @@ def test_the_claude_tool_loop_runs_bash_and_script_tools_and_their_failures_come
     assert md.read_text().startswith("---\ntools: [bash")
 
 
-def test_a_claude_call_past_the_agents_timeout_is_killed_and_the_step_ends_with_the_reason(tmp_path, api):
+def test_a_claude_call_past_the_agents_timeout_is_killed_and_the_step_ends_with_the_reason(
+    tmp_path: Path, api: MessagesImitation
+) -> None:
     recording = Recording()
     api.responder = recording
     ws = workspace(
@@ -230,7 +241,9 @@ def test_a_claude_call_past_the_agents_timeout_is_killed_and_the_step_ends_with_
         ("claude-sonnet-4-6", "max", None, []),
     ],
 )
-def test_effort_reaches_the_api_the_way_each_model_takes_it(tmp_path, api, model, effort, config, betas):
+def test_effort_reaches_the_api_the_way_each_model_takes_it(
+    tmp_path: Path, api: MessagesImitation, model: str, effort: str, config: Any, betas: Any
+) -> None:
     ws = workspace(tmp_path, agent_md=f"---\neffort: {effort}\n---\nYou shout.\n", flow=claude_flow())
     run = claude_drive(tmp_path, api, ws, model=model)
     assert run.status == RunStatus.completed, run.error
@@ -249,7 +262,9 @@ def test_effort_reaches_the_api_the_way_each_model_takes_it(tmp_path, api, model
         ("claude-opus-4-6", {"effort": "high", "other": 1}, [], "Extra inputs"),
     ],
 )
-def test_the_imitation_refuses_effort_the_way_the_api_does(api, model, config, betas, says):
+def test_the_imitation_refuses_effort_the_way_the_api_does(
+    api: MessagesImitation, model: str, config: Any, betas: Any, says: str
+) -> None:
     client = anthropic.Anthropic(api_key=KEY, base_url=api.url, max_retries=0)
     create = client.beta.messages.create if betas else client.messages.create
     extra = {"betas": betas} if betas else {}
@@ -260,7 +275,7 @@ def test_the_imitation_refuses_effort_the_way_the_api_does(api, model, config, b
 # -- laneflow check ----------------------------------------------------------------------------
 
 
-def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_would_do(tmp_path):
+def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_would_do(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     (root / "scripts").mkdir()
@@ -275,7 +290,7 @@ def test_check_refuses_unknown_tools_with_the_closest_name_and_settings_nothing_
     assert "an API is a mapping" in problems[("apis[0]", 7)]
 
 
-def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path):
+def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     folder = root / "agents" / "writer"
@@ -327,7 +342,7 @@ def test_check_names_the_file_line_and_field_of_every_api_entry_problem(tmp_path
     assert lines == {"apis[0].base_url": 5, "apis[0].headers.Authorization": 8}
 
 
-def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_would_use(tmp_path):
+def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_would_use(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     md = root / "agents" / "writer" / "agent.md"
@@ -339,7 +354,7 @@ def test_check_refuses_secret_names_that_cannot_be_declared_and_a_size_nothing_w
     assert [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"] == []
 
 
-def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):
+def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     md = root / "agents" / "writer" / "agent.md"
@@ -356,7 +371,7 @@ def test_check_warns_when_the_agents_model_does_not_take_its_effort(tmp_path):
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tides"
 
 
-def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_path):
+def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_path: Path) -> None:
     ws = tmp_path / "tides"
     shutil.copytree(EXAMPLE, ws)
     assert check_workspace(ws) == []
@@ -372,7 +387,7 @@ def test_the_tides_example_runs_its_script_with_its_secret_in_the_sandbox(tmp_pa
     assert (ws / "storage" / "tides-st-malo.md").exists() and (ws / "state" / "tables-filed").read_text() == "2\n"
 
 
-def test_check_says_an_api_tool_comes_from_its_apis_entry_not_tools(tmp_path):
+def test_check_says_an_api_tool_comes_from_its_apis_entry_not_tools(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     (root / "agents" / "writer" / "agent.md").write_text("---\ntools: [read_file, api_tracker]\n---\nYou write.\n")

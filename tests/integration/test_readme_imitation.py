@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -26,7 +27,7 @@ def readme_block() -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in block.group(1).splitlines() if line.strip()]
 
 
-def test_the_readme_block_is_what_this_test_runs():
+def test_the_readme_block_is_what_this_test_runs() -> None:
     imitation, export, run = readme_block()
     assert imitation.startswith(".venv/bin/python -m laneflow_dev.imitation")
     assert export.startswith("export ANTHROPIC_BASE_URL=")
@@ -49,7 +50,7 @@ def _end(server: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_imitation_block_ends_in_a_completed_run(tmp_path):
+def test_the_readme_imitation_block_ends_in_a_completed_run(tmp_path: Path) -> None:
     imitation, export, run = readme_block()
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "examples").symlink_to(ROOT / "examples")

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from helpers import write_workspace
 
 from laneflow.adapters.store import open_store
@@ -65,7 +66,7 @@ def wait_until_completed(svc: Services, run_id: str, within_s: float = 60) -> bo
     return False
 
 
-def test_serve_re_drives_an_interrupted_run_at_its_start_and_at_a_later_reconcile(tmp_path):
+def test_serve_re_drives_an_interrupted_run_at_its_start_and_at_a_later_reconcile(tmp_path: Path) -> None:
     ws = desk(tmp_path)
     store = f"sqlite:///{tmp_path / 'serve.db'}"
     svc = services(store, tmp_path)
@@ -104,7 +105,9 @@ def test_serve_re_drives_an_interrupted_run_at_its_start_and_at_a_later_reconcil
     assert f"reconcile: re-driven: {first}" in err and f"reconcile: re-driven: {second}" in err
 
 
-def test_laneflow_run_names_an_interrupted_run_and_how_to_go_on_and_leaves_it_to_the_person(tmp_path, capsys):
+def test_laneflow_run_names_an_interrupted_run_and_how_to_go_on_and_leaves_it_to_the_person(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ws = desk(tmp_path)
     store = f"sqlite:///{tmp_path / 'run.db'}"
     svc = services(store, tmp_path)
@@ -127,7 +130,7 @@ def test_laneflow_run_names_an_interrupted_run_and_how_to_go_on_and_leaves_it_to
     assert svc.store.get_run("local", left, steps=False).status == RunStatus.completed
 
 
-def test_serves_drives_start_a_run_once_while_they_drive_it_or_wait_for_a_place_for_it():
+def test_serves_drives_start_a_run_once_while_they_drive_it_or_wait_for_a_place_for_it() -> None:
     # A periodic reconcile sees a run serve has started but not yet picked up (still queued,
     # waiting for a place): asking again must not drive it twice.
     import threading
@@ -136,12 +139,12 @@ def test_serves_drives_start_a_run_once_while_they_drive_it_or_wait_for_a_place_
 
     release, made = threading.Event(), []
 
-    def engine():  # each drive makes its engine; this one holds its place until released
+    def engine() -> None:  # each drive makes its engine; this one holds its place until released
         made.append(1)
         release.wait(10)
         raise RuntimeError("no engine in this test")
 
-    drives = LocalDrives(engine, pool=1)
+    drives = LocalDrives(engine, pool=1)  # type: ignore[arg-type]
     for run_id in ("run-a", "run-a", "run-b", "run-b"):
         drives.start("local", run_id)
     assert sorted(t.name for t in drives.threads) == ["local-drive-run-a", "local-drive-run-b"]

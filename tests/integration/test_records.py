@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 
 import boto3
 import pytest
 from helpers import DYNAMODB_BUCKET as BUCKET
 from helpers import DYNAMODB_REGION as REGION
 from helpers import DYNAMODB_TABLE as TABLE
-from helpers import FIXTURES, drive, stored_bytes, write_workspace
+from helpers import FIXTURES, FlowRunner, ServicesOn, drive, stored_bytes, write_workspace
 
 import laneflow.usecases.run_step.runner as step_module
 from laneflow.adapters.store import open_store
@@ -25,6 +26,7 @@ from laneflow.adapters.workers import Liveness
 from laneflow.domain.records import AttemptStatus, FailureKind, Run, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
 from laneflow.domain.workers import LambdaRequest
 from laneflow.entrypoints.cli import main
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.reconcile import interrupt, reconcile
@@ -48,7 +50,9 @@ def assert_no_step_pending(run: Run) -> None:
 # -- item: a retry is told the truth; the step keeps its message ---------------------------------
 
 
-def test_a_retry_after_an_invalid_output_is_told_its_own_output_was_refused_not_that_it_was_not_its_choice(on):
+def test_a_retry_after_an_invalid_output_is_told_its_own_output_was_refused_not_that_it_was_not_its_choice(
+    on: ServicesOn,
+) -> None:
     svc = on()
     run = drive(svc, SEM, "retry")
     assert run.status == RunStatus.completed, run.error
@@ -64,7 +68,7 @@ def test_a_retry_after_an_invalid_output_is_told_its_own_output_was_refused_not_
     assert "- attempt 1 ended with a model or network error, not by its own choice: the model was overloaded." in flaky.message
 
 
-def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_not_by_its_own_choice(on):
+def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_not_by_its_own_choice(on: ServicesOn) -> None:
     svc = on()
     run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
     # Given a drive whose worker died while it ran step 0
@@ -84,7 +88,7 @@ def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_no
     assert "- attempt" not in final.steps[1].message  # a step tried once is told nothing of the kind
 
 
-def test_each_step_keeps_the_message_its_latest_attempt_was_sent(on):
+def test_each_step_keeps_the_message_its_latest_attempt_was_sent(on: ServicesOn) -> None:
     svc = on()
     run = drive(svc, SEM, "handoff", {"things": ["tides", "reefs"], "audience": "kids"})
     assert run.status == RunStatus.completed, run.error
@@ -100,7 +104,7 @@ def test_each_step_keeps_the_message_its_latest_attempt_was_sent(on):
 
 
 @pytest.mark.slow
-def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on, tmp_path):
+def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     big = "tide " * 90_000  # 450 KB: past DynamoDB's 400 KB item, let alone its 64 KB blob threshold
     ws = write_workspace(
@@ -119,7 +123,7 @@ def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on, tmp_path):
         assert item["message"]["M"]["s3"]["S"].startswith(f"s3://{BUCKET}/")
 
 
-def test_the_message_is_in_the_json_record_the_api_record_and_show(svc, capsys):
+def test_the_message_is_in_the_json_record_the_api_record_and_show(svc: Services, capsys: pytest.CaptureFixture[str]) -> None:
     from api_calls import call
 
     things = {"things": ["tides"], "audience": "kids"}
@@ -138,7 +142,7 @@ def test_the_message_is_in_the_json_record_the_api_record_and_show(svc, capsys):
 # -- item: a run that ends leaves no step pending -------------------------------------------------
 
 
-def test_a_run_that_spends_its_budget_skips_every_step_it_did_not_run_budget_spent(run_flow):
+def test_a_run_that_spends_its_budget_skips_every_step_it_did_not_run_budget_spent(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "budget").run
     assert run.error.startswith("budget spent")
     assert_no_step_pending(run)
@@ -146,7 +150,7 @@ def test_a_run_that_spends_its_budget_skips_every_step_it_did_not_run_budget_spe
     assert (writer.status, writer.skip_reason, writer.attempts) == (StepStatus.skipped, "budget spent", 0)
 
 
-def test_a_rescue_left_pending_when_the_budget_ends_the_run_is_skipped_budget_spent(svc, tmp_path):
+def test_a_rescue_left_pending_when_the_budget_ends_the_run_is_skipped_budget_spent(svc: Services, tmp_path: Path) -> None:
     ws = write_workspace(
         tmp_path / "ws",
         {
@@ -176,7 +180,7 @@ def test_a_rescue_left_pending_when_the_budget_ends_the_run_is_skipped_budget_sp
     assert run.steps[2].skip_reason == "budget spent"
 
 
-def test_a_run_that_fails_skips_its_later_steps_the_run_failed_before_this_step(run_flow):
+def test_a_run_that_fails_skips_its_later_steps_the_run_failed_before_this_step(run_flow: FlowRunner) -> None:
     run = run_flow(SEM, "required_fails").run
     assert run.status == RunStatus.failed
     assert_no_step_pending(run)
@@ -184,7 +188,7 @@ def test_a_run_that_fails_skips_its_later_steps_the_run_failed_before_this_step(
     assert later and all(s.skip_reason == "the run failed before this step" and s.attempts == 0 for s in later)
 
 
-def test_a_rejected_run_skips_its_later_steps_rejected_by_a_person(svc, run_flow):
+def test_a_rejected_run_skips_its_later_steps_rejected_by_a_person(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "approval").run
     assert run.status == RunStatus.awaiting_approval
     answer_approval(svc, run.tenant, run.id, approve=False)
@@ -198,7 +202,7 @@ def test_a_rejected_run_skips_its_later_steps_rejected_by_a_person(svc, run_flow
     )
 
 
-def test_a_stopped_parked_run_skips_its_approval_and_later_steps_run_stopped(svc, run_flow):
+def test_a_stopped_parked_run_skips_its_approval_and_later_steps_run_stopped(svc: Services, run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "approval").run
     stop_run(svc, run.tenant, run.id)
     final = svc.store.get_run(run.tenant, run.id)
@@ -207,7 +211,7 @@ def test_a_stopped_parked_run_skips_its_approval_and_later_steps_run_stopped(svc
     assert [(s.status, s.skip_reason) for s in final.steps[1:]] == [(StepStatus.skipped, "run stopped")] * 2
 
 
-def test_a_run_closed_past_its_drive_limit_skips_what_did_not_run(svc):
+def test_a_run_closed_past_its_drive_limit_skips_what_did_not_run(svc: Services) -> None:
     run = create_run(svc, CTRL, "rescue")
     # Given a run whose drive went away as often as it may, while step 0 ran
     svc.store.update_run(
@@ -228,7 +232,13 @@ def test_a_run_closed_past_its_drive_limit_skips_what_did_not_run(svc):
 # -- item: the model's key is never stored in clear -------------------------------------------------
 
 
-def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, monkeypatch, caplog, capfd):
+def test_the_models_key_is_masked_everywhere_a_run_is_recorded(
+    on: ServicesOn,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     svc = on(ANTHROPIC_API_KEY=os.environ["ANTHROPIC_API_KEY"])  # the model stays stub
     big = f"A long answer. {KEY}\n" + "tide " * 20_000  # past the 64 KB blob threshold: S3 on DynamoDB
@@ -293,8 +303,12 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(on, tmp_path, mon
 
 
 def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_when_it_ends(
-    on, tmp_path, monkeypatch, caplog, capfd
-):
+    on: ServicesOn,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     # Given three declared secrets (a variable, a file, a model-named one) in a --secrets file
     token, cert, named = "tok-declared-0123456789", "cert-declared-abcdefghij", "sk-ant-declared-for-scripts-42"
     given = tmp_path / "ws" / "given.env"  # the grep of stored bytes leaves the workspace out
@@ -371,7 +385,7 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
     assert svc.redactor.held() == [] and svc.redactor(every) == every
 
 
-def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on):
+def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on: ServicesOn) -> None:
     svc = on()
     run = create_run(svc, SEM, "handoff", {"things": ["tides"]})
     declared = "hunter2-declared-secret"
@@ -386,7 +400,7 @@ def test_a_value_added_to_the_stores_redactor_is_masked_in_every_later_write(on)
     assert svc.redactor.names() == ["DECLARED"]
 
 
-def test_a_sqlite_database_made_before_messages_were_kept_gets_their_columns_on_open(tmp_path):
+def test_a_sqlite_database_made_before_messages_were_kept_gets_their_columns_on_open(tmp_path: Path) -> None:
     import sqlite3
 
     from laneflow.domain.records import AttemptRef
@@ -406,7 +420,7 @@ def test_a_sqlite_database_made_before_messages_were_kept_gets_their_columns_on_
     assert store.list_attempts(run.tenant, run.id, 0)[0].reason_kind == FailureKind.model
 
 
-def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step(on):
+def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step(on: ServicesOn) -> None:
     from laneflow.domain.records import AttemptRef
 
     svc = on()
@@ -434,7 +448,9 @@ def test_every_failed_attempt_keeps_its_reason_kind_also_once_moved_off_its_step
     assert svc.store.get_step(run.tenant, run.id, 0).message == "attempt 5"  # the latest attempt's
 
 
-def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(tmp_path, monkeypatch, capsys):
+def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from api_calls import RecordingDrives, call
 
     from laneflow.adapters.local.workspaces import FolderWorkspaces

@@ -7,18 +7,20 @@ each attempt adds its cost to the run's as it ends)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import drive, write_workspace
+from helpers import ServicesOn, drive, write_workspace
 
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.domain.settlement import BUDGET_SPENT
+from laneflow.ports import Services
 
 FIVE = ["a", "b", "c", "d", "e"]
 
 
 def fan_out(tmp_path: Path, *, parallel: int = 1, then: bool = False) -> Path:
-    steps: list[dict] = [{"agent": "pricey", "each": FIVE, "parallel": parallel}]
+    steps: list[dict[str, Any]] = [{"agent": "pricey", "each": FIVE, "parallel": parallel}]
     if then:
         steps.append({"agent": "writer"})
     return write_workspace(
@@ -28,7 +30,7 @@ def fan_out(tmp_path: Path, *, parallel: int = 1, then: bool = False) -> Path:
     )
 
 
-def test_a_group_stops_starting_steps_once_the_run_has_spent_its_budget(on, tmp_path):
+def test_a_group_stops_starting_steps_once_the_run_has_spent_its_budget(on: ServicesOn, tmp_path: Path) -> None:
     # Given five steps of $0.03 in one group, one at a time, and a budget of $0.05
     svc = on()
     run = drive(svc, fan_out(tmp_path), "spend")
@@ -39,7 +41,7 @@ def test_a_group_stops_starting_steps_once_the_run_has_spent_its_budget(on, tmp_
     assert run.status == RunStatus.failed and run.error == "budget spent: $0.0600 of $0.05"
 
 
-def test_the_group_after_a_group_that_spent_the_budget_in_its_middle_does_not_start(on, tmp_path):
+def test_the_group_after_a_group_that_spent_the_budget_in_its_middle_does_not_start(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     run = drive(svc, fan_out(tmp_path, then=True), "spend")
     assert [s.status for s in run.steps][2:] == [StepStatus.skipped] * 4
@@ -47,7 +49,7 @@ def test_the_group_after_a_group_that_spent_the_budget_in_its_middle_does_not_st
     assert run.status == RunStatus.failed and run.error.startswith(BUDGET_SPENT) and run.cost_usd == pytest.approx(0.06)
 
 
-def test_a_running_step_begins_no_model_turn_once_the_run_has_spent_its_budget(on, tmp_path):
+def test_a_running_step_begins_no_model_turn_once_the_run_has_spent_its_budget(on: ServicesOn, tmp_path: Path) -> None:
     # Given one step whose turns cost $0.03 each after the first, and a budget of $0.05
     turns = "Looking.\n===\ncost: 0.03\nStill looking.\n===\ncost: 0.03\nNearly.\n===\ncost: 0.03\nDone."
     ws = write_workspace(
@@ -69,7 +71,7 @@ def test_a_running_step_begins_no_model_turn_once_the_run_has_spent_its_budget(o
     assert run.cost_usd == pytest.approx(0.06)
 
 
-def test_a_run_within_its_budget_is_untouched_by_it(svc, tmp_path):
+def test_a_run_within_its_budget_is_untouched_by_it(svc: Services, tmp_path: Path) -> None:
     ws = write_workspace(
         tmp_path / "ws",
         {"pricey": {"stub": "One.\n===\ncost: 0.01\nTwo."}},

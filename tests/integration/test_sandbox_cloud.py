@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -22,7 +25,7 @@ from laneflow.adapters.engine.local import LocalEngine, overrides_environment
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
 from laneflow.adapters.workers import Liveness
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus, utcnow
+from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus, utcnow
 from laneflow.domain.workers import FargateTask
 from laneflow.entrypoints import sandbox_worker
 from laneflow.settings import Settings
@@ -38,7 +41,7 @@ REGION = "us-east-1"
 
 
 @pytest.fixture
-def aws(monkeypatch, tmp_path):
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, Any]]:
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
@@ -84,7 +87,7 @@ def aws(monkeypatch, tmp_path):
         }
 
 
-def workspace(tmp_path, stub: str):
+def workspace(tmp_path: Path, stub: str) -> Path:
     ws = tmp_path / "ws-cloud-sandbox"
     (ws / "agents" / "builder").mkdir(parents=True)
     (ws / "flows").mkdir()
@@ -93,27 +96,28 @@ def workspace(tmp_path, stub: str):
     return ws
 
 
-def start(aws, ws):
+def start(aws: dict[str, Any], ws: Path) -> tuple[Run, Any, threading.Thread, dict[str, Any]]:
     svc = aws["svc"]
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
     engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
-    out: dict = {}
+    out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
     thread.start()
     return run, engine, thread, out
 
 
-def the_task(aws, timeout_s: float = 30.0) -> dict:
+def the_task(aws: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         arns = aws["ecs"].list_tasks(cluster=aws["cluster"])["taskArns"]
         if arns:
-            return aws["ecs"].describe_tasks(cluster=aws["cluster"], tasks=arns)["tasks"][0]
+            answer: dict[str, Any] = aws["ecs"].describe_tasks(cluster=aws["cluster"], tasks=arns)["tasks"][0]
+            return answer
         time.sleep(0.05)
     raise AssertionError("the sandbox state started no task")
 
 
-def fargate_environment(task: dict) -> dict[str, str]:
+def fargate_environment(task: dict[str, Any]) -> dict[str, str]:
     """What the container would see: the task definition's command aside, ECS's recorded
     overrides over this process's settings (the store the task definition names)."""
     env = dict(os.environ)
@@ -122,7 +126,7 @@ def fargate_environment(task: dict) -> dict[str, str]:
     return env
 
 
-def test_the_sandbox_state_starts_a_fargate_task_whose_worker_completes_the_token(aws, tmp_path):
+def test_the_sandbox_state_starts_a_fargate_task_whose_worker_completes_the_token(aws: dict[str, Any], tmp_path: Path) -> None:
     ws = workspace(tmp_path, "built in the cloud")
     run, engine, thread, out = start(aws, ws)
     task = the_task(aws)
@@ -143,12 +147,14 @@ def test_the_sandbox_state_starts_a_fargate_task_whose_worker_completes_the_toke
     assert "TaskSubmitted" in kinds and "TaskSucceeded" in kinds
 
 
-def test_a_worker_that_fails_sends_task_failure_and_the_catch_ends_its_attempt(aws, tmp_path, monkeypatch):
+def test_a_worker_that_fails_sends_task_failure_and_the_catch_ends_its_attempt(
+    aws: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = workspace(tmp_path, "never")
     run, engine, thread, out = start(aws, ws)
     task = the_task(aws)
 
-    def broken(*args, **kwargs):
+    def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the worker broke before its claim")
 
     monkeypatch.setattr("laneflow.usecases.run_step.runner.run_step", broken)
@@ -160,7 +166,7 @@ def test_a_worker_that_fails_sends_task_failure_and_the_catch_ends_its_attempt(a
     assert step.status == StepStatus.failed  # StepCrashed ended it, as for a Lambda that raised
 
 
-def test_a_stop_sends_stop_task_and_the_worker_ends_its_attempt_stopped(aws, tmp_path):
+def test_a_stop_sends_stop_task_and_the_worker_ends_its_attempt_stopped(aws: dict[str, Any], tmp_path: Path) -> None:
     ws = workspace(tmp_path, "ttft_ms: 60000\\nnever")
     svc = aws["svc"]
     svc.tasks = EcsTasks(client=aws["ecs"])
@@ -182,7 +188,7 @@ def test_a_stop_sends_stop_task_and_the_worker_ends_its_attempt_stopped(aws, tmp
     assert svc.store.get_run(run.tenant, run.id).status.ended
 
 
-def test_reconcile_marks_the_attempt_of_a_stopped_task_interrupted(aws, tmp_path):
+def test_reconcile_marks_the_attempt_of_a_stopped_task_interrupted(aws: dict[str, Any], tmp_path: Path) -> None:
     svc, ecs = aws["svc"], aws["ecs"]
     ws = workspace(tmp_path, "never")
     run = create_run(svc, ws, "build", {}, tenant=TENANT)
@@ -209,7 +215,9 @@ def test_reconcile_marks_the_attempt_of_a_stopped_task_interrupted(aws, tmp_path
     assert attempt.status == AttemptStatus.interrupted and attempt.reason == INTERRUPTED
 
 
-def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_reaches_s3(aws, tmp_path):
+def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_reaches_s3(
+    aws: dict[str, Any], tmp_path: Path
+) -> None:
     # Given the tides example in the tenant's S3 prefix, its secret in Secrets Manager under
     # laneflow/<tenant>/TIDES_TOKEN, and a run started on it as the API starts one
     from helpers import EXAMPLES
@@ -231,7 +239,7 @@ def test_a_script_with_a_secret_runs_in_the_fargate_worker_and_its_storage_file_
     svc.store.create_run(run)
     assert run.options["sandboxed"] == ["tide-keeper"]  # a script tool: sandboxed
     engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
-    out: dict = {}
+    out: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
     thread.start()
     # When the Fargate task runs the worker, reading secrets from Secrets Manager

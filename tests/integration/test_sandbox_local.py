@@ -18,6 +18,7 @@ from contract.store.backends import BACKENDS
 from laneflow.adapters.aws.s3 import ATTEMPTS
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
 from laneflow.domain.workers import LocalProcess
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -41,7 +42,7 @@ def workspace(root: Path, stub: str, *, sandbox: bool = True, fan_out: int = 1, 
 
 
 @pytest.fixture
-def svc(store_kind, tmp_path):
+def svc(store_kind: str, tmp_path: Path):
     with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
@@ -51,7 +52,7 @@ def drive(svc, ws: Path, flow: str = "build"):
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
 
 
-def test_a_sandboxed_stub_step_runs_whole_in_a_child_process_through_the_definition(svc, tmp_path):
+def test_a_sandboxed_stub_step_runs_whole_in_a_child_process_through_the_definition(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, "built {item}")
     result = drive(svc, ws)
     assert result.execution_status == "SUCCEEDED", (result.error, result.cause)
@@ -66,7 +67,7 @@ def test_a_sandboxed_stub_step_runs_whole_in_a_child_process_through_the_definit
     assert any(e["type"] == "TaskSubmitted" and "ecs" in str(e) for e in history)
 
 
-def test_an_unsandboxed_step_still_runs_in_this_process(svc, tmp_path):
+def test_an_unsandboxed_step_still_runs_in_this_process(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, "plain", sandbox=False)
     result = drive(svc, ws)
     (attempt,) = svc.store.list_attempts(result.run.tenant, result.run.id)
@@ -105,7 +106,7 @@ class Scribbler:
     """Plays the step's programs: writes into every scratch copy of the workspace that
     appears while the step runs (the paths in STRAY), so what is kept can be checked."""
 
-    def __init__(self, ws: Path):
+    def __init__(self, ws: Path) -> None:
         self.ws, self.seen, self.done = ws, set(), threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -125,12 +126,12 @@ class Scribbler:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self.done.set()
         self.thread.join()
 
 
-def test_a_completed_sandboxed_attempt_keeps_only_its_outputs_memory_storage_and_state(svc, tmp_path):
+def test_a_completed_sandboxed_attempt_keeps_only_its_outputs_memory_storage_and_state(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, "ttft_ms: 1500\nbuilt {item}")
     before = (ws / "agents" / "builder" / "agent.md").read_text()
     with Scribbler(ws) as scribbler:
@@ -152,7 +153,7 @@ def test_a_completed_sandboxed_attempt_keeps_only_its_outputs_memory_storage_and
     assert kept and "knowledge" not in kept[0].text
 
 
-def test_a_failed_sandboxed_attempt_keeps_nothing(svc, tmp_path):
+def test_a_failed_sandboxed_attempt_keeps_nothing(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, "ttft_ms: 1200\nfail: the build broke")
     with Scribbler(ws) as scribbler:
         result = drive(svc, ws)
@@ -164,7 +165,7 @@ def test_a_failed_sandboxed_attempt_keeps_nothing(svc, tmp_path):
     assert {a.status for a in svc.store.list_attempts(result.run.tenant, result.run.id)} == {AttemptStatus.failed}
 
 
-def test_a_sandboxed_lead_opens_its_siblings_gate_through_the_relay(svc, tmp_path):
+def test_a_sandboxed_lead_opens_its_siblings_gate_through_the_relay(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, "ttft_ms: 300\nbuilt {item}", fan_out=3, parallel=3)
     result = drive(svc, ws)
     assert result.execution_status == "SUCCEEDED", (result.error, result.cause)
@@ -205,7 +206,7 @@ def _gone(pid: int) -> bool:
         return fh.read().split(")")[1].split()[0] == "Z"
 
 
-def test_a_sandbox_worker_that_dies_is_caught_as_a_crashed_step_like_a_lambda(svc, tmp_path):
+def test_a_sandbox_worker_that_dies_is_caught_as_a_crashed_step_like_a_lambda(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, "ttft_ms: 30000\nnever")
     (ws / "flows" / "build.yaml").write_text("steps:\n  - agent: builder\n    retries: 0\n    instruction: Build.\n")
     run, thread, out = _drive_in_thread(svc, ws)
@@ -222,7 +223,7 @@ def test_a_sandbox_worker_that_dies_is_caught_as_a_crashed_step_like_a_lambda(sv
     assert {a.status for a in svc.store.list_attempts(run.tenant, run.id)} <= {AttemptStatus.failed, AttemptStatus.interrupted}
 
 
-def test_a_stop_ends_the_sandbox_worker_and_its_attempt(svc, tmp_path):
+def test_a_stop_ends_the_sandbox_worker_and_its_attempt(svc: Services, tmp_path: Path) -> None:
     from laneflow.usecases.stop import stop_run
 
     ws = workspace(tmp_path, "ttft_ms: 60000\nnever")
@@ -237,7 +238,7 @@ def test_a_stop_ends_the_sandbox_worker_and_its_attempt(svc, tmp_path):
     assert [a.status for a in svc.store.list_attempts(run.tenant, run.id)] == [AttemptStatus.stopped]
 
 
-def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_interrupted(tmp_path):
+def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_interrupted(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
@@ -276,7 +277,7 @@ def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_i
     assert attempt.status == AttemptStatus.interrupted and attempt.reason == INTERRUPTED
 
 
-def test_a_sandboxed_rescue_runs_through_the_rescue_choice_in_a_child(svc, tmp_path):
+def test_a_sandboxed_rescue_runs_through_the_rescue_choice_in_a_child(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, "rescued it")
     (ws / "agents" / "breaker").mkdir()
     (ws / "agents" / "breaker" / "agent.md").write_text('---\nstub: "fail: it broke"\n---\nYou break.\n')
@@ -301,7 +302,7 @@ def test_a_sandboxed_rescue_runs_through_the_rescue_choice_in_a_child(svc, tmp_p
     assert "RescueSandboxed" in entered and "SandboxRescue" in entered and "RunRescue" not in entered
 
 
-def test_an_agent_made_sandboxed_after_its_run_started_is_refused_outside_a_sandbox(svc, tmp_path):
+def test_an_agent_made_sandboxed_after_its_run_started_is_refused_outside_a_sandbox(svc: Services, tmp_path: Path) -> None:
     ws = workspace(tmp_path, "ran", sandbox=False)
     run = create_run(svc, ws, "build", {})
     agent_md = ws / "agents" / "builder" / "agent.md"
@@ -312,7 +313,7 @@ def test_an_agent_made_sandboxed_after_its_run_started_is_refused_outside_a_sand
     assert step.attempts == 1  # not retried: it is the agent's doing, not the worker's
 
 
-def test_quick_sandboxed_steps_one_after_another_never_wait_on_each_others_exits(svc, tmp_path):
+def test_quick_sandboxed_steps_one_after_another_never_wait_on_each_others_exits(svc: Services, tmp_path: Path) -> None:
     # A worker can end (and the warm worker say so) before the engine has its pid from the
     # fork's answer: that exit must not block the answer, nor fail a token it completed.
     ws = workspace(tmp_path, "built {item}", fan_out=6, parallel=1)

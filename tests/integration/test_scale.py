@@ -14,13 +14,17 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import wait_for_run
+from types_boto3_stepfunctions import SFNClient
 
 from laneflow.adapters.store import open_store
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -47,18 +51,18 @@ def workspace(root: Path, *, groups: int = 1, parallel: int | None = None, stub:
     return ws
 
 
-def services(tmp_path: Path, budget: int):
+def services(tmp_path: Path, budget: int) -> Services:
     return for_store(
         open_store(f"sqlite:///{tmp_path / f'b{budget}.db'}"),
         Settings(history_budget=budget, capture_dir=str(tmp_path / "captures")),
     )
 
 
-def entered(history: list[dict], state: str) -> int:
+def entered(history: list[dict[str, Any]], state: str) -> int:
     return sum(1 for e in history if (e.get("stateEnteredEventDetails") or {}).get("name") == state)
 
 
-def largest_state_bytes(history: list[dict]) -> int:
+def largest_state_bytes(history: list[dict[str, Any]]) -> int:
     sizes = [0]
     for event in history:
         for value in event.values():
@@ -67,7 +71,7 @@ def largest_state_bytes(history: list[dict]) -> int:
     return max(sizes)
 
 
-def assert_within_bounds(engine, result, budget: int) -> list[list[dict]]:
+def assert_within_bounds(engine: Any, result: Any, budget: int) -> list[list[dict[str, Any]]]:
     """Every execution of the drive recorded at most `budget` events, and no state's input or
     output reached 200 KB; each but the last ended in NextDrive, the last in EndRun."""
     histories = [engine.history(arn) for arn in result.executions]
@@ -79,12 +83,12 @@ def assert_within_bounds(engine, result, budget: int) -> list[list[dict]]:
     return histories
 
 
-def comparable(run) -> list[tuple]:
+def comparable(run: Run) -> list[tuple[Any, ...]]:
     return [(s.index, s.group, str(s.status), s.result, s.attempts, s.skip_reason) for s in run.steps]
 
 
 @pytest.mark.slow
-def test_a_run_that_spends_its_history_budget_continues_as_new_and_ends_as_it_would_have(tmp_path):
+def test_a_run_that_spends_its_history_budget_continues_as_new_and_ends_as_it_would_have(tmp_path: Path) -> None:
     # Given 4 groups of 10 and a budget that holds about one group per execution
     ws = workspace(tmp_path, groups=4)
     items = {"items": [f"i{n}" for n in range(10)]}
@@ -107,7 +111,7 @@ def test_a_run_that_spends_its_history_budget_continues_as_new_and_ends_as_it_wo
     assert_within_bounds(tight, result, 200)
 
 
-def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_siblings_passing_its_gate(tmp_path):
+def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_siblings_passing_its_gate(tmp_path: Path) -> None:
     # Given one gated lane of 30 at parallel 3, and a budget that holds about 10 steps
     ws = workspace(tmp_path, parallel=3, stub="ttft_ms: 30\ndelay_ms: 30\nDone with {item}.")
     svc = services(tmp_path, 200)
@@ -133,10 +137,10 @@ def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_sibling
     assert not any(e.type == "gate" for s in later for e in s.events)
     # and `parallel:` still capped the lane in every window
     spans = sorted((s.started_at, s.finished_at) for s in result.run.steps)
-    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) <= 3
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) <= 3  # type: ignore[misc]
 
 
-def test_a_stop_reaches_every_window(tmp_path):
+def test_a_stop_reaches_every_window(tmp_path: Path) -> None:
     # Given a lane of 60 slow-ish steps in windows of about 20, one an execution
     ws = workspace(tmp_path, parallel=5, stub="delay_ms: 150\nDone with {item}.")
     svc = services(tmp_path, 200)
@@ -172,7 +176,7 @@ def test_a_stop_reaches_every_window(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_crash_inside_a_later_window_is_reconciled_and_completes_exactly_once(tmp_path):
+def test_a_crash_inside_a_later_window_is_reconciled_and_completes_exactly_once(tmp_path: Path) -> None:
     # Given a lane of 30 in windows of about 10, whose runner is killed in its second window
     ws = workspace(tmp_path, parallel=3)
     store = f"sqlite:///{tmp_path / 'crash.db'}"
@@ -222,7 +226,7 @@ def test_a_crash_inside_a_later_window_is_reconciled_and_completes_exactly_once(
 
 
 @pytest.fixture
-def sfn(monkeypatch):
+def sfn(monkeypatch: pytest.MonkeyPatch) -> Iterator[SFNClient]:
     """Step Functions under moto, executing its state machines."""
     from moto import mock_aws
 
@@ -239,7 +243,9 @@ def sfn(monkeypatch):
         yield boto3.client("stepfunctions", region_name="us-east-1")
 
 
-def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_ended(svc, sfn, tmp_path):
+def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_ended(
+    svc: Services, sfn: SFNClient, tmp_path: Path
+) -> None:
     """The cloud path: NextDrive starts the continuation through Step Functions and records it;
     the segment it continued then ends SUCCEEDED. Reconcile asks Step Functions about the
     run's newest execution, finds it running, and re-drives nothing."""
@@ -289,7 +295,7 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
         while sfn.describe_execution(executionArn=first)["status"] == "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sfn.describe_execution(executionArn=first)["status"] == "SUCCEEDED"
-        assert sfn.describe_execution(executionArn=went_on.execution)["status"] == "RUNNING"
+        assert sfn.describe_execution(executionArn=went_on.execution)["status"] == "RUNNING"  # type: ignore[arg-type]
         stored = svc.store.get_run(run.tenant, run.id, steps=False)
         assert stored.execution == went_on.execution and stored.driver == StepFunctionsExecution(execution=went_on.execution)
         assert (stored.drives, stored.segments) == (1, 1)
@@ -300,8 +306,8 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
         ).run()
         assert report.redriven == [] and report.closed == [] and report.to_redrive == []
         # and once the newest is gone too, the run is re-driven
-        sfn.stop_execution(executionArn=went_on.execution)
-        while sfn.describe_execution(executionArn=went_on.execution)["status"] == "RUNNING" and time.monotonic() < deadline + 10:
+        sfn.stop_execution(executionArn=went_on.execution)  # type: ignore[arg-type]
+        while sfn.describe_execution(executionArn=went_on.execution)["status"] == "RUNNING" and time.monotonic() < deadline + 10:  # type: ignore[arg-type]
             time.sleep(0.05)
         redriven: list[str] = []
         Reconciler(svc, Liveness(execution_alive=execution_alive(sfn)), redrive=lambda r: redriven.append(r.id)).run()
@@ -313,7 +319,7 @@ def test_reconcile_leaves_a_run_whose_newest_execution_runs_though_an_older_one_
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows_it_to_its_end(tmp_path):
+def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows_it_to_its_end(tmp_path: Path) -> None:
     # Given `laneflow run` of a lane of 30 slow-ish steps in windows of about 10
     import signal
 
@@ -370,23 +376,23 @@ def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows
     assert all(s.status == StepStatus.completed and s.result for s in run.steps)
 
 
-def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_path):
+def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_path: Path) -> None:
     """`laneflow serve` keeps nothing of a finished drive, however many executions it took."""
     from laneflow.adapters.engine.local import LocalDrives, _backend
 
     ws = workspace(tmp_path)
     svc = services(tmp_path, 150)
     engine = local_engine(svc)
-    ran: list = []
+    ran: list[Any] = []
 
     class Recording:
-        def __call__(self):
+        def __call__(self) -> Any:
             return self
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str) -> Any:
             return getattr(engine, name)
 
-        def drive(self, tenant, run_id):
+        def drive(self, tenant: str, run_id: str) -> Any:
             result = engine.drive(tenant, run_id, tick_s=0.02)
             ran.append(result)
             return result
@@ -401,7 +407,7 @@ def test_serve_s_drives_forget_every_execution_of_a_drive_that_continued(tmp_pat
     assert not known & set(result.executions)
 
 
-def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_each_once(tmp_path):
+def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_each_once(tmp_path: Path) -> None:
     # Given a fan-out of 20 that all fail, each with a rescue, and a budget of about 10 steps
     ws = workspace(tmp_path, stub="fail: cannot today")
     (ws / "agents" / "fixer").mkdir()
@@ -422,7 +428,7 @@ def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_
     histories = assert_within_bounds(engine, result, 200)
     assert len(histories) >= 3
     rescues = [s for s in result.run.steps if s.rescue_of is not None]
-    assert sorted(s.rescue_of for s in rescues) == list(range(20))
+    assert sorted(s.rescue_of for s in rescues) == list(range(20))  # type: ignore[type-var]
     assert all(s.status == StepStatus.completed for s in rescues)
     assert sum(entered(h, "RunRescue") for h in histories) == 20
     assert all(
@@ -430,7 +436,7 @@ def test_rescues_larger_than_what_is_left_of_the_budget_run_in_later_executions_
     )
 
 
-def test_colleagues_in_a_lane_larger_than_the_budget_reach_each_other_across_its_windows(tmp_path):
+def test_colleagues_in_a_lane_larger_than_the_budget_reach_each_other_across_its_windows(tmp_path: Path) -> None:
     """peers across the windows of a chunked lane: every scout messages the lane's last
     scout, which runs in a later execution than the first ones; it hears each of them in its
     next turn, and the messages of every window are in its record."""

@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from helpers import ROOT, drive, local_engine, services_on, stored_bytes, write_workspace
+from helpers import ROOT, ServicesOn, drive, read_capture, services_on, stored_bytes, write_workspace
+from pydantic import SecretStr
 
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets
 from laneflow.adapters.engine.template import Template
@@ -41,7 +43,7 @@ from laneflow.ports import ExecutionSink, Services, StepJob, StepOutcome
 from laneflow.settings import Settings, settings
 from laneflow.usecases.run_step.recorder import StepRecorder, capture_full, captured
 from laneflow.usecases.start_run import create_run
-from laneflow.wiring import for_store
+from laneflow.wiring import for_store, local_engine
 from laneflow_dev.imitation import MessagesImitation
 
 TOKEN = "tok-0123456789-abcdef"
@@ -93,7 +95,9 @@ def fetcher_workspace(tmp_path: Path, secrets: list[str], stub: str, **step: Any
 # -- a step gets its secrets --------------------------------------------------------------------
 
 
-def test_a_step_gets_its_secrets_as_variables_files_and_prefixed_names_and_its_reply_comes_back_masked(on, tmp_path):
+def test_a_step_gets_its_secrets_as_variables_files_and_prefixed_names_and_its_reply_comes_back_masked(
+    on: ServicesOn, tmp_path: Path
+) -> None:
     given = secrets_file(tmp_path, TOKEN=TOKEN, CERT=CERT, ANTHROPIC_API_KEY=MODEL_NAMED)
     svc = on(LANEFLOW_SECRETS_FILE=str(given))
     executor = seeing(svc)
@@ -117,7 +121,7 @@ def test_a_step_gets_its_secrets_as_variables_files_and_prefixed_names_and_its_r
     assert step.result == 'Got [TOKEN] and [ANTHROPIC_API_KEY].\n```json\n{"t": "[TOKEN]"}\n```'
     assert step.data == {"t": "[TOKEN]"}
     [tool] = [e for e in step.events if e.type == EventType.tool]
-    capture = svc.captures.get(tool.data["capture"])
+    capture = read_capture(svc, tool.data["capture"])
     assert (tool.text, capture["input"], capture["output"]) == ("fetch [TOKEN]", "[TOKEN]", "[CERT]")
     said = [e.text for e in step.events if e.type == EventType.info]
     assert (
@@ -129,7 +133,7 @@ def test_a_step_gets_its_secrets_as_variables_files_and_prefixed_names_and_its_r
     assert svc.redactor.held() == [] and svc.redactor(TOKEN) == TOKEN and svc.redactor.names() == []
 
 
-def test_a_steps_secrets_come_from_the_workspaces_secrets_env_without_a_secrets_file(on, tmp_path):
+def test_a_steps_secrets_come_from_the_workspaces_secrets_env_without_a_secrets_file(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     executor = seeing(svc)
     ws = fetcher_workspace(tmp_path, ["TOKEN"], f"Said {TOKEN}.")
@@ -140,7 +144,7 @@ def test_a_steps_secrets_come_from_the_workspaces_secrets_env_without_a_secrets_
     assert any(e.text == "secrets from the workspace's .secrets.env: TOKEN" for e in run.steps[0].events)
 
 
-def test_every_attempt_gets_its_own_file_and_a_failed_one_leaves_none_behind(on, tmp_path):
+def test_every_attempt_gets_its_own_file_and_a_failed_one_leaves_none_behind(on: ServicesOn, tmp_path: Path) -> None:
     svc = on(LANEFLOW_SECRETS_FILE=str(secrets_file(tmp_path, CERT=CERT)))
     executor = seeing(svc)
     ws = fetcher_workspace(tmp_path, ["@CERT"], ["fail: the API was busy", "Done."], retries=1)  # type: ignore[arg-type]
@@ -153,7 +157,7 @@ def test_every_attempt_gets_its_own_file_and_a_failed_one_leaves_none_behind(on,
 # -- a missing secret -----------------------------------------------------------------------------
 
 
-def test_a_missing_secret_fails_the_step_before_the_model_is_called_and_is_never_retried(on, tmp_path):
+def test_a_missing_secret_fails_the_step_before_the_model_is_called_and_is_never_retried(on: ServicesOn, tmp_path: Path) -> None:
     svc = on(LANEFLOW_SECRETS_FILE=str(secrets_file(tmp_path, TOKEN=TOKEN)))
     executor = seeing(svc)
     ws = fetcher_workspace(tmp_path, ["TOKEN", "@MISSING"], f"Said {TOKEN}.", retries=2)
@@ -169,11 +173,11 @@ def test_a_missing_secret_fails_the_step_before_the_model_is_called_and_is_never
     assert svc.redactor.held() == []
 
 
-def test_a_missing_secret_fails_a_claude_step_before_any_request_reaches_the_api(tmp_path):
+def test_a_missing_secret_fails_a_claude_step_before_any_request_reaches_the_api(tmp_path: Path) -> None:
     key = "sk-test-0123456789abcdef"
     with MessagesImitation(ttft_ms=10, token_ms=0, api_keys={key}) as api:
         cfg = Settings(
-            anthropic_api_key=key,
+            anthropic_api_key=SecretStr(key),
             anthropic_base_url=api.url,
             capture_dir=str(tmp_path / "captures"),
             secrets_file=str(secrets_file(tmp_path)),
@@ -191,7 +195,9 @@ def test_a_missing_secret_fails_a_claude_step_before_any_request_reaches_the_api
         assert run.steps[0].attempts == 1 and api.stats()["requests"] == 0
 
 
-def test_a_bad_secret_name_is_refused_before_the_run_and_fails_a_step_whose_agent_changed_after(on, tmp_path):
+def test_a_bad_secret_name_is_refused_before_the_run_and_fails_a_step_whose_agent_changed_after(
+    on: ServicesOn, tmp_path: Path
+) -> None:
     """`laneflow check`'s refusal holds at the start of a run (nothing is written); an agent.md
     given a bad name after its run started fails that step, naming the file and the name,
     not retried."""
@@ -214,7 +220,9 @@ def test_a_bad_secret_name_is_refused_before_the_run_and_fails_a_step_whose_agen
 # -- the cloud source: Secrets Manager, by tenant ---------------------------------------------------
 
 
-def test_secrets_come_from_secrets_manager_under_the_runs_tenant_and_no_other(tmp_path, monkeypatch):
+def test_secrets_come_from_secrets_manager_under_the_runs_tenant_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with services_on("dynamodb", tmp_path, monkeypatch, LANEFLOW_SECRET_SOURCE="secretsmanager") as svc:
         sm = boto3.client("secretsmanager", region_name="us-east-1")
         sm.create_secret(Name="laneflow/local/TOKEN", SecretString=TOKEN)
@@ -240,7 +248,7 @@ def test_secrets_come_from_secrets_manager_under_the_runs_tenant_and_no_other(tm
         assert again.steps[0].error == "secret TOKEN is not set (declared by agent fetcher)"
 
 
-def test_only_the_roles_that_run_steps_may_read_declared_secrets_and_only_under_laneflow():
+def test_only_the_roles_that_run_steps_may_read_declared_secrets_and_only_under_laneflow() -> None:
     template = Template.load(ROOT / "template.yaml")
     readers = {}
     for logical_id, resource in template.resources.items():
@@ -261,14 +269,16 @@ def test_only_the_roles_that_run_steps_may_read_declared_secrets_and_only_under_
 
 
 @pytest.fixture
-def fresh_settings(monkeypatch):
+def fresh_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("LANEFLOW_SECRETS_FILE", "")  # none from the machine: only what the command is given
     settings.cache_clear()
     yield
     settings.cache_clear()
 
 
-def test_laneflow_run_reads_the_secrets_file_it_is_given(tmp_path, capsys, fresh_settings, monkeypatch):
+def test_laneflow_run_reads_the_secrets_file_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fresh_settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TOKEN", raising=False)
     given = secrets_file(tmp_path, TOKEN=TOKEN)
     ws = fetcher_workspace(tmp_path, ["TOKEN"], f"Said {TOKEN}.")
@@ -292,7 +302,9 @@ def test_laneflow_run_reads_the_secrets_file_it_is_given(tmp_path, capsys, fresh
     assert code == 2 and f"--secrets {tmp_path / 'nope.env'}: no such file" in capsys.readouterr().err
 
 
-def test_laneflow_run_without_the_secret_says_which_and_fails(tmp_path, capsys, fresh_settings, monkeypatch):
+def test_laneflow_run_without_the_secret_says_which_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fresh_settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TOKEN", raising=False)
     ws = fetcher_workspace(tmp_path, ["TOKEN"], "Done.")
     code = main(["run", str(ws), "fetch", "--store", f"sqlite:///{tmp_path / 'cli.db'}", "--quiet"])
@@ -302,7 +314,7 @@ def test_laneflow_run_without_the_secret_says_which_and_fails(tmp_path, capsys, 
 # -- captures -------------------------------------------------------------------------------------------
 
 
-def test_metadata_captures_keep_no_tool_text_anywhere_events_included(on, tmp_path):
+def test_metadata_captures_keep_no_tool_text_anywhere_events_included(on: ServicesOn, tmp_path: Path) -> None:
     svc = on()
     said, answered = "INPUT-TEXT-never-kept", "OUTPUT-TEXT-never-kept"
     ws = write_workspace(
@@ -315,7 +327,7 @@ def test_metadata_captures_keep_no_tool_text_anywhere_events_included(on, tmp_pa
     assert run.status == RunStatus.completed, run.error
     [tool] = [e for e in run.steps[0].events if e.type == EventType.tool]
     assert tool.text == "lookup"
-    assert set(tool.data) == {"tool", "input_chars", "output_chars", "ms"}
+    assert set(tool.data) == {"tool", "input_chars", "output_chars", "ms"}  # type: ignore[arg-type]
     assert (tool.data["input_chars"], tool.data["output_chars"]) == (len(said), len(answered))
     stored = stored_bytes(on.kind, tmp_path)
     assert said.encode() not in stored and answered.encode() not in stored
@@ -337,7 +349,9 @@ def _recorder(svc: Services, run_id: str, tenant: str, n_before: int = 0) -> Ste
     )
 
 
-def test_past_the_capture_limit_no_later_call_of_the_step_is_captured_and_the_trace_says_so_once(on, tmp_path):
+def test_past_the_capture_limit_no_later_call_of_the_step_is_captured_and_the_trace_says_so_once(
+    on: ServicesOn, tmp_path: Path
+) -> None:
     svc = on()
     ws = write_workspace(tmp_path / "ws", {"fetcher": {}}, {"fetch": {"steps": [{"agent": "fetcher"}]}})
     run = create_run(svc, ws, "fetch")
@@ -380,7 +394,9 @@ SHOW = (
 
 
 @pytest.mark.parametrize("isolation", ["auto", "subprocess"])
-def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_masked(on, tmp_path, isolation):
+def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_masked(
+    on: ServicesOn, tmp_path: Path, isolation: str
+) -> None:
     given = secrets_file(tmp_path, TOKEN=TOKEN, CERT=CERT, ANTHROPIC_API_KEY=MODEL_NAMED)
     svc = on(LANEFLOW_SECRETS_FILE=str(given), LANEFLOW_ISOLATION=isolation)
     ws = write_workspace(
@@ -391,7 +407,7 @@ def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_maske
     run = drive(svc, ws, "fetch")
     assert run.status == RunStatus.completed, run.error
     [tool] = [e for e in run.steps[0].events if e.type == EventType.tool]
-    output = svc.captures.get(tool.data["capture"])["output"]
+    output = read_capture(svc, tool.data["capture"])["output"]
     assert "T=[TOKEN]\n[CERT]\n600\nN=[ANTHROPIC_API_KEY]\nK=unset" in output, output
     stored = stored_bytes(on.kind, tmp_path)
     for value in (TOKEN, CERT, MODEL_NAMED):
@@ -401,7 +417,7 @@ def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_maske
 @pytest.mark.parametrize(
     "command", [["run", "WS", "FLOW"], ["demo"], ["resume", "RUN"], ["approve", "RUN"], ["reconcile"], ["serve"]]
 )
-def test_every_command_that_runs_steps_takes_a_secrets_file(command):
+def test_every_command_that_runs_steps_takes_a_secrets_file(command: Any) -> None:
     from laneflow.entrypoints.cli import build_parser
 
     assert build_parser().parse_args([*command, "--secrets", "prod.env"]).secrets == "prod.env"

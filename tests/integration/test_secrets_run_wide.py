@@ -23,11 +23,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import drive, local_engine, stored_bytes, write_workspace
+from helpers import ServicesOn, drive, read_capture, stored_bytes, write_workspace
 
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.workspaces import FolderWorkspaces
@@ -37,6 +38,7 @@ from laneflow.entrypoints.api import resolve
 from laneflow.entrypoints.cli import main
 from laneflow.ports import ExecutionSink, Services, StepJob, StepOutcome
 from laneflow.settings import settings
+from laneflow.wiring import local_engine
 
 # A value with what each encoding changes: a space, `/`, `+`, a quote, a backslash, non-ASCII.
 TOKEN = 'Tök/+ "quoted" \\ run-wide 0123456789'
@@ -67,7 +69,7 @@ def dotenv(tmp_path: Path, **values: str) -> Path:
 def workspace(tmp_path: Path) -> Path:
     keep = 'mkdir -p storage && printf %s "$TOKEN" > storage/kept.txt && printf %s "$TOKEN" | base64 -w0 && echo && printf %s "$TOKEN" | od -An -tx1 | tr -d " \\n"'
     reply = "\n".join([f"Read {TOKEN} and {KEY}.", *FORMS, *KEY_FORMS, *EMBEDDED])
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "keeper": {"secrets": ["TOKEN"], "tools": ["bash"], "stub": f"tool: bash {json.dumps({'command': keep})}\n===\nKept it."},
         "reader": {
             "tools": ["read_file"],
@@ -75,7 +77,7 @@ def workspace(tmp_path: Path) -> Path:
         },
         "failer": {"stub": f"fail: refused {TOKEN}"},
     }
-    flow = {
+    flow: dict[str, Any] = {
         "steps": [
             {"agent": "keeper", "instruction": f"Keep {TOKEN} in storage.", "retries": 0},
             {"agent": "reader", "instruction": "Read what was kept about {input.note}.", "retries": 0},
@@ -128,7 +130,7 @@ def api_get(svc: Services, path: str, tenant: str) -> Any:
 class DriveHere:
     """The API's DriveStarter: drives the run on the embedded engine there and then."""
 
-    def __init__(self, svc: Services):
+    def __init__(self, svc: Services) -> None:
         self.engine = local_engine(svc)
 
     def start(self, tenant: str, run_id: str) -> str:
@@ -177,13 +179,13 @@ def check_records(svc: Services, run: Run, ws: Path) -> None:
     assert keeper.instruction == "Keep [TOKEN] in storage." and reader.instruction == "Read what was kept about [TOKEN]."
     assert "[TOKEN]" in json.dumps(run.flow_spec)
     # The step that declares nothing: its read of the kept file, its pretend call, its reply.
-    tools = {e.text.split()[0]: svc.captures.get(e.data["capture"]) for e in reader.events if e.type == EventType.tool}
+    tools = {e.text.split()[0]: read_capture(svc, e.data["capture"]) for e in reader.events if e.type == EventType.tool}
     assert tools["read_file"]["output"] == "[TOKEN]"
     assert (tools["lookup"]["input"], tools["lookup"]["output"]) == ("[TOKEN]", "[TOKEN]")
     assert reader.result is not None and reader.result.startswith("Read [TOKEN] and [ANTHROPIC_API_KEY].\n")
     assert reader.result.count("[TOKEN]") >= len(FORMS) + len(EMBEDDED)
     [program] = [e for e in keeper.events if e.type == EventType.tool]
-    assert "--- stdout ---\n[TOKEN]\n[TOKEN]\n" in svc.captures.get(program.data["capture"])["output"]  # base64, hex
+    assert "--- stdout ---\n[TOKEN]\n[TOKEN]\n" in read_capture(svc, program.data["capture"])["output"]  # base64, hex
     assert "refused [TOKEN]" in (failer.error or "") and "[TOKEN]" in (run.error or "")
     assert not leaks(run.model_dump_json())
     # The run has ended: nothing of its values is held any more.
@@ -229,7 +231,7 @@ class LoudStub:
 
 
 @pytest.fixture
-def no_machine_secrets(monkeypatch):
+def no_machine_secrets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("TOKEN", raising=False)
     monkeypatch.setenv("LANEFLOW_SECRETS_FILE", "")
     settings.cache_clear()
@@ -237,7 +239,9 @@ def no_machine_secrets(monkeypatch):
     settings.cache_clear()
 
 
-def test_every_record_of_a_run_is_masked_with_every_declared_value_in_every_encoding(on, tmp_path, capsys, no_machine_secrets):
+def test_every_record_of_a_run_is_masked_with_every_declared_value_in_every_encoding(
+    on: ServicesOn, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_machine_secrets: None
+) -> None:
     # Given a flow whose one agent declares TOKEN, and a value in every place a run records,
     ws = workspace(tmp_path)
     svc = on(LANEFLOW_SECRETS_FILE=str(dotenv(tmp_path, TOKEN=TOKEN)), ANTHROPIC_API_KEY=KEY)
@@ -268,8 +272,8 @@ def test_every_record_of_a_run_is_masked_with_every_declared_value_in_every_enco
 
 
 def test_laneflow_run_masks_the_run_from_its_start_and_says_nothing_of_the_value(
-    tmp_path, capsys, no_machine_secrets, monkeypatch
-):
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_machine_secrets: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)  # the model's key of this machine: masked too
     settings.cache_clear()
     ws = workspace(tmp_path)
@@ -286,7 +290,9 @@ def test_laneflow_run_masks_the_run_from_its_start_and_says_nothing_of_the_value
     assert leaks(stored_bytes("sqlite", tmp_path)) == []
 
 
-def test_a_value_not_set_when_the_run_starts_is_no_error_then_and_the_declaring_step_fails_as_before(on, tmp_path):
+def test_a_value_not_set_when_the_run_starts_is_no_error_then_and_the_declaring_step_fails_as_before(
+    on: ServicesOn, tmp_path: Path
+) -> None:
     svc = on(LANEFLOW_SECRETS_FILE=str(dotenv(tmp_path)))
     ws = write_workspace(
         tmp_path / "ws",
@@ -299,7 +305,7 @@ def test_a_value_not_set_when_the_run_starts_is_no_error_then_and_the_declaring_
     assert run.steps[1].error == "secret ABSENT is not set (declared by agent needy)" and run.steps[1].attempts == 1
 
 
-def test_a_source_that_cannot_be_read_refuses_the_start_and_writes_nothing(on, tmp_path):
+def test_a_source_that_cannot_be_read_refuses_the_start_and_writes_nothing(on: ServicesOn, tmp_path: Path) -> None:
     svc = on(LANEFLOW_SECRETS_FILE=str(tmp_path / "ws" / "nowhere.env"))
     ws = workspace(tmp_path)
     with pytest.raises(Exception, match="does not exist"):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -109,7 +110,7 @@ def a_run(server: ApiServer) -> str:
 # -- its own host --------------------------------------------------------------------------------
 
 
-def test_a_request_for_another_host_is_refused_with_421_and_starts_nothing(server):
+def test_a_request_for_another_host_is_refused_with_421_and_starts_nothing(server) -> None:
     port = port_of(server)
     for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", "127.0.0.1", f"localhost.evil.example:{port}"):
         status, body, headers = ask(server, "POST", "/runs", JSON, START, host=host)
@@ -118,26 +119,26 @@ def test_a_request_for_another_host_is_refused_with_421_and_starts_nothing(serve
     assert runs(server) == [] and server.svc.drives.started == []
 
 
-def test_a_request_without_one_host_header_is_refused_with_400(server):
+def test_a_request_without_one_host_header_is_refused_with_400(server) -> None:
     assert ask(server, "POST", "/runs", JSON, START, host=None)[0] == 400
     own = f"127.0.0.1:{port_of(server)}"
     assert ask(server, "POST", "/runs", [("Host", own)] + JSON, START)[0] == 400  # two Host headers
     assert runs(server) == []
 
 
-def test_every_name_of_its_own_address_is_answered(server):
+def test_every_name_of_its_own_address_is_answered(server) -> None:
     port = port_of(server)
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}"):
         assert ask(server, "GET", "/runs", host=host)[0] == 200, host
 
 
-def test_a_dns_rebinding_page_cannot_read_runs_either(server):
+def test_a_dns_rebinding_page_cannot_read_runs_either(server) -> None:
     a_run(server)
     status, body, _ = ask(server, "GET", "/runs", host="rebind.evil.example")
     assert status == 421 and "runs" not in body
 
 
-def test_an_absolute_form_target_is_refused(server):
+def test_an_absolute_form_target_is_refused(server) -> None:
     status, body, _ = ask(server, "POST", "http://evil.example/runs", JSON, START)
     assert status == 400 and "path" in body["message"]
     assert runs(server) == []
@@ -157,7 +158,7 @@ def test_an_absolute_form_target_is_refused(server):
     ],
     ids=["foreign-origin", "null-origin", "other-port", "fetch-cross-site", "fetch-same-site"],
 )
-def test_a_cross_site_start_stop_or_approval_is_refused_with_403_and_does_nothing(server, headers):
+def test_a_cross_site_start_stop_or_approval_is_refused_with_403_and_does_nothing(server, headers: Any) -> None:
     run_id = a_run(server)
     before = server.svc.store.get_run("local", run_id)
     approve = json.dumps({"approve": True}).encode()
@@ -169,7 +170,7 @@ def test_a_cross_site_start_stop_or_approval_is_refused_with_403_and_does_nothin
     assert after.status == before.status == RunStatus.queued and not after.stop_requested
 
 
-def test_its_own_origin_may_start_stop_and_read(server):
+def test_its_own_origin_may_start_stop_and_read(server) -> None:
     origin = f"http://127.0.0.1:{port_of(server)}"
     status, run, _ = ask(server, "POST", "/runs", [("Origin", origin), ("Sec-Fetch-Site", "same-origin")] + JSON, START)
     assert status == 201
@@ -194,14 +195,14 @@ def test_its_own_origin_may_start_stop_and_read(server):
         None,
     ],
 )
-def test_a_body_that_is_not_labelled_json_is_refused_with_415_and_starts_nothing(server, content_type):
+def test_a_body_that_is_not_labelled_json_is_refused_with_415_and_starts_nothing(server, content_type: str | None) -> None:
     headers = [("Content-Type", content_type)] if content_type else []
     status, body, _ = ask(server, "POST", "/runs", headers, START)
     assert status == 415 and "application/json" in body["message"], body
     assert runs(server) == [] and server.svc.drives.started == []
 
 
-def test_a_form_typed_stop_without_a_body_is_refused_with_415(server):
+def test_a_form_typed_stop_without_a_body_is_refused_with_415(server) -> None:
     run_id = a_run(server)
     status, _, _ = ask(server, "POST", f"/runs/{run_id}/stop", [("Content-Type", "text/plain")], b"")
     assert status == 415
@@ -209,7 +210,7 @@ def test_a_form_typed_stop_without_a_body_is_refused_with_415(server):
     assert ask(server, "POST", f"/runs/{run_id}/stop")[0] == 200  # curl -X POST sends no Content-Type
 
 
-def test_a_json_body_with_a_utf8_charset_is_read(server):
+def test_a_json_body_with_a_utf8_charset_is_read(server) -> None:
     status, run, _ = ask(server, "POST", "/runs", [("Content-Type", 'Application/JSON; charset="UTF-8"')], START)
     assert status == 201 and run["workspace"] == "ws_control"
 
@@ -230,13 +231,13 @@ def test_a_json_body_with_a_utf8_charset_is_read(server):
     ],
     ids=["nan", "infinity", "overflow", "long-int", "surrogate", "deep", "very-deep", "not-utf8", "not-json", "repeated-key"],
 )
-def test_a_body_that_is_not_strict_json_is_refused_with_400_naming_the_body(server, body, said):
+def test_a_body_that_is_not_strict_json_is_refused_with_400_naming_the_body(server, body: Any, said: str) -> None:
     status, answer, _ = ask(server, "POST", "/runs", JSON, body)
     assert status == 400 and said in answer["message"] and answer["problems"][0]["in"] == "body", answer
     assert runs(server) == [] and server.svc.drives.started == []
 
 
-def test_a_body_over_1_mib_is_refused_with_413_and_the_refusal_is_readable(server):
+def test_a_body_over_1_mib_is_refused_with_413_and_the_refusal_is_readable(server) -> None:
     big = b'{"workspace": "' + b"w" * MAX_BODY + b'"}'
     status, answer, headers = ask(server, "POST", "/runs", JSON, big)
     assert status == 413 and "1 MiB" in answer["message"] and headers["Connection"] == "close"
@@ -246,7 +247,7 @@ def test_a_body_over_1_mib_is_refused_with_413_and_the_refusal_is_readable(serve
     assert runs(server) == []
 
 
-def test_a_chunked_or_ambiguous_body_length_is_refused(server):
+def test_a_chunked_or_ambiguous_body_length_is_refused(server) -> None:
     assert ask(server, "POST", "/runs", JSON + [("Transfer-Encoding", "chunked")], b"")[0] == 411
     two = [("Content-Length", "2"), ("Content-Length", "3")]
     assert ask(server, "POST", "/runs", JSON + two, b"{}")[0] == 400
@@ -257,7 +258,7 @@ def test_a_chunked_or_ambiguous_body_length_is_refused(server):
 # -- clients that stall --------------------------------------------------------------------------
 
 
-def test_a_half_sent_request_is_dropped_after_its_deadline_while_others_are_answered(server):
+def test_a_half_sent_request_is_dropped_after_its_deadline_while_others_are_answered(server) -> None:
     port = port_of(server)
     head = raw_request(server, "POST", "/runs", JSON + [("Content-Length", str(len(START)))])
     stalled = []
@@ -281,7 +282,7 @@ def test_a_half_sent_request_is_dropped_after_its_deadline_while_others_are_answ
     assert runs(server) == []
 
 
-def test_a_trickled_request_is_dropped_at_its_deadline_however_often_it_sends(server):
+def test_a_trickled_request_is_dropped_at_its_deadline_however_often_it_sends(server) -> None:
     raw = raw_request(server, "POST", "/runs", JSON, START)
     with socket.create_connection(("127.0.0.1", port_of(server)), timeout=5) as sock:
         dropped = None  # how many bytes were sent when the server dropped it
@@ -310,7 +311,7 @@ def test_a_trickled_request_is_dropped_at_its_deadline_however_often_it_sends(se
 # -- what http.server itself refuses, as JSON ---------------------------------------------------
 
 
-def test_an_unknown_method_is_405_and_a_malformed_request_a_json_400(server):
+def test_an_unknown_method_is_405_and_a_malformed_request_a_json_400(server) -> None:
     status, body, headers = ask(server, "FROB", "/runs")
     assert status == 405 and headers["Content-Type"] == "application/json" and "FROB" in body["message"]
     status, body, _ = exchange(server, b"GET / HTTP/2.0\r\nHost: x\r\n\r\n")
@@ -322,7 +323,7 @@ def test_an_unknown_method_is_405_and_a_malformed_request_a_json_400(server):
 # -- a busy port ---------------------------------------------------------------------------------
 
 
-def test_make_server_on_a_busy_port_is_invalid_input_naming_the_port(svc):
+def test_make_server_on_a_busy_port_is_invalid_input_naming_the_port(svc: Services) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -331,7 +332,7 @@ def test_make_server_on_a_busy_port_is_invalid_input_naming_the_port(svc):
             make_server(svc, "127.0.0.1", port)
 
 
-def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path):
+def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -365,7 +366,7 @@ def test_laneflow_serve_on_a_busy_port_prints_one_line_and_exits_2(tmp_path):
 
 
 @pytest.mark.slow
-def test_serve_drives_runs_at_once_so_a_quick_run_started_after_a_slow_one_ends_first(tmp_path, store_kind):
+def test_serve_drives_runs_at_once_so_a_quick_run_started_after_a_slow_one_ends_first(tmp_path: Path, store_kind: str) -> None:
     # Given laneflow serve with its own drives (the embedded engine on a bounded pool)
     pacing_workspace(tmp_path, slow_ms=6000)
     with BACKENDS[store_kind](tmp_path) as store:

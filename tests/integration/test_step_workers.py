@@ -22,13 +22,14 @@ from laneflow.adapters.engine import step_workers
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.lanes_report import lane_rows
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
 
 
 @pytest.fixture
-def svc(store_kind, tmp_path):
+def svc(store_kind: str, tmp_path: Path):
     with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures"), step_workers=2))
     step_workers.close_all()
@@ -50,7 +51,7 @@ def ready_engine(svc):
     return engine, pool
 
 
-def test_a_gated_fan_out_runs_in_a_worker_process_with_one_cold_prefix_and_the_same_record(svc, tmp_path):
+def test_a_gated_fan_out_runs_in_a_worker_process_with_one_cold_prefix_and_the_same_record(svc: Services, tmp_path: Path) -> None:
     ws = fan_out(tmp_path, "ttft_ms: 50\ndelay_ms: 100\ndid {item}", 8)
     engine, pool = ready_engine(svc)
     run = create_run(svc, ws, "fan", {}, options={"gate": True})
@@ -75,7 +76,9 @@ def test_a_gated_fan_out_runs_in_a_worker_process_with_one_cold_prefix_and_the_s
     assert all(s.started_at >= opened[0] for s in siblings), "a sibling started before the lead's reply began"
 
 
-def test_a_worker_that_dies_mid_step_is_a_crashed_worker_its_run_goes_on_and_it_is_replaced(svc, tmp_path):
+def test_a_worker_that_dies_mid_step_is_a_crashed_worker_its_run_goes_on_and_it_is_replaced(
+    svc: Services, tmp_path: Path
+) -> None:
     ws = fan_out(tmp_path, "delay_ms: 4000\nslow {item}", 1)
     engine, pool = ready_engine(svc)
     run = create_run(svc, ws, "fan", {})
@@ -101,7 +104,7 @@ def test_a_worker_that_dies_mid_step_is_a_crashed_worker_its_run_goes_on_and_it_
     assert victim not in pool.workers and victim.dead.is_set()
 
 
-def test_ctrl_c_reaches_the_steps_running_in_workers_and_the_run_stays_resumable(svc, tmp_path):
+def test_ctrl_c_reaches_the_steps_running_in_workers_and_the_run_stays_resumable(svc: Services, tmp_path: Path) -> None:
     ws = fan_out(tmp_path, "delay_ms: 20000\nslow {item}", 3, parallel=3)
     engine, _ = ready_engine(svc)
     run = create_run(svc, ws, "fan", {}, options={"gate": False})
@@ -129,7 +132,7 @@ def test_ctrl_c_reaches_the_steps_running_in_workers_and_the_run_stays_resumable
             assert attempt.status != AttemptStatus.running
 
 
-def test_a_store_in_memory_never_gets_step_workers(tmp_path):
+def test_a_store_in_memory_never_gets_step_workers(tmp_path: Path) -> None:
     from laneflow.adapters.store import open_store
 
     svc = for_store(open_store("sqlite:///:memory:"), Settings(step_workers=2))
@@ -139,7 +142,7 @@ def test_a_store_in_memory_never_gets_step_workers(tmp_path):
     assert not step_workers.usable(":memory:") and step_workers.usable("sqlite:///tmp/x.db")
 
 
-def test_a_claude_lane_spreads_over_the_workers_and_still_pays_one_cold_prefix(tmp_path):
+def test_a_claude_lane_spreads_over_the_workers_and_still_pays_one_cold_prefix(tmp_path: Path) -> None:
     """Only the stub's pretend cache lives in a worker's process; a Claude model's is the
     API's. So a Claude lane's released siblings go to whichever worker has the fewest calls
     in flight (here: the one its lead is not running in, first), and the gate still holds:
@@ -174,7 +177,7 @@ def test_a_claude_lane_spreads_over_the_workers_and_still_pays_one_cold_prefix(t
     assert stats["cache_writes"] == 1 and stats["cache_reads"] == 3
 
 
-def test_only_a_lane_whose_model_caches_outside_the_process_spreads():
+def test_only_a_lane_whose_model_caches_outside_the_process_spreads() -> None:
     assert step_workers.spreads({"lane": "analyst@claude-sonnet-4-6"})
     assert step_workers.spreads({"lane": "a@b@c"})  # a model name may hold an @
     assert not step_workers.spreads({"lane": "worker@stub"})

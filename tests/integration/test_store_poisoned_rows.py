@@ -68,7 +68,7 @@ def damaged(store_kind: str, tmp_path: Path) -> Iterator[tuple[Store, Poison]]:
         yield store, poison
 
 
-def test_a_run_whose_input_holds_nan_is_left_out_of_the_list_and_the_others_are_listed(damaged):
+def test_a_run_whose_input_holds_nan_is_left_out_of_the_list_and_the_others_are_listed(damaged: tuple[Store, Poison]) -> None:
     store, poison = damaged
     good, bad, later = (new_run(store, id=f"run-{name}") for name in ("good", "bad", "later"))
     poison(store, bad.id, "input")
@@ -78,7 +78,7 @@ def test_a_run_whose_input_holds_nan_is_left_out_of_the_list_and_the_others_are_
     assert listed == [later.id, good.id]
 
 
-def test_reading_a_damaged_run_is_a_clear_error_naming_the_run_and_the_field(damaged):
+def test_reading_a_damaged_run_is_a_clear_error_naming_the_run_and_the_field(damaged: tuple[Store, Poison]) -> None:
     store, poison = damaged
     bad = new_run(store, id="run-bad")
     poison(store, bad.id, "input")
@@ -94,7 +94,7 @@ def test_reading_a_damaged_run_is_a_clear_error_naming_the_run_and_the_field(dam
     assert store.get_run(TENANT, bad.id, steps=False, input=False).id == bad.id
 
 
-def test_a_damaged_step_fails_reading_its_run_naming_the_step_and_the_run_is_still_listed(damaged):
+def test_a_damaged_step_fails_reading_its_run_naming_the_step_and_the_run_is_still_listed(damaged: tuple[Store, Poison]) -> None:
     store, poison = damaged
     run = new_run(store, id="run-step")
     poison(store, run.id, "step")
@@ -106,7 +106,7 @@ def test_a_damaged_step_fails_reading_its_run_naming_the_step_and_the_run_is_sti
     assert [r.id for r in store.list_runs(TENANT)] == [run.id]  # its head still reads
 
 
-def test_reconcile_passes_over_a_damaged_run_and_goes_on_with_the_rest(damaged, tmp_path):
+def test_reconcile_passes_over_a_damaged_run_and_goes_on_with_the_rest(damaged: tuple[Store, Poison], tmp_path: Path) -> None:
     # Given two runs whose step 0 was claimed by a worker that is gone, and one of them damaged
     store, poison = damaged
     svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
@@ -127,7 +127,9 @@ def test_reconcile_passes_over_a_damaged_run_and_goes_on_with_the_rest(damaged, 
     assert any(bad.id in line and "input" in line for line in report.lines())
 
 
-def test_runs_show_reconcile_and_run_keep_working_on_a_store_with_a_nan_run(tmp_path, capsys):
+def test_runs_show_reconcile_and_run_keep_working_on_a_store_with_a_nan_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Given a SQLite store holding one good run and one whose input is NaN
     url = f"sqlite:///{tmp_path / 'laneflow.db'}"
     with sqlite_store(tmp_path) as store:

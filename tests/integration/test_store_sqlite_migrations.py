@@ -5,6 +5,7 @@ laneflow migrated is refused."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -41,13 +42,13 @@ def made_by_the_first_migrations(path, count: int) -> None:
     db.close()
 
 
-def test_a_new_database_gets_every_migration(tmp_path):
+def test_a_new_database_gets_every_migration(tmp_path: Path) -> None:
     SqliteStore(tmp_path / "new.db").close()
     assert version(tmp_path / "new.db")[0] == LATEST
     assert {"segments", "driver"} <= columns(tmp_path / "new.db", "runs")
 
 
-def test_a_database_of_the_current_schema_gains_a_later_migration_once(tmp_path, monkeypatch):
+def test_a_database_of_the_current_schema_gains_a_later_migration_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "runs.db"
     made_by_the_first_migrations(path, len(MIGRATIONS))
     with sqlite3.connect(path) as db:  # a run it holds stays
@@ -65,7 +66,7 @@ def test_a_database_of_the_current_schema_gains_a_later_migration_once(tmp_path,
         assert db.execute("SELECT id FROM runs").fetchall() == [("r1",)]
 
 
-def test_a_database_made_before_the_list_gets_the_tables_and_columns_it_lacks(tmp_path):
+def test_a_database_made_before_the_list_gets_the_tables_and_columns_it_lacks(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     SqliteStore(path).close()
     with sqlite3.connect(path) as db:  # as a version 8 of the branch without continue-as-new left it
@@ -81,7 +82,7 @@ def test_a_database_made_before_the_list_gets_the_tables_and_columns_it_lacks(tm
     assert version(path) == before
 
 
-def test_a_migration_that_fails_leaves_the_database_as_it_was(tmp_path, monkeypatch):
+def test_a_migration_that_fails_leaves_the_database_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "runs.db"
     SqliteStore(path).close()
     before = version(path)
@@ -96,7 +97,7 @@ def test_a_migration_that_fails_leaves_the_database_as_it_was(tmp_path, monkeypa
     assert version(path) == before and "label" not in columns(path, "runs")
 
 
-def test_a_database_a_newer_laneflow_migrated_is_refused_naming_its_file(tmp_path):
+def test_a_database_a_newer_laneflow_migrated_is_refused_naming_its_file(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     SqliteStore(path).close()
     with sqlite3.connect(path) as db:

@@ -8,12 +8,14 @@ custom:tenant claim (checked through the API's own event shape)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from helpers import ROOT
 
 from laneflow.adapters.engine.template import Template
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.entrypoints.api import app, resolve
+from laneflow.ports import Services
 
 TEMPLATE = Template.load(ROOT / "template.yaml")
 RESOURCES = TEMPLATE.resources
@@ -21,12 +23,12 @@ PEOPLE = RESOURCES["PeopleApi"]
 BODY = PEOPLE["Properties"]["DefinitionBody"]
 
 
-def test_the_machines_api_is_iam_signed_and_invokes_the_function_by_its_resource_policy():
+def test_the_machines_api_is_iam_signed_and_invokes_the_function_by_its_resource_policy() -> None:
     auth = RESOURCES["LaneflowApi"]["Properties"]["Auth"]
     assert auth["DefaultAuthorizer"] == "AWS_IAM" and auth["InvokeRole"] == "NONE"
 
 
-def test_every_route_the_resolver_answers_is_an_event_of_the_machines_api(svc):
+def test_every_route_the_resolver_answers_is_an_event_of_the_machines_api(svc: Services) -> None:
     document = json.loads(resolve(people_event("GET", "/openapi.json", {}), None, svc)["body"])
     answered = {(path, method.upper()) for path, operations in document["paths"].items() for method in operations}
     events = RESOURCES["ApiFunction"]["Properties"]["Events"].values()
@@ -38,7 +40,7 @@ def test_every_route_the_resolver_answers_is_an_event_of_the_machines_api(svc):
     assert answered == deployed and len(answered) == len(app._static_routes + app._dynamic_routes)
 
 
-def test_people_get_a_second_api_only_when_a_user_pool_is_given():
+def test_people_get_a_second_api_only_when_a_user_pool_is_given() -> None:
     conditions = TEMPLATE.body["Conditions"]
     assert conditions["HasPeopleSignIn"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "PeopleUserPoolArn"}, ""]}]}
     assert TEMPLATE.body["Parameters"]["PeopleUserPoolArn"]["Default"] == ""
@@ -47,7 +49,7 @@ def test_people_get_a_second_api_only_when_a_user_pool_is_given():
     assert TEMPLATE.body["Outputs"]["PeopleUrl"]["Condition"] == "HasPeopleSignIn"
 
 
-def test_the_people_api_takes_cognito_tokens_of_the_given_pool_everywhere_but_the_viewers_files():
+def test_the_people_api_takes_cognito_tokens_of_the_given_pool_everywhere_but_the_viewers_files() -> None:
     scheme = BODY["components"]["securitySchemes"]["cognito"]
     assert scheme["x-amazon-apigateway-authorizer"] == {
         "type": "cognito_user_pools",
@@ -66,7 +68,7 @@ def test_the_people_api_takes_cognito_tokens_of_the_given_pool_everywhere_but_th
     assert "${PeopleApi}/*" in permission["SourceArn"]["Fn::Sub"]
 
 
-def people_event(method: str, path: str, claims: dict[str, str], body: object = None) -> dict:
+def people_event(method: str, path: str, claims: dict[str, str], body: object = None) -> dict[str, Any]:
     """What the people API delivers: its greedy proxy resource, a Cognito authorizer's claims,
     no IAM identity."""
     return {
@@ -98,7 +100,7 @@ class NoDrives:
         return "drive"
 
 
-def test_a_persons_tenant_is_their_tokens_claim_and_a_token_without_one_is_a_401(svc):
+def test_a_persons_tenant_is_their_tokens_claim_and_a_token_without_one_is_a_401(svc: Services) -> None:
     from helpers import FIXTURES
 
     svc.workspaces, svc.drives = FolderWorkspaces(FIXTURES), NoDrives()

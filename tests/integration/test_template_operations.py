@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,7 +60,7 @@ def _metrics(alarm: dict) -> list[dict]:
     return [q["MetricStat"]["Metric"] for q in alarm["Metrics"] if "MetricStat" in q]
 
 
-def test_every_function_has_a_log_group_of_its_own_with_the_retention_parameter():
+def test_every_function_has_a_log_group_of_its_own_with_the_retention_parameter() -> None:
     groups = _log_groups()
     named = {props["LogGroupName"]["Fn::Sub"]: props for props in groups.values() if isinstance(props["LogGroupName"], dict)}
     assert FUNCTIONS
@@ -71,7 +72,7 @@ def test_every_function_has_a_log_group_of_its_own_with_the_retention_parameter(
     assert 1 <= int(default) <= 90  # logs are kept a while, not forever
 
 
-def test_the_state_machine_the_api_and_the_sandbox_log_to_groups_with_the_same_retention():
+def test_the_state_machine_the_api_and_the_sandbox_log_to_groups_with_the_same_retention() -> None:
     groups = _log_groups()
     [destination] = RESOURCES["FlowStateMachine"]["Properties"]["Logging"]["Destinations"]
     state_machine_group, _ = _target(destination["CloudWatchLogsLogGroup"]["LogGroupArn"])
@@ -83,7 +84,7 @@ def test_the_state_machine_the_api_and_the_sandbox_log_to_groups_with_the_same_r
     assert all(props["RetentionInDays"] == RETENTION for props in groups.values())
 
 
-def test_the_api_stage_writes_one_json_line_per_request_without_bodies_or_headers():
+def test_the_api_stage_writes_one_json_line_per_request_without_bodies_or_headers() -> None:
     api = RESOURCES["LaneflowApi"]
     line = api["Properties"]["AccessLogSetting"]["Format"]
     fields = json.loads(line)  # the format itself is one JSON object of $context variables
@@ -98,7 +99,7 @@ def test_the_api_stage_writes_one_json_line_per_request_without_bodies_or_header
     }
 
 
-def test_sam_makes_no_phantom_stage_because_globals_set_the_openapi_version():
+def test_sam_makes_no_phantom_stage_because_globals_set_the_openapi_version() -> None:
     assert TEMPLATE.body["Globals"]["Api"]["OpenApiVersion"] == "3.0.1"
     assert RESOURCES["LaneflowApi"]["Properties"]["StageName"] == "v1"
 
@@ -128,7 +129,7 @@ REQUIRED = {
 
 
 @pytest.mark.parametrize("what", sorted(REQUIRED))
-def test_each_alarm_watches_the_metric_of_the_real_resource(what):
+def test_each_alarm_watches_the_metric_of_the_real_resource(what: Any) -> None:
     namespace, metric, dimension, resource_type, attribute, resource = REQUIRED[what]
     watching = [
         name
@@ -148,7 +149,7 @@ def test_each_alarm_watches_the_metric_of_the_real_resource(what):
         assert alarm["TreatMissingData"] == "notBreaching", name  # no traffic is not an incident
 
 
-def test_every_alarm_dimension_names_a_resource_of_this_stack():
+def test_every_alarm_dimension_names_a_resource_of_this_stack() -> None:
     for name, alarm in ALARMS.items():
         for metric in _metrics(alarm):
             for dimension in metric["Dimensions"]:
@@ -158,7 +159,7 @@ def test_every_alarm_dimension_names_a_resource_of_this_stack():
                 assert target and target[0] in RESOURCES, f"{name}: {dimension}"
 
 
-def test_the_table_throttle_alarm_sums_every_operation_the_dynamodb_store_calls(tmp_path):
+def test_the_table_throttle_alarm_sums_every_operation_the_dynamodb_store_calls(tmp_path: Path) -> None:
     alarm = ALARMS["TableThrottlesAlarm"]
     [watched] = [q for q in alarm["Metrics"] if q.get("ReturnData")]
     assert watched["Expression"] == "SUM(METRICS())"
@@ -253,7 +254,7 @@ def dynamodb_workload(store: Any) -> None:
     new_run(store, steps=150)
 
 
-def test_alarms_notify_the_topic_parameter_only_when_one_is_given():
+def test_alarms_notify_the_topic_parameter_only_when_one_is_given() -> None:
     assert TEMPLATE.body["Parameters"]["AlarmTopicArn"]["Default"] == ""
     assert TEMPLATE.body["Conditions"]["HasAlarmTopic"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]}
     notify = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
@@ -262,7 +263,7 @@ def test_alarms_notify_the_topic_parameter_only_when_one_is_given():
         assert alarm["AlarmActions"] == notify and alarm["OKActions"] == notify, name
 
 
-def test_the_reconcile_schedule_retries_and_keeps_what_it_could_not_deliver():
+def test_the_reconcile_schedule_retries_and_keeps_what_it_could_not_deliver() -> None:
     [(event_id, event)] = RESOURCES["ReconcileFunction"]["Properties"]["Events"].items()
     assert event["Type"] == "Schedule"
     props = event["Properties"]
@@ -282,7 +283,7 @@ def test_the_reconcile_schedule_retries_and_keeps_what_it_could_not_deliver():
     assert _target(statement["Condition"]["ArnEquals"]["aws:SourceArn"]) == (f"ReconcileFunction{event_id}", "Arn")
 
 
-def test_the_log_level_is_a_parameter_given_to_every_function():
+def test_the_log_level_is_a_parameter_given_to_every_function() -> None:
     env = TEMPLATE.body["Globals"]["Function"]["Environment"]["Variables"]
     assert env["POWERTOOLS_LOG_LEVEL"] == {"Ref": "LogLevel"} and "LOG_LEVEL" not in env
     assert TEMPLATE.body["Parameters"]["LogLevel"]["Default"] == "INFO"
@@ -304,7 +305,7 @@ def _logger_level(env: dict[str, str]) -> str:
 
 
 @pytest.mark.slow
-def test_powertools_log_level_from_the_environment_wins_in_lambda_and_locally():
+def test_powertools_log_level_from_the_environment_wins_in_lambda_and_locally() -> None:
     in_lambda = {"AWS_LAMBDA_FUNCTION_NAME": "RunStepFunction", "POWERTOOLS_TRACE_DISABLED": "1"}
     assert _logger_level({**in_lambda, "POWERTOOLS_LOG_LEVEL": "DEBUG"}) == "DEBUG"
     assert _logger_level({**in_lambda, "POWERTOOLS_LOG_LEVEL": "error"}) == "ERROR"
@@ -313,7 +314,7 @@ def test_powertools_log_level_from_the_environment_wins_in_lambda_and_locally():
     assert _logger_level({}) == "WARNING"  # a person's terminal: warnings only, unless asked
 
 
-def test_sam_builds_the_layer_and_every_handler_with_make_so_python312_need_not_be_on_path(tmp_path):
+def test_sam_builds_the_layer_and_every_handler_with_make_so_python312_need_not_be_on_path(tmp_path: Path) -> None:
     runtime = TEMPLATE.body["Globals"]["Function"]["Runtime"]
     [arch] = TEMPLATE.body["Globals"]["Function"]["Architectures"]
     assert (runtime, arch) == ("python3.12", "arm64")
@@ -349,7 +350,7 @@ def test_sam_builds_the_layer_and_every_handler_with_make_so_python312_need_not_
 
 
 @pytest.mark.parametrize("function", ["NextDriveFunction", "EndRunFunction"])
-def test_the_functions_that_start_drives_from_inside_the_machine_name_it_by_its_fixed_name(function):
+def test_the_functions_that_start_drives_from_inside_the_machine_name_it_by_its_fixed_name(function: str) -> None:
     """NextDrive (continue-as-new) and EndRun (a chained flow's drive) start executions of the
     state machine that names them: they get its ARN built from its fixed name, never a !Ref of
     it (a cycle), and may call StartExecution on exactly that ARN."""
@@ -364,7 +365,7 @@ def test_the_functions_that_start_drives_from_inside_the_machine_name_it_by_its_
     assert starts and all(s["Resource"] == arn for s in starts)
 
 
-def test_the_sandbox_task_runs_unprivileged_on_a_read_only_root_with_one_scratch_volume():
+def test_the_sandbox_task_runs_unprivileged_on_a_read_only_root_with_one_scratch_volume() -> None:
     task = RESOURCES["SandboxTaskDefinition"]["Properties"]
     [step] = task["ContainerDefinitions"]
     assert step["User"] == "10001:10001" and step["ReadonlyRootFilesystem"] is True and step["Privileged"] is False
@@ -377,7 +378,7 @@ def test_the_sandbox_task_runs_unprivileged_on_a_read_only_root_with_one_scratch
     assert env["HOME"] == env["TMPDIR"] == "/tmp"  # the only writable place
 
 
-def test_the_sandbox_image_is_the_task_definitions_user_and_has_no_set_uid_program():
+def test_the_sandbox_image_is_the_task_definitions_user_and_has_no_set_uid_program() -> None:
     dockerfile = (ROOT / "docker" / "sandbox" / "Dockerfile").read_text()
     [step] = RESOURCES["SandboxTaskDefinition"]["Properties"]["ContainerDefinitions"]
     users = re.findall(r"^USER (\S+)$", dockerfile, re.M)

@@ -18,8 +18,9 @@ from typing import Any
 
 import boto3
 import pytest
-from helpers import moto_dynamodb_serialized
+from helpers import moto_dynamodb_serialized, read_capture
 from moto import mock_aws
+from pydantic import SecretStr
 from test_cloud_path import SyncDrives, api_event, handler
 
 from laneflow.adapters.aws import s3 as workspaces
@@ -107,11 +108,12 @@ def objects(s3: Any, prefix: str) -> dict[str, str]:
 
 
 def text(s3: Any, key: str) -> str:
-    return s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    answer: str = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    return answer
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path: Path):
+def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Services, Any, Requests]]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -127,13 +129,13 @@ def cloud(monkeypatch, tmp_path: Path):
         for tenant in (A, B):
             for rel, body in desk(tenant).items():
                 s3.put_object(Bucket=BUCKET, Key=f"workspaces/{tenant}/desk/{rel}", Body=body.encode())
-        settings = Settings(store_url=URL, anthropic_api_key=KEY, anthropic_base_url=model.url)
+        settings = Settings(store_url=URL, anthropic_api_key=SecretStr(KEY), anthropic_base_url=model.url)
         svc = for_store(open_store(URL), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=model.url, backoff_s=0.01)
         svc.workspaces = S3Workspaces(BUCKET)
         svc.drives = SyncDrives(svc)
         requests = Requests()
-        for client in (svc.store._db, svc.store._s3, svc.captures._s3()):
+        for client in (svc.store._db, svc.store._s3, svc.captures._s3()):  # type: ignore[attr-defined]
             requests.watch(client)
         # The workspaces' clients are made per operation from boto3's default session.
         default = boto3._get_default_session()
@@ -167,22 +169,25 @@ def call(route: str, tenant: str, *, run_id: str | None = None, body: Any = None
 def start(tenant: str, key: str = SAME_KEY) -> dict[str, Any]:
     status, run = call("start_run", tenant, key=key)
     assert status == 201, run
-    return run
+    answer: dict[str, Any] = run
+    return answer
 
 
 def get(tenant: str, run_id: str) -> dict[str, Any]:
     status, run = call("get_run", tenant, run_id=run_id)
     assert status == 200, run
-    return run
+    answer: dict[str, Any] = run
+    return answer
 
 
 def read_notes(run: dict[str, Any], svc: Services) -> str:
     """The output of the run's read_file call, from its capture."""
     tool = next(e for e in run["steps"][0]["events"] if e["type"] == "tool" and e["data"]["tool"] == "read_file")
-    return svc.captures.get(tool["data"]["capture"])["output"]
+    answer: str = read_capture(svc, tool["data"]["capture"])["output"]
+    return answer
 
 
-def test_the_same_idempotency_key_gives_each_tenant_its_own_run(cloud):
+def test_the_same_idempotency_key_gives_each_tenant_its_own_run(cloud: tuple[Services, Any, Requests]) -> None:
     svc, _, _ = cloud
     a, b = start(A), start(B)
     assert a["id"] != b["id"] and a["tenant"] == A and b["tenant"] == B
@@ -194,7 +199,7 @@ def test_the_same_idempotency_key_gives_each_tenant_its_own_run(cloud):
     assert svc.drives.started == [a["id"], b["id"]]
 
 
-def test_each_tenants_step_reads_and_writes_only_its_own_workspace_files(cloud):
+def test_each_tenants_step_reads_and_writes_only_its_own_workspace_files(cloud: tuple[Services, Any, Requests]) -> None:
     svc, s3, requests = cloud
     a = get(A, start(A)["id"])
     a_before = objects(s3, f"workspaces/{A}/")
@@ -213,7 +218,7 @@ def test_each_tenants_step_reads_and_writes_only_its_own_workspace_files(cloud):
     assert requests.calls and foreign(requests.calls, B) == []
 
 
-def test_a_cloud_run_records_the_workspaces_name_not_its_sync_folders(cloud):
+def test_a_cloud_run_records_the_workspaces_name_not_its_sync_folders(cloud: tuple[Services, Any, Requests]) -> None:
     svc, _, _ = cloud
     started = start(A)
     assert started["workspace"] == "desk"
@@ -222,7 +227,7 @@ def test_a_cloud_run_records_the_workspaces_name_not_its_sync_folders(cloud):
     assert status == 200 and [r["workspace"] for r in listed["runs"]] == ["desk"]
 
 
-def test_captures_are_under_each_tenants_own_prefix(cloud):
+def test_captures_are_under_each_tenants_own_prefix(cloud: tuple[Services, Any, Requests]) -> None:
     svc, s3, _ = cloud
     runs = {A: start(A)["id"], B: start(B)["id"]}
     captured = objects(s3, "captures/")
@@ -236,7 +241,7 @@ def test_captures_are_under_each_tenants_own_prefix(cloud):
 
 
 @pytest.mark.slow
-def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud):
+def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud: tuple[Services, Any, Requests]) -> None:
     svc, _, requests = cloud
     a = start(A)
     b = start(B, key="another-key")
@@ -265,7 +270,7 @@ def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud):
     assert get(A, a["id"])["status"] == "completed"
 
 
-def test_the_viewer_and_the_openapi_document_carry_no_tenants_runs(cloud):
+def test_the_viewer_and_the_openapi_document_carry_no_tenants_runs(cloud: tuple[Services, Any, Requests]) -> None:
     a = start(A)
     for tenant in (A, B):
         for route in ("openapi", "viewer"):
@@ -276,7 +281,7 @@ def test_the_viewer_and_the_openapi_document_carry_no_tenants_runs(cloud):
             assert a["id"] not in answer["body"] and A not in answer["body"]
 
 
-def test_a_tenant_name_no_key_can_hold_is_a_400_naming_it_on_every_route(cloud):
+def test_a_tenant_name_no_key_can_hold_is_a_400_naming_it_on_every_route(cloud: tuple[Services, Any, Requests]) -> None:
     _, _, requests = cloud
     a = start(A)
     requests.on = True

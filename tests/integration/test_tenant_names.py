@@ -6,6 +6,8 @@ test_tenant_isolation.py.)"""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
@@ -20,7 +22,7 @@ BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]
 
 
 @pytest.fixture
-def store(store_kind, tmp_path):
+def store(store_kind: str, tmp_path: Path):
     with BACKENDS[store_kind](tmp_path) as s:
         yield s
 
@@ -30,7 +32,7 @@ def a_run(tenant: str) -> Run:
 
 
 @pytest.mark.parametrize("tenant", BAD, ids=["hash", "empty", "control", "slash", "long"])
-def test_a_bad_tenant_is_refused_by_the_stores_entry_points_naming_it_and_nothing_is_written(store: Store, tenant):
+def test_a_bad_tenant_is_refused_by_the_stores_entry_points_naming_it_and_nothing_is_written(store: Store, tenant: Any) -> None:
     with pytest.raises(TenantInvalid) as refused:
         store.create_run(a_run(tenant))
     assert (repr(tenant[:40])[:-1] in str(refused.value)) if tenant else "empty" in str(refused.value)
@@ -45,13 +47,15 @@ def test_a_bad_tenant_is_refused_by_the_stores_entry_points_naming_it_and_nothin
             entry()
 
 
-def test_a_tenant_that_only_prefixes_another_reads_nothing_of_it(store: Store):
+def test_a_tenant_that_only_prefixes_another_reads_nothing_of_it(store: Store) -> None:
     store.create_run(a_run("acme"))
     assert [r.id for r in store.list_runs("acme")] == ["run-t"]
     assert store.list_runs("acm") == [] and store.list_runs("acme.eu") == []
 
 
-def test_a_bad_LANEFLOW_TENANT_is_a_clear_cli_error_with_exit_2_and_makes_no_store(monkeypatch, tmp_path, capsys):
+def test_a_bad_LANEFLOW_TENANT_is_a_clear_cli_error_with_exit_2_and_makes_no_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LANEFLOW_TENANT", "acme#RUNS")
     settings.cache_clear()

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
+from pydantic import SecretStr
 
 from laneflow.adapters.aws import s3 as workspaces
 from laneflow.adapters.aws.s3 import S3Workspaces, local_path
@@ -75,7 +77,7 @@ class Clerk:
         self.folders_during: list[list[str]] = []
         self.systems: list[str] = []
 
-    def __call__(self, body: dict) -> Reply:
+    def __call__(self, body: dict[str, Any]) -> Reply:
         turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if turn == 0:
             self.attempt += 1
@@ -94,7 +96,7 @@ class Clerk:
 
 
 @pytest.fixture
-def cloud(monkeypatch, tmp_path: Path):
+def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -114,7 +116,9 @@ def cloud(monkeypatch, tmp_path: Path):
 def drive(s3: Any, tmp_path: Path, flow: str, responder: Any = None) -> Run:
     """Start a run of the tenant's S3 workspace as the API does, and drive it to its end."""
     with MessagesImitation(ttft_ms=5, token_ms=0, api_keys={KEY}, responder=responder) as model:
-        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=model.url, capture_dir=str(tmp_path / "captures"))
+        settings = Settings(
+            anthropic_api_key=SecretStr(KEY), anthropic_base_url=model.url, capture_dir=str(tmp_path / "captures")
+        )
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'runs.db'}"), settings)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=model.url, backoff_s=0.01)
         uri = S3Workspaces(BUCKET).locate(TENANT, "desk")
@@ -134,7 +138,7 @@ def files_under(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
-def test_each_attempt_works_in_its_own_copy_and_only_a_completed_one_keeps_its_files(cloud, tmp_path):
+def test_each_attempt_works_in_its_own_copy_and_only_a_completed_one_keeps_its_files(cloud: Any, tmp_path: Path) -> None:
     clerk = Clerk()
     run = drive(cloud, tmp_path, "file", clerk)
     assert run.status == RunStatus.completed, run.error
@@ -164,7 +168,7 @@ def test_each_attempt_works_in_its_own_copy_and_only_a_completed_one_keeps_its_f
     assert all("workspace `desk`" in system for system in clerk.systems)
 
 
-def test_a_failed_attempt_keeps_nothing_in_the_workspace(cloud, tmp_path):
+def test_a_failed_attempt_keeps_nothing_in_the_workspace(cloud: Any, tmp_path: Path) -> None:
     before = stored(cloud)
     run = drive(cloud, tmp_path, "fail")
     assert run.status == RunStatus.failed and "not valid JSON" in (run.steps[0].error or "")
@@ -174,7 +178,9 @@ def test_a_failed_attempt_keeps_nothing_in_the_workspace(cloud, tmp_path):
 
 
 @pytest.mark.parametrize("escape", ["../../escaped.md", "ABSOLUTE"], ids=["dot-dot", "absolute"])
-def test_an_s3_key_that_escapes_the_workspace_folder_is_refused_and_nothing_is_downloaded(cloud, tmp_path, escape):
+def test_an_s3_key_that_escapes_the_workspace_folder_is_refused_and_nothing_is_downloaded(
+    cloud: Any, tmp_path: Path, escape: str
+) -> None:
     outside = tmp_path / "escaped.md"
     rel = "/" + str(outside).lstrip("/") if escape == "ABSOLUTE" else escape
     cloud.put_object(Bucket=BUCKET, Key=PREFIX + rel, Body=b"written outside")
@@ -186,7 +192,7 @@ def test_an_s3_key_that_escapes_the_workspace_folder_is_refused_and_nothing_is_d
     assert not (workspaces.CACHE / "escaped.md").exists() and not (workspaces.CACHE.parent / "escaped.md").exists()
 
 
-def test_the_copies_folders_are_this_users_own_and_one_another_user_made_or_a_link_is_refused(tmp_path):
+def test_the_copies_folders_are_this_users_own_and_one_another_user_made_or_a_link_is_refused(tmp_path: Path) -> None:
     assert workspaces.ATTEMPTS.name.endswith(f"-{os.geteuid()}") and workspaces.CACHE.name.endswith(f"-{os.geteuid()}")
     made = workspaces.own_folder(tmp_path / "mine")
     assert stat.S_IMODE(made.stat().st_mode) == 0o700

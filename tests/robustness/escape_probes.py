@@ -135,7 +135,7 @@ def probe_all(top: Path) -> dict[str, dict[str, Any]]:
     out["loopback network"]["accepted"] = bool(accepted)
 
     other_run = _Callbacks()
-    relay = CallbackRelay(other_run)  # type: ignore[arg-type]
+    relay = CallbackRelay(other_run)
     path = relay.listen()
     probe(
         "another run's relay",

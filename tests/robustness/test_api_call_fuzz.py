@@ -7,6 +7,7 @@ never an exception."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -74,7 +75,7 @@ CALLS = st.one_of(
 
 
 @given(BASES, CALLS)
-def test_any_call_input_is_parsed_or_refused_and_never_reaches_past_its_base_url(base, args):
+def test_any_call_input_is_parsed_or_refused_and_never_reaches_past_its_base_url(base: str, args: Any) -> None:
     try:
         call = parse_call(args)
         url = target_url(base, call)
@@ -113,7 +114,7 @@ ENTRY = st.one_of(
 
 
 @given(st.lists(ENTRY, max_size=3) | JSON)
-def test_any_apis_entry_is_checked_into_problems_never_an_exception(raw):
+def test_any_apis_entry_is_checked_into_problems_never_an_exception(raw: Any) -> None:
     specs, problems = check_apis(
         raw, rel="agents/a/agent.md", agent_dir=Path("/nonexistent/agents/a"), lines={"apis": 2}, secrets=["TOKEN"]
     )
@@ -145,7 +146,9 @@ OPENAPI = st.one_of(
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 @given(text=OPENAPI)
-def test_any_openapi_file_gives_operations_or_a_reason_never_an_exception(tmp_path_factory, suffix, text):
+def test_any_openapi_file_gives_operations_or_a_reason_never_an_exception(
+    tmp_path_factory: pytest.TempPathFactory, suffix: str, text: str
+) -> None:
     path = tmp_path_factory.mktemp("openapi") / f"api{suffix}"
     path.write_bytes(text.encode("utf-8", "surrogatepass"))
     operations, problem = read_operations(path)

@@ -169,7 +169,9 @@ def paths(draw: st.DrawFn, real_run: str) -> str:
 
 @pytest.mark.slow
 @given(data=st.data())
-def test_any_request_on_any_route_is_answered_below_500_and_a_refusal_writes_nothing(api, data):
+def test_any_request_on_any_route_is_answered_below_500_and_a_refusal_writes_nothing(
+    api: tuple[Services, str], data: st.DataObject
+) -> None:
     svc, real_run = api
     method = data.draw(METHODS)
     path = data.draw(paths(real_run))
@@ -203,7 +205,9 @@ FINITE = st.recursive(  # values the API takes, so the repeated key is the one t
 
 
 @given(key=st.sampled_from(["workspace", "flow", "input", "model", "idempotency_key", "x"]), inner=st.booleans(), data=st.data())
-def test_a_body_repeating_a_key_is_a_400_naming_it_and_starts_nothing(api, key, inner, data):
+def test_a_body_repeating_a_key_is_a_400_naming_it_and_starts_nothing(
+    api: tuple[Services, str], key: str, inner: bool, data: st.DataObject
+) -> None:
     """Whatever key a start body repeats, at its top or inside its input, the answer is a
     400 naming that field; nothing is written. (Read silently, the last one would win.)"""
     svc, _ = api

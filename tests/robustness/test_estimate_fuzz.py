@@ -39,7 +39,7 @@ BODIES = st.fixed_dictionaries(
 
 @settings(max_examples=60)
 @given(body=BODIES | JSONISH)
-def test_any_estimate_request_is_answered_200_or_a_4xx_and_writes_nothing(body: Any):
+def test_any_estimate_request_is_answered_200_or_a_4xx_and_writes_nothing(body: Any) -> None:
     out = resolve(event("POST", "/estimates", {"Content-Type": "application/json"}, json.dumps(body)), None, SVC)
     assert out["statusCode"] in (200, 400, 404), out
     answer = json.loads(out["body"])
@@ -79,7 +79,7 @@ SCHEMAS = st.recursive(
 
 
 @given(schema=SCHEMAS, topic=st.text(max_size=40))
-def test_a_json_reply_matches_any_schema_of_the_common_keywords(schema: dict[str, Any], topic: str):
+def test_a_json_reply_matches_any_schema_of_the_common_keywords(schema: dict[str, Any], topic: str) -> None:
     jsonschema.validate(instance(schema, topic=topic), schema)
     message = "Do it.\n\nEnd your reply with the result as JSON in a ```json fenced block. It must match this JSON Schema:\n"
     message += json.dumps(schema, indent=2)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -178,7 +179,7 @@ def write(path: Path, text: str) -> None:
     path.write_bytes(text.encode("utf-8", errors="surrogatepass"))
 
 
-def loads_or_names_the_file(root: Path, rel: str, load) -> None:
+def loads_or_names_the_file(root: Path, rel: str, load: Callable[[], object]) -> None:
     try:
         loaded = load()
     except (WorkspaceInvalid, FlowInvalid) as refused:
@@ -186,11 +187,11 @@ def loads_or_names_the_file(root: Path, rel: str, load) -> None:
         assert all(p.file == rel or p.file.startswith("schemas/") for p in refused.problems), refused.problems
         return
     # What loaded can be kept: a run records it as JSON.
-    assert jsonsafe.refusal(loaded.model_dump(mode="json", by_alias=True, exclude={"root", "account_root"})) is None
+    assert jsonsafe.refusal(loaded.model_dump(mode="json", by_alias=True, exclude={"root", "account_root"})) is None  # type: ignore[attr-defined]
 
 
 @given(st.one_of(agent_md(), st.text(max_size=80)))
-def test_agent_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, text):
+def test_agent_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace: Path, text: Any) -> None:
     write(workspace / "agents" / "a" / "agent.md", text)
     loads_or_names_the_file(workspace, "agents/a/agent.md", lambda: load_agent(load_workspace(workspace), "a"))
     check_workspace(workspace)  # collects; never raises for a file's problem
@@ -198,7 +199,7 @@ def test_agent_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, t
 
 @pytest.mark.slow
 @given(st.one_of(agent_md(), st.text(max_size=80)))
-def test_agents_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, text):
+def test_agents_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace: Path, text: Any) -> None:
     write(workspace / "AGENTS.md", text)
     try:
         loads_or_names_the_file(workspace, "AGENTS.md", lambda: load_workspace(workspace))
@@ -209,14 +210,14 @@ def test_agents_md_frontmatter_loads_or_is_a_problem_naming_the_file(workspace, 
 
 @pytest.mark.slow
 @given(st.one_of(flow_yaml(), st.text(max_size=80)))
-def test_a_flow_loads_or_is_a_problem_naming_the_flow_file(workspace, text):
+def test_a_flow_loads_or_is_a_problem_naming_the_flow_file(workspace: Path, text: Any) -> None:
     write(workspace / "flows" / "f.yaml", text)
     loads_or_names_the_file(workspace, "flows/f.yaml", lambda: load_flow(load_workspace(workspace), "f"))
     check_workspace(workspace)
 
 
 @given(st.one_of(agent_md(), st.text(max_size=80)))
-def test_the_frontmatter_reader_raises_nothing_but_workspace_invalid(tmp_path_factory, text):
+def test_the_frontmatter_reader_raises_nothing_but_workspace_invalid(tmp_path_factory: pytest.TempPathFactory, text: Any) -> None:
     """`read_front` itself, on any text: a Front, or the library's own error naming the file
     (with the line and field of each value that could not be taken); never another."""
     path = tmp_path_factory.mktemp("fm") / "x.md"
@@ -236,7 +237,9 @@ def test_the_frontmatter_reader_raises_nothing_but_workspace_invalid(tmp_path_fa
     st.integers(0, 99),
     st.sampled_from(["", "t12:00:00", " 25:61:61", "t1:2:3+30:00"]),
 )
-def test_a_date_in_frontmatter_is_taken_or_is_a_problem_with_its_line_and_field(workspace, year, month, day, time):
+def test_a_date_in_frontmatter_is_taken_or_is_a_problem_with_its_line_and_field(
+    workspace: Path, year: int, month: int, day: int, time: str
+) -> None:
     """`seen: YYYY-MM-DD`: a date that is one is an unknown setting (a warning); one that is
     not is an error naming the file, the line and the field, never an exception."""
     text = f"---\nmodel: stub\nseen: {year:04d}-{month:02d}-{day:02d}{time}\n---\nYou see."
@@ -250,7 +253,7 @@ def test_a_date_in_frontmatter_is_taken_or_is_a_problem_with_its_line_and_field(
 
 
 @given(st.lists(st.sampled_from(["model", "timeout", "budget", "5", "0x5", "'model'"]), min_size=1, max_size=5))
-def test_a_setting_given_twice_in_frontmatter_is_an_error_naming_it(workspace, keys):
+def test_a_setting_given_twice_in_frontmatter_is_an_error_naming_it(workspace: Path, keys: list[str]) -> None:
     """Keys as YAML reads them (`5` and `0x5` are one number, `'model'` is `model`): a
     repeat is an error on the second one's line, never the last one silently taken."""
     lines = [f"{key}: 1" for key in keys]

@@ -7,6 +7,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -84,22 +85,22 @@ def accepted_or_refused_naming_input(store: Store, text: str) -> None:
 
 
 @given(json_ish())
-def test_json_ish_input_is_accepted_and_round_trips_or_is_refused_naming_input(store, text):
+def test_json_ish_input_is_accepted_and_round_trips_or_is_refused_naming_input(store: Store, text: Any) -> None:
     accepted_or_refused_naming_input(store, text)
 
 
 @given(st.text(max_size=60))
-def test_arbitrary_text_as_input_is_accepted_and_round_trips_or_is_refused_naming_input(store, text):
+def test_arbitrary_text_as_input_is_accepted_and_round_trips_or_is_refused_naming_input(store: Store, text: str) -> None:
     accepted_or_refused_naming_input(store, text)
 
 
 @given(NESTED)
-def test_nested_input_is_accepted_within_the_bound_or_refused_naming_input(store, text):
+def test_nested_input_is_accepted_within_the_bound_or_refused_naming_input(store: Store, text: Any) -> None:
     accepted_or_refused_naming_input(store, text)
 
 
 @given(json_ish())
-def test_input_from_a_file_is_accepted_or_refused_naming_the_file(tmp_path_factory, text):
+def test_input_from_a_file_is_accepted_or_refused_naming_the_file(tmp_path_factory: pytest.TempPathFactory, text: Any) -> None:
     path = Path(tmp_path_factory.mktemp("in")) / "in.json"
     path.write_bytes(text.encode("utf-8", errors="surrogatepass"))  # lone surrogates as bytes no UTF-8 reader takes
     try:
@@ -123,6 +124,7 @@ def written(draw: st.DrawFn, depth: int = 0) -> tuple[str, set[str]]:
     if kind == 1:
         items = [draw(written(depth + 1)) for _ in range(draw(st.integers(0, 3)))]
         return "[" + ", ".join(text for text, _ in items) + "]", set().union(*(r for _, r in items))
+    seen: set[Any]
     pairs, seen, repeated = [], set(), set()
     for _ in range(draw(st.integers(0, 4))):
         key = draw(KEYS)
@@ -136,7 +138,7 @@ def written(draw: st.DrawFn, depth: int = 0) -> tuple[str, set[str]]:
 
 
 @given(written())
-def test_json_with_a_repeated_key_is_refused_naming_it_and_without_one_reads_as_json_loads(store, given_text):
+def test_json_with_a_repeated_key_is_refused_naming_it_and_without_one_reads_as_json_loads(store: Store, given_text: Any) -> None:
     text, repeated = given_text
     if not repeated:
         assert parse_input(text) == json.loads(text)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from laneflow.domain.redaction import SAFE_MARK, Redactor, encodings
 
 NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True)
-CHARS = st.characters(blacklist_categories=("Cs",))
+CHARS = st.characters(blacklist_categories=("Cs",))  # type: ignore[arg-type]
 VALUES = st.text(CHARS, min_size=8, max_size=40)
 TEXT = st.text(CHARS, max_size=30)
 
@@ -31,7 +31,9 @@ def left(redactor: Redactor, values: list[str], text: str) -> list[str]:
 
 
 @given(NAMES, VALUES, st.data(), TEXT, TEXT)
-def test_a_value_or_any_of_its_encodings_anywhere_in_text_is_masked(name, value, data, before, after):
+def test_a_value_or_any_of_its_encodings_anywhere_in_text_is_masked(
+    name: str, value: str, data: st.DataObject, before: str, after: str
+) -> None:
     form = data.draw(st.sampled_from(encodings(value)))
     redactor = Redactor({name: value})
     masked = redactor(before + form + after)
@@ -40,7 +42,9 @@ def test_a_value_or_any_of_its_encodings_anywhere_in_text_is_masked(name, value,
 
 
 @given(NAMES, VALUES, st.binary(max_size=5), st.binary(max_size=5), st.booleans())
-def test_a_value_inside_a_longer_base64_stream_is_masked_at_every_alignment(name, value, before, after, url_safe):
+def test_a_value_inside_a_longer_base64_stream_is_masked_at_every_alignment(
+    name: str, value: str, before: bytes, after: bytes, url_safe: bool
+) -> None:
     encode = base64.urlsafe_b64encode if url_safe else base64.b64encode
     stream = encode(before + value.encode() + after).decode()
     redactor = Redactor({name: value})
@@ -54,7 +58,7 @@ def test_a_value_inside_a_longer_base64_stream_is_masked_at_every_alignment(name
 
 
 @given(st.dictionaries(NAMES, VALUES, min_size=1, max_size=4), st.lists(st.tuples(TEXT, st.integers(0, 3)), max_size=6))
-def test_several_values_side_by_side_leave_no_form_of_any(values, pieces):
+def test_several_values_side_by_side_leave_no_form_of_any(values: dict[str, str], pieces: list[tuple[str, int]]) -> None:
     names, secrets = list(values), list(values.values())
     redactor = Redactor(values)
     text = "".join(piece + encodings(secrets[k % len(secrets)])[k % 4] for piece, k in pieces)
@@ -62,7 +66,9 @@ def test_several_values_side_by_side_leave_no_form_of_any(values, pieces):
 
 
 @given(NAMES, st.data(), TEXT, TEXT)
-def test_a_value_that_is_part_of_its_own_mark_or_that_the_mark_completes_is_still_masked(name, data, before, after):
+def test_a_value_that_is_part_of_its_own_mark_or_that_the_mark_completes_is_still_masked(
+    name: str, data: st.DataObject, before: str, after: str
+) -> None:
     # A value taken from `[NAME]` and the text beside it: replacing it can make it again.
     mark = f"[{name}]"
     start = data.draw(st.integers(0, len(mark) - 1))
@@ -74,19 +80,19 @@ def test_a_value_that_is_part_of_its_own_mark_or_that_the_mark_completes_is_stil
 
 
 @given(st.dictionaries(NAMES, VALUES, max_size=3), TEXT)
-def test_text_holding_no_value_comes_back_as_it_was(values, text):
+def test_text_holding_no_value_comes_back_as_it_was(values: dict[str, str], text: str) -> None:
     redactor = Redactor(values)
     assume(not any(form in text for value in values.values() for form in forms(value)))
     assert redactor(text) == text
 
 
 @given(NAMES, st.text(CHARS, max_size=7), TEXT)
-def test_a_value_under_8_characters_is_never_masked(name, value, text):
+def test_a_value_under_8_characters_is_never_masked(name: str, value: str, text: str) -> None:
     redactor = Redactor({name: value})
     assert not redactor and redactor(text + value) == text + value
 
 
-def test_a_second_holder_waits_for_the_first_holders_values_and_the_last_release_drops_them():
+def test_a_second_holder_waits_for_the_first_holders_values_and_the_last_release_drops_them() -> None:
     redactor = Redactor()
     loading, release_load = threading.Event(), threading.Event()
     calls: list[str] = []
@@ -101,7 +107,7 @@ def test_a_second_holder_waits_for_the_first_holders_values_and_the_last_release
     first.start()
     assert loading.wait(5)
     seen: list[str] = []
-    second = threading.Thread(target=lambda: (redactor.hold("run:local/r1", load), seen.append(redactor("run-wide-value-0123"))))
+    second = threading.Thread(target=lambda: (redactor.hold("run:local/r1", load), seen.append(redactor("run-wide-value-0123"))))  # type: ignore[func-returns-value]
     second.start()
     second.join(0.2)
     assert second.is_alive() and seen == []  # it waits: nothing it records goes out unmasked
@@ -116,7 +122,7 @@ def test_a_second_holder_waits_for_the_first_holders_values_and_the_last_release
     assert "run-wide-value-0123" not in repr(vars(redactor))
 
 
-def test_a_load_that_raises_is_tried_again_by_the_next_holder():
+def test_a_load_that_raises_is_tried_again_by_the_next_holder() -> None:
     redactor = Redactor()
 
     def broken() -> dict[str, str]:

@@ -56,7 +56,12 @@ def desk() -> Iterator[tuple[Services, Run]]:
 
 def tools_of(svc: Services, run: Run) -> PeerTools:
     attempt = svc.store.claim_attempt(
-        TENANT, run.id, 0, token=uuid.uuid4().hex, started_at=utcnow(), expect_status=("pending", "running")
+        TENANT,
+        run.id,
+        0,
+        token=uuid.uuid4().hex,
+        started_at=utcnow(),
+        expect_status=("pending", "running"),  # type: ignore[arg-type]
     )
     inbox = AttemptInbox(
         svc=svc,
@@ -86,7 +91,7 @@ def tools_of(svc: Services, run: Run) -> PeerTools:
 
 
 @pytest.fixture(scope="module")
-def tools(desk) -> PeerTools:
+def tools(desk: tuple[Services, Run]) -> PeerTools:
     return tools_of(*desk)
 
 
@@ -94,7 +99,7 @@ def tools(desk) -> PeerTools:
     name=st.sampled_from(["peers_list", "peers_message", "ask"]),
     args=st.dictionaries(st.sampled_from(["to", "text", "question", "extra"]) | st.text(max_size=8), json_values, max_size=4),
 )
-def test_any_input_of_a_colleague_tool_is_its_output_or_its_own_error(tools: PeerTools, name: str, args: dict[str, Any]):
+def test_any_input_of_a_colleague_tool_is_its_output_or_its_own_error(tools: PeerTools, name: str, args: dict[str, Any]) -> None:
     try:
         out = tools.run(name, args)
     except ToolError as refused:
@@ -107,7 +112,7 @@ def test_any_input_of_a_colleague_tool_is_its_output_or_its_own_error(tools: Pee
 
 
 @given(to=json_values, text=st.text(max_size=50))
-def test_a_message_to_anyone_but_one_colleague_is_refused_naming_the_choices(tools: PeerTools, to: Any, text: str):
+def test_a_message_to_anyone_but_one_colleague_is_refused_naming_the_choices(tools: PeerTools, to: Any, text: str) -> None:
     try:
         tools.run("peers_message", {"to": to, "text": text})
     except ToolError as refused:
@@ -118,7 +123,7 @@ def test_a_message_to_anyone_but_one_colleague_is_refused_naming_the_choices(too
 
 
 @pytest.fixture(scope="module")
-def asked(desk) -> tuple[Services, Run]:
+def asked(desk: tuple[Services, Run]) -> tuple[Services, Run]:
     svc, run = desk
     note = Note(
         id=new_note_id(NoteKind.question),
@@ -135,7 +140,7 @@ def asked(desk) -> tuple[Services, Run]:
 
 
 @given(body=json_values | st.text(max_size=30), index=st.sampled_from(["1", "0", "9", "-1", "x", "01", "99999999999"]))
-def test_the_answer_route_never_fails_and_takes_only_a_non_empty_text(asked, body: Any, index: str):
+def test_the_answer_route_never_fails_and_takes_only_a_non_empty_text(asked: tuple[Services, Run], body: Any, index: str) -> None:
     svc, run = asked
     raw = body if isinstance(body, str) else json.dumps(body)
     path = f"/runs/{run.id}/steps/{index}/answer"

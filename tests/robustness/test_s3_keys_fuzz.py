@@ -90,7 +90,7 @@ def can_be_laid_out(rels: list[str]) -> bool:
 
 @settings(max_examples=120)
 @given(st.lists(KEYS, min_size=1, max_size=5, unique=True))
-def test_any_set_of_keys_is_laid_out_whole_or_refused_naming_a_key_before_anything_is_written(s3, rels):
+def test_any_set_of_keys_is_laid_out_whole_or_refused_naming_a_key_before_anything_is_written(s3: Any, rels: Any) -> None:
     name = f"ws-{_RUN}-{next(_counter)}"
     prefix = f"workspaces/acme/{name}/"
     for rel in rels:

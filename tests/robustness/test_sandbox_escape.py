@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
@@ -28,7 +29,7 @@ from robustness import escape_probes
 pytestmark = pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap is not installed or cannot make namespaces here")
 
 
-def assert_the_fence_held(seen: dict[str, dict]) -> None:
+def assert_the_fence_held(seen: dict[str, dict[str, Any]]) -> None:
     canary = seen.pop("_canary")["value"]
     for name in ("remount /etc", "remount /usr", "new user namespace"):
         assert not seen[name]["ok"] and not seen[name]["host_file"], (name, seen[name]["said"])
@@ -54,7 +55,7 @@ def assert_the_fence_held(seen: dict[str, dict]) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="laneflow is not root here: the plain-user probes cover this machine")
-def test_a_root_laneflows_programs_cannot_leave_the_fence(tmp_path, monkeypatch):
+def test_a_root_laneflows_programs_cannot_leave_the_fence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LANEFLOW_CANARY", escape_probes.CANARY)
     monkeypatch.setitem(isolation.SIZES, "small", escape_probes.SMALL)
     seen = escape_probes.probe_all(tmp_path)
@@ -62,7 +63,7 @@ def test_a_root_laneflows_programs_cannot_leave_the_fence(tmp_path, monkeypatch)
     assert_the_fence_held(seen)
 
 
-def _as_a_plain_user(top: Path) -> dict[str, dict]:
+def _as_a_plain_user(top: Path) -> dict[str, dict[str, Any]]:
     """The probes in a laneflow that is nobody (what a root machine has to be a plain user
     with): this process forked, the child made nobody for good before it probes, in a
     workspace it owns; its findings come back as JSON on a pipe."""
@@ -88,10 +89,11 @@ def _as_a_plain_user(top: Path) -> dict[str, dict]:
         said = answer.read()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0 and said, "the plain user's probes did not finish"
-    return json.loads(said)
+    seen: dict[str, dict[str, Any]] = json.loads(said)
+    return seen
 
 
-def test_a_plain_users_programs_cannot_leave_the_fence(tmp_path, monkeypatch):
+def test_a_plain_users_programs_cannot_leave_the_fence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if os.geteuid() != 0:  # this process is the plain user
         monkeypatch.setenv("LANEFLOW_CANARY", escape_probes.CANARY)
         monkeypatch.setitem(isolation.SIZES, "small", escape_probes.SMALL)
@@ -135,7 +137,7 @@ def _workspace(top: Path) -> Path:
     return ws
 
 
-def test_a_sandboxed_step_sees_no_other_agent_nor_the_secrets_file_and_its_scratch_is_bounded(tmp_path):
+def test_a_sandboxed_step_sees_no_other_agent_nor_the_secrets_file_and_its_scratch_is_bounded(tmp_path: Path) -> None:
     with BACKENDS["sqlite"](tmp_path) as store:
         svc = for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
         ws = _workspace(tmp_path)

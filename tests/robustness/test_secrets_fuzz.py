@@ -5,6 +5,8 @@ exactly."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,7 +23,7 @@ LINES = st.one_of(
 
 
 @given(st.lists(LINES, max_size=8))
-def test_a_secrets_file_of_any_text_is_read_or_refused_without_quoting_it(lines):
+def test_a_secrets_file_of_any_text_is_read_or_refused_without_quoting_it(lines: list[str]) -> None:
     text = "\n".join(MARK + line for line in lines)
     try:
         values = parse_dotenv(text, "the --secrets file")
@@ -33,19 +35,20 @@ def test_a_secrets_file_of_any_text_is_read_or_refused_without_quoting_it(lines)
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True)
 VALUES = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), max_size=40
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),  # type: ignore[arg-type]
+    max_size=40,
 ) | st.sampled_from(["a  \n  b", " lead", "trail  ", "\n", "x\n\ny  "])
 
 
 @given(st.dictionaries(NAMES, VALUES, max_size=6))
-def test_double_quoted_values_read_back_exactly(values):
+def test_double_quoted_values_read_back_exactly(values: dict[str, str]) -> None:
     escaped = {k: v.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") for k, v in values.items()}
     text = "".join(f'{k}="{v}"\n' for k, v in escaped.items())
     assert parse_dotenv(text, "f") == values
 
 
 @given(st.lists(st.one_of(st.text(max_size=12), NAMES, NAMES.map(lambda n: "@" + n)), max_size=6))
-def test_any_secrets_list_is_read_or_refused_as_bad_input(entries):
+def test_any_secrets_list_is_read_or_refused_as_bad_input(entries: Any) -> None:
     try:
         found = declared_secrets(entries, agent="a")
     except InvalidInput as error:

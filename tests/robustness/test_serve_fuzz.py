@@ -331,7 +331,7 @@ def stall(port: int, partial: bytes) -> float | None:
 # -- the fuzz ----------------------------------------------------------------------------------
 
 
-def test_a_bounded_fuzz_of_serve_gets_no_5xx_and_changes_nothing_on_a_refusal(server: ApiServer):
+def test_a_bounded_fuzz_of_serve_gets_no_5xx_and_changes_nothing_on_a_refusal(server: ApiServer) -> None:
     port = server.server_address[1]
     rng = random.Random(SEED)
     svc = server.svc

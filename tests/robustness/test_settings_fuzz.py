@@ -3,6 +3,8 @@ the variables that cannot be used; never another exception (a traceback at start
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,7 +15,7 @@ VARIABLES = [name for _, name in ENV_NAMES]
 
 
 @given(st.dictionaries(st.sampled_from(VARIABLES), st.text(max_size=12), max_size=4))
-def test_any_environment_reads_or_is_refused_naming_its_variables(environ):
+def test_any_environment_reads_or_is_refused_naming_its_variables(environ: Any) -> None:
     try:
         cfg = Settings.from_env(environ)
     except InvalidInput as refused:

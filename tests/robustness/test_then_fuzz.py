@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -65,7 +66,7 @@ def workspace() -> Iterator[Path]:
 
 
 @given(THEN)
-def test_any_then_loads_or_is_a_problem_naming_the_flow_file(workspace, then):
+def test_any_then_loads_or_is_a_problem_naming_the_flow_file(workspace: Path, then: Any) -> None:
     (workspace / "flows" / "f.yaml").write_text(yaml.safe_dump({"steps": [{"agent": "writer"}], "then": then}))
     try:
         flow = load_flow(load_workspace(workspace), "f")
@@ -93,6 +94,6 @@ STEPS = st.lists(
 
 
 @given(JSON, JSON, STEPS)
-def test_filling_any_then_input_from_any_steps_gives_keepable_json(template, run_input, steps):
+def test_filling_any_then_input_from_any_steps_gives_keepable_json(template: Any, run_input: Any, steps: Any) -> None:
     filled = fill_then_input(template, run_input, steps)
     assert jsonsafe.refusal(filled) is None

@@ -18,7 +18,9 @@ ANY = st.none() | st.integers() | st.text(max_size=40) | st.lists(st.text(max_si
 
 
 @given(stage=ANY, path=ANY, extra=st.text(max_size=20))
-def test_any_stage_and_path_give_a_base_from_the_path_and_a_page_whose_policy_allows_its_import_map(stage, path, extra):
+def test_any_stage_and_path_give_a_base_from_the_path_and_a_page_whose_policy_allows_its_import_map(
+    stage: int | str | list[str] | None, path: int | str | list[str] | None, extra: str
+) -> None:
     if isinstance(stage, str) and isinstance(path, str) and extra:
         path = path if path.startswith(f"/{stage}") else f"/{stage}/{extra}"
     base = viewer_assets.base_of({"requestContext": {"stage": stage, "path": path}})

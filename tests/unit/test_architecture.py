@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ROOT
@@ -62,7 +63,7 @@ def lint_imports(root: Path, config: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_import_contracts_hold_on_the_tree():
+def test_the_import_contracts_hold_on_the_tree() -> None:
     done = lint_imports(ROOT, ROOT / "pyproject.toml")
     assert done.returncode == 0, done.stdout[-3000:]
     assert "0 broken" in done.stdout
@@ -70,7 +71,7 @@ def test_the_import_contracts_hold_on_the_tree():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(PLANTED))
-def test_a_violation_planted_in_a_copy_breaks_its_contract(tmp_path, case):
+def test_a_violation_planted_in_a_copy_breaks_its_contract(tmp_path: Path, case: Any) -> None:
     contract, module, statement = PLANTED[case]
     copy = tmp_path / "project"
     shutil.copytree(LIBRARY, copy / "layers" / "laneflow" / "laneflow", ignore=shutil.ignore_patterns("__pycache__"))
@@ -88,7 +89,7 @@ def test_a_violation_planted_in_a_copy_breaks_its_contract(tmp_path, case):
     assert any(line.startswith(contract) for line in broken), done.stdout[-3000:]
 
 
-def test_no_module_is_over_600_lines():
+def test_no_module_is_over_600_lines() -> None:
     roots = [LIBRARY, ROOT / "devtools", ROOT / "functions", ROOT / "bench", ROOT / "scripts", ROOT / "tests"]
     long = {
         str(path.relative_to(ROOT)): n
@@ -99,7 +100,7 @@ def test_no_module_is_over_600_lines():
     assert long == {}, f"over {MAX_LINES} lines: {long}"
 
 
-def test_the_project_speaks_of_itself_not_of_the_history_of_its_work():
+def test_the_project_speaks_of_itself_not_of_the_history_of_its_work() -> None:
     history = re.compile(r"\b(session|issue|item|stop) #?[0-9]", re.I)
     roots = ["docs", "bench", "layers", "functions", "tests", "devtools", "scripts", "README.md"]
     found = [
@@ -143,7 +144,7 @@ def _module_exists(dotted: str) -> bool:
     return False
 
 
-def test_every_file_and_module_the_architecture_names_is_in_the_tree():
+def test_every_file_and_module_the_architecture_names_is_in_the_tree() -> None:
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     paths = set(NAMED_PATH.findall(text))
     modules = set(NAMED_MODULE.findall(text))

@@ -8,7 +8,7 @@ from laneflow.domain.pricing import catalog
 from laneflow_dev.imitation import MessagesImitation
 
 
-def test_the_catalog_knows_each_claude_model_s_minimum_and_matches_dated_ids():
+def test_the_catalog_knows_each_claude_model_s_minimum_and_matches_dated_ids() -> None:
     prices = catalog()
     assert prices.min_cacheable("claude-sonnet-4-6") == 2048
     assert prices.min_cacheable("claude-opus-4-6") == 4096
@@ -17,14 +17,14 @@ def test_the_catalog_knows_each_claude_model_s_minimum_and_matches_dated_ids():
     assert prices.min_cacheable("stub") is None and prices.min_cacheable("some-other-model") is None
 
 
-def test_the_imitation_reads_its_minimums_from_the_catalog():
+def test_the_imitation_reads_its_minimums_from_the_catalog() -> None:
     server = MessagesImitation()
     for model, minimum in catalog().min_cacheable_by_model().items():
         assert server.min_cacheable_for(model) == minimum, model
         assert server.min_cacheable_for(model + "-20990101") == minimum, model
 
 
-def test_the_prefix_estimate_counts_generously_and_tools_bring_their_overhead():
+def test_the_prefix_estimate_counts_generously_and_tools_bring_their_overhead() -> None:
     assert prefix_tokens(3000, 0) == 3000 // CHARS_PER_TOKEN
     assert prefix_tokens(3001, 0) == 3000 // CHARS_PER_TOKEN + 1  # rounded up
     assert prefix_tokens(0, 900) == 900 // CHARS_PER_TOKEN + TOOL_USE_OVERHEAD_TOKENS

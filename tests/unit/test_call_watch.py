@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -28,7 +30,7 @@ def watching(watcher: _Watcher) -> threading.Thread | None:
     return thread if thread is not None and thread.is_alive() else None
 
 
-def wait_for(check, within_s: float = 5.0) -> bool:
+def wait_for(check: Callable[[], bool], within_s: float = 5.0) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if check():
@@ -37,12 +39,12 @@ def wait_for(check, within_s: float = 5.0) -> bool:
     return check()
 
 
-def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call():
+def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call() -> None:
     watcher = _Watcher(poll_s=0.01)
     sinks = [Sink() for _ in range(50)]
-    first = _CallWatch(sinks[0], watcher).start()
+    first = _CallWatch(sinks[0], watcher).start()  # type: ignore[arg-type]
     thread = watching(watcher)
-    calls = [first, *(_CallWatch(sink, watcher).start() for sink in sinks[1:])]
+    calls = [first, *(_CallWatch(sink, watcher).start() for sink in sinks[1:])]  # type: ignore[arg-type]
     assert thread is not None and watching(watcher) is thread  # fifty calls, one thread
     assert sum(1 for t in threading.enumerate() if t is thread) == 1
     assert wait_for(lambda: all(sink.asked >= 2 for sink in sinks))  # every call is asked, again and again
@@ -57,15 +59,15 @@ def test_one_thread_watches_many_calls_and_a_stop_ends_only_its_own_call():
     for call in calls:
         call.close()
     assert wait_for(lambda: watching(watcher) is None and not thread.is_alive())  # the last call gone, the thread ends
-    again = _CallWatch(Sink(), watcher).start()  # and the next call starts it again
+    again = _CallWatch(Sink(), watcher).start()  # type: ignore[arg-type]  # and the next call starts it again
     assert watching(watcher) not in (None, thread)
     again.close()
     assert wait_for(lambda: watching(watcher) is None)
 
 
-def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached():
+def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached() -> None:
     class Response:
-        extensions: dict = {}
+        extensions: dict[str, Any] = {}
         closed = False
 
         def close(self) -> None:
@@ -74,7 +76,7 @@ def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached():
     watcher = _Watcher(poll_s=0.01)
     sink = Sink()
     sink.stop = True
-    call = _CallWatch(sink, watcher).start()
+    call = _CallWatch(sink, watcher).start()  # type: ignore[arg-type]
     assert wait_for(call.fired.is_set)
     response = Response()
     call.attach(response)
@@ -82,19 +84,19 @@ def test_a_stop_before_the_response_arrives_closes_it_as_it_is_attached():
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # its death is the point
-def test_a_watcher_that_dies_is_started_again_by_the_next_call():
+def test_a_watcher_that_dies_is_started_again_by_the_next_call() -> None:
     class Broken(Sink):
         def stopped(self) -> bool:
             raise SystemExit  # not a store hiccup: it ends the watcher's thread
 
     watcher = _Watcher(poll_s=0.01)
-    broken = _CallWatch(Broken(), watcher).start()
+    broken = _CallWatch(Broken(), watcher).start()  # type: ignore[arg-type]
     dying = watcher._thread
     assert dying is not None and wait_for(lambda: not dying.is_alive())  # it died
     broken.close()
     sink = Sink()
     sink.stop = True
-    call = _CallWatch(sink, watcher).start()  # the next call has a watcher again
+    call = _CallWatch(sink, watcher).start()  # type: ignore[arg-type]  # the next call has a watcher again
     assert wait_for(call.fired.is_set)
 
 
@@ -120,7 +122,7 @@ class KeptAlive:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args) -> None:
+            def log_message(self, *args: Any) -> None:
                 pass
 
             def setup(self) -> None:
@@ -164,13 +166,14 @@ class KeptAlive:
         self.server.server_close()
 
 
-def ask(client, sockets, watch) -> str:
+def ask(client: Any, sockets: Any, watch: Any) -> str:
     with sockets.calling(watch):
         message = client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
-    return message.content[0].text
+    answer: str = message.content[0].text
+    return answer
 
 
-def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_only_that_call():
+def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_only_that_call() -> None:
     """The second call goes out on the first one's kept-alive connection (it opens nothing,
     so only its write tells which socket is its own); the server holds its headers. A stop
     ends it within a second, and the other call in flight on its own connection is untouched."""
@@ -183,17 +186,17 @@ def test_a_stop_ends_a_call_held_before_its_headers_on_a_reused_connection_and_o
         sockets = _CallSockets()
         client = anthropic.Anthropic(api_key="k", base_url=server.url, max_retries=0, http_client=sockets.client())
         watcher = _Watcher(poll_s=0.01)
-        first = _CallWatch(Sink(), watcher).start()
+        first = _CallWatch(Sink(), watcher).start()  # type: ignore[arg-type]
         assert ask(client, sockets, first) == "done"
         first.close()
         assert server.connections == 1
 
         server.hold.set()
         stopped, other = Sink(), Sink()
-        outcome: dict = {}
+        outcome: dict[str, Any] = {}
 
         def call(name: str, sink: Sink) -> None:
-            watch = _CallWatch(sink, watcher).start()
+            watch = _CallWatch(sink, watcher).start()  # type: ignore[arg-type]
             try:
                 outcome[name] = ask(client, sockets, watch)
             except anthropic.APIConnectionError as error:

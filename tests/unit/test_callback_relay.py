@@ -4,6 +4,10 @@ token's gone-ness crosses as TokenGone, as from Step Functions. Through the real
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from laneflow.adapters.engine.sandbox import CallbackRelay, RelayCallbacks, gone_of
@@ -13,27 +17,28 @@ from laneflow.ports import TokenGone
 class Waiting:
     """The interpreter's side: tokens still waiting, and what completed them."""
 
-    def __init__(self, waiting: set[str]):
+    def __init__(self, waiting: set[str]) -> None:
+        self.completed: list[Any]
         self.waiting, self.completed = waiting, []
 
-    def succeed(self, token, output):
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
         if token not in self.waiting:
             raise TokenGone(token)
         self.waiting.remove(token)
         self.completed.append((token, output))
 
-    def succeed_all(self, tokens, output):
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
         return gone_of(self.succeed, tokens, output)
 
-    def fail(self, token, error, cause):
+    def fail(self, token: str, error: str, cause: str) -> None:
         self.succeed(token, {"error": error})
 
-    def heartbeat(self, token):
+    def heartbeat(self, token: str) -> None:
         if token not in self.waiting:
             raise TokenGone(token)
 
 
-def test_one_relay_call_releases_every_waiting_token_and_names_the_gone_ones():
+def test_one_relay_call_releases_every_waiting_token_and_names_the_gone_ones() -> None:
     engine = Waiting({"a", "b", "d"})
     reported: list[str] = []
     relay = CallbackRelay(engine, on_reported=reported.append)
@@ -57,7 +62,7 @@ class Engine:
     "ok", and closes everything at once (`die`), as the kernel does for a process killed with
     SIGKILL."""
 
-    def __init__(self, folder) -> None:
+    def __init__(self, folder: Path) -> None:
         import socket
         import threading
 
@@ -65,7 +70,7 @@ class Engine:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(self.path)
         self.server.listen(8)
-        self.conns: list = []
+        self.conns: list[Any] = []
         self.connected = threading.Event()
         self.accepting = threading.Thread(target=self._accept, daemon=True)
         self.accepting.start()
@@ -83,7 +88,7 @@ class Engine:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     @staticmethod
-    def _answer(conn) -> None:
+    def _answer(conn: Any) -> None:
         with conn.makefile("rwb") as fh:
             try:
                 for _ in fh:
@@ -104,7 +109,7 @@ class Engine:
         os.unlink(self.path)
 
 
-def test_a_worker_hears_its_engine_go_at_once_while_nothing_is_asked(tmp_path):
+def test_a_worker_hears_its_engine_go_at_once_while_nothing_is_asked(tmp_path: Path) -> None:
     import threading
     import time
 
@@ -118,7 +123,7 @@ def test_a_worker_hears_its_engine_go_at_once_while_nothing_is_asked(tmp_path):
     assert gone.wait(2)
 
 
-def test_a_call_that_meets_a_closed_relay_is_the_engine_gone_never_an_ordinary_error(tmp_path):
+def test_a_call_that_meets_a_closed_relay_is_the_engine_gone_never_an_ordinary_error(tmp_path: Path) -> None:
     from laneflow.adapters.engine.sandbox import RelayClosed
 
     engine = Engine(tmp_path)

@@ -8,6 +8,8 @@ import argparse
 import io
 import os
 import re
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -23,7 +25,7 @@ ESCAPE = re.compile(r"\x1b")
 WAITING = "prompt cache: waiting for the first researcher step's reply before starting, so this one reads its prefix"
 
 
-def _actions(parser: argparse.ArgumentParser, path: str = "laneflow"):
+def _actions(parser: argparse.ArgumentParser, path: str = "laneflow") -> Iterator[tuple[str, Any]]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
@@ -32,19 +34,19 @@ def _actions(parser: argparse.ArgumentParser, path: str = "laneflow"):
             yield path, action
 
 
-def test_every_flag_and_argument_of_every_command_has_help():
+def test_every_flag_and_argument_of_every_command_has_help() -> None:
     missing = [f"{path} {action.dest}" for path, action in _actions(build_parser()) if not action.help]
     assert missing == []
     assert len(list(_actions(build_parser()))) > 40  # the walk reached the subcommands
 
 
-def test_version_prints_laneflows_version(capsys):
+def test_version_prints_laneflows_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and re.match(r"laneflow \S+", capsys.readouterr().out)
 
 
-def test_a_mistyped_command_suggests_the_closest_and_exits_non_zero(capsys):
+def test_a_mistyped_command_suggests_the_closest_and_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["rnu", "ws", "flow"])
     assert done.value.code == 2
@@ -81,7 +83,7 @@ def _fan_out() -> Run:
 
 
 @pytest.mark.parametrize("width", [40, 80, 160])
-def test_the_live_view_fits_the_terminal_at_any_width(width):
+def test_the_live_view_fits_the_terminal_at_any_width(width: int) -> None:
     console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system=None)
     with console.capture() as captured:
         console.print(render(_fan_out(), 12.3))
@@ -92,7 +94,7 @@ def test_the_live_view_fits_the_terminal_at_any_width(width):
     assert "⏸" in text  # the waiting siblings are marked waiting, not running
 
 
-def test_a_waiting_sibling_is_shown_waiting_with_the_gates_reason():
+def test_a_waiting_sibling_is_shown_waiting_with_the_gates_reason() -> None:
     console = Console(width=200, file=io.StringIO(), color_system=None)
     with console.capture() as captured:
         console.print(render(_fan_out()))
@@ -103,7 +105,7 @@ def test_a_waiting_sibling_is_shown_waiting_with_the_gates_reason():
 
 
 @pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}])
-def test_no_color_and_a_dumb_terminal_get_plain_lines_with_no_escape_codes(env, monkeypatch):
+def test_no_color_and_a_dumb_terminal_get_plain_lines_with_no_escape_codes(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -127,7 +129,7 @@ def test_no_color_and_a_dumb_terminal_get_plain_lines_with_no_escape_codes(env, 
     assert "run run-20261201-000000-abcdef: completed" in text
 
 
-def test_a_terminal_gets_the_live_view_drawn_with_rich(monkeypatch):
+def test_a_terminal_gets_the_live_view_drawn_with_rich(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm-256color")
 
@@ -144,7 +146,7 @@ def test_a_terminal_gets_the_live_view_drawn_with_rich(monkeypatch):
     assert progress.plain_wanted({"NO_COLOR": ""}) and not progress.plain_wanted({"TERM": "xterm"})
 
 
-def test_runs_is_a_table_with_a_header_and_aligned_columns_others_can_extend():
+def test_runs_is_a_table_with_a_header_and_aligned_columns_others_can_extend() -> None:
     runs = [
         Run(id="run-20261201-000000-aaaaaa", workspace="newsroom", flow="brief", status=RunStatus.completed, cost_usd=0.041),
         Run(
@@ -167,7 +169,7 @@ def test_runs_is_a_table_with_a_header_and_aligned_columns_others_can_extend():
     assert runs_table([]) == "no runs yet"
 
 
-def test_plain_lines_say_a_run_ended_after_its_last_step_ended():
+def test_plain_lines_say_a_run_ended_after_its_last_step_ended() -> None:
     """The run's ending line comes after the step changes seen in the same update, so the
     last line of a finished run's progress is the run's own."""
     out = io.StringIO()
@@ -182,7 +184,7 @@ def test_plain_lines_say_a_run_ended_after_its_last_step_ended():
     assert any(f"step {last.index} " in line and ": completed" in line for line in lines[:-1])
 
 
-def test_commands_that_drive_get_a_step_worker_per_core_up_to_four_unless_told(monkeypatch):
+def test_commands_that_drive_get_a_step_worker_per_core_up_to_four_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
     from laneflow.domain.errors import InvalidInput
     from laneflow.entrypoints.cli import step_workers
     from laneflow.settings import Settings

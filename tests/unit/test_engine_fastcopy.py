@@ -9,6 +9,7 @@ import datetime
 import importlib
 import inspect
 from collections import OrderedDict
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from laneflow.adapters.engine import local, moto_fastcopy
 from laneflow.adapters.engine.moto_fastcopy import json_deepcopy
 
 
-def test_every_module_patched_copies_through_copy_deepcopy_and_gets_the_stand_in():
+def test_every_module_patched_copies_through_copy_deepcopy_and_gets_the_stand_in() -> None:
     local.install_interpreter_hook()
     for name in moto_fastcopy.MODULES:
         module = importlib.import_module(name)
@@ -27,7 +28,7 @@ def test_every_module_patched_copies_through_copy_deepcopy_and_gets_the_stand_in
     assert copy.deepcopy is not json_deepcopy  # nothing outside those modules is changed
 
 
-def test_install_is_idempotent():
+def test_install_is_idempotent() -> None:
     moto_fastcopy.install()
     moto_fastcopy.install()
     states = importlib.import_module("moto.stepfunctions.parser.asl.eval.states")
@@ -55,14 +56,14 @@ JSON_VALUES = [
 
 
 @pytest.mark.parametrize("value", JSON_VALUES)
-def test_a_json_value_is_copied_as_deepcopy_copies_it(value):
+def test_a_json_value_is_copied_as_deepcopy_copies_it(value: Any) -> None:
     copied = json_deepcopy(value)
     assert copied == copy.deepcopy(value) and type(copied) is type(value)
     if isinstance(value, (dict, list)):
         assert copied is not value
 
 
-def test_the_copy_is_independent_of_the_original():
+def test_the_copy_is_independent_of_the_original() -> None:
     value = {"a": [1, {"b": [2]}], "c": {"d": "e"}}
     copied = json_deepcopy(value)
     copied["a"][1]["b"].append(3)
@@ -70,24 +71,24 @@ def test_the_copy_is_independent_of_the_original():
     assert value == {"a": [1, {"b": [2]}], "c": {"d": "e"}}
 
 
-def test_shared_parts_stay_shared_and_a_cycle_stays_a_cycle_as_with_deepcopy():
+def test_shared_parts_stay_shared_and_a_cycle_stays_a_cycle_as_with_deepcopy() -> None:
     shared = {"x": [1, 2]}
     value = {"one": shared, "two": shared, "list": [shared["x"], shared["x"]]}
     copied = json_deepcopy(value)
     assert copied["one"] is copied["two"] and copied["one"] is not shared
     assert copied["list"][0] is copied["list"][1] is copied["one"]["x"]
-    loop: list = [1]
+    loop: list[Any] = [1]
     loop.append(loop)
     looped = json_deepcopy(loop)
     assert looped[1] is looped and looped is not loop
 
 
 class Thing:
-    def __init__(self, payload):
+    def __init__(self, payload: Any) -> None:
         self.payload = payload
 
 
-def test_anything_but_json_is_copied_by_deepcopy_itself_with_the_same_memo():
+def test_anything_but_json_is_copied_by_deepcopy_itself_with_the_same_memo() -> None:
     when = datetime.datetime(2026, 1, 2, 3, 4, 5)
     inner = {"k": [1]}
     value = {
@@ -106,15 +107,15 @@ def test_anything_but_json_is_copied_by_deepcopy_itself_with_the_same_memo():
     assert copied["thing"].payload is copied["again"] and copied["again"] is not inner  # one memo throughout
 
 
-def test_a_memo_given_by_a_caller_is_used_as_deepcopy_uses_it():
+def test_a_memo_given_by_a_caller_is_used_as_deepcopy_uses_it() -> None:
     shared = [1]
-    memo: dict = {}
+    memo: dict[int, Any] = {}
     first = json_deepcopy({"a": shared}, memo)
     second = copy.deepcopy({"b": shared}, memo)
     assert first["a"] is second["b"]
 
 
-def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independent():
+def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independent() -> None:
     """A Map's end copies its closed jobs whole (a set of moto's JobClosed records): the
     fast copy makes new records whose outputs are deep copies, as `copy.deepcopy` does."""
     from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.job import JobClosed
@@ -126,7 +127,7 @@ def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independ
     fast, slow = json_deepcopy(jobs), copy.deepcopy(jobs)
     assert type(fast) is set and len(fast) == 50
     view = lambda js: sorted((j.job_index, j.job_output) for j in js)  # noqa: E731
-    assert view(fast) == view(slow)
+    assert view(fast) == view(slow)  # type: ignore[no-untyped-call]
     assert all(type(j) is JobClosed for j in fast) and not {id(j) for j in fast} & {id(j) for j in jobs}
     one = next(iter(fast))
     one.job_output["step"]["index"] = -1
@@ -136,16 +137,16 @@ def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independ
     assert len({id(j.job_output["ctx"]) for j in fast}) == 1 == len({id(j.job_output["ctx"]) for j in slow})
 
 
-def test_only_plain_records_are_taken_for_the_fast_copy():
+def test_only_plain_records_are_taken_for_the_fast_copy() -> None:
     class Custom:
-        def __deepcopy__(self, memo):
+        def __deepcopy__(self, memo: Any) -> str:
             return "custom"
 
     class Slotted:
         __slots__ = ("a",)
 
     class Plain:
-        def __init__(self):
+        def __init__(self) -> None:
             self.a = [1]
 
     assert not moto_fastcopy._plain(Custom) and not moto_fastcopy._plain(Slotted) and moto_fastcopy._plain(Plain)

@@ -6,25 +6,27 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 from helpers import write_workspace
 
 from laneflow.adapters.engine import local, moto_inline
 from laneflow.adapters.store import open_store
-from laneflow.domain.records import RunStatus
+from laneflow.domain.records import Run, RunStatus
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
 
 
-def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for():
+def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for() -> None:
     from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSeconds
     from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 
     local.install_interpreter_hook()
     patched = ExecutionState._evaluate_with_timeout
     assert getattr(patched, moto_inline.PATCHED, False)
-    source = inspect.getsource(patched.original)
+    source = inspect.getsource(patched.original)  # type: ignore[attr-defined]
     # moto's own: a thread per state to wait with its timeout, then the output's handling,
     # which the inline path repeats step for step
     for line in (
@@ -41,7 +43,7 @@ def test_the_patched_method_is_moto_s_with_the_shape_it_was_written_for():
     assert ExecutionState._evaluate_with_timeout is patched
 
 
-def _drive(tmp_path, name: str):
+def _drive(tmp_path: Path, name: str) -> tuple[Run, Counter[Any]]:
     ws = write_workspace(
         tmp_path / name,
         {"worker": {"stub": "ttft_ms: 20\ndid {item}"}},
@@ -62,17 +64,17 @@ def _drive(tmp_path, name: str):
     return result.run, Counter(getattr(e["type"], "value", e["type"]) for e in history)
 
 
-def test_a_drive_records_the_same_with_and_without_it(tmp_path):
+def test_a_drive_records_the_same_with_and_without_it(tmp_path: Path) -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 
     local.install_interpreter_hook()
     patched = ExecutionState._evaluate_with_timeout
     inline_run, inline_events = _drive(tmp_path, "inline")
-    ExecutionState._evaluate_with_timeout = patched.original
+    ExecutionState._evaluate_with_timeout = patched.original  # type: ignore[attr-defined, method-assign]
     try:
         threaded_run, threaded_events = _drive(tmp_path, "threaded")
     finally:
-        ExecutionState._evaluate_with_timeout = patched
+        ExecutionState._evaluate_with_timeout = patched  # type: ignore[method-assign]
     assert inline_run.status == threaded_run.status == RunStatus.completed
     assert [(s.status, s.result) for s in inline_run.steps] == [(s.status, s.result) for s in threaded_run.steps]
     assert inline_events == threaded_events  # the same events, as many of each

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from laneflow.adapters.engine import local
+from laneflow.adapters.engine.template import FunctionSpec
 
 
-def test_moto_is_the_exact_version_the_hook_was_written_for():
+def test_moto_is_the_exact_version_the_hook_was_written_for() -> None:
     assert importlib.metadata.version("moto") == "5.2.5"
 
 
-def test_the_hooked_function_exists_with_the_expected_signature():
+def test_the_hooked_function_exists_with_the_expected_signature() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 
     local.install_interpreter_hook()
@@ -27,12 +31,12 @@ def test_the_hooked_function_exists_with_the_expected_signature():
     assert "_invoke_lambda_function(" in source
 
 
-def _registry(tmp_path, leaving=None) -> local.HandlerRegistry:
+def _registry(tmp_path: Path, leaving: Any = None) -> local.HandlerRegistry:
     """A registry of one function F, without reading a template."""
     import threading
 
     registry = local.HandlerRegistry.__new__(local.HandlerRegistry)
-    registry.functions = {"F": local.FunctionSpec("F", tmp_path, "app.handler")}
+    registry.functions = {"F": FunctionSpec("F", tmp_path, "app.handler")}
     registry._modules = {}
     registry._lock = threading.Lock()
     registry.leaving = leaving
@@ -44,13 +48,13 @@ def _registry(tmp_path, leaving=None) -> local.HandlerRegistry:
     return registry
 
 
-def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_class(tmp_path):
+def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_class(tmp_path: Path) -> None:
     class Boom(Exception):
         pass
 
     registry = _registry(tmp_path)
 
-    def raising(event, context):
+    def raising(event: Any, context: Any) -> None:
         raise Boom("it broke")
 
     registry._handler = lambda logical_id: raising  # type: ignore[method-assign]
@@ -63,14 +67,14 @@ def test_a_handler_exception_crosses_as_a_lambda_function_error_named_by_its_cla
     )
 
 
-def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_path):
+def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_path: Path) -> None:
     import threading
 
     leaving = threading.Event()
     registry = _registry(tmp_path, leaving)
     entered, release, calls = threading.Event(), threading.Event(), []
 
-    def slow(event, context):
+    def slow(event: Any, context: Any) -> dict[str, Any]:
         calls.append(event)
         entered.set()
         release.wait(5)
@@ -96,7 +100,7 @@ def test_a_leaving_worker_runs_no_handler_and_waits_for_those_still_running(tmp_
     running.join(5)
 
 
-def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thread():
+def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thread() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 
     from laneflow.adapters.engine import moto_patches
@@ -105,34 +109,34 @@ def test_the_lambda_integration_notes_the_execution_it_serves_on_the_calling_thr
     integration = lambda_eval_utils.execute_lambda_function_integration
     assert getattr(integration, "__laneflow_patch__", False), "the integration is not wrapped"
     # the wrapper sits over moto's own function, which still calls the hooked one
-    assert "_invoke_lambda_function(" in inspect.getsource(integration.__wrapped__)
+    assert "_invoke_lambda_function(" in inspect.getsource(integration.__wrapped__)  # type: ignore[attr-defined]
     seen = []
 
     class Env:  # what the wrapper and moto's integration read of a state's environment
-        stack: list = []
+        stack: list[Any] = []
 
-        def is_mocked_mode(self):
+        def is_mocked_mode(self) -> bool:
             return False
 
         class states:
             class context_object:
                 context_object_data = {"Execution": {"Id": "arn:aws:states:us-east-1:1:execution:m:e1"}}
 
-    def fake_invoke(parameters, region, state_credentials):
+    def fake_invoke(parameters: Any, region: Any, state_credentials: Any) -> dict[str, Any]:
         seen.append(moto_patches.current_execution())
         return {"StatusCode": 200, "Payload": {}}
 
     original = lambda_eval_utils._invoke_lambda_function
     lambda_eval_utils._invoke_lambda_function = fake_invoke
     try:
-        integration(Env(), {"FunctionName": "F", "Payload": b"{}"}, "us-east-1", None)
+        integration(Env(), {"FunctionName": "F", "Payload": b"{}"}, "us-east-1", None)  # type: ignore[arg-type]
     finally:
         lambda_eval_utils._invoke_lambda_function = original
     assert seen == ["arn:aws:states:us-east-1:1:execution:m:e1"]
     assert moto_patches.current_execution() is None  # only for the call's duration
 
 
-def test_a_lambda_call_of_an_execution_no_drive_serves_is_refused_not_answered_by_another():
+def test_a_lambda_call_of_an_execution_no_drive_serves_is_refused_not_answered_by_another() -> None:
     from laneflow.adapters.engine import moto_patches
 
     local.install_interpreter_hook()
@@ -141,7 +145,7 @@ def test_a_lambda_call_of_an_execution_no_drive_serves_is_refused_not_answered_b
     assert answer["FunctionError"] == "Unhandled" and answer["Payload"]["errorType"] == "ServiceException"
 
 
-def test_the_execution_arn_the_engine_expects_is_the_one_moto_gives():
+def test_the_execution_arn_the_engine_expects_is_the_one_moto_gives() -> None:
     from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 
     source = inspect.getsource(StepFunctionsParserBackend.start_execution)
@@ -150,7 +154,7 @@ def test_the_execution_arn_the_engine_expects_is_the_one_moto_gives():
     assert local.execution_arn(machine, "r1-ff") == "arn:aws:states:us-east-1:123456789012:execution:laneflow-flow-abc:r1-ff"
 
 
-def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evaluate():
+def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evaluate() -> None:
     from moto.stepfunctions.parser.asl.component.common.path import result_path
     from moto.stepfunctions.parser.asl.utils import json_path
 
@@ -164,11 +168,11 @@ def test_jsonpath_parses_are_memoized_in_both_places_moto_parses_and_still_evalu
     assert json_path.extract_json("$.a.b", {"a": {"b": 2}}) == 2
     assert json_path.extract_json("$.a[*].b", {"a": [{"b": 1}, {"b": 2}]}) == [1, 2]
     data = {"x": 1}
-    assert result_path.parse("$.r").update_or_create(data, {"y": 2}) == {"x": 1, "r": {"y": 2}}
-    assert result_path.parse("$.r").update_or_create({"x": 3}, 4) == {"x": 3, "r": 4}  # the cached path kept nothing
+    assert result_path.parse("$.r").update_or_create(data, {"y": 2}) == {"x": 1, "r": {"y": 2}}  # type: ignore[attr-defined]
+    assert result_path.parse("$.r").update_or_create({"x": 3}, 4) == {"x": 3, "r": 4}  # type: ignore[attr-defined]  # the cached path kept nothing
 
 
-def test_every_module_that_evaluates_a_path_gets_the_walk_and_a_plain_path_is_walked_through_dicts_only():
+def test_every_module_that_evaluates_a_path_gets_the_walk_and_a_plain_path_is_walked_through_dicts_only() -> None:
     from jsonpath_ng import jsonpath
 
     from laneflow.adapters.engine import moto_patches
@@ -186,14 +190,14 @@ def test_every_module_that_evaluates_a_path_gets_the_walk_and_a_plain_path_is_wa
     assert type(parse("$.a")) is jsonpath.Child  # what the walk recognises is jsonpath-ng's own tree
 
 
-def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_the_same_way():
+def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_the_same_way() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
     from moto.stepfunctions.parser.asl.utils import json_path
 
     local.install_interpreter_hook()
     walked = json_path.extract_json
-    original = walked.__wrapped__
+    original = walked.__wrapped__  # type: ignore[attr-defined]
     names = st.sampled_from(["a", "b", "run", "plan", "lanes", "x_1", "where", "True"])
     leaves = st.none() | st.booleans() | st.integers() | st.text(max_size=3)
     values = st.recursive(
@@ -202,7 +206,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
     step = st.one_of(names.map(lambda n: f".{n}"), names.map(lambda n: f"['{n}']"))  # both spellings jsonpath-ng reads as a name
     paths = st.lists(step, max_size=4).map(lambda parts: "$" + "".join(parts))
 
-    def outcome(fn, path, data):
+    def outcome(fn: Callable[[Any, Any], Any], path: Any, data: Any) -> tuple[str, Any]:
         try:
             return ("value", fn(path, data))
         except Exception as error:  # the kind and text of the failure are compared
@@ -210,7 +214,7 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
 
     @settings(max_examples=400, deadline=None)
     @given(path=paths, data=values)
-    def same(path, data):
+    def same(path: Any, data: Any) -> None:
         got, want = outcome(walked, path, data), outcome(original, path, data)
         assert got == want
         if got[0] == "value" and want[0] == "value":
@@ -219,21 +223,21 @@ def test_a_walked_path_answers_what_jsonpath_ng_answers_for_any_json_and_fails_t
     same()
 
 
-def test_install_is_idempotent_and_wraps_nothing_twice():
+def test_install_is_idempotent_and_wraps_nothing_twice() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.utils import json_path
 
     from laneflow.adapters.engine import moto_patches
 
     local.install_interpreter_hook()
-    integration, parse, extract = lambda_eval_utils.execute_lambda_function_integration, json_path.parse, json_path.extract_json
+    integration, parse, extract = lambda_eval_utils.execute_lambda_function_integration, json_path.parse, json_path.extract_json  # type: ignore[attr-defined]
     moto_patches._installed = False  # as if a second engine installed them again
     moto_patches.install()
-    assert lambda_eval_utils.execute_lambda_function_integration is integration and json_path.parse is parse
+    assert lambda_eval_utils.execute_lambda_function_integration is integration and json_path.parse is parse  # type: ignore[attr-defined]
     assert json_path.extract_json is extract
 
 
-def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_running_ones():
+def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_running_ones() -> None:
     import threading
 
     from moto.stepfunctions.parser import utils
@@ -241,11 +245,11 @@ def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_runn
     from laneflow.adapters.engine import moto_patches
 
     class Execution:
-        def __init__(self, arn, status):
+        def __init__(self, arn: str, status: Any) -> None:
             self.execution_arn, self.status = arn, status
 
     class Machine:
-        def __init__(self, *executions):
+        def __init__(self, *executions: Any) -> None:
             self.executions = list(executions)
 
     ended, running = Execution("a", "SUCCEEDED"), Execution("b", "RUNNING")
@@ -269,13 +273,13 @@ def test_forget_drops_an_ended_execution_and_moto_s_ended_threads_but_keeps_runn
             inline_iteration_component,
         )
 
-        assert inline_iteration_component.TMP_THREADS is utils.TMP_THREADS
+        assert inline_iteration_component.TMP_THREADS is utils.TMP_THREADS  # type: ignore[attr-defined]
     finally:
         release.set()
         alive.join(5)
 
 
-def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_model_list():
+def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_model_list() -> None:
     from moto.core.common_models import BaseModel
     from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 
@@ -287,16 +291,16 @@ def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_
     assert "state_machine_clone = copy.deepcopy(" in inspect.getsource(StepFunctionsParserBackend.start_execution)
 
     class Snapshot:
-        instances_tracked: list = []
+        instances_tracked: list[Any] = []
 
-        def __eq__(self, other):  # equal to every other: only identity says which one goes
+        def __eq__(self, other: object) -> bool:  # equal to every other: only identity says which one goes
             return True
 
     kept, snapshot, other = Snapshot(), Snapshot(), Snapshot()
     Snapshot.instances_tracked.extend([kept, snapshot, other])
 
     class Execution:
-        def __init__(self, arn, status, state_machine):
+        def __init__(self, arn: str, status: Any, state_machine: Any) -> None:
             self.execution_arn, self.status, self.state_machine = arn, status, state_machine
 
     machine = type("Machine", (), {})()
@@ -308,21 +312,21 @@ def test_forget_drops_the_execution_s_snapshot_of_its_state_machine_from_moto_s_
     assert len(tracked) == 2 and tracked[0] is kept and tracked[1] is other
 
 
-def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once():
+def test_the_ecs_integration_hook_wraps_the_method_the_interpreter_calls_once() -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service, state_task_service_ecs
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 
     local.install_interpreter_hook()
     local.install_interpreter_hook()  # idempotent: wrapped once
     hooked = state_task_service_ecs.StateTaskServiceEcs._eval_service_task
-    assert hooked.original.__qualname__ == "StateTaskServiceEcs._eval_service_task"
+    assert hooked.original.__qualname__ == "StateTaskServiceEcs._eval_service_task"  # type: ignore[attr-defined]
     assert "_eval_service_task(" in inspect.getsource(state_task_service.StateTaskService._eval_execution)
-    params = list(inspect.signature(hooked.original).parameters)
+    params = list(inspect.signature(hooked.original).parameters)  # type: ignore[attr-defined]
     assert params == ["self", "env", "resource_runtime_part", "normalised_parameters", "state_credentials"]
-    assert CallbackEndpoint.setup_heartbeat_endpoint.original.__qualname__ == "CallbackEndpoint.setup_heartbeat_endpoint"
+    assert CallbackEndpoint.setup_heartbeat_endpoint.original.__qualname__ == "CallbackEndpoint.setup_heartbeat_endpoint"  # type: ignore[attr-defined]
 
 
-def test_an_outcome_before_the_heartbeat_endpoint_exists_is_heard_at_once():
+def test_an_outcome_before_the_heartbeat_endpoint_exists_is_heard_at_once() -> None:
     from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, CallbackOutcomeSuccess
 
     local.install_interpreter_hook()
@@ -332,13 +336,13 @@ def test_an_outcome_before_the_heartbeat_endpoint_exists_is_heard_at_once():
     assert heartbeat.clear_and_wait() is True  # not a 120-second wait
 
 
-def test_the_overrides_environment_is_read_in_the_definitions_casing_and_in_boto3s():
+def test_the_overrides_environment_is_read_in_the_definitions_casing_and_in_boto3s() -> None:
     definition = {"Overrides": {"ContainerOverrides": [{"Name": "step", "Environment": [{"Name": "A", "Value": "1"}]}]}}
     boto = {"overrides": {"containerOverrides": [{"name": "step", "environment": [{"name": "A", "value": "1"}]}]}}
     assert local.overrides_environment(definition) == local.overrides_environment(boto) == {"A": "1"}
 
 
-def test_a_definition_is_parsed_once_per_process_for_its_check_and_every_execution_with_its_heap_keys_made():
+def test_a_definition_is_parsed_once_per_process_for_its_check_and_every_execution_with_its_heap_keys_made() -> None:
     import uuid
 
     import pytest
@@ -366,10 +370,10 @@ def test_a_definition_is_parsed_once_per_process_for_its_check_and_every_executi
 
     # Made as it was parsed, deep in the tree too: the state, the two retry declarations whose
     # counters are kept under their keys, the Lambda call's payload binding
-    state = program.states.states["T"]
+    state = program.states.states["T"]  # type: ignore[attr-defined]
     retrier = state.retry.retriers[0]
     made = [program, state, retrier.max_attempts, retrier.backoff_rate, state.parargs.template_eval_component.payload_bindings[0]]
-    assert all(isinstance(c, EvalComponent) and c._EvalComponent__heap_key is not None for c in made)
+    assert all(isinstance(c, EvalComponent) and c._EvalComponent__heap_key is not None for c in made)  # type: ignore[attr-defined]
 
     broken = '{"StartAt": "A", "States": {"A": {"Type": "Pass", "End": "' + marker + '"}}}'
     errors = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def tools(ws: Path) -> FileTools:
     return FileTools(ws, "agents/writer")
 
 
-def refusal(tools: FileTools, name: str, args) -> str:
+def refusal(tools: FileTools, name: str, args: Any) -> str:
     with pytest.raises(ToolError) as caught:
         tools.run(name, args)
     message = str(caught.value)
@@ -50,16 +51,16 @@ def refusal(tools: FileTools, name: str, args) -> str:
 # -- a tool's own failure is an error the model is told -------------------------------------
 
 
-def test_a_folder_given_to_read_file_is_an_error_the_model_is_told(tools):
+def test_a_folder_given_to_read_file_is_an_error_the_model_is_told(tools: FileTools) -> None:
     assert "a folder, not a file" in refusal(tools, "read_file", {"path": "storage"})
     assert "a folder, not a file" in refusal(tools, "read_file", {"path": "agents/writer/outputs/"})
 
 
-def test_a_file_given_to_list_files_is_an_error_the_model_is_told(tools):
+def test_a_file_given_to_list_files_is_an_error_the_model_is_told(tools: FileTools) -> None:
     assert "a file, not a folder" in refusal(tools, "list_files", {"path": "knowledge/facts.md"})
 
 
-def test_a_symlink_loop_is_an_error_without_a_local_path(ws, tools):
+def test_a_symlink_loop_is_an_error_without_a_local_path(ws: Path, tools: FileTools) -> None:
     (ws / "storage" / "loop").symlink_to(ws / "storage" / "loop")
     (ws / "storage" / "a").symlink_to(ws / "storage" / "b")
     (ws / "storage" / "b").symlink_to(ws / "storage" / "a")
@@ -74,31 +75,31 @@ def test_a_symlink_loop_is_an_error_without_a_local_path(ws, tools):
     assert tools.run("list_files", {"path": "storage"}) == "storage/.keep"
 
 
-def test_a_nul_byte_in_a_path_is_an_error_the_model_is_told(tools):
+def test_a_nul_byte_in_a_path_is_an_error_the_model_is_told(tools: FileTools) -> None:
     assert "NUL" in refusal(tools, "read_file", {"path": "storage/a\x00b.md"})
     assert "NUL" in refusal(tools, "write_file", {"path": "storage/\x00", "content": "x"})
 
 
-def test_a_5000_character_name_is_an_error_the_model_is_told_in_short(tools):
+def test_a_5000_character_name_is_an_error_the_model_is_told_in_short(tools: FileTools) -> None:
     message = refusal(tools, "write_file", {"path": "storage/" + "n" * 5000 + ".md", "content": "x"})
     assert "too long" in message and len(message) < 400
     assert "too long" in refusal(tools, "read_file", {"path": "storage/" + "é" * 200})  # 400 bytes in one name
 
 
-def test_a_non_utf8_file_is_an_error_naming_the_byte(ws, tools):
+def test_a_non_utf8_file_is_an_error_naming_the_byte(ws: Path, tools: FileTools) -> None:
     (ws / "storage" / "latin1.txt").write_bytes(b"caf\xe9 au lait")
     (ws / "storage" / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
     assert "not UTF-8 text (byte 3" in refusal(tools, "read_file", {"path": "storage/latin1.txt"})
     assert "not UTF-8 text (byte 0" in refusal(tools, "read_file", {"path": "storage/image.png"})
 
 
-def test_a_read_cut_at_its_limit_keeps_whole_characters(ws, tools):
+def test_a_read_cut_at_its_limit_keeps_whole_characters(ws: Path, tools: FileTools) -> None:
     (ws / "storage" / "long.md").write_text("é" * (MAX_READ_CHARS * 3))  # 2 bytes each: cut mid-file
     text = tools.run("read_file", {"path": "storage/long.md"})
     assert text == "é" * MAX_READ_CHARS + "\n[truncated]"
 
 
-def test_a_fifo_is_refused_without_blocking_the_step(ws, tools):
+def test_a_fifo_is_refused_without_blocking_the_step(ws: Path, tools: FileTools) -> None:
     os.mkfifo(ws / "storage" / "pipe")
     assert "not a regular file" in refusal(tools, "read_file", {"path": "storage/pipe"})
 
@@ -120,19 +121,21 @@ def test_a_fifo_is_refused_without_blocking_the_step(ws, tools):
         ("rm_file", {"path": "storage/x.md"}, "no tool"),
     ],
 )
-def test_missing_or_ill_typed_arguments_are_errors_the_model_is_told(ws, tools, name, args, said):
+def test_missing_or_ill_typed_arguments_are_errors_the_model_is_told(
+    ws: Path, tools: FileTools, name: str, args: Any, said: str
+) -> None:
     assert said in refusal(tools, name, args)
     assert sorted(p.name for p in (ws / "storage").iterdir()) == [".keep"]  # nothing written
 
 
-def test_a_write_where_a_folder_is_or_through_a_file_is_an_error(ws, tools):
+def test_a_write_where_a_folder_is_or_through_a_file_is_an_error(ws: Path, tools: FileTools) -> None:
     assert "a folder, not a file" in refusal(tools, "write_file", {"path": "storage", "content": "x"})
     assert "a folder on the way is a file" in refusal(
         tools, "write_file", {"path": "agents/writer/outputs/draft.md/x.md", "content": "x"}
     )
 
 
-def test_a_refused_write_leaves_the_old_file_whole_and_no_scratch_file(ws, tools):
+def test_a_refused_write_leaves_the_old_file_whole_and_no_scratch_file(ws: Path, tools: FileTools) -> None:
     refusal(tools, "write_file", {"path": "agents/writer/outputs/draft.md", "content": "half\ud800"})
     assert (ws / "agents/writer/outputs/draft.md").read_text() == "Draft."
     tools.run("write_file", {"path": "agents/writer/outputs/draft.md", "content": "Second draft."})
@@ -157,7 +160,7 @@ def test_a_refused_write_leaves_the_old_file_whole_and_no_scratch_file(ws, tools
         "agents/writer/Scripts/new.sh",
     ],
 )
-def test_an_agent_cannot_write_its_own_definition(ws, tools, path):
+def test_an_agent_cannot_write_its_own_definition(ws: Path, tools: FileTools, path: str) -> None:
     assert "cannot rewrite itself" in refusal(
         tools, "write_file", {"path": path, "content": "---\nmax_turns: 99\n---\nRewritten."}
     )
@@ -166,7 +169,7 @@ def test_an_agent_cannot_write_its_own_definition(ws, tools, path):
     assert not (ws / "agents/writer/skills/new.md").exists() and not (ws / "agents/writer/scripts/new.sh").exists()
 
 
-def test_a_link_in_its_own_outputs_does_not_lead_to_its_definition(ws, tools):
+def test_a_link_in_its_own_outputs_does_not_lead_to_its_definition(ws: Path, tools: FileTools) -> None:
     (ws / "agents/writer/outputs/me.md").symlink_to(ws / "agents/writer/agent.md")
     (ws / "agents/writer/outputs/skills").symlink_to(ws / "agents/writer/skills", target_is_directory=True)
     assert "cannot rewrite itself" in refusal(tools, "write_file", {"path": "agents/writer/outputs/me.md", "content": "x"})
@@ -188,13 +191,13 @@ def test_a_link_in_its_own_outputs_does_not_lead_to_its_definition(ws, tools):
         "agents/writer/knowledge/new.md",
     ],
 )
-def test_knowledge_folders_are_read_only(ws, tools, path):
+def test_knowledge_folders_are_read_only(ws: Path, tools: FileTools, path: str) -> None:
     message = refusal(tools, "write_file", {"path": path, "content": "x"})
     assert "read-only" in message or "not in your folder" in message
     assert (ws / "knowledge/facts.md").read_text() == "Water is wet." and not (ws / "knowledge/new.md").exists()
 
 
-def test_another_agents_folder_cannot_be_read_listed_or_written(ws, tools):
+def test_another_agents_folder_cannot_be_read_listed_or_written(ws: Path, tools: FileTools) -> None:
     (ws / "agents/writer/outputs/theirs").symlink_to(ws / "agents/other", target_is_directory=True)
     (ws / "agents/writer/outputs/their-agent.md").symlink_to(ws / "agents/other/agent.md")
     for name, args in (

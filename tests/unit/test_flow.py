@@ -4,12 +4,13 @@ input checks, and `check_workspace`."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from laneflow.domain.errors import FlowInvalid, RunInputInvalid, WorkspaceInvalid
 from laneflow.domain.flow import Flow, check_workspace, load_flow, validate_input
-from laneflow.domain.workspace import load_workspace
+from laneflow.domain.workspace import Workspace, load_workspace
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WS_OK = FIXTURES / "ws_ok"
@@ -26,7 +27,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def flow_ws(tmp_path: Path, flow: str, **files: str):
+def flow_ws(tmp_path: Path, flow: str, **files: str) -> Any:
     """A workspace with agents writer, checker and rescuer, and `flows/f.yaml`."""
     root = tmp_path / "ws"
     write(root, {"AGENTS.md": "", "flows/f.yaml": flow, **files})
@@ -35,13 +36,13 @@ def flow_ws(tmp_path: Path, flow: str, **files: str):
     return load_workspace(root)
 
 
-def problems_of(ws, name: str = "f"):
+def problems_of(ws: Workspace, name: str = "f") -> Any:
     with pytest.raises(FlowInvalid) as e:
         load_flow(ws, name)
     return e.value.problems
 
 
-def only_problem(ws, name: str = "f"):
+def only_problem(ws: Workspace, name: str = "f") -> Any:
     [problem] = problems_of(ws, name)
     return problem
 
@@ -49,7 +50,7 @@ def only_problem(ws, name: str = "f"):
 # --------------------------------------------------------------------------- valid flows
 
 
-def test_design_example_flow_loads_with_every_shape():
+def test_design_example_flow_loads_with_every_shape() -> None:
     flow = load_flow(load_workspace(WS_OK), "brief")
 
     assert (flow.name, flow.path, flow.budget) == ("brief", "flows/brief.yaml", 1.5)
@@ -75,7 +76,7 @@ def test_design_example_flow_loads_with_every_shape():
     assert notifier.optional is True and notifier.instruction == ""
 
 
-def test_flow_survives_the_round_trip_a_run_record_makes():
+def test_flow_survives_the_round_trip_a_run_record_makes() -> None:
     # A run keeps the flow as JSON (by alias: `schema`) and reads it back on every drive.
     flow = load_flow(load_workspace(WS_OK), "brief")
     stored = flow.model_dump(mode="json", by_alias=True)
@@ -83,7 +84,7 @@ def test_flow_survives_the_round_trip_a_run_record_makes():
     assert Flow.model_validate(stored) == flow
 
 
-def test_inline_each_list_and_inline_schema():
+def test_inline_each_list_and_inline_schema() -> None:
     [entry] = load_flow(load_workspace(WS_OK), "inline").entries
     [step] = entry.steps
     assert step.each == ["a", "b"] and step.each_input is None
@@ -91,7 +92,7 @@ def test_inline_each_list_and_inline_schema():
     assert (step.handoff, step.retries, step.model) == ("data", 0, "stub")
 
 
-def test_until_without_max_cycles_defaults_to_three_and_loop_may_name_its_own_group(tmp_path):
+def test_until_without_max_cycles_defaults_to_three_and_loop_may_name_its_own_group(tmp_path: Path) -> None:
     ws = flow_ws(
         tmp_path,
         """
@@ -107,7 +108,7 @@ steps:
     assert (checker.loop, checker.max_cycles) == ("writer", 3)
 
 
-def test_each_given_as_a_json_list_string_is_read_as_the_list(tmp_path):
+def test_each_given_as_a_json_list_string_is_read_as_the_list(tmp_path: Path) -> None:
     ws = flow_ws(tmp_path, 'steps:\n  - agent: writer\n    each: \'["x", "y"]\'\n')
     assert load_flow(ws, "f").entries[0].steps[0].each == ["x", "y"]
 
@@ -115,7 +116,7 @@ def test_each_given_as_a_json_list_string_is_read_as_the_list(tmp_path):
 # --------------------------------------------------------------------------- problems
 
 
-def test_broken_flow_reports_every_mistake_with_its_line():
+def test_broken_flow_reports_every_mistake_with_its_line() -> None:
     problems = problems_of(load_workspace(WS_BROKEN), "messy")
     found = {(p.file, p.line, p.field) for p in problems}
 
@@ -145,20 +146,20 @@ def test_broken_flow_reports_every_mistake_with_its_line():
         assert expected in text
 
 
-def test_unknown_key_suggests_the_closest_known_key(tmp_path):
+def test_unknown_key_suggests_the_closest_known_key(tmp_path: Path) -> None:
     ws = flow_ws(tmp_path, "steps:\n  - agent: writer\n    instrucion: Write.\n")
     problem = only_problem(ws)
     assert (problem.line, problem.field) == (3, "steps[0].instrucion")
     assert problem.message == "unknown key 'instrucion' (did you mean 'instruction'?)"
 
 
-def test_unknown_top_level_key_suggests_too(tmp_path):
+def test_unknown_top_level_key_suggests_too(tmp_path: Path) -> None:
     ws = flow_ws(tmp_path, "step:\n  - agent: writer\n")
     problem = only_problem(ws)  # not also "no steps:": the typo is the one mistake
     assert problem.message == "unknown key 'step' (did you mean 'steps'?)"
 
 
-def test_yaml_syntax_error_names_the_line(tmp_path):
+def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
     ws = flow_ws(tmp_path, "steps:\n  - agent: writer\n    instruction: [unclosed\n  - agent: checker\n")
     problem = only_problem(ws)
     assert problem.file == "flows/f.yaml"
@@ -209,13 +210,15 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
         ),
     ],
 )
-def test_each_kind_of_mistake_is_reported_with_line_and_field(tmp_path, flow, line, field, message):
+def test_each_kind_of_mistake_is_reported_with_line_and_field(
+    tmp_path: Path, flow: str, line: int, field: str, message: str
+) -> None:
     problem = only_problem(flow_ws(tmp_path, flow))
     assert (problem.file, problem.line, problem.field) == ("flows/f.yaml", line, field)
     assert message in problem.message
 
 
-def test_loop_to_an_agent_that_only_runs_later_is_refused(tmp_path):
+def test_loop_to_an_agent_that_only_runs_later_is_refused(tmp_path: Path) -> None:
     ws = flow_ws(
         tmp_path,
         """
@@ -234,7 +237,7 @@ steps:
 # --------------------------------------------------------------------------- schema files
 
 
-def test_schema_path_is_resolved_relative_to_the_workspace(tmp_path):
+def test_schema_path_is_resolved_relative_to_the_workspace(tmp_path: Path) -> None:
     ws = flow_ws(
         tmp_path,
         "steps:\n  - agent: writer\n    output: json\n    schema: schemas/out.json\n",
@@ -245,7 +248,7 @@ def test_schema_path_is_resolved_relative_to_the_workspace(tmp_path):
     assert step.schema_ == {"type": "object", "required": ["x"]}
 
 
-def test_schema_file_that_is_not_a_json_schema_names_the_schema_file(tmp_path):
+def test_schema_file_that_is_not_a_json_schema_names_the_schema_file(tmp_path: Path) -> None:
     ws = flow_ws(
         tmp_path,
         "steps:\n  - agent: writer\n    output: json\n    schema: schemas/out.json\n",
@@ -257,12 +260,12 @@ def test_schema_file_that_is_not_a_json_schema_names_the_schema_file(tmp_path):
     assert "not a valid JSON Schema" in problem.message and "steps[0]" in problem.message
 
 
-def test_schema_path_outside_the_workspace_is_refused(tmp_path):
+def test_schema_path_outside_the_workspace_is_refused(tmp_path: Path) -> None:
     ws = flow_ws(tmp_path, "steps:\n  - agent: writer\n    output: json\n    schema: ../secret.json\n")
     assert "inside the workspace" in only_problem(ws).message
 
 
-def test_a_schema_file_used_twice_is_reported_once(tmp_path):
+def test_a_schema_file_used_twice_is_reported_once(tmp_path: Path) -> None:
     ws = flow_ws(
         tmp_path,
         "steps:\n  - agent: writer\n    output: json\n    schema: s.json\n"
@@ -272,7 +275,7 @@ def test_a_schema_file_used_twice_is_reported_once(tmp_path):
     assert [p.file for p in problems_of(ws)] == ["s.json"]
 
 
-def test_unknown_flow_is_refused(tmp_path):
+def test_unknown_flow_is_refused(tmp_path: Path) -> None:
     ws = flow_ws(tmp_path, "steps:\n  - agent: writer\n")
     with pytest.raises(FlowInvalid, match=r"no flow 'nope' in \S+ \(flows/nope.yaml not found\)"):
         load_flow(ws, "nope")
@@ -281,15 +284,15 @@ def test_unknown_flow_is_refused(tmp_path):
 # --------------------------------------------------------------------------- run input
 
 
-def brief():
+def brief() -> Any:
     return load_flow(load_workspace(WS_OK), "brief")
 
 
-def test_valid_input_passes():
+def test_valid_input_passes() -> None:
     validate_input(brief(), {"topics": ["tides", "moons"]})
 
 
-def test_input_errors_name_each_field_by_its_json_path(tmp_path):
+def test_input_errors_name_each_field_by_its_json_path(tmp_path: Path) -> None:
     ws = flow_ws(
         tmp_path,
         """
@@ -314,7 +317,7 @@ steps:
     assert all(p.file == "input" for p in e.value.problems)
 
 
-def test_each_on_a_missing_or_non_list_input_is_an_input_error(tmp_path):
+def test_each_on_a_missing_or_non_list_input_is_an_input_error(tmp_path: Path) -> None:
     ws = flow_ws(tmp_path, "steps:\n  - agent: writer\n    each: input.items\n")  # no schema
     flow = load_flow(ws, "f")
     with pytest.raises(RunInputInvalid) as e:
@@ -327,11 +330,11 @@ def test_each_on_a_missing_or_non_list_input_is_an_input_error(tmp_path):
 # --------------------------------------------------------------------------- check
 
 
-def test_check_workspace_on_the_ok_fixture_finds_nothing():
+def test_check_workspace_on_the_ok_fixture_finds_nothing() -> None:
     assert check_workspace(WS_OK) == []
 
 
-def test_check_workspace_lists_the_malformed_agent_md_and_every_flow_mistake():
+def test_check_workspace_lists_the_malformed_agent_md_and_every_flow_mistake() -> None:
     problems = check_workspace(WS_BROKEN)
 
     broken = [p for p in problems if p.file == "agents/broken/agent.md"]
@@ -350,7 +353,7 @@ def test_check_workspace_lists_the_malformed_agent_md_and_every_flow_mistake():
     assert all(not Path(p.file).is_absolute() for p in problems)
 
 
-def test_check_workspace_collects_warnings_and_agents_md_errors_without_raising(tmp_path):
+def test_check_workspace_collects_warnings_and_agents_md_errors_without_raising(tmp_path: Path) -> None:
     root = write(
         tmp_path / "ws",
         {
@@ -367,6 +370,6 @@ def test_check_workspace_collects_warnings_and_agents_md_errors_without_raising(
     ]
 
 
-def test_check_workspace_still_raises_for_a_missing_workspace(tmp_path):
+def test_check_workspace_still_raises_for_a_missing_workspace(tmp_path: Path) -> None:
     with pytest.raises(WorkspaceInvalid):
         check_workspace(tmp_path / "missing")

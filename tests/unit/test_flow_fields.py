@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers import FIXTURES
 
@@ -11,7 +13,7 @@ from laneflow.domain.flow_check import says
 from laneflow.domain.workspace import load_workspace
 
 
-def test_every_key_a_step_or_a_flow_takes_says_in_words_what_it_is():
+def test_every_key_a_step_or_a_flow_takes_says_in_words_what_it_is() -> None:
     checked_by_the_checker = {"verify", "steps"}  # a nested mapping, the list of entries
     for key in STEP_KEYS:
         if key not in checked_by_the_checker:
@@ -22,7 +24,7 @@ def test_every_key_a_step_or_a_flow_takes_says_in_words_what_it_is():
             assert not says(Flow, fields.get(key, key)).text.endswith("is not valid"), key
 
 
-def test_a_refusal_is_worded_from_the_field_and_names_the_value(tmp_path):
+def test_a_refusal_is_worded_from_the_field_and_names_the_value(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     (root / "agents" / "writer").mkdir(parents=True)
     (root / "agents" / "writer" / "agent.md").write_text("You write.")
@@ -38,7 +40,7 @@ def test_a_refusal_is_worded_from_the_field_and_names_the_value(tmp_path):
     ]
 
 
-def test_a_flow_the_store_kept_is_read_without_its_workspace():
+def test_a_flow_the_store_kept_is_read_without_its_workspace() -> None:
     # Validated without the as-written context: agent names are not looked up, the bounds hold.
     flow = load_flow(load_workspace(FIXTURES / "ws_ok"), "brief")
     kept = Flow.model_validate(flow.model_dump(mode="json"))

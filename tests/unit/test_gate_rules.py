@@ -19,23 +19,25 @@ RESERVE = GateWaiter(token="reserve", index=3, until_lead_ends=True)
         (True, True, True, True),  # the lead ended: everyone starts
     ],
 )
-def test_a_sibling_passes_once_the_gate_opened_and_the_reserve_once_the_lead_ended(opened, lead_ended, sibling, reserve):
+def test_a_sibling_passes_once_the_gate_opened_and_the_reserve_once_the_lead_ended(
+    opened: bool, lead_ended: bool, sibling: bool, reserve: bool
+) -> None:
     assert lets_pass(SIBLING, opened=opened, lead_ended=lead_ended) is sibling
     assert lets_pass(RESERVE, opened=opened, lead_ended=lead_ended) is reserve
 
 
-def test_an_opening_releases_whoever_it_lets_pass():
+def test_an_opening_releases_whoever_it_lets_pass() -> None:
     assert releases(SIBLING, lead_ended=False) and releases(SIBLING, lead_ended=True)
     assert not releases(RESERVE, lead_ended=False) and releases(RESERVE, lead_ended=True)
 
 
-def test_the_reply_hands_back_the_siblings_in_the_order_kept_and_leaves_the_reserve_waiting():
+def test_the_reply_hands_back_the_siblings_in_the_order_kept_and_leaves_the_reserve_waiting() -> None:
     other = GateWaiter(token="other")  # a waiter that did not say its index is a sibling too
     handed, left = hand_back([SIBLING, RESERVE, other], lead_ended=False)
     assert handed == [SIBLING, other]
     assert left == [RESERVE]
 
 
-def test_the_lead_s_end_hands_back_everyone_kept():
+def test_the_lead_s_end_hands_back_everyone_kept() -> None:
     assert hand_back([RESERVE, SIBLING], lead_ended=True) == ([RESERVE, SIBLING], [])
     assert hand_back([], lead_ended=True) == ([], [])

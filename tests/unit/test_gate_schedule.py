@@ -23,7 +23,7 @@ def lane_of(n: int, parallel: int):
 
 
 @pytest.mark.parametrize("parallel", [2, 3, 5])
-def test_the_plan_runs_the_siblings_at_the_full_cap_and_one_of_them_holds_the_lead_s_slot(parallel):
+def test_the_plan_runs_the_siblings_at_the_full_cap_and_one_of_them_holds_the_lead_s_slot(parallel: int) -> None:
     # The siblings' Map runs `parallel` at a time, and exactly one of its first `parallel`
     # iterations (the reserve) waits for the lead's end.
     lane = lane_of(12, parallel)

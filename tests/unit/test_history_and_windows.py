@@ -4,6 +4,7 @@ execution's history budget (no engine: the domain rules and the use cases on a s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -15,6 +16,7 @@ from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.messages import LaneStep, NextGroupRequest, SettleGroupRequest, StartDriveRequest
 from laneflow.domain.records import RunChanges, RunStatus, Step, StepChanges, StepStatus
 from laneflow.domain.windows import most_steps, plan_window, rescue_window, window_cost
+from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.next_group import next_group
 from laneflow.usecases.settle_group import settle_group
@@ -24,13 +26,13 @@ from laneflow.usecases.start_run import create_run
 DEFINITION = ROOT / "statemachines" / "flow.asl.json"
 
 
-def test_the_committed_history_costs_are_what_the_definition_gives():
+def test_the_committed_history_costs_are_what_the_definition_gives() -> None:
     assert json.loads(COSTS_FILE.read_text()) == costs_from_definition(json.loads(DEFINITION.read_text())), (
         "out of date: run `python -m laneflow.domain.history statemachines/flow.asl.json`"
     )
 
 
-def test_a_state_records_what_its_type_records():
+def test_a_state_records_what_its_type_records() -> None:
     assert state_events({"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke"}) == 5
     assert state_events({"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke.waitForTaskToken"}) == 6
     assert state_events({"Type": "Task", "Resource": "arn:aws:states:::states:startExecution.sync:2"}) == 6
@@ -38,21 +40,21 @@ def test_a_state_records_what_its_type_records():
     assert state_events({"Type": "Map"}) == state_events({"Type": "Parallel"}) == 4
 
 
-def test_the_costs_match_what_the_engine_recorded_for_a_gated_lane_of_five():
+def test_the_costs_match_what_the_engine_recorded_for_a_gated_lane_of_five() -> None:
     # measured with get_execution_history: a run of one gated lane of five stub steps, 112 events
     costs = history_costs()
     assert costs.drive + costs.group + costs.lane + costs.of_step("lead") + 4 * costs.of_step("sibling") == 112
     assert costs.of_step("sibling") == 13 and costs.of_step("solo") == 7
 
 
-def test_a_definition_missing_a_state_the_costs_name_is_refused():
+def test_a_definition_missing_a_state_the_costs_name_is_refused() -> None:
     definition = json.loads(DEFINITION.read_text())
     del definition["States"]["NextDrive"]
     with pytest.raises(ValueError, match="no state NextDrive"):
         costs_from_definition(definition)
 
 
-def test_segment_names_are_derived_and_fit_step_functions():
+def test_segment_names_are_derived_and_fit_step_functions() -> None:
     assert segment_name("run-1", 2, 3) == "run-1-d2s3"
     assert len(segment_name("r" * 100, 12, 345)) == 80 and segment_name("r" * 100, 12, 345).endswith("-d12s345")
 
@@ -65,7 +67,7 @@ def _flow() -> Flow:
     return Flow(name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a")])])
 
 
-def test_a_window_takes_the_pending_steps_in_order_that_fit_and_a_later_one_has_no_lead():
+def test_a_window_takes_the_pending_steps_in_order_that_fit_and_a_later_one_has_no_lead() -> None:
     costs, steps, flow = history_costs(), _steps(40), _flow()
 
     def plan(window):
@@ -83,7 +85,7 @@ def test_a_window_takes_the_pending_steps_in_order_that_fit_and_a_later_one_has_
     assert one.siblings == [through + 1] and at == through + 1
 
 
-def test_rescues_run_as_many_as_fit_and_a_fresh_execution_takes_one_at_least():
+def test_rescues_run_as_many_as_fit_and_a_fresh_execution_takes_one_at_least() -> None:
     costs = history_costs()
     rescues = [LaneStep(index=i) for i in range(50)]
     taken, used = rescue_window(rescues, used=0, budget=200, costs=costs, fresh=True)
@@ -93,7 +95,7 @@ def test_rescues_run_as_many_as_fit_and_a_fresh_execution_takes_one_at_least():
 
 
 @pytest.fixture
-def big(svc, tmp_path):
+def big(svc: Services, tmp_path: Path):
     ws = tmp_path / "ws"
     (ws / "agents" / "a").mkdir(parents=True)
     (ws / "flows").mkdir()
@@ -106,7 +108,7 @@ def big(svc, tmp_path):
     return run, ref
 
 
-def test_next_group_plans_a_window_and_settle_answers_next_until_its_last_window_ran(svc, big):
+def test_next_group_plans_a_window_and_settle_answers_next_until_its_last_window_ran(svc: Services, big) -> None:
     run, ref = big
     plan = next_group(svc, NextGroupRequest(run=ref))
     assert plan.action == "run" and 0 <= plan.through < 39 and plan.used + history_costs().drive <= 300
@@ -120,7 +122,7 @@ def test_next_group_plans_a_window_and_settle_answers_next_until_its_last_window
     assert later.action == "run" and later.lanes[0].siblings[0] == plan.through + 1
 
 
-def test_a_windows_decisions_read_the_window_not_the_whole_group(svc, big, monkeypatch):
+def test_a_windows_decisions_read_the_window_not_the_whole_group(svc: Services, big, monkeypatch: pytest.MonkeyPatch) -> None:
     """NextGroup reads the window's pending steps (one more than fit) and each lane's first
     two; SettleGroup after a window that is not the group's last reads whether a later one
     is left and the window's unfinished steps. Only the last window's settlement reads the
@@ -156,14 +158,14 @@ def test_a_windows_decisions_read_the_window_not_the_whole_group(svc, big, monke
     assert read[0] == 0 and 40 in read  # no later window: the last settlement reads the group whole
 
 
-def test_a_failed_step_in_an_earlier_window_does_not_settle_the_group_before_its_last(svc, big):
+def test_a_failed_step_in_an_earlier_window_does_not_settle_the_group_before_its_last(svc: Services, big) -> None:
     run, ref = big
     next_group(svc, NextGroupRequest(run=ref))
     svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.failed, error="boom"))
     assert next_group(svc, NextGroupRequest(run=ref)).action == "run"  # not "settle": the group is under way
 
 
-def test_a_continuation_claims_no_drive_and_records_its_execution(svc, big):
+def test_a_continuation_claims_no_drive_and_records_its_execution(svc: Services, big) -> None:
     run, ref = big
     assert ref.drive == 1
     svc.store.update_run(run.tenant, run.id, RunChanges(execution="first"))
@@ -184,7 +186,7 @@ def test_a_continuation_claims_no_drive_and_records_its_execution(svc, big):
 
 
 @pytest.mark.slow  # making 100,000 steps takes seconds
-def test_a_window_of_a_fan_out_of_100000_stays_far_under_the_state_limit():
+def test_a_window_of_a_fan_out_of_100000_stays_far_under_the_state_limit() -> None:
     """NextGroup's output (the plan, its lanes as indexes) for a fan-out of 100,000 at the
     default budget: a window bounds every list, so it is kilobytes, not megabytes."""
     from laneflow.domain.messages import Plan

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_of
 from laneflow.domain.estimate import LanePlan, cache_figures
 from laneflow.domain.lanes_report import cache_break, earlier_writers, gate_wait_ms, lane_rows
@@ -15,7 +17,12 @@ LAYERS = [
 
 
 def wrote(
-    index: int, *, model: str = "claude-sonnet-4-6", layers=LAYERS, tools: str = "t1", started: str = "2026-12-01T00:00:00.000Z"
+    index: int,
+    *,
+    model: str = "claude-sonnet-4-6",
+    layers: list[PromptLayer] = LAYERS,
+    tools: str = "t1",
+    started: str = "2026-12-01T00:00:00.000Z",
 ) -> Step:
     return Step(
         index=index,
@@ -30,16 +37,16 @@ def wrote(
     )
 
 
-def test_the_first_stable_layer_that_differs_is_named_with_the_step_it_differs_from():
+def test_the_first_stable_layer_that_differs_is_named_with_the_step_it_differs_from() -> None:
     changed = [LAYERS[0], PromptLayer(name="skills", chars=6, sha256="zzz"), LAYERS[2]]
     assert cache_break(
         model="claude-sonnet-4-6", layers=changed, prefix={"tokens": 5000, "tools": "t1"}, earlier=[("run-1", wrote(3))]
     ) == {"layer": "skills", "since": "run-1/3"}
 
 
-def test_a_dynamic_layer_never_breaks_the_cache_and_then_tools_model_minimum_or_expiry_is_named():
+def test_a_dynamic_layer_never_breaks_the_cache_and_then_tools_model_minimum_or_expiry_is_named() -> None:
     dynamic_changed = [*LAYERS[:2], PromptLayer(name="clock", chars=5, sha256="new", dynamic=True)]
-    base = {"model": "claude-sonnet-4-6", "layers": dynamic_changed}
+    base: dict[str, Any] = {"model": "claude-sonnet-4-6", "layers": dynamic_changed}
     assert cache_break(**base, prefix={"tokens": 5000, "tools": "t1"}, earlier=[("r", wrote(1))])["layer"] == "expired"
     assert cache_break(**base, prefix={"tokens": 5000, "tools": "t2"}, earlier=[("r", wrote(1))])["layer"] == "tools"
     assert cache_break(**base, prefix={"tokens": 100, "tools": "t1"}, earlier=[("r", wrote(1))])["layer"] == "below-minimum"
@@ -50,7 +57,7 @@ def test_a_dynamic_layer_never_breaks_the_cache_and_then_tools_model_minimum_or_
     assert cache_break(**base, prefix=None, earlier=[]) is None
 
 
-def test_this_runs_writers_come_before_the_previous_runs_and_a_later_start_is_not_earlier():
+def test_this_runs_writers_come_before_the_previous_runs_and_a_later_start_is_not_earlier() -> None:
     me = Step(index=5, group=0, agent="scout", model="m", started_at="2026-12-01T00:00:05.000Z")
     mine = [wrote(1, started="2026-12-01T00:00:01.000Z"), wrote(2, started="2026-12-01T00:00:09.000Z"), me]
     assert [(r, s.index) for r, s in earlier_writers(me, ("run-now", mine), ("run-before", [wrote(7)]))] == [("run-now", 1)]
@@ -60,14 +67,14 @@ def test_this_runs_writers_come_before_the_previous_runs_and_a_later_start_is_no
     ]
 
 
-def test_siblings_that_started_in_the_same_millisecond_are_ordered_by_index_so_one_names_no_one():
+def test_siblings_that_started_in_the_same_millisecond_are_ordered_by_index_so_one_names_no_one() -> None:
     same = "2026-12-01T00:00:01.000Z"
     siblings = [wrote(i, started=same) for i in range(3)]
     earlier = {s.index: [e.index for _, e in earlier_writers(s, ("run-now", siblings), None)] for s in siblings}
     assert earlier == {0: [], 1: [0], 2: [1, 0]}
 
 
-def test_lane_rows_count_cold_prefixes_cache_tokens_and_gate_waits_per_group_cycle_and_lane():
+def test_lane_rows_count_cold_prefixes_cache_tokens_and_gate_waits_per_group_cycle_and_lane() -> None:
     lead = wrote(0)
     sibling = Step(
         index=1,
@@ -109,7 +116,7 @@ def test_lane_rows_count_cold_prefixes_cache_tokens_and_gate_waits_per_group_cyc
     ]
 
 
-def test_the_estimates_cache_arithmetic_with_and_without_the_gate_and_below_the_minimum():
+def test_the_estimates_cache_arithmetic_with_and_without_the_gate_and_below_the_minimum() -> None:
     plan = LanePlan(
         group=0,
         agent="scout",

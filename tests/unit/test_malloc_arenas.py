@@ -52,21 +52,21 @@ def _arenas(mode: str) -> int:
     return int(done.stdout.strip())
 
 
-def test_serve_s_drives_cap_the_process_s_malloc_arenas():
+def test_serve_s_drives_cap_the_process_s_malloc_arenas() -> None:
     from laneflow.adapters.engine.local import MALLOC_ARENAS
 
     assert _arenas("plain") > MALLOC_ARENAS  # threads at once get arenas of their own
     assert _arenas("drives") <= MALLOC_ARENAS
 
 
-def test_a_malloc_arena_max_in_the_environment_is_left_to_stand(monkeypatch):
+def test_a_malloc_arena_max_in_the_environment_is_left_to_stand(monkeypatch: pytest.MonkeyPatch) -> None:
     from laneflow.adapters.engine.local import bound_malloc_arenas
 
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert bound_malloc_arenas() is False
 
 
-def test_free_pages_are_handed_back():
+def test_free_pages_are_handed_back() -> None:
     import ctypes
 
     from laneflow.adapters.engine.local import release_free_memory

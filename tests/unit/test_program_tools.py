@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import Sink, step_job, wait_for
@@ -53,14 +54,14 @@ def tools(ws: Path, isolation, sink: Sink | None = None, **fields) -> StepTools:
 # -- what the tools are -------------------------------------------------------------------
 
 
-def test_scripts_become_script_tools_described_by_their_leading_comments_in_a_stable_order(ws):
+def test_scripts_become_script_tools_described_by_their_leading_comments_in_a_stable_order(ws: Path) -> None:
     defs = tools(ws, SUBPROCESS).definitions()
     assert [d["name"] for d in defs] == ["bash", "script_count", "script_fail-with"]
     assert defs[1]["description"].startswith("Counts the words on stdin and echoes its arguments.")
     assert set(defs[1]["input_schema"]["properties"]) == {"args", "stdin"}
 
 
-def test_tools_script_x_grants_one_script_and_no_bash(ws):
+def test_tools_script_x_grants_one_script_and_no_bash(ws: Path) -> None:
     assert [d["name"] for d in tools(ws, SUBPROCESS, tools=("script_count", "read_file")).definitions()] == [
         "read_file",
         "script_count",
@@ -73,19 +74,19 @@ def test_tools_script_x_grants_one_script_and_no_bash(ws):
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-def test_bash_returns_the_exit_code_stdout_and_stderr(ws, isolation):
+def test_bash_returns_the_exit_code_stdout_and_stderr(ws: Path, isolation: Any) -> None:
     out = tools(ws, isolation).run("bash", {"command": "echo out; echo err >&2; pwd"})
     assert out == f"exit code: 0\n--- stdout ---\nout\n{ws}\n\n--- stderr ---\nerr\n"
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-def test_a_script_gets_its_args_and_stdin(ws, isolation):
+def test_a_script_gets_its_args_and_stdin(ws: Path, isolation: Any) -> None:
     out = tools(ws, isolation).run("script_count", {"args": ["a", "b c"], "stdin": "one two three"})
     assert "--- stdout ---\n3\nargs: a b c\n" in out and out.startswith("exit code: 0")
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-def test_output_past_30000_characters_is_cut_and_says_so(ws, isolation):
+def test_output_past_30000_characters_is_cut_and_says_so(ws: Path, isolation: Any) -> None:
     out = tools(ws, isolation).run("bash", {"command": "head -c 100000 /dev/zero | tr '\\0' x"})
     stdout = out.split("--- stdout ---\n")[1].split("\n[stdout cut")[0]
     assert stdout == "x" * MAX_OUTPUT_CHARS
@@ -93,14 +94,14 @@ def test_output_past_30000_characters_is_cut_and_says_so(ws, isolation):
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-def test_a_non_zero_exit_is_a_tool_error_carrying_the_output(ws, isolation):
+def test_a_non_zero_exit_is_a_tool_error_carrying_the_output(ws: Path, isolation: Any) -> None:
     with pytest.raises(ToolError) as failed:
         tools(ws, isolation).run("script_fail-with", {"args": ["7"]})
     assert str(failed.value).startswith("exit code: 7") and "failing with 7" in str(failed.value)
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-def test_a_call_past_its_time_limit_is_killed_and_is_a_tool_error(ws, isolation):
+def test_a_call_past_its_time_limit_is_killed_and_is_a_tool_error(ws: Path, isolation: Any) -> None:
     ended = ws / "storage" / "ended"  # what the command's natural end would write
     with pytest.raises(ToolError, match=r"timed out and was killed after 1\.\d s \(the step's timeout of 1 s\)"):
         tools(ws, isolation, timeout=1).run("bash", {"command": f"echo started; sleep 30; touch {ended}"})
@@ -118,12 +119,12 @@ def test_a_call_past_its_time_limit_is_killed_and_is_a_tool_error(ws, isolation)
         ("bash", ["echo"], "JSON object"),
     ],
 )
-def test_input_a_tool_does_not_take_is_a_tool_error(ws, name, args, says):
+def test_input_a_tool_does_not_take_is_a_tool_error(ws: Path, name: str, args: Any, says: str) -> None:
     with pytest.raises(ToolError, match=says):
         tools(ws, SUBPROCESS).run(name, args)
 
 
-def test_a_script_that_cannot_start_is_a_tool_error(ws):
+def test_a_script_that_cannot_start_is_a_tool_error(ws: Path) -> None:
     (ws / "scripts" / "broken").write_bytes(b"\x7fELF not really")
     (ws / "scripts" / "broken").chmod(0o755)
     with pytest.raises(ToolError, match="script_broken could not start"):
@@ -134,7 +135,9 @@ def test_a_script_that_cannot_start_is_a_tool_error(ws):
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-def test_programs_see_only_the_listed_variables_and_the_declared_secrets(ws, isolation, monkeypatch):
+def test_programs_see_only_the_listed_variables_and_the_declared_secrets(
+    ws: Path, isolation: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LANEFLOW_CANARY", "canary-value-in-laneflows-own-env")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-must-never-reach-a-script")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-must-never-reach-a-script")
@@ -168,8 +171,8 @@ def test_programs_see_only_the_listed_variables_and_the_declared_secrets(ws, iso
     ],
 )
 def test_size_sets_the_cpu_memory_process_and_file_limits_a_program_runs_under(
-    ws, isolation, size, cpu, memory_kib, processes, file_kib
-):
+    ws: Path, isolation: Any, size: str | None, cpu: int, memory_kib: Any, processes: int, file_kib: Any
+) -> None:
     out = tools(ws, isolation, size=size).run("bash", {"command": "ulimit -t; ulimit -v; ulimit -u; ulimit -f"})
     said = out.split("--- stdout ---\n")[1].split("\n")[:4]
     assert said[:2] == [str(cpu), str(memory_kib)] and said[3] == str(file_kib)
@@ -180,7 +183,7 @@ def test_size_sets_the_cpu_memory_process_and_file_limits_a_program_runs_under(
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-def test_a_stop_kills_a_sleeping_script_and_its_children_within_2_s(ws, isolation, tmp_path):
+def test_a_stop_kills_a_sleeping_script_and_its_children_within_2_s(ws: Path, isolation: Any, tmp_path: Path) -> None:
     pidfile = ws / "storage" / "child.pid"
     ended = ws / "storage" / "ended"  # what the script's natural end would write
     sink = Sink(stop_after_s=0.3)
@@ -212,7 +215,9 @@ def _state(pid: int) -> str:
         (SUBPROCESS, "isolation: subprocess, network not enforced, file system not enforced; as {who}"),
     ],
 )
-def test_the_trace_names_the_isolation_the_step_got_who_its_programs_are_and_the_limits_that_bind_them(ws, isolation, line):
+def test_the_trace_names_the_isolation_the_step_got_who_its_programs_are_and_the_limits_that_bind_them(
+    ws: Path, isolation: Any, line: str
+) -> None:
     sink = Sink()
     tools(ws, isolation, sink, size="small").prepare()
     [(_, text, data)] = sink.events
@@ -232,13 +237,13 @@ def test_the_trace_names_the_isolation_the_step_got_who_its_programs_are_and_the
     assert data["scratch"] == "measured"  # no tmpfs of its own outside a sandbox worker
 
 
-def test_a_step_without_programs_or_sandbox_names_no_isolation(ws):
+def test_a_step_without_programs_or_sandbox_names_no_isolation(ws: Path) -> None:
     sink = Sink()
     tools(ws, SUBPROCESS, sink, tools=("read_file",)).prepare()
     assert sink.events == []
 
 
-def test_network_enforce_fails_the_attempt_where_the_network_cannot_be_enforced(ws):
+def test_network_enforce_fails_the_attempt_where_the_network_cannot_be_enforced(ws: Path) -> None:
     with pytest.raises(StepFailed, match="network_enforce is set") as refused:
         tools(ws, SUBPROCESS, network_enforce=True).prepare()
     assert refused.value.retryable is False
@@ -252,7 +257,7 @@ def listener():
     server.listen(4)
     accepted: list[bool] = []
 
-    def accept():
+    def accept() -> None:
         try:
             server.accept()
             accepted.append(True)
@@ -283,7 +288,7 @@ def _attempt(ws: Path, isolation, what: str, **values) -> tuple[bool, str]:
 
 
 @pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap is not installed or cannot make namespaces here")
-def test_escape_attempts_fail_under_bubblewrap(ws, tmp_path, listener, monkeypatch):
+def test_escape_attempts_fail_under_bubblewrap(ws: Path, tmp_path: Path, listener, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LANEFLOW_CANARY", "canary-in-laneflows-environ")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -297,7 +302,9 @@ def test_escape_attempts_fail_under_bubblewrap(ws, tmp_path, listener, monkeypat
     assert accepted == []
 
 
-def test_escape_attempts_under_a_plain_subprocess_are_not_fenced_and_its_trace_says_so(ws, tmp_path, listener, monkeypatch):
+def test_escape_attempts_under_a_plain_subprocess_are_not_fenced_and_its_trace_says_so(
+    ws: Path, tmp_path: Path, listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given the weakest isolation (a plain subprocess), what it cannot fence is recorded as
     # unenforced rather than claimed: the trace says so, and network_enforce would refuse it.
     monkeypatch.setenv("LANEFLOW_CANARY", "canary-in-laneflows-environ")

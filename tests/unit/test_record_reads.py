@@ -9,6 +9,7 @@ import gc
 import json
 import sys
 import uuid
+from pathlib import Path
 
 from helpers import write_workspace
 
@@ -27,21 +28,21 @@ def _held_by_caller_only(value: str) -> bool:
     return sys.getrefcount(value) == sys.getrefcount(fresh) + 1  # + the caller's name
 
 
-def test_the_check_sees_a_value_something_else_holds():
+def test_the_check_sees_a_value_something_else_holds() -> None:
     value, kept = uuid.uuid4().hex, []
     assert _held_by_caller_only(value)
     kept.append(value)
     assert not _held_by_caller_only(value)
 
 
-def test_an_attempt_a_note_a_run_input_and_a_worker_read_from_json_leave_no_value_behind():
+def test_an_attempt_a_note_a_run_input_and_a_worker_read_from_json_leave_no_value_behind() -> None:
     doc = {"run_id": "", "index": 0, "n": 1, "token": "t", "started_at": "2026-01-01T00:00:00.000Z"}
     for read in (
         lambda text: Attempt.model_validate_json(text),
         lambda text: sqlite._ATTEMPTS.validate_json(f"[{text}]")[0],
     ):
         doc["run_id"] = uuid.uuid4().hex  # a value this process never read before
-        attempt = read(json.dumps(doc))
+        attempt = read(json.dumps(doc))  # type: ignore[no-untyped-call]
         value = attempt.run_id
         del attempt
         assert _held_by_caller_only(value)
@@ -62,7 +63,7 @@ def test_an_attempt_a_note_a_run_input_and_a_worker_read_from_json_leave_no_valu
     assert _held_by_caller_only(value)
 
 
-def test_a_run_and_its_steps_read_from_the_store_leave_no_value_behind(tmp_path):
+def test_a_run_and_its_steps_read_from_the_store_leave_no_value_behind(tmp_path: Path) -> None:
     ws = write_workspace(
         tmp_path / "ws",
         {"worker": {"stub": "Done."}},

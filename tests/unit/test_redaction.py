@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 import logging
 
+import pytest
+
 from laneflow.adapters.store.dynamodb import DynamoStore
 from laneflow.adapters.store.rulebook import REDACTED_WRITES, UNMASKED_WRITES
 from laneflow.adapters.store.sqlite import SqliteStore
@@ -16,7 +18,7 @@ SECRET = "sk-ant-fake-0123456789abcdef"
 READS = ("get_", "list_", "journal_pending", "running_attempts", "active_runs")
 
 
-def test_every_store_write_is_masked_or_carries_nothing_to_mask():
+def test_every_store_write_is_masked_or_carries_nothing_to_mask() -> None:
     abstract = {name for name, member in vars(Store).items() if getattr(member, "__isabstractmethod__", False)}
     writes = {name for name in abstract if not name.startswith(READS)}
     assert writes == set(REDACTED_WRITES) | UNMASKED_WRITES, "a store write that is neither masked nor said to need none"
@@ -27,14 +29,14 @@ def test_every_store_write_is_masked_or_carries_nothing_to_mask():
             assert set(arguments) <= set(inspect.signature(method).parameters), f"{name} has no argument of that name"
 
 
-def test_the_redactor_masks_longest_value_first_and_leaves_short_values_alone():
+def test_the_redactor_masks_longest_value_first_and_leaves_short_values_alone() -> None:
     redact = Redactor({"SHORT": "abc1234", "KEY": SECRET, "PART": SECRET[:14]})
     assert redact(f"a {SECRET} and {SECRET[:14]} but abc1234") == "a [KEY] and [PART] but abc1234"
     redact.add("LATER", "declared-later-1")
     assert redact("x declared-later-1") == "x [LATER]" and redact.names() == ["KEY", "LATER", "PART"]
 
 
-def test_the_redactor_masks_every_string_of_a_record_but_never_its_identity():
+def test_the_redactor_masks_every_string_of_a_record_but_never_its_identity() -> None:
     redact = Redactor({"KEY": SECRET})
     step = Step(
         index=0,
@@ -56,7 +58,7 @@ def test_the_redactor_masks_every_string_of_a_record_but_never_its_identity():
     assert redact.value(call) is call  # nothing to mask: the same object, no copy
 
 
-def test_a_log_record_holding_a_secret_is_masked_in_its_message_and_traceback(caplog):
+def test_a_log_record_holding_a_secret_is_masked_in_its_message_and_traceback(caplog: pytest.LogCaptureFixture) -> None:
     redactor = Redactor({"KEY": SECRET})
     redact_logs(redactor)
     log = logging.getLogger("laneflow.test_redaction")

@@ -4,6 +4,7 @@ run's record of its sandboxed agents, and the lanes and rescues the planner mark
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from laneflow.domain.records import Step
 from laneflow.domain.workspace import Agent, AgentSettings
 
 
-def agent(**settings) -> Agent:
+def agent(**settings: Any) -> Agent:
     return Agent(name="a", path="agents/a", settings=AgentSettings(**settings), persona="")
 
 
@@ -28,11 +29,11 @@ def agent(**settings) -> Agent:
         ({"tools": ["read_file", "script_count"]}, True),
     ],
 )
-def test_an_agent_is_sandboxed_when_it_says_so_or_runs_programs(settings, sandboxed):
+def test_an_agent_is_sandboxed_when_it_says_so_or_runs_programs(settings: Any, sandboxed: bool) -> None:
     assert agent(**settings).sandboxed is sandboxed
 
 
-def test_a_lane_is_sandboxed_when_its_agent_is_and_only_then():
+def test_a_lane_is_sandboxed_when_its_agent_is_and_only_then() -> None:
     flow = Flow(
         name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a"), StepSpec(agent="b")])]
     )
@@ -45,13 +46,15 @@ def test_a_lane_is_sandboxed_when_its_agent_is_and_only_then():
     assert all(not lane.sandboxed for lane in plan_lanes(steps, flow, 10))
 
 
-def test_the_runs_record_of_sandboxed_agents_reads_back_and_anything_else_reads_as_none():
+def test_the_runs_record_of_sandboxed_agents_reads_back_and_anything_else_reads_as_none() -> None:
     assert sandboxed_agents({SANDBOXED: ["b", "a"]}) == {"a", "b"}
     assert sandboxed_agents({}) == frozenset()
     assert sandboxed_agents({SANDBOXED: "a"}) == frozenset()  # a hand edit, not a list
 
 
-def test_a_scratch_copy_of_a_local_workspace_leaves_out_its_secrets_and_history_and_keeps_only_four_folders(tmp_path):
+def test_a_scratch_copy_of_a_local_workspace_leaves_out_its_secrets_and_history_and_keeps_only_four_folders(
+    tmp_path: Path,
+) -> None:
     from laneflow.adapters.aws.s3 import checkout
 
     ws = tmp_path / "ws"
@@ -83,7 +86,7 @@ def test_a_scratch_copy_of_a_local_workspace_leaves_out_its_secrets_and_history_
     assert in_place.root == ws and in_place.changed("agents/a") == []
 
 
-def test_the_worker_reference_comes_from_ecs_task_metadata_in_fargate(monkeypatch):
+def test_the_worker_reference_comes_from_ecs_task_metadata_in_fargate(monkeypatch: pytest.MonkeyPatch) -> None:
     import http.server
     import json
     import threading
@@ -94,13 +97,13 @@ def test_the_worker_reference_comes_from_ecs_task_metadata_in_fargate(monkeypatc
     arn = "arn:aws:ecs:us-east-1:123456789012:task/laneflow-sandbox/0123456789abcdef"
 
     class Metadata(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # the http.server API
+        def do_GET(self) -> None:  # the http.server API
             body = json.dumps({"TaskARN": arn, "Cluster": "laneflow-sandbox"}).encode() if self.path.endswith("/task") else b"{}"
             self.send_response(200)
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args):
+        def log_message(self, *args: Any) -> None:
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Metadata)
@@ -113,7 +116,7 @@ def test_the_worker_reference_comes_from_ecs_task_metadata_in_fargate(monkeypatc
     assert isinstance(worker_of({}), LocalProcess)
 
 
-def test_a_task_arn_names_its_cluster():
+def test_a_task_arn_names_its_cluster() -> None:
     from laneflow.adapters.aws.ecs import cluster_of
 
     assert cluster_of("arn:aws:ecs:us-east-1:1:task/laneflow-sandbox/abc") == "laneflow-sandbox"
@@ -121,7 +124,9 @@ def test_a_task_arn_names_its_cluster():
     assert cluster_of("arn:aws:ecs:us-east-1:1:task/x/abc", "given") == "given"
 
 
-def test_the_relay_socket_fits_a_unix_socket_path_under_a_long_temp_folder_and_only_its_user_reaches_it(tmp_path, monkeypatch):
+def test_the_relay_socket_fits_a_unix_socket_path_under_a_long_temp_folder_and_only_its_user_reaches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import stat
     import tempfile
 

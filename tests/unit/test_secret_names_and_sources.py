@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ VALUE = "s3cr3t-value-0123456789"
 # -- names -------------------------------------------------------------------------------------
 
 
-def test_a_declared_name_crosses_as_itself_unless_the_model_laneflow_or_aws_reads_it():
+def test_a_declared_name_crosses_as_itself_unless_the_model_laneflow_or_aws_reads_it() -> None:
     plain, as_file, model, ours, aws = declared_secrets(
         ["API_TOKEN", "@CERT", "ANTHROPIC_API_KEY", "LANEFLOW_STORE", "@AWS_SECRET_ACCESS_KEY"]
     )
@@ -38,24 +39,24 @@ def test_a_declared_name_crosses_as_itself_unless_the_model_laneflow_or_aws_read
 
 
 @pytest.mark.parametrize("entry", ["", "@", "1TOKEN", "MY-TOKEN", "has space", "@@X", "X" * 129])
-def test_a_name_that_is_no_variable_name_is_refused_naming_the_agent(entry):
+def test_a_name_that_is_no_variable_name_is_refused_naming_the_agent(entry: Any) -> None:
     with pytest.raises(InvalidInput, match=r"secrets of agent fetcher: .* is not a secret name"):
         declared_secrets([entry], agent="fetcher")
 
 
-def test_a_name_declared_twice_is_refused():
+def test_a_name_declared_twice_is_refused() -> None:
     with pytest.raises(InvalidInput, match="TOKEN is declared twice"):
         declared_secrets(["TOKEN", "@TOKEN"], agent="fetcher")
 
 
-def test_the_missing_secret_reason_names_the_secret_and_the_agent():
+def test_the_missing_secret_reason_names_the_secret_and_the_agent() -> None:
     assert not_set("TOKEN", "fetcher") == "secret TOKEN is not set (declared by agent fetcher)"
 
 
 # -- dotenv -------------------------------------------------------------------------------------
 
 
-def test_a_dotenv_file_gives_bare_quoted_and_exported_values():
+def test_a_dotenv_file_gives_bare_quoted_and_exported_values() -> None:
     text = (
         "\ufeff# a comment\n\nPLAIN=abc def  # said after\nexport EXPORTED = x=y\nSINGLE='a #b \\n c'\n"
         'DOUBLE="line1\\nline2 \\"q\\" \\\\ #not a comment"\nMULTI="first  \n  second"\nEMPTY=\n'
@@ -79,7 +80,7 @@ def test_a_dotenv_file_gives_bare_quoted_and_exported_values():
         (f'A="{VALUE}" tail\n', "line 1: text after the closing quote"),
     ],
 )
-def test_a_dotenv_line_that_does_not_parse_is_refused_by_file_and_line_without_its_text(text, said):
+def test_a_dotenv_line_that_does_not_parse_is_refused_by_file_and_line_without_its_text(text: Any, said: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         parse_dotenv(text, "the --secrets file")
     assert str(caught.value) == f"the --secrets file, {said}" and VALUE not in str(caught.value)
@@ -88,7 +89,7 @@ def test_a_dotenv_line_that_does_not_parse_is_refused_by_file_and_line_without_i
 # -- the local sources ----------------------------------------------------------------------------
 
 
-def test_the_secrets_file_is_the_only_source_when_given(tmp_path):
+def test_the_secrets_file_is_the_only_source_when_given(tmp_path: Path) -> None:
     given = tmp_path / "given.env"
     given.write_text("TOKEN=from-the-file-123\n")
     ws = tmp_path / "ws"
@@ -99,7 +100,7 @@ def test_the_secrets_file_is_the_only_source_when_given(tmp_path):
     assert source.where(str(ws)) == "the --secrets file"
 
 
-def test_the_workspace_file_comes_next_and_the_environment_only_without_either(tmp_path):
+def test_the_workspace_file_comes_next_and_the_environment_only_without_either(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     env = {"TOKEN": "from-the-environment", "OTHER": "also-the-environment"}
@@ -111,7 +112,7 @@ def test_the_workspace_file_comes_next_and_the_environment_only_without_either(t
     assert source.where(str(ws)) == "the workspace's .secrets.env"
 
 
-def test_the_environment_never_gives_laneflows_the_models_or_awss_own_variables(tmp_path):
+def test_the_environment_never_gives_laneflows_the_models_or_awss_own_variables(tmp_path: Path) -> None:
     env = {
         "ANTHROPIC_API_KEY": "sk-ant-real-key",
         "AWS_SECRET_ACCESS_KEY": "aws-real-secret",
@@ -127,7 +128,7 @@ def test_the_environment_never_gives_laneflows_the_models_or_awss_own_variables(
     }
 
 
-def test_a_secrets_file_that_went_away_is_bad_input(tmp_path):
+def test_a_secrets_file_that_went_away_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="the --secrets file does not exist"):
         LocalSecrets(str(tmp_path / "gone.env")).read("local", str(tmp_path), ["TOKEN"])
 
@@ -135,7 +136,7 @@ def test_a_secrets_file_that_went_away_is_bad_input(tmp_path):
 # -- @NAME files -----------------------------------------------------------------------------------
 
 
-def test_a_secret_file_is_0600_in_a_private_0700_folder_of_its_own_and_removed_whole(tmp_path):
+def test_a_secret_file_is_0600_in_a_private_0700_folder_of_its_own_and_removed_whole(tmp_path: Path) -> None:
     first = PrivateSecretFiles(str(tmp_path)).write({"CERT": VALUE, "KEY": "k-0123456789"})
     second = PrivateSecretFiles(str(tmp_path)).write({"CERT": VALUE})
     folder = Path(first.paths["CERT"]).parent
@@ -151,7 +152,7 @@ def test_a_secret_file_is_0600_in_a_private_0700_folder_of_its_own_and_removed_w
     assert not folder.exists() and Path(second.paths["CERT"]).exists()
 
 
-def test_a_secret_file_is_0600_whatever_the_umask(tmp_path):
+def test_a_secret_file_is_0600_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
         files = PrivateSecretFiles(str(tmp_path)).write({"CERT": VALUE})
@@ -163,7 +164,7 @@ def test_a_secret_file_is_0600_whatever_the_umask(tmp_path):
 # -- the redactor's run scopes ---------------------------------------------------------------------
 
 
-def test_a_runs_values_are_masked_while_any_of_its_steps_holds_them_and_dropped_with_the_last():
+def test_a_runs_values_are_masked_while_any_of_its_steps_holds_them_and_dropped_with_the_last() -> None:
     redact = Redactor({"ANTHROPIC_API_KEY": "sk-ant-model-key-0123"})
     scope = run_scope("local", "run-1")
     redact.hold(scope)
@@ -179,12 +180,12 @@ def test_a_runs_values_are_masked_while_any_of_its_steps_holds_them_and_dropped_
     assert VALUE not in repr(vars(redact))  # nothing of the value is kept
 
 
-def test_a_value_added_under_a_scope_nobody_holds_is_refused():
+def test_a_value_added_under_a_scope_nobody_holds_is_refused() -> None:
     with pytest.raises(ValueError, match="not held"):
         Redactor().add("TOKEN", VALUE, scope=run_scope("local", "run-2"))
 
 
-def test_two_runs_scopes_are_dropped_each_with_its_own_last_step():
+def test_two_runs_scopes_are_dropped_each_with_its_own_last_step() -> None:
     redact = Redactor()
     one, two = run_scope("local", "run-1"), run_scope("acme", "run-1")
     redact.hold(one)
@@ -201,7 +202,9 @@ def test_two_runs_scopes_are_dropped_each_with_its_own_last_step():
 @pytest.mark.parametrize(
     ("code", "retryable"), [("AccessDeniedException", False), ("DecryptionFailure", False), ("ThrottlingException", True)]
 )
-def test_a_secret_secrets_manager_refuses_fails_the_attempt_naming_it_retried_only_when_it_may_pass(code, retryable):
+def test_a_secret_secrets_manager_refuses_fails_the_attempt_naming_it_retried_only_when_it_may_pass(
+    code: str, retryable: bool
+) -> None:
     import boto3
     from botocore.stub import Stubber
 

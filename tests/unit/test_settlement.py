@@ -3,6 +3,8 @@ recorded first) and `decide` (what the group means), one test per outcome."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from laneflow.domain.flow import Entry, Flow, StepSpec
 from laneflow.domain.records import Run, Step, StepStatus
 from laneflow.domain.settlement import STOPPED, decide, tidy
@@ -16,11 +18,11 @@ def flow(*entries: list[StepSpec]) -> Flow:
     )
 
 
-def run(**fields) -> Run:
-    return Run(id="run-1", workspace="ws", flow="f", status="running", **fields)
+def run(**fields: Any) -> Run:
+    return Run(id="run-1", workspace="ws", flow="f", status="running", **fields)  # type: ignore[arg-type]
 
 
-def step(index: int, status: StepStatus, *, group: int = 0, entry: int = 0, slot: int = 0, **fields) -> Step:
+def step(index: int, status: StepStatus, *, group: int = 0, entry: int = 0, slot: int = 0, **fields: Any) -> Step:
     return Step(index=index, group=group, entry=entry, slot=slot, status=status, agent=fields.pop("agent", "writer"), **fields)
 
 
@@ -32,29 +34,29 @@ LOOP = flow([StepSpec(agent="writer")], [StepSpec(agent="checker", until="OK", l
 # --------------------------------------------------------------------------- decide
 
 
-def test_a_group_whose_steps_all_completed_goes_on_to_the_next():
+def test_a_group_whose_steps_all_completed_goes_on_to_the_next() -> None:
     decision = decide(run(), flow(WRITE), 0, [step(0, StepStatus.completed)])
     assert (decision.action, decision.reason, decision.rescues, decision.loop) == ("next", None, (), None)
 
 
-def test_a_stop_ends_the_run_whatever_the_steps_say():
+def test_a_stop_ends_the_run_whatever_the_steps_say() -> None:
     decision = decide(run(stop_requested=True), flow(WRITE), 0, [step(0, StepStatus.failed, error="broke")])
     assert (decision.action, decision.reason) == ("end", STOPPED)
 
 
-def test_a_required_failure_ends_the_run_naming_the_first_and_counting_the_rest():
+def test_a_required_failure_ends_the_run_naming_the_first_and_counting_the_rest() -> None:
     steps = [step(0, StepStatus.failed, item="tides", error="broke"), step(1, StepStatus.failed, error="also")]
     decision = decide(run(), flow(WRITE), 0, steps)
     assert decision.action == "end"
     assert decision.reason == "step 0 (writer (tides)) failed: broke (and 1 more)"
 
 
-def test_an_optional_failure_does_not_end_the_run():
+def test_an_optional_failure_does_not_end_the_run() -> None:
     decision = decide(run(), flow(WRITE), 0, [step(0, StepStatus.failed, optional=True, error="broke")])
     assert decision.action == "next"
 
 
-def test_a_failure_with_on_fail_gets_a_new_rescue_as_the_next_step_index():
+def test_a_failure_with_on_fail_gets_a_new_rescue_as_the_next_step_index() -> None:
     steps = [step(0, StepStatus.failed, error="broke"), step(1, StepStatus.completed, group=1, entry=1)]
     decision = decide(run(), flow(RESCUED, WRITE), 0, steps)
     assert decision.action == "rescue"
@@ -65,7 +67,7 @@ def test_a_failure_with_on_fail_gets_a_new_rescue_as_the_next_step_index():
     assert decision.unrescued is None  # a step its rescue may still save ends nothing
 
 
-def test_a_leftover_rescue_is_resumed_and_its_extra_copies_superseded():
+def test_a_leftover_rescue_is_resumed_and_its_extra_copies_superseded() -> None:
     steps = [
         step(0, StepStatus.failed, error="broke"),
         step(1, StepStatus.running, agent="fixer", rescue_of=0),
@@ -77,13 +79,13 @@ def test_a_leftover_rescue_is_resumed_and_its_extra_copies_superseded():
     assert (plan.resume.index, plan.supersede, plan.new) == (1, (2,), None)
 
 
-def test_a_rescue_that_already_failed_leaves_the_step_failed_and_ends_the_run():
+def test_a_rescue_that_already_failed_leaves_the_step_failed_and_ends_the_run() -> None:
     steps = [step(0, StepStatus.failed, error="broke"), step(1, StepStatus.failed, agent="fixer", rescue_of=0)]
     decision = decide(run(), flow(RESCUED), 0, steps)
     assert (decision.action, decision.reason, decision.rescues) == ("end", "step 0 (writer) failed: broke", ())
 
 
-def test_a_spent_budget_ends_the_run_instead_of_launching_a_rescue():
+def test_a_spent_budget_ends_the_run_instead_of_launching_a_rescue() -> None:
     steps = [step(0, StepStatus.failed, error="broke", cost_usd=0.75)]
     decision = decide(run(options={"budget": 0.5}), flow(RESCUED), 0, steps)
     assert decision.action == "end"
@@ -91,7 +93,7 @@ def test_a_spent_budget_ends_the_run_instead_of_launching_a_rescue():
     assert len(decision.rescues) == 1  # still written, as before: the run ends with it pending
 
 
-def test_a_reply_without_the_marker_loops_back_to_the_loop_agents_group():
+def test_a_reply_without_the_marker_loops_back_to_the_loop_agents_group() -> None:
     steps = [
         step(0, StepStatus.completed, result="draft"),
         step(1, StepStatus.completed, group=1, entry=1, agent="checker", conclusion="Needs work."),
@@ -105,7 +107,7 @@ def test_a_reply_without_the_marker_loops_back_to_the_loop_agents_group():
     assert loop.feedback.endswith("Needs work.") and "did not end with OK" in loop.feedback
 
 
-def test_a_reply_with_the_marker_goes_on():
+def test_a_reply_with_the_marker_goes_on() -> None:
     steps = [
         step(0, StepStatus.completed),
         step(1, StepStatus.completed, group=1, entry=1, agent="checker", result="Fine. **OK**."),
@@ -113,7 +115,7 @@ def test_a_reply_with_the_marker_goes_on():
     assert decide(run(), LOOP, 1, steps).action == "next"
 
 
-def test_a_loop_out_of_cycles_fails_its_checker_and_ends_the_run():
+def test_a_loop_out_of_cycles_fails_its_checker_and_ends_the_run() -> None:
     checker = step(1, StepStatus.completed, group=1, entry=1, agent="checker", cycle=2, conclusion="Still no.")
     decision = decide(run(), LOOP, 1, [step(0, StepStatus.completed, cycle=2), checker])
     reason = "its reply did not end with OK after 3 cycle(s)"
@@ -124,7 +126,7 @@ def test_a_loop_out_of_cycles_fails_its_checker_and_ends_the_run():
 # --------------------------------------------------------------------------- tidy
 
 
-def test_tidy_applies_finished_rescues_and_ends_steps_nothing_works_on():
+def test_tidy_applies_finished_rescues_and_ends_steps_nothing_works_on() -> None:
     steps = [
         step(0, StepStatus.failed, error="broke"),
         step(1, StepStatus.completed, agent="fixer", rescue_of=0, result="saved"),
@@ -139,11 +141,11 @@ def test_tidy_applies_finished_rescues_and_ends_steps_nothing_works_on():
     assert tidying.abandoned == (4,)
 
 
-def test_tidy_notes_a_failed_rescue_once():
+def test_tidy_notes_a_failed_rescue_once() -> None:
     target = step(0, StepStatus.failed, error="lost; its rescue (step 1, fixer) failed too: no luck")
     assert tidy(run(), [target, step(1, StepStatus.failed, agent="fixer", rescue_of=0)]).rescue_failed == ()
 
 
-def test_tidy_records_nothing_for_a_stopped_run():
+def test_tidy_records_nothing_for_a_stopped_run() -> None:
     tidying = tidy(run(stop_requested=True), [step(0, StepStatus.running)])
     assert tidying.abandoned == () and tidying.rescued == ()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from pathlib import Path
 
 from laneflow.adapters.store.sqlite import SqliteStore
 from laneflow.domain.records import AttemptRef, AttemptStatus, Event, Run, Step, StepChanges, StepStatus, utcnow
@@ -14,7 +15,7 @@ from laneflow.domain.records import AttemptRef, AttemptStatus, Event, Run, Step,
 WHOLE_RUN = ("GROUP BY grp", "FROM runs WHERE tenant = ? ORDER BY", "WHERE status = 'running'", "WHERE status = 'pending'")
 
 
-def test_a_steps_life_on_sqlite_reads_by_key_and_scans_no_table(tmp_path):
+def test_a_steps_life_on_sqlite_reads_by_key_and_scans_no_table(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "plans.db")
     run = Run(
         id=f"run-{uuid.uuid4().hex[:8]}",

@@ -8,6 +8,7 @@ import os
 import signal
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -15,12 +16,12 @@ from laneflow.adapters.engine import step_workers
 
 
 class Quiet:
-    def succeed(self, token, output): ...
+    def succeed(self, token, output) -> None: ...
     def succeed_all(self, tokens, output):
         return []
 
-    def fail(self, token, error, cause): ...
-    def heartbeat(self, token): ...
+    def fail(self, token, error, cause) -> None: ...
+    def heartbeat(self, token) -> None: ...
 
 
 def stand_in(tmp_path, monkeypatch, body: str) -> dict[str, str]:
@@ -30,7 +31,9 @@ def stand_in(tmp_path, monkeypatch, body: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tmp_path)}
 
 
-def test_a_worker_that_writes_garbage_fails_its_call_as_exited_and_is_killed(tmp_path, monkeypatch):
+def test_a_worker_that_writes_garbage_fails_its_call_as_exited_and_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = stand_in(
         tmp_path,
         monkeypatch,
@@ -53,7 +56,9 @@ def test_a_worker_that_writes_garbage_fails_its_call_as_exited_and_is_killed(tmp
         pool.close()
 
 
-def test_a_worker_that_dies_mid_call_fails_it_and_the_next_call_gets_a_new_worker(tmp_path, monkeypatch):
+def test_a_worker_that_dies_mid_call_fails_it_and_the_next_call_gets_a_new_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = stand_in(
         tmp_path,
         monkeypatch,
@@ -79,7 +84,7 @@ def test_a_worker_that_dies_mid_call_fails_it_and_the_next_call_gets_a_new_worke
         pool.close()
 
 
-def test_one_run_s_calls_go_to_one_worker(tmp_path, monkeypatch):
+def test_one_run_s_calls_go_to_one_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = stand_in(
         tmp_path,
         monkeypatch,
@@ -101,12 +106,14 @@ def test_one_run_s_calls_go_to_one_worker(tmp_path, monkeypatch):
         pool.close()
 
 
-def test_a_pool_of_no_worker_is_refused():
+def test_a_pool_of_no_worker_is_refused() -> None:
     with pytest.raises(ValueError):
         step_workers.StepWorkers({}, 0, Quiet())
 
 
-def test_a_worker_that_never_starts_is_not_waited_for_its_call_is_answered_here(tmp_path, monkeypatch):
+def test_a_worker_that_never_starts_is_not_waited_for_its_call_is_answered_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = stand_in(
         tmp_path,
         monkeypatch,

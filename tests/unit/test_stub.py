@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -17,7 +18,7 @@ from laneflow.ports import StepJob
 
 
 class Sink:
-    def __init__(self, stop_after: float | None = None):
+    def __init__(self, stop_after: float | None = None) -> None:
         self.began_at: float | None = None
         self.calls: list[ModelCall] = []
         self.events: list[tuple[str, str, dict | None]] = []
@@ -34,10 +35,10 @@ class Sink:
         self.calls.append(span)
         return span
 
-    def event(self, type, text, data=None):
+    def event(self, type, text, data=None) -> None:
         self.events.append((type, text, data))
 
-    def tool_call(self, name, tool_input, tool_output, *, ms=0, is_error=False):
+    def tool_call(self, name, tool_input, tool_output, *, ms=0, is_error=False) -> None:
         self.tools.append((name, tool_input, tool_output))
 
     def stopped(self) -> bool:
@@ -70,25 +71,25 @@ def job(stub, k=0, item=None, run_input=None) -> StepJob:
     )
 
 
-def test_kth_answer_of_a_step_position_and_the_last_repeats():
+def test_kth_answer_of_a_step_position_and_the_last_repeats() -> None:
     answers = ["one", "two", "three"]
     assert [pick_answer(answers, k, "d") for k in range(5)] == ["one", "two", "three", "three", "three"]
     assert pick_answer("only", 7, "d") == "only"
     assert pick_answer(None, 0, "default") == "default"
 
 
-def test_headers_in_any_order_then_the_reply():
+def test_headers_in_any_order_then_the_reply() -> None:
     a = parse_answer("delay_ms: 800\ncost: 0.25\nttft_ms: 300\nThe reply.\nMore.")
     assert (a.cost, a.ttft_ms, a.delay_ms, a.fail) == (0.25, 300, 800, None)
     assert [t.text for t in a.turns] == ["The reply.\nMore."]
 
 
-def test_a_header_like_line_after_the_reply_starts_is_reply_text():
+def test_a_header_like_line_after_the_reply_starts_is_reply_text() -> None:
     a = parse_answer("Hello\ncost: 3")
     assert a.cost == 0 and a.turns[0].text == "Hello\ncost: 3"
 
 
-def test_call_lines_are_tool_calls_and_triple_equals_separates_turns():
+def test_call_lines_are_tool_calls_and_triple_equals_separates_turns() -> None:
     a = parse_answer("call: search tides => 3 results\nLooking.\n===\ncall: read a.md\n===\nFinal.")
     assert len(a.turns) == 3
     assert [(c.tool, c.input, c.output) for c in a.turns[0].calls] == [("search", "tides", "3 results")]
@@ -97,7 +98,7 @@ def test_call_lines_are_tool_calls_and_triple_equals_separates_turns():
     assert a.turns[2].text == "Final."
 
 
-def test_every_turn_is_a_span_with_tokens_tools_and_stop_reason():
+def test_every_turn_is_a_span_with_tokens_tools_and_stop_reason() -> None:
     sink = Sink()
     out = StubExecutor().execute(job("cost: 0.5\ncall: search x => y\nThinking\n===\nDone."), sink)
     assert [c.stop for c in sink.calls] == ["tool_use", "end_turn"]
@@ -113,7 +114,7 @@ def test_every_turn_is_a_span_with_tokens_tools_and_stop_reason():
     assert out.conclusion == "Done." and out.result == "Thinking\n\nDone." and out.cost_usd == 0.5
 
 
-def test_simulated_time_to_first_token_and_latency_are_waited_and_recorded():
+def test_simulated_time_to_first_token_and_latency_are_waited_and_recorded() -> None:
     # The stub's clock is one the test reads: it moves only when the stub sleeps, so what it
     # waited is exact (no machine's speed in it)
     class Clock:
@@ -138,7 +139,7 @@ def test_simulated_time_to_first_token_and_latency_are_waited_and_recorded():
     assert sink.calls[0].ttft_ms == 120 and sink.calls[0].ms == 250
 
 
-def test_fail_header_fails_the_attempt_with_its_reason_before_any_reply():
+def test_fail_header_fails_the_attempt_with_its_reason_before_any_reply() -> None:
     sink = Sink()
     with pytest.raises(StepFailed) as err:
         StubExecutor().execute(job(["fail: the model was overloaded", "fine"]), sink)
@@ -148,12 +149,12 @@ def test_fail_header_fails_the_attempt_with_its_reason_before_any_reply():
     assert StubExecutor().execute(job(["fail: x", "fine"], k=1), Sink()).conclusion == "fine"
 
 
-def test_item_and_input_are_filled_into_the_answer():
+def test_item_and_input_are_filled_into_the_answer() -> None:
     out = StubExecutor().execute(job("About {item} for {input.who}.", item="tides", run_input={"who": "kids"}), Sink())
     assert out.conclusion == "About tides for kids."
 
 
-def test_a_stop_ends_a_slow_stub_turn():
+def test_a_stop_ends_a_slow_stub_turn() -> None:
     sink = Sink(stop_after=0.1)
     # The stop, not the 5 s turn's end: the turn raised stopped and never answered
     with pytest.raises(StepStopped):
@@ -161,7 +162,7 @@ def test_a_stop_ends_a_slow_stub_turn():
     assert sink.calls == []
 
 
-def test_a_bad_header_value_is_a_clear_failure_not_a_crash():
+def test_a_bad_header_value_is_a_clear_failure_not_a_crash() -> None:
     with pytest.raises(StepFailed) as err:
         StubExecutor().execute(job("cost: lots\nx"), Sink())
     assert "stub answer" in err.value.reason and not err.value.retryable
@@ -175,7 +176,7 @@ def test_a_bad_header_value_is_a_clear_failure_not_a_crash():
         ("{nope", "is not JSON"),
     ],
 )
-def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_calls_own_error(given, said):
+def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_calls_own_error(given: str, said: str) -> None:
     """A `tool:` line's input is JSON a person wrote: read strictly, and what is refused is
     the call's `is_error` result, before any tool runs."""
     from laneflow.adapters.executors.stub import _real_call
@@ -183,7 +184,7 @@ def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_call
     from laneflow.domain.stub_answers import StubCall
 
     class NoTools:
-        def run(self, name, args):
+        def run(self, name, args) -> None:
             raise AssertionError(f"{name} ran with {args}")
 
     with pytest.raises(ToolError) as refused:
@@ -194,7 +195,7 @@ def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_call
 # -- each turn's own cost, and the run's budget before each turn -------------------------------
 
 
-def test_a_turn_may_open_with_its_own_cost_charged_on_that_turn_and_the_answer_cost_on_the_last():
+def test_a_turn_may_open_with_its_own_cost_charged_on_that_turn_and_the_answer_cost_on_the_last() -> None:
     a = parse_answer("cost: 0.01\nLooking.\n===\ncost: 0.03\ncall: search x => y\nStill looking.\n===\ncost: 0.02\nDone.")
     assert [t.cost for t in a.turns] == [0.0, 0.03, 0.02] and a.cost == 0.01 and a.total_cost == 0.06
     assert [t.text for t in a.turns] == ["Looking.", "Still looking.", "Done."]
@@ -203,7 +204,7 @@ def test_a_turn_may_open_with_its_own_cost_charged_on_that_turn_and_the_answer_c
     assert [c.cost_usd for c in sink.calls] == [0.0, 0.03, 0.03] and out.cost_usd == 0.06
 
 
-def test_a_cost_line_inside_a_turn_is_reply_text_and_a_bad_turn_cost_is_reported_with_its_line():
+def test_a_cost_line_inside_a_turn_is_reply_text_and_a_bad_turn_cost_is_reported_with_its_line() -> None:
     a = parse_answer("One.\n===\nTwo.\ncost: 0.5")
     assert [t.cost for t in a.turns] == [0.0, 0.0] and a.turns[1].text == "Two.\ncost: 0.5"
     with pytest.raises(BadHeader) as err:
@@ -213,7 +214,7 @@ def test_a_cost_line_inside_a_turn_is_reply_text_and_a_bad_turn_cost_is_reported
     assert index == 1 and bad.line == 2 and bad.header == "cost"
 
 
-def test_the_sink_is_asked_before_every_turn_and_a_refused_turn_ends_the_attempt_with_no_more_turns():
+def test_the_sink_is_asked_before_every_turn_and_a_refused_turn_ends_the_attempt_with_no_more_turns() -> None:
     answer = "Turn one.\n===\ncost: 0.03\nTurn two.\n===\ncost: 0.03\nTurn three.\n===\ncost: 0.03\nFinal."
     sink = Sink()
     StubExecutor().execute(job(answer), sink)
@@ -230,7 +231,7 @@ def test_the_sink_is_asked_before_every_turn_and_a_refused_turn_ends_the_attempt
         StubExecutor().execute(job("fail: overloaded"), failing)
 
 
-def test_an_agent_budget_stops_the_attempt_at_the_turn_that_passes_it():
+def test_an_agent_budget_stops_the_attempt_at_the_turn_that_passes_it() -> None:
     limited = dataclasses.replace(job("One.\n===\ncost: 0.2\nTwo.\n===\ncost: 0.2\nThree.\n===\nFour."), budget=0.3)
     sink = Sink()
     with pytest.raises(StepFailed) as err:
@@ -243,7 +244,7 @@ _COSTS = st.lists(st.one_of(st.none(), st.decimals(min_value=0, max_value=100, p
 
 
 @given(_COSTS, st.one_of(st.none(), st.decimals(min_value=0, max_value=100, places=4)))
-def test_an_answer_costs_its_own_cost_and_every_turns_and_each_turn_keeps_its_text(costs, header):
+def test_an_answer_costs_its_own_cost_and_every_turns_and_each_turn_keeps_its_text(costs: Any, header: Any) -> None:
     turns = [(f"cost: {c}\n" if c is not None and n else "") + f"Turn {n}." for n, c in enumerate(costs)]
     text = (f"cost: {header}\n" if header is not None else "") + "\n===\n".join(turns)
     a = parse_answer(text)

@@ -51,7 +51,7 @@ def stores_named(ids: list[str]) -> set[str]:
 
 
 @pytest.mark.slow
-def test_store_backend_decides_which_stores_every_both_stores_test_runs_on():
+def test_store_backend_decides_which_stores_every_both_stores_test_runs_on() -> None:
     assert stores_named(collected("all")) == {"sqlite", "dynamodb"}  # the suite does run tests on both
     # A test that chose its stores itself would still be collected on DynamoDB here.
     ids = collected("sqlite")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from laneflow.domain.errors import InvalidInput
@@ -10,7 +12,7 @@ from laneflow.settings import Settings
 
 
 @pytest.mark.parametrize("tenant", ["local", "123456789012", "acme-corp.eu", "ana@example.com", "T_1", "x" * 64])
-def test_an_account_id_a_slug_or_an_email_is_a_tenant(tenant):
+def test_an_account_id_a_slug_or_an_email_is_a_tenant(tenant: Any) -> None:
     assert check_tenant(tenant) == tenant
 
 
@@ -27,7 +29,7 @@ def test_an_account_id_a_slug_or_an_email_is_a_tenant(tenant):
         ("t" * 65, "is 65 characters long"),
     ],
 )
-def test_a_tenant_no_key_can_hold_is_refused_naming_it_and_why(tenant, said):
+def test_a_tenant_no_key_can_hold_is_refused_naming_it_and_why(tenant: Any, said: str) -> None:
     with pytest.raises(TenantInvalid) as refused:
         check_tenant(tenant, source="the caller's tenant")
     message = str(refused.value)
@@ -38,13 +40,13 @@ def test_a_tenant_no_key_can_hold_is_refused_naming_it_and_why(tenant, said):
     assert "\n" not in message and "\x00" not in message
 
 
-def test_a_very_long_tenant_is_shown_cut_short():
+def test_a_very_long_tenant_is_shown_cut_short() -> None:
     with pytest.raises(TenantInvalid) as refused:
         check_tenant("t" * 10_000)
     assert len(str(refused.value)) < 300
 
 
-def test_a_bad_LANEFLOW_TENANT_is_refused_naming_the_variable():
+def test_a_bad_LANEFLOW_TENANT_is_refused_naming_the_variable() -> None:
     with pytest.raises(TenantInvalid, match=r"^LANEFLOW_TENANT 'a#b' cannot contain '#'"):
         Settings.from_env({"LANEFLOW_TENANT": "a#b"})
     with pytest.raises(TenantInvalid):
@@ -53,7 +55,7 @@ def test_a_bad_LANEFLOW_TENANT_is_refused_naming_the_variable():
     assert Settings.from_env({}).tenant == "local"
 
 
-def test_a_bad_setting_in_the_environment_is_refused_naming_its_variables_never_their_values():
+def test_a_bad_setting_in_the_environment_is_refused_naming_its_variables_never_their_values() -> None:
     from laneflow.domain.errors import InvalidInput
 
     with pytest.raises(InvalidInput) as refused:

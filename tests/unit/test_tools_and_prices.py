@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def ws(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_tools_are_defined_in_a_stable_sorted_order(ws):
+def test_tools_are_defined_in_a_stable_sorted_order(ws: Path) -> None:
     names = [d["name"] for d in FileTools(ws, "agents/writer").definitions()]
     assert names == ["list_files", "read_file", "write_file"]
     assert [d["name"] for d in FileTools(ws, "agents/writer").definitions(("write_file", "read_file"))] == [
@@ -36,7 +37,7 @@ def test_tools_are_defined_in_a_stable_sorted_order(ws):
     ]
 
 
-def test_read_list_and_write_inside_own_and_shared_folders(ws):
+def test_read_list_and_write_inside_own_and_shared_folders(ws: Path) -> None:
     tools = FileTools(ws, "agents/writer")
     assert tools.run("read_file", {"path": "knowledge/facts.md"}) == "Water is wet."
     assert tools.run("read_file", {"path": "agents/writer/knowledge/style.md"}) == "Be brief."
@@ -59,25 +60,25 @@ def test_read_list_and_write_inside_own_and_shared_folders(ws):
         ("delete_file", {"path": "storage/x"}, "no tool"),
     ],
 )
-def test_what_a_tool_may_not_do_is_an_error_the_model_is_told(ws, name, args, message):
+def test_what_a_tool_may_not_do_is_an_error_the_model_is_told(ws: Path, name: str, args: Any, message: str) -> None:
     with pytest.raises(ToolError, match=message):
         FileTools(ws, "agents/writer").run(name, args)
 
 
-def test_a_symlink_out_of_the_workspace_is_refused(ws):
+def test_a_symlink_out_of_the_workspace_is_refused(ws: Path) -> None:
     (ws / "storage" / "escape").symlink_to(ws.parent)
     with pytest.raises(ToolError):
         FileTools(ws, "agents/writer").run("read_file", {"path": "storage/escape/outside.txt"})
 
 
-def test_cost_counts_cache_writes_and_reads_at_their_own_prices():
+def test_cost_counts_cache_writes_and_reads_at_their_own_prices() -> None:
     price = catalog().price("claude-sonnet-4-5")
     tokens = Tokens(input=1_000_000, output=1_000_000, cache_write=1_000_000, cache_read=1_000_000)
     assert price.cost(tokens) == pytest.approx(3.0 + 15.0 + 3.75 + 0.30)
     assert price.cost(Tokens(cache_write=1_000_000), cache_ttl="1h") == pytest.approx(6.0)
 
 
-def test_dated_model_ids_find_their_family_price_and_unknown_ones_none():
+def test_dated_model_ids_find_their_family_price_and_unknown_ones_none() -> None:
     assert catalog().price("claude-sonnet-4-5-20250929") == catalog().price("claude-sonnet-4-5")
     assert catalog().price("claude-opus-4-1-20250805").input == 15.0
     assert catalog().price("claude-opus-4").input == 15.0

@@ -4,6 +4,8 @@ they always did."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,22 +22,22 @@ WRITTEN_BEFORE = ("info", "attempt", "tool", "gate", "judge", "warning", "error"
 
 
 @pytest.mark.parametrize("text", WRITTEN_BEFORE)
-def test_a_stored_event_type_reads_back_as_its_member_and_writes_as_the_same_text(text):
+def test_a_stored_event_type_reads_back_as_its_member_and_writes_as_the_same_text(text: Any) -> None:
     event = Event.model_validate({"t": "2026-01-01T00:00:00.000Z", "type": text, "text": "x"})
     assert event.type is EventType(text)
     assert event.model_dump(mode="json")["type"] == text
 
 
-def test_an_event_without_a_type_is_info():
+def test_an_event_without_a_type_is_info() -> None:
     assert Event(text="approved by a person").type is EventType.info
 
 
-def test_an_event_type_nobody_wrote_is_refused():
+def test_an_event_type_nobody_wrote_is_refused() -> None:
     with pytest.raises(ValueError):
-        Event(type="handoff!", text="x")
+        Event(type="handoff!", text="x")  # type: ignore[arg-type]
 
 
-def test_old_event_rows_in_sqlite_still_read_and_new_ones_keep_the_text(tmp_path):
+def test_old_event_rows_in_sqlite_still_read_and_new_ones_keep_the_text(tmp_path: Path) -> None:
     # Given a run whose events table holds rows as an earlier version wrote them (plain text)
     path = tmp_path / "laneflow.db"
     store = open_store(f"sqlite:///{path}")
@@ -64,17 +66,17 @@ def test_old_event_rows_in_sqlite_still_read_and_new_ones_keep_the_text(tmp_path
 # --------------------------------------------------------------------------- lane keys
 
 
-def test_a_lane_key_is_written_agent_at_model_and_parsed_back():
+def test_a_lane_key_is_written_agent_at_model_and_parsed_back() -> None:
     key = LaneKey("writer", "claude-haiku-4-5")
     assert str(key) == "writer@claude-haiku-4-5"
     assert LaneKey.parse(str(key)) == key
 
 
-def test_a_model_name_with_an_at_sign_stays_whole():
+def test_a_model_name_with_an_at_sign_stays_whole() -> None:
     key = LaneKey.parse("writer@claude-sonnet-4@20250514")
     assert (key.agent, key.model) == ("writer", "claude-sonnet-4@20250514")
 
 
-def test_the_gate_key_is_the_same_for_the_key_and_its_text():
+def test_the_gate_key_is_the_same_for_the_key_and_its_text() -> None:
     key = LaneKey("writer", "stub")
     assert gate_key(1, 2, key) == gate_key(1, 2, "writer@stub") == "g1c2:writer@stub"

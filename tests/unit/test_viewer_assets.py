@@ -20,7 +20,7 @@ def _hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def test_every_module_style_and_vendored_library_is_served_with_its_type():
+def test_every_module_style_and_vendored_library_is_served_with_its_type() -> None:
     assert {"app.js", "model.js", "viewer.css", "preact.mjs", "preact-hooks.mjs", "htm.mjs"} <= set(viewer_assets.ASSETS)
     assert viewer_assets.asset("app.js").content_type.startswith("text/javascript")
     assert viewer_assets.asset("viewer.css").content_type.startswith("text/css")
@@ -28,7 +28,7 @@ def test_every_module_style_and_vendored_library_is_served_with_its_type():
     assert "index.html" not in viewer_assets.ASSETS and "VENDORED.md" not in viewer_assets.ASSETS
 
 
-def test_vendored_md_names_each_vendored_file_with_its_version_and_sha256():
+def test_vendored_md_names_each_vendored_file_with_its_version_and_sha256() -> None:
     listed = (VIEWER / "vendor" / "VENDORED.md").read_text(encoding="utf-8")
     for name in viewer_assets.IMPORTS.values():
         digest = hashlib.sha256((VIEWER / "vendor" / name).read_bytes()).hexdigest()
@@ -36,7 +36,7 @@ def test_vendored_md_names_each_vendored_file_with_its_version_and_sha256():
     assert (VIEWER / "vendor" / "LICENSE-preact.txt").is_file() and (VIEWER / "vendor" / "LICENSE-htm.txt").is_file()
 
 
-def test_no_asset_loads_anything_from_elsewhere_or_writes_html():
+def test_no_asset_loads_anything_from_elsewhere_or_writes_html() -> None:
     for name, found in viewer_assets.ASSETS.items():
         if name.endswith((".js", ".css")):  # our own modules and style
             assert "http://" not in found.text and "https://" not in found.text and "@import" not in found.text, name
@@ -46,7 +46,7 @@ def test_no_asset_loads_anything_from_elsewhere_or_writes_html():
             assert not re.search(r"""(from|import)\s*["'](?!\./|preact|htm)""", found.text), name
 
 
-def test_the_page_names_its_assets_under_the_stage_and_its_policy_allows_exactly_its_import_map():
+def test_the_page_names_its_assets_under_the_stage_and_its_policy_allows_exactly_its_import_map() -> None:
     page, policy = viewer_assets.page("/v1")
     assert 'src="/v1/assets/app.js"' in page and 'href="/v1/assets/viewer.css"' in page and 'data-base="/v1"' in page
     [importmap] = re.findall(r'<script type="importmap">(.*?)</script>', page, re.S)
@@ -57,7 +57,7 @@ def test_the_page_names_its_assets_under_the_stage_and_its_policy_allows_exactly
     assert 'src="/assets/app.js"' in local
 
 
-def test_the_base_is_the_stage_only_when_the_request_path_carries_it():
+def test_the_base_is_the_stage_only_when_the_request_path_carries_it() -> None:
     assert viewer_assets.base_of({"requestContext": {"stage": "v1", "path": "/v1/"}}) == "/v1"
     assert viewer_assets.base_of({"requestContext": {"stage": "v1", "path": "/v1"}}) == "/v1"
     assert viewer_assets.base_of({"requestContext": {"stage": "local", "path": "/"}}) == ""  # laneflow serve

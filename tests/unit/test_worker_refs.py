@@ -16,11 +16,11 @@ class Context:
         return 60_000
 
 
-def test_each_kind_is_asked_about_in_its_own_way():
+def test_each_kind_is_asked_about_in_its_own_way() -> None:
     asked: list[tuple[str, str]] = []
     liveness = Liveness(
-        execution_alive=lambda arn: asked.append(("sfn", arn)) or False,
-        task_alive=lambda arn: asked.append(("ecs", arn)) or True,
+        execution_alive=lambda arn: asked.append(("sfn", arn)) or False,  # type: ignore[func-returns-value]
+        task_alive=lambda arn: asked.append(("ecs", arn)) or True,  # type: ignore[func-returns-value]
         now=lambda: 1000.0,
     )
     assert liveness.alive(local_worker()) is True  # this very process
@@ -37,7 +37,7 @@ def test_each_kind_is_asked_about_in_its_own_way():
     assert Liveness().alive(None) is None
 
 
-def test_a_worker_known_to_be_leaving_counts_as_gone_and_a_lambda_is_the_same_request_whatever_its_deadline():
+def test_a_worker_known_to_be_leaving_counts_as_gone_and_a_lambda_is_the_same_request_whatever_its_deadline() -> None:
     me = local_worker()
     assert Liveness(gone=me).alive(me) is False
     first, again = current_worker(Context()), current_worker(Context())
@@ -45,7 +45,7 @@ def test_a_worker_known_to_be_leaving_counts_as_gone_and_a_lambda_is_the_same_re
     assert current_worker() == me
 
 
-def test_a_reference_reads_back_from_the_text_it_is_kept_as():
+def test_a_reference_reads_back_from_the_text_it_is_kept_as() -> None:
     for worker in (
         local_worker(),
         LambdaRequest(request_id="r", deadline=1.5),
@@ -56,7 +56,7 @@ def test_a_reference_reads_back_from_the_text_it_is_kept_as():
     assert loads(None) is None and loads("") is None and loads("pid:1") is None
 
 
-def test_a_dead_process_whose_exit_nobody_has_collected_is_gone():
+def test_a_dead_process_whose_exit_nobody_has_collected_is_gone() -> None:
     """A zombie keeps its pid and its start time until its parent reaps it (or, once that
     parent has died too, whoever inherits it): a worker killed with its parent can linger so
     for a while, and works on nothing."""

@@ -36,7 +36,7 @@ def agent_ws(tmp_path: Path, agent_md: str, **more: str) -> Path:
 # --------------------------------------------------------------------------- workspace
 
 
-def test_ok_fixture_reads_settings_instructions_documents_and_names():
+def test_ok_fixture_reads_settings_instructions_documents_and_names() -> None:
     ws = load_workspace(WS_OK)
 
     assert ws.name == "ws_ok"
@@ -55,20 +55,20 @@ def test_ok_fixture_reads_settings_instructions_documents_and_names():
     assert ws.warnings == []
 
 
-def test_missing_workspace_raises_naming_the_path_given(tmp_path):
+def test_missing_workspace_raises_naming_the_path_given(tmp_path: Path) -> None:
     given = tmp_path / "nowhere"
     with pytest.raises(WorkspaceInvalid) as e:
         load_workspace(given)
     assert str(given) in str(e.value)
 
 
-def test_folder_without_agents_md_agents_or_flows_is_not_a_workspace(tmp_path):
+def test_folder_without_agents_md_agents_or_flows_is_not_a_workspace(tmp_path: Path) -> None:
     write(tmp_path / "plain", {"notes.txt": "hello"})
     with pytest.raises(WorkspaceInvalid, match="not a laneflow workspace"):
         load_workspace(tmp_path / "plain")
 
 
-def test_account_settings_fill_gaps_field_by_field_and_judge_inside(tmp_path):
+def test_account_settings_fill_gaps_field_by_field_and_judge_inside(tmp_path: Path) -> None:
     # Given an account AGENTS.md in the workspace's parent folder
     write(
         tmp_path,
@@ -91,7 +91,7 @@ def test_account_settings_fill_gaps_field_by_field_and_judge_inside(tmp_path):
     assert [d.text for d in ws.instructions] == ["Account rules.", "Workspace rules."]
 
 
-def test_explicit_account_folder_is_used_over_the_parent(tmp_path):
+def test_explicit_account_folder_is_used_over_the_parent(tmp_path: Path) -> None:
     write(
         tmp_path,
         {
@@ -105,13 +105,13 @@ def test_explicit_account_folder_is_used_over_the_parent(tmp_path):
     assert ws.instructions == []  # empty bodies are left out
 
 
-def test_explicit_account_without_agents_md_is_refused(tmp_path):
+def test_explicit_account_without_agents_md_is_refused(tmp_path: Path) -> None:
     write(tmp_path, {"ws/AGENTS.md": "", "acct/readme.txt": ""})
     with pytest.raises(WorkspaceInvalid, match="no account AGENTS.md"):
         load_workspace(tmp_path / "ws", account=tmp_path / "acct")
 
 
-def test_workspace_setting_of_the_wrong_type_names_file_line_and_field(tmp_path):
+def test_workspace_setting_of_the_wrong_type_names_file_line_and_field(tmp_path: Path) -> None:
     write(tmp_path / "ws", {"AGENTS.md": "---\nmodel: m\ncapture: everything\n---\n"})
     with pytest.raises(WorkspaceInvalid) as e:
         load_workspace(tmp_path / "ws")
@@ -123,7 +123,7 @@ def test_workspace_setting_of_the_wrong_type_names_file_line_and_field(tmp_path)
 # --------------------------------------------------------------------------- frontmatter
 
 
-def test_strict_frontmatter_gives_typed_settings_and_no_warnings(tmp_path):
+def test_strict_frontmatter_gives_typed_settings_and_no_warnings(tmp_path: Path) -> None:
     ws_root = agent_ws(
         tmp_path,
         "---\nmodel: m1\ntools: [read_file, write_file]\nbudget: 0.5\ntimeout: 30\nmax_turns: 4\n"
@@ -138,7 +138,7 @@ def test_strict_frontmatter_gives_typed_settings_and_no_warnings(tmp_path):
     assert agent.warnings == []
 
 
-def test_value_with_colon_is_read_leniently_with_a_warning_and_the_same_result_each_time(tmp_path):
+def test_value_with_colon_is_read_leniently_with_a_warning_and_the_same_result_each_time(tmp_path: Path) -> None:
     ws_root = agent_ws(
         tmp_path,
         "---\nmodel: m1\ndescription: Use when: the user asks # why\n---\nPersona.\n",
@@ -154,7 +154,7 @@ def test_value_with_colon_is_read_leniently_with_a_warning_and_the_same_result_e
     assert second == first  # every read parses afresh: same bytes, same result
 
 
-def test_lenient_read_leaves_block_scalars_and_quoted_values_alone(tmp_path):
+def test_lenient_read_leaves_block_scalars_and_quoted_values_alone(tmp_path: Path) -> None:
     path = (
         write(
             tmp_path,
@@ -168,7 +168,7 @@ def test_lenient_read_leaves_block_scalars_and_quoted_values_alone(tmp_path):
     assert [w.line for w in warnings] == [5]
 
 
-def test_malformed_agent_md_raises_naming_the_file_and_its_line():
+def test_malformed_agent_md_raises_naming_the_file_and_its_line() -> None:
     ws = load_workspace(WS_BROKEN)
     with pytest.raises(WorkspaceInvalid) as e:
         load_agent(ws, "broken")
@@ -180,7 +180,7 @@ def test_malformed_agent_md_raises_naming_the_file_and_its_line():
     assert "started on line 3" in problem.message
 
 
-def test_error_line_counts_leading_blank_lines_and_the_opening_dashes(tmp_path):
+def test_error_line_counts_leading_blank_lines_and_the_opening_dashes(tmp_path: Path) -> None:
     # Lines: 1-2 blank, 3 `---`, 4 blank, 5 `model: m`, 6 the mis-indented key.
     ws_root = agent_ws(tmp_path, "\n\n---\n\nmodel: m\n  indented: wrong\n---\nbody\n")
     with pytest.raises(WorkspaceInvalid) as e:
@@ -190,20 +190,20 @@ def test_error_line_counts_leading_blank_lines_and_the_opening_dashes(tmp_path):
     assert not Path(problem.file).is_absolute()
 
 
-def test_frontmatter_that_is_not_a_mapping_is_an_error(tmp_path):
+def test_frontmatter_that_is_not_a_mapping_is_an_error(tmp_path: Path) -> None:
     ws_root = agent_ws(tmp_path, "---\n- just\n- a list\n---\nbody\n")
     with pytest.raises(WorkspaceInvalid) as e:
         load_agent(load_workspace(ws_root), "a")
     assert "must be a mapping" in e.value.problems[0].message
 
 
-def test_unclosed_frontmatter_is_an_error_not_an_empty_agent(tmp_path):
+def test_unclosed_frontmatter_is_an_error_not_an_empty_agent(tmp_path: Path) -> None:
     ws_root = agent_ws(tmp_path, "---\nmodel: m\nYou are A.\n")
     with pytest.raises(WorkspaceInvalid, match="never closed"):
         load_agent(load_workspace(ws_root), "a")
 
 
-def test_agent_setting_of_the_wrong_type_names_file_line_and_field(tmp_path):
+def test_agent_setting_of_the_wrong_type_names_file_line_and_field(tmp_path: Path) -> None:
     ws_root = agent_ws(tmp_path, "---\nmodel: m\ntools: read\nbudget: lots\n---\nbody\n")
     with pytest.raises(WorkspaceInvalid) as e:
         load_agent(load_workspace(ws_root), "a")
@@ -212,7 +212,7 @@ def test_agent_setting_of_the_wrong_type_names_file_line_and_field(tmp_path):
     assert "a list of strings" in str(e.value)
 
 
-def test_unknown_agent_setting_is_a_warning_with_the_closest_field(tmp_path):
+def test_unknown_agent_setting_is_a_warning_with_the_closest_field(tmp_path: Path) -> None:
     ws_root = agent_ws(tmp_path, "---\nmodle: m\n---\nbody\n")
     agent = load_agent(load_workspace(ws_root), "a")
     [warning] = agent.warnings
@@ -220,7 +220,7 @@ def test_unknown_agent_setting_is_a_warning_with_the_closest_field(tmp_path):
     assert "did you mean 'model'?" in warning.message
 
 
-def test_agent_md_that_is_not_utf8_is_a_problem(tmp_path):
+def test_agent_md_that_is_not_utf8_is_a_problem(tmp_path: Path) -> None:
     ws_root = agent_ws(tmp_path, "x")
     (ws_root / "agents/a/agent.md").write_bytes(b"---\nmodel: m\n---\n\xff\xfe bad\n")
     with pytest.raises(WorkspaceInvalid) as e:
@@ -232,7 +232,7 @@ def test_agent_md_that_is_not_utf8_is_a_problem(tmp_path):
 # --------------------------------------------------------------------------- agents
 
 
-def test_agent_reads_skills_in_both_layouts_memory_knowledge_and_scripts():
+def test_agent_reads_skills_in_both_layouts_memory_knowledge_and_scripts() -> None:
     agent = load_agent(load_workspace(WS_OK), "researcher")
 
     assert agent.path == "agents/researcher"
@@ -246,19 +246,19 @@ def test_agent_reads_skills_in_both_layouts_memory_knowledge_and_scripts():
     assert agent.scripts == ["agents/researcher/scripts/fetch.sh"]
 
 
-def test_malformed_skill_fails_its_agent_naming_the_skill_file(tmp_path):
+def test_malformed_skill_fails_its_agent_naming_the_skill_file(tmp_path: Path) -> None:
     ws_root = agent_ws(tmp_path, "persona", **{"agents/a/skills/s/SKILL.md": "---\nname: [s\n---\n"})
     with pytest.raises(WorkspaceInvalid) as e:
         load_agent(load_workspace(ws_root), "a")
     assert e.value.problems[0].file == "agents/a/skills/s/SKILL.md"
 
 
-def test_unknown_agent_is_refused():
+def test_unknown_agent_is_refused() -> None:
     with pytest.raises(WorkspaceInvalid, match=r"no agent 'x' \(agents/x/agent.md not found\)"):
         load_agent(load_workspace(WS_OK), "x")
 
 
-def test_agent_is_read_afresh_after_an_edit(tmp_path):
+def test_agent_is_read_afresh_after_an_edit(tmp_path: Path) -> None:
     ws_root = agent_ws(tmp_path, "---\nmodel: one\n---\n")
     ws = load_workspace(ws_root)
     assert load_agent(ws, "a").settings.model == "one"
@@ -266,7 +266,7 @@ def test_agent_is_read_afresh_after_an_edit(tmp_path):
     assert load_agent(ws, "a").settings.model == "two"
 
 
-def test_an_edit_of_the_same_size_and_mtime_is_seen_at_once(tmp_path):
+def test_an_edit_of_the_same_size_and_mtime_is_seen_at_once(tmp_path: Path) -> None:
     """The parse of a file is reused only for the very same bytes: an edit that keeps the
     file's size and its modification time (a coarse clock, a copy that keeps times) is seen."""
     ws_root = agent_ws(tmp_path, "---\nmodel: one\n---\nPersona A.\n")
@@ -281,7 +281,7 @@ def test_an_edit_of_the_same_size_and_mtime_is_seen_at_once(tmp_path):
     assert (agent.settings.model, agent.persona.strip()) == ("two", "Persona B.")
 
 
-def test_what_a_caller_changes_in_a_read_never_reaches_the_next_read(tmp_path):
+def test_what_a_caller_changes_in_a_read_never_reaches_the_next_read(tmp_path: Path) -> None:
     md = write(tmp_path, {"x.md": "---\ntools: [read]\nnested: {k: [1, 2]}\n---\nbody\n"}) / "x.md"
     first = frontmatter.read_front(md, "x.md")
     first.data["tools"].append("write")
@@ -292,14 +292,14 @@ def test_what_a_caller_changes_in_a_read_never_reaches_the_next_read(tmp_path):
     assert again.lines["tools"] == 2 and again.body.strip() == "body"
 
 
-def test_a_file_that_does_not_parse_is_refused_on_every_read(tmp_path):
+def test_a_file_that_does_not_parse_is_refused_on_every_read(tmp_path: Path) -> None:
     md = write(tmp_path, {"x.md": "---\na: [1\n---\n"}) / "x.md"
     for _ in range(2):
         with pytest.raises(WorkspaceInvalid):
             frontmatter.read_front(md, "x.md")
 
 
-def test_the_parses_kept_are_bounded(tmp_path):
+def test_the_parses_kept_are_bounded(tmp_path: Path) -> None:
     for i in range(frontmatter.PARSED_KEPT + 20):
         md = write(tmp_path, {f"f{i}.md": f"---\nn: {i}\n---\n"}) / f"f{i}.md"
         assert frontmatter.read_front(md, f"f{i}.md").data == {"n": i}
@@ -309,7 +309,7 @@ def test_the_parses_kept_are_bounded(tmp_path):
 # --------------------------------------------------------------------------- revision
 
 
-def test_revision_is_stable_and_changes_when_a_workspace_file_changes(tmp_path):
+def test_revision_is_stable_and_changes_when_a_workspace_file_changes(tmp_path: Path) -> None:
     ws_root = tmp_path / "ws"
     shutil.copytree(WS_OK, ws_root)
     first = workspace_revision(ws_root)

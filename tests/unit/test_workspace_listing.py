@@ -7,6 +7,7 @@ import os
 import string
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,9 @@ def files_by_pathlib(folder: Path, pattern: str) -> list[Path]:
 
 
 @given(root=st.lists(NAME, min_size=1, max_size=4), tail=st.lists(NAME, min_size=1, max_size=4), absolute=st.booleans())
-def test_a_path_under_the_root_and_one_outside_it_are_named_as_relpath_names_them(root, tail, absolute):
+def test_a_path_under_the_root_and_one_outside_it_are_named_as_relpath_names_them(
+    root: list[str], tail: list[str], absolute: bool
+) -> None:
     base = Path("/" if absolute else ".", *root)
     assert _rel(base.joinpath(*tail), base) == rel_by_pathlib(base.joinpath(*tail), base)
     outside = Path("/" if absolute else ".", *tail, "AGENTS.md")  # an account's AGENTS.md, beside the workspace
@@ -46,7 +49,9 @@ def test_a_path_under_the_root_and_one_outside_it_are_named_as_relpath_names_the
     ),
     pattern=st.sampled_from(["*", "*.md", "*.yaml", "*.yml", "a*", "*.MD"]),
 )
-def test_a_folder_s_visible_files_are_the_ones_glob_and_is_file_gave(tmp_path_factory, entries, pattern):
+def test_a_folder_s_visible_files_are_the_ones_glob_and_is_file_gave(
+    tmp_path_factory: pytest.TempPathFactory, entries: list[tuple[str, str]], pattern: str
+) -> None:
     folder = tmp_path_factory.mktemp("listing")
     target_file = folder.parent / f"{folder.name}-target.txt"
     target_file.write_text("x")
@@ -65,7 +70,7 @@ def test_a_folder_s_visible_files_are_the_ones_glob_and_is_file_gave(tmp_path_fa
     assert _files(folder, pattern) == files_by_pathlib(folder, pattern)
 
 
-def test_a_missing_folder_or_a_file_in_its_place_has_no_files(tmp_path):
+def test_a_missing_folder_or_a_file_in_its_place_has_no_files(tmp_path: Path) -> None:
     assert _files(tmp_path / "missing") == [] == files_by_pathlib(tmp_path / "missing", "*")
     (tmp_path / "plain").write_text("x")
     assert _files(tmp_path / "plain") == [] == files_by_pathlib(tmp_path / "plain", "*")

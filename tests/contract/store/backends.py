@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import boto3
@@ -91,7 +92,7 @@ def dynamodb_store(tmp_path: Path, *, reachable_from_children: bool = True) -> I
 BACKENDS: dict[str, Callable[[Path], AbstractContextManager[Store]]] = {"sqlite": sqlite_store, "dynamodb": dynamodb_store}
 
 
-def new_run(store: Store, *, steps: int = 3, tenant: str = TENANT, **fields) -> Run:
+def new_run(store: Store, *, steps: int = 3, tenant: str = TENANT, **fields: Any) -> Run:
     run = Run(
         id=fields.pop("id", f"run-{uuid.uuid4().hex[:10]}"),
         tenant=tenant,
@@ -104,7 +105,7 @@ def new_run(store: Store, *, steps: int = 3, tenant: str = TENANT, **fields) -> 
     return run
 
 
-def claim(store: Store, run: Run, index: int = 0, **kwargs) -> tuple[Attempt, AttemptRef]:
+def claim(store: Store, run: Run, index: int = 0, **kwargs: Any) -> tuple[Attempt, AttemptRef]:
     attempt = store.claim_attempt(
         run.tenant, run.id, index, token=uuid.uuid4().hex, started_at=kwargs.pop("started_at", utcnow()), **kwargs
     )
@@ -145,7 +146,7 @@ def big_text(size: int = BIG, seed: str = "") -> str:
     return (unit * (size // len(unit) + 1))[:size]
 
 
-def raw_items() -> list[dict]:
+def raw_items() -> list[dict[str, Any]]:
     return aws_session().client("dynamodb", region_name=REGION).scan(TableName=TABLE)["Items"]
 
 

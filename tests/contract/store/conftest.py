@@ -10,12 +10,16 @@ back equal: `snapshot`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from helpers import store_kinds
 
 from contract.store.backends import BACKENDS, dynamodb_store
+from laneflow.adapters.store.dynamodb import DynamoStore
+from laneflow.ports import Store
 
 
 def chosen_backends(config: pytest.Config) -> list[str]:
@@ -29,15 +33,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def store(request: pytest.FixtureRequest, tmp_path: Path):
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     with request.param(tmp_path) as s:
         yield s
 
 
 @pytest.fixture
-def dynamo(request: pytest.FixtureRequest, tmp_path: Path):
+def dynamo(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DynamoStore]:
     """The DynamoDB store alone, for what only it has (S3 blobs, its indexes, capacity)."""
     if "dynamodb" not in chosen_backends(request.config):
         pytest.skip("--store-backend leaves DynamoDB out")
     with dynamodb_store(tmp_path, reachable_from_children=False) as s:
-        yield s
+        yield cast(DynamoStore, s)

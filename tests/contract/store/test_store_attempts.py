@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from contract.store.backends import LAMBDA, WORKERS, claim, new_run, snapshot
@@ -20,7 +22,7 @@ from laneflow.domain.records import (
 )
 
 
-def test_claim_creates_attempt_1_running_and_sets_the_step_running(store: Store):
+def test_claim_creates_attempt_1_running_and_sets_the_step_running(store: Store) -> None:
     run = new_run(store)
     attempt, _ = claim(store, run, 0, started_at="2026-03-03T00:00:00.000Z", op_id="exec:Map:0:0")
 
@@ -31,7 +33,7 @@ def test_claim_creates_attempt_1_running_and_sets_the_step_running(store: Store)
     assert (step.status, step.attempts, step.started_at) == (StepStatus.running, 1, "2026-03-03T00:00:00.000Z")
 
 
-def test_a_second_claim_while_an_attempt_runs_is_a_conflict_and_changes_nothing(store: Store):
+def test_a_second_claim_while_an_attempt_runs_is_a_conflict_and_changes_nothing(store: Store) -> None:
     run = new_run(store)
     claim(store, run, 0)
     before = snapshot(store, run)
@@ -40,7 +42,7 @@ def test_a_second_claim_while_an_attempt_runs_is_a_conflict_and_changes_nothing(
     assert snapshot(store, run) == before
 
 
-def test_claim_is_refused_when_the_step_status_is_not_expected(store: Store):
+def test_claim_is_refused_when_the_step_status_is_not_expected(store: Store) -> None:
     run = new_run(store, id="run-done")
     store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
     before = snapshot(store, run)
@@ -49,7 +51,7 @@ def test_claim_is_refused_when_the_step_status_is_not_expected(store: Store):
     assert snapshot(store, run) == before
 
 
-def test_a_missing_step_or_attempt_is_not_found(store: Store):
+def test_a_missing_step_or_attempt_is_not_found(store: Store) -> None:
     run = new_run(store)
     with pytest.raises(NotFound):
         claim(store, run, 42)
@@ -59,7 +61,7 @@ def test_a_missing_step_or_attempt_is_not_found(store: Store):
         store.add_event(run.tenant, run.id, 42, Event(text="x"))
 
 
-def test_end_attempt_with_the_exact_ref_ends_it_and_changes_its_step_together(store: Store):
+def test_end_attempt_with_the_exact_ref_ends_it_and_changes_its_step_together(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.end_attempt(
@@ -82,7 +84,7 @@ def test_end_attempt_with_the_exact_ref_ends_it_and_changes_its_step_together(st
     assert after.cost_usd == 0.0  # the run's cost is what settling a group adds up
 
 
-def test_ending_the_same_attempt_again_is_attempt_ended_and_changes_nothing(store: Store):
+def test_ending_the_same_attempt_again_is_attempt_ended_and_changes_nothing(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.end_attempt(ref, AttemptStatus.failed, reason="model error", step=StepChanges(status=StepStatus.failed))
@@ -102,7 +104,9 @@ def test_ending_the_same_attempt_again_is_attempt_ended_and_changes_nothing(stor
     ],
     ids=["token", "started_at", "resumed_at", "n"],
 )
-def test_a_ref_differing_in_any_part_of_its_identity_is_attempt_ended_and_changes_nothing(store: Store, wrong: dict):
+def test_a_ref_differing_in_any_part_of_its_identity_is_attempt_ended_and_changes_nothing(
+    store: Store, wrong: dict[str, Any]
+) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     bad = ref.model_copy(update=wrong)
@@ -120,7 +124,7 @@ def test_a_ref_differing_in_any_part_of_its_identity_is_attempt_ended_and_change
     assert snapshot(store, run) == before
 
 
-def test_fenced_writes_after_the_attempt_ended_are_attempt_ended_and_not_stored(store: Store):
+def test_fenced_writes_after_the_attempt_ended_are_attempt_ended_and_not_stored(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.end_attempt(ref, AttemptStatus.interrupted, reason="worker went away", step=StepChanges(status=StepStatus.pending))
@@ -138,7 +142,7 @@ def test_fenced_writes_after_the_attempt_ended_are_attempt_ended_and_not_stored(
     assert snapshot(store, run) == before
 
 
-def test_a_late_write_from_attempt_1_never_lands_on_attempt_2(store: Store):
+def test_a_late_write_from_attempt_1_never_lands_on_attempt_2(store: Store) -> None:
     # Given attempt 1 failed and attempt 2 claimed the step (a retry)
     run = new_run(store)
     first, ref1 = claim(store, run, 0, started_at="2026-07-07T00:00:00.000Z")
@@ -176,17 +180,17 @@ def test_a_late_write_from_attempt_1_never_lands_on_attempt_2(store: Store):
     assert [e.attempt for e in store.get_step(run.tenant, run.id, 0, detail=True).events] == [2]
 
 
-def test_end_attempt_rejects_unknown_step_fields_and_the_attempt_keeps_running(store: Store):
+def test_end_attempt_rejects_unknown_step_fields_and_the_attempt_keeps_running(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     before = snapshot(store, run)
     with pytest.raises(ValueError):
-        store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, agent="other"))
+        store.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed, agent="other"))  # type: ignore[call-arg]
     assert snapshot(store, run) == before
     assert store.get_attempt(run.tenant, run.id, 0, 1).status == AttemptStatus.running
 
 
-def test_a_worker_of_every_kind_claimed_with_reads_back_as_it_was_written(store: Store):
+def test_a_worker_of_every_kind_claimed_with_reads_back_as_it_was_written(store: Store) -> None:
     run = new_run(store, steps=len(WORKERS))
     for index, worker in enumerate(WORKERS):
         claim(store, run, index, worker=worker)
@@ -194,7 +198,7 @@ def test_a_worker_of_every_kind_claimed_with_reads_back_as_it_was_written(store:
     assert [type(store.get_attempt(run.tenant, run.id, i, 1).worker) for i in range(len(WORKERS))] == [type(w) for w in WORKERS]
 
 
-def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: Store):
+def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: Store) -> None:
     # Given a step created with prompt layers of its own
     created = [PromptLayer(name="persona", chars=1, sha256="00")]
     run = new_run(store, steps=1)
@@ -217,13 +221,20 @@ def test_a_claim_writes_its_worker_and_the_steps_prompt_layers_with_it(store: St
     assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]
     # And a replayed op_id writes neither
     replay = store.claim_attempt(
-        run.tenant, run.id, 1, token="other", started_at=utcnow(), op_id="op-1", worker=WORKERS[0], layers=created
+        run.tenant,
+        run.id,
+        1,
+        token="other",
+        started_at=utcnow(),
+        op_id="op-1",
+        worker=WORKERS[0],  # type: ignore[arg-type]
+        layers=created,
     )
     assert replay.n == 1 and replay.worker == LAMBDA
     assert [p.name for p in store.get_step(run.tenant, run.id, 1, detail=True).prompt_layers] == ["task"]
 
 
-def test_a_refused_claim_writes_neither_worker_nor_layers(store: Store):
+def test_a_refused_claim_writes_neither_worker_nor_layers(store: Store) -> None:
     run = new_run(store)
     claim(store, run, 0, layers=[PromptLayer(name="persona", chars=1, sha256="aa")])
     store.update_step(run.tenant, run.id, 1, StepChanges(status=StepStatus.completed))
@@ -237,7 +248,7 @@ def test_a_refused_claim_writes_neither_worker_nor_layers(store: Store):
     assert snapshot(store, run) == before
 
 
-def test_end_attempt_records_its_calls_in_the_same_write_replacing_spans_by_id(store: Store):
+def test_end_attempt_records_its_calls_in_the_same_write_replacing_spans_by_id(store: Store) -> None:
     # Given an attempt that wrote a span as it went
     run = new_run(store)
     _, ref = claim(store, run, 0)
@@ -259,7 +270,7 @@ def test_end_attempt_records_its_calls_in_the_same_write_replacing_spans_by_id(s
     assert [c.id for c in store.get_step(run.tenant, run.id, 0, detail=True).calls] == ["turn-1", "turn-2", "turn-3"]
 
 
-def test_a_refused_end_writes_none_of_its_calls(store: Store):
+def test_a_refused_end_writes_none_of_its_calls(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.put_call(ref, ModelCall(id="turn-1", ms=1))
@@ -277,7 +288,7 @@ def test_a_refused_end_writes_none_of_its_calls(store: Store):
     assert snapshot(store, run) == before
 
 
-def test_many_spans_of_a_long_attempt_are_all_kept(store: Store):
+def test_many_spans_of_a_long_attempt_are_all_kept(store: Store) -> None:
     # More spans than a step record keeps in itself, some written as the attempt went, all
     # written again with its end, one of them too large to keep inline
     run = new_run(store)
@@ -297,7 +308,7 @@ def test_many_spans_of_a_long_attempt_are_all_kept(store: Store):
     assert store.get_run(run.tenant, run.id).step(0).calls == calls
 
 
-def test_heartbeat_records_when_the_worker_was_last_alive_and_is_fenced(store: Store):
+def test_heartbeat_records_when_the_worker_was_last_alive_and_is_fenced(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.heartbeat(ref, "2026-08-08T00:00:00.000Z")

@@ -14,7 +14,7 @@ from laneflow.domain.records import Attempt, AttemptStatus, Event, ModelCall, Ru
 from laneflow.domain.workers import LocalProcess
 
 
-def test_twenty_threads_each_claiming_and_ending_a_different_step_all_land(store: Store):
+def test_twenty_threads_each_claiming_and_ending_a_different_step_all_land(store: Store) -> None:
     run = new_run(store, steps=20)
 
     def work(i: int) -> None:
@@ -34,7 +34,7 @@ def test_twenty_threads_each_claiming_and_ending_a_different_step_all_land(store
     ]
 
 
-def test_twenty_threads_racing_to_claim_the_same_step_yield_exactly_one_winner(store: Store):
+def test_twenty_threads_racing_to_claim_the_same_step_yield_exactly_one_winner(store: Store) -> None:
     run = new_run(store)
     results = run_threads(20, lambda i: claim(store, run, 0)[0])
 
@@ -46,7 +46,7 @@ def test_twenty_threads_racing_to_claim_the_same_step_yield_exactly_one_winner(s
     assert (step.status, step.attempts) == (StepStatus.running, 1)
 
 
-def test_a_stop_requested_from_another_process_is_seen_by_this_one(store: Store):
+def test_a_stop_requested_from_another_process_is_seen_by_this_one(store: Store) -> None:
     # Given a run this process is working on (a thread keeps writing its trace)
     run = new_run(store)
     _, ref = claim(store, run, 0)
@@ -110,7 +110,7 @@ except Conflict:
 """
 
 
-def test_processes_racing_to_claim_the_same_step_yield_exactly_one_winner(store: Store, tmp_path: Path):
+def test_processes_racing_to_claim_the_same_step_yield_exactly_one_winner(store: Store, tmp_path: Path) -> None:
     # Each process has its own connection, so only the database's transactions arbitrate.
     run = new_run(store)
     go = tmp_path / "go"
@@ -136,8 +136,8 @@ def test_processes_racing_to_claim_the_same_step_yield_exactly_one_winner(store:
     assert [a.n for a in store.list_attempts(run.tenant, run.id)] == [1]
 
 
-def test_twenty_threads_adding_to_one_runs_cost_lose_none_of_it(store: Store):
+def test_twenty_threads_adding_to_one_runs_cost_lose_none_of_it(store: Store) -> None:
     run = new_run(store, status=RunStatus.running)
     written = run_threads(20, lambda i: store.add_run_cost(run.tenant, run.id, 0.01))
-    assert sorted(written) == [round(0.01 * n, 6) for n in range(1, 21)]  # each add saw every earlier one
+    assert sorted(written) == [round(0.01 * n, 6) for n in range(1, 21)]  # type: ignore[type-var]  # each add saw every earlier one
     assert store.get_run(run.tenant, run.id, steps=False).cost_usd == 0.2

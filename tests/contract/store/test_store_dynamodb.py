@@ -41,7 +41,7 @@ from laneflow.domain.records import (
 from laneflow.domain.workers import LambdaRequest
 
 
-def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_400_kb(dynamo: DynamoStore):
+def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_400_kb(dynamo: DynamoStore) -> None:
     # Given a result over the 64 KB threshold, and a conclusion and data under it
     run = new_run(dynamo, input={"document": big_text()}, steps=2)
     _, ref = claim(dynamo, run, 0)
@@ -64,19 +64,19 @@ def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_
     roomy = DynamoStore(TABLE, bucket=BUCKET, region=REGION, blob_threshold=10**9)
     sizes = {"instruction": 150_000, "result": 140_000, "conclusion": 130_000}
     texts = {field: big_text(size, seed=field) for field, size in sizes.items()}
-    roomy.update_step(TENANT, run.id, 1, StepChanges(**texts))
+    roomy.update_step(TENANT, run.id, 1, StepChanges(**texts))  # type: ignore[arg-type]
     (fresh,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000001"]
     assert "M" in fresh["instruction"] and "S" in fresh["conclusion"]
     # And when what an item already holds would take it past 400 KB, the write moves its own
     # large values to S3 and lands
-    roomy.update_step(TENANT, run.id, 0, StepChanges(**texts))
+    roomy.update_step(TENANT, run.id, 0, StepChanges(**texts))  # type: ignore[arg-type]
     assert all(len(json.dumps(item)) < 400 * 1024 for item in raw_items())
     for index in (0, 1):
         read = roomy.get_step(TENANT, run.id, index)
         assert (read.instruction, read.result, read.conclusion) == (texts["instruction"], texts["result"], texts["conclusion"])
 
 
-def test_dynamodb_without_a_bucket_refuses_what_cannot_fit_an_item_and_keeps_what_can(dynamo: DynamoStore):
+def test_dynamodb_without_a_bucket_refuses_what_cannot_fit_an_item_and_keeps_what_can(dynamo: DynamoStore) -> None:
     plain = DynamoStore(TABLE, region=REGION)
     run = new_run(plain)
     _, ref = claim(plain, run, 0)
@@ -92,7 +92,7 @@ def test_dynamodb_without_a_bucket_refuses_what_cannot_fit_an_item_and_keeps_wha
     assert plain.get_step(TENANT, run.id, 0).result == "y" * 100_000
 
 
-def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: DynamoStore):
+def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: DynamoStore) -> None:
     session = boto3.session.Session(region_name=REGION)
     requests: list[tuple[str, str | None]] = []
     session.events.register(
@@ -131,7 +131,7 @@ def test_dynamodb_live_lookups_read_the_sparse_index_never_the_table(dynamo: Dyn
     assert live_index() == ["RUN"]
 
 
-def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: DynamoStore):
+def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: DynamoStore) -> None:
     from laneflow.adapters.store.dynamodb import ATTEMPTS_ON_STEP, CALLS_ON_STEP, JOURNAL_ON_STEP
 
     # Given a step claimed many times, each attempt with spans, one journal entry expiring at once
@@ -154,10 +154,10 @@ def test_dynamodb_a_step_item_keeps_a_bounded_part_of_its_history(dynamo: Dynamo
     assert len(dynamo.get_step(TENANT, run.id, 0, detail=True).calls) == 30
     # And a settled entry past its expiry is gone, as DynamoDB's TTL would make it
     assert journal_entry(dynamo, TENANT, run.id, "op-1") is None
-    assert journal_entry(dynamo, TENANT, run.id, "op-2").attempt == 2  # type: ignore[union-attr]
+    assert journal_entry(dynamo, TENANT, run.id, "op-2").attempt == 2
 
 
-def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dynamo: DynamoStore):
+def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dynamo: DynamoStore) -> None:
     def live_index() -> list[str]:
         return sorted(
             i["sk"]["S"]
@@ -178,7 +178,7 @@ def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dy
     assert live_index() == []
 
 
-def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: DynamoStore):
+def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: DynamoStore) -> None:
     # Given a step run with every attempt-scoped write (small items, as the stub model makes them)
     run = new_run(dynamo, steps=1)
     dynamo.consumed(reset=True)
@@ -194,7 +194,11 @@ def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: Dy
         ],
     )
     dynamo.add_event(
-        TENANT, run.id, 0, Event(type="tool", text="search tides of the north sea", data={"tool": "search"}), attempt=ref
+        TENANT,
+        run.id,
+        0,
+        Event(type="tool", text="search tides of the north sea", data={"tool": "search"}),  # type: ignore[arg-type]
+        attempt=ref,
     )
     dynamo.put_call(
         ref, ModelCall(id="turn-1", ms=812, ttft_ms=390, tokens=Tokens(input=120, output=300, cache_read=4100), stop="end_turn")
@@ -251,17 +255,21 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
         measured(
             "end failed",
             lambda: dynamo.end_attempt(
-                ref, AttemptStatus.failed, reason=error, step=StepChanges(error=error, cost_usd=0.01), calls=[span]
+                ref,  # type: ignore[has-type]
+                AttemptStatus.failed,
+                reason=error,
+                step=StepChanges(error=error, cost_usd=0.01),
+                calls=[span],
             ),
         )
         _, ref = measured("claim again", lambda: claim(dynamo, run, 0, expect_status=[StepStatus.running], worker=worker))  # type: ignore[misc]
         span = span.model_copy(update={"id": "turn-2", "n": 2, "attempt": 2})
-    step = StepChanges(**done, cost_usd=0.02 if retry else 0.01, finished_at=utcnow())
-    measured("end", lambda: dynamo.end_attempt(ref, AttemptStatus.completed, step=step, calls=[span]))
+    step = StepChanges(**done, cost_usd=0.02 if retry else 0.01, finished_at=utcnow())  # type: ignore[arg-type]
+    measured("end", lambda: dynamo.end_attempt(ref, AttemptStatus.completed, step=step, calls=[span]))  # type: ignore[has-type]
     # What was written is what the step reads back as
     read = dynamo.get_step(TENANT, run.id, 0, detail=True)
     assert (read.status, read.result, read.prompt_layers, read.calls[-1]) == (StepStatus.completed, "the answer", layers, span)
-    assert journal_entry(dynamo, TENANT, run.id, STEP_OP).status == JournalStatus.completed  # type: ignore[union-attr]
+    assert journal_entry(dynamo, TENANT, run.id, STEP_OP).status == JournalStatus.completed
     assert dynamo.running_attempts(TENANT) == [] and dynamo.journal_pending(TENANT) == []
     for label, units in costs:
         print(f"{label:>14}: {sum(units.values()):g} WCU {units}")
@@ -269,7 +277,7 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
     return costs
 
 
-def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item_writes(dynamo: DynamoStore):
+def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item_writes(dynamo: DynamoStore) -> None:
     # (Before the step item carried its attempt, journal entry, layers and spans: 2 + 8 + 7 =
     # 17, the claim and the end each a transaction over the step, attempt, journal or span items.)
     requests: list[str] = []
@@ -287,7 +295,7 @@ def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item
     assert writes[-3:] == ["UpdateItem"] * 3  # (the first are the run's creation)
 
 
-def test_dynamodb_a_small_step_with_one_retry_writes_twelve_units(dynamo: DynamoStore):
+def test_dynamodb_a_small_step_with_one_retry_writes_twelve_units(dynamo: DynamoStore) -> None:
     # (Before: 2 + 8 + 7 + 5 + 7 = 29.)
     costs = drive_a_small_step(dynamo, retry=True)
     assert [(label, sum(units.values())) for label, units in costs] == [

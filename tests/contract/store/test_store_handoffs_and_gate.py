@@ -9,7 +9,7 @@ from contract.store.backends import TENANT, new_run
 from laneflow.adapters.store import Store
 
 
-def test_a_handoff_is_kept_per_key_and_replaced_by_a_later_put(store: Store):
+def test_a_handoff_is_kept_per_key_and_replaced_by_a_later_put(store: Store) -> None:
     run = new_run(store)
     assert store.get_handoff(TENANT, run.id, "g1c0:results") is None
     store.put_handoff(TENANT, run.id, "g1c0:results", "first")
@@ -20,7 +20,7 @@ def test_a_handoff_is_kept_per_key_and_replaced_by_a_later_put(store: Store):
     assert store.get_handoff("other-tenant", run.id, "g1c0:results") is None
 
 
-def test_the_gate_rendezvous_hands_every_token_back_exactly_once_under_a_race(store: Store):
+def test_the_gate_rendezvous_hands_every_token_back_exactly_once_under_a_race(store: Store) -> None:
     """Siblings arrive while the lead opens: each token is either kept and handed to the
     lead, or its sibling is told the gate is open. None is lost, none is handed back twice."""
     for trial in range(5):
@@ -58,7 +58,7 @@ def _race_the_rendezvous(store: Store, trial: int) -> None:
     assert store.gate_open(TENANT, run.id, key) == []
 
 
-def test_the_reserve_waits_past_the_reply_and_is_handed_back_only_when_the_lead_ends(store: Store):
+def test_the_reserve_waits_past_the_reply_and_is_handed_back_only_when_the_lead_ends(store: Store) -> None:
     """A sibling waiting for the lead's reply is released when it begins; the reserve (which
     holds the lead's pool slot) only when the lead ends. Each waiter comes back with its step."""
     run = new_run(store)
@@ -80,7 +80,7 @@ def test_the_reserve_waits_past_the_reply_and_is_handed_back_only_when_the_lead_
     assert store.gate_wait(TENANT, run.id, key, "tok-6", index=6) is not None
 
 
-def test_a_lead_that_ends_without_a_reply_hands_back_every_waiter_at_once(store: Store):
+def test_a_lead_that_ends_without_a_reply_hands_back_every_waiter_at_once(store: Store) -> None:
     run = new_run(store)
     key = "g0c0:lane@stub"
     assert store.gate_wait(TENANT, run.id, key, "tok-1", index=1) is None
@@ -90,7 +90,7 @@ def test_a_lead_that_ends_without_a_reply_hands_back_every_waiter_at_once(store:
     assert store.gate_wait(TENANT, run.id, key, "tok-3", index=3) is not None
 
 
-def test_the_lead_s_note_reaches_every_later_pass_and_the_first_note_is_kept(store: Store):
+def test_the_lead_s_note_reaches_every_later_pass_and_the_first_note_is_kept(store: Store) -> None:
     run = new_run(store)
     key = "g0c0:lane@claude"
     early = store.gate_wait(TENANT, run.id, key, "tok-1", index=1)
@@ -105,7 +105,7 @@ def test_the_lead_s_note_reaches_every_later_pass_and_the_first_note_is_kept(sto
     assert passed is not None and passed.note is None
 
 
-def test_reserves_and_siblings_racing_both_openings_are_each_handed_back_exactly_once(store: Store):
+def test_reserves_and_siblings_racing_both_openings_are_each_handed_back_exactly_once(store: Store) -> None:
     """Siblings and reserves arrive while the lead's reply begins and then it ends: every
     token is handed back once (or its sibling told to go), and no reserve goes before the end."""
     for trial in range(3):

@@ -11,7 +11,7 @@ from contract.store.backends import TENANT, claim, new_run, snapshot
 from laneflow.adapters.store import Store
 from laneflow.domain.errors import AttemptEnded, Conflict, NotFound, RunNotFound
 from laneflow.domain.inbox import Note, NoteKind, QuestionStatus, new_note_id, undelivered
-from laneflow.domain.records import AttemptStatus, utcnow
+from laneflow.domain.records import AttemptStatus, Run, utcnow
 
 
 def message(run_id: str, to: int, text: str, *, sender: int = 0) -> Note:
@@ -41,7 +41,7 @@ def question(run_id: str, index: int, text: str) -> Note:
     )
 
 
-def test_a_note_is_kept_in_its_recipients_inbox_in_order_and_an_id_is_taken_once(store: Store):
+def test_a_note_is_kept_in_its_recipients_inbox_in_order_and_an_id_is_taken_once(store: Store) -> None:
     run = new_run(store)
     first, second, other = message(run.id, 1, "I covered tides"), message(run.id, 1, "and currents"), message(run.id, 2, "hi")
     for note in (first, second, other):
@@ -59,7 +59,7 @@ def test_a_note_is_kept_in_its_recipients_inbox_in_order_and_an_id_is_taken_once
     assert store.get_inbox(TENANT, run.id, 1)[0].text == "I covered tides" and snapshot(store, run) == before
 
 
-def test_a_note_to_no_step_or_no_run_is_refused(store: Store):
+def test_a_note_to_no_step_or_no_run_is_refused(store: Store) -> None:
     run = new_run(store)
     with pytest.raises(NotFound):
         store.post_note(TENANT, run.id, message(run.id, 9, "nobody"))
@@ -72,7 +72,7 @@ def test_a_note_to_no_step_or_no_run_is_refused(store: Store):
         store.get_inbox("other-tenant", run.id)
 
 
-def test_a_note_is_masked_before_it_is_written(store: Store):
+def test_a_note_is_masked_before_it_is_written(store: Store) -> None:
     store.redactor.add("TRACKER_TOKEN", "sk-secret-value-123")
     run = new_run(store)
     store.post_note(TENANT, run.id, message(run.id, 1, "the key is sk-secret-value-123"))
@@ -83,7 +83,7 @@ def test_a_note_is_masked_before_it_is_written(store: Store):
     assert "sk-secret-value-123" not in repr(texts) and "[TRACKER_TOKEN]" in repr(texts)
 
 
-def test_a_question_is_answered_once_and_an_expired_one_refuses_its_answer(store: Store):
+def test_a_question_is_answered_once_and_an_expired_one_refuses_its_answer(store: Store) -> None:
     run = new_run(store)
     q, late = question(run.id, 0, "which coast?"), question(run.id, 1, "which year?")
     store.post_note(TENANT, run.id, q)
@@ -107,7 +107,7 @@ def test_a_question_is_answered_once_and_an_expired_one_refuses_its_answer(store
         store.close_question(TENANT, run.id, msg.id)
 
 
-def test_open_questions_of_all_tenants_name_their_tenant(store: Store):
+def test_open_questions_of_all_tenants_name_their_tenant(store: Store) -> None:
     mine, theirs = new_run(store), new_run(store, tenant="acme")
     store.post_note(TENANT, mine.id, question(mine.id, 0, "a?"))
     store.post_note("acme", theirs.id, question(theirs.id, 0, "b?"))
@@ -115,13 +115,13 @@ def test_open_questions_of_all_tenants_name_their_tenant(store: Store):
     assert [n.text for _, n in store.list_open_questions("acme")] == ["b?"]
 
 
-def test_an_answer_and_the_end_of_the_wait_race_and_exactly_one_wins(store: Store):
+def test_an_answer_and_the_end_of_the_wait_race_and_exactly_one_wins(store: Store) -> None:
     run = new_run(store)
     for _ in range(5):
         _race_answer_and_close(store, run)
 
 
-def _race_answer_and_close(store: Store, run) -> None:
+def _race_answer_and_close(store: Store, run: Run) -> None:
     q = question(run.id, 0, "now?")
     store.post_note(TENANT, run.id, q)
     outcomes: list[object] = []
@@ -150,7 +150,7 @@ def _race_answer_and_close(store: Store, run) -> None:
         assert "refused" in outcomes and ("closed", QuestionStatus.expired) in outcomes
 
 
-def test_what_an_attempt_observed_is_kept_per_attempt_and_fenced(store: Store):
+def test_what_an_attempt_observed_is_kept_per_attempt_and_fenced(store: Store) -> None:
     run = new_run(store)
     first, ref = claim(store, run, 1)
     store.observe(ref, ["m-1", "m-2"])
@@ -168,7 +168,7 @@ def test_what_an_attempt_observed_is_kept_per_attempt_and_fenced(store: Store):
         store.observe(wrong, ["m-3"])
 
 
-def test_delivery_is_exactly_once_per_step_across_its_attempts(store: Store):
+def test_delivery_is_exactly_once_per_step_across_its_attempts(store: Store) -> None:
     """An attempt interrupted before it saw a message gets it on resume; one that saw it is
     not sent it twice (the rule over what the store keeps)."""
     run = new_run(store)

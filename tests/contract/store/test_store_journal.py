@@ -13,7 +13,7 @@ from laneflow.domain.records import AttemptStatus, JournalStatus, ModelCall, Ste
 from laneflow.domain.workers import LocalProcess
 
 
-def test_journal_begin_records_a_pending_claim_once_and_a_replay_gets_the_same_entry(store: Store):
+def test_journal_begin_records_a_pending_claim_once_and_a_replay_gets_the_same_entry(store: Store) -> None:
     run = new_run(store)
     before = int(time.time())
     entry = store.journal_begin(TENANT, run.id, "exec-1:RunStep:0:0", 0, ttl_s=3600)
@@ -31,14 +31,14 @@ def test_journal_begin_records_a_pending_claim_once_and_a_replay_gets_the_same_e
     assert store.journal_pending("globex") == []
 
 
-def test_journal_begin_for_a_missing_run_is_run_not_found(store: Store):
+def test_journal_begin_for_a_missing_run_is_run_not_found(store: Store) -> None:
     run = new_run(store, tenant="acme")
     with pytest.raises(RunNotFound):
         store.journal_begin("globex", run.id, "op-1", 0)
     assert store.journal_pending() == []
 
 
-def test_a_claim_with_an_op_id_completes_its_journal_entry_in_the_same_write(store: Store):
+def test_a_claim_with_an_op_id_completes_its_journal_entry_in_the_same_write(store: Store) -> None:
     run = new_run(store)
     store.journal_begin(TENANT, run.id, "op-0", 0)
     attempt, _ = claim(store, run, 0, op_id="op-0")
@@ -62,7 +62,7 @@ def test_a_claim_with_an_op_id_completes_its_journal_entry_in_the_same_write(sto
     assert (entry.status, entry.index, entry.attempt, entry.token) == (JournalStatus.completed, 1, 1, other.token)
 
 
-def test_a_repeated_op_id_gets_what_the_first_claim_got_and_claims_nothing(store: Store):
+def test_a_repeated_op_id_gets_what_the_first_claim_got_and_claims_nothing(store: Store) -> None:
     run = new_run(store)
     first, ref = claim(store, run, 0, op_id="op-0")
     # A re-delivered invocation, while the first still runs
@@ -75,7 +75,7 @@ def test_a_repeated_op_id_gets_what_the_first_claim_got_and_claims_nothing(store
     assert snapshot(store, run) == before
 
 
-def test_settling_a_pending_entry_whose_claim_never_landed_cancels_it_and_its_claim_is_refused(store: Store):
+def test_settling_a_pending_entry_whose_claim_never_landed_cancels_it_and_its_claim_is_refused(store: Store) -> None:
     # Given a crash between asking for a claim and getting it
     run = new_run(store)
     store.journal_begin(TENANT, run.id, "op-lost", 0)
@@ -92,7 +92,7 @@ def test_settling_a_pending_entry_whose_claim_never_landed_cancels_it_and_its_cl
     assert snapshot(store, run) == before
 
 
-def test_settling_an_entry_whose_claim_landed_returns_it_completed(store: Store):
+def test_settling_an_entry_whose_claim_landed_returns_it_completed(store: Store) -> None:
     run = new_run(store)
     store.journal_begin(TENANT, run.id, "op-0", 0)
     attempt, _ = claim(store, run, 0, op_id="op-0")
@@ -102,7 +102,7 @@ def test_settling_an_entry_whose_claim_landed_returns_it_completed(store: Store)
         store.journal_settle(TENANT, run.id, "op-unknown")
 
 
-def test_a_step_claimed_many_times_keeps_every_attempt_span_and_journal_entry(store: Store):
+def test_a_step_claimed_many_times_keeps_every_attempt_span_and_journal_entry(store: Store) -> None:
     # Given a step failed and claimed again more times than a record keeps in itself
     run = new_run(store)
     claimed = []
@@ -161,7 +161,7 @@ def test_a_step_claimed_many_times_keeps_every_attempt_span_and_journal_entry(st
     assert store.journal_pending() == []
 
 
-def test_an_entry_left_pending_while_another_claims_attempt_runs_stays_pending_after_it_ends(store: Store):
+def test_an_entry_left_pending_while_another_claims_attempt_runs_stays_pending_after_it_ends(store: Store) -> None:
     # Given a claim whose attempt runs, and a second invocation journaled while it does (refused)
     run = new_run(store)
     store.journal_begin(TENANT, run.id, "op-a", 0)
@@ -177,4 +177,4 @@ def test_an_entry_left_pending_while_another_claims_attempt_runs_stays_pending_a
     assert [e.op_id for e in store.journal_pending(TENANT)] == ["op-b"]
     assert store.journal_settle(TENANT, run.id, "op-b").status == JournalStatus.cancelled
     assert store.journal_pending() == []
-    assert journal_entry(store, TENANT, run.id, "op-a").status == JournalStatus.completed  # type: ignore[union-attr]
+    assert journal_entry(store, TENANT, run.id, "op-a").status == JournalStatus.completed

@@ -7,7 +7,7 @@ from laneflow.adapters.store import Store
 from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
 
 
-def test_running_attempts_are_the_attempts_still_running_of_one_tenant_or_all(store: Store):
+def test_running_attempts_are_the_attempts_still_running_of_one_tenant_or_all(store: Store) -> None:
     acme, globex = new_run(store, tenant="acme"), new_run(store, tenant="globex")
     a0, _ = claim(store, acme, 0)
     _, a1_ref = claim(store, acme, 1)
@@ -25,7 +25,7 @@ def test_running_attempts_are_the_attempts_still_running_of_one_tenant_or_all(st
     assert store.running_attempts() == [("acme", a0)]
 
 
-def test_active_runs_are_the_queued_running_and_parked_runs_and_a_run_leaves_when_it_ends(store: Store):
+def test_active_runs_are_the_queued_running_and_parked_runs_and_a_run_leaves_when_it_ends(store: Store) -> None:
     queued = new_run(store, tenant="acme", created_at="2026-01-01T00:00:00.000Z")
     running = new_run(store, tenant="acme", status=RunStatus.running, created_at="2026-01-02T00:00:00.000Z")
     parked = new_run(store, tenant="globex", status=RunStatus.awaiting_approval, created_at="2026-01-03T00:00:00.000Z")

@@ -19,7 +19,7 @@ def own(backend: type) -> set[str]:
     return {name for klass in backend.__mro__[: backend.__mro__.index(RuleBookStore)] for name in vars(klass)}
 
 
-def test_every_public_method_is_the_rule_books_and_every_primitive_is_the_backends():
+def test_every_public_method_is_the_rule_books_and_every_primitive_is_the_backends() -> None:
     rules = {name for klass in RuleBookStore.__mro__[: RuleBookStore.__mro__.index(Primitives)] for name in vars(klass)}
     assert PUBLIC <= rules and not RuleBookStore.__abstractmethods__ - PRIMITIVES
     for backend in (SqliteStore, DynamoStore):
@@ -27,17 +27,17 @@ def test_every_public_method_is_the_rule_books_and_every_primitive_is_the_backen
         assert PRIMITIVES <= own(backend) and not backend.__abstractmethods__, backend.__name__
 
 
-def test_a_backend_that_overrides_a_rule_is_refused_when_its_class_is_made():
+def test_a_backend_that_overrides_a_rule_is_refused_when_its_class_is_made() -> None:
     with pytest.raises(TypeError, match="claim_attempt"):
 
         class Shortcut(SqliteStore):
-            def claim_attempt(self, *args, **kwargs):  # type: ignore[override]
+            def claim_attempt(self, *args, **kwargs) -> None:  # type: ignore[override]
                 raise AssertionError("never called")
 
 
-def test_a_part_of_a_backend_that_defines_a_rule_is_refused_too():
+def test_a_part_of_a_backend_that_defines_a_rule_is_refused_too() -> None:
     class Part:
-        def get_run(self, *args, **kwargs):
+        def get_run(self, *args, **kwargs) -> None:
             raise AssertionError("never called")
 
     with pytest.raises(TypeError, match="get_run"):
@@ -46,7 +46,7 @@ def test_a_part_of_a_backend_that_defines_a_rule_is_refused_too():
             pass
 
 
-def test_the_primitives_table_lists_every_primitive_once_with_their_count():
+def test_the_primitives_table_lists_every_primitive_once_with_their_count() -> None:
     import re
 
     from laneflow.adapters.store import primitives

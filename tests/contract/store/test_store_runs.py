@@ -23,7 +23,7 @@ from laneflow.domain.records import (
 )
 
 
-def test_a_created_run_reads_back_with_every_field_its_steps_and_their_trace(store: Store):
+def test_a_created_run_reads_back_with_every_field_its_steps_and_their_trace(store: Store) -> None:
     # Given a run with a non-default value in every field, and steps carrying a trace
     run = Run(
         id="run-full",
@@ -68,7 +68,7 @@ def test_a_created_run_reads_back_with_every_field_its_steps_and_their_trace(sto
                 cost_usd=0.01,
                 started_at="2026-01-01T00:00:02.000Z",
                 finished_at="2026-01-01T00:00:03.000Z",
-                events=[Event(text="one", t="2026-01-01T00:00:02.100Z"), Event(text="two", type="tool", data={"k": 1})],
+                events=[Event(text="one", t="2026-01-01T00:00:02.100Z"), Event(text="two", type="tool", data={"k": 1})],  # type: ignore[arg-type]
                 calls=[ModelCall(id="c1", n=1, tokens=Tokens(input=5, output=7), tools=1, stop="end_turn", cost_usd=0.01)],
                 prompt_layers=[PromptLayer(name="persona", chars=10, sha256="3f2a", dynamic=False)],
             ),
@@ -81,7 +81,7 @@ def test_a_created_run_reads_back_with_every_field_its_steps_and_their_trace(sto
     assert store.get_run("acme", "run-full") == run
 
 
-def test_get_run_without_detail_has_steps_but_no_events_calls_or_layers(store: Store):
+def test_get_run_without_detail_has_steps_but_no_events_calls_or_layers(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.add_event(run.tenant, run.id, 0, Event(text="hello"), attempt=ref)
@@ -95,14 +95,14 @@ def test_get_run_without_detail_has_steps_but_no_events_calls_or_layers(store: S
     assert all(not s.events and not s.calls and not s.prompt_layers for s in light.steps)
 
 
-def test_get_run_with_steps_false_is_the_run_alone(store: Store):
+def test_get_run_with_steps_false_is_the_run_alone(store: Store) -> None:
     run = new_run(store)
     alone = store.get_run(run.tenant, run.id, steps=False)
     assert alone.steps == []
     assert alone.model_copy(update={"steps": run.steps}) == run
 
 
-def test_get_run_without_its_input_is_the_run_with_input_none_and_get_run_input_gives_the_input(store: Store):
+def test_get_run_without_its_input_is_the_run_with_input_none_and_get_run_input_gives_the_input(store: Store) -> None:
     # Given a run whose input is large (the DynamoDB store keeps it in S3) and its flow
     items = [f"item-{i:06d}" for i in range(BIG // 10)]
     run = new_run(
@@ -125,7 +125,7 @@ def test_get_run_without_its_input_is_the_run_with_input_none_and_get_run_input_
     assert with_steps.input is None and [s.index for s in with_steps.steps] == [0, 1, 2]
 
 
-def test_a_run_s_input_stays_what_it_was_created_with_whatever_the_run_goes_through(store: Store):
+def test_a_run_s_input_stays_what_it_was_created_with_whatever_the_run_goes_through(store: Store) -> None:
     run = new_run(store, input={"topic": "tides"})
     assert store.get_run_input(run.tenant, run.id) == {"topic": "tides"}
     store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.running, options={"x": 1}, cost_usd=1.5, drives=2))
@@ -136,7 +136,7 @@ def test_a_run_s_input_stays_what_it_was_created_with_whatever_the_run_goes_thro
     assert store.get_run_input(plain.tenant, plain.id) == {} == store.get_run(plain.tenant, plain.id).input
 
 
-def test_get_run_input_of_a_missing_run_or_another_tenant_s_is_run_not_found(store: Store):
+def test_get_run_input_of_a_missing_run_or_another_tenant_s_is_run_not_found(store: Store) -> None:
     run = new_run(store, tenant="acme", input={"secret": "plans"})
     with pytest.raises(RunNotFound):
         store.get_run_input("globex", run.id)
@@ -147,7 +147,7 @@ def test_get_run_input_of_a_missing_run_or_another_tenant_s_is_run_not_found(sto
     assert store.get_run_input("acme", run.id) == {"secret": "plans"}
 
 
-def test_creating_a_run_whose_id_exists_is_a_conflict_and_changes_nothing(store: Store):
+def test_creating_a_run_whose_id_exists_is_a_conflict_and_changes_nothing(store: Store) -> None:
     run = new_run(store, id="run-dup")
     before = snapshot(store, run)
     with pytest.raises(Conflict, match="run-dup"):
@@ -155,7 +155,7 @@ def test_creating_a_run_whose_id_exists_is_a_conflict_and_changes_nothing(store:
     assert snapshot(store, run) == before
 
 
-def test_list_runs_is_newest_first_without_steps_limited_and_filtered_by_status(store: Store):
+def test_list_runs_is_newest_first_without_steps_limited_and_filtered_by_status(store: Store) -> None:
     old = new_run(store, created_at="2026-01-01T00:00:00.000Z")
     mid = new_run(store, created_at="2026-01-02T00:00:00.000Z", status=RunStatus.completed)
     new = new_run(store, created_at="2026-01-03T00:00:00.000Z")
@@ -169,7 +169,7 @@ def test_list_runs_is_newest_first_without_steps_limited_and_filtered_by_status(
     assert [r.id for r in store.list_runs(TENANT, status=[RunStatus.completed, RunStatus.failed])] == [mid.id]
 
 
-def test_a_run_of_another_tenant_is_not_found_and_cannot_be_touched(store: Store):
+def test_a_run_of_another_tenant_is_not_found_and_cannot_be_touched(store: Store) -> None:
     run = new_run(store, tenant="acme")
     before = snapshot(store, run)
     other = "globex"
@@ -191,7 +191,7 @@ def test_a_run_of_another_tenant_is_not_found_and_cannot_be_touched(store: Store
     assert snapshot(store, run) == before
 
 
-def test_a_missing_run_is_run_not_found(store: Store):
+def test_a_missing_run_is_run_not_found(store: Store) -> None:
     with pytest.raises(RunNotFound):
         store.get_run(TENANT, "run-nope")
     with pytest.raises(RunNotFound):
@@ -200,9 +200,9 @@ def test_a_missing_run_is_run_not_found(store: Store):
         store.request_stop(TENANT, "run-nope")
 
 
-def test_update_run_changes_only_the_named_fields_and_returns_the_run_as_written(store: Store):
+def test_update_run_changes_only_the_named_fields_and_returns_the_run_as_written(store: Store) -> None:
     run = new_run(store, revision="sha256:first", options={"keep": True})
-    written = store.update_run(run.tenant, run.id, RunChanges(status="running", driven_at="2026-02-02T00:00:00.000Z"))
+    written = store.update_run(run.tenant, run.id, RunChanges(status="running", driven_at="2026-02-02T00:00:00.000Z"))  # type: ignore[arg-type]
 
     assert written.status == RunStatus.running
     assert written.driven_at == "2026-02-02T00:00:00.000Z"
@@ -211,7 +211,7 @@ def test_update_run_changes_only_the_named_fields_and_returns_the_run_as_written
     assert store.get_run(run.tenant, run.id) == expected
 
 
-def test_costs_are_stored_rounded_without_float_drift_and_drives_accumulate(store: Store):
+def test_costs_are_stored_rounded_without_float_drift_and_drives_accumulate(store: Store) -> None:
     # (Summed as plain floats, 100 x 0.1 is 9.99999999999998 and 100 x 0.07 is 7.000000000000009.)
     run = new_run(store)
     drift = sum([0.1] * 100)
@@ -226,24 +226,24 @@ def test_costs_are_stored_rounded_without_float_drift_and_drives_accumulate(stor
     assert store.get_step(other.tenant, other.id, 0).cost_usd == 7.0
 
 
-def test_update_run_adds_an_amount_on_top_of_a_value_set_in_the_same_call(store: Store):
+def test_update_run_adds_an_amount_on_top_of_a_value_set_in_the_same_call(store: Store) -> None:
     run = new_run(store)
     written = store.update_run(run.tenant, run.id, RunChanges(cost_usd=0.1 + 0.2, drives=1), add_drives=1)
     assert (written.cost_usd, written.drives) == (0.3, 2)
 
 
-def test_update_run_rejects_fields_it_may_not_change_and_changes_nothing(store: Store):
+def test_update_run_rejects_fields_it_may_not_change_and_changes_nothing(store: Store) -> None:
     run = new_run(store)
     before = snapshot(store, run)
     for changes in ({"stop_requested": False}, {"id": "run-x"}, {"status": "running", "colour": "red"}):
         with pytest.raises(ValueError):
             store.update_run(run.tenant, run.id, RunChanges.model_validate(changes))
     with pytest.raises(ValueError):  # a value that is not a run status
-        store.update_run(run.tenant, run.id, RunChanges(status="exploded"))
+        store.update_run(run.tenant, run.id, RunChanges(status="exploded"))  # type: ignore[arg-type]
     assert snapshot(store, run) == before
 
 
-def test_update_run_refused_by_expect_status_is_a_conflict_naming_run_and_status_and_changes_nothing(store: Store):
+def test_update_run_refused_by_expect_status_is_a_conflict_naming_run_and_status_and_changes_nothing(store: Store) -> None:
     run = new_run(store, id="run-cond")
     before = snapshot(store, run)
     with pytest.raises(Conflict, match=r"run-cond.*queued"):
@@ -254,7 +254,7 @@ def test_update_run_refused_by_expect_status_is_a_conflict_naming_run_and_status
     assert written.status == RunStatus.running
 
 
-def test_request_stop_is_one_way_and_no_later_update_undoes_it(store: Store):
+def test_request_stop_is_one_way_and_no_later_update_undoes_it(store: Store) -> None:
     run = new_run(store)
     assert store.request_stop(run.tenant, run.id) is True
     assert store.request_stop(run.tenant, run.id) is False
@@ -263,7 +263,7 @@ def test_request_stop_is_one_way_and_no_later_update_undoes_it(store: Store):
     assert store.get_run(run.tenant, run.id).stop_requested is True
 
 
-def test_a_run_of_more_steps_than_one_write_holds_is_created_whole_and_its_id_still_conflicts(store: Store):
+def test_a_run_of_more_steps_than_one_write_holds_is_created_whole_and_its_id_still_conflicts(store: Store) -> None:
     run = new_run(store, id="run-wide", steps=150)
     assert [s.index for s in store.get_steps(TENANT, run.id)] == list(range(150))
     assert [r.id for r in store.list_runs(TENANT)] == ["run-wide"]
@@ -271,7 +271,7 @@ def test_a_run_of_more_steps_than_one_write_holds_is_created_whole_and_its_id_st
         store.create_run(run)
 
 
-def test_a_running_run_lists_with_what_its_steps_have_spent_before_any_group_settles(store: Store):
+def test_a_running_run_lists_with_what_its_steps_have_spent_before_any_group_settles(store: Store) -> None:
     """A run's stored cost is settled at a group's end; listed (`laneflow runs`, GET /runs, the
     viewer's list) a running run shows what its steps have spent so far, an ended one its
     settled cost."""
@@ -292,7 +292,7 @@ def test_a_running_run_lists_with_what_its_steps_have_spent_before_any_group_set
     assert listed[ended.id].cost_usd == 0.5
 
 
-def test_add_run_cost_adds_to_an_active_runs_cost_exactly_and_returns_it_as_written(store: Store):
+def test_add_run_cost_adds_to_an_active_runs_cost_exactly_and_returns_it_as_written(store: Store) -> None:
     run = new_run(store, status=RunStatus.running)
     written = [store.add_run_cost(run.tenant, run.id, 0.1) for _ in range(3)]
     assert written == [0.1, 0.2, 0.3]  # no binary drift (summed as floats, the third is 0.30000000000000004)
@@ -302,7 +302,7 @@ def test_add_run_cost_adds_to_an_active_runs_cost_exactly_and_returns_it_as_writ
     assert store.add_run_cost(run.tenant, run.id, 0.05) == 0.35
 
 
-def test_add_run_cost_on_an_ended_run_adds_nothing_and_says_so(store: Store):
+def test_add_run_cost_on_an_ended_run_adds_nothing_and_says_so(store: Store) -> None:
     run = new_run(store, status=RunStatus.running)
     store.add_run_cost(run.tenant, run.id, 0.25)
     store.update_run(run.tenant, run.id, RunChanges(status=RunStatus.completed, cost_usd=0.5))
@@ -310,7 +310,7 @@ def test_add_run_cost_on_an_ended_run_adds_nothing_and_says_so(store: Store):
     assert store.get_run(run.tenant, run.id, steps=False).cost_usd == 0.5
 
 
-def test_add_run_cost_refuses_an_unknown_run_and_an_amount_that_is_not_a_cost(store: Store):
+def test_add_run_cost_refuses_an_unknown_run_and_an_amount_that_is_not_a_cost(store: Store) -> None:
     run = new_run(store, status=RunStatus.running)
     with pytest.raises(RunNotFound):
         store.add_run_cost(run.tenant, "run-nowhere", 0.1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from laneflow.domain.errors import Conflict, NotFound, RunNotFound
 from laneflow.domain.records import AttemptStatus, Event, ModelCall, PromptLayer, Run, Step, StepChanges, StepStatus
 
 
-def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(store: Store):
+def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(store: Store) -> None:
     run = new_run(store, steps=5)
     store.add_event(run.tenant, run.id, 0, Event(text="x"))
     steps = store.get_steps(run.tenant, run.id)
@@ -21,7 +22,7 @@ def test_get_steps_are_ordered_by_index_without_trace_and_filtered_by_group(stor
     assert [s.index for s in store.get_steps(run.tenant, run.id, group=1)] == [2, 3]
 
 
-def test_get_steps_without_messages_leaves_out_only_each_step_s_message(store: Store):
+def test_get_steps_without_messages_leaves_out_only_each_step_s_message(store: Store) -> None:
     run = new_run(store, steps=5)
     handoff = (
         "Do it.\n\n## Handoff from the previous group\n\n" + "a result of an earlier step\n" * 20_000
@@ -36,7 +37,7 @@ def test_get_steps_without_messages_leaves_out_only_each_step_s_message(store: S
     assert [s.index for s in store.get_steps(run.tenant, run.id, messages=False)] == [0, 1, 2, 3, 4]
 
 
-def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store: Store):
+def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store: Store) -> None:
     """A window's decision reads its window, not the whole group: statuses, flow steps only,
     an index range, each lane's first few and a limit, alone and together, on any backend."""
     from laneflow.domain.outline import StepFilter, statuses
@@ -65,7 +66,7 @@ def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store:
     store.update_step(t, r, 5, StepChanges(status=StepStatus.awaiting_approval))
     store.add_steps(t, r, [Step(index=10, group=0, agent="fixer", rescue_of=2, instruction="rescue")])
 
-    def read(**where) -> list[int]:
+    def read(**where: Any) -> list[int]:
         return [s.index for s in store.get_steps(t, r, group=0, messages=False, where=StepFilter(**where))]
 
     assert read() == [0, 1, 2, 3, 4, 5, 6, 7, 10]
@@ -100,7 +101,7 @@ def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store:
     ]
 
 
-def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(store: Store):
+def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 1)
     store.add_event(run.tenant, run.id, 1, Event(text="one"), attempt=ref)
@@ -119,7 +120,7 @@ def test_get_step_with_detail_carries_its_trace_and_a_missing_step_is_not_found(
         store.get_step(run.tenant, run.id, 99)
 
 
-def test_get_step_status_is_the_status_and_attempts_get_step_gives_through_an_attempt_s_life(store: Store):
+def test_get_step_status_is_the_status_and_attempts_get_step_gives_through_an_attempt_s_life(store: Store) -> None:
     run = new_run(store)
     t, r = run.tenant, run.id
 
@@ -148,7 +149,7 @@ def test_get_step_status_is_the_status_and_attempts_get_step_gives_through_an_at
         store.get_step_status("other", r, 0)
 
 
-def test_add_steps_appends_records_and_a_taken_index_is_a_conflict_that_adds_none(store: Store):
+def test_add_steps_appends_records_and_a_taken_index_is_a_conflict_that_adds_none(store: Store) -> None:
     run = new_run(store, steps=2)
     store.add_steps(run.tenant, run.id, [Step(index=2, group=0, rescue_of=1, instruction="rescue")])
     assert store.get_step(run.tenant, run.id, 2).rescue_of == 1
@@ -159,14 +160,14 @@ def test_add_steps_appends_records_and_a_taken_index_is_a_conflict_that_adds_non
     assert snapshot(store, run) == before
 
 
-def test_update_step_changes_only_the_named_fields_and_returns_the_step(store: Store):
+def test_update_step_changes_only_the_named_fields_and_returns_the_step(store: Store) -> None:
     run = new_run(store)
     step = store.update_step(run.tenant, run.id, 1, StepChanges(instruction="planned", data={"plan": [1, 2]}))
     assert (step.instruction, step.data, step.agent, step.item) == ("planned", {"plan": [1, 2]}, "researcher", "item-1")
     assert store.get_step(run.tenant, run.id, 1) == step
 
 
-def test_update_step_rejects_unknown_fields_and_changes_nothing(store: Store):
+def test_update_step_rejects_unknown_fields_and_changes_nothing(store: Store) -> None:
     run = new_run(store)
     before = snapshot(store, run)
     for changes in ({"agent": "other"}, {"index": 5}, {"status": "skipped", "nonsense": 1}):
@@ -175,7 +176,7 @@ def test_update_step_rejects_unknown_fields_and_changes_nothing(store: Store):
     assert snapshot(store, run) == before
 
 
-def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_status_and_changes_nothing(store: Store):
+def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_status_and_changes_nothing(store: Store) -> None:
     run = new_run(store, id="run-steps")
     store.update_step(run.tenant, run.id, 2, StepChanges(status=StepStatus.completed))
     before = snapshot(store, run)
@@ -190,7 +191,7 @@ def test_update_step_refused_by_expect_status_is_a_conflict_naming_step_and_stat
     assert snapshot(store, run) == before
 
 
-def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: Store):
+def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: Store) -> None:
     """NextGroup and SettleGroup decide on the outline instead of reading every step: it must
     say what the steps say, whatever the backend counts it with."""
     from laneflow.domain.outline import GroupOutline, StepFacts, outline_of
@@ -271,7 +272,7 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
         store.get_group_outline(t, "run-none")
 
 
-def test_a_steps_cache_break_and_prefix_are_kept_with_its_attempts_end_and_read_back_as_written(store: Store):
+def test_a_steps_cache_break_and_prefix_are_kept_with_its_attempts_end_and_read_back_as_written(store: Store) -> None:
     from laneflow.domain.records import AttemptRef, AttemptStatus
 
     run = new_run(store)

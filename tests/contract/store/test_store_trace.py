@@ -9,7 +9,7 @@ from laneflow.adapters.store import Store
 from laneflow.domain.records import AttemptStatus, Event, ModelCall, PromptLayer, StepChanges, StepStatus, Tokens
 
 
-def test_events_are_kept_in_the_order_written(store: Store):
+def test_events_are_kept_in_the_order_written(store: Store) -> None:
     run = new_run(store)
     texts = [f"line {i}" for i in range(12)]
     for text in texts:
@@ -17,15 +17,15 @@ def test_events_are_kept_in_the_order_written(store: Store):
     assert [e.text for e in store.get_run(run.tenant, run.id).step(1).events] == texts
 
 
-def test_an_event_written_with_an_attempt_carries_its_number(store: Store):
+def test_an_event_written_with_an_attempt_carries_its_number(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
-    store.add_event(run.tenant, run.id, 0, Event(text="tool call", type="tool", attempt=7, data={"tool": "search"}), attempt=ref)
+    store.add_event(run.tenant, run.id, 0, Event(text="tool call", type="tool", attempt=7, data={"tool": "search"}), attempt=ref)  # type: ignore[arg-type]
     (event,) = store.get_step(run.tenant, run.id, 0, detail=True).events
     assert (event.attempt, event.type, event.data) == (1, "tool", {"tool": "search"})
 
 
-def test_put_call_twice_with_the_same_id_keeps_one_updated_span_and_spans_are_ordered_by_n(store: Store):
+def test_put_call_twice_with_the_same_id_keeps_one_updated_span_and_spans_are_ordered_by_n(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.put_call(ref, ModelCall(id="turn-2", n=2, ms=10))
@@ -37,7 +37,7 @@ def test_put_call_twice_with_the_same_id_keeps_one_updated_span_and_spans_are_or
     assert (calls[0].ms, calls[0].ttft_ms, calls[0].tokens.output, calls[0].stop) == (812, 390, 300, "end_turn")
 
 
-def test_set_prompt_layers_replaces_the_layers_of_the_step(store: Store):
+def test_set_prompt_layers_replaces_the_layers_of_the_step(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     store.set_prompt_layers(
@@ -49,7 +49,7 @@ def test_set_prompt_layers_replaces_the_layers_of_the_step(store: Store):
     ]
 
 
-def test_add_event_rejects_an_attempt_of_another_step(store: Store):
+def test_add_event_rejects_an_attempt_of_another_step(store: Store) -> None:
     run = new_run(store)
     _, ref = claim(store, run, 0)
     before = snapshot(store, run)
@@ -58,7 +58,7 @@ def test_add_event_rejects_an_attempt_of_another_step(store: Store):
     assert snapshot(store, run) == before
 
 
-def test_large_values_round_trip_exactly(store: Store):
+def test_large_values_round_trip_exactly(store: Store) -> None:
     # Given a run whose input, instruction, result, conclusion, data, trace, handoff and
     # attempt reason are each larger than a blob threshold
     big = {

@@ -8,6 +8,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
@@ -28,7 +29,7 @@ THROTTLES = [
 ]
 
 
-def refuse_at_send(store: DynamoStore, operation: str, error: dict, status: int, **reply: object) -> list[str]:
+def refuse_at_send(store: DynamoStore, operation: str, error: dict[str, Any], status: int, **reply: object) -> list[str]:
     """From now on the store's own client fails `operation` as DynamoDB answers it: the
     ClientError botocore raises for that reply (`reply`: more of it), at the send step (no
     request reaches moto). Returns the operations refused so far."""
@@ -36,13 +37,13 @@ def refuse_at_send(store: DynamoStore, operation: str, error: dict, status: int,
 
     def send(**_: object) -> None:
         refused.append(operation)
-        raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}, **reply}, operation)  # type: ignore[arg-type]
+        raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}, **reply}, operation)  # type: ignore[typeddict-item]
 
     store._db.meta.events.register(f"before-send.dynamodb.{operation}", send)
     return refused
 
 
-def test_the_state_machine_retries_transient_errors_by_that_name():
+def test_the_state_machine_retries_transient_errors_by_that_name() -> None:
     definition = json.loads((project_root() / "statemachines" / "flow.asl.json").read_text())
     retried: set[str] = set()
 
@@ -62,8 +63,8 @@ def test_the_state_machine_retries_transient_errors_by_that_name():
 
 @pytest.mark.parametrize(("code", "status"), THROTTLES, ids=[code for code, _ in THROTTLES])
 def test_a_dynamodb_throttle_or_failure_on_a_conditional_write_is_a_transient_error_and_writes_nothing(
-    dynamo: DynamoStore, code, status
-):
+    dynamo: DynamoStore, code: Any, status: Any
+) -> None:
     run = new_run(dynamo)
     before = snapshot(dynamo, run)
     refused = refuse_at_send(dynamo, "UpdateItem", {"Code": code, "Message": "slow down"}, status)
@@ -75,18 +76,18 @@ def test_a_dynamodb_throttle_or_failure_on_a_conditional_write_is_a_transient_er
 
 
 @pytest.mark.parametrize("operation", ["Query", "BatchGetItem", "GetItem"])
-def test_a_throttled_read_is_a_transient_error(dynamo: DynamoStore, operation):
+def test_a_throttled_read_is_a_transient_error(dynamo: DynamoStore, operation: str) -> None:
     run = new_run(dynamo)
     refuse_at_send(dynamo, operation, {"Code": "ProvisionedThroughputExceededException", "Message": "over capacity"}, 400)
     with pytest.raises(TransientError):
-        {
+        {  # type: ignore[no-untyped-call]
             "Query": lambda: dynamo.get_run(TENANT, run.id),
             "BatchGetItem": lambda: dynamo.list_runs(TENANT),
             "GetItem": lambda: dynamo.get_step(TENANT, run.id, 0),
         }[operation]()
 
 
-def test_a_transaction_cancelled_by_a_throttle_is_a_transient_error_and_writes_nothing(dynamo: DynamoStore):
+def test_a_transaction_cancelled_by_a_throttle_is_a_transient_error_and_writes_nothing(dynamo: DynamoStore) -> None:
     run = new_run(dynamo)
     _, ref = claim(dynamo, run, 0)
     before = snapshot(dynamo, run)
@@ -98,7 +99,9 @@ def test_a_transaction_cancelled_by_a_throttle_is_a_transient_error_and_writes_n
     assert snapshot(dynamo, run) == before
 
 
-def test_a_sqlite_database_locked_past_the_busy_timeout_is_a_transient_error_and_the_write_lands_once_it_is_free(tmp_path: Path):
+def test_a_sqlite_database_locked_past_the_busy_timeout_is_a_transient_error_and_the_write_lands_once_it_is_free(
+    tmp_path: Path,
+) -> None:
     # Given a store with a short busy timeout, and another connection holding the write lock
     path = tmp_path / "laneflow.db"
     store = SqliteStore(path, busy_timeout_s=0.2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from contract.store.backends import BUCKET, REGION, TABLE, TENANT, new_run
@@ -11,7 +13,9 @@ from laneflow.adapters.store.sqlite import SqliteStore
 from laneflow.domain.errors import InvalidInput
 
 
-def test_open_store_without_a_url_uses_laneflow_db_under_the_default_dir_in_the_cwd(tmp_path, monkeypatch):
+def test_open_store_without_a_url_uses_laneflow_db_under_the_default_dir_in_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     store = open_store()
     try:
@@ -22,7 +26,7 @@ def test_open_store_without_a_url_uses_laneflow_db_under_the_default_dir_in_the_
         store.close()
 
 
-def test_open_store_takes_relative_absolute_and_memory_sqlite_urls(tmp_path, monkeypatch):
+def test_open_store_takes_relative_absolute_and_memory_sqlite_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     for url, file in (
         ("sqlite:///data/runs.db", tmp_path / "data" / "runs.db"),
@@ -41,7 +45,7 @@ def test_open_store_takes_relative_absolute_and_memory_sqlite_urls(tmp_path, mon
     memory.close()
 
 
-def test_open_store_opens_a_dynamodb_table_with_boto3s_own_configuration(dynamo: DynamoStore):
+def test_open_store_opens_a_dynamodb_table_with_boto3s_own_configuration(dynamo: DynamoStore) -> None:
     # The region comes from the environment as boto3 reads it; the URL's region overrides it.
     plain = open_store(f"dynamodb://{TABLE}")
     assert isinstance(plain, DynamoStore)
@@ -49,21 +53,21 @@ def test_open_store_opens_a_dynamodb_table_with_boto3s_own_configuration(dynamo:
     new_run(plain, id="run-plain")
     assert dynamo.get_run(TENANT, "run-plain").id == "run-plain"
     named = open_store(f"dynamodb://{TABLE}?bucket={BUCKET}&region=eu-west-1")
-    assert (named.bucket, named.region) == (BUCKET, "eu-west-1")
+    assert (named.bucket, named.region) == (BUCKET, "eu-west-1")  # type: ignore[attr-defined]
     assert named.url == f"dynamodb://{TABLE}?bucket={BUCKET}&region=eu-west-1"
 
 
 @pytest.mark.parametrize(
     "url", ["dynamodb://", "dynamodb://t/extra", "dynamodb://t?colour=red", "dynamodb://t?bucket=b&endpoint=http://x"]
 )
-def test_open_store_refuses_a_malformed_dynamodb_url_naming_the_accepted_forms(url):
+def test_open_store_refuses_a_malformed_dynamodb_url_naming_the_accepted_forms(url: str) -> None:
     with pytest.raises(InvalidInput) as refused:
         open_store(url)
     assert repr(url) in str(refused.value) and "dynamodb://TABLE?bucket=BUCKET&region=REGION" in str(refused.value)
 
 
 @pytest.mark.parametrize("url", ["postgres://db/runs", "sqlite://relative.db", "sqlite:///", "runs.db", ""])
-def test_open_store_refuses_other_urls_naming_the_url_and_the_accepted_forms(url):
+def test_open_store_refuses_other_urls_naming_the_url_and_the_accepted_forms(url: str) -> None:
     with pytest.raises(InvalidInput) as refused:
         open_store(url)
     assert repr(url) in str(refused.value)

@@ -28,13 +28,15 @@ def stored_worker(store: Store, run_id: str, index: int, n: int) -> str:
             (text,) = db.execute(
                 "SELECT worker FROM attempts WHERE run_id = ? AND idx = ? AND n = ?", (run_id, index, n)
             ).fetchone()
-        return text
+        worker: str = text
+        return worker
     item = (
         aws_session()
         .client("dynamodb", region_name=REGION)
         .get_item(TableName=TABLE, Key={"pk": {"S": f"T#{TENANT}#R#{run_id}"}, "sk": {"S": f"S#{index:08d}"}})["Item"]
     )
-    return item[f"A{n}"]["M"]["w"]["S"]
+    worker_of_item: str = item[f"A{n}"]["M"]["w"]["S"]
+    return worker_of_item
 
 
 def store_as_before(store: Store, run_id: str, *, driver: str, worker: str) -> None:
@@ -61,7 +63,7 @@ def store_as_before(store: Store, run_id: str, *, driver: str, worker: str) -> N
     )
 
 
-def test_a_worker_is_kept_as_the_text_an_older_version_kept(store: Store):
+def test_a_worker_is_kept_as_the_text_an_older_version_kept(store: Store) -> None:
     run = new_run(store, steps=2)
     claim(store, run, 0, worker=LocalProcess(host="desk", pid=4242, started="9001"))
     claim(store, run, 1, worker=LambdaRequest(request_id="req-1", deadline=1767225600.5))
@@ -69,7 +71,7 @@ def test_a_worker_is_kept_as_the_text_an_older_version_kept(store: Store):
     assert stored_worker(store, run.id, 1, 1) == OLD_LAMBDA
 
 
-def test_a_run_and_attempt_written_by_an_older_version_read_as_worker_models(store: Store):
+def test_a_run_and_attempt_written_by_an_older_version_read_as_worker_models(store: Store) -> None:
     # Given a run and an attempt whose references an older version wrote as JSON text
     run = new_run(store)
     claim(store, run, 0)
@@ -89,7 +91,7 @@ def test_a_run_and_attempt_written_by_an_older_version_read_as_worker_models(sto
 @pytest.mark.parametrize(
     "text", ["pid:1", '{"kind": "mainframe"}', '{"kind": "lambda"}'], ids=["not-json", "unknown-kind", "incomplete"]
 )
-def test_a_stored_reference_that_names_no_known_worker_reads_as_none_and_the_record_reads_on(store: Store, text):
+def test_a_stored_reference_that_names_no_known_worker_reads_as_none_and_the_record_reads_on(store: Store, text: str) -> None:
     run = new_run(store)
     claim(store, run, 0)
     store_as_before(store, run.id, driver=text, worker=text)
@@ -97,7 +99,7 @@ def test_a_stored_reference_that_names_no_known_worker_reads_as_none_and_the_rec
     assert store.get_attempt(TENANT, run.id, 0, 1).worker is None
 
 
-def test_a_driver_is_written_and_cleared_as_a_model(store: Store):
+def test_a_driver_is_written_and_cleared_as_a_model(store: Store) -> None:
     run = new_run(store)
     me = LocalProcess(host="desk", pid=7, started=None)
     assert store.update_run(TENANT, run.id, RunChanges(driver=me)).driver == me

@@ -5,21 +5,24 @@ the adapter its own client."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+C = TypeVar("C")  # the service's client type (types-boto3's, e.g. ECSClient)
 
 
-class LazyClient:
-    """The base of an adapter over one AWS service (`service`, boto3's name for it)."""
+class LazyClient(Generic[C]):
+    """The base of an adapter over one AWS service (`service`, boto3's name for it) whose
+    client is a `C`."""
 
     service = ""
 
-    def __init__(self, client: Any | None = None, *, region: str | None = None):
+    def __init__(self, client: C | None = None, *, region: str | None = None):
         self._client = client
         self._region = region
         self._client_lock = threading.Lock()
 
     @property
-    def client(self) -> Any:
+    def client(self) -> C:
         with self._client_lock:
             if self._client is None:
                 import boto3

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laneflow.adapters.aws.clients import LazyClient
 from laneflow.domain.workers import FargateTask
+
+if TYPE_CHECKING:
+    from types_boto3_ecs import ECSClient  # noqa: F401 (named by the base class, a string)
 
 log = logging.getLogger("laneflow.ecs")
 
@@ -23,7 +26,7 @@ def cluster_of(task_arn: str, cluster: str | None = None) -> str | None:
     return parts[1] if len(parts) == 3 else None
 
 
-class EcsTasks(LazyClient):
+class EcsTasks(LazyClient["ECSClient"]):
     """`SandboxTasks` through boto3's ECS client (made on first use)."""
 
     service = "ecs"

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from laneflow.adapters.aws.clients import LazyClient
 from laneflow.domain.records import Run, finished_event
 
+if TYPE_CHECKING:
+    from types_boto3_events import EventBridgeClient
 
-class EventBridgeOnEnd(LazyClient):
+
+class EventBridgeOnEnd(LazyClient["EventBridgeClient"]):
     """PutEvents of "run finished" on a bus (the cloud adapter)."""
 
     service = "events"
 
-    def __init__(self, bus: str, client: Any | None = None):
+    def __init__(self, bus: str, client: EventBridgeClient | None = None):
         super().__init__(client)
         self.bus = bus
 

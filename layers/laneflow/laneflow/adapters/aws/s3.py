@@ -29,12 +29,16 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from laneflow.domain.errors import Problem, WorkspaceInvalid, WorkspaceNotFound
 from laneflow.domain.redaction import Redactor
 from laneflow.domain.tenants import check_tenant
+
+if TYPE_CHECKING:
+    from types_boto3_s3 import S3Client
+    from types_boto3_s3.type_defs import ListObjectsV2RequestTypeDef, ObjectTypeDef
 
 
 class S3Captures:
@@ -51,7 +55,7 @@ class S3Captures:
         prefix: str = "captures",
         *,
         region: str | None = None,
-        client: Any | None = None,
+        client: S3Client | None = None,
         redactor: Redactor | None = None,
     ):
         self.bucket, self.prefix, self.region = bucket, prefix.strip("/"), region
@@ -59,7 +63,7 @@ class S3Captures:
         self._client = client
         self._lock = threading.Lock()
 
-    def _s3(self) -> Any:
+    def _s3(self) -> S3Client:
         with self._lock:
             if self._client is None:
                 import boto3
@@ -111,7 +115,7 @@ def _valid_name(name: str) -> bool:
 class S3Workspaces:
     """Workspaces under `s3://bucket/prefix/<tenant>/<name>/`: a tenant finds only its own."""
 
-    def __init__(self, bucket: str, prefix: str = "workspaces", client: Any | None = None):
+    def __init__(self, bucket: str, prefix: str = "workspaces", client: S3Client | None = None):
         self.bucket, self.prefix, self._client = bucket, prefix.strip("/"), client
 
     def uri(self, tenant: str, name: str) -> str:
@@ -127,7 +131,7 @@ class S3Workspaces:
         return uri
 
 
-def _s3(client: Any | None) -> Any:
+def _s3(client: S3Client | None) -> S3Client:
     if client is not None:
         return client
     import boto3
@@ -141,12 +145,13 @@ def _split(uri: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.lstrip("/")
 
 
-def _objects(uri: str, client: Any | None = None) -> list[dict[str, Any]]:
+def _objects(uri: str, client: S3Client | None = None) -> list[ObjectTypeDef]:
     bucket, prefix = _split(uri)
     s3 = _s3(client)
-    out, token = [], None
+    out: list[ObjectTypeDef] = []
+    token = None
     while True:
-        args = {"Bucket": bucket, "Prefix": prefix}
+        args: ListObjectsV2RequestTypeDef = {"Bucket": bucket, "Prefix": prefix}
         if token:
             args["ContinuationToken"] = token
         page = s3.list_objects_v2(**args)
@@ -190,7 +195,7 @@ def _key_problem(rel: str) -> str | None:
     return None
 
 
-def _download_plan(name: str, prefix: str, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _download_plan(name: str, prefix: str, objects: list[ObjectTypeDef]) -> list[tuple[str, str]]:
     """(key, relative path) of each file to download. A key that cannot be laid out as a
     file of the workspace's folder refuses the whole workspace, naming the key, before
     anything is downloaded: one that would land outside it (a `..` part, an absolute part:
@@ -217,7 +222,7 @@ def _download_plan(name: str, prefix: str, objects: list[dict[str, Any]]) -> lis
     return plan
 
 
-def local_path(uri: str, client: Any | None = None) -> Path:
+def local_path(uri: str, client: S3Client | None = None) -> Path:
     """A folder holding the workspace, to read: the path itself, or the S3 prefix downloaded
     into a folder named by its content (keys, ETags and sizes), so an unchanged workspace is
     downloaded once. The folder is named like the workspace (`.../<name>`), and is shared:
@@ -288,7 +293,7 @@ class WorkingCopy:
     root: Path
     uri: str
     pristine: Path | None = None  # None: a local workspace, worked in in place
-    client: Any | None = None
+    client: S3Client | None = None
 
     def changed(self, agent_path: str) -> list[str]:
         """What the attempt created or changed under its agent's `outputs/` and `memory/`
@@ -368,7 +373,9 @@ def own_folder(folder: Path) -> Path:
     return folder
 
 
-def checkout(uri: str, client: Any | None = None, *, scratch: bool = False, agents: Collection[str] | None = None) -> WorkingCopy:
+def checkout(
+    uri: str, client: S3Client | None = None, *, scratch: bool = False, agents: Collection[str] | None = None
+) -> WorkingCopy:
     """The folder an attempt works in: for an S3 workspace, a fresh copy of its pristine
     download in a folder of its own under /tmp; for a local one, the workspace itself, or
     with `scratch` (a sandboxed attempt) a fresh copy of it, compared with the workspace
@@ -390,7 +397,7 @@ class SyncedFolders:
     """`WorkspaceFolders`: a local workspace is its own folder (a sandbox worker's attempts
     get a scratch copy of it); one in S3 is synced to /tmp."""
 
-    def __init__(self, client: Any | None = None, *, scratch: bool = False):
+    def __init__(self, client: S3Client | None = None, *, scratch: bool = False):
         self._client = client
         self.scratch = scratch  # a sandbox worker's: every attempt works in a scratch copy
 

@@ -4,10 +4,13 @@ agents' declared secrets, under `laneflow/<tenant>/<NAME>` (read for each attemp
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from laneflow.domain.errors import ModelNotConfigured, StepFailed
 from laneflow.domain.tenants import check_tenant
+
+if TYPE_CHECKING:
+    from types_boto3_secretsmanager import SecretsManagerClient
 
 
 def read_model_key(name: str) -> str:
@@ -56,12 +59,12 @@ class SecretsManagerSecrets:
     the console's key/value form writes). A secret that does not exist (or is scheduled for
     deletion) is not set; one this role may not read fails the attempt, naming the secret."""
 
-    def __init__(self, client: Any = None, region: str | None = None):
+    def __init__(self, client: SecretsManagerClient | None = None, region: str | None = None):
         self._client = client
         self._region = region
 
     @property
-    def client(self) -> Any:
+    def client(self) -> SecretsManagerClient:
         if self._client is None:
             import boto3
 

@@ -7,29 +7,34 @@ import json
 import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laneflow.adapters.aws.clients import LazyClient
 from laneflow.domain.messages import ExecutionInput
 from laneflow.ports import TokenGone
 
+if TYPE_CHECKING:
+    from types_boto3_stepfunctions import SFNClient
+
 RELEASE_THREADS = 16  # SendTaskSuccess calls in flight when a lead releases its siblings
 
 
-class StepFunctionsCallbacks(LazyClient):
+class StepFunctionsCallbacks(LazyClient["SFNClient"]):
     """SendTaskSuccess / SendTaskFailure through boto3 (the cloud adapter)."""
 
     service = "stepfunctions"
 
-    def _call(self, method: str, **kwargs: Any) -> None:
+    def _call(self, send: Callable[[SFNClient], object]) -> None:
+        """`send` with the client; a token Step Functions no longer knows is `TokenGone`."""
         errors = self.client.exceptions
         try:
-            getattr(self.client, method)(**kwargs)
+            send(self.client)
         except (errors.TaskDoesNotExist, errors.TaskTimedOut, errors.InvalidToken) as exc:
             raise TokenGone(str(exc)) from None
 
     def succeed(self, token: str, output: dict[str, Any]) -> None:
-        self._call("send_task_success", taskToken=token, output=json.dumps(output))
+        body = json.dumps(output)
+        self._call(lambda sfn: sfn.send_task_success(taskToken=token, output=body))
 
     def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
         """SendTaskSuccess for each token, up to RELEASE_THREADS at once (a lead releasing 99
@@ -48,18 +53,19 @@ class StepFunctionsCallbacks(LazyClient):
             return [t for t in pool.map(one, tokens) if t]
 
     def fail(self, token: str, error: str, cause: str) -> None:
-        self._call("send_task_failure", taskToken=token, error=error, cause=cause[:32000])
+        cause = cause[:32000]
+        self._call(lambda sfn: sfn.send_task_failure(taskToken=token, error=error, cause=cause))
 
     def heartbeat(self, token: str) -> None:
-        self._call("send_task_heartbeat", taskToken=token)
+        self._call(lambda sfn: sfn.send_task_heartbeat(taskToken=token))
 
 
-class StepFunctionsDrives(LazyClient):
+class StepFunctionsDrives(LazyClient["SFNClient"]):
     """StartExecution on the deployed state machine."""
 
     service = "stepfunctions"
 
-    def __init__(self, state_machine_arn: str, client: Any | None = None):
+    def __init__(self, state_machine_arn: str, client: SFNClient | None = None):
         super().__init__(client)
         self.arn = state_machine_arn
 
@@ -81,7 +87,7 @@ class StepFunctionsDrives(LazyClient):
         return str(out["executionArn"])
 
 
-def execution_alive(client: Any | None = None) -> Callable[[str], bool | None]:
+def execution_alive(client: SFNClient | None = None) -> Callable[[str], bool | None]:
     """Step Functions' answer to "is this drive still running?" (the cloud liveness)."""
 
     def alive(arn: str) -> bool | None:
