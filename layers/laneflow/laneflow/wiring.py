@@ -26,6 +26,7 @@ from laneflow.adapters.aws.stepfunctions import (
     StepFunctionsDrives,
     execution_alive,
 )
+from laneflow.adapters.crash import KillingCrashPoints
 from laneflow.adapters.engine.local import LocalDrives, LocalEngine
 from laneflow.adapters.engine.sandbox import RelayCallbacks
 from laneflow.adapters.executors.isolation import choose
@@ -49,7 +50,8 @@ from laneflow.ports import (
     Telemetry,
     WorkspaceSource,
 )
-from laneflow.settings import Settings, settings
+from laneflow.ports.services import CrashPoints, NoCrashPoints
+from laneflow.settings import Settings, environ, settings
 from laneflow.usecases.reconcile import Reconciler, ReconcileReport
 
 _lock = threading.RLock()
@@ -113,7 +115,16 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         secrets=secret_source(cfg),
         secret_files=PrivateSecretFiles(),
         tool_definitions=tool_definitions,
+        crashpoints=crash_points(cfg),
     )
+
+
+def crash_points(cfg: Settings) -> CrashPoints:
+    """Nothing happens at the use cases' crash points, except in a process the
+    crash-injection suite started (LANEFLOW_CRASH_AT), which dies at the point it names."""
+    if cfg.crash_at:
+        return KillingCrashPoints(cfg.crash_at, cfg.engine_worker)
+    return NoCrashPoints()
 
 
 def secret_source(cfg: Settings) -> SecretSource:
@@ -122,7 +133,7 @@ def secret_source(cfg: Settings) -> SecretSource:
     machine's `--secrets` file, the workspace's `.secrets.env` or the environment."""
     if cfg.secret_source == "secretsmanager":
         return SecretsManagerSecrets()
-    return LocalSecrets(cfg.secrets_file)
+    return LocalSecrets(cfg.secrets_file, environ=environ())
 
 
 def workspace_source(cfg: Settings) -> WorkspaceSource | None:

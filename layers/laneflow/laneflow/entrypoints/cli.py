@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -134,7 +134,7 @@ def _services(args: argparse.Namespace, settings: Settings | None = None) -> Ser
 MAX_DEFAULT_STEP_WORKERS = 4  # what a drive starts unless told: each is a Python of its own with laneflow imported
 
 
-def step_workers(given: int | None, cfg: Settings, environ: Mapping[str, str] = os.environ) -> int:
+def step_workers(given: int | None, cfg: Settings) -> int:
     """How many step worker processes a command that drives runs gives the embedded engine:
     `--step-workers N`, else LANEFLOW_STEP_WORKERS, else one per core up to four on a machine
     of two cores or more, none on one core. A stub run's steps all go to one of them (its
@@ -145,7 +145,7 @@ def step_workers(given: int | None, cfg: Settings, environ: Mapping[str, str] = 
         if not 0 <= given <= 32:
             raise InvalidInput(f"--step-workers {given}: give 0 (every step in this process) to 32")
         return given
-    if environ.get("LANEFLOW_STEP_WORKERS"):
+    if cfg.step_workers_given:
         return cfg.step_workers
     cores = os.cpu_count() or 1
     return min(cores, MAX_DEFAULT_STEP_WORKERS) if cores >= 2 else 0

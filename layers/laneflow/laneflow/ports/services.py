@@ -58,6 +58,21 @@ class NoTelemetry:
         return None
 
 
+class CrashPoints(Protocol):
+    """Where the step lifecycle tells it passed a named point (laneflow.usecases.crashpoints):
+    nothing happens, except under the crash-injection suite, whose processes die there."""
+
+    def reached(self, name: str) -> None:
+        """The use case passed the point `name`."""
+
+
+class NoCrashPoints:
+    """Crash points that do nothing: every process but the crash-injection suite's."""
+
+    def reached(self, name: str) -> None:
+        return None
+
+
 @dataclass
 class Services:
     """The ports one process's use cases work through (built by `laneflow.wiring`)."""
@@ -77,6 +92,7 @@ class Services:
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
     tasks: SandboxTasks | None = None  # stops the Fargate tasks of sandboxed steps (cloud)
     telemetry: Telemetry = field(default_factory=NoTelemetry)
+    crashpoints: CrashPoints = field(default_factory=NoCrashPoints)  # the crash-injection suite's
     secrets: SecretSource | None = None  # declared secrets' values (None: a step declaring one fails)
     secret_files: SecretFiles | None = None  # where `@NAME` secrets are written for an attempt
     # The tool definitions a step's request carries (part of its cached prefix), as the

@@ -32,14 +32,13 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import secrets as _secrets
 import sys
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from laneflow.domain.messages import ExecutionInput
 from laneflow.domain.records import Run
 from laneflow.paths import project_root
 from laneflow.ports import Services, TokenGone
+from laneflow.settings import environ
 from laneflow.usecases.end_run import close_run
 from laneflow.usecases.masking import masking_of
 from laneflow.usecases.reconcile import leave_drive
@@ -295,13 +295,13 @@ def _hear_an_early_outcome() -> None:
     CallbackEndpoint.setup_heartbeat_endpoint = setup_heartbeat_endpoint  # type: ignore[method-assign]
 
 
-def child_environ(svc: Services, environ: dict[str, str] | None = None) -> dict[str, str]:
+def child_environ(svc: Services, inherited: Mapping[str, str] | None = None) -> dict[str, str]:
     """What a local sandbox worker inherits: this process's environment (AWS endpoints and
     the like) and this engine's settings as the variables they are read from (the CLI may
     have been given them as flags: the store, captures, the model's settings, the secrets
     file, the isolation). The programs its tools run see none of it: their environment is
     built from scratch."""
-    env = dict(os.environ if environ is None else environ)
+    env = dict(environ() if inherited is None else inherited)
     env.update(svc.settings.to_env())
     env["LANEFLOW_STORE"] = svc.store.url
     env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
@@ -614,7 +614,7 @@ def bound_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     from now on, so it is set before the drives' threads start; a MALLOC_ARENA_MAX in the
     environment, read by glibc at start, is left to stand."""
     libc = _glibc()
-    if libc is None or "MALLOC_ARENA_MAX" in os.environ:
+    if libc is None or "MALLOC_ARENA_MAX" in environ():
         return False
     return bool(libc.mallopt(_M_ARENA_MAX, arenas))
 
