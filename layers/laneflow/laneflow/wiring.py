@@ -36,6 +36,7 @@ from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.local.on_end import LocalOnEnd
 from laneflow.adapters.local.secrets import LocalSecrets, PrivateSecretFiles
 from laneflow.adapters.local.workspaces import FolderWorkspaces
+from laneflow.adapters.logs import redact_logs
 from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import Liveness
 from laneflow.domain.records import Run
@@ -98,7 +99,7 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         else LocalOnEnd(local_folder(store, cfg) / "events.jsonl", cfg.on_end_command)
     )
     drives = StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None
-    return Services(
+    svc = Services(
         store=store,
         captures=capture_sink(store, cfg),
         settings=cfg,
@@ -117,6 +118,10 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         tool_definitions=tool_definitions,
         crashpoints=crash_points(cfg),
     )
+    # This process's log records are masked by the store's redactor from now on (the
+    # services made from these, `dataclasses.replace`d, share it).
+    redact_logs(svc.redactor)
+    return svc
 
 
 def crash_points(cfg: Settings) -> CrashPoints:

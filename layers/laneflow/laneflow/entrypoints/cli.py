@@ -23,11 +23,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from laneflow.adapters.logs import masked
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import InvalidInput, LaneflowError, Problem
 from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS
 from laneflow.domain.records import Run, RunStatus, StepStatus
-from laneflow.domain.redaction import masked
 from laneflow.entrypoints.cli_views import asking_column, describe, runs_table
 from laneflow.ports import Services
 from laneflow.settings import Settings
