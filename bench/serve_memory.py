@@ -138,7 +138,7 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md (implies --both)")
     args = parser.parse_args()
     if args.step_workers is None:
-        args.step_workers = default_step_workers(None, Settings(), environ={})
+        args.step_workers = default_step_workers(None, Settings())
     rows = [run_bench(args.drives, args.fanout, args.warmup, args.keep, args.step_workers)]
     if (args.both or args.write) and not args.keep:
         import subprocess

@@ -416,7 +416,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = parser.parse_args()
-    workers = args.step_workers if args.step_workers is not None else default_step_workers(None, Settings(), environ={})
+    workers = args.step_workers if args.step_workers is not None else default_step_workers(None, Settings())
     result = run_bench(args.sizes, step_workers=workers, repeat=max(1, args.repeat))
     if args.write:
         write_section(HERE / "RESULTS.md", "warm_gate", markdown(result))

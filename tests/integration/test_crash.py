@@ -1,5 +1,5 @@
 """Crash-safety, proven by killing the runner: a real `laneflow run` process is SIGKILLed
-at each named point of the step lifecycle (laneflow/crash.py), then `laneflow reconcile`
+at each named point of the step lifecycle (usecases/crashpoints.py), then `laneflow reconcile`
 runs in a second process. After each: no two attempts of a step ran at once, no completed
 result was lost or run again, no rescue was duplicated, nothing is left running, and the
 run ends as it would have without the crash."""

@@ -191,15 +191,17 @@ def test_commands_that_drive_get_a_step_worker_per_core_up_to_four_unless_told(m
 
     cfg = Settings()
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert step_workers(None, cfg, environ={}) == 2
+    assert step_workers(None, cfg) == 2
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert step_workers(None, cfg, environ={}) == 4
+    assert step_workers(None, cfg) == 4
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert step_workers(None, cfg, environ={}) == 0
+    assert step_workers(None, cfg) == 0
     # the variable, read into the settings, wins over the machine; the flag over both
-    assert step_workers(None, Settings(step_workers=3), environ={"LANEFLOW_STEP_WORKERS": "3"}) == 3
-    assert step_workers(0, Settings(step_workers=3), environ={"LANEFLOW_STEP_WORKERS": "3"}) == 0
+    given = Settings.from_env({"LANEFLOW_STEP_WORKERS": "3"})
+    assert step_workers(None, given) == 3
+    assert step_workers(None, given.model_copy(update={"secrets_file": "/s.env"})) == 3  # as the CLI copies them
+    assert step_workers(0, given) == 0
     with pytest.raises(InvalidInput, match="--step-workers 33"):
-        step_workers(33, cfg, environ={})
+        step_workers(33, cfg)
     with pytest.raises(InvalidInput, match=r"^LANEFLOW_STEP_WORKERS: Input should be greater than or equal to 0$"):
         Settings.from_env({"LANEFLOW_STEP_WORKERS": "-1"})

@@ -7,11 +7,12 @@ import logging
 
 import pytest
 
+from laneflow.adapters.logs import redact_logs
 from laneflow.adapters.store.dynamodb import DynamoStore
 from laneflow.adapters.store.rulebook import REDACTED_WRITES, UNMASKED_WRITES
 from laneflow.adapters.store.sqlite import SqliteStore
 from laneflow.domain.records import Event, ModelCall, Run, Step, StepStatus
-from laneflow.domain.redaction import Redactor, redact_logs
+from laneflow.domain.redaction import Redactor
 from laneflow.ports import Store
 
 SECRET = "sk-ant-fake-0123456789abcdef"
@@ -72,3 +73,40 @@ def test_a_log_record_holding_a_secret_is_masked_in_its_message_and_traceback(ca
     assert SECRET not in caplog.text
     assert "calling with [KEY]" in caplog.text and "RuntimeError: refused [KEY]" in caplog.text
     assert caplog.records[-1].getMessage() == "nothing secret here: plain"
+
+
+def test_a_log_record_of_services_built_by_the_wiring_is_masked(caplog, tmp_path):
+    from pydantic import SecretStr
+
+    from laneflow.adapters.logs import masked
+    from laneflow.adapters.store import open_store
+    from laneflow.settings import Settings
+    from laneflow.wiring import for_store
+
+    key = "sk-ant-wired-0123456789abcdef"
+    svc = for_store(open_store("sqlite:///:memory:"), Settings(capture_dir=str(tmp_path), anthropic_api_key=SecretStr(key)))
+    declared = "declared-secret-value-42"
+    svc.redactor.add("TOKEN", declared)  # a value known later (a run's secret) is masked from then on
+    log = logging.getLogger("laneflow.test_redaction.wired")
+    with caplog.at_level(logging.INFO, logger="laneflow.test_redaction.wired"):
+        log.info("calling with %s and %s", key, declared)
+    assert key not in caplog.text and declared not in caplog.text
+    assert "calling with [ANTHROPIC_API_KEY] and [TOKEN]" in caplog.text
+    assert masked(f"said {key}") == "said [ANTHROPIC_API_KEY]"  # what the CLI says on stderr, too
+
+
+def test_the_pure_layers_make_no_process_wide_side_effect():
+    import ast
+    from pathlib import Path
+
+    import laneflow
+
+    effects = {"setLogRecordFactory", "basicConfig", "addHandler", "setLevel", "signal", "kill", "_exit", "setsid"}
+    library = Path(laneflow.__file__).parent
+    found = []
+    for layer in ("domain", "ports", "usecases"):
+        for path in (library / layer).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in effects:
+                    found.append(f"{path.relative_to(library)}:{node.lineno} {node.func.attr}")
+    assert found == [], "a process-wide side effect belongs to the wiring or an entrypoint"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 
 from laneflow.domain.errors import LaneflowError
+from laneflow.settings import project_home
 
 # An installed wheel's copy of those files (setup.py puts it there). Real files in the package's
 # folder, not only resources: the local engine imports the handlers by their path.
@@ -22,7 +22,7 @@ def project_root() -> Path:
     """The folder holding template.yaml: LANEFLOW_HOME; else the copy an installed wheel carries
     (it matches the installed code); else the checkout this package lives in, found above it
     (the library lives at layers/laneflow/laneflow in the project)."""
-    home = os.environ.get("LANEFLOW_HOME")
+    home = project_home()
     if home:
         return Path(home).resolve()
     if _is_project(PACKAGED):

@@ -1,8 +1,14 @@
-"""The one place laneflow reads its environment: one settings model."""
+"""The one place laneflow reads its environment: one settings model, and the few reads
+that must see the process's environment as it is now (`environ`, `project_home`).
+
+Every other module is given these (tests/unit/test_settings_env.py holds them to it): a
+process's environment is read here and handed on, never looked up where it is used.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Literal
 
@@ -10,6 +16,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 
 from laneflow.domain.errors import InvalidInput
 from laneflow.domain.tenants import check_tenant
+from laneflow.domain.workers import ENGINE_WORKER
 
 # Each setting read from the environment, and the variable it is read from.
 ENV_NAMES: tuple[tuple[str, str], ...] = (
@@ -36,6 +43,16 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("secret_source", "LANEFLOW_SECRET_SOURCE"),
     ("log_level", "POWERTOOLS_LOG_LEVEL"),
     ("isolation", "LANEFLOW_ISOLATION"),
+)
+
+# Settings read from the environment that are this process's own, never handed to a child
+# by `to_env` (a child inherits what it needs of them with the environment, or is given
+# its own: the step workers' LANEFLOW_ENGINE_WORKER).
+PROCESS_NAMES: tuple[tuple[str, str], ...] = (
+    ("engine_worker", ENGINE_WORKER),
+    ("crash_at", "LANEFLOW_CRASH_AT"),
+    ("host_lang", "LANG"),
+    ("host_tz", "TZ"),
 )
 
 
@@ -79,6 +96,14 @@ class Settings(BaseModel):
     secrets_file: str | None = None  # LANEFLOW_SECRETS_FILE (`--secrets FILE`): declared secrets, dotenv (local)
     secret_source: Literal["local", "secretsmanager"] = "local"  # LANEFLOW_SECRET_SOURCE: where declared secrets are read
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL
+    # LANEFLOW_ENGINE_WORKER: set in a step worker of the embedded engine, the engine's process
+    # (a LocalProcess as JSON), whose attempts it runs as the engine's own.
+    engine_worker: str | None = None
+    # LANEFLOW_CRASH_AT: `NAME` or `NAME:K`, the crash-injection suite's point at which this
+    # process kills itself (the K-th time it is reached); unset everywhere else.
+    crash_at: str | None = None
+    host_lang: str | None = None  # LANG: what a step's programs get, when set (else C.UTF-8)
+    host_tz: str | None = None  # TZ: likewise (else UTC)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -95,16 +120,22 @@ class Settings(BaseModel):
         return bool(self.anthropic_api_key and self.anthropic_api_key.get_secret_value())
 
     @property
+    def step_workers_given(self) -> bool:
+        """Whether the step workers were set (LANEFLOW_STEP_WORKERS, or by whoever made these
+        settings), not left at their default."""
+        return "step_workers" in self.model_fields_set
+
+    @property
     def claude_configured(self) -> bool:
         """Whether this deployment can call a Claude model: a key given, or one it reads
         (Secrets Manager's name, or the stack saying its step runners hold one)."""
         return self.anthropic_api_key_set or bool(self.anthropic_secret) or self.anthropic_enabled
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {"in_lambda": bool(env.get("AWS_LAMBDA_FUNCTION_NAME"))}
-        for field, name in ENV_NAMES:
+        for field, name in ENV_NAMES + PROCESS_NAMES:
             if env.get(name):
                 values[field] = env[name]
         if "tenant" in values:
@@ -132,7 +163,7 @@ class Settings(BaseModel):
 def unusable_variables(error: ValidationError) -> str:
     """What is wrong with the environment, by the variables' names (never their values: one
     may be a key)."""
-    names = dict(ENV_NAMES)
+    names = dict(ENV_NAMES + PROCESS_NAMES)
     said = [
         f"{names.get(str(e['loc'][0]), str(e['loc'][0])) if e['loc'] else 'the environment'}: {e['msg']}" for e in error.errors()
     ]
@@ -142,3 +173,19 @@ def unusable_variables(error: ValidationError) -> str:
 @lru_cache(maxsize=1)
 def settings() -> Settings:
     return Settings.from_env()
+
+
+def environ() -> Mapping[str, str]:
+    """This process's environment, whole and as it is now: for the few that need the mapping
+    itself, not settings read from it: the environment a child process of laneflow's own
+    inherits, the declared secrets read from it (locally, when no file holds them), whether
+    the terminal wants plain lines (NO_COLOR, TERM), whether glibc was given its arenas
+    (MALLOC_ARENA_MAX)."""
+    return os.environ
+
+
+def project_home() -> str | None:
+    """LANEFLOW_HOME: the folder holding the project's files (template.yaml), when set. Read
+    as it is now, not through `settings()`: the project's files are found before any
+    settings are, and a setting that cannot be used must not hide them."""
+    return os.environ.get("LANEFLOW_HOME") or None

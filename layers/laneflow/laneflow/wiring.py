@@ -1,6 +1,7 @@
 """The wiring: the one module that builds adapters. It makes the `Services` (the ports) that
 a process's handlers hand to the use cases: store, captures, executors, callbacks, folders,
-telemetry, settings.
+telemetry, settings; and the other adapters an entrypoint works with (the store a URL
+names, the liveness of workers, the embedded engine and its drives, a step worker's handlers).
 
 In Lambda they are built once per container from `Settings`. The local engine installs its
 own (the store the CLI opened) for each handler call of its drives, on the interpreter's
@@ -26,8 +27,10 @@ from laneflow.adapters.aws.stepfunctions import (
     StepFunctionsDrives,
     execution_alive,
 )
-from laneflow.adapters.engine.local import LocalDrives, LocalEngine
+from laneflow.adapters.crash import KillingCrashPoints
+from laneflow.adapters.engine.local import HandlerRegistry, LocalDrives, LocalEngine
 from laneflow.adapters.engine.sandbox import RelayCallbacks
+from laneflow.adapters.engine.template import Template
 from laneflow.adapters.executors.isolation import choose
 from laneflow.adapters.executors.registry import tool_definitions
 from laneflow.adapters.executors.stub import StubExecutor
@@ -35,9 +38,12 @@ from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.local.on_end import LocalOnEnd
 from laneflow.adapters.local.secrets import LocalSecrets, PrivateSecretFiles
 from laneflow.adapters.local.workspaces import FolderWorkspaces
-from laneflow.adapters.store import open_store
+from laneflow.adapters.logs import redact_logs
+from laneflow.adapters.store import open_store as _open_store
+from laneflow.adapters.store.provision import init_store as _init_store
 from laneflow.adapters.workers import Liveness
 from laneflow.domain.records import Run
+from laneflow.paths import project_root
 from laneflow.ports import (
     CaptureSink,
     Executor,
@@ -49,7 +55,8 @@ from laneflow.ports import (
     Telemetry,
     WorkspaceSource,
 )
-from laneflow.settings import Settings, settings
+from laneflow.ports.services import CrashPoints, NoCrashPoints
+from laneflow.settings import Settings, environ, settings
 from laneflow.usecases.reconcile import Reconciler, ReconcileReport
 
 _lock = threading.RLock()
@@ -63,6 +70,24 @@ def _s3_location(url: str | None) -> tuple[str, str] | None:
         return None
     bucket, _, prefix = url[5:].partition("/")
     return bucket, prefix
+
+
+def open_store(url: str | None) -> Store:
+    """The store a URL names (`sqlite:///PATH`, `dynamodb://TABLE?...`; None: the SQLite
+    file under .laneflow/), for every process that builds its services here."""
+    return _open_store(url)
+
+
+def init_store(url: str) -> list[str]:
+    """Create what the store a URL names needs (a DynamoDB table and bucket), if missing;
+    what was done, one line each."""
+    return _init_store(url)
+
+
+def liveness() -> Liveness:
+    """Whether a worker is still there, as this machine can tell: its own processes, a
+    Lambda by its deadline (reconcile on a person's machine)."""
+    return Liveness()
 
 
 def make_executor(cfg: Settings) -> Callable[[str, str | None], Executor]:
@@ -96,7 +121,7 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         else LocalOnEnd(local_folder(store, cfg) / "events.jsonl", cfg.on_end_command)
     )
     drives = StepFunctionsDrives(cfg.state_machine_arn) if cfg.state_machine_arn else None
-    return Services(
+    svc = Services(
         store=store,
         captures=capture_sink(store, cfg),
         settings=cfg,
@@ -113,7 +138,20 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         secrets=secret_source(cfg),
         secret_files=PrivateSecretFiles(),
         tool_definitions=tool_definitions,
+        crashpoints=crash_points(cfg),
     )
+    # This process's log records are masked by the store's redactor from now on (the
+    # services made from these, `dataclasses.replace`d, share it).
+    redact_logs(svc.redactor)
+    return svc
+
+
+def crash_points(cfg: Settings) -> CrashPoints:
+    """Nothing happens at the use cases' crash points, except in a process the
+    crash-injection suite started (LANEFLOW_CRASH_AT), which dies at the point it names."""
+    if cfg.crash_at:
+        return KillingCrashPoints(cfg.crash_at, cfg.engine_worker)
+    return NoCrashPoints()
 
 
 def secret_source(cfg: Settings) -> SecretSource:
@@ -122,7 +160,7 @@ def secret_source(cfg: Settings) -> SecretSource:
     machine's `--secrets` file, the workspace's `.secrets.env` or the environment."""
     if cfg.secret_source == "secretsmanager":
         return SecretsManagerSecrets()
-    return LocalSecrets(cfg.secrets_file)
+    return LocalSecrets(cfg.secrets_file, environ=environ())
 
 
 def workspace_source(cfg: Settings) -> WorkspaceSource | None:
@@ -251,3 +289,17 @@ def local_engine(svc: Services) -> LocalEngine:
 def local_drives(svc: Services) -> LocalDrives:
     """Drives started on threads of this process (`laneflow serve`), on the embedded engine."""
     return LocalDrives(lambda: local_engine(svc), pool=svc.settings.local_drives)
+
+
+def serving(svc: Services, workspaces: str | Path) -> Services:
+    """`svc` as `laneflow serve` runs them: the workspaces of a folder, and drives started
+    on threads of this process."""
+    svc.workspaces = FolderWorkspaces(workspaces)
+    svc.drives = local_drives(svc)
+    return svc
+
+
+def step_worker_registry(svc: Services) -> HandlerRegistry:
+    """The template's handlers as a step worker of the embedded engine answers calls with:
+    each call with `svc` bound, none once its engine's worker is leaving."""
+    return HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from laneflow.domain.workers import ENGINE_WORKER, FargateTask, LambdaRequest, LocalProcess, StepFunctionsExecution, WorkerRef
+from laneflow.domain.workers import FargateTask, LambdaRequest, LocalProcess, StepFunctionsExecution, WorkerRef
+from laneflow.settings import settings
 
 GRACE_S = 30.0  # past a Lambda's deadline, before its attempt counts as gone
 
@@ -42,7 +43,7 @@ def _process_start(pid: int) -> str | None:
 
 @lru_cache(maxsize=1)
 def local_worker() -> LocalProcess:
-    engine = os.environ.get(ENGINE_WORKER)
+    engine = settings().engine_worker
     if engine:  # a step worker of the embedded engine: it works for the engine's process
         return LocalProcess.model_validate_json(engine)
     pid = os.getpid()

@@ -2,8 +2,8 @@
 
 `Redactor` masks secret values (the model's key, declared secrets) as `[NAME]`, longest
 first, and each in its common encodings (`encodings`). The store applies its redactor to
-everything it writes, the captures share it, and `redact_logs` applies it to the process's
-log records: three doors, one set of values.
+everything it writes, the captures share it, and the wiring has the process's log records
+masked by it (laneflow.adapters.logs): three doors, one set of values.
 `scrub_paths` removes local filesystem paths from reasons. A capture holds a tool call's
 input and output, masked; at most `STEP_CAPTURE_LIMIT` characters per step, after which
 no later call of the step is captured (its calls keep names, sizes and times only).
@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import re
 import threading
-import traceback
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -254,76 +251,6 @@ def _same_dict(before: dict[Any, Any], after: dict[Any, Any]) -> bool:
     if len(before) != len(after):
         return False
     return all(a is b and va is vb for (a, va), (b, vb) in zip(before.items(), after.items(), strict=True))
-
-
-# The redactors log records are masked by, held weakly (a store's goes with it). Replaced
-# whole under the lock, never changed in place, so a thread logging meanwhile reads a
-# consistent tuple.
-_LOG_REDACTORS: tuple[weakref.ref[Redactor], ...] = ()
-
-_LOG_LOCK = threading.Lock()
-
-_factory_installed = False
-
-
-def redact_logs(redactor: Redactor) -> None:
-    """Mask `redactor`'s values in every log record this process makes from now on (any
-    logger: laneflow's, an SDK's), message, arguments, traceback and stack alike.
-
-    Done where records are made (the record factory), not in a handler: a handler sees only
-    the records that reach it, and Lambda's, pytest's and a person's own handlers differ.
-    A record that held a secret carries its masked traceback in its message, so every
-    formatter shows it and none formats the original exception again."""
-    global _LOG_REDACTORS, _factory_installed
-    with _LOG_LOCK:
-        if not _factory_installed:
-            _install_record_factory()
-            _factory_installed = True
-        live = tuple(ref for ref in _LOG_REDACTORS if ref() is not None)
-        if not any(ref() is redactor for ref in live):
-            live += (weakref.ref(redactor),)
-        _LOG_REDACTORS = live
-
-
-def _redactors() -> list[Redactor]:
-    return [r for ref in _LOG_REDACTORS if (r := ref()) is not None and r]
-
-
-def masked(text: str) -> str:
-    """`text` masked by every redactor `redact_logs` was given: for what a process says
-    outside its records and logs (the CLI's lines on stderr)."""
-    for redactor in _redactors():
-        text = redactor(text)
-    return text
-
-
-def _install_record_factory() -> None:
-    made = logging.getLogRecordFactory()
-
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = made(*args, **kwargs)
-        if _redactors():
-            _mask_record(record)
-        return record
-
-    logging.setLogRecordFactory(factory)
-
-
-def _mask_record(record: logging.LogRecord) -> None:
-    try:
-        message = record.getMessage()
-    except Exception:  # a bad format string: leave it for logging to report
-        return
-    said = masked(message)
-    if record.exc_info and record.exc_info[1] is not None:
-        shown = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
-        hidden = masked(shown)
-        if hidden != shown:
-            said, record.exc_info, record.exc_text = f"{said}\n{hidden}", None, None
-    if record.stack_info:
-        record.stack_info = masked(record.stack_info)
-    if said != message:
-        record.msg, record.args = said, None
 
 
 _ABS_PATH = re.compile(r"(?<![\w.:/~-])(?:/[\w.@+-]+){2,}/?")

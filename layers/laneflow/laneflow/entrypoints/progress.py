@@ -11,7 +11,6 @@ Everything here writes to stderr, so `--json` keeps stdout machine-clean.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from laneflow import settings
 from laneflow.domain.lanes_report import lane_rows, waiting_reason
 from laneflow.domain.records import Run, Step, StepStatus
 
@@ -50,7 +50,7 @@ ACTIVE_SHOWN = 6  # running or waiting steps listed under the groups
 
 def plain_wanted(environ: Mapping[str, str] | None = None) -> bool:
     """NO_COLOR (any value) or TERM=dumb: plain lines, no colour and no cursor movement."""
-    env = os.environ if environ is None else environ
+    env = settings.environ() if environ is None else environ
     return "NO_COLOR" in env or env.get("TERM", "") == "dumb"
 
 

@@ -259,6 +259,9 @@ def _forked(environ: dict[str, str]) -> None:
     os.dup2(devnull, 0)  # the warm worker's requests are not this worker's
     os.dup2(2, 1)  # nor are its answers: this worker's output goes to stderr
     sys.argv = sys.argv[:1]
+    # This fork is a process of its own, set up here as its main: its environment is the
+    # step's whole environment (nothing of the warm worker's), and what was read from the
+    # warm worker's is read again.
     os.environ.clear()
     os.environ.update(environ)
     local_worker.cache_clear()  # this process, not the warm worker
@@ -311,13 +314,16 @@ def zygote() -> int:
 def main() -> int:
     if sys.argv[1:] == ["--zygote"]:
         return zygote()
-    logging.basicConfig(level=os.environ.get("POWERTOOLS_LOG_LEVEL") or "WARNING", stream=sys.stderr)
+    from laneflow.settings import environ
+
+    env = environ()  # the process's main: the step it runs is named by its whole environment
+    logging.basicConfig(level=env.get("POWERTOOLS_LOG_LEVEL") or "WARNING", stream=sys.stderr)
     _private_scratch()  # before any thread starts: it makes a mount namespace of its own
-    if os.environ.get("LANEFLOW_RELAY"):
+    if env.get("LANEFLOW_RELAY"):
         watch_parent(os.getppid())
     else:
         _on_sigterm(SIGTERM_GRACE_S)
-    return run(os.environ)
+    return run(env)
 
 
 if __name__ == "__main__":

@@ -20,18 +20,17 @@ from typing import Any
 
 
 def main() -> int:
-    from laneflow.adapters.engine.local import HandlerRegistry, bound_malloc_arenas, release_free_memory
-    from laneflow.adapters.engine.template import Template
+    from laneflow.adapters.engine.local import bound_malloc_arenas, release_free_memory
     from laneflow.entrypoints.sandbox_worker import watch_parent
-    from laneflow.paths import project_root
-    from laneflow.wiring import bound, step_worker_services
+    from laneflow.settings import environ
+    from laneflow.wiring import step_worker_registry, step_worker_services
 
     watch_parent(os.getppid())
     bound_malloc_arenas()  # a thread per call, as serve's drives: the same C-heap rules
     # Its relay closing is its engine gone, as its stdin closing is: it leaves at once, and a
     # call that met the closed relay (a lead releasing its siblings) ends no attempt failed.
-    svc = step_worker_services(dict(os.environ), engine_gone=lambda: os._exit(0))
-    registry = HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))
+    svc = step_worker_services(environ(), engine_gone=lambda: os._exit(0))
+    registry = step_worker_registry(svc)
     for logical_id in registry.worker_functions:
         registry.load(logical_id)  # imported before the first call, not during it
     if svc.settings.claude_configured:

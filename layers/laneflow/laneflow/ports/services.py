@@ -15,7 +15,7 @@ from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.records import (
     ModelCall,
 )
-from laneflow.domain.redaction import Redactor, redact_logs
+from laneflow.domain.redaction import Redactor
 from laneflow.ports import (
     CaptureSink,
     DriveContinuer,
@@ -58,6 +58,21 @@ class NoTelemetry:
         return None
 
 
+class CrashPoints(Protocol):
+    """Where the step lifecycle tells it passed a named point (laneflow.usecases.crashpoints):
+    nothing happens, except under the crash-injection suite, whose processes die there."""
+
+    def reached(self, name: str) -> None:
+        """The use case passed the point `name`."""
+
+
+class NoCrashPoints:
+    """Crash points that do nothing: every process but the crash-injection suite's."""
+
+    def reached(self, name: str) -> None:
+        return None
+
+
 @dataclass
 class Services:
     """The ports one process's use cases work through (built by `laneflow.wiring`)."""
@@ -77,6 +92,7 @@ class Services:
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
     tasks: SandboxTasks | None = None  # stops the Fargate tasks of sandboxed steps (cloud)
     telemetry: Telemetry = field(default_factory=NoTelemetry)
+    crashpoints: CrashPoints = field(default_factory=NoCrashPoints)  # the crash-injection suite's
     secrets: SecretSource | None = None  # declared secrets' values (None: a step declaring one fails)
     secret_files: SecretFiles | None = None  # where `@NAME` secrets are written for an attempt
     # The tool definitions a step's request carries (part of its cached prefix), as the
@@ -90,15 +106,18 @@ class Services:
     # worker that may run a sandboxed agent's step, each attempt in a scratch copy.
     sandbox: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    # The model's key as read from the secret store (`_model_key`), held for the life of this
+    # process; the settings stay as they were given.
+    _key: SecretStr | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # What must never be recorded is masked by the store (every write), its captures and
-        # this process's log records, all from one redactor. A key already in the settings is
-        # added now; one read from the secret store is added when it is read (`_model_key`),
-        # which a step runner does before it records anything (`secret_values`).
+        # this process's log records (the wiring has them masked by it), all from one
+        # redactor. A key already in the settings is added now; one read from the secret
+        # store is added when it is read (`_model_key`), which a step runner does before it
+        # records anything (`secret_values`).
         if self.settings.anthropic_api_key_set:
             self.redactor.add("ANTHROPIC_API_KEY", self.settings.anthropic_api_key.get_secret_value())  # type: ignore[union-attr]
-        redact_logs(self.redactor)
 
     @property
     def redactor(self) -> Redactor:
@@ -110,7 +129,7 @@ class Services:
         its key: a function that only starts or plans runs is never given the key."""
         if model == "stub":
             return
-        if not self.settings.claude_configured:
+        if not (self.settings.claude_configured or self._key is not None):
             raise ModelNotConfigured(f"model {model!r} needs ANTHROPIC_API_KEY (or run with --model stub)")
 
     def executor(self, model: str) -> Executor:
@@ -140,7 +159,7 @@ class Services:
             if not name:
                 return None
             key = self.read_secret(name)
-            self.settings = self.settings.model_copy(update={"anthropic_api_key": SecretStr(key)})
+            self._key = SecretStr(key)
             self.redactor.add("ANTHROPIC_API_KEY", key)
             return key
 
@@ -168,6 +187,8 @@ class Services:
 
     def _held_key(self) -> str | None:
         """The model's key where this process holds it (given, or read once already)."""
+        if self._key is not None:
+            return self._key.get_secret_value()
         if not self.settings.anthropic_api_key_set:
             return None
         return self.settings.anthropic_api_key.get_secret_value()  # type: ignore[union-attr]

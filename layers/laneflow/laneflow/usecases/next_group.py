@@ -26,7 +26,6 @@ from laneflow.domain.records import (
 from laneflow.domain.settlement import STOPPED, budget_spent
 from laneflow.domain.windows import fits, most_steps, plan_window, window_cost
 from laneflow.ports import Services
-from laneflow.usecases.crashpoints import crashpoint
 from laneflow.usecases.run_step.handoff import prepare_handoffs
 
 log = logging.getLogger("laneflow.drive")
@@ -81,7 +80,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
     )
     if any(s.agent is None for s in launching):
         return Plan(action="park", group=group, reason="an approval", used=req.used)
-    crashpoint("group-transition")
+    svc.crashpoints.reached("group-transition")
     flow = Flow.model_validate(run.flow_spec)
     cycle = max(s.cycle for s in launching)
     leads = store.get_steps(run.tenant, run.id, group=group, messages=False, where=StepFilter(flow=True, per_lane=2))

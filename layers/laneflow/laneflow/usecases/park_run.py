@@ -6,7 +6,6 @@ from laneflow.domain.errors import Conflict
 from laneflow.domain.messages import ParkRequest, RunEnded
 from laneflow.domain.records import Event, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
 from laneflow.ports import Services
-from laneflow.usecases.crashpoints import crashpoint
 from laneflow.usecases.stop import _close
 
 
@@ -30,5 +29,5 @@ def park_run(svc: Services, req: ParkRequest) -> RunEnded:
         run = store.get_run(tenant, run_id, steps=False)
     if store.get_run(tenant, run_id, steps=False).stop_requested:
         run = _close(svc, run)  # a stop came while parking: nothing stays parked
-    crashpoint("parked")
+    svc.crashpoints.reached("parked")
     return RunEnded(run_id=run.id, status=run.status)

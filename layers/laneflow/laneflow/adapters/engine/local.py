@@ -8,7 +8,8 @@ Why this shape (docs/ARCHITECTURE.md, "The embedded engine"):
 - The interpreter calls Lambda through `lambda_eval_utils._invoke_lambda_function`. That one
   function is replaced by a direct call of the handler (2-3 ms per Task instead of building
   a boto3 client per call). It is a moto internal, so moto is pinned exactly (pyproject) and
-  tests/unit/test_engine_patch.py fails if the hook moves.
+  tests/unit/test_engine_patch.py fails if the hook moves. The hooks, and which drive
+  serves which execution, are in hooks.py; this module is the drives themselves.
 - Drives run at once: each execution is answered by its own drive's handlers and services
   (moto_patches notes which execution a Lambda call serves), never by globally installed
   ones. `laneflow serve` drives on a bounded pool (LocalDrives) and forgets each execution
@@ -32,22 +33,35 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import secrets as _secrets
 import sys
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from laneflow.adapters.engine import moto_fastcopy, moto_inline, moto_patches, step_workers
-from laneflow.adapters.engine.sandbox import Sandboxes, gone_of
+from laneflow.adapters.engine import moto_patches, step_workers
+from laneflow.adapters.engine.hooks import ACCOUNT as ACCOUNT
+from laneflow.adapters.engine.hooks import REGION as REGION
+from laneflow.adapters.engine.hooks import LocalCallbacks as LocalCallbacks
+from laneflow.adapters.engine.hooks import _backend as _backend
+from laneflow.adapters.engine.hooks import _function_error as _function_error
+from laneflow.adapters.engine.hooks import _invoke_in_process as _invoke_in_process
+from laneflow.adapters.engine.hooks import _registries as _registries
+from laneflow.adapters.engine.hooks import _registry_lock as _registry_lock
+from laneflow.adapters.engine.hooks import _sandboxes as _sandboxes
+from laneflow.adapters.engine.hooks import execution_arn as execution_arn
+from laneflow.adapters.engine.hooks import install_interpreter_hook as install_interpreter_hook
+from laneflow.adapters.engine.hooks import overrides_environment as overrides_environment
+from laneflow.adapters.engine.hooks import registry_of as registry_of
+from laneflow.adapters.engine.hooks import serve_execution as serve_execution
+from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.step_workers import StepWorkers
 from laneflow.adapters.engine.template import FunctionSpec, Template
 from laneflow.adapters.workers import Liveness, current_worker
@@ -55,14 +69,11 @@ from laneflow.domain.lanes import sandboxed_agents
 from laneflow.domain.messages import ExecutionInput
 from laneflow.domain.records import Run
 from laneflow.paths import project_root
-from laneflow.ports import Services, TokenGone
+from laneflow.ports import Services
+from laneflow.settings import environ
 from laneflow.usecases.end_run import close_run
 from laneflow.usecases.masking import masking_of
 from laneflow.usecases.reconcile import leave_drive
-
-ACCOUNT = "123456789012"
-
-REGION = "us-east-1"
 
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/laneflow-local"
 
@@ -168,183 +179,17 @@ class HandlerRegistry:
             return self._idle.wait_for(lambda: self._running == 0, timeout=timeout_s)
 
 
-def _function_error(error_type: str, message: str, stack: list[str] | None = None) -> dict[str, Any]:
-    return {
-        "StatusCode": 200,
-        "FunctionError": "Unhandled",
-        "Payload": {"errorType": error_type, "errorMessage": message, "stackTrace": stack or []},
-    }
-
-
-# -- the interpreter hook ------------------------------------------------------------------------
-
-_registry_lock = threading.Lock()
-
-# The handlers of each running drive, by the ARN of the execution they answer.
-_registries: dict[str, HandlerRegistry] = {}
-
-
-def serve_execution(execution_arn: str, registry: HandlerRegistry | None) -> None:
-    """Answer the Lambda calls of an execution with `registry`'s handlers (None: no more)."""
-    with _registry_lock:
-        if registry is None:
-            _registries.pop(execution_arn, None)
-        else:
-            _registries[execution_arn] = registry
-
-
-def registry_of(execution_arn: str | None) -> HandlerRegistry | None:
-    """The handlers (and so the services) of the drive that serves this execution, if any."""
-    with _registry_lock:
-        return _registries.get(execution_arn) if execution_arn else None
-
-
-def _invoke_in_process(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
-    execution = moto_patches.current_execution()
-    registry = registry_of(execution)
-    if registry is None:
-        return _function_error("ServiceException", f"the local engine drives no execution {execution}")
-    raw = parameters.get("Payload")
-    payload = json.loads(raw) if isinstance(raw, (bytes, str)) and raw else (raw or {})
-    return registry.invoke(parameters["FunctionName"], payload)
-
-
-# The sandbox workers of each running drive that has them, by the ARN of its execution.
-_sandboxes: dict[str, Sandboxes] = {}
-
-
-def _field(params: dict[str, Any], name: str) -> Any:
-    """A request field whatever its casing (moto leaves the definition's `Overrides`, boto
-    names it `overrides`)."""
-    for key, value in params.items():
-        if key.lower() == name.lower():
-            return value
-    return None
-
-
-def overrides_environment(params: dict[str, Any]) -> dict[str, str]:
-    """The environment a runTask's container overrides give its (first) container."""
-    containers = _field(_field(params, "Overrides") or {}, "ContainerOverrides") or [{}]
-    return {str(_field(e, "Name")): str(_field(e, "Value")) for e in _field(containers[0], "Environment") or []}
-
-
-def _run_task_locally(original: Callable[..., Any]) -> Callable[..., Any]:
-    """moto's ECS integration, answered while the engine drives by a child process running
-    the sandbox worker (its token and request in its environment, as the task's overrides
-    give them); outside a drive (a test under `mock_aws`), moto's own."""
-
-    def run_task(
-        self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
-    ) -> None:
-        with _registry_lock:
-            sandboxes = _sandboxes.get(moto_patches.execution_of(env) or "")
-        if sandboxes is None:
-            return original(self, env, resource_runtime_part, normalised_parameters, state_credentials)  # type: ignore[no-any-return]
-        child = sandboxes.launch(overrides_environment(normalised_parameters))
-        task = f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/local/{child.pid}"
-        env.stack.append(
-            {"Tasks": [{"TaskArn": task, "ClusterArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/local", "LastStatus": "RUNNING"}]}
-        )
-        return None
-
-    run_task.original = original  # type: ignore[attr-defined]
-    return run_task
-
-
-def install_interpreter_hook() -> None:
-    """Point moto's Lambda integration at the in-process handlers, and its ECS integration
-    at local sandbox workers (idempotent)."""
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
-        lambda_eval_utils,
-    )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_ecs import (
-        StateTaskServiceEcs,
-    )
-
-    if not hasattr(lambda_eval_utils, "_invoke_lambda_function"):  # pragma: no cover - guarded by a test
-        raise RuntimeError("moto's Step Functions interpreter changed: lambda_eval_utils._invoke_lambda_function is gone")
-    lambda_eval_utils._invoke_lambda_function = _invoke_in_process
-    ecs_task = StateTaskServiceEcs._eval_service_task
-    if not hasattr(ecs_task, "original"):
-        StateTaskServiceEcs._eval_service_task = _run_task_locally(ecs_task)  # type: ignore[method-assign]
-    _hear_an_early_outcome()
-    moto_patches.install()
-    moto_inline.install()
-    moto_fastcopy.install()
-
-
-def _hear_an_early_outcome() -> None:
-    """A fix to moto's callback endpoint (idempotent). A task with `HeartbeatSeconds` waits
-    on its heartbeat endpoint, made only once the task was submitted; a worker that completes
-    the token before that (a fast child process, a worker failing at once) notified no
-    endpoint, so the state sat until its heartbeat timed out. The endpoint made after an
-    outcome now starts notified, and the state sees the outcome at once."""
-    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
-
-    setup = CallbackEndpoint.setup_heartbeat_endpoint
-    if hasattr(setup, "original"):
-        return
-
-    def setup_heartbeat_endpoint(self: Any, heartbeat_seconds: int) -> Any:
-        endpoint = setup(self, heartbeat_seconds)
-        if self.get_outcome() is not None:
-            endpoint.notify()  # type: ignore[no-untyped-call]
-        return endpoint
-
-    setup_heartbeat_endpoint.original = setup  # type: ignore[attr-defined]
-    CallbackEndpoint.setup_heartbeat_endpoint = setup_heartbeat_endpoint  # type: ignore[method-assign]
-
-
-def child_environ(svc: Services, environ: dict[str, str] | None = None) -> dict[str, str]:
+def child_environ(svc: Services, inherited: Mapping[str, str] | None = None) -> dict[str, str]:
     """What a local sandbox worker inherits: this process's environment (AWS endpoints and
     the like) and this engine's settings as the variables they are read from (the CLI may
     have been given them as flags: the store, captures, the model's settings, the secrets
     file, the isolation). The programs its tools run see none of it: their environment is
     built from scratch."""
-    env = dict(os.environ if environ is None else environ)
+    env = dict(environ() if inherited is None else inherited)
     env.update(svc.settings.to_env())
     env["LANEFLOW_STORE"] = svc.store.url
     env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
     return env
-
-
-def execution_arn(state_machine_arn: str, name: str) -> str:
-    """The ARN moto gives an execution named `name` of the state machine."""
-    return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
-
-
-def _backend() -> Any:
-    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
-
-    return stepfunctions_parser_backends[ACCOUNT][REGION]
-
-
-class LocalCallbacks:
-    """Completes callback tokens on the in-process interpreter (the gate's rendezvous)."""
-
-    def _call(self, method: str, *args: Any) -> None:
-        from moto.stepfunctions.parser.api import (
-            InvalidToken,
-            TaskDoesNotExist,
-            TaskTimedOut,
-        )
-
-        try:
-            getattr(_backend(), method)(*args)
-        except (InvalidToken, TaskDoesNotExist, TaskTimedOut) as exc:
-            raise TokenGone(type(exc).__name__) from None
-
-    def succeed(self, token: str, output: dict[str, Any]) -> None:
-        self._call("send_task_success", token, json.dumps(output))
-
-    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
-        return gone_of(self.succeed, tokens, output)
-
-    def fail(self, token: str, error: str, cause: str) -> None:
-        self._call("send_task_failure", token, error, cause)
-
-    def heartbeat(self, token: str) -> None:
-        self._call("send_task_heartbeat", token)
 
 
 @dataclass
@@ -614,7 +459,7 @@ def bound_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     from now on, so it is set before the drives' threads start; a MALLOC_ARENA_MAX in the
     environment, read by glibc at start, is left to stand."""
     libc = _glibc()
-    if libc is None or "MALLOC_ARENA_MAX" in os.environ:
+    if libc is None or "MALLOC_ARENA_MAX" in environ():
         return False
     return bool(libc.mallopt(_M_ARENA_MAX, arenas))
 

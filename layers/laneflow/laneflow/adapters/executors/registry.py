@@ -29,6 +29,7 @@ from laneflow.domain.records import EventType
 from laneflow.domain.secrets import secret_file_folders
 from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted
 from laneflow.ports import ExecutionSink, StepInbox, StepJob
+from laneflow.settings import settings
 
 MAX_OUTPUT_CHARS = 30_000
 
@@ -43,13 +44,14 @@ DEFAULT_TZ = "UTC"
 def program_env(job: StepJob, scratch: Path) -> dict[str, str]:
     """The whole environment of a step's programs: the listed variables and the declared
     secrets, nothing else of laneflow's own (never the model's key or any credential)."""
+    host = settings()  # the machine's LANG and TZ, as this process was started with them
     env = dict(job.secret_env)
     env.update(
         {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": str(scratch),
-            "LANG": os.environ.get("LANG") or DEFAULT_LANG,
-            "TZ": os.environ.get("TZ") or DEFAULT_TZ,
+            "LANG": host.host_lang or DEFAULT_LANG,
+            "TZ": host.host_tz or DEFAULT_TZ,
             "LANEFLOW_RUN_ID": job.run_id,
             "LANEFLOW_STEP": str(job.index),
             "LANEFLOW_AGENT": job.agent,

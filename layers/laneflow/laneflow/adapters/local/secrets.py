@@ -89,11 +89,12 @@ def _reserved(name: str) -> bool:
 
 class LocalSecrets:
     """`SecretSource` on this machine. `secrets_file` is `--secrets FILE` (None: not given);
-    `environ` the environment to fall back on (this process's by default)."""
+    `environ` the environment to fall back on (none unless given: the wiring gives this
+    process's, `laneflow.settings.environ`)."""
 
     def __init__(self, secrets_file: str | None = None, environ: Mapping[str, str] | None = None):
         self.secrets_file = secrets_file
-        self.environ = os.environ if environ is None else environ
+        self.environ: Mapping[str, str] = {} if environ is None else environ
 
     def _file(self, workspace_uri: str) -> tuple[Path, str] | None:
         if self.secrets_file:

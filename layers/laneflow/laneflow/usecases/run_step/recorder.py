@@ -22,7 +22,6 @@ from laneflow.domain.records import (
 from laneflow.domain.redaction import STEP_CAPTURE_LIMIT, Redactor
 from laneflow.domain.settlement import turn_refused
 from laneflow.ports import Services, StepInbox
-from laneflow.usecases.crashpoints import crashpoint
 
 HEARTBEAT_S = 60.0
 
@@ -89,7 +88,7 @@ class StepRecorder:
             if self.began:
                 return
             self.began = True
-        crashpoint("mid-model-call")
+        self.svc.crashpoints.reached("mid-model-call")
         if self.on_first_event:
             self.on_first_event()
 

@@ -49,7 +49,6 @@ from laneflow.domain.settlement import BUDGET_SPENT, budget_spent, run_budget
 from laneflow.domain.workers import WorkerRef
 from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
-from laneflow.usecases.crashpoints import crashpoint
 from laneflow.usecases.run_step.cache_break import find_cache_break, step_prefix
 from laneflow.usecases.run_step.inbox import attempt_inbox, group_peers
 from laneflow.usecases.run_step.judge import JUDGE_SYSTEM, parse_verdict
@@ -220,7 +219,7 @@ class StepRunner:
             pass
         else:
             self._add_spend(recorder.cost_usd)
-        crashpoint("after-result")
+        self.svc.crashpoints.reached("after-result")
 
     def _end_failed(self, reason: str, retryable: bool, stopped: bool, kind: FailureKind) -> bool:
         """Record a failed attempt; True when a retry has been claimed and the loop goes on."""
@@ -356,7 +355,7 @@ class StepRunner:
         self.prefix, self.cache_break = step_prefix(svc, job), None
         layers = prompt.records()
         recorder.on_cache_write = lambda: self._on_cache_write(layers)
-        crashpoint("rescue-running" if step.rescue_of is not None else "executor-started")
+        svc.crashpoints.reached("rescue-running" if step.rescue_of is not None else "executor-started")
         outcome = svc.executor(step.model).execute(job, recorder)
         data = check_output(self.spec, outcome)
         if self.spec.verify_judge:
@@ -563,7 +562,7 @@ def _claim_and_run(
     briefing = brief(svc, run, step, cycle=req.cycle)
     op_id = req.op.op_id(group=req.group, cycle=req.cycle, index=index)
     svc.store.journal_begin(tenant, run_id, op_id, index)
-    crashpoint("after-journal")
+    svc.crashpoints.reached("after-journal")
     token = _secrets.token_hex(16)
     try:
         attempt = svc.store.claim_attempt(
@@ -583,7 +582,7 @@ def _claim_and_run(
         # A re-delivered invocation: the journal gave back what the first one claimed. That
         # attempt is its worker's, not ours: report, never run it twice.
         return reported(svc, tenant, run_id, index)
-    crashpoint("after-claim")
+    svc.crashpoints.reached("after-claim")
     running = step.model_copy(update={"status": StepStatus.running})
     lead_opener = (lambda why, at=None, note=None: opener(why=why, at=at, note=note)) if opener else None
     runner = StepRunner(svc, run, running, attempt, briefing=briefing, cycle=req.cycle, open_gate=lead_opener)

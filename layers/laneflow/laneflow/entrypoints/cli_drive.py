@@ -1,0 +1,231 @@
+"""The `laneflow` commands that drive runs here, on the embedded engine, with progress:
+`run`, `demo`, `approve`, `resume`, `reconcile`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from laneflow.domain.errors import LaneflowError
+from laneflow.domain.records import Run, RunStatus, StepStatus
+from laneflow.entrypoints.cli_base import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    command_services,
+    err,
+    parse_input,
+    summary,
+    went_away,
+)
+from laneflow.ports import Services
+from laneflow.settings import Settings
+from laneflow.wiring import liveness, local_engine, local_folder
+
+
+def cmd_run(
+    args: argparse.Namespace,
+    *,
+    workspace: str | None = None,
+    flow: str | None = None,
+    run_input: Any = None,
+    settings: Settings | None = None,
+    svc: Services | None = None,
+) -> int:
+    from laneflow.usecases.start_run import create_run
+
+    svc = svc or command_services(args, settings)
+    _reconcile_quietly(svc, args)
+    run_input = parse_input(args.input) if run_input is None else run_input
+    options = {"gate": not args.no_gate}
+    run = create_run(
+        svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, account=args.account, options=options
+    )
+    if not args.json and not args.quiet:
+        err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Namespace, *, record: bool = True) -> int:
+    """One drive of the run on the embedded engine, with progress; then the record (on
+    stdout unless `record` is False: a chained run's, under --json). A completed run whose
+    flow chains to another (`then:`) drives that run next (`_then`)."""
+    from laneflow.entrypoints.progress import Progress
+
+    progress = None if args.quiet else Progress()
+    last = [0.0]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if progress and now - last[0] >= 0.25:
+            last[0] = now
+            progress.update(svc.store.get_run(tenant, run_id, detail=True))  # the gate's waits are events
+
+    try:
+        result = local_engine(svc).drive(tenant, run_id, on_tick=tick)
+    except KeyboardInterrupt as interrupt:  # the engine has left the run resumable
+        if progress:
+            progress.close()
+        if args.json and record:
+            print(json.dumps(svc.store.get_run(tenant, run_id, detail=True).public(), ensure_ascii=False))
+        return went_away(svc, tenant, run_id, interrupt)
+    final = svc.store.get_run(tenant, run_id, detail=True)
+    if progress:
+        progress.update(final)
+        progress.close()
+    if record and args.json:
+        print(json.dumps(final.public(), ensure_ascii=False))
+    elif record:
+        print(summary(final))
+    if final.status == RunStatus.completed:
+        return _then(svc, final, args)
+    if final.status == RunStatus.awaiting_approval:
+        question = next((s.instruction for s in final.steps if s.status == StepStatus.awaiting_approval), "")
+        err(f"run {final.id} is waiting for a person: {question}")
+        err(f"  answer it: laneflow approve {final.id}   (or --reject)")
+        return EXIT_OK
+    err(f"run {final.id} {final.status}: {final.error or result.error or 'no reason recorded'}")
+    return EXIT_FAILED
+
+
+def _then(svc: Services, final: Run, args: argparse.Namespace) -> int:
+    """After a completed run: the run its flow's `then:` started. Queued here (nothing else
+    drives runs in this process), it is driven now, with its own summary (under --json,
+    stdout keeps the first run's record alone); one another process drives is named."""
+    if final.options.get("then_error"):
+        err(f"run {final.id}: its chained run was not started: {final.options['then_error']}")
+        return EXIT_FAILED
+    if not final.then_run:
+        return EXIT_OK
+    chained = svc.store.get_run(final.tenant, final.then_run, steps=False)
+    if chained.status != RunStatus.queued or chained.drives:
+        if not args.json and not args.quiet:
+            err(f"run {final.id} chained to run {chained.id} (flow {chained.flow}); follow it: laneflow show {chained.id}")
+        return EXIT_OK
+    if not args.json and not args.quiet:
+        err(f"run {final.id} chains to flow {chained.flow}: run {chained.id} started")
+    return drive_and_report(svc, final.tenant, chained.id, args, record=not args.json)
+
+
+def _reconcile_quietly(svc: Services, args: argparse.Namespace) -> None:
+    """At the start of `run`: settle what crashed runs left behind (journal, attempts whose
+    worker is gone, stopped runs) and say which runs need a re-drive and how to give it,
+    without driving them: this command drives its own run only (`laneflow serve` and
+    `laneflow reconcile` re-drive the others)."""
+    from laneflow.usecases.reconcile import reconcile
+
+    report = reconcile(svc, liveness(), redrive=None)
+    if not report.to_redrive or args.json or args.quiet:
+        return
+    store = f" --store {args.store}" if getattr(args, "store", None) else ""
+    for run_id in report.to_redrive:
+        try:
+            run = svc.store.get_run(svc.settings.tenant, run_id, steps=False, detail=False)
+            what = f"run {run_id} ({run.workspace}/{run.flow}) " + (
+                "was interrupted" if run.drives else "is queued and nothing drives it"
+            )
+        except LaneflowError:  # another tenant's run (reconcile sees every tenant's)
+            what = f"run {run_id} was interrupted"
+        err(
+            f"{what}: laneflow resume {run_id}{store} re-drives it now "
+            f"(laneflow reconcile{store} re-drives every such run; laneflow stop {run_id}{store} ends it)"
+        )
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from laneflow.usecases.reconcile import reconcile
+
+    svc = command_services(args)
+    engine = local_engine(svc)
+    driving: list[Any] = []
+
+    def redrive(run: Run) -> None:
+        if not args.json:
+            err(f"re-driving {run.id} (drive {run.drives + 1})")
+        driving[:] = [run]
+        engine.drive(run.tenant, run.id)
+
+    try:
+        report = reconcile(svc, liveness(), redrive=redrive)
+    except KeyboardInterrupt as interrupt:
+        if not driving:
+            raise
+        return went_away(svc, driving[0].tenant, driving[0].id, interrupt)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print("\n".join(report.lines()))
+    return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Re-drive one run now, in this process, with progress: what reconcile would do for it
+    (settle its journal, interrupt its attempts whose worker is gone, re-drive it, or close
+    it past the drive limit or when its stop was requested)."""
+    from laneflow.usecases.reconcile import reconcile, resumable_run
+
+    svc = command_services(args)
+    run = resumable_run(svc, liveness(), svc.settings.tenant, args.run)
+    report = reconcile(svc, liveness(), redrive=None, tenant=run.tenant, run_id=run.id)
+    if run.id not in report.to_redrive:  # closed (stopped, or past the drive limit)
+        final = svc.store.get_run(run.tenant, run.id, detail=True)
+        print(json.dumps(final.public(), ensure_ascii=False) if args.json else summary(final))
+        err(f"run {final.id} {final.status}: {final.error or 'no reason recorded'}")
+        return EXIT_OK if final.status == RunStatus.completed else EXIT_FAILED
+    if not args.json and not args.quiet:
+        err(f"resuming run {run.id} (drive {run.drives + 1}); completed steps are carried")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from laneflow.usecases.approve import answer_approval
+
+    svc = command_services(args)
+    run = answer_approval(svc, svc.settings.tenant, args.run, approve=not args.reject)
+    if args.reject:
+        if args.json:
+            print(json.dumps(svc.store.get_run(run.tenant, run.id).public(), ensure_ascii=False))
+        else:
+            print(f"run {run.id} rejected: {run.status}")
+        return EXIT_OK
+    if not args.json and not args.quiet:
+        err(f"run {run.id} approved: continuing it in a new drive")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from laneflow.paths import project_root
+    from laneflow.settings import settings
+    from laneflow_dev import demo
+
+    chosen = demo.DEMOS[args.example]
+    root = project_root() / chosen.workspace
+    if args.imitate and not chosen.imitates:
+        err(f"the {args.example} demo runs on the stub model only (its steps call tools the imitation does not script)")
+        return EXIT_INVALID
+    if not args.imitate:
+        svc = command_services(args)
+        if chosen.writes:  # its steps keep files: a fresh copy beside the store, never examples/ itself
+            root = _fresh_copy(root, local_folder(svc.store, svc.settings) / "demo-workspaces" / args.example)
+        return cmd_run(args, workspace=str(root), flow=chosen.flow, run_input=chosen.input, svc=svc)
+    # The Claude executor, through the real SDK, against a local imitation of the API.
+    with demo.imitation() as api:
+        from pydantic import SecretStr
+
+        cfg = settings().model_copy(update={"anthropic_api_key": SecretStr(demo.IMITATION_KEY), "anthropic_base_url": api.url})
+        args.model = args.model or demo.IMITATION_MODEL
+        if not args.json and not args.quiet:
+            err(f"Messages API imitation at {api.url} (model {args.model}); nothing leaves this machine")
+        return cmd_run(args, workspace=str(root), flow=chosen.flow, run_input=chosen.input, settings=cfg)
+
+
+def _fresh_copy(example: Path, target: Path) -> Path:
+    """A fresh copy of an example workspace (what an earlier demo kept there is replaced)."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(example, target, symlinks=True)
+    return target
