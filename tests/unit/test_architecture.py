@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import re
 import shutil
 import subprocess
@@ -121,10 +123,18 @@ NAMED_MODULE = re.compile(r"`((?:laneflow|laneflow_dev|domain|ports|usecases|ada
 
 
 def _path_exists(named: str) -> bool:
-    bases = [ROOT, LIBRARY, ROOT / "devtools" / "laneflow_dev", ROOT / "tests"]
-    bases += [path for path in LIBRARY.iterdir() if path.is_dir() and path.name != "__pycache__"]
-    bases += [path for path in (LIBRARY / "adapters").iterdir() if path.is_dir() and path.name != "__pycache__"]
-    return any((base / named.rstrip("/")).exists() for base in bases)
+    """Named from the project's root, or by its end within it (`adapters/store/sqlite.py`,
+    `run_step/`, `handler.py` in the imitation)."""
+    if (ROOT / named.rstrip("/")).exists():
+        return True
+    tail = named.rstrip("/")
+    trees = [LIBRARY, ROOT / "devtools", ROOT / "tests", ROOT / "functions", ROOT / "scripts", ROOT / "bench"]
+    return any(
+        str(path).endswith(f"/{tail}")
+        for tree in trees
+        for path in tree.rglob(Path(tail).name)
+        if "__pycache__" not in path.parts
+    )
 
 
 def _module_exists(dotted: str) -> bool:
@@ -147,7 +157,67 @@ def _module_exists(dotted: str) -> bool:
 def test_every_file_and_module_the_architecture_names_is_in_the_tree() -> None:
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     paths = set(NAMED_PATH.findall(text))
-    modules = set(NAMED_MODULE.findall(text))
+    modules = {name for name in NAMED_MODULE.findall(text) if not NAMED_PATH.fullmatch(f"`{name}`")}
     assert len(paths) > 40 and modules  # it does describe the tree
     assert sorted(p for p in paths if not _path_exists(p)) == []
     assert sorted(m for m in modules if not _module_exists(m)) == []
+
+
+def _adapter_classes_called(path: Path) -> list[str]:
+    """The adapter classes a module imports and calls: `FolderWorkspaces(...)`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    classes: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("laneflow.adapters"):
+            module = importlib.import_module(node.module or "")
+            for alias in node.names:
+                if inspect.isclass(getattr(module, alias.name, None)):
+                    classes[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return sorted(
+        f"{path.relative_to(ROOT)}:{node.lineno}: {classes[node.func.id]}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes
+    )
+
+
+def test_only_the_wiring_builds_adapters_no_entrypoint_or_handler_constructs_one():
+    modules = sorted((LIBRARY / "entrypoints").rglob("*.py")) + sorted((ROOT / "functions").rglob("app.py"))
+    assert len(modules) > 20
+    built = [line for path in modules for line in _adapter_classes_called(path)]
+    assert built == [], "build these in laneflow.wiring: " + "; ".join(built)
+
+
+def test_the_check_sees_an_adapter_built_outside_the_wiring(tmp_path):
+    planted = tmp_path / "entry.py"
+    planted.write_text("from laneflow.adapters.workers import Liveness\n\nLIVE = Liveness()\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+        assert _adapter_classes_called(planted) == ["entry.py:3: laneflow.adapters.workers.Liveness"]
+
+
+# What would make a domain module do I/O beyond reading files: a connection, a process, a
+# database, a signal handler, or a hook on the process's logging.
+DOMAIN_FORBIDDEN = (
+    "socket",
+    "subprocess",
+    "sqlite3",
+    "http",
+    "urllib.request",
+    "asyncio",
+    "multiprocessing",
+    "signal",
+    "logging",
+)
+
+
+def test_the_domain_opens_no_connection_starts_no_process_and_installs_no_hook():
+    found = []
+    for path in sorted((LIBRARY / "domain").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            found += [
+                f"{path.name}: {name}" for name in names if any(name == f or name.startswith(f"{f}.") for f in DOMAIN_FORBIDDEN)
+            ]
+    assert found == []

@@ -469,13 +469,13 @@ def reconcile_runs(svc: Services) -> list[str]:
     """One reconcile pass as `serve` makes it: what crashed runs left behind is settled, and
     every run whose drive is gone (interrupted, never picked up, an answered approval) is
     re-driven on this process's drives. The report's lines, "nothing to reconcile" left out."""
-    from laneflow.adapters.workers import Liveness
     from laneflow.usecases.reconcile import reconcile
+    from laneflow.wiring import liveness
 
     drives = svc.drives
     if drives is None:
         raise ValueError("serve reconciles with its own drives: set svc.drives first")
-    report = reconcile(svc, Liveness(), redrive=lambda run: drives.start(run.tenant, run.id))
+    report = reconcile(svc, liveness(), redrive=lambda run: drives.start(run.tenant, run.id))
     return [line for line in report.lines() if line != "nothing to reconcile"]
 
 
