@@ -5,7 +5,7 @@ receives them (`rest_event`), a call through the API's resolver (`call`), a star
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from helpers import FIXTURES, ROOT
 
@@ -90,7 +90,7 @@ def call(svc: Services, method: str, path: str, body: Any = None, **kwargs: Any)
 def start(svc: Services, body: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
     status, run, _ = call(svc, "POST", "/runs", body or START, **kwargs)
     assert status == 201, run
-    return run
+    return cast(dict[str, Any], run)
 
 
 def problem_fields(payload: dict[str, Any]) -> set[str]:

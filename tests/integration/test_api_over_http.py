@@ -8,6 +8,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,8 +32,8 @@ def http(
 ) -> tuple[int, Any, Any]:
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     # Without a content type, urllib labels a body as a form (as `curl -d` does).
-    headers = {"Content-Type": content_type} if content_type else {}
-    request = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+    sent = {"Content-Type": content_type} if content_type else {}
+    request = urllib.request.Request(base + path, data=data, method=method, headers=sent)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             status, headers, text = response.status, response.headers, response.read().decode()
@@ -43,7 +44,7 @@ def http(
 
 
 @pytest.fixture
-def served(api_svc: Services):
+def served(api_svc: Services) -> Iterator[str]:
     server = make_server(api_svc, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -53,7 +54,7 @@ def served(api_svc: Services):
     thread.join(5)
 
 
-def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(api_svc: Services, served) -> None:
+def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(api_svc: Services, served: str) -> None:
     status, run, headers = http(served, "POST", "/runs", {**START, "idempotency_key": "k"})
     assert status == 201 and run["tenant"] == api_svc.settings.tenant == "local"
     assert headers["Location"] == f"/runs/{run['id']}"
@@ -88,7 +89,7 @@ def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(ap
         assert head.status == 200 and head.read() == b"" and int(head.headers["Content-Length"]) > 0
 
 
-def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_svc: Services, served) -> None:
+def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_svc: Services, served: str) -> None:
     # Given a run that ends while a browser follows it,
     status, run, _ = http(served, "POST", "/runs", START)
     stream = urllib.request.urlopen(served + f"/runs/{run['id']}/stream", timeout=10)
@@ -107,7 +108,7 @@ def test_laneflow_serve_streams_a_run_as_server_sent_events_until_it_ends(api_sv
     assert http(served, "GET", "/runs/" + "x" * 129 + "/stream")[0] == 400
 
 
-def test_laneflow_serve_answers_concurrent_callers(api_svc: Services, served) -> None:
+def test_laneflow_serve_answers_concurrent_callers(api_svc: Services, served: str) -> None:
     results: list[int] = []
 
     def one(i: int) -> None:

@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import ServicesOn, drive, stored_bytes, write_workspace
+from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
@@ -75,7 +77,7 @@ def _slow(h: Handler) -> None:
         pass
 
 
-ROUTES = {
+ROUTES: dict[str, Callable[[Handler], None]] = {
     "/api/v1/slow": _slow,
     "/api/v1/big": lambda h: h.send(200, "x" * 45_000, "text/plain"),
     "/api/v1/missing": lambda h: h.send(404, '{"error": "no such issue"}'),
@@ -95,7 +97,7 @@ class Server:
         self.on_slow: Any = None  # called when a request for /slow arrives
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("Bound", (Handler,), {"owner": self}))
         self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
+        self.port: int = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/api/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -109,7 +111,7 @@ class Server:
 
 
 @pytest.fixture
-def server():
+def server() -> Iterator[Server]:
     with Server() as s:
         yield s
 
@@ -146,7 +148,9 @@ def outputs(svc: Any, step: Step) -> list[tuple[str, bool]]:
 # -- the secret header --------------------------------------------------------------------------
 
 
-def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secret(on: ServicesOn, tmp_path: Path, server) -> None:
+def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secret(
+    on: ServicesOn, tmp_path: Path, server: Server
+) -> None:
     svc = on()
     ws = tracker_workspace(
         tmp_path,
@@ -175,7 +179,7 @@ def test_the_secret_header_reaches_the_server_and_no_stored_byte_holds_the_secre
 # -- what is refused ----------------------------------------------------------------------------
 
 
-def test_another_host_is_refused_as_an_error_and_no_request_leaves(svc: Services, tmp_path: Path, server) -> None:
+def test_another_host_is_refused_as_an_error_and_no_request_leaves(svc: Services, tmp_path: Path, server: Server) -> None:
     ws = tracker_workspace(
         tmp_path,
         server.url,
@@ -202,7 +206,7 @@ def test_another_host_is_refused_as_an_error_and_no_request_leaves(svc: Services
     assert '"moved=1"' not in results[6][0] and "/api/v1/echo?moved=1" in results[6][0]
 
 
-def test_a_4xx_a_5xx_and_a_timeout_are_errors_and_the_step_goes_on(svc: Services, tmp_path: Path, server) -> None:
+def test_a_4xx_a_5xx_and_a_timeout_are_errors_and_the_step_goes_on(svc: Services, tmp_path: Path, server: Server) -> None:
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/missing"}', '{"path": "/boom"}', '{"path": "/slow"}'], timeout=1.5)
 
     run = drive(svc, ws, "fix")
@@ -217,7 +221,7 @@ def test_a_4xx_a_5xx_and_a_timeout_are_errors_and_the_step_goes_on(svc: Services
     assert waited <= 1.5  # what was left of the step's timeout: 1.5 s, not the 60 s a call may take
 
 
-def test_the_response_is_cut_at_30000_characters_saying_so(svc: Services, tmp_path: Path, server) -> None:
+def test_the_response_is_cut_at_30000_characters_saying_so(svc: Services, tmp_path: Path, server: Server) -> None:
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/big"}'])
     run = drive(svc, ws, "fix")
     [(text, failed)] = outputs(svc, run.steps[0])
@@ -225,7 +229,7 @@ def test_the_response_is_cut_at_30000_characters_saying_so(svc: Services, tmp_pa
     assert not failed and body.startswith("x" * 30_000) and body[30_000:] == "\n[body cut at 30,000 of 45,000 characters]"
 
 
-def test_a_call_input_that_is_not_what_the_tool_takes_is_an_error(svc: Services, tmp_path: Path, server) -> None:
+def test_a_call_input_that_is_not_what_the_tool_takes_is_an_error(svc: Services, tmp_path: Path, server: Server) -> None:
     ws = tracker_workspace(
         tmp_path,
         server.url,
@@ -240,7 +244,7 @@ def test_a_call_input_that_is_not_what_the_tool_takes_is_an_error(svc: Services,
 # -- the Claude executor ------------------------------------------------------------------------
 
 
-def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path: Path, server) -> None:
+def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path: Path, server: Server) -> None:
     key = "sk-test-0123456789abcdef"
     bodies: list[dict[str, Any]] = []
 
@@ -250,7 +254,7 @@ def test_the_claude_executor_offers_and_runs_the_api_tool(tmp_path: Path, server
 
     with MessagesImitation(api_keys={key}) as api:
         api.responder = recording
-        cfg = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        cfg = Settings(anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), cfg)
         svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
         ws = tracker_workspace(tmp_path, server.url, [])
@@ -301,7 +305,7 @@ def test_an_openapi_files_operations_are_listed_in_the_stable_apis_layer(tmp_pat
 
 
 def test_in_a_sandboxed_step_the_call_is_made_by_the_sandbox_worker_with_the_same_code(
-    svc: Services, tmp_path: Path, server
+    svc: Services, tmp_path: Path, server: Server
 ) -> None:
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/issues"}', '{"path": "http://example.com/"}'], sandbox=True)
     run = drive(svc, ws, "fix")
@@ -313,14 +317,14 @@ def test_in_a_sandboxed_step_the_call_is_made_by_the_sandbox_worker_with_the_sam
     assert TOKEN.encode() not in stored_bytes("sqlite", tmp_path)
 
 
-def test_a_stop_during_a_call_ends_the_step_at_once(svc: Services, tmp_path: Path, server) -> None:
+def test_a_stop_during_a_call_ends_the_step_at_once(svc: Services, tmp_path: Path, server: Server) -> None:
     from laneflow.usecases.stop import stop_run
 
     ws = tracker_workspace(tmp_path, server.url, ['{"path": "/slow"}'])
     handling: list[threading.Thread] = []  # the server's thread for the call: it answers 6 s after the stop
     server.on_slow = lambda: (
         stop_run(svc, "local", svc.store.list_runs("local")[0].id),
-        handling.append(threading.current_thread()),
+        handling.append(threading.current_thread()),  # type: ignore[func-returns-value]
     )
     run = drive(svc, ws, "fix")
     [step] = run.steps

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FIXTURES, ServicesOn, drive
 
-from laneflow.domain.records import RunStatus
+from laneflow.domain.records import Run, RunStatus, Step
 from laneflow.ports import Services
 
 
@@ -58,14 +59,16 @@ def test_a_step_that_writes_reads_only_its_agents_started_steps_never_the_whole_
     those it needs: a fan-out without the gate, whose first wave all write, read the whole
     run in full once per writer."""
     svc = on()
-    whole, full_steps, get_run, get_step = [], [], svc.store.get_run, svc.store.get_step
+    whole: list[str] = []
+    full_steps: list[int] = []
+    get_run, get_step = svc.store.get_run, svc.store.get_step
 
-    def run_read(tenant, run_id, **kwargs):
+    def run_read(tenant: str, run_id: str, **kwargs: Any) -> Run:
         if kwargs.get("detail"):
             whole.append(run_id)
         return get_run(tenant, run_id, **kwargs)
 
-    def step_read(tenant, run_id, index, **kwargs):
+    def step_read(tenant: str, run_id: str, index: int, **kwargs: Any) -> Step:
         if kwargs.get("detail"):
             full_steps.append(index)
         return get_step(tenant, run_id, index, **kwargs)

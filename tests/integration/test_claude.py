@@ -5,21 +5,25 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import FIXTURES, wait_for
+from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.pricing import catalog
-from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
-from laneflow_dev.imitation import MessagesImitation
+from laneflow_dev.imitation import MessagesImitation, Reply
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -32,27 +36,26 @@ def ws(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def api():
+def api() -> Iterator[MessagesImitation]:
     with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={KEY}) as server:
         yield server
 
 
 def services(tmp_path: Path, api: MessagesImitation, key: str = KEY) -> Services:
-    settings = Settings(anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+    settings = Settings(anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
     svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
     svc.executors["anthropic"] = AnthropicExecutor(api_key=key, base_url=api.url, backoff_s=0.01)
     return svc
 
 
-def drive(svc: Services, ws: Path, flow: str, **kwargs):
+def drive(svc: Services, ws: Path, flow: str, **kwargs: Any) -> Run:
     run = create_run(svc, ws, flow, **kwargs)
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
 
 
-def drive_until(tmp_path: Path, ws: Path, imitation: MessagesImitation, counter: str):
+def drive_until(tmp_path: Path, ws: Path, imitation: MessagesImitation, counter: str) -> tuple[Services, Run, threading.Thread]:
     """The `tools` flow driven on a thread of its own against `imitation`, returned once the
     imitation's `counter` stat has counted the step's first request (or after 30 s)."""
-    import threading
     import time
 
     svc = services(tmp_path, imitation)
@@ -65,7 +68,7 @@ def drive_until(tmp_path: Path, ws: Path, imitation: MessagesImitation, counter:
     return svc, run, thread
 
 
-def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path: Path, ws: Path, api) -> None:
+def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
     run = drive(services(tmp_path, api), ws, "fanout")
     assert run.status == RunStatus.completed, run.error
     stats = api.stats()
@@ -79,21 +82,21 @@ def test_a_gated_fan_out_pays_one_cache_write_and_every_sibling_reads(tmp_path: 
     assert stats["cache_write_tokens"] == written and stats["cache_read_tokens"] == 3 * written
 
 
-def test_without_the_gate_every_step_of_the_fan_out_writes_the_prefix(tmp_path: Path, ws: Path, api) -> None:
+def test_without_the_gate_every_step_of_the_fan_out_writes_the_prefix(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
     run = drive(services(tmp_path, api), ws, "fanout", options={"gate": False})
     assert run.status == RunStatus.completed
     stats = api.stats()
     assert stats["cache_writes"] == 4 and stats["cache_reads"] == 0
 
 
-def test_lanes_are_keyed_by_agent_one_cold_prefix_each(tmp_path: Path, ws: Path, api) -> None:
+def test_lanes_are_keyed_by_agent_one_cold_prefix_each(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
     run = drive(services(tmp_path, api), ws, "two_lanes")
     assert run.status == RunStatus.completed, run.error
     assert api.stats()["cache_writes"] == 2 and api.stats()["cache_reads"] == 4
     assert {s.model for s in run.steps if s.agent == "reviewer"} == {"claude-haiku-4-5"}
 
 
-def test_lanes_are_keyed_by_model_one_cold_prefix_each(tmp_path: Path, ws: Path, api) -> None:
+def test_lanes_are_keyed_by_model_one_cold_prefix_each(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
     run = drive(services(tmp_path, api), ws, "same_agent_two_models")
     assert run.status == RunStatus.completed, run.error
     by_model = api.stats()["by_model"]
@@ -101,7 +104,7 @@ def test_lanes_are_keyed_by_model_one_cold_prefix_each(tmp_path: Path, ws: Path,
     assert by_model["claude-haiku-4-5"]["cache_writes"] == 1 and by_model["claude-haiku-4-5"]["cache_reads"] == 1
 
 
-def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path: Path, ws: Path, api) -> None:
+def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
     run = drive(services(tmp_path, api), ws, "fanout")
     step = run.steps[1]
     [call] = step.calls
@@ -115,11 +118,11 @@ def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path: Path, ws: P
     assert run.cost_usd == pytest.approx(sum(s.cost_usd for s in run.steps), abs=1e-6)
 
 
-def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path: Path, ws: Path, api) -> None:
-    seen = []
+def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
+    seen: list[dict[str, Any]] = []
     original = api.responder
 
-    def spy(body):
+    def spy(body: dict[str, Any]) -> Reply:
         seen.append(body)
         return original(body)
 
@@ -133,7 +136,7 @@ def test_the_system_prompt_is_cached_stable_first_and_tools_are_sorted(tmp_path:
     assert names == sorted(names)
 
 
-def test_a_tool_use_loop_writes_files_and_records_each_call(tmp_path: Path, ws: Path, api) -> None:
+def test_a_tool_use_loop_writes_files_and_records_each_call(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
     run = drive(services(tmp_path, api), ws, "tools")
     assert run.status == RunStatus.completed, run.error
     step = run.steps[0]
@@ -147,14 +150,14 @@ def test_a_tool_use_loop_writes_files_and_records_each_call(tmp_path: Path, ws: 
     assert step.conclusion == "The note is written."
 
 
-def test_max_turns_is_honoured(tmp_path: Path, ws: Path, api) -> None:
+def test_max_turns_is_honoured(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
     run = drive(services(tmp_path, api), ws, "too_many_turns")
     step = run.steps[0]
     assert step.status == StepStatus.failed and step.error == "reached max_turns (4) before a final reply"
     assert len(step.calls) == 4
 
 
-def test_overloaded_and_rate_limited_answers_are_retried_with_backoff(tmp_path: Path, ws: Path, api) -> None:
+def test_overloaded_and_rate_limited_answers_are_retried_with_backoff(tmp_path: Path, ws: Path, api: MessagesImitation) -> None:
     api.fail_next(529, 429)
     run = drive(services(tmp_path, api), ws, "tools")
     assert run.status == RunStatus.completed, run.error
@@ -164,7 +167,7 @@ def test_overloaded_and_rate_limited_answers_are_retried_with_backoff(tmp_path: 
 
 
 def test_an_authentication_refusal_is_a_clear_failure_that_is_not_retried_and_keeps_the_key_secret(
-    tmp_path: Path, ws: Path, api
+    tmp_path: Path, ws: Path, api: MessagesImitation
 ) -> None:
     bad = "sk-wrong-key-abcdefghijklmnop"
     run = drive(services(tmp_path, api, key=bad), ws, "fanout")
@@ -189,7 +192,9 @@ def test_a_non_stub_model_without_an_api_key_is_refused_before_the_run_starts(tm
     assert svc.store.list_runs("local") == []
 
 
-def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(tmp_path: Path, ws: Path, api) -> None:
+def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(
+    tmp_path: Path, ws: Path, api: MessagesImitation
+) -> None:
     """The analyst's first turn writes a 5,000-token prefix (at the cache-write price); a cap
     below that cost stops the step as soon as the stream reports its usage."""
     agent = ws / "agents" / "analyst" / "agent.md"
@@ -231,14 +236,16 @@ def test_a_stop_ends_a_claude_call_still_waiting_for_its_first_token(tmp_path: P
     assert not drive.is_alive() and svc.store.get_run(run.tenant, run.id).status == RunStatus.failed
 
 
-def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(tmp_path: Path, ws: Path, api) -> None:
+def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(
+    tmp_path: Path, ws: Path, api: MessagesImitation
+) -> None:
     """The toolsmith's three-turn loop under a run budget its first turn already spends: the
     second turn is never asked for; the step fails "budget spent", and so does the run."""
     flow = (ws / "flows" / "tools.yaml").read_text()
     (ws / "flows" / "tight.yaml").write_text("budget: 0.0001\n" + flow)
-    seen: list[dict] = []
+    seen: list[dict[str, Any]] = []
     original = api.responder
-    api.responder = lambda body: (seen.append(body), original(body))[1]
+    api.responder = lambda body: (seen.append(body), original(body))[1]  # type: ignore[func-returns-value]
     run = drive(services(tmp_path, api), ws, "tight")
     step = run.steps[0]
     assert len(seen) == 1 and [c.stop for c in step.calls] == ["tool_use"]

@@ -26,7 +26,7 @@ TOPICS = {"topics": ["tides", "kelp", "reefs"]}
 MEASURED_ERROR = 0.01  # bench/RESULTS.md, "estimate": 0.2 % on this flow with the output per turn the run wrote
 
 
-def _lanes_of(record: dict) -> dict[tuple[int, str], dict]:
+def _lanes_of(record: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
     return {(row["group"], row["lane"]): row for row in record["lanes"]}
 
 

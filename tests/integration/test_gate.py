@@ -8,7 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from helpers import FIXTURES, FlowRunner, ServicesOn
@@ -16,7 +18,7 @@ from helpers import FIXTURES, FlowRunner, ServicesOn
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.gate import reserve_line
 from laneflow.domain.lanes import waiting_line
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.domain.records import AttemptStatus, RunStatus, Step, StepStatus
 from laneflow.ports import Services
 from laneflow.usecases.run_step.runner import WAITED_TO_START
 from laneflow.usecases.start_run import create_run
@@ -24,11 +26,11 @@ from laneflow.usecases.start_run import create_run
 GATE = FIXTURES / "ws_gate"
 
 
-def ts(text: str) -> dt.datetime:
+def ts(text: str | None) -> dt.datetime:  # a timestamp the test expects set
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def released_at(step) -> dt.datetime:
+def released_at(step: Step) -> dt.datetime:
     """When the lead released the siblings waiting for its reply (the first release it wrote;
     a second one, at its end, is the reserve's)."""
     return ts([e for e in step.events if e.type == "gate" and "released" in e.text][0].t)
@@ -116,7 +118,7 @@ def test_two_lanes_in_one_group_proceed_independently(run_flow: FlowRunner) -> N
 def test_parallel_still_caps_a_gated_lane(run_flow: FlowRunner) -> None:
     run = run_flow(GATE, "capped").run
     assert run.status == RunStatus.completed
-    spans = sorted((s.started_at, s.finished_at) for s in run.steps)
+    spans = sorted((cast(str, s.started_at), cast(str, s.finished_at)) for s in run.steps)
     assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) == 2
 
 
@@ -161,17 +163,17 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc: Services) 
     completed: list[str] = []
 
     class Callbacks:
-        def succeed(self, token, output) -> None:
+        def succeed(self, token: str, output: dict[str, Any]) -> None:
             completed.append(token)
 
-        def succeed_all(self, tokens, output):
+        def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
             completed.extend(tokens)
             return []
 
-        def fail(self, token, error, cause) -> None:  # pragma: no cover - not expected
+        def fail(self, token: str, error: str, cause: str) -> None:  # pragma: no cover - not expected
             raise AssertionError(error)
 
-    svc.callbacks = Callbacks()
+    svc.callbacks = Callbacks()  # type: ignore[assignment]  # a partial fake: no heartbeat
     run = create_run(svc, GATE, "fanout")
     ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
     lane = "quick@stub"
@@ -187,7 +189,7 @@ def test_a_lead_that_will_not_run_after_all_still_opens_the_gate(svc: Services) 
     assert completed == ["tok-1"]
 
 
-def _most_at_once(spans) -> int:
+def _most_at_once(spans: list[tuple[dt.datetime, dt.datetime]]) -> int:
     return max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
 
 
@@ -217,14 +219,14 @@ class _Completed:
     def __init__(self) -> None:
         self.tokens: list[str] = []
 
-    def succeed(self, token, output) -> None:
+    def succeed(self, token: str, output: dict[str, Any]) -> None:
         self.tokens.append(token)
 
-    def succeed_all(self, tokens, output):
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
         self.tokens.extend(tokens)
         return []
 
-    def fail(self, token, error, cause) -> None:  # pragma: no cover - not expected
+    def fail(self, token: str, error: str, cause: str) -> None:  # pragma: no cover - not expected
         raise AssertionError(error)
 
 
@@ -238,7 +240,7 @@ def test_the_reserve_waits_through_the_lead_s_reply_and_goes_when_its_worker_cra
     from laneflow.usecases.wait_for_lead import open_gate, wait_for_lead
 
     svc = on()
-    svc.callbacks = completed = _Completed()
+    svc.callbacks = completed = _Completed()  # type: ignore[assignment]  # a partial fake: no heartbeat
     run = create_run(svc, GATE, "fanout")
     ref = start_drive(svc, StartDriveRequest(tenant=run.tenant, run_id=run.id), worker=local_worker())
     lane = "quick@stub"

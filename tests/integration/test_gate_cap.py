@@ -16,7 +16,7 @@ from laneflow.ports import Services
 PARALLEL = 3
 
 
-def ts(text: str) -> dt.datetime:
+def ts(text: str | None) -> dt.datetime:  # a timestamp the test expects set
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 

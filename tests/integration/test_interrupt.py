@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,10 @@ from test_crash import assert_invariants
 
 from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import Liveness, _process_start, local_worker
-from laneflow.domain.records import AttemptStatus, RunChanges, RunStatus, StepStatus
-from laneflow.domain.workers import LocalProcess
+from laneflow.domain.records import Attempt, AttemptStatus, RunChanges, RunStatus, StepStatus
+from laneflow.domain.workers import LocalProcess, WorkerRef
 from laneflow.entrypoints.cli import main
-from laneflow.ports import Services
+from laneflow.ports import Services, Store
 from laneflow.settings import Settings
 from laneflow.usecases.reconcile import INTERRUPTED, leave_drive
 from laneflow.usecases.start_run import create_run
@@ -37,11 +38,13 @@ EXE = Path(sys.executable).parent / "laneflow"
 SLOW = (2, 3)  # the `slow` flow's middle group: its first attempts take a minute
 
 
-def laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def laneflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
-def interrupt_mid_flight(tmp_path: Path, *signals: signal.Signals, extra: tuple[str, ...] = ()) -> tuple:
+def interrupt_mid_flight(
+    tmp_path: Path, *signals: signal.Signals, extra: tuple[str, ...] = ()
+) -> tuple[int, str, str, float, str, Store, str]:
     """Run the `slow` flow in a real `laneflow run`, wait until both slow steps are running,
     send the signals (10 ms apart: the first has been handled, its cleanup is under way)."""
     store = f"sqlite:///{tmp_path / 'int.db'}"
@@ -68,7 +71,7 @@ def interrupt_mid_flight(tmp_path: Path, *signals: signal.Signals, extra: tuple[
     return proc.returncode, out, err, time.monotonic() - sent, store, db, run_id
 
 
-def assert_resumable(db, run_id: str) -> None:
+def assert_resumable(db: Store, run_id: str) -> None:
     run = db.get_run("local", run_id)
     assert run.status == RunStatus.running and run.finished_at is None and not run.error
     assert [s.status for s in run.steps] == [StepStatus.completed] * 2 + [StepStatus.pending] * 3
@@ -78,7 +81,7 @@ def assert_resumable(db, run_id: str) -> None:
     assert not [a for a in db.list_attempts("local", run_id) if a.status == AttemptStatus.running]
 
 
-def assert_finished_telling_the_truth(db, run_id: str) -> None:
+def assert_finished_telling_the_truth(db: Store, run_id: str) -> None:
     run = db.get_run("local", run_id)
     assert run.status == RunStatus.completed, run.error
     assert run.drives == 2
@@ -214,7 +217,7 @@ def test_resume_of_an_unknown_run_exits_2_naming_it(store_url: str, capsys: pyte
 
 
 @pytest.fixture
-def svc_on(store_kind: str, tmp_path: Path) -> Services:
+def svc_on(store_kind: str, tmp_path: Path) -> Iterator[Services]:
     with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
@@ -228,9 +231,12 @@ def test_a_leaving_worker_interrupts_only_its_own_attempts_by_identity_and_ends_
     other = subprocess.Popen(["sleep", "60"])  # another live worker on this host
     try:
         theirs = LocalProcess(host=me.host, pid=other.pid, started=_process_start(other.pid))
-        claim = lambda index, worker: svc.store.claim_attempt(  # noqa: E731
-            run.tenant, run.id, index, token=f"token-{index}", started_at="2026-01-01T00:00:00.000Z", worker=worker
-        )
+
+        def claim(index: int, worker: WorkerRef | None) -> Attempt:
+            return svc.store.claim_attempt(
+                run.tenant, run.id, index, token=f"token-{index}", started_at="2026-01-01T00:00:00.000Z", worker=worker
+            )
+
         claim(0, me)
         claim(1, theirs)
         claim(2, None)  # claimed, no worker written yet: it lives with this drive

@@ -12,24 +12,28 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any, cast
 
 import boto3
 import pytest
 from helpers import DYNAMODB_BUCKET as BUCKET
 from helpers import DYNAMODB_REGION as REGION
 from helpers import DYNAMODB_TABLE as TABLE
-from helpers import FIXTURES, FlowRunner, ServicesOn, drive, stored_bytes, write_workspace
+from helpers import FIXTURES, FlowRunner, ServicesOn, drive, read_capture, stored_bytes, write_workspace
+from pydantic import SecretStr
 
 import laneflow.usecases.run_step.runner as step_module
 from laneflow.adapters.store import open_store
 from laneflow.adapters.workers import Liveness
+from laneflow.domain.flow import StepSpec
 from laneflow.domain.records import AttemptStatus, FailureKind, Run, RunChanges, RunStatus, StepChanges, StepStatus, utcnow
 from laneflow.domain.workers import LambdaRequest
 from laneflow.entrypoints.cli import main
-from laneflow.ports import Services
+from laneflow.ports import Services, StepOutcome
 from laneflow.settings import Settings
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.reconcile import interrupt, reconcile
+from laneflow.usecases.run_step.output import check_output
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.stop import stop_run
 from laneflow.wiring import for_store, local_engine
@@ -115,7 +119,7 @@ def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on: ServicesOn, tmp
     run = drive(svc, ws, "big")
     assert run.status == RunStatus.completed, run.error
     reader = run.steps[1]
-    assert len(reader.message) > 450_000 and reader.message.startswith("Read it.") and big.strip() in reader.message
+    assert len(cast(str, reader.message)) > 450_000 and reader.message.startswith("Read it.") and big.strip() in reader.message
     if on.kind == "dynamodb":  # kept in S3, the step item holds a pointer
         item = boto3.client("dynamodb", region_name=REGION).get_item(
             TableName=TABLE, Key={"pk": {"S": f"T#local#R#{run.id}"}, "sk": {"S": "S#00000001"}}, ConsistentRead=True
@@ -267,9 +271,9 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(
             }
         },
     )
-    checked = step_module.check_output
+    checked = check_output  # what the runner calls
 
-    def choke(spec, outcome):  # an unexpected error whose message holds the key (logged, recorded)
+    def choke(spec: StepSpec, outcome: StepOutcome) -> Any:  # an unexpected error whose message holds the key (logged, recorded)
         if spec.agent == "crasher":
             raise RuntimeError(f"the parser choked on {KEY}")
         return checked(spec, outcome)
@@ -290,7 +294,7 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(
     assert breaker.error == f"refused {MASK}" and any(MASK in e.text for e in breaker.events)
     assert svc.store.list_attempts(run.tenant, run.id, breaker.index)[0].reason == f"refused {MASK}"
     [tool] = [e for e in leaky.events if e.type == "tool"]
-    capture = svc.captures.get(tool.data["capture"])
+    capture = read_capture(svc, tool.data["capture"])
     assert (capture["input"], capture["output"]) == (MASK, f"found {MASK}")
     ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["run_id"] for e in ended] == [run.id] and MASK in ended[0]["error"]
@@ -346,9 +350,11 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
             }
         },
     )
-    checked = step_module.check_output
+    checked = check_output  # what the runner calls
 
-    def choke(spec, outcome):  # an unexpected error whose message holds the values (logged, recorded)
+    def choke(
+        spec: StepSpec, outcome: StepOutcome
+    ) -> Any:  # an unexpected error whose message holds the values (logged, recorded)
         if spec.agent == "crasher":
             raise RuntimeError(f"the parser choked on {every}")
         return checked(spec, outcome)
@@ -372,7 +378,7 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
     assert breaker.error == f"refused {masked}"
     assert run.status == RunStatus.failed and f"the parser choked on {masked}" in run.error
     [tool] = [e for e in leaky.events if e.type == "tool"]
-    assert svc.captures.get(tool.data["capture"])["output"] == f"found {masked}"
+    assert read_capture(svc, tool.data["capture"])["output"] == f"found {masked}"
     ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert masked in ended[0]["error"]  # the on-end event
     logged = caplog.text + capfd.readouterr().err + log_file.read_text()
@@ -466,7 +472,7 @@ def test_a_bad_input_quoting_the_models_key_is_refused_without_saying_it(
     err = capsys.readouterr().err
     assert code == 2 and "$.things" in err and f"'{MASK}' is not of type 'array'" in err and KEY not in err
     # The API's 400 says where and what, not the value.
-    svc = for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures"), anthropic_api_key=KEY))
+    svc = for_store(open_store(store), Settings(capture_dir=str(tmp_path / "captures"), anthropic_api_key=SecretStr(KEY)))
     svc.workspaces, svc.drives = FolderWorkspaces(FIXTURES), RecordingDrives()
     status, payload, _ = call(svc, "POST", "/runs", {"workspace": "ws_semantics", "flow": "handoff", "input": {"things": KEY}})
     assert status == 400 and "$.things" in json.dumps(payload) and KEY not in json.dumps(payload)

@@ -10,13 +10,15 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from contract.store.backends import BACKENDS
 
 from laneflow.adapters.aws.s3 import ATTEMPTS
-from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
+from laneflow.adapters.engine.local import DriveResult
+from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus
 from laneflow.domain.workers import LocalProcess
 from laneflow.ports import Services
 from laneflow.settings import Settings
@@ -42,12 +44,12 @@ def workspace(root: Path, stub: str, *, sandbox: bool = True, fan_out: int = 1, 
 
 
 @pytest.fixture
-def svc(store_kind: str, tmp_path: Path):
+def svc(store_kind: str, tmp_path: Path) -> Iterator[Services]:
     with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures")))
 
 
-def drive(svc, ws: Path, flow: str = "build"):
+def drive(svc: Services, ws: Path, flow: str = "build") -> DriveResult:
     run = create_run(svc, ws, flow, {})
     return local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
 
@@ -107,7 +109,8 @@ class Scribbler:
     appears while the step runs (the paths in STRAY), so what is kept can be checked."""
 
     def __init__(self, ws: Path) -> None:
-        self.ws, self.seen, self.done = ws, set(), threading.Event()
+        self.ws, self.done = ws, threading.Event()
+        self.seen: set[Path] = set()
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
@@ -122,11 +125,11 @@ class Scribbler:
                 self.seen.add(copy)
             time.sleep(0.02)
 
-    def __enter__(self):
+    def __enter__(self) -> Scribbler:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.done.set()
         self.thread.join()
 
@@ -179,7 +182,7 @@ def test_a_sandboxed_lead_opens_its_siblings_gate_through_the_relay(svc: Service
         assert sibling.started_at >= lead_began  # released by the lead's reply, relayed from its child
 
 
-def _running_child(svc, run_id: str, timeout_s: float = 20.0) -> int:
+def _running_child(svc: Services, run_id: str, timeout_s: float = 20.0) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for _, attempt in svc.store.running_attempts():
@@ -189,9 +192,9 @@ def _running_child(svc, run_id: str, timeout_s: float = 20.0) -> int:
     raise AssertionError("no sandboxed attempt started")
 
 
-def _drive_in_thread(svc, ws: Path):
+def _drive_in_thread(svc: Services, ws: Path) -> tuple[Run, threading.Thread, dict[str, DriveResult]]:
     run = create_run(svc, ws, "build", {})
-    out: dict = {}
+    out: dict[str, DriveResult] = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)))
     thread.start()
     return run, thread, out

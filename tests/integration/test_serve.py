@@ -13,8 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from contract.store.backends import BACKENDS
@@ -22,7 +23,7 @@ from helpers import FIXTURES, closed_within, pacing_workspace
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.errors import InvalidInput
-from laneflow.domain.records import RunStatus
+from laneflow.domain.records import Run, RunStatus
 from laneflow.entrypoints.serve import MAX_BODY, ApiServer, make_server
 from laneflow.ports import Services
 from laneflow.settings import Settings
@@ -45,7 +46,7 @@ class RecordingDrives:
 
 
 @pytest.fixture
-def server(svc: Services):
+def server(svc: Services) -> Iterator[ApiServer]:
     svc.workspaces = FolderWorkspaces(FIXTURES)
     svc.drives = RecordingDrives()
     server = make_server(svc, "127.0.0.1", 0, request_timeout_s=TIMEOUT_S)
@@ -65,7 +66,7 @@ def raw_request(
     server: ApiServer,
     method: str,
     path: str,
-    headers: list[tuple[str, str]] = (),
+    headers: Sequence[tuple[str, str]] = (),
     body: bytes | None = None,
     *,
     host: str | None = "own",
@@ -93,24 +94,26 @@ def exchange(
     return response.status, json.loads(text) if is_json and text else text, response.headers
 
 
-def ask(server: ApiServer, method: str, path: str, headers: list[tuple[str, str]] = (), body: bytes | None = None, **kw: Any):
+def ask(
+    server: ApiServer, method: str, path: str, headers: Sequence[tuple[str, str]] = (), body: bytes | None = None, **kw: Any
+) -> tuple[int, Any, http.client.HTTPMessage]:
     return exchange(server, raw_request(server, method, path, headers, body, **kw), method=method)
 
 
-def runs(server: ApiServer) -> list:
+def runs(server: ApiServer) -> list[Run]:
     return server.svc.store.list_runs(server.svc.settings.tenant, limit=500)
 
 
 def a_run(server: ApiServer) -> str:
     status, run, _ = ask(server, "POST", "/runs", JSON, START)
     assert status == 201, run
-    return run["id"]
+    return cast(str, run["id"])
 
 
 # -- its own host --------------------------------------------------------------------------------
 
 
-def test_a_request_for_another_host_is_refused_with_421_and_starts_nothing(server) -> None:
+def test_a_request_for_another_host_is_refused_with_421_and_starts_nothing(server: ApiServer) -> None:
     port = port_of(server)
     for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", "127.0.0.1", f"localhost.evil.example:{port}"):
         status, body, headers = ask(server, "POST", "/runs", JSON, START, host=host)
@@ -119,26 +122,26 @@ def test_a_request_for_another_host_is_refused_with_421_and_starts_nothing(serve
     assert runs(server) == [] and server.svc.drives.started == []
 
 
-def test_a_request_without_one_host_header_is_refused_with_400(server) -> None:
+def test_a_request_without_one_host_header_is_refused_with_400(server: ApiServer) -> None:
     assert ask(server, "POST", "/runs", JSON, START, host=None)[0] == 400
     own = f"127.0.0.1:{port_of(server)}"
     assert ask(server, "POST", "/runs", [("Host", own)] + JSON, START)[0] == 400  # two Host headers
     assert runs(server) == []
 
 
-def test_every_name_of_its_own_address_is_answered(server) -> None:
+def test_every_name_of_its_own_address_is_answered(server: ApiServer) -> None:
     port = port_of(server)
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}"):
         assert ask(server, "GET", "/runs", host=host)[0] == 200, host
 
 
-def test_a_dns_rebinding_page_cannot_read_runs_either(server) -> None:
+def test_a_dns_rebinding_page_cannot_read_runs_either(server: ApiServer) -> None:
     a_run(server)
     status, body, _ = ask(server, "GET", "/runs", host="rebind.evil.example")
     assert status == 421 and "runs" not in body
 
 
-def test_an_absolute_form_target_is_refused(server) -> None:
+def test_an_absolute_form_target_is_refused(server: ApiServer) -> None:
     status, body, _ = ask(server, "POST", "http://evil.example/runs", JSON, START)
     assert status == 400 and "path" in body["message"]
     assert runs(server) == []
@@ -158,7 +161,7 @@ def test_an_absolute_form_target_is_refused(server) -> None:
     ],
     ids=["foreign-origin", "null-origin", "other-port", "fetch-cross-site", "fetch-same-site"],
 )
-def test_a_cross_site_start_stop_or_approval_is_refused_with_403_and_does_nothing(server, headers: Any) -> None:
+def test_a_cross_site_start_stop_or_approval_is_refused_with_403_and_does_nothing(server: ApiServer, headers: Any) -> None:
     run_id = a_run(server)
     before = server.svc.store.get_run("local", run_id)
     approve = json.dumps({"approve": True}).encode()
@@ -170,7 +173,7 @@ def test_a_cross_site_start_stop_or_approval_is_refused_with_403_and_does_nothin
     assert after.status == before.status == RunStatus.queued and not after.stop_requested
 
 
-def test_its_own_origin_may_start_stop_and_read(server) -> None:
+def test_its_own_origin_may_start_stop_and_read(server: ApiServer) -> None:
     origin = f"http://127.0.0.1:{port_of(server)}"
     status, run, _ = ask(server, "POST", "/runs", [("Origin", origin), ("Sec-Fetch-Site", "same-origin")] + JSON, START)
     assert status == 201
@@ -195,14 +198,16 @@ def test_its_own_origin_may_start_stop_and_read(server) -> None:
         None,
     ],
 )
-def test_a_body_that_is_not_labelled_json_is_refused_with_415_and_starts_nothing(server, content_type: str | None) -> None:
+def test_a_body_that_is_not_labelled_json_is_refused_with_415_and_starts_nothing(
+    server: ApiServer, content_type: str | None
+) -> None:
     headers = [("Content-Type", content_type)] if content_type else []
     status, body, _ = ask(server, "POST", "/runs", headers, START)
     assert status == 415 and "application/json" in body["message"], body
     assert runs(server) == [] and server.svc.drives.started == []
 
 
-def test_a_form_typed_stop_without_a_body_is_refused_with_415(server) -> None:
+def test_a_form_typed_stop_without_a_body_is_refused_with_415(server: ApiServer) -> None:
     run_id = a_run(server)
     status, _, _ = ask(server, "POST", f"/runs/{run_id}/stop", [("Content-Type", "text/plain")], b"")
     assert status == 415
@@ -210,7 +215,7 @@ def test_a_form_typed_stop_without_a_body_is_refused_with_415(server) -> None:
     assert ask(server, "POST", f"/runs/{run_id}/stop")[0] == 200  # curl -X POST sends no Content-Type
 
 
-def test_a_json_body_with_a_utf8_charset_is_read(server) -> None:
+def test_a_json_body_with_a_utf8_charset_is_read(server: ApiServer) -> None:
     status, run, _ = ask(server, "POST", "/runs", [("Content-Type", 'Application/JSON; charset="UTF-8"')], START)
     assert status == 201 and run["workspace"] == "ws_control"
 
@@ -231,13 +236,13 @@ def test_a_json_body_with_a_utf8_charset_is_read(server) -> None:
     ],
     ids=["nan", "infinity", "overflow", "long-int", "surrogate", "deep", "very-deep", "not-utf8", "not-json", "repeated-key"],
 )
-def test_a_body_that_is_not_strict_json_is_refused_with_400_naming_the_body(server, body: Any, said: str) -> None:
+def test_a_body_that_is_not_strict_json_is_refused_with_400_naming_the_body(server: ApiServer, body: Any, said: str) -> None:
     status, answer, _ = ask(server, "POST", "/runs", JSON, body)
     assert status == 400 and said in answer["message"] and answer["problems"][0]["in"] == "body", answer
     assert runs(server) == [] and server.svc.drives.started == []
 
 
-def test_a_body_over_1_mib_is_refused_with_413_and_the_refusal_is_readable(server) -> None:
+def test_a_body_over_1_mib_is_refused_with_413_and_the_refusal_is_readable(server: ApiServer) -> None:
     big = b'{"workspace": "' + b"w" * MAX_BODY + b'"}'
     status, answer, headers = ask(server, "POST", "/runs", JSON, big)
     assert status == 413 and "1 MiB" in answer["message"] and headers["Connection"] == "close"
@@ -247,7 +252,7 @@ def test_a_body_over_1_mib_is_refused_with_413_and_the_refusal_is_readable(serve
     assert runs(server) == []
 
 
-def test_a_chunked_or_ambiguous_body_length_is_refused(server) -> None:
+def test_a_chunked_or_ambiguous_body_length_is_refused(server: ApiServer) -> None:
     assert ask(server, "POST", "/runs", JSON + [("Transfer-Encoding", "chunked")], b"")[0] == 411
     two = [("Content-Length", "2"), ("Content-Length", "3")]
     assert ask(server, "POST", "/runs", JSON + two, b"{}")[0] == 400
@@ -258,7 +263,7 @@ def test_a_chunked_or_ambiguous_body_length_is_refused(server) -> None:
 # -- clients that stall --------------------------------------------------------------------------
 
 
-def test_a_half_sent_request_is_dropped_after_its_deadline_while_others_are_answered(server) -> None:
+def test_a_half_sent_request_is_dropped_after_its_deadline_while_others_are_answered(server: ApiServer) -> None:
     port = port_of(server)
     head = raw_request(server, "POST", "/runs", JSON + [("Content-Length", str(len(START)))])
     stalled = []
@@ -282,7 +287,7 @@ def test_a_half_sent_request_is_dropped_after_its_deadline_while_others_are_answ
     assert runs(server) == []
 
 
-def test_a_trickled_request_is_dropped_at_its_deadline_however_often_it_sends(server) -> None:
+def test_a_trickled_request_is_dropped_at_its_deadline_however_often_it_sends(server: ApiServer) -> None:
     raw = raw_request(server, "POST", "/runs", JSON, START)
     with socket.create_connection(("127.0.0.1", port_of(server)), timeout=5) as sock:
         dropped = None  # how many bytes were sent when the server dropped it
@@ -311,7 +316,7 @@ def test_a_trickled_request_is_dropped_at_its_deadline_however_often_it_sends(se
 # -- what http.server itself refuses, as JSON ---------------------------------------------------
 
 
-def test_an_unknown_method_is_405_and_a_malformed_request_a_json_400(server) -> None:
+def test_an_unknown_method_is_405_and_a_malformed_request_a_json_400(server: ApiServer) -> None:
     status, body, headers = ask(server, "FROB", "/runs")
     assert status == 405 and headers["Content-Type"] == "application/json" and "FROB" in body["message"]
     status, body, _ = exchange(server, b"GET / HTTP/2.0\r\nHost: x\r\n\r\n")
@@ -396,16 +401,16 @@ def test_serve_drives_runs_at_once_so_a_quick_run_started_after_a_slow_one_ends_
 def _start(server: ApiServer, flow: str) -> str:
     status, run, _ = ask(server, "POST", "/runs", JSON, json.dumps({"workspace": "ws_pace", "flow": flow}).encode())
     assert status == 201, run
-    return run["id"]
+    return cast(str, run["id"])
 
 
-def _get(server: ApiServer, run_id: str) -> dict:
+def _get(server: ApiServer, run_id: str) -> dict[str, Any]:
     status, run, _ = ask(server, "GET", f"/runs/{run_id}")
     assert status == 200, run
-    return run
+    return cast(dict[str, Any], run)
 
 
-def _wait(server: ApiServer, run_id: str, until, timeout_s: float = 30) -> dict:
+def _wait(server: ApiServer, run_id: str, until: Callable[[dict[str, Any]], bool], timeout_s: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         run = _get(server, run_id)

@@ -12,13 +12,18 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from contract.store.backends import BACKENDS
 from helpers import wait_for, write_workspace
+from pydantic import SecretStr
 
 from laneflow.adapters.engine import step_workers
+from laneflow.adapters.engine.local import DriveResult, LocalEngine
+from laneflow.adapters.engine.step_workers import StepWorkers
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.lanes_report import lane_rows
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus
@@ -29,7 +34,7 @@ from laneflow.wiring import for_store, local_engine
 
 
 @pytest.fixture
-def svc(store_kind: str, tmp_path: Path):
+def svc(store_kind: str, tmp_path: Path) -> Iterator[Services]:
     with BACKENDS[store_kind](tmp_path) as store:
         yield for_store(store, Settings(capture_dir=str(tmp_path / "captures"), step_workers=2))
     step_workers.close_all()
@@ -41,7 +46,7 @@ def fan_out(root: Path, stub: str, n: int, parallel: int = 4) -> Path:
     return write_workspace(root / "ws", agents, flows)
 
 
-def ready_engine(svc):
+def ready_engine(svc: Services) -> tuple[LocalEngine, StepWorkers]:
     """An engine whose step workers have started (so no call is answered in this process)."""
     engine = local_engine(svc)
     engine._start_step_workers()
@@ -60,7 +65,7 @@ def test_a_gated_fan_out_runs_in_a_worker_process_with_one_cold_prefix_and_the_s
     run = svc.store.get_run(run.tenant, run.id)
     assert run.status == RunStatus.completed
     assert [s.status for s in run.steps] == [StepStatus.completed] * 8
-    assert sorted(s.result for s in run.steps) == sorted(f"did {i}" for i in range(8))
+    assert sorted(cast(str, s.result) for s in run.steps) == sorted(f"did {i}" for i in range(8))
     # Every step was answered by one worker process (one run, one worker), none here.
     assert sorted(w.answered for w in pool.workers) == [0, 8]
     # Its attempts are this engine process's: it ends with it, as reconcile expects.
@@ -82,7 +87,7 @@ def test_a_worker_that_dies_mid_step_is_a_crashed_worker_its_run_goes_on_and_it_
     ws = fan_out(tmp_path, "delay_ms: 4000\nslow {item}", 1)
     engine, pool = ready_engine(svc)
     run = create_run(svc, ws, "fan", {})
-    done = {}
+    done: dict[str, DriveResult] = {}
     driving = threading.Thread(target=lambda: done.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)))
     driving.start()
     # When the step runs in its worker, the worker is killed
@@ -159,7 +164,7 @@ def test_a_claude_lane_spreads_over_the_workers_and_still_pays_one_cold_prefix(t
     shutil.copytree(FIXTURES / "ws_claude", ws)
     with MessagesImitation(ttft_ms=300, token_ms=1, api_keys={key}) as api:
         settings = Settings(
-            anthropic_api_key=key, anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"), step_workers=2
+            anthropic_api_key=SecretStr(key), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"), step_workers=2
         )
         svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
         try:

@@ -18,18 +18,18 @@ LATEST = MIGRATIONS[-1][0]
 LABEL = (LATEST + 1, "runs.label", ("ALTER TABLE runs ADD COLUMN label TEXT", "CREATE INDEX runs_by_label ON runs (label)"))
 
 
-def version(path) -> tuple[int, int]:
+def version(path: Path) -> tuple[int, int]:
     """(user_version, schema_version): the migrations applied, and SQLite's count of schema changes."""
     with sqlite3.connect(path) as db:
         return db.execute("PRAGMA user_version").fetchone()[0], db.execute("PRAGMA schema_version").fetchone()[0]
 
 
-def columns(path, table: str) -> set[str]:
+def columns(path: Path, table: str) -> set[str]:
     with sqlite3.connect(path) as db:
         return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
 
-def made_by_the_first_migrations(path, count: int) -> None:
+def made_by_the_first_migrations(path: Path, count: int) -> None:
     """A database as a laneflow whose list ended at MIGRATIONS[count - 1] left it."""
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("BEGIN")

@@ -12,13 +12,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from contract.store.backends import TENANT, big_text, claim, dynamodb_store, new_run
 from helpers import ROOT
 
 from laneflow.adapters.engine.template import Template
+from laneflow.adapters.store.dynamodb import DynamoStore
 from laneflow.domain.inbox import Note, NoteKind, QuestionStatus, new_note_id
 from laneflow.domain.records import (
     AttemptStatus,
@@ -40,11 +41,11 @@ ALARMS = {k: v["Properties"] for k, v in RESOURCES.items() if v["Type"] == "AWS:
 RETENTION = {"Ref": "LogRetentionDays"}
 
 
-def _log_groups() -> dict[str, dict]:
+def _log_groups() -> dict[str, dict[str, Any]]:
     return {k: v["Properties"] for k, v in RESOURCES.items() if v["Type"] == "AWS::Logs::LogGroup"}
 
 
-def _target(value) -> tuple[str, str] | None:
+def _target(value: Any) -> tuple[str, str] | None:
     """(resource logical id, attribute or "Ref") that a Ref or GetAtt names."""
     if isinstance(value, dict) and "Ref" in value:
         return value["Ref"], "Ref"
@@ -53,7 +54,14 @@ def _target(value) -> tuple[str, str] | None:
     return None
 
 
-def _metrics(alarm: dict) -> list[dict]:
+def _named(value: Any) -> tuple[str, str]:
+    """What a Ref or GetAtt the template must have there names."""
+    target = _target(value)
+    assert target is not None, value
+    return target
+
+
+def _metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
     """Every metric an alarm reads: itself, or each MetricStat of its metric math."""
     if "MetricName" in alarm:
         return [{"Namespace": alarm["Namespace"], "MetricName": alarm["MetricName"], "Dimensions": alarm["Dimensions"]}]
@@ -75,9 +83,9 @@ def test_every_function_has_a_log_group_of_its_own_with_the_retention_parameter(
 def test_the_state_machine_the_api_and_the_sandbox_log_to_groups_with_the_same_retention() -> None:
     groups = _log_groups()
     [destination] = RESOURCES["FlowStateMachine"]["Properties"]["Logging"]["Destinations"]
-    state_machine_group, _ = _target(destination["CloudWatchLogsLogGroup"]["LogGroupArn"])
+    state_machine_group, _ = _named(destination["CloudWatchLogsLogGroup"]["LogGroupArn"])
     access = RESOURCES["LaneflowApi"]["Properties"]["AccessLogSetting"]
-    api_group, attribute = _target(access["DestinationArn"])
+    api_group, attribute = _named(access["DestinationArn"])
     assert attribute == "Arn"
     for logical_id in (state_machine_group, api_group, "SandboxLogGroup"):
         assert groups[logical_id]["RetentionInDays"] == RETENTION, logical_id
@@ -93,7 +101,7 @@ def test_the_api_stage_writes_one_json_line_per_request_without_bodies_or_header
     assert not re.search(r"\$(input|context\.authorizer|method\.request)", line)  # no body, no token, no header
     # API Gateway writes access logs through the account's CloudWatch role, set before the API.
     assert api["DependsOn"] == "ApiGatewayAccount"
-    role, _ = _target(RESOURCES["ApiGatewayAccount"]["Properties"]["CloudWatchRoleArn"])
+    role, _ = _named(RESOURCES["ApiGatewayAccount"]["Properties"]["CloudWatchRoleArn"])
     assert RESOURCES[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
         "Service": "apigateway.amazonaws.com"
     }
@@ -168,7 +176,7 @@ def test_the_table_throttle_alarm_sums_every_operation_the_dynamodb_store_calls(
     # operation its client sends recorded as botocore is about to make the call
     sent: set[str] = set()
     with dynamodb_store(tmp_path, reachable_from_children=False) as store:
-        store._db.meta.events.register("before-call.dynamodb", lambda model, **_: sent.add(model.name))
+        cast(DynamoStore, store)._db.meta.events.register("before-call.dynamodb", lambda model, **_: sent.add(model.name))
         dynamodb_workload(store)
     sent -= {"CreateTable", "DescribeTable", "UpdateTimeToLive"}  # provisioning, not a run's traffic
     assert {"GetItem", "Query", "Scan", "TransactWriteItems", "BatchWriteItem"} <= sent, f"too little sent: {sorted(sent)}"
@@ -269,7 +277,7 @@ def test_the_reconcile_schedule_retries_and_keeps_what_it_could_not_deliver() ->
     props = event["Properties"]
     assert props["RetryPolicy"]["MaximumRetryAttempts"] >= 1
     assert 60 <= props["RetryPolicy"]["MaximumEventAgeInSeconds"] <= 300  # not older than the next reconcile
-    queue, attribute = _target(props["DeadLetterConfig"]["Arn"])
+    queue, attribute = _named(props["DeadLetterConfig"]["Arn"])
     assert (RESOURCES[queue]["Type"], attribute) == ("AWS::SQS::Queue", "Arn")
     # EventBridge may write to the queue only for this rule (SAM names it function + event).
     [policy] = [

@@ -6,6 +6,7 @@ test_tenant_isolation.py.)"""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ BAD = ["acme#RUNS", "", "line\nbreak", "acme/../globex", "t" * 65]
 
 
 @pytest.fixture
-def store(store_kind: str, tmp_path: Path):
+def store(store_kind: str, tmp_path: Path) -> Iterator[Store]:
     with BACKENDS[store_kind](tmp_path) as s:
         yield s
 

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import pytest
@@ -343,7 +343,7 @@ def test_a_bounded_fuzz_of_serve_gets_no_5xx_and_changes_nothing_on_a_refusal(se
         body = json.dumps(START).encode()
         answer = send(port, Sent("POST", "/runs", head.replace(b"200", str(len(body)).encode()) + body, False))
         assert answer.status == 201, answer
-        return json.loads(answer.text)["id"]
+        return cast(str, json.loads(answer.text)["id"])
 
     run_ids = [start_one() for _ in range(3)]  # what the fuzz stops, approves and reads
     requests = [a_request(rng, port, run_ids) for _ in range(REQUESTS)]

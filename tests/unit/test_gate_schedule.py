@@ -10,10 +10,11 @@ import pytest
 from laneflow.domain.flow import Entry, Flow, StepSpec
 from laneflow.domain.gate import is_reserve
 from laneflow.domain.lanes import plan_lanes
+from laneflow.domain.messages import Lane
 from laneflow.domain.records import Step
 
 
-def lane_of(n: int, parallel: int):
+def lane_of(n: int, parallel: int) -> Lane:
     flow = Flow(
         name="f", path="flows/f.yaml", entries=[Entry(index=0, kind="steps", steps=[StepSpec(agent="a", parallel=parallel)])]
     )

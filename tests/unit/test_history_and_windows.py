@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import ROOT
@@ -13,8 +14,8 @@ from laneflow.adapters.workers import local_worker
 from laneflow.domain.flow import Entry, Flow, StepSpec
 from laneflow.domain.history import COSTS_FILE, costs_from_definition, history_costs, segment_name, state_events
 from laneflow.domain.lanes import plan_lanes
-from laneflow.domain.messages import LaneStep, NextGroupRequest, SettleGroupRequest, StartDriveRequest
-from laneflow.domain.records import RunChanges, RunStatus, Step, StepChanges, StepStatus
+from laneflow.domain.messages import DriveRef, Lane, LaneStep, NextGroupRequest, SettleGroupRequest, StartDriveRequest
+from laneflow.domain.records import Run, RunChanges, RunStatus, Step, StepChanges, StepStatus
 from laneflow.domain.windows import most_steps, plan_window, rescue_window, window_cost
 from laneflow.ports import Services
 from laneflow.settings import Settings
@@ -59,6 +60,11 @@ def test_segment_names_are_derived_and_fit_step_functions() -> None:
     assert len(segment_name("r" * 100, 12, 345)) == 80 and segment_name("r" * 100, 12, 345).endswith("-d12s345")
 
 
+def _window(planned: tuple[list[Lane], int] | None) -> tuple[list[Lane], int]:
+    assert planned is not None  # a window, where the test expects one (None: continue)
+    return planned
+
+
 def _steps(n: int, agent: str = "a") -> list[Step]:
     return [Step(index=i, group=0, agent=agent, model="stub", item=str(i)) for i in range(n)]
 
@@ -70,18 +76,18 @@ def _flow() -> Flow:
 def test_a_window_takes_the_pending_steps_in_order_that_fit_and_a_later_one_has_no_lead() -> None:
     costs, steps, flow = history_costs(), _steps(40), _flow()
 
-    def plan(window):
+    def plan(window: list[Step]) -> list[Lane]:
         return plan_lanes(window, flow, 100, gate=True, group=steps)
 
-    lanes, through = plan_window(steps, plan, used=0, budget=300, costs=costs, fresh=True)
+    lanes, through = _window(plan_window(steps, plan, used=0, budget=300, costs=costs, fresh=True))
     assert through >= 0 and lanes[0].starters == [0] and lanes[0].starter_role == "lead"
     assert costs.drive + window_cost(lanes, costs) <= 300
     assert costs.drive + window_cost(plan(steps[: through + 2]), costs) > 300  # one more would not fit
     rest = [s for s in steps if s.index > through]
-    [later], _ = plan_window(rest, plan, used=0, budget=300, costs=costs, fresh=True)
+    [later], _ = _window(plan_window(rest, plan, used=0, budget=300, costs=costs, fresh=True))
     assert later.starters == [] and later.siblings[0] == through + 1  # siblings only: the lead ran already
     assert plan_window(rest, plan, used=250, budget=300, costs=costs, fresh=False) is None  # continue
-    [one], at = plan_window(rest, plan, used=0, budget=60, costs=costs, fresh=True)  # too small: one step anyway
+    [one], at = _window(plan_window(rest, plan, used=0, budget=60, costs=costs, fresh=True))  # too small: one step anyway
     assert one.siblings == [through + 1] and at == through + 1
 
 
@@ -95,7 +101,7 @@ def test_rescues_run_as_many_as_fit_and_a_fresh_execution_takes_one_at_least() -
 
 
 @pytest.fixture
-def big(svc: Services, tmp_path: Path):
+def big(svc: Services, tmp_path: Path) -> tuple[Run, DriveRef]:
     ws = tmp_path / "ws"
     (ws / "agents" / "a").mkdir(parents=True)
     (ws / "flows").mkdir()
@@ -108,7 +114,9 @@ def big(svc: Services, tmp_path: Path):
     return run, ref
 
 
-def test_next_group_plans_a_window_and_settle_answers_next_until_its_last_window_ran(svc: Services, big) -> None:
+def test_next_group_plans_a_window_and_settle_answers_next_until_its_last_window_ran(
+    svc: Services, big: tuple[Run, DriveRef]
+) -> None:
     run, ref = big
     plan = next_group(svc, NextGroupRequest(run=ref))
     assert plan.action == "run" and 0 <= plan.through < 39 and plan.used + history_costs().drive <= 300
@@ -122,7 +130,9 @@ def test_next_group_plans_a_window_and_settle_answers_next_until_its_last_window
     assert later.action == "run" and later.lanes[0].siblings[0] == plan.through + 1
 
 
-def test_a_windows_decisions_read_the_window_not_the_whole_group(svc: Services, big, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_windows_decisions_read_the_window_not_the_whole_group(
+    svc: Services, big: tuple[Run, DriveRef], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """NextGroup reads the window's pending steps (one more than fit) and each lane's first
     two; SettleGroup after a window that is not the group's last reads whether a later one
     is left and the window's unfinished steps. Only the last window's settlement reads the
@@ -131,7 +141,7 @@ def test_a_windows_decisions_read_the_window_not_the_whole_group(svc: Services, 
     read: list[int] = []
     get_steps = svc.store.get_steps
 
-    def counted(*args, **kwargs):
+    def counted(*args: Any, **kwargs: Any) -> list[Step]:
         steps = get_steps(*args, **kwargs)
         read.append(len(steps))
         return steps
@@ -158,14 +168,16 @@ def test_a_windows_decisions_read_the_window_not_the_whole_group(svc: Services, 
     assert read[0] == 0 and 40 in read  # no later window: the last settlement reads the group whole
 
 
-def test_a_failed_step_in_an_earlier_window_does_not_settle_the_group_before_its_last(svc: Services, big) -> None:
+def test_a_failed_step_in_an_earlier_window_does_not_settle_the_group_before_its_last(
+    svc: Services, big: tuple[Run, DriveRef]
+) -> None:
     run, ref = big
     next_group(svc, NextGroupRequest(run=ref))
     svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.failed, error="boom"))
     assert next_group(svc, NextGroupRequest(run=ref)).action == "run"  # not "settle": the group is under way
 
 
-def test_a_continuation_claims_no_drive_and_records_its_execution(svc: Services, big) -> None:
+def test_a_continuation_claims_no_drive_and_records_its_execution(svc: Services, big: tuple[Run, DriveRef]) -> None:
     run, ref = big
     assert ref.drive == 1
     svc.store.update_run(run.tenant, run.id, RunChanges(execution="first"))
@@ -194,11 +206,11 @@ def test_a_window_of_a_fan_out_of_100000_stays_far_under_the_state_limit() -> No
     costs, steps, flow = history_costs(), _steps(100_000), _flow()
     planned: list[int] = []  # the size of each window `plan` was asked for
 
-    def plan(window):
+    def plan(window: list[Step]) -> list[Lane]:
         planned.append(len(window))
         return plan_lanes(window, flow, 100, gate=True, group=steps[:2])
 
-    lanes, through = plan_window(steps, plan, used=0, budget=18_000, costs=costs, fresh=True)
+    lanes, through = _window(plan_window(steps, plan, used=0, budget=18_000, costs=costs, fresh=True))
     # Planning a window does not cost the whole group: a bisection of a few tries (17 halve
     # 100,000), none of them near the whole group's size
     assert len(planned) <= 17 and max(planned) < len(steps) // 10, planned

@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import Sink, step_job, wait_for
 
-from laneflow.adapters.executors.isolation import BUBBLEWRAP, SUBPROCESS, bubblewrap_available, sandbox_uid
+from laneflow.adapters.executors.isolation import BUBBLEWRAP, SUBPROCESS, Isolation, bubblewrap_available, sandbox_uid
 from laneflow.adapters.executors.registry import MAX_OUTPUT_CHARS, StepTools
 from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import StepFailed, StepStopped
@@ -47,7 +48,7 @@ def ws(tmp_path: Path) -> Path:
     return root
 
 
-def tools(ws: Path, isolation, sink: Sink | None = None, **fields) -> StepTools:
+def tools(ws: Path, isolation: Isolation, sink: Sink | None = None, **fields: Any) -> StepTools:
     return StepTools(step_job(ws, **fields), sink or Sink(), isolation=isolation)
 
 
@@ -183,7 +184,7 @@ def test_size_sets_the_cpu_memory_process_and_file_limits_a_program_runs_under(
 
 
 @pytest.mark.parametrize("isolation", LEVELS)
-def test_a_stop_kills_a_sleeping_script_and_its_children_within_2_s(ws: Path, isolation: Any, tmp_path: Path) -> None:
+def test_a_stop_kills_a_sleeping_script_before_its_end_and_its_children_with_it(ws: Path, isolation: Any, tmp_path: Path) -> None:
     pidfile = ws / "storage" / "child.pid"
     ended = ws / "storage" / "ended"  # what the script's natural end would write
     sink = Sink(stop_after_s=0.3)
@@ -251,7 +252,7 @@ def test_network_enforce_fails_the_attempt_where_the_network_cannot_be_enforced(
 
 
 @pytest.fixture
-def listener():
+def listener() -> Iterator[tuple[int, list[bool]]]:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(4)
@@ -280,7 +281,7 @@ ESCAPES = {
 }
 
 
-def _attempt(ws: Path, isolation, what: str, **values) -> tuple[bool, str]:
+def _attempt(ws: Path, isolation: Isolation, what: str, **values: Any) -> tuple[bool, str]:
     try:
         return True, tools(ws, isolation).run("bash", {"command": ESCAPES[what].format(**values)})
     except ToolError as error:
@@ -288,7 +289,9 @@ def _attempt(ws: Path, isolation, what: str, **values) -> tuple[bool, str]:
 
 
 @pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap is not installed or cannot make namespaces here")
-def test_escape_attempts_fail_under_bubblewrap(ws: Path, tmp_path: Path, listener, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_escape_attempts_fail_under_bubblewrap(
+    ws: Path, tmp_path: Path, listener: tuple[int, list[bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LANEFLOW_CANARY", "canary-in-laneflows-environ")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -303,7 +306,7 @@ def test_escape_attempts_fail_under_bubblewrap(ws: Path, tmp_path: Path, listene
 
 
 def test_escape_attempts_under_a_plain_subprocess_are_not_fenced_and_its_trace_says_so(
-    ws: Path, tmp_path: Path, listener, monkeypatch: pytest.MonkeyPatch
+    ws: Path, tmp_path: Path, listener: tuple[int, list[bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given the weakest isolation (a plain subprocess), what it cannot fence is recorded as
     # unenforced rather than claimed: the trace says so, and network_enforce would refuse it.

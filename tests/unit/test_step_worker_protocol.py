@@ -8,7 +8,9 @@ import os
 import signal
 import textwrap
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,15 +18,15 @@ from laneflow.adapters.engine import step_workers
 
 
 class Quiet:
-    def succeed(self, token, output) -> None: ...
-    def succeed_all(self, tokens, output):
+    def succeed(self, token: str, output: dict[str, Any]) -> None: ...
+    def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
         return []
 
-    def fail(self, token, error, cause) -> None: ...
-    def heartbeat(self, token) -> None: ...
+    def fail(self, token: str, error: str, cause: str) -> None: ...
+    def heartbeat(self, token: str) -> None: ...
 
 
-def stand_in(tmp_path, monkeypatch, body: str) -> dict[str, str]:
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> dict[str, str]:
     """Workers run `body` (a Python program) instead of the real entrypoint."""
     (tmp_path / "stand_in_worker.py").write_text(textwrap.dedent(body))
     monkeypatch.setattr(step_workers, "WORKER_MODULE", "stand_in_worker")

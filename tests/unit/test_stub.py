@@ -10,18 +10,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laneflow.adapters.executors.stub import StubExecutor, parse_answer, pick_answer
+from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.domain.errors import StepFailed, StepStopped
-from laneflow.domain.records import ModelCall
-from laneflow.domain.stub_answers import BadHeader, header_problems
-from laneflow.ports import StepJob
+from laneflow.domain.records import EventType, ModelCall
+from laneflow.domain.stub_answers import BadHeader, header_problems, parse_answer, pick_answer
+from laneflow.ports import StepInbox, StepJob
 
 
 class Sink:
+    inbox: StepInbox | None = None  # the stub has no colleagues
+
     def __init__(self, stop_after: float | None = None) -> None:
         self.began_at: float | None = None
         self.calls: list[ModelCall] = []
-        self.events: list[tuple[str, str, dict | None]] = []
+        self.events: list[tuple[str, str, dict[str, Any] | None]] = []
         self.tools: list[tuple[str, str, str]] = []
         self._stop_at = time.monotonic() + stop_after if stop_after is not None else None
 
@@ -35,10 +37,10 @@ class Sink:
         self.calls.append(span)
         return span
 
-    def event(self, type, text, data=None) -> None:
+    def event(self, type: EventType, text: str, data: dict[str, Any] | None = None) -> None:
         self.events.append((type, text, data))
 
-    def tool_call(self, name, tool_input, tool_output, *, ms=0, is_error=False) -> None:
+    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None:
         self.tools.append((name, tool_input, tool_output))
 
     def stopped(self) -> bool:
@@ -53,7 +55,7 @@ class Sink:
         self.turns_begun += 1
 
 
-def job(stub, k=0, item=None, run_input=None) -> StepJob:
+def job(stub: str | list[str] | None, k: int = 0, item: Any = None, run_input: Any = None) -> StepJob:
     return StepJob(
         tenant="local",
         run_id="run-1",
@@ -184,11 +186,11 @@ def test_a_tool_line_whose_input_repeats_a_key_or_is_not_strict_json_is_the_call
     from laneflow.domain.stub_answers import StubCall
 
     class NoTools:
-        def run(self, name, args) -> None:
+        def run(self, name: str, args: Any) -> None:
             raise AssertionError(f"{name} ran with {args}")
 
     with pytest.raises(ToolError) as refused:
-        _real_call(StubCall(tool="bash", input=given, output="", real=True), NoTools())
+        _real_call(StubCall(tool="bash", input=given, output="", real=True), NoTools())  # type: ignore[arg-type]  # a partial fake
     assert said in str(refused.value)
 
 

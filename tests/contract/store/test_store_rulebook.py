@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from laneflow.adapters.store.dynamodb import DynamoStore
@@ -31,18 +33,18 @@ def test_a_backend_that_overrides_a_rule_is_refused_when_its_class_is_made() -> 
     with pytest.raises(TypeError, match="claim_attempt"):
 
         class Shortcut(SqliteStore):
-            def claim_attempt(self, *args, **kwargs) -> None:  # type: ignore[override]
+            def claim_attempt(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
                 raise AssertionError("never called")
 
 
 def test_a_part_of_a_backend_that_defines_a_rule_is_refused_too() -> None:
     class Part:
-        def get_run(self, *args, **kwargs) -> None:
+        def get_run(self, *args: Any, **kwargs: Any) -> None:
             raise AssertionError("never called")
 
     with pytest.raises(TypeError, match="get_run"):
 
-        class Shortcut(Part, SqliteStore):
+        class Shortcut(Part, SqliteStore):  # type: ignore[misc]  # the rule it must not define
             pass
 
 

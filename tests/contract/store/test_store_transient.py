@@ -17,7 +17,7 @@ from contract.store.backends import TENANT, claim, new_run, snapshot
 from laneflow.adapters.store.dynamodb import DynamoStore
 from laneflow.adapters.store.sqlite import SqliteStore
 from laneflow.domain.errors import TransientError
-from laneflow.domain.records import Event, RunChanges, RunStatus
+from laneflow.domain.records import Event, Run, RunChanges, RunStatus
 from laneflow.paths import project_root
 
 THROTTLES = [
@@ -122,8 +122,9 @@ def test_a_sqlite_database_locked_past_the_busy_timeout_is_a_transient_error_and
     # transaction begun (SQLite traced the BEGIN IMMEDIATE) while the lock is held, is still
     # waiting while it is held and lands once the holder lets go
     patient = SqliteStore(path, busy_timeout_s=60)
-    begun, outcome = threading.Event(), {}
-    patient._conn.set_trace_callback(lambda sql: sql == "BEGIN IMMEDIATE" and begun.set())
+    begun = threading.Event()
+    outcome: dict[str, Run | Exception] = {}
+    patient._conn.set_trace_callback(lambda sql: sql == "BEGIN IMMEDIATE" and begun.set())  # type: ignore[func-returns-value]
 
     def write() -> None:
         try:
