@@ -180,14 +180,14 @@ def _adapter_classes_called(path: Path) -> list[str]:
     )
 
 
-def test_only_the_wiring_builds_adapters_no_entrypoint_or_handler_constructs_one():
+def test_only_the_wiring_builds_adapters_no_entrypoint_or_handler_constructs_one() -> None:
     modules = sorted((LIBRARY / "entrypoints").rglob("*.py")) + sorted((ROOT / "functions").rglob("app.py"))
     assert len(modules) > 20
     built = [line for path in modules for line in _adapter_classes_called(path)]
     assert built == [], "build these in laneflow.wiring: " + "; ".join(built)
 
 
-def test_the_check_sees_an_adapter_built_outside_the_wiring(tmp_path):
+def test_the_check_sees_an_adapter_built_outside_the_wiring(tmp_path: Path) -> None:
     planted = tmp_path / "entry.py"
     planted.write_text("from laneflow.adapters.workers import Liveness\n\nLIVE = Liveness()\n")
     with pytest.MonkeyPatch.context() as patch:
@@ -210,7 +210,7 @@ DOMAIN_FORBIDDEN = (
 )
 
 
-def test_the_domain_opens_no_connection_starts_no_process_and_installs_no_hook():
+def test_the_domain_opens_no_connection_starts_no_process_and_installs_no_hook() -> None:
     found = []
     for path in sorted((LIBRARY / "domain").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

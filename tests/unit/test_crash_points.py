@@ -13,7 +13,7 @@ from laneflow.usecases.crashpoints import POINTS
 from laneflow.wiring import crash_points
 
 
-def test_only_a_process_told_where_to_crash_gets_points_that_kill():
+def test_only_a_process_told_where_to_crash_gets_points_that_kill() -> None:
     assert isinstance(crash_points(Settings.from_env({})), NoCrashPoints)
     told = crash_points(Settings.from_env({"LANEFLOW_CRASH_AT": "after-claim:2", "LANEFLOW_ENGINE_WORKER": '{"pid": 1}'}))
     assert isinstance(told, KillingCrashPoints)
@@ -23,7 +23,7 @@ def test_only_a_process_told_where_to_crash_gets_points_that_kill():
     KillingCrashPoints("after-claim").reached("parked")  # another point: nothing either
 
 
-def test_a_process_dies_by_sigkill_the_k_th_time_it_reaches_its_point():
+def test_a_process_dies_by_sigkill_the_k_th_time_it_reaches_its_point() -> None:
     script = (
         "from laneflow.adapters.crash import KillingCrashPoints\n"
         "points = KillingCrashPoints('parked:2')\n"

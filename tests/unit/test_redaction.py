@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_a_log_record_holding_a_secret_is_masked_in_its_message_and_traceback(ca
     assert caplog.records[-1].getMessage() == "nothing secret here: plain"
 
 
-def test_a_log_record_of_services_built_by_the_wiring_is_masked(caplog, tmp_path):
+def test_a_log_record_of_services_built_by_the_wiring_is_masked(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     from pydantic import SecretStr
 
     from laneflow.adapters.logs import masked
@@ -95,7 +96,7 @@ def test_a_log_record_of_services_built_by_the_wiring_is_masked(caplog, tmp_path
     assert masked(f"said {key}") == "said [ANTHROPIC_API_KEY]"  # what the CLI says on stderr, too
 
 
-def test_the_pure_layers_make_no_process_wide_side_effect():
+def test_the_pure_layers_make_no_process_wide_side_effect() -> None:
     import ast
     from pathlib import Path
 

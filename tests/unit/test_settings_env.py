@@ -50,7 +50,7 @@ def environment_reads(source: str) -> list[tuple[int, str]]:
     return found
 
 
-def test_the_finder_sees_every_form_of_an_environment_read():
+def test_the_finder_sees_every_form_of_an_environment_read() -> None:
     source = (
         "import os\nimport os as system\nfrom os import getenv as ge\n"
         "A = os.environ.get('A')\n"
@@ -61,7 +61,7 @@ def test_the_finder_sees_every_form_of_an_environment_read():
     assert environment_reads(source) == [(4, "<module>"), (6, "f"), (8, "g")]
 
 
-def test_only_settings_reads_the_environment():
+def test_only_settings_reads_the_environment() -> None:
     files = [p for p in LIBRARY.rglob("*.py") if p.name != "settings.py" or p.parent != LIBRARY]
     files += list(FUNCTIONS.rglob("*.py"))
     assert len(files) > 50  # the library and the functions, not an empty folder
