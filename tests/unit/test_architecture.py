@@ -221,3 +221,12 @@ def test_the_domain_opens_no_connection_starts_no_process_and_installs_no_hook()
                 f"{path.name}: {name}" for name in names if any(name == f or name.startswith(f"{f}.") for f in DOMAIN_FORBIDDEN)
             ]
     assert found == []
+
+
+def test_every_python_file_and_module_the_other_docs_name_is_in_the_tree() -> None:
+    for doc in ("README.md", "docs/CHOICES.md", "docs/INPUTS.md", "bench/RESULTS.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        files = {p for p in NAMED_PATH.findall(text) if p.endswith(".py")}
+        modules = {name for name in NAMED_MODULE.findall(text) if not NAMED_PATH.fullmatch(f"`{name}`")}
+        assert sorted(p for p in files if not _path_exists(p)) == [], doc
+        assert sorted(m for m in modules if not _module_exists(m)) == [], doc
