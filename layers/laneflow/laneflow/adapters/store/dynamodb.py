@@ -557,17 +557,18 @@ class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
     def _write_attempt(self, ref: AttemptRef, write: AttemptWrite) -> None:
         self._items.write_attempt(ref, write)
 
-    def _write_event(self, tenant: str, run_id: str, index: int, event: Event, fence: AttemptRef | None) -> None:
+    def _append(self, tenant: str, run_id: str, index: int, line: Event | list[str], fence: AttemptRef | None) -> None:
+        if not isinstance(line, Event):
+            assert fence is not None, "observed ids are an attempt's"
+            self._items.fenced_put(fence, self._observed_item(fence, line))
+            return
         with self._table.blobs(tenant, run_id) as blobs:
-            item = encode(
-                blobs.item(
-                    {
-                        "pk": pk_of(tenant, run_id),
-                        "sk": event_sk(index, SEQUENCE.next()),
-                        **self._items.event_attrs(event, event.attempt),
-                    }
-                )
-            )
+            attrs = {
+                "pk": pk_of(tenant, run_id),
+                "sk": event_sk(index, SEQUENCE.next()),
+                **self._items.event_attrs(line, line.attempt),
+            }
+            item = encode(blobs.item(attrs))
             if fence is None:
                 self._table.put(item)
             else:

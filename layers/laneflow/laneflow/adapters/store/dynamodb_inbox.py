@@ -146,10 +146,11 @@ class DynamoGatesAndInboxes:
             found = refused.found(0) if replaces_open else None
             raise Refused(None if found is None else Note.model_validate_json(found["body"]["S"])) from None
 
-    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
+    @staticmethod
+    def _observed_item(ref: AttemptRef, ids: list[str]) -> dict[str, Any]:
+        """The item of the ids attempt `ref` observed (its fence is the caller's)."""
         sk = f"{OBSERVED_PREFIX}{ref.index:08d}#{ref.n:06d}#{SEQUENCE.next()}"
-        item = encode({"pk": pk_of(ref.tenant, ref.run_id), "sk": sk, "n": ref.n, "ids": json.dumps(ids)})
-        self._items.fenced_put(ref, item)
+        return encode({"pk": pk_of(ref.tenant, ref.run_id), "sk": sk, "n": ref.n, "ids": json.dumps(ids)})
 
 
 def _gate_passes(gate: dict[str, Any] | None, waiter: GateWaiter) -> bool:

@@ -7,7 +7,7 @@ has the rules they serve).
 Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
 may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
 rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
-sibling cost several times as much). 27 primitives:
+sibling cost several times as much). 26 primitives:
 
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
@@ -31,7 +31,8 @@ sibling cost several times as much). 27 primitives:
 | `_write_claim`       | write | a new attempt (and its journal entry), if `seen` holds  |
 | `_write_entry`       | write | a journal entry begun or settled, if `seen` holds       |
 | `_write_attempt`     | write | fenced: an attempt's ending, heartbeat, spans, layers   |
-| `_write_event`       | write | a trace line (fenced when an attempt is named)          |
+| `_append`            | write | a trace line (fenced when an attempt is named), or the  |
+|                      |       | ids an attempt observed (fenced)                        |
 | `_write_handoff`     | write | a handoff block                                         |
 | `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
 | `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
@@ -40,7 +41,6 @@ sibling cost several times as much). 27 primitives:
 | `_open_questions`    | read  | questions open, from what is live only                  |
 | `_write_note`        | write | a note, if its id is free, or a question answered or    |
 |                      |       | expired, if it is still open                            |
-| `_write_observed`    | write | fenced: ids an attempt has observed                     |
 """
 
 from __future__ import annotations
@@ -264,9 +264,11 @@ class Primitives(ABC):
         the step has a journal entry pending)."""
 
     @abstractmethod
-    def _write_event(self, tenant: str, run_id: str, index: int, event: Event, fence: AttemptRef | None) -> None:
-        """Append a trace line to a step (after every line before it); with `fence`, only
-        while that attempt is the stored, running one, as `_write_attempt`."""
+    def _append(self, tenant: str, run_id: str, index: int, line: Event | list[str], fence: AttemptRef | None) -> None:
+        """Append to a step, after everything appended before it: a trace line (an `Event`),
+        or the ids attempt `fence.n` observed (a list, always with `fence`). With `fence`,
+        only while that attempt is the stored, running one (as `_write_attempt`); else
+        `Refused` with a `Fenced`."""
 
     @abstractmethod
     def _write_handoff(self, tenant: str, run_id: str, key: str, text: str) -> None:
@@ -307,8 +309,3 @@ class Primitives(ABC):
         replace the stored question with `note` (answered or expired) only if the stored one
         is still open, else `Refused` with the note found (None if there is none). A
         question that is no longer open leaves what is live."""
-
-    @abstractmethod
-    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
-        """Record ids attempt `ref` observed, only while it is the stored, running attempt
-        (as `_write_attempt`); else `Refused` with a `Fenced`."""

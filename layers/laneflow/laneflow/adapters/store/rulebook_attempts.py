@@ -209,14 +209,14 @@ class AttemptRules(RuleBase):
         if attempt is None:
             if self._read_step_state(tenant, run_id, index, None) is None:  # steps are never deleted: a read is enough
                 raise self._missing_step(tenant, run_id, index)
-            self._write_event(tenant, run_id, index, event, None)
+            self._append(tenant, run_id, index, event, None)
             return
         if (attempt.tenant, attempt.run_id, attempt.index) != (tenant, run_id, index):
             raise ValueError(
                 f"the attempt named (run {attempt.run_id!r}, step {attempt.index}) is not of run {run_id!r}, step {index}"
             )
         try:
-            self._write_event(tenant, run_id, index, event.model_copy(update={"attempt": attempt.n}), attempt)
+            self._append(tenant, run_id, index, event.model_copy(update={"attempt": attempt.n}), attempt)
         except Refused as refused:
             raise attempt_ended(attempt, refused.found) from None
 

@@ -129,7 +129,7 @@ class InboxRules(RuleBase):
         if not ids:
             return
         try:
-            self._write_observed(ref, list(ids))
+            self._append(ref.tenant, ref.run_id, ref.index, list(ids), ref)
         except Refused as refused:
             raise attempt_ended(ref, refused.found) from None
 

@@ -474,8 +474,12 @@ class SqliteStore(SqliteGatesAndInboxes, RuleBookStore):
                 )
             self._set_step(db, *key, columns)
 
-    def _write_event(self, tenant: str, run_id: str, index: int, event: Event, fence: AttemptRef | None) -> None:
+    def _append(self, tenant: str, run_id: str, index: int, line: Event | list[str], fence: AttemptRef | None) -> None:
         with self._write() as db:
             if fence is not None:
                 self._fence(db, fence)
-            db.execute(_INSERT_EVENT, _event_row(tenant, run_id, index, event))
+            if isinstance(line, Event):
+                db.execute(_INSERT_EVENT, _event_row(tenant, run_id, index, line))
+            else:
+                assert fence is not None, "observed ids are an attempt's"
+                self._insert_observed(db, fence, line)

@@ -111,13 +111,13 @@ class SqliteGatesAndInboxes(SqliteDatabase):
                 (status, note.model_dump_json(), *key),
             )
 
-    def _write_observed(self, ref: AttemptRef, ids: list[str]) -> None:
-        with self._write() as db:
-            self._fence(db, ref)
-            db.executemany(
-                "INSERT INTO observed (tenant, run_id, idx, n, id) VALUES (?, ?, ?, ?, ?)",
-                [(ref.tenant, ref.run_id, ref.index, ref.n, note_id) for note_id in ids],
-            )
+    @staticmethod
+    def _insert_observed(db: sqlite3.Connection, ref: AttemptRef, ids: list[str]) -> None:
+        """Insert the ids attempt `ref` observed (its fence is the caller's)."""
+        db.executemany(
+            "INSERT INTO observed (tenant, run_id, idx, n, id) VALUES (?, ?, ?, ?, ?)",
+            [(ref.tenant, ref.run_id, ref.index, ref.n, note_id) for note_id in ids],
+        )
 
 
 def _passes(row: tuple[Any, ...] | None, waiter: GateWaiter) -> bool:
