@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES, FlowRunner
+from helpers import FIXTURES, FlowRunner, data_of, error_of
 
 from laneflow.domain.records import AttemptStatus, Run, RunChanges, RunStatus, Step, StepChanges, StepStatus
 from laneflow.domain.settlement import REJECTED, SUPERSEDED
@@ -76,9 +76,9 @@ def test_a_rescues_own_failure_is_recorded_on_the_step_it_took_over_and_the_grou
     failer = run.steps[0]
     [rescue] = rescues_of(run, 0)
     assert rescue.status == StepStatus.failed
-    assert failer.status == StepStatus.failed and "its rescue (step 2, failing_rescuer) failed too" in failer.error
+    assert failer.status == StepStatus.failed and "its rescue (step 2, failing_rescuer) failed too" in error_of(failer)
     assert run.steps[1].status == StepStatus.skipped and run.steps[1].attempts == 0  # the next group never started
-    assert "step 0 (failer) failed" in run.error
+    assert "step 0 (failer) failed" in error_of(run)
 
 
 def test_one_rescue_per_failure_across_drives_a_leftover_pending_rescue_is_picked_up(svc: Services, run_flow: FlowRunner) -> None:
@@ -309,7 +309,7 @@ def test_the_flow_budget_refuses_to_start_the_next_group_once_spent(run_flow: Fl
 def test_an_agent_budget_stops_its_step_at_its_cap_and_is_not_retried(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "agent_budget").run
     step = run.steps[0]
-    assert step.status == StepStatus.failed and step.error.startswith("stopped at its budget")
+    assert step.status == StepStatus.failed and error_of(step).startswith("stopped at its budget")
     assert step.attempts == 1 and step.cost_usd == pytest.approx(0.25) and run.cost_usd == pytest.approx(0.25)
 
 
@@ -322,7 +322,7 @@ def test_the_workspace_budget_applies_when_the_flow_has_none(svc: Services, tmp_
     run = create_run(svc, ws, "nobudget")
     assert run.options["budget"] == 0.05
     final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
-    assert final.error.startswith("budget spent")
+    assert error_of(final).startswith("budget spent")
 
 
 # -- the judge ---------------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def test_a_failing_verdict_fails_the_attempt_and_the_next_attempt_is_told_it(run
     verdicts = [e.text for e in step.events if e.type == "judge"]
     assert verdicts == ["judge (stub): FAIL: the title is missing", "judge (stub): PASS"]
     [second] = [e for e in step.events if e.type == "attempt"]  # the first attempt's start is its record
-    assert second.text.startswith("attempt 2") and second.data["told"] == ["the judge failed it: the title is missing"]
+    assert second.text.startswith("attempt 2") and data_of(second)["told"] == ["the judge failed it: the title is missing"]
     assert len(step.calls) == 4  # the step's turn and the judge's, on each attempt
 
 

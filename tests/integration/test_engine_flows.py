@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import EXAMPLES, FIXTURES, FlowRunner
+from helpers import EXAMPLES, FIXTURES, FlowRunner, error_of
 
 from laneflow.domain.records import Run, RunStatus, StepStatus
 from laneflow.ports import Services
@@ -93,7 +93,7 @@ def test_retries_zero_means_a_single_attempt(run_flow: FlowRunner) -> None:
     run = run_flow(SEM, "noretry").run
     assert run.status == RunStatus.failed
     assert run.steps[0].attempts == 1 and run.steps[0].error == "the model was overloaded"
-    assert "step 0 (flaky) failed: the model was overloaded" in run.error
+    assert "step 0 (flaky) failed: the model was overloaded" in error_of(run)
 
 
 def test_a_required_failure_fails_the_run_and_later_groups_never_start(run_flow: FlowRunner) -> None:
@@ -141,7 +141,7 @@ def test_no_step_is_left_running_when_a_handler_crashes(
     run = run_flow(SEM, "noretry").run
     assert run.status == RunStatus.failed
     step = run.steps[0]
-    assert step.status == StepStatus.failed and "RuntimeError" in step.error
+    assert step.status == StepStatus.failed and "RuntimeError" in error_of(step)
     attempts = svc.store.list_attempts(run.tenant, run.id)
     assert attempts and all(a.status != "running" for a in attempts)
 
@@ -161,5 +161,5 @@ def test_a_drive_that_fails_outside_any_step_closes_the_run_failed(
     assert result.execution_status == "FAILED"
     run = result.run
     assert run.status == RunStatus.failed and run.finished_at
-    assert "the drive failed (RuntimeError)" in run.error and "settle exploded" in run.error
+    assert "the drive failed (RuntimeError)" in error_of(run) and "settle exploded" in error_of(run)
     assert all(s.status != StepStatus.running for s in run.steps)

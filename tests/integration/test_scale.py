@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for_run
+from helpers import stderr_of, wait_for_run
 from types_boto3_stepfunctions import SFNClient
 
 from laneflow.adapters.store import open_store
@@ -352,7 +352,7 @@ def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows
         poll_s=0.02,
     )
     assert run_id and db, (
-        f"the run never reached its second execution: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+        f"the run never reached its second execution: {stderr_of(proc) if proc.poll() is not None else 'timeout'}"
     )
     # When the person presses Ctrl-C while the second execution runs
     proc.send_signal(signal.SIGINT)
