@@ -91,7 +91,7 @@ def test_settle_fails_the_run_for_a_required_failure_only(svc: Services, started
     assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "next"
     svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.failed, error="scout broke"))
     settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))
-    assert settled.action == "end" and "step 1 (scout) failed: scout broke" in settled.reason
+    assert settled.action == "end" and settled.reason is not None and "step 1 (scout) failed: scout broke" in settled.reason
     ended = end_run(svc, EndRunRequest(run=ref))
     assert ended.status == RunStatus.failed
     stored = svc.store.get_run(t, r, steps=False)
