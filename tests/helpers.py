@@ -13,7 +13,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -58,6 +58,9 @@ __all__ = [
     "error_of",
     "local_pid",
     "message_of",
+    "result_of",
+    "spans_of",
+    "stamped",
     "started_drives",
     "stderr_of",
     "moto_dynamodb_serialized",
@@ -303,6 +306,12 @@ def message_of(step: Step) -> str:
     return step.message
 
 
+def result_of(step: Step) -> str:
+    """A step's result, which a step that replied has."""
+    assert step.result is not None, f"the step has no result: {step!r}"
+    return step.result
+
+
 def local_pid(attempt: Attempt) -> int:
     """The process id of an attempt that ran in a local process (the engine's or a sandbox's)."""
     assert isinstance(attempt.worker, LocalProcess), f"not a local process: {attempt.worker!r}"
@@ -324,3 +333,19 @@ def started_drives(svc: Services) -> list[Any]:
     drives = svc.drives
     assert drives is not None and hasattr(drives, "started"), f"not a recording DriveStarter: {drives!r}"
     return cast("_RecordsStarts", drives).started
+
+
+def stamped(stamps: Iterable[str | None]) -> list[str]:
+    """Timestamps, each asserted set (of an attempt that ended, a step that started)."""
+    given = list(stamps)
+    found = [stamp for stamp in given if stamp is not None]
+    assert len(found) == len(given), f"a timestamp is missing: {given}"
+    return found
+
+
+def spans_of(steps: Iterable[Step]) -> list[tuple[str, str]]:
+    """Each step's (started_at, finished_at), in order of start; each asserted started and finished."""
+    spans = [(step.started_at, step.finished_at) for step in steps]
+    found = [(start, end) for start, end in spans if start is not None and end is not None]
+    assert len(found) == len(spans), f"a step never started or finished: {spans}"
+    return sorted(found)

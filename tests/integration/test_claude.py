@@ -109,9 +109,11 @@ def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path: Path, ws: P
     step = run.steps[1]
     [call] = step.calls
     assert call.id.startswith("msg_") and call.model == "claude-sonnet-4-6" and call.stop == "end_turn"
+    assert call.ttft_ms is not None and call.ms is not None
     assert call.ttft_ms >= 250 and call.ms >= call.ttft_ms
     assert call.tokens.input > 0 and call.tokens.output > 0
     price = catalog().price("claude-sonnet-4-6")
+    assert price is not None
     assert call.cost_usd == pytest.approx(price.cost(call.tokens), rel=1e-6)
     # the store keeps costs to the micro-dollar
     assert step.cost_usd == pytest.approx(call.cost_usd, abs=1e-6)
@@ -205,6 +207,7 @@ def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(
     [call] = step.calls
     assert call.tokens.cache_write > 4000 and call.tokens.output <= 1
     price = catalog().price("claude-sonnet-4-6")
+    assert price is not None
     assert call.cost_usd == pytest.approx(price.cost(call.tokens), rel=1e-6) and call.cost_usd > 0.005
     assert step.cost_usd == pytest.approx(call.cost_usd, abs=1e-6) and step.attempts == 1
 

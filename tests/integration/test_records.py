@@ -28,6 +28,7 @@ from helpers import (
     error_of,
     message_of,
     read_capture,
+    result_of,
     stored_bytes,
     write_workspace,
 )
@@ -303,11 +304,11 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(
     assert run.status == RunStatus.failed and f"RuntimeError: the parser choked on {MASK}" in error_of(run)
     leaky, reader, bigmouth, breaker, crasher = run.steps
     assert run.input == {"topic": f"tides {MASK}"} and leaky.instruction == f"Research tides {MASK}."
-    assert leaky.result.endswith(f'The answer is {MASK}.\n```json\n{{"token": "{MASK}", "nested": ["x {MASK} y"]}}\n```')
-    assert MASK in leaky.conclusion and leaky.data == {"token": MASK, "nested": [f"x {MASK} y"]}
+    assert result_of(leaky).endswith(f'The answer is {MASK}.\n```json\n{{"token": "{MASK}", "nested": ["x {MASK} y"]}}\n```')
+    assert leaky.conclusion is not None and MASK in leaky.conclusion and leaky.data == {"token": MASK, "nested": [f"x {MASK} y"]}
     assert leaky.message == f"Research tides {MASK}.\n\nEnd your reply with the result as JSON in a ```json fenced block."
     assert f"The answer is {MASK}." in message_of(reader)
-    assert bigmouth.result.startswith(f"A long answer. {MASK}")
+    assert result_of(bigmouth).startswith(f"A long answer. {MASK}")
     assert breaker.error == f"refused {MASK}" and any(MASK in e.text for e in breaker.events)
     assert svc.store.list_attempts(run.tenant, run.id, breaker.index)[0].reason == f"refused {MASK}"
     [tool] = [e for e in leaky.events if e.type == "tool"]
@@ -389,9 +390,9 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
     # Then every value is its name wherever the run is recorded
     masked = "[TOKEN] [CERT] [ANTHROPIC_API_KEY]"
     leaky, reader, bigmouth, breaker, crasher = run.steps
-    assert leaky.data == {"token": "[TOKEN]", "nested": ["x [CERT] y"]} and f"The answer is {masked}." in leaky.result
+    assert leaky.data == {"token": "[TOKEN]", "nested": ["x [CERT] y"]} and f"The answer is {masked}." in result_of(leaky)
     assert f"The answer is {masked}." in message_of(reader)  # the handoff
-    assert bigmouth.result.startswith(f"A long answer. {masked}")
+    assert result_of(bigmouth).startswith(f"A long answer. {masked}")
     assert breaker.error == f"refused {masked}"
     assert run.status == RunStatus.failed and f"the parser choked on {masked}" in error_of(run)
     [tool] = [e for e in leaky.events if e.type == "tool"]

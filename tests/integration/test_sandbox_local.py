@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from contract.store.backends import BACKENDS
-from helpers import error_of, local_pid, stderr_of
+from helpers import error_of, local_pid, result_of, stderr_of
 
 from laneflow.adapters.aws.s3 import ATTEMPTS
 from laneflow.adapters.engine.local import DriveResult
@@ -62,7 +62,7 @@ def test_a_sandboxed_stub_step_runs_whole_in_a_child_process_through_the_definit
     run = svc.store.get_run(result.run.tenant, result.run.id)
     assert run.status == RunStatus.completed
     (step,) = run.steps
-    assert step.status == StepStatus.completed and step.result.startswith("built")
+    assert step.status == StepStatus.completed and result_of(step).startswith("built")
     (attempt,) = svc.store.list_attempts(run.tenant, run.id)
     assert isinstance(attempt.worker, LocalProcess) and attempt.worker.pid != os.getpid()
     assert any("sandbox worker" in e.text for e in step.events)
@@ -180,7 +180,9 @@ def test_a_sandboxed_lead_opens_its_siblings_gate_through_the_relay(svc: Service
     lead_began = steps[0].calls[0].at
     for sibling in steps[1:]:
         assert any("waiting for the first builder step" in e.text for e in sibling.events)
-        assert sibling.started_at >= lead_began  # released by the lead's reply, relayed from its child
+        assert (
+            sibling.started_at is not None and sibling.started_at >= lead_began
+        )  # released by the lead's reply, relayed from its child
 
 
 def _running_child(svc: Services, run_id: str, timeout_s: float = 20.0) -> int:
@@ -277,6 +279,7 @@ def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_i
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(pid), "the sandbox worker outlived its engine"
+    assert db is not None, "the store was never opened"
     (attempt,) = db.list_attempts("local", db.list_runs("local")[0].id)
     assert attempt.status == AttemptStatus.interrupted and attempt.reason == INTERRUPTED
 
