@@ -186,7 +186,7 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc: Services, name:
 
 def test_the_lambda_handler_resolves_with_the_installed_services(api_svc: Services) -> None:
     spec = importlib.util.spec_from_file_location("laneflow_functions.Api", ROOT / "functions" / "api" / "app.py")
-    assert spec is not None
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     install(api_svc)

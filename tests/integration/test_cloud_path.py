@@ -24,7 +24,7 @@ from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.adapters.aws.s3 import S3Workspaces
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
-from laneflow.ports import Services
+from laneflow.ports import DriveStarter, Services
 from laneflow.settings import Settings
 from laneflow.wiring import for_store, install, local_engine
 
@@ -227,7 +227,9 @@ def test_a_completed_run_makes_its_chained_run_from_the_s3_workspace_and_the_api
     for path in ws.rglob("*"):
         if path.is_file():
             s3.upload_file(str(path), "laneflow-blobs", f"workspaces/123456789012/desk/{path.relative_to(ws).as_posix()}")
-    drives, later = cloud.drives, []
+    assert cloud.drives is not None
+    drives: DriveStarter = cloud.drives  # the real one, kept for what Recording passes on
+    later: list[str] = []
 
     class Recording:
         started: list[str] = []

@@ -137,7 +137,8 @@ def test_a_stop_kills_a_sleeping_script_and_ends_the_attempt_stopped_on_both_sto
     [attempt] = svc.store.list_attempts(run.tenant, run.id, 0)
     # Killed, not waited for: a bash call that ran its 60 s would have ended on its own, and
     # the attempt would say so instead.
-    assert attempt.status == AttemptStatus.stopped and "its bash call was killed" in attempt.reason
+    assert attempt.status == AttemptStatus.stopped and attempt.reason is not None
+    assert "its bash call was killed" in attempt.reason
 
 
 def test_network_enforce_refuses_a_stub_step_whose_network_cannot_be_enforced_before_any_turn(tmp_path: Path) -> None:

@@ -376,7 +376,7 @@ def test_past_the_capture_limit_no_later_call_of_the_step_is_captured_and_the_tr
     third.tool_call("list_files", "e", "tiny")
     step = svc.store.get_step(run.tenant, run.id, 0, detail=True)
     assert sum(1 for e in step.events if e.type == EventType.warning) == 1
-    assert "capture" not in [e for e in step.events if e.type == EventType.tool][-1].data
+    assert "capture" not in data_of([e for e in step.events if e.type == EventType.tool][-1])
     captures = list((tmp_path / "captures").rglob("*.json"))
     assert len(captures) == 1
 
