@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import boto3
 import pytest
@@ -76,14 +76,14 @@ def test_a_retry_after_an_invalid_output_is_told_its_own_output_was_refused_not_
     first = svc.store.list_attempts(run.tenant, run.id, post.index)[0]
     assert (first.status, first.reason_kind) == (AttemptStatus.failed, FailureKind.output)
     # The message kept is the second attempt's: it says the output was refused, and why.
-    assert "- attempt 1 replied, but its own output was refused: the output does not match its schema:" in message_of(post)
-    assert "Fix that in this attempt." in message_of(post) and "not by its own choice" not in message_of(post)
-    assert message_of(post).startswith("Make a post record.") and "JSON Schema" in message_of(post)
+    told = message_of(post)
+    assert "- attempt 1 replied, but its own output was refused: the output does not match its schema:" in told
+    assert "Fix that in this attempt." in told and "not by its own choice" not in told
+    assert told.startswith("Make a post record.") and "JSON Schema" in told
     # A model error is told as one, and is not the step's choice.
     assert svc.store.list_attempts(run.tenant, run.id, flaky.index)[0].reason_kind == FailureKind.model
-    assert "- attempt 1 ended with a model or network error, not by its own choice: the model was overloaded." in message_of(
-        flaky
-    )
+    told = message_of(flaky)
+    assert "- attempt 1 ended with a model or network error, not by its own choice: the model was overloaded." in told
 
 
 def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_not_by_its_own_choice(on: ServicesOn) -> None:
@@ -133,11 +133,8 @@ def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on: ServicesOn, tmp
     run = drive(svc, ws, "big")
     assert run.status == RunStatus.completed, run.error
     reader = run.steps[1]
-    assert (
-        len(cast(str, reader.message)) > 450_000
-        and message_of(reader).startswith("Read it.")
-        and big.strip() in message_of(reader)
-    )
+    told = message_of(reader)
+    assert len(told) > 450_000 and told.startswith("Read it.") and big.strip() in told
     if on.kind == "dynamodb":  # kept in S3, the step item holds a pointer
         item = boto3.client("dynamodb", region_name=REGION).get_item(
             TableName=TABLE, Key={"pk": {"S": f"T#local#R#{run.id}"}, "sk": {"S": "S#00000001"}}, ConsistentRead=True
