@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import boto3
 import pytest
@@ -24,7 +25,8 @@ from moto import mock_aws
 
 from laneflow.adapters.store import open_store
 from laneflow.adapters.store.provision import init_store
-from laneflow.domain.records import EventType, ModelCall, Run
+from laneflow.domain.records import Attempt, Event, EventType, ModelCall, Run, Step
+from laneflow.domain.workers import LocalProcess
 from laneflow.ports import Services, StepInbox, StepJob
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -51,7 +53,16 @@ __all__ = [
     "EXAMPLES",
     "FIXTURES",
     "ROOT",
+    "data_of",
     "drive",
+    "error_of",
+    "local_pid",
+    "message_of",
+    "result_of",
+    "spans_of",
+    "stamped",
+    "started_drives",
+    "stderr_of",
     "moto_dynamodb_serialized",
     "services_on",
     "store_kinds",
@@ -271,3 +282,70 @@ def read_capture(svc: Services, ref: str) -> dict[str, Any]:
     captures: Any = svc.captures
     record: dict[str, Any] = captures.get(ref)
     return record
+
+
+# Narrowing a field that may be None before a test reads it: each asserts it is there, so a
+# None fails the test with what was missing (the record's own repr), not with a TypeError.
+
+
+def data_of(event: Event) -> dict[str, Any]:
+    """An event's data (a tool event's name, capture, flags; a retry's `told`)."""
+    assert event.data is not None, f"the event has no data: {event!r}"
+    return event.data
+
+
+def error_of(record: Step | Run) -> str:
+    """A step's or a run's error, which a failed one has."""
+    assert record.error is not None, f"no error recorded: {record!r}"
+    return record.error
+
+
+def message_of(step: Step) -> str:
+    """The user message a step's latest attempt was sent."""
+    assert step.message is not None, f"the step was sent no message: {step!r}"
+    return step.message
+
+
+def result_of(step: Step) -> str:
+    """A step's result, which a step that replied has."""
+    assert step.result is not None, f"the step has no result: {step!r}"
+    return step.result
+
+
+def local_pid(attempt: Attempt) -> int:
+    """The process id of an attempt that ran in a local process (the engine's or a sandbox's)."""
+    assert isinstance(attempt.worker, LocalProcess), f"not a local process: {attempt.worker!r}"
+    return attempt.worker.pid
+
+
+def stderr_of(proc: subprocess.Popen[str]) -> str:
+    """What a child started with `stderr=subprocess.PIPE` wrote to its stderr (to its end)."""
+    assert proc.stderr is not None, "the child's stderr is not a pipe"
+    return proc.stderr.read()
+
+
+class _RecordsStarts(Protocol):
+    started: list[Any]
+
+
+def started_drives(svc: Services) -> list[Any]:
+    """What the services' recording DriveStarter was asked to start, in order."""
+    drives = svc.drives
+    assert drives is not None and hasattr(drives, "started"), f"not a recording DriveStarter: {drives!r}"
+    return cast("_RecordsStarts", drives).started
+
+
+def stamped(stamps: Iterable[str | None]) -> list[str]:
+    """Timestamps, each asserted set (of an attempt that ended, a step that started)."""
+    given = list(stamps)
+    found = [stamp for stamp in given if stamp is not None]
+    assert len(found) == len(given), f"a timestamp is missing: {given}"
+    return found
+
+
+def spans_of(steps: Iterable[Step]) -> list[tuple[str, str]]:
+    """Each step's (started_at, finished_at), in order of start; each asserted started and finished."""
+    spans = [(step.started_at, step.finished_at) for step in steps]
+    found = [(start, end) for start, end in spans if start is not None and end is not None]
+    assert len(found) == len(spans), f"a step never started or finished: {spans}"
+    return sorted(found)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from api_calls import START, RecordingDrives, api_services, call, problem_fields, start
-from helpers import FIXTURES
+from helpers import FIXTURES, started_drives
 
 from laneflow.domain.records import RunChanges, RunStatus, StepStatus
 from laneflow.entrypoints.api import GENERIC_ERROR, idempotent_run_id
@@ -36,7 +36,7 @@ def test_start_answers_201_with_the_queued_run_and_its_location_and_starts_one_d
     )
     assert [s["agent"] for s in run["steps"]] == ["writer", None, "poster"]
     assert headers["location"] == [f"/Prod/runs/{run['id']}"]
-    assert api_svc.drives.started == [("acme", run["id"])]
+    assert started_drives(api_svc) == [("acme", run["id"])]
     assert api_svc.store.get_run("acme", run["id"]).status == RunStatus.queued
 
 
@@ -53,7 +53,7 @@ def test_a_repeated_start_with_the_same_key_returns_the_same_run_and_starts_no_s
     # then it is answered with the same run, and nothing new is started.
     assert status == 200 and again["id"] == first["id"] and again["status"] == "running"
     assert headers["location"] == [f"/Prod/runs/{first['id']}"]
-    assert api_svc.drives.started == [("acme", first["id"])]
+    assert started_drives(api_svc) == [("acme", first["id"])]
     assert len(api_svc.store.list_runs("acme")) == 1
 
 
@@ -63,7 +63,7 @@ def test_the_same_idempotency_key_with_a_different_request_is_a_409_and_starts_n
     status, body, _ = call(api_svc, "POST", "/runs", {**START, "input": {"other": True}, "idempotency_key": "k1"})
 
     assert status == 409 and "idempotency_key" in body["message"]
-    assert len(api_svc.drives.started) == 1 and len(api_svc.store.list_runs("acme")) == 1
+    assert len(started_drives(api_svc)) == 1 and len(api_svc.store.list_runs("acme")) == 1
 
 
 def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc: Services) -> None:
@@ -71,7 +71,7 @@ def test_an_idempotency_key_names_a_run_per_tenant_never_another_tenants(api_svc
     b = start(api_svc, {**START, "idempotency_key": "same"}, tenant="globex")
 
     assert a["id"] != b["id"] and b["tenant"] == "globex"
-    assert api_svc.drives.started == [("acme", a["id"]), ("globex", b["id"])]
+    assert started_drives(api_svc) == [("acme", a["id"]), ("globex", b["id"])]
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_a_start_that_does_not_fit_its_model_is_a_400_naming_the_field_and_write
 
     assert status == 400
     assert field in problem_fields(payload) and field in payload["message"]
-    assert api_svc.drives.started == [] and api_svc.store.list_runs("acme") == []
+    assert started_drives(api_svc) == [] and api_svc.store.list_runs("acme") == []
     assert "globex" not in json.dumps(payload)  # the offending value is not echoed
 
 
@@ -108,7 +108,7 @@ def test_an_invalid_flow_is_a_400_listing_every_problem_with_its_file_and_no_loc
     assert len(payload["problems"]) >= 2
     assert all(p["file"] and not p["file"].startswith("/") for p in payload["problems"])
     assert str(FIXTURES) not in json.dumps(payload)
-    assert api_svc.drives.started == [] and api_svc.store.list_runs("acme") == []
+    assert started_drives(api_svc) == [] and api_svc.store.list_runs("acme") == []
 
 
 def test_an_input_that_does_not_fit_the_flows_schema_is_a_400_naming_it(api_svc: Services) -> None:
@@ -184,7 +184,7 @@ def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_an
     assert call(api_svc, "GET", "/runs", tenant="globex")[1] == {"runs": []}
     untouched = api_svc.store.get_run("acme", theirs, steps=False)
     assert not untouched.stop_requested and untouched.status == RunStatus.queued
-    assert len(api_svc.drives.started) == 1
+    assert len(started_drives(api_svc)) == 1
 
 
 def test_no_identity_is_a_401_on_every_run_route(api_svc: Services) -> None:
@@ -198,7 +198,7 @@ def test_no_identity_is_a_401_on_every_run_route(api_svc: Services) -> None:
         status, payload, _ = call(api_svc, method, path, body, tenant=None)
         assert status == 401, (method, path)
         assert "identity" in payload["message"]
-    assert api_svc.drives.started == []
+    assert started_drives(api_svc) == []
 
 
 def test_a_cognito_callers_tenant_claim_wins_over_the_account_id(api_svc: Services) -> None:
@@ -235,7 +235,7 @@ def test_approving_a_parked_run_continues_it_in_a_new_drive_to_completion(api_sv
 
     # then a second drive is started and carries it to the end.
     assert status == 200 and answered["id"] == run_id and answered["status"] == "queued"
-    assert api_svc.drives.started == [("acme", run_id), ("acme", run_id)]
+    assert started_drives(api_svc) == [("acme", run_id), ("acme", run_id)]
     done = api_svc.store.get_run("acme", run_id)
     assert done.status == RunStatus.completed and done.drives == 2
     assert [s.status for s in done.steps] == [StepStatus.completed] * 3
@@ -258,7 +258,7 @@ def test_rejecting_a_parked_run_fails_it_and_starts_no_drive(api_svc: Services) 
     status, run, _ = call(api_svc, "POST", f"/runs/{run_id}/approval", {"approve": False})
 
     assert status == 200 and run["status"] == "failed" and run["error"] == "rejected by a person"
-    assert api_svc.drives.started == []
+    assert started_drives(api_svc) == []
 
 
 def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc: Services) -> None:
@@ -267,7 +267,7 @@ def test_answering_a_run_that_is_not_waiting_is_a_409(api_svc: Services) -> None
     status, payload, _ = call(api_svc, "POST", f"/runs/{run_id}/approval", {"approve": True})
 
     assert status == 409 and "not waiting for an approval" in payload["message"]
-    assert len(api_svc.drives.started) == 1
+    assert len(started_drives(api_svc)) == 1
 
 
 def test_an_approval_answer_must_be_a_boolean(api_svc: Services) -> None:

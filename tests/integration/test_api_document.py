@@ -11,7 +11,7 @@ import pytest
 from api_calls import EVENTS, START, RecordingDrives, api_services, call, problem_fields, rest_event
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventModel
-from helpers import EXAMPLES, FIXTURES, ROOT
+from helpers import EXAMPLES, FIXTURES, ROOT, started_drives
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.entrypoints.api import app, resolve
@@ -169,7 +169,7 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc: Services, name:
 
     assert out["statusCode"] == status, payload
     if name == "api_start_run":
-        assert payload["tenant"] == SAMPLE_TENANT and svc.drives.started == [(SAMPLE_TENANT, payload["id"])]
+        assert payload["tenant"] == SAMPLE_TENANT and started_drives(svc) == [(SAMPLE_TENANT, payload["id"])]
     if name == "api_list_runs":  # an IAM caller: its account is its tenant
         assert [r["id"] for r in payload["runs"]] == [run.id]
     if name == "api_get_run":
@@ -186,7 +186,7 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc: Services, name:
 
 def test_the_lambda_handler_resolves_with_the_installed_services(api_svc: Services) -> None:
     spec = importlib.util.spec_from_file_location("laneflow_functions.Api", ROOT / "functions" / "api" / "app.py")
-    assert spec is not None
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     install(api_svc)
@@ -194,4 +194,4 @@ def test_the_lambda_handler_resolves_with_the_installed_services(api_svc: Servic
         out = module.handler(rest_event("POST", "/runs", START), None)
     finally:
         install(None)
-    assert out["statusCode"] == 201 and len(api_svc.drives.started) == 1
+    assert out["statusCode"] == 201 and len(started_drives(api_svc)) == 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from api_calls import START, api_services
+from helpers import started_drives
 
 from laneflow.domain.errors import InvalidInput
 from laneflow.entrypoints.serve import make_server
@@ -59,7 +60,7 @@ def test_laneflow_serve_answers_the_same_routes_over_http_as_the_local_tenant(ap
     assert status == 201 and run["tenant"] == api_svc.settings.tenant == "local"
     assert headers["Location"] == f"/runs/{run['id']}"
     assert http(served, "POST", "/runs", {**START, "idempotency_key": "k"})[0] == 200
-    assert api_svc.drives.started == [("local", run["id"])]
+    assert started_drives(api_svc) == [("local", run["id"])]
 
     status, listed, _ = http(served, "GET", "/runs?limit=5")
     assert status == 200 and [r["id"] for r in listed["runs"]] == [run["id"]]
@@ -121,7 +122,7 @@ def test_laneflow_serve_answers_concurrent_callers(api_svc: Services, served: st
         t.join(10)
 
     assert sorted(results) == [200] * 8 + [201] * 4
-    assert len(api_svc.drives.started) == 4
+    assert len(started_drives(api_svc)) == 4
 
 
 def test_laneflow_serve_listens_on_loopback_only(api_svc: Services) -> None:

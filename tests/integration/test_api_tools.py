@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ServicesOn, drive, stored_bytes, write_workspace
+from helpers import ServicesOn, data_of, drive, error_of, stored_bytes, write_workspace
 from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
@@ -140,8 +140,8 @@ def outputs(svc: Any, step: Step) -> list[tuple[str, bool]]:
     found = []
     for e in step.events:
         if e.type == EventType.tool:
-            capture = svc.captures.get(e.data["capture"])
-            found.append((capture["output"], bool(e.data.get("is_error"))))
+            capture = svc.captures.get(data_of(e)["capture"])
+            found.append((capture["output"], bool(data_of(e).get("is_error"))))
     return found
 
 
@@ -329,7 +329,7 @@ def test_a_stop_during_a_call_ends_the_step_at_once(svc: Services, tmp_path: Pat
     run = drive(svc, ws, "fix")
     [step] = run.steps
     assert run.status == RunStatus.failed and run.stop_requested
-    assert step.error.startswith("stopped by a person (during its api_tracker call"), step.error
+    assert error_of(step).startswith("stopped by a person (during its api_tracker call"), step.error
     # The call was left, not waited for: the run ended while the server still held its answer
     [handler] = handling
     assert handler.is_alive(), "the server had answered before the run ended"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ServicesOn, write_workspace
+from helpers import ServicesOn, stderr_of, write_workspace
 from pydantic import SecretStr
 
 from laneflow.domain.inbox import QuestionStatus
@@ -218,7 +218,7 @@ def test_a_question_whose_worker_died_expires_when_reconcile_interrupts_its_atte
             svc = svc or for_store(open_store(url), Settings(capture_dir=str(tmp_path / "captures")))
             waiting = waiting_questions(svc, "local")
         time.sleep(0.05)
-    assert waiting and svc, proc.stderr.read() if proc.poll() is not None else "never asked"
+    assert waiting and svc, stderr_of(proc) if proc.poll() is not None else "never asked"
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     # Reconcile interrupts the attempt and re-drives the run: its second attempt asks anew.

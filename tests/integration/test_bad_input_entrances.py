@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from api_calls import START, RecordingDrives, call
-from helpers import FIXTURES
+from helpers import FIXTURES, error_of, started_drives
 
 from laneflow.adapters.engine.local import DriveResult
 from laneflow.adapters.local.workspaces import FolderWorkspaces
@@ -191,10 +191,10 @@ def test_an_agent_made_unreadable_mid_run_fails_its_step_naming_the_file_and_lin
     done = svc.store.get_run(run.tenant, run.id)
     step = done.steps[1]
     assert done.status == RunStatus.failed and step.status == StepStatus.failed
-    assert step.error.startswith("agent 'checker' cannot be read: agents/checker/agent.md:")
-    line = int(step.error.split("agents/checker/agent.md:")[1].split(":")[0])
+    assert error_of(step).startswith("agent 'checker' cannot be read: agents/checker/agent.md:")
+    line = int(error_of(step).split("agents/checker/agent.md:")[1].split(":")[0])
     assert line in (3, 4)
-    assert str(tmp_path) not in step.error and str(ws) not in json.dumps(done.public())
+    assert str(tmp_path) not in error_of(step) and str(ws) not in json.dumps(done.public())
 
 
 # -- the API ---------------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_nan_infinity_and_surrogates_in_a_start_body_are_a_400_naming_the_field_
     status, payload, _ = call(api_svc, "POST", "/runs", raw_body=raw)
 
     assert status == 400 and payload["problems"][0]["field"] == field and field in payload["message"]
-    assert api_svc.store.list_runs("acme") == [] and api_svc.drives.started == []
+    assert api_svc.store.list_runs("acme") == [] and started_drives(api_svc) == []
 
 
 @pytest.mark.parametrize(
@@ -244,7 +244,7 @@ def test_a_repeated_key_in_a_body_is_a_400_naming_it_and_writes_nothing(
     key = field.rsplit(".", 1)[-1]
     assert status == 400 and payload["problems"][0]["field"] == field and field in payload["message"], payload
     assert payload["problems"][0]["message"] == f'the key "{key}" is given twice in one object; give it once'
-    assert api_svc.store.list_runs("acme") == [] and api_svc.drives.started == []
+    assert api_svc.store.list_runs("acme") == [] and started_drives(api_svc) == []
 
 
 @pytest.mark.parametrize("raw", ["[" * 100_000, '{"input":' * 3000 + "{}" + "}" * 3000, '{"a": "' + "x" * (1024 * 1024) + '"}'])

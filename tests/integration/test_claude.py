@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES, wait_for
+from helpers import FIXTURES, data_of, error_of, wait_for
 from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
@@ -109,9 +109,11 @@ def test_spans_record_usage_ttft_and_cost_from_the_catalog(tmp_path: Path, ws: P
     step = run.steps[1]
     [call] = step.calls
     assert call.id.startswith("msg_") and call.model == "claude-sonnet-4-6" and call.stop == "end_turn"
+    assert call.ttft_ms is not None and call.ms is not None
     assert call.ttft_ms >= 250 and call.ms >= call.ttft_ms
     assert call.tokens.input > 0 and call.tokens.output > 0
     price = catalog().price("claude-sonnet-4-6")
+    assert price is not None
     assert call.cost_usd == pytest.approx(price.cost(call.tokens), rel=1e-6)
     # the store keeps costs to the micro-dollar
     assert step.cost_usd == pytest.approx(call.cost_usd, abs=1e-6)
@@ -142,8 +144,8 @@ def test_a_tool_use_loop_writes_files_and_records_each_call(tmp_path: Path, ws: 
     step = run.steps[0]
     assert (ws / "storage" / "note.md").read_text() == "tides are long waves"
     tools = [e for e in step.events if e.type == "tool"]
-    assert [e.data["tool"] for e in tools] == ["write_file", "read_file"]
-    capture = json.loads((tmp_path / "captures" / tools[1].data["capture"]).read_text())
+    assert [data_of(e)["tool"] for e in tools] == ["write_file", "read_file"]
+    capture = json.loads((tmp_path / "captures" / data_of(tools[1])["capture"]).read_text())
     assert capture["output"] == "tides are long waves"
     assert [c.stop for c in step.calls] == ["tool_use", "tool_use", "end_turn"]
     assert [c.n for c in step.calls] == [1, 2, 3] and len({c.id for c in step.calls}) == 3
@@ -173,7 +175,7 @@ def test_an_authentication_refusal_is_a_clear_failure_that_is_not_retried_and_ke
     run = drive(services(tmp_path, api, key=bad), ws, "fanout")
     assert run.status == RunStatus.failed
     lead = run.steps[0]
-    assert lead.attempts == 1 and "authentication failed" in lead.error and "ANTHROPIC_API_KEY" in lead.error
+    assert lead.attempts == 1 and "authentication failed" in error_of(lead) and "ANTHROPIC_API_KEY" in error_of(lead)
     assert bad not in json.dumps(run.public())
 
 
@@ -201,10 +203,11 @@ def test_an_agent_budget_stops_a_claude_step_mid_turn_counting_cache_writes(
     agent.write_text(agent.read_text().replace("tools: [read_file, list_files]", "tools: [read_file, list_files]\nbudget: 0.005"))
     run = drive(services(tmp_path, api), ws, "fanout", options={"gate": False})
     step = run.steps[0]
-    assert step.status == StepStatus.failed and step.error.startswith("stopped at its budget")
+    assert step.status == StepStatus.failed and error_of(step).startswith("stopped at its budget")
     [call] = step.calls
     assert call.tokens.cache_write > 4000 and call.tokens.output <= 1
     price = catalog().price("claude-sonnet-4-6")
+    assert price is not None
     assert call.cost_usd == pytest.approx(price.cost(call.tokens), rel=1e-6) and call.cost_usd > 0.005
     assert step.cost_usd == pytest.approx(call.cost_usd, abs=1e-6) and step.attempts == 1
 
@@ -250,8 +253,8 @@ def test_the_run_budget_lets_a_claude_step_begin_no_turn_once_it_is_spent(
     step = run.steps[0]
     assert len(seen) == 1 and [c.stop for c in step.calls] == ["tool_use"]
     assert step.status == StepStatus.failed and step.attempts == 1
-    assert step.error.startswith("budget spent: $") and "model turn 2" in step.error
-    assert run.status == RunStatus.failed and run.error.startswith("budget spent: $")
+    assert error_of(step).startswith("budget spent: $") and "model turn 2" in error_of(step)
+    assert run.status == RunStatus.failed and error_of(run).startswith("budget spent: $")
     assert run.cost_usd == pytest.approx(step.calls[0].cost_usd, abs=1e-6) and run.cost_usd > 0.0001
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import data_of
 from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
@@ -112,7 +113,7 @@ def test_a_tool_error_goes_back_to_the_model_as_is_error_and_the_step_completes(
     for text in said:
         assert str(ws) not in text and str(tmp_path) not in text  # no local path for the model
     assert (ws / "storage" / "ok.md").read_text() == "still working"
-    assert [e.data["tool"] for e in step.events if e.type == "tool"] == [name for name, _ in calls]
+    assert [data_of(e)["tool"] for e in step.events if e.type == "tool"] == [name for name, _ in calls]
 
 
 def test_an_agent_asking_to_rewrite_its_own_agent_md_is_told_no_and_nothing_changes(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from helpers import EXAMPLES, moto_dynamodb_serialized
+from helpers import EXAMPLES, data_of, moto_dynamodb_serialized
 from moto import mock_aws
 from test_cloud_path import SyncDrives, api_event, handler
 
@@ -82,12 +82,12 @@ def test_a_step_with_tool_calls_captures_to_s3_and_writes_nothing_to_a_read_only
 
         # The researcher's `call:` lines were captured in S3, under the tenant and the run.
         tools = [e for e in run.steps[0].events if e.type == "tool"]
-        assert [e.data["tool"] for e in tools] == ["list_files", "read_file"]
+        assert [data_of(e)["tool"] for e in tools] == ["list_files", "read_file"]
         for event in tools:
-            ref = event.data["capture"]
+            ref = data_of(event)["capture"]
             assert ref.startswith(f"{TENANT}/{run_id}/")
             captured = json.loads(s3.get_object(Bucket="laneflow-blobs", Key=f"captures/{ref}")["Body"].read())
-            assert captured["tool"] == event.data["tool"] and captured["output"]
+            assert captured["tool"] == data_of(event)["tool"] and captured["output"]
 
     # Nothing was written to the working folder; the on-end log went to the temp folder.
     assert os.listdir(read_only_cwd) == []

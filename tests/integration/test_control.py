@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES, FlowRunner
+from helpers import FIXTURES, FlowRunner, data_of, error_of, stamped
 
 from laneflow.domain.records import AttemptStatus, Run, RunChanges, RunStatus, Step, StepChanges, StepStatus
 from laneflow.domain.settlement import REJECTED, SUPERSEDED
@@ -58,15 +58,16 @@ def test_a_rescue_is_never_launched_with_its_group(svc: Services, run_flow: Flow
     run = run_flow(CTRL, "rescue").run
     writer, [rescue] = run.steps[2], rescues_of(run, 2)
     group = [s for s in run.steps if s.group == writer.group and s.rescue_of is None]
-    ended = [a.ended_at for s in group for a in svc.store.list_attempts(run.tenant, run.id, s.index)]
+    ended = stamped(a.ended_at for s in group for a in svc.store.list_attempts(run.tenant, run.id, s.index))
     [failed] = svc.store.list_attempts(run.tenant, run.id, writer.index)
     assert failed.status == AttemptStatus.failed and all(ended)
     # The group's settlement makes the rescue, once every attempt of the group has ended ...
     [made] = [e for e in writer.events if e.text == f"rescue: rescuer takes this step over as step {rescue.index}"]
-    assert made.t >= max(ended)  # type: ignore[type-var]
+    assert made.t >= max(ended)
     # ... and only then does it start.
     started = [a.started_at for a in svc.store.list_attempts(run.tenant, run.id, rescue.index)]
-    assert started and rescue.started_at > max(ended) and min(started) > max(ended)  # type: ignore[type-var]
+    assert rescue.started_at is not None
+    assert started and rescue.started_at > max(ended) and min(started) > max(ended)
     assert rescue.index > max(s.index for s in run.steps if s.rescue_of is None)
 
 
@@ -76,9 +77,9 @@ def test_a_rescues_own_failure_is_recorded_on_the_step_it_took_over_and_the_grou
     failer = run.steps[0]
     [rescue] = rescues_of(run, 0)
     assert rescue.status == StepStatus.failed
-    assert failer.status == StepStatus.failed and "its rescue (step 2, failing_rescuer) failed too" in failer.error
+    assert failer.status == StepStatus.failed and "its rescue (step 2, failing_rescuer) failed too" in error_of(failer)
     assert run.steps[1].status == StepStatus.skipped and run.steps[1].attempts == 0  # the next group never started
-    assert "step 0 (failer) failed" in run.error
+    assert "step 0 (failer) failed" in error_of(run)
 
 
 def test_one_rescue_per_failure_across_drives_a_leftover_pending_rescue_is_picked_up(svc: Services, run_flow: FlowRunner) -> None:
@@ -107,7 +108,8 @@ def test_a_finished_rescue_is_history_a_later_failure_in_a_later_cycle_gets_a_ne
     assert [(s.cycle, s.status) for s in rescues] == [(0, StepStatus.completed), (1, StepStatus.completed)]
     assert run.steps[0].attempts == 2 and run.steps[0].cycle == 1
     # rescue records are not reset by the loop: the first one kept its cycle-0 result
-    assert rescues[0].result == "Rescued draft. APPROVED" and rescues[0].finished_at < rescues[1].started_at
+    [first_ended], [second_began] = stamped([rescues[0].finished_at]), stamped([rescues[1].started_at])
+    assert rescues[0].result == "Rescued draft. APPROVED" and first_ended < second_began
 
 
 def test_a_rescue_instruction_carries_the_marker_a_loop_step_owes(run_flow: FlowRunner) -> None:
@@ -130,7 +132,7 @@ def test_a_loop_resets_from_the_named_agents_group_through_the_checker_and_appro
     assert (writer.attempts, writer.cycle) == (2, 1) and (checker.attempts, checker.cycle) == (2, 1)
     assert checker.conclusion == "Looks good. APPROVED"
     feedback = svc.store.get_handoff(run.tenant, run.id, feedback_key(writer.group, 1))
-    assert "Needs work: too long." in feedback
+    assert feedback is not None and "Needs work: too long." in feedback
     assert "Needs work: too long." in handoff_for(svc, run, writer, "results", group=writer.group, cycle=1)
 
 
@@ -309,7 +311,7 @@ def test_the_flow_budget_refuses_to_start_the_next_group_once_spent(run_flow: Fl
 def test_an_agent_budget_stops_its_step_at_its_cap_and_is_not_retried(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "agent_budget").run
     step = run.steps[0]
-    assert step.status == StepStatus.failed and step.error.startswith("stopped at its budget")
+    assert step.status == StepStatus.failed and error_of(step).startswith("stopped at its budget")
     assert step.attempts == 1 and step.cost_usd == pytest.approx(0.25) and run.cost_usd == pytest.approx(0.25)
 
 
@@ -322,7 +324,7 @@ def test_the_workspace_budget_applies_when_the_flow_has_none(svc: Services, tmp_
     run = create_run(svc, ws, "nobudget")
     assert run.options["budget"] == 0.05
     final = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
-    assert final.error.startswith("budget spent")
+    assert error_of(final).startswith("budget spent")
 
 
 # -- the judge ---------------------------------------------------------------------------------
@@ -336,7 +338,7 @@ def test_a_failing_verdict_fails_the_attempt_and_the_next_attempt_is_told_it(run
     verdicts = [e.text for e in step.events if e.type == "judge"]
     assert verdicts == ["judge (stub): FAIL: the title is missing", "judge (stub): PASS"]
     [second] = [e for e in step.events if e.type == "attempt"]  # the first attempt's start is its record
-    assert second.text.startswith("attempt 2") and second.data["told"] == ["the judge failed it: the title is missing"]
+    assert second.text.startswith("attempt 2") and data_of(second)["told"] == ["the judge failed it: the title is missing"]
     assert len(step.calls) == 4  # the step's turn and the judge's, on each attempt
 
 

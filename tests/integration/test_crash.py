@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, error_of
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, Run, RunChanges, RunStatus, StepStatus
@@ -157,7 +157,7 @@ def test_past_the_drive_limit_the_run_is_closed_failed_with_the_reason(tmp_path:
     [run] = db.list_runs("local")
     assert report["closed"] == [run.id] and report["redriven"] == []
     run = db.get_run("local", run.id)
-    assert run.status == RunStatus.failed and "its drive went away 1 times" in run.error
+    assert run.status == RunStatus.failed and "its drive went away 1 times" in error_of(run)
     assert_invariants(db, run)
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [(e["run_id"], e["status"]) for e in events] == [(run.id, "failed")]  # the on-end hook was told

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import data_of, local_pid
 from test_crash import assert_invariants
 
 from laneflow.adapters.store import open_store
@@ -240,7 +241,7 @@ def run_trial(trial: Trial, laneflow: Any, tmp_path: Path) -> Trial:
         # not have ended by then, so its worker must end nothing.
         trial.mid_script = {index_of[item] for item, (_, ran) in before.items() if ran + died - seen < NAP_S - 0.25}
     # Then its sandbox workers go at once, and so do their scripts
-    workers = {a.worker.pid for _, a in db.running_attempts("local") if a.worker is not None}
+    workers = {local_pid(a) for _, a in db.running_attempts("local") if a.worker is not None}
     assert wait_until(lambda: all(gone(pid) for pid in workers), 10), "a sandbox worker outlived its driver"
     trial.worker_gone_s = time.monotonic() - died
     assert wait_until(lambda: not naps_of(ws), 10), "a script outlived its sandbox worker"
@@ -278,11 +279,11 @@ def check_trial(trial: Trial, db: Store) -> None:
             if a.status != AttemptStatus.completed
         )
         # Its script's work was done once: an attempt killed mid-script recorded no tool call.
-        assert [e.data["tool"] for e in step.events if e.type == "tool"] == ["script_nap"]
+        assert [data_of(e)["tool"] for e in step.events if e.type == "tool"] == ["script_nap"]
         if step.index in unfinished:
             assert step.attempts == 2
             retried = [e for e in step.events if e.type == "attempt"][-1]
-            assert retried.data["told"] == [INTERRUPTED]
+            assert data_of(retried)["told"] == [INTERRUPTED]
         else:
             assert step.attempts == 1  # completed before the kill (or as the driver died): carried, not redone
 
@@ -356,7 +357,7 @@ def test_a_lead_whose_reply_begins_after_its_driver_was_killed_is_interrupted_no
             code = warm.wait(driver)
         assert code == -signal.SIGKILL, (tmp_path / "run.log").read_text()[-2000:]
         [lead] = [a for _, a in db.running_attempts("local") if a.index == 0]
-        assert wait_until(lambda: gone(lead.worker.pid), 10)
+        assert wait_until(lambda: gone(local_pid(lead)), 10)
         time.sleep(1.0)  # past the moment its reply would have begun
         [run] = db.list_runs("local")
         assert db.get_attempt("local", run.id, 0, 1).status == AttemptStatus.running  # nothing ended it

@@ -27,6 +27,7 @@ GATE = FIXTURES / "ws_gate"
 
 
 def ts(text: str | None) -> dt.datetime:  # a timestamp the test expects set
+    assert text is not None, "a timestamp is missing"
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 

@@ -17,6 +17,7 @@ PARALLEL = 3
 
 
 def ts(text: str | None) -> dt.datetime:  # a timestamp the test expects set
+    assert text is not None, "a timestamp is missing"
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, data_of
 from pydantic import SecretStr
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
@@ -56,6 +56,7 @@ def small_workspace(root: Path) -> Path:
 
 
 def ts(text: str | None) -> dt.datetime:  # a timestamp the test expects set
+    assert text is not None, "a timestamp is missing"
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
@@ -96,5 +97,5 @@ def test_a_prefix_above_the_minimum_keeps_the_gate_and_pays_one_cache_write(tmp_
     released = [e for e in lead.events if e.type == "gate" and "the lead's reply began" in e.text]
     assert released, "the lead released nobody: its siblings did not wait for its reply"
     for sibling in siblings:
-        assert ts(sibling.started_at) >= ts(released[0].data["opened_at"])
+        assert ts(sibling.started_at) >= ts(data_of(released[0])["opened_at"])
     assert any(e.text == waiting_line("analyst") for s in siblings for e in s.events)

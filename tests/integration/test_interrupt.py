@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from contract.store.backends import BACKENDS
-from helpers import FIXTURES, wait_for_run
+from helpers import FIXTURES, data_of, stderr_of, wait_for_run
 from test_account import ACCOUNT_RULE, agents_md_layer
 from test_crash import assert_invariants
 
@@ -61,7 +61,7 @@ def interrupt_mid_flight(
         store,
         lambda db, run: [s.status for s in db.get_steps("local", run.id) if s.index in SLOW] == ["running"] * 2,
     )
-    assert run_id, f"the slow steps never ran: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+    assert run_id, f"the slow steps never ran: {stderr_of(proc) if proc.poll() is not None else 'timeout'}"
     sent = time.monotonic()
     for n, sig in enumerate(signals):
         if n:
@@ -91,7 +91,7 @@ def assert_finished_telling_the_truth(db: Store, run_id: str) -> None:
         step = run.steps[index]
         assert step.attempts == 2 and step.result == "Written on the second try."
         retried = [e for e in step.events if e.type == "attempt"][-1]
-        assert retried.data["told"] == [INTERRUPTED]
+        assert data_of(retried)["told"] == [INTERRUPTED]
 
 
 @pytest.mark.slow

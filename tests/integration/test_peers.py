@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ServicesOn, drive, stored_bytes, write_workspace
+from helpers import ServicesOn, data_of, drive, stderr_of, stored_bytes, write_workspace
 from pydantic import SecretStr
 
 from laneflow.domain.records import EventType, RunStatus, Step, StepStatus
@@ -47,8 +47,8 @@ def test_a_talker_messages_a_working_listener_whose_next_turn_carries_it(on: Ser
     run = drive(svc, ws, "desk")
     assert run.status == RunStatus.completed, run.error
     talker, listener = run.steps
-    sent = [e for e in talker.events if e.type == EventType.tool and e.data["tool"] == "peers_message"]
-    assert sent and not sent[0].data.get("is_error")
+    sent = [e for e in talker.events if e.type == EventType.tool and data_of(e)["tool"] == "peers_message"]
+    assert sent and not data_of(sent[0]).get("is_error")
     assert any(t.startswith("message to listener (step 1): I already covered the tides") for t in peer_events(talker))
     received = peer_events(listener)
     assert any(t.startswith("message from talker (step 0): I already covered the tides") for t in received), received
@@ -67,8 +67,8 @@ def test_a_message_to_a_colleague_that_has_ended_is_refused_and_the_talker_goes_
     run = drive(svc, ws, "desk")
     assert run.status == RunStatus.completed, run.error
     talker, listener = run.steps
-    [call] = [e for e in talker.events if e.type == EventType.tool and e.data["tool"] == "peers_message"]
-    assert call.data["is_error"] is True
+    [call] = [e for e in talker.events if e.type == EventType.tool and data_of(e)["tool"] == "peers_message"]
+    assert data_of(call)["is_error"] is True
     assert svc.store.get_inbox(run.tenant, run.id) == []
     assert listener.status == StepStatus.completed and peer_events(listener) == []
 
@@ -142,7 +142,7 @@ def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_pat
             if runs and any(e.text.startswith("delivered") for e in store.get_step("local", runs[0].id, 1, detail=True).events):
                 run_id = runs[0].id
         time.sleep(0.05)
-    assert run_id and store, f"the message was never delivered: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+    assert run_id and store, f"the message was never delivered: {stderr_of(proc) if proc.poll() is not None else 'timeout'}"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -168,7 +168,7 @@ def test_delivery_is_exactly_once_per_step_across_an_interrupted_attempt(tmp_pat
     listener = run.steps[1]
     assert listener.attempts == 2 and listener.conclusion == "Done."
     assert store.get_observed("local", run_id, 1) == {1: [first.id], 2: [later.id]}
-    delivered = [(e.attempt, e.data["note"]) for e in listener.events if e.text.startswith("delivered")]
+    delivered = [(e.attempt, data_of(e)["note"]) for e in listener.events if e.text.startswith("delivered")]
     assert delivered == [(1, first.id), (2, later.id)]
 
 

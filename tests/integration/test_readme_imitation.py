@@ -69,6 +69,7 @@ def test_the_readme_imitation_block_ends_in_a_completed_run(tmp_path: Path) -> N
         text=True,
         start_new_session=True,
     )
+    assert server.stdout is not None
     try:
         said = server.stdout.readline().strip()  # the server says its address once it listens
         assert said.startswith("http://127.0.0.1:"), f"the imitation printed {said!r} (exit {server.poll()})"

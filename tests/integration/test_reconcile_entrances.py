@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import write_workspace
+from helpers import stderr_of, write_workspace
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, RunStatus, StepStatus, utcnow
@@ -82,10 +82,10 @@ def test_serve_re_drives_an_interrupted_run_at_its_start_and_at_a_later_reconcil
     )
     try:
         # At its start: the run left behind is re-driven (completed steps carried)
-        assert wait_until_completed(svc, first), proc.stderr.read() if proc.poll() is not None else "not re-driven"
+        assert wait_until_completed(svc, first), stderr_of(proc) if proc.poll() is not None else "not re-driven"
         # Later, while it serves: another run's worker goes away, and a periodic reconcile re-drives it
         second = interrupted_run(svc, ws)
-        assert wait_until_completed(svc, second), proc.stderr.read() if proc.poll() is not None else "not re-driven"
+        assert wait_until_completed(svc, second), stderr_of(proc) if proc.poll() is not None else "not re-driven"
         assert proc.poll() is None
     finally:
         proc.terminate()

@@ -12,14 +12,26 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import boto3
 import pytest
 from helpers import DYNAMODB_BUCKET as BUCKET
 from helpers import DYNAMODB_REGION as REGION
 from helpers import DYNAMODB_TABLE as TABLE
-from helpers import FIXTURES, FlowRunner, ServicesOn, drive, read_capture, stored_bytes, write_workspace
+from helpers import (
+    FIXTURES,
+    FlowRunner,
+    ServicesOn,
+    data_of,
+    drive,
+    error_of,
+    message_of,
+    read_capture,
+    result_of,
+    stored_bytes,
+    write_workspace,
+)
 from pydantic import SecretStr
 
 import laneflow.usecases.run_step.runner as step_module
@@ -64,12 +76,14 @@ def test_a_retry_after_an_invalid_output_is_told_its_own_output_was_refused_not_
     first = svc.store.list_attempts(run.tenant, run.id, post.index)[0]
     assert (first.status, first.reason_kind) == (AttemptStatus.failed, FailureKind.output)
     # The message kept is the second attempt's: it says the output was refused, and why.
-    assert "- attempt 1 replied, but its own output was refused: the output does not match its schema:" in post.message
-    assert "Fix that in this attempt." in post.message and "not by its own choice" not in post.message
-    assert post.message.startswith("Make a post record.") and "JSON Schema" in post.message
+    told = message_of(post)
+    assert "- attempt 1 replied, but its own output was refused: the output does not match its schema:" in told
+    assert "Fix that in this attempt." in told and "not by its own choice" not in told
+    assert told.startswith("Make a post record.") and "JSON Schema" in told
     # A model error is told as one, and is not the step's choice.
     assert svc.store.list_attempts(run.tenant, run.id, flaky.index)[0].reason_kind == FailureKind.model
-    assert "- attempt 1 ended with a model or network error, not by its own choice: the model was overloaded." in flaky.message
+    told = message_of(flaky)
+    assert "- attempt 1 ended with a model or network error, not by its own choice: the model was overloaded." in told
 
 
 def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_not_by_its_own_choice(on: ServicesOn) -> None:
@@ -87,9 +101,9 @@ def test_a_step_resumed_after_its_worker_went_away_is_told_it_was_interrupted_no
     assert final.status == RunStatus.completed, final.error
     scout = final.steps[0]
     assert scout.attempts == 2
-    assert "- attempt 1 was interrupted: its worker went away, not by its own choice." in scout.message
-    assert "may already have done part of the work" in scout.message
-    assert "- attempt" not in final.steps[1].message  # a step tried once is told nothing of the kind
+    assert "- attempt 1 was interrupted: its worker went away, not by its own choice." in message_of(scout)
+    assert "may already have done part of the work" in message_of(scout)
+    assert "- attempt" not in message_of(final.steps[1])  # a step tried once is told nothing of the kind
 
 
 def test_each_step_keeps_the_message_its_latest_attempt_was_sent(on: ServicesOn) -> None:
@@ -98,9 +112,9 @@ def test_each_step_keeps_the_message_its_latest_attempt_was_sent(on: ServicesOn)
     assert run.status == RunStatus.completed, run.error
     scout, summarizer, fixer, lister = run.steps[0], run.steps[2], run.steps[3], run.steps[4]
     assert scout.message == "Scout tides for kids."
-    assert summarizer.message.startswith("Summarize the results.\n\n## Handoff from the previous group")
-    assert "Found tides." in summarizer.message and "Conclusion about reefs." in summarizer.message
-    assert "Found tides." not in fixer.message and "Conclusion about tides." in fixer.message
+    assert message_of(summarizer).startswith("Summarize the results.\n\n## Handoff from the previous group")
+    assert "Found tides." in message_of(summarizer) and "Conclusion about reefs." in message_of(summarizer)
+    assert "Found tides." not in message_of(fixer) and "Conclusion about tides." in message_of(fixer)
     assert lister.message == "List without a handoff."
     # A fresh reader of the same store sees it too (it is stored, not kept in memory).
     fresh = open_store(svc.store.url).get_run(run.tenant, run.id)
@@ -119,7 +133,8 @@ def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on: ServicesOn, tmp
     run = drive(svc, ws, "big")
     assert run.status == RunStatus.completed, run.error
     reader = run.steps[1]
-    assert len(cast(str, reader.message)) > 450_000 and reader.message.startswith("Read it.") and big.strip() in reader.message
+    told = message_of(reader)
+    assert len(told) > 450_000 and told.startswith("Read it.") and big.strip() in told
     if on.kind == "dynamodb":  # kept in S3, the step item holds a pointer
         item = boto3.client("dynamodb", region_name=REGION).get_item(
             TableName=TABLE, Key={"pk": {"S": f"T#local#R#{run.id}"}, "sk": {"S": "S#00000001"}}, ConsistentRead=True
@@ -148,7 +163,7 @@ def test_the_message_is_in_the_json_record_the_api_record_and_show(svc: Services
 
 def test_a_run_that_spends_its_budget_skips_every_step_it_did_not_run_budget_spent(run_flow: FlowRunner) -> None:
     run = run_flow(CTRL, "budget").run
-    assert run.error.startswith("budget spent")
+    assert error_of(run).startswith("budget spent")
     assert_no_step_pending(run)
     writer = run.steps[2]
     assert (writer.status, writer.skip_reason, writer.attempts) == (StepStatus.skipped, "budget spent", 0)
@@ -177,7 +192,7 @@ def test_a_rescue_left_pending_when_the_budget_ends_the_run_is_skipped_budget_sp
     # Both steps start together, before any spend (the budget is checked as each starts);
     # the spender records its cost a second later, when the other has long failed.
     run = drive(svc, ws, "broke")
-    assert run.status == RunStatus.failed and run.error.startswith("budget spent")
+    assert run.status == RunStatus.failed and error_of(run).startswith("budget spent")
     assert_no_step_pending(run)
     [rescue] = [s for s in run.steps if s.rescue_of == 1]
     assert (rescue.status, rescue.skip_reason, rescue.attempts) == (StepStatus.skipped, "budget spent", 0)
@@ -226,7 +241,7 @@ def test_a_run_closed_past_its_drive_limit_skips_what_did_not_run(svc: Services)
     report = reconcile(svc, Liveness(), redrive=lambda r: pytest.fail("re-drove a run past its drive limit"))
     assert report.closed == [run.id]
     final = svc.store.get_run(run.tenant, run.id)
-    assert final.status == RunStatus.failed and "GaveUp" in final.error
+    assert final.status == RunStatus.failed and "GaveUp" in error_of(final)
     assert_no_step_pending(final)
     begun, *rest = final.steps
     assert (begun.status, begun.skip_reason) == (StepStatus.skipped, "the run failed before this step finished")
@@ -283,18 +298,18 @@ def test_the_models_key_is_masked_everywhere_a_run_is_recorded(
 
     run = drive(svc, ws, "leak", {"topic": f"tides {KEY}"})
 
-    assert run.status == RunStatus.failed and f"RuntimeError: the parser choked on {MASK}" in run.error
+    assert run.status == RunStatus.failed and f"RuntimeError: the parser choked on {MASK}" in error_of(run)
     leaky, reader, bigmouth, breaker, crasher = run.steps
     assert run.input == {"topic": f"tides {MASK}"} and leaky.instruction == f"Research tides {MASK}."
-    assert leaky.result.endswith(f'The answer is {MASK}.\n```json\n{{"token": "{MASK}", "nested": ["x {MASK} y"]}}\n```')
-    assert MASK in leaky.conclusion and leaky.data == {"token": MASK, "nested": [f"x {MASK} y"]}
+    assert result_of(leaky).endswith(f'The answer is {MASK}.\n```json\n{{"token": "{MASK}", "nested": ["x {MASK} y"]}}\n```')
+    assert leaky.conclusion is not None and MASK in leaky.conclusion and leaky.data == {"token": MASK, "nested": [f"x {MASK} y"]}
     assert leaky.message == f"Research tides {MASK}.\n\nEnd your reply with the result as JSON in a ```json fenced block."
-    assert f"The answer is {MASK}." in reader.message
-    assert bigmouth.result.startswith(f"A long answer. {MASK}")
+    assert f"The answer is {MASK}." in message_of(reader)
+    assert result_of(bigmouth).startswith(f"A long answer. {MASK}")
     assert breaker.error == f"refused {MASK}" and any(MASK in e.text for e in breaker.events)
     assert svc.store.list_attempts(run.tenant, run.id, breaker.index)[0].reason == f"refused {MASK}"
     [tool] = [e for e in leaky.events if e.type == "tool"]
-    capture = read_capture(svc, tool.data["capture"])
+    capture = read_capture(svc, data_of(tool)["capture"])
     assert (capture["input"], capture["output"]) == (MASK, f"found {MASK}")
     ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["run_id"] for e in ended] == [run.id] and MASK in ended[0]["error"]
@@ -372,13 +387,13 @@ def test_declared_secrets_are_masked_everywhere_a_run_is_recorded_and_dropped_wh
     # Then every value is its name wherever the run is recorded
     masked = "[TOKEN] [CERT] [ANTHROPIC_API_KEY]"
     leaky, reader, bigmouth, breaker, crasher = run.steps
-    assert leaky.data == {"token": "[TOKEN]", "nested": ["x [CERT] y"]} and f"The answer is {masked}." in leaky.result
-    assert f"The answer is {masked}." in reader.message  # the handoff
-    assert bigmouth.result.startswith(f"A long answer. {masked}")
+    assert leaky.data == {"token": "[TOKEN]", "nested": ["x [CERT] y"]} and f"The answer is {masked}." in result_of(leaky)
+    assert f"The answer is {masked}." in message_of(reader)  # the handoff
+    assert result_of(bigmouth).startswith(f"A long answer. {masked}")
     assert breaker.error == f"refused {masked}"
-    assert run.status == RunStatus.failed and f"the parser choked on {masked}" in run.error
+    assert run.status == RunStatus.failed and f"the parser choked on {masked}" in error_of(run)
     [tool] = [e for e in leaky.events if e.type == "tool"]
-    assert read_capture(svc, tool.data["capture"])["output"] == f"found {masked}"
+    assert read_capture(svc, data_of(tool)["capture"])["output"] == f"found {masked}"
     ended = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert masked in ended[0]["error"]  # the on-end event
     logged = caplog.text + capfd.readouterr().err + log_file.read_text()

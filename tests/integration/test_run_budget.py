@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ServicesOn, drive, write_workspace
+from helpers import ServicesOn, drive, error_of, write_workspace
 
 from laneflow.domain.records import RunStatus, StepStatus
 from laneflow.domain.settlement import BUDGET_SPENT
@@ -46,7 +46,7 @@ def test_the_group_after_a_group_that_spent_the_budget_in_its_middle_does_not_st
     run = drive(svc, fan_out(tmp_path, then=True), "spend")
     assert [s.status for s in run.steps][2:] == [StepStatus.skipped] * 4
     assert {s.skip_reason for s in run.steps[2:]} == {BUDGET_SPENT}
-    assert run.status == RunStatus.failed and run.error.startswith(BUDGET_SPENT) and run.cost_usd == pytest.approx(0.06)
+    assert run.status == RunStatus.failed and error_of(run).startswith(BUDGET_SPENT) and run.cost_usd == pytest.approx(0.06)
 
 
 def test_a_running_step_begins_no_model_turn_once_the_run_has_spent_its_budget(on: ServicesOn, tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_a_running_step_begins_no_model_turn_once_the_run_has_spent_its_budget(o
     # Then it ran three turns ($0, $0.03, $0.03) and was refused the fourth: failed, not retried
     assert [c.cost_usd for c in talker.calls] == [0.0, 0.03, 0.03]
     assert talker.status == StepStatus.failed and talker.attempts == 1
-    assert talker.error.startswith("budget spent: $0.0600 of $0.05") and "model turn 4" in talker.error
+    assert error_of(talker).startswith("budget spent: $0.0600 of $0.05") and "model turn 4" in error_of(talker)
     assert talker.cost_usd == pytest.approx(0.06)
     # And the run ended for the budget's reason, its next group never started
     assert run.status == RunStatus.failed and run.error == "budget spent: $0.0600 of $0.05"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from contract.store.backends import BACKENDS
+from helpers import error_of, local_pid, result_of, stderr_of
 
 from laneflow.adapters.aws.s3 import ATTEMPTS
 from laneflow.adapters.engine.local import DriveResult
@@ -61,7 +62,7 @@ def test_a_sandboxed_stub_step_runs_whole_in_a_child_process_through_the_definit
     run = svc.store.get_run(result.run.tenant, result.run.id)
     assert run.status == RunStatus.completed
     (step,) = run.steps
-    assert step.status == StepStatus.completed and step.result.startswith("built")
+    assert step.status == StepStatus.completed and result_of(step).startswith("built")
     (attempt,) = svc.store.list_attempts(run.tenant, run.id)
     assert isinstance(attempt.worker, LocalProcess) and attempt.worker.pid != os.getpid()
     assert any("sandbox worker" in e.text for e in step.events)
@@ -73,7 +74,7 @@ def test_an_unsandboxed_step_still_runs_in_this_process(svc: Services, tmp_path:
     ws = workspace(tmp_path, "plain", sandbox=False)
     result = drive(svc, ws)
     (attempt,) = svc.store.list_attempts(result.run.tenant, result.run.id)
-    assert attempt.worker.pid == os.getpid()
+    assert local_pid(attempt) == os.getpid()
 
 
 STRAY = {
@@ -174,20 +175,22 @@ def test_a_sandboxed_lead_opens_its_siblings_gate_through_the_relay(svc: Service
     assert result.execution_status == "SUCCEEDED", (result.error, result.cause)
     steps = svc.store.get_run(result.run.tenant, result.run.id).steps
     assert [s.status for s in steps] == [StepStatus.completed] * 3
-    pids = {a.worker.pid for a in svc.store.list_attempts(result.run.tenant, result.run.id)}
+    pids = {local_pid(a) for a in svc.store.list_attempts(result.run.tenant, result.run.id)}
     assert len(pids) == 3 and os.getpid() not in pids  # each step in its own child
     lead_began = steps[0].calls[0].at
     for sibling in steps[1:]:
         assert any("waiting for the first builder step" in e.text for e in sibling.events)
-        assert sibling.started_at >= lead_began  # released by the lead's reply, relayed from its child
+        assert (
+            sibling.started_at is not None and sibling.started_at >= lead_began
+        )  # released by the lead's reply, relayed from its child
 
 
 def _running_child(svc: Services, run_id: str, timeout_s: float = 20.0) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for _, attempt in svc.store.running_attempts():
-            if attempt.run_id == run_id and attempt.worker is not None and attempt.worker.pid != os.getpid():
-                return attempt.worker.pid
+            if attempt.run_id == run_id and attempt.worker is not None and local_pid(attempt) != os.getpid():
+                return local_pid(attempt)
         time.sleep(0.05)
     raise AssertionError("no sandboxed attempt started")
 
@@ -265,9 +268,9 @@ def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_i
             if (tmp_path / "int.db").exists():
                 db = db or open_store(store_url)
                 running = [a for _, a in db.running_attempts("local")]
-                pid = running[0].worker.pid if running and running[0].worker else None
+                pid = local_pid(running[0]) if running and running[0].worker else None
             time.sleep(0.05)
-        assert pid and pid != proc.pid, proc.stderr.read() if proc.poll() is not None else "no sandboxed attempt"
+        assert pid and pid != proc.pid, stderr_of(proc) if proc.poll() is not None else "no sandboxed attempt"
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     finally:
@@ -276,6 +279,7 @@ def test_ctrl_c_of_laneflow_run_ends_the_sandbox_worker_and_leaves_its_attempt_i
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(pid), "the sandbox worker outlived its engine"
+    assert db is not None, "the store was never opened"
     (attempt,) = db.list_attempts("local", db.list_runs("local")[0].id)
     assert attempt.status == AttemptStatus.interrupted and attempt.reason == INTERRUPTED
 
@@ -294,9 +298,9 @@ def test_a_sandboxed_rescue_runs_through_the_rescue_choice_in_a_child(svc: Servi
     rescue = next(s for s in run.steps if s.rescue_of is not None)
     assert rescue.status == StepStatus.completed and rescue.result == "rescued it"
     (attempt,) = svc.store.list_attempts(run.tenant, run.id, rescue.index)
-    assert attempt.worker.pid != os.getpid()
+    assert local_pid(attempt) != os.getpid()
     (breaker,) = svc.store.list_attempts(run.tenant, run.id, 0)
-    assert breaker.worker.pid == os.getpid()  # the unsandboxed step ran in the engine's process
+    assert local_pid(breaker) == os.getpid()  # the unsandboxed step ran in the engine's process
     entered = [
         e["stateEnteredEventDetails"]["name"]
         for e in local_engine(svc).history(result.execution_arn)
@@ -312,7 +316,7 @@ def test_an_agent_made_sandboxed_after_its_run_started_is_refused_outside_a_sand
     agent_md.write_text(agent_md.read_text().replace("sandbox: false", "sandbox: true"))
     result = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
     (step,) = svc.store.get_run(result.run.tenant, result.run.id).steps
-    assert step.status == StepStatus.failed and "this worker is not one" in step.error
+    assert step.status == StepStatus.failed and "this worker is not one" in error_of(step)
     assert step.attempts == 1  # not retried: it is the agent's doing, not the worker's
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for_run
+from helpers import spans_of, stamped, stderr_of, wait_for_run
 from types_boto3_stepfunctions import SFNClient
 
 from laneflow.adapters.store import open_store
@@ -132,12 +132,12 @@ def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_sibling
     # the lead released its waiting siblings when its reply began (and its reserve when it ended)
     release = [e for e in lead.events if e.type == "gate" and "released" in e.text][0]
     later = [s for s in result.run.steps if s.index >= 15]
-    assert all(s.started_at >= release.t for s in result.run.steps[1:])
+    assert all(started >= release.t for started in stamped(s.started_at for s in result.run.steps[1:]))
     # siblings of later windows found the gate open: they never waited for it
     assert not any(e.type == "gate" for s in later for e in s.events)
     # and `parallel:` still capped the lane in every window
-    spans = sorted((s.started_at, s.finished_at) for s in result.run.steps)
-    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) <= 3  # type: ignore[misc]
+    spans = spans_of(result.run.steps)
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) <= 3
 
 
 def test_a_stop_reaches_every_window(tmp_path: Path) -> None:
@@ -352,7 +352,7 @@ def test_ctrl_c_in_a_later_execution_leaves_the_run_resumable_and_resume_follows
         poll_s=0.02,
     )
     assert run_id and db, (
-        f"the run never reached its second execution: {proc.stderr.read() if proc.poll() is not None else 'timeout'}"
+        f"the run never reached its second execution: {stderr_of(proc) if proc.poll() is not None else 'timeout'}"
     )
     # When the person presses Ctrl-C while the second execution runs
     proc.send_signal(signal.SIGINT)

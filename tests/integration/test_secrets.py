@@ -26,7 +26,7 @@ from typing import Any
 
 import boto3
 import pytest
-from helpers import ROOT, ServicesOn, drive, read_capture, services_on, stored_bytes, write_workspace
+from helpers import ROOT, ServicesOn, data_of, drive, read_capture, services_on, stored_bytes, write_workspace
 from pydantic import SecretStr
 
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets
@@ -121,7 +121,7 @@ def test_a_step_gets_its_secrets_as_variables_files_and_prefixed_names_and_its_r
     assert step.result == 'Got [TOKEN] and [ANTHROPIC_API_KEY].\n```json\n{"t": "[TOKEN]"}\n```'
     assert step.data == {"t": "[TOKEN]"}
     [tool] = [e for e in step.events if e.type == EventType.tool]
-    capture = read_capture(svc, tool.data["capture"])
+    capture = read_capture(svc, data_of(tool)["capture"])
     assert (tool.text, capture["input"], capture["output"]) == ("fetch [TOKEN]", "[TOKEN]", "[CERT]")
     said = [e.text for e in step.events if e.type == EventType.info]
     assert (
@@ -328,7 +328,7 @@ def test_metadata_captures_keep_no_tool_text_anywhere_events_included(on: Servic
     [tool] = [e for e in run.steps[0].events if e.type == EventType.tool]
     assert tool.text == "lookup"
     assert set(tool.data) == {"tool", "input_chars", "output_chars", "ms"}  # type: ignore[arg-type]
-    assert (tool.data["input_chars"], tool.data["output_chars"]) == (len(said), len(answered))
+    assert (data_of(tool)["input_chars"], data_of(tool)["output_chars"]) == (len(said), len(answered))
     stored = stored_bytes(on.kind, tmp_path)
     assert said.encode() not in stored and answered.encode() not in stored
     assert not (tmp_path / "captures").exists()
@@ -367,7 +367,7 @@ def test_past_the_capture_limit_no_later_call_of_the_step_is_captured_and_the_tr
 
     step = svc.store.get_step(run.tenant, run.id, 0, detail=True)
     tools = [e for e in step.events if e.type == EventType.tool]
-    assert ["capture" in e.data for e in tools] == [True, False, False, False]
+    assert ["capture" in data_of(e) for e in tools] == [True, False, False, False]
     assert [e.text for e in tools] == ["read_file a", "read_file", "list_files", "list_files"]
     warnings = [e for e in step.events if e.type == EventType.warning]
     assert len(warnings) == 1 and warnings[0].text.startswith("capture limit of 4,000,000 characters reached")
@@ -376,7 +376,7 @@ def test_past_the_capture_limit_no_later_call_of_the_step_is_captured_and_the_tr
     third.tool_call("list_files", "e", "tiny")
     step = svc.store.get_step(run.tenant, run.id, 0, detail=True)
     assert sum(1 for e in step.events if e.type == EventType.warning) == 1
-    assert "capture" not in [e for e in step.events if e.type == EventType.tool][-1].data
+    assert "capture" not in data_of([e for e in step.events if e.type == EventType.tool][-1])
     captures = list((tmp_path / "captures").rglob("*.json"))
     assert len(captures) == 1
 
@@ -407,7 +407,7 @@ def test_a_program_gets_each_secret_and_what_it_prints_of_them_is_recorded_maske
     run = drive(svc, ws, "fetch")
     assert run.status == RunStatus.completed, run.error
     [tool] = [e for e in run.steps[0].events if e.type == EventType.tool]
-    output = read_capture(svc, tool.data["capture"])["output"]
+    output = read_capture(svc, data_of(tool)["capture"])["output"]
     assert "T=[TOKEN]\n[CERT]\n600\nN=[ANTHROPIC_API_KEY]\nK=unset" in output, output
     stored = stored_bytes(on.kind, tmp_path)
     for value in (TOKEN, CERT, MODEL_NAMED):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ServicesOn, drive, read_capture, stored_bytes, write_workspace
+from helpers import ServicesOn, data_of, drive, read_capture, stored_bytes, write_workspace
 
 from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.workspaces import FolderWorkspaces
@@ -179,13 +179,13 @@ def check_records(svc: Services, run: Run, ws: Path) -> None:
     assert keeper.instruction == "Keep [TOKEN] in storage." and reader.instruction == "Read what was kept about [TOKEN]."
     assert "[TOKEN]" in json.dumps(run.flow_spec)
     # The step that declares nothing: its read of the kept file, its pretend call, its reply.
-    tools = {e.text.split()[0]: read_capture(svc, e.data["capture"]) for e in reader.events if e.type == EventType.tool}
+    tools = {e.text.split()[0]: read_capture(svc, data_of(e)["capture"]) for e in reader.events if e.type == EventType.tool}
     assert tools["read_file"]["output"] == "[TOKEN]"
     assert (tools["lookup"]["input"], tools["lookup"]["output"]) == ("[TOKEN]", "[TOKEN]")
     assert reader.result is not None and reader.result.startswith("Read [TOKEN] and [ANTHROPIC_API_KEY].\n")
     assert reader.result.count("[TOKEN]") >= len(FORMS) + len(EMBEDDED)
     [program] = [e for e in keeper.events if e.type == EventType.tool]
-    assert "--- stdout ---\n[TOKEN]\n[TOKEN]\n" in read_capture(svc, program.data["capture"])["output"]  # base64, hex
+    assert "--- stdout ---\n[TOKEN]\n[TOKEN]\n" in read_capture(svc, data_of(program)["capture"])["output"]  # base64, hex
     assert "refused [TOKEN]" in (failer.error or "") and "[TOKEN]" in (run.error or "")
     assert not leaks(run.model_dump_json())
     # The run has ended: nothing of its values is held any more.

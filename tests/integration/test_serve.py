@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import pytest
 from contract.store.backends import BACKENDS
-from helpers import FIXTURES, closed_within, pacing_workspace
+from helpers import FIXTURES, closed_within, pacing_workspace, started_drives
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.domain.errors import InvalidInput
@@ -119,7 +119,7 @@ def test_a_request_for_another_host_is_refused_with_421_and_starts_nothing(serve
         status, body, headers = ask(server, "POST", "/runs", JSON, START, host=host)
         assert status == 421, (host, body)
         assert "own host" in body["message"] and headers["Content-Type"] == "application/json"
-    assert runs(server) == [] and server.svc.drives.started == []
+    assert runs(server) == [] and started_drives(server.svc) == []
 
 
 def test_a_request_without_one_host_header_is_refused_with_400(server: ApiServer) -> None:
@@ -169,7 +169,7 @@ def test_a_cross_site_start_stop_or_approval_is_refused_with_403_and_does_nothin
         status, answer, _ = ask(server, "POST", path, headers + JSON, body)
         assert status == 403 and "cross-site" in answer["message"], (path, answer)
     after = server.svc.store.get_run("local", run_id)
-    assert len(runs(server)) == 1 and len(server.svc.drives.started) == 1
+    assert len(runs(server)) == 1 and len(started_drives(server.svc)) == 1
     assert after.status == before.status == RunStatus.queued and not after.stop_requested
 
 
@@ -204,7 +204,7 @@ def test_a_body_that_is_not_labelled_json_is_refused_with_415_and_starts_nothing
     headers = [("Content-Type", content_type)] if content_type else []
     status, body, _ = ask(server, "POST", "/runs", headers, START)
     assert status == 415 and "application/json" in body["message"], body
-    assert runs(server) == [] and server.svc.drives.started == []
+    assert runs(server) == [] and started_drives(server.svc) == []
 
 
 def test_a_form_typed_stop_without_a_body_is_refused_with_415(server: ApiServer) -> None:
@@ -239,7 +239,7 @@ def test_a_json_body_with_a_utf8_charset_is_read(server: ApiServer) -> None:
 def test_a_body_that_is_not_strict_json_is_refused_with_400_naming_the_body(server: ApiServer, body: Any, said: str) -> None:
     status, answer, _ = ask(server, "POST", "/runs", JSON, body)
     assert status == 400 and said in answer["message"] and answer["problems"][0]["in"] == "body", answer
-    assert runs(server) == [] and server.svc.drives.started == []
+    assert runs(server) == [] and started_drives(server.svc) == []
 
 
 def test_a_body_over_1_mib_is_refused_with_413_and_the_refusal_is_readable(server: ApiServer) -> None:

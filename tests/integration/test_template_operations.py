@@ -391,5 +391,6 @@ def test_the_sandbox_image_is_the_task_definitions_user_and_has_no_set_uid_progr
     [step] = RESOURCES["SandboxTaskDefinition"]["Properties"]["ContainerDefinitions"]
     users = re.findall(r"^USER (\S+)$", dockerfile, re.M)
     assert users == [step["User"]]
-    assert re.search(r"--uid (\d+)", dockerfile).group(1) == step["User"].split(":")[0]
+    uid = re.search(r"--uid (\d+)", dockerfile)
+    assert uid is not None and uid.group(1) == step["User"].split(":")[0]
     assert "-perm /6000 -exec chmod a-s" in dockerfile

@@ -18,7 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
-from helpers import moto_dynamodb_serialized, read_capture
+from helpers import moto_dynamodb_serialized, read_capture, started_drives
 from moto import mock_aws
 from pydantic import SecretStr
 from test_cloud_path import SyncDrives, api_event, handler
@@ -196,7 +196,7 @@ def test_the_same_idempotency_key_gives_each_tenant_its_own_run(cloud: tuple[Ser
     assert status == 200 and again["id"] == b["id"]
     status, again = call("start_run", A, key=SAME_KEY)
     assert status == 200 and again["id"] == a["id"]
-    assert svc.drives.started == [a["id"], b["id"]]
+    assert started_drives(svc) == [a["id"], b["id"]]
 
 
 def test_each_tenants_step_reads_and_writes_only_its_own_workspace_files(cloud: tuple[Services, Any, Requests]) -> None:
@@ -259,7 +259,7 @@ def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud: tuple[Services,
     # A's run is untouched: still parked, no stop, no answer, no second drive.
     untouched = get(A, a["id"])
     assert untouched["status"] == "awaiting-approval" and untouched["stop_requested"] is False
-    assert svc.drives.started == [a["id"], b["id"]]
+    assert started_drives(svc) == [a["id"], b["id"]]
     # And A can still answer it: approving continues it in a new drive to its end.
     status, approved = call("answer_approval", A, run_id=a["id"], body={"approve": True})
     assert status == 200, approved

@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 import pytest
+from helpers import data_of
 from moto import mock_aws
 from pydantic import SecretStr
 
@@ -149,8 +150,8 @@ def test_each_attempt_works_in_its_own_copy_and_only_a_completed_one_keeps_its_f
     first, second = clerk.folders_during[0], clerk.folders_during[2]
     assert len(first) == 1 and len(second) == 1 and first != second
     # The retry started clean: attempt 1's draft was not in its copy.
-    listing = next(e for e in step.events if e.type == "tool" and e.data["tool"] == "list_files")
-    seen = (tmp_path / "captures" / listing.data["capture"]).read_text()
+    listing = next(e for e in step.events if e.type == "tool" and data_of(e)["tool"] == "list_files")
+    seen = (tmp_path / "captures" / data_of(listing)["capture"]).read_text()
     assert "storage/notes.md" in seen and "draft.md" not in seen
 
     # Only what the completed attempt wrote in the kept folders went back to S3; the failed
@@ -159,7 +160,7 @@ def test_each_attempt_works_in_its_own_copy_and_only_a_completed_one_keeps_its_f
     assert set(after) == set(DESK) | {path for path, kept in WRITES.items() if kept}
     assert all(after[path] == f"written to {path}" for path, kept in WRITES.items() if kept)
     kept = next(e for e in step.events if e.text.startswith("kept in the workspace"))
-    assert kept.data["kept"] == sorted(path for path, k in WRITES.items() if k)
+    assert data_of(kept)["kept"] == sorted(path for path, k in WRITES.items() if k)
 
     # No copy is left behind, and the shared download was never written.
     assert files_under(workspaces.ATTEMPTS) == []
@@ -172,7 +173,7 @@ def test_a_failed_attempt_keeps_nothing_in_the_workspace(cloud: Any, tmp_path: P
     before = stored(cloud)
     run = drive(cloud, tmp_path, "fail")
     assert run.status == RunStatus.failed and "not valid JSON" in (run.steps[0].error or "")
-    assert any(e.type == "tool" and e.data["tool"] == "write_file" for e in run.steps[0].events)  # it did write
+    assert any(e.type == "tool" and data_of(e)["tool"] == "write_file" for e in run.steps[0].events)  # it did write
     assert stored(cloud) == before
     assert files_under(workspaces.ATTEMPTS) == []
 

@@ -179,6 +179,7 @@ def test_any_request_on_any_route_is_answered_below_500_and_a_refusal_writes_not
     body = data.draw(bodies())
     as_base64 = data.draw(st.booleans()) and body is not None
     if as_base64:
+        assert body is not None
         body = data.draw(st.sampled_from([base64.b64encode(body.encode("utf-8", "surrogatepass")).decode(), body]))
     query = data.draw(
         st.none()

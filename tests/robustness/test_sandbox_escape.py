@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
+from helpers import data_of
 
 from laneflow.adapters.executors import isolation
 from laneflow.adapters.executors.isolation import NOBODY, bubblewrap_available
@@ -149,7 +150,7 @@ def test_a_sandboxed_step_sees_no_other_agent_nor_the_secrets_file_and_its_scrat
     calls = [e for e in step.events if e.type == "tool"]
     [fence] = [e.text for e in step.events if e.text.startswith("isolation: ")]
     assert len(calls) == 4
-    outputs = [json.loads((tmp_path / "captures" / e.data["capture"]).read_text())["output"] for e in calls]
+    outputs = [json.loads((tmp_path / "captures" / data_of(e)["capture"]).read_text())["output"] for e in calls]
     listing, planted, secrets, fill = outputs
     assert "other" not in listing.split("--- stderr ---")[0] and "marker" not in listing, listing
     assert not (ws / "agents" / "other" / "memory" / "planted.md").exists()
@@ -157,7 +158,7 @@ def test_a_sandboxed_step_sees_no_other_agent_nor_the_secrets_file_and_its_scrat
     # Its scratch is 1 GiB (`size: small`): a tmpfs that size where the worker has one (a
     # write past it fails, so the loop never ends "filled"), else measured while the program
     # runs and after it ends, and past it the call is an error that keeps nothing.
-    assert calls[3].data.get("is_error") is True, fill
+    assert data_of(calls[3]).get("is_error") is True, fill
     stdout = fill.split("--- stderr ---")[0]
     if os.geteuid() == 0:  # the sandbox worker, as root, has a mount namespace and a tmpfs of its own
         assert fence.endswith("a 1 GiB scratch (tmpfs)"), fence

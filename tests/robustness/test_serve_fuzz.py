@@ -28,7 +28,7 @@ from typing import Any, cast
 from unittest import mock
 
 import pytest
-from helpers import FIXTURES, ROOT, closed_within
+from helpers import FIXTURES, ROOT, closed_within, started_drives
 
 from laneflow.adapters.local.workspaces import FolderWorkspaces
 from laneflow.adapters.store import Store, open_store
@@ -373,7 +373,7 @@ def test_a_bounded_fuzz_of_serve_gets_no_5xx_and_changes_nothing_on_a_refusal(se
     created = {json.loads(a.text)["id"] for a in answers if a.status == 201} | set(run_ids)
     stored = svc.store.list_runs(TENANT, limit=500)  # the store still lists
     assert {r.id for r in stored} == created
-    assert sorted(svc.drives.started) == sorted(created)
+    assert sorted(started_drives(svc)) == sorted(created)
     stopped = {
         s.path.split("/")[2] for s, a in zip(requests, answers, strict=True) if a.status == 200 and s.path.endswith("/stop")
     }

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import error_of
 
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.flow import Entry, Flow, StepSpec
@@ -90,7 +91,7 @@ def test_settle_fails_the_run_for_a_required_failure_only(svc: Services, started
     assert settle_group(svc, SettleGroupRequest(run=ref, group=0)).action == "next"
     svc.store.update_step(t, r, 1, StepChanges(status=StepStatus.failed, error="scout broke"))
     settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))
-    assert settled.action == "end" and "step 1 (scout) failed: scout broke" in settled.reason
+    assert settled.action == "end" and settled.reason is not None and "step 1 (scout) failed: scout broke" in settled.reason
     ended = end_run(svc, EndRunRequest(run=ref))
     assert ended.status == RunStatus.failed
     stored = svc.store.get_run(t, r, steps=False)
@@ -102,7 +103,7 @@ def test_settle_marks_a_step_nothing_ran_as_failed_so_none_stays_pending(svc: Se
     svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
     settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))
     step = svc.store.get_step(run.tenant, run.id, 1)
-    assert step.status == StepStatus.failed and "NotRun" in step.error and settled.action == "end"
+    assert step.status == StepStatus.failed and "NotRun" in error_of(step) and settled.action == "end"
 
 
 def test_settle_reads_its_group_again_after_tidying_wrote_to_it_and_decides_on_what_it_wrote(

@@ -91,7 +91,7 @@ class Thing:
 def test_anything_but_json_is_copied_by_deepcopy_itself_with_the_same_memo() -> None:
     when = datetime.datetime(2026, 1, 2, 3, 4, 5)
     inner = {"k": [1]}
-    value = {
+    value: dict[str, Any] = {
         "when": when,
         "tuple": (1, [2]),
         "set": {1, 2},
@@ -133,8 +133,13 @@ def test_a_maps_closed_jobs_are_copied_as_deepcopy_copies_them_and_stay_independ
     one.job_output["step"]["index"] = -1
     one.job_output["ctx"]["run"]["tenant"] = "changed"
     assert shared == {"run": {"tenant": "local", "run_id": "r-1"}}
+
     # within one copy a value met twice stays shared, as copy.deepcopy keeps it
-    assert len({id(j.job_output["ctx"]) for j in fast}) == 1 == len({id(j.job_output["ctx"]) for j in slow})
+    def ctx_of(job: JobClosed) -> int:
+        assert job.job_output is not None
+        return id(job.job_output["ctx"])
+
+    assert len({ctx_of(j) for j in fast}) == 1 == len({ctx_of(j) for j in slow})
 
 
 def test_only_plain_records_are_taken_for_the_fast_copy() -> None:

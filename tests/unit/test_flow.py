@@ -71,7 +71,7 @@ def test_design_example_flow_loads_with_every_shape() -> None:
     publisher, notifier = flow.entries[4].steps
     assert publisher.output == "json"
     assert publisher.schema_ref == "schemas/post.json"
-    assert publisher.schema_["required"] == ["title", "body"]  # resolved from the file
+    assert publisher.schema_ is not None and publisher.schema_["required"] == ["title", "body"]  # resolved from the file
     assert publisher.verify_judge == "Is the post faithful to the brief?"
     assert notifier.optional is True and notifier.instruction == ""
 

@@ -124,7 +124,8 @@ def test_an_input_file_that_is_not_utf8_is_refused_naming_the_file(tmp_path: Pat
 def test_a_value_that_contains_itself_or_expands_past_the_size_bound_is_refused_without_walking_it_all() -> None:
     loop: list[Any] = []
     loop.append(loop)
-    assert "contains itself" in jsonsafe.refusal(loop).reason
+    refused = jsonsafe.refusal(loop)
+    assert refused is not None and "contains itself" in refused.reason
 
     laughs: list[Any] = ["lol"] * 10
     for _ in range(40):  # 10**40 strings if walked one by one

@@ -44,12 +44,19 @@ def test_the_first_stable_layer_that_differs_is_named_with_the_step_it_differs_f
     ) == {"layer": "skills", "since": "run-1/3"}
 
 
+def layer_named(**kwargs: Any) -> str:
+    """The layer a cache break names, asserting there is one."""
+    found = cache_break(**kwargs)
+    assert found is not None, f"no cache break found: {kwargs}"
+    return found["layer"]
+
+
 def test_a_dynamic_layer_never_breaks_the_cache_and_then_tools_model_minimum_or_expiry_is_named() -> None:
     dynamic_changed = [*LAYERS[:2], PromptLayer(name="clock", chars=5, sha256="new", dynamic=True)]
     base: dict[str, Any] = {"model": "claude-sonnet-4-6", "layers": dynamic_changed}
-    assert cache_break(**base, prefix={"tokens": 5000, "tools": "t1"}, earlier=[("r", wrote(1))])["layer"] == "expired"
-    assert cache_break(**base, prefix={"tokens": 5000, "tools": "t2"}, earlier=[("r", wrote(1))])["layer"] == "tools"
-    assert cache_break(**base, prefix={"tokens": 100, "tools": "t1"}, earlier=[("r", wrote(1))])["layer"] == "below-minimum"
+    assert layer_named(**base, prefix={"tokens": 5000, "tools": "t1"}, earlier=[("r", wrote(1))]) == "expired"
+    assert layer_named(**base, prefix={"tokens": 5000, "tools": "t2"}, earlier=[("r", wrote(1))]) == "tools"
+    assert layer_named(**base, prefix={"tokens": 100, "tools": "t1"}, earlier=[("r", wrote(1))]) == "below-minimum"
     assert cache_break(**base, prefix={"tokens": 5000}, earlier=[("r", wrote(1, model="claude-opus-4-6"))]) == {
         "layer": "model",
         "since": "r/1",

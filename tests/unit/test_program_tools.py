@@ -222,6 +222,7 @@ def test_the_trace_names_the_isolation_the_step_got_who_its_programs_are_and_the
     sink = Sink()
     tools(ws, isolation, sink, size="small").prepare()
     [(_, text, data)] = sink.events
+    assert data is not None
     uid = sandbox_uid()
     host = f"uid {uid}" if uid is not None else f"laneflow's own uid {os.geteuid()}"
     who = f"uid {uid}" if uid is not None else f"laneflow's own uid {os.geteuid()}"
@@ -317,7 +318,8 @@ def test_escape_attempts_under_a_plain_subprocess_are_not_fenced_and_its_trace_s
     sink = Sink()
     tools(ws, SUBPROCESS, sink).prepare()
     assert sink.events[0][1].startswith("isolation: subprocess, network not enforced, file system not enforced; ")
-    assert sink.events[0][2]["isolation"] == "subprocess" and sink.events[0][2]["network_enforced"] is False
+    traced = sink.events[0][2]
+    assert traced is not None and traced["isolation"] == "subprocess" and traced["network_enforced"] is False
     ok, said = _attempt(ws, SUBPROCESS, "reach the network", port=port)
     assert ok and "connected" in said  # not fenced, as the trace says
     wrote, _ = _attempt(ws, SUBPROCESS, "write outside", outside=outside)

@@ -62,6 +62,7 @@ def test_a_failure_with_on_fail_gets_a_new_rescue_as_the_next_step_index() -> No
     assert decision.action == "rescue"
     [plan] = decision.rescues
     assert plan.of == 0 and plan.resume is None and plan.supersede == ()
+    assert plan.new is not None
     assert (plan.new.index, plan.new.agent, plan.new.of.index) == (2, "fixer", 0)
     assert "failed: broke" in plan.new.instruction
     assert decision.unrescued is None  # a step its rescue may still save ends nothing
@@ -76,7 +77,7 @@ def test_a_leftover_rescue_is_resumed_and_its_extra_copies_superseded() -> None:
     decision = decide(run(), flow(RESCUED), 0, steps)
     [plan] = decision.rescues
     assert decision.action == "rescue"
-    assert (plan.resume.index, plan.supersede, plan.new) == (1, (2,), None)
+    assert plan.resume is not None and (plan.resume.index, plan.supersede, plan.new) == (1, (2,), None)
 
 
 def test_a_rescue_that_already_failed_leaves_the_step_failed_and_ends_the_run() -> None:
@@ -103,6 +104,7 @@ def test_a_reply_without_the_marker_loops_back_to_the_loop_agents_group() -> Non
     assert decision.action == "loop"
     assert decision.reason == "loop: no OK at the end of the reply; cycle 2 of 3 from group 0"
     loop = decision.loop
+    assert loop is not None
     assert (loop.checker, loop.group, loop.cycle, loop.reset) == (1, 0, 1, (0, 1))
     assert loop.feedback.endswith("Needs work.") and "did not end with OK" in loop.feedback
 

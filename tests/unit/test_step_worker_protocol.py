@@ -33,6 +33,12 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> dict
     return {**os.environ, "PYTHONPATH": str(tmp_path)}
 
 
+def answered(answer: dict[str, Any] | None) -> dict[str, Any]:
+    """A worker's answer to a call, asserting its worker took the call."""
+    assert answer is not None, "no worker took the call"
+    return answer
+
+
 def test_a_worker_that_writes_garbage_fails_its_call_as_exited_and_is_killed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -50,7 +56,9 @@ def test_a_worker_that_writes_garbage_fails_its_call_as_exited_and_is_killed(
     pool = step_workers.StepWorkers(env, 1, Quiet())
     try:
         answer = pool.invoke("RunStepFunction", {"run": {"run_id": "run-1"}})
-        assert answer["FunctionError"] == "Unhandled" and answer["Payload"]["errorType"] == "StepWorkerExited"
+        assert (
+            answer is not None and answer["FunctionError"] == "Unhandled" and answer["Payload"]["errorType"] == "StepWorkerExited"
+        )
         (worker,) = pool.workers
         # Killed, not waited for: its 600 s sleep would have ended it with 0
         assert worker.dead.is_set() and worker.process.poll() == -signal.SIGKILL
@@ -79,7 +87,11 @@ def test_a_worker_that_dies_mid_call_fails_it_and_the_next_call_gets_a_new_worke
     pool = step_workers.StepWorkers(env, 1, Quiet())
     try:
         first = pool.invoke("RunStepFunction", {"run": {"run_id": "run-1"}})
-        assert first["Payload"]["errorType"] == "StepWorkerExited" and "code 3" in first["Payload"]["errorMessage"]
+        assert (
+            first is not None
+            and first["Payload"]["errorType"] == "StepWorkerExited"
+            and "code 3" in first["Payload"]["errorMessage"]
+        )
         second = pool.invoke("RunStepFunction", {"run": {"run_id": "run-1"}})
         assert second == {"StatusCode": 200, "Payload": {"ok": True}}
     finally:
@@ -100,9 +112,9 @@ def test_one_run_s_calls_go_to_one_worker(tmp_path: Path, monkeypatch: pytest.Mo
     )
     pool = step_workers.StepWorkers(env, 3, Quiet())
     try:
-        pids = {pool.invoke("F", {"run": {"run_id": "run-a"}})["Payload"]["pid"] for _ in range(5)}
+        pids = {answered(pool.invoke("F", {"run": {"run_id": "run-a"}}))["Payload"]["pid"] for _ in range(5)}
         assert len(pids) == 1
-        every = {pool.invoke("F", {"run": {"run_id": f"run-{i}"}})["Payload"]["pid"] for i in range(30)}
+        every = {answered(pool.invoke("F", {"run": {"run_id": f"run-{i}"}}))["Payload"]["pid"] for i in range(30)}
         assert len(every) > 1  # runs spread over the workers
     finally:
         pool.close()

@@ -73,6 +73,7 @@ def test_a_symlink_out_of_the_workspace_is_refused(ws: Path) -> None:
 
 def test_cost_counts_cache_writes_and_reads_at_their_own_prices() -> None:
     price = catalog().price("claude-sonnet-4-5")
+    assert price is not None
     tokens = Tokens(input=1_000_000, output=1_000_000, cache_write=1_000_000, cache_read=1_000_000)
     assert price.cost(tokens) == pytest.approx(3.0 + 15.0 + 3.75 + 0.30)
     assert price.cost(Tokens(cache_write=1_000_000), cache_ttl="1h") == pytest.approx(6.0)
@@ -80,6 +81,7 @@ def test_cost_counts_cache_writes_and_reads_at_their_own_prices() -> None:
 
 def test_dated_model_ids_find_their_family_price_and_unknown_ones_none() -> None:
     assert catalog().price("claude-sonnet-4-5-20250929") == catalog().price("claude-sonnet-4-5")
-    assert catalog().price("claude-opus-4-1-20250805").input == 15.0
-    assert catalog().price("claude-opus-4").input == 15.0
+    dated, family = catalog().price("claude-opus-4-1-20250805"), catalog().price("claude-opus-4")
+    assert dated is not None and dated.input == 15.0
+    assert family is not None and family.input == 15.0
     assert catalog().price("gpt-4") is None

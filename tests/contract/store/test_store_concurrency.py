@@ -125,7 +125,7 @@ def test_processes_racing_to_claim_the_same_step_yield_exactly_one_winner(store:
     ]
     try:
         for child in children:
-            assert child.stdout.readline().strip() == "ready"
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         go.touch()
         outcomes = [child.communicate(timeout=60) for child in children]
     finally:

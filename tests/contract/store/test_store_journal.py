@@ -177,4 +177,5 @@ def test_an_entry_left_pending_while_another_claims_attempt_runs_stays_pending_a
     assert [e.op_id for e in store.journal_pending(TENANT)] == ["op-b"]
     assert store.journal_settle(TENANT, run.id, "op-b").status == JournalStatus.cancelled
     assert store.journal_pending() == []
-    assert journal_entry(store, TENANT, run.id, "op-a").status == JournalStatus.completed
+    settled = journal_entry(store, TENANT, run.id, "op-a")
+    assert settled is not None and settled.status == JournalStatus.completed
