@@ -9,16 +9,20 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import Sink, step_job
 
-from laneflow.adapters.executors.finding import DEFAULT_LIMIT, MAX_FILE_BYTES, MAX_MATCHES, FindingTools
+from laneflow.adapters.executors.finding import DEFAULT_LIMIT, MAX_FILE_BYTES, MAX_MATCHES, MAX_RUNS, FindingTools
 from laneflow.adapters.executors.registry import StepTools, tool_definitions
 from laneflow.adapters.executors.tools import ToolError
+from laneflow.adapters.store import open_store
 from laneflow.domain.prompt import build_system_prompt
+from laneflow.domain.records import Run, Step, StepStatus
 from laneflow.domain.tools import unknown_tools
 from laneflow.domain.workspace import load_agent, load_workspace
+from laneflow.ports import Store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
@@ -200,3 +204,63 @@ def test_the_finding_layer_describes_the_granted_tools_only_stable_and_small(tmp
         now=NOW + dt.timedelta(days=3),
     )
     assert next(layer.text for layer in later.layers if layer.name == "finding") == both  # the same text on another day
+
+
+class Reads:
+    """A store's reads as `history` makes them: each method's name and keyword arguments."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.store, name)
+        if not callable(found):
+            return found
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, kwargs))
+            return found(*args, **kwargs)
+
+        return recorded
+
+
+class StoreSink(Sink):
+    def __init__(self, runs: Reads) -> None:
+        super().__init__()
+        self.runs = runs
+
+
+def earlier_run(n: int, conclusion: str, *, workspace: str = "ws", tenant: str = "local") -> Run:
+    at = (dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=n)).isoformat(timespec="milliseconds")
+    step = Step(index=0, group=0, agent="scout", status=StepStatus.completed, conclusion=conclusion)
+    return Run(
+        id=f"run-{n:04d}", tenant=tenant, workspace=workspace, flow="scan", created_at=at.replace("+00:00", "Z"), steps=[step]
+    )
+
+
+def test_history_reads_only_the_200_newest_runs_through_the_run_list_and_each_runs_steps(ws: Path, tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    try:
+        store.create_run(earlier_run(0, "the needle, oldest of all"))
+        store.create_run(earlier_run(1, "another workspace's needle", workspace="elsewhere"))
+        for n in range(2, 200):
+            store.create_run(earlier_run(n, "hay"))
+        store.create_run(earlier_run(9999, "the calling run's own needle"))
+        reads = Reads(store)
+        tools = FindingTools(step_job(ws, tools=("history",), run_id="run-9999"), StoreSink(reads))
+        # The calling run, 198 of hay, the other workspace's and the oldest: 201 runs, one past the bound.
+        assert tools.history({"query": "NEEDLE"}) == "no earlier run of this workspace concluded a line holding 'NEEDLE'"
+        assert {name for name, _ in reads.calls} == {"get_run", "list_runs", "get_steps"}
+        assert [kwargs for name, kwargs in reads.calls if name == "list_runs"] == [{"limit": MAX_RUNS}]
+    finally:
+        store.close()
+    fresh = open_store(f"sqlite:///{tmp_path / 'few.db'}")
+    try:
+        fresh.create_run(earlier_run(0, "the needle, oldest of all"))
+        fresh.create_run(earlier_run(1, "another workspace's needle", workspace="elsewhere"))
+        fresh.create_run(earlier_run(9999, "the calling run's own needle"))
+        tools = FindingTools(step_job(ws, tools=("history",), run_id="run-9999"), StoreSink(Reads(fresh)))
+        assert tools.history({"query": "NEEDLE"}) == ("run-0000 2026-01-01T00:00:00.000Z step 0 scout: the needle, oldest of all")
+    finally:
+        fresh.close()
