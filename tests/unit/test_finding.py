@@ -159,6 +159,13 @@ def test_history_without_run_records_to_read_says_so(ws: Path) -> None:
         finder(ws, ("history",)).history({"query": "wet"})
 
 
+def test_search_without_a_workspace_is_still_listed_and_says_it_has_none(ws: Path) -> None:
+    job = step_job(ws, tools=("search",), workspace_root="")
+    assert [d["name"] for d in tool_definitions(job)] == ["search"]  # the prefix does not depend on it
+    with pytest.raises(ToolError, match="no workspace to search"):
+        StepTools(job, Sink()).run("search", {"query": "wet"})
+
+
 def test_both_tools_are_listed_in_name_order_with_the_prefix_and_only_when_granted(ws: Path) -> None:
     job = step_job(ws, tools=("search", "read_file", "history"))
     assert StepTools(job, Sink()).names == ["history", "read_file", "search"]

@@ -150,9 +150,9 @@ class FindingTools:
         self.root = Path(job.workspace_root).resolve() if job.workspace_root else None
         self._own = tuple(p for p in job.agent_path.strip("/").split("/") if p)
         self.runs: Store | None = getattr(sink, "runs", None)
-        # Granted by `tools:`, so listed (a definition is part of the cached prefix) even by
-        # a sink that only reads definitions. `search` needs a workspace to read.
-        self.names = [n for n in granted(job.tools) if n != SEARCH or self.root is not None]
+        # Granted by `tools:`, so listed (a definition is part of the cached prefix) whatever
+        # the sink or the workspace: the prefix never depends on where the step runs.
+        self.names = granted(job.tools)
 
     def definitions(self) -> list[dict[str, Any]]:
         return [DEFINITIONS[name] for name in self.names]
