@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from laneflow.domain.apis import layer_text as apis_layer
 from laneflow.domain.inbox import ASK, PEERS, Peer
 from laneflow.domain.records import PromptLayer
-from laneflow.domain.tools import BASH, granted
+from laneflow.domain.tools import BASH, HISTORY, SEARCH, granted
 from laneflow.domain.workspace import Agent, Doc, Workspace
 
 # The order layers are computed in (a fixed order); `dynamic` marks those that change
@@ -137,6 +137,22 @@ def _ask(timeout: float) -> str:
     )
 
 
+def _finding(tools: list[str]) -> str:
+    """The `finding` layer: how to find things with `search` and `history` (stable, so cached)."""
+    lines = ["# Finding things"]
+    if SEARCH in tools:
+        lines.append(
+            '- `search {"query": TEXT, "in": "knowledge"|"storage"|"memory"|"state"|"all"}` answers the lines holding '
+            "TEXT (case-blind, plain text) in those folders, as `path:line: text`: look there before you ask or redo work."
+        )
+    if HISTORY in tools:
+        lines.append(
+            '- `history {"query": TEXT, "flow": NAME}` answers the lines holding TEXT in what earlier runs of this workspace '
+            "concluded, newest first, each with its run, date, step and agent: see what was already found or decided."
+        )
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.datetime) -> dict[str, str]:
     folder = agent.path
     layers: dict[str, str] = {}
@@ -173,6 +189,7 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
         layers["secrets"] = _secrets(secrets)
     if ASK in agent.settings.tools:
         layers["ask"] = _ask(agent.settings.ask_timeout)
+    layers["finding"] = _finding(list(agent.settings.tools))
     layers["rules"] = (
         "# Rules\n"
         f"- Put working text for later steps in `{folder}/outputs/`, deliverables for people in `storage/`.\n"

@@ -6,6 +6,8 @@ the script tools, one per executable in the agent's and the workspace's `scripts
   leading comment lines (after a `#!` line), and takes `{"args": [...], "stdin": "..."}`.
 - `tools: [scripts]` grants every script tool, `tools: [script_count]` one.
 - An empty `tools:` grants the file tools only (what a step had before programs existed).
+- `search` and `history` are the finding tools (`adapters/executors/finding.py`): lines of the
+  step's workspace copy, and the conclusions of the workspace's earlier runs.
 
 This is what `laneflow check`, the prompt and the tool registry all read, so the three
 cannot disagree about which tools a step has.
@@ -30,6 +32,12 @@ ALL_SCRIPTS = "scripts"  # grants every script tool
 SCRIPT_PREFIX = "script_"
 
 COLLEAGUE_GRANTS = (PEERS, ASK)  # peers_list and peers_message; ask (laneflow.domain.inbox)
+
+SEARCH = "search"  # lines of the step's workspace copy
+
+HISTORY = "history"  # the conclusions of the workspace's earlier runs
+
+FINDING_TOOLS = (HISTORY, SEARCH)
 
 PROGRAM_TOOLS = (BASH,)  # besides the script tools: what runs a program in the sandbox
 
@@ -107,7 +115,7 @@ def runs_programs(tools: list[str] | tuple[str, ...]) -> bool:
 
 def unknown_tools(tools: list[str], scripts: list[ScriptTool]) -> list[tuple[int, str, str]]:
     """The names in `tools:` that name no tool: (index, name, a suggestion or "")."""
-    known = [*FILE_TOOLS, BASH, ALL_SCRIPTS, *COLLEAGUE_GRANTS, *(s.name for s in scripts)]
+    known = [*FILE_TOOLS, BASH, ALL_SCRIPTS, *COLLEAGUE_GRANTS, *FINDING_TOOLS, *(s.name for s in scripts)]
     found = []
     for index, name in enumerate(tools):
         if name in known:

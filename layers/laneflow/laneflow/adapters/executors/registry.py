@@ -1,6 +1,7 @@
-"""One step's tools (`StepTools`): the file tools, `bash` and the script tools its agent.md
-grants, with their definitions in a stable order (they are part of the cached prompt
-prefix), run the same way for the Claude executor and the stub's `tool:` lines.
+"""One step's tools (`StepTools`): the file tools, `bash`, the script tools and the colleague,
+API and finding tools its agent.md grants, with their definitions in a stable order (they
+are part of the cached prompt prefix), run the same way for the Claude executor and the
+stub's `tool:` lines.
 
 `bash` and the script tools run programs in the step's scratch copy of the workspace under
 the machine's strongest isolation (`isolation.py`), each call time-limited (what is left of
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTools
+from laneflow.adapters.executors.finding import FindingTools
 from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amount, detect, limits_for
 from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.programs import Finished, run_program
@@ -103,6 +105,7 @@ class StepTools:
         self._fence: ScratchFence | None = None  # how the scratch's size binds, found by `prepare` (or the first program)
         self.colleagues = PeerTools(job, sink)  # peers_list, peers_message, ask (peers.py)
         self.apis = ApiTools(job.apis, job.secret_env)  # api_<name>: HTTP calls, made by this process
+        self.finding = FindingTools(job, sink)  # search, history (finding.py)
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
 
@@ -131,7 +134,16 @@ class StepTools:
 
     @property
     def names(self) -> list[str]:
-        return sorted([*self.file_names, *([BASH] if self.bash else []), *self.scripts, *self.colleagues.names, *self.apis.names])
+        return sorted(
+            [
+                *self.file_names,
+                *([BASH] if self.bash else []),
+                *self.scripts,
+                *self.colleagues.names,
+                *self.apis.names,
+                *self.finding.names,
+            ]
+        )
 
     def prepare(self) -> None:
         """Before the first model call: the trace names the isolation the step's programs
@@ -187,6 +199,7 @@ class StepTools:
             }
         defs.update({d["name"]: d for d in self.colleagues.definitions()})
         defs.update({d["name"]: d for d in self.apis.definitions()})
+        defs.update({d["name"]: d for d in self.finding.definitions()})
         return [defs[name] for name in sorted(defs)]
 
     # -- one call ------------------------------------------------------------------------
@@ -206,6 +219,8 @@ class StepTools:
             return self._program(name, [shutil.which("bash") or "/bin/bash", "-c", command], "")
         if name in self.colleagues.names:
             return self.colleagues.run(name, args)
+        if name in self.finding.names:
+            return self.finding.run(name, args)
         script = self.scripts.get(name)
         if script is not None:
             argv, stdin = self._script_input(name, args)

@@ -21,7 +21,7 @@ from laneflow.domain.records import (
 )
 from laneflow.domain.redaction import STEP_CAPTURE_LIMIT, Redactor
 from laneflow.domain.settlement import turn_refused
-from laneflow.ports import Services, StepInbox
+from laneflow.ports import Services, StepInbox, Store
 
 HEARTBEAT_S = 60.0
 
@@ -82,6 +82,12 @@ class StepRecorder:
     spans: dict[str, ModelCall] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     inbox: StepInbox | None = None  # the step's colleagues and inbox (peers, ask), when its agent has them
+
+    @property
+    def runs(self) -> Store:
+        """What the step's `history` tool reads the workspace's earlier runs from: the store,
+        through its port (masked as it was written)."""
+        return self.svc.store
 
     def first_event(self) -> None:
         with self._lock:
