@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from laneflow.adapters.executors.tools import ToolError
+from laneflow.adapters.executors.tools import FileTools, ToolError
 from laneflow.domain.errors import RunNotFound
 from laneflow.domain.records import Run
 from laneflow.domain.tools import HISTORY, SEARCH
@@ -50,11 +50,13 @@ MAX_RUNS = 200  # the tenant's newest runs one history call reads
 
 SNIFF_BYTES = 8_192  # a NUL among a file's first bytes: a binary file, passed over
 
-SHARED_FOLDERS = {"knowledge": ("knowledge",), "storage": ("storage",), "memory": ("memory",), "state": ("state",)}
+# The shared folders (the file tools' own: laneflow.adapters.executors.tools.SHARED), in the
+# order `all` reads them; of these, an agent has its own `knowledge/` and `memory/` too.
+FOLDERS = ("knowledge", "storage", "memory", "state")
 
-OWN_FOLDERS = {"knowledge": ("knowledge",), "memory": ("memory",)}  # inside the agent's own folder
+OWN_FOLDERS = ("knowledge", "memory")
 
-PLACES = (*SHARED_FOLDERS, "all")
+PLACES = (*FOLDERS, "all")
 
 DEFINITIONS: dict[str, dict[str, Any]] = {
     SEARCH: {
@@ -148,7 +150,9 @@ class FindingTools:
     def __init__(self, job: StepJob, sink: ExecutionSink):
         self.job = job
         self.root = Path(job.workspace_root).resolve() if job.workspace_root else None
-        self._own = tuple(p for p in job.agent_path.strip("/").split("/") if p)
+        self._own = job.agent_path.strip("/")
+        # Where a file may be read is the file tools' rule, asked of them.
+        self._reach = FileTools(self.root, job.agent_path) if self.root else None
         self.runs: Store | None = getattr(sink, "runs", None)
         # Granted by `tools:`, so listed (a definition is part of the cached prefix) whatever
         # the sink or the workspace: the prefix never depends on where the step runs.
@@ -166,24 +170,19 @@ class FindingTools:
 
     def folders(self, where: str) -> list[str]:
         """The folders `in: where` searches, relative to the workspace, in the order read."""
-        places = list(SHARED_FOLDERS) if where == "all" else [where]
+        places = FOLDERS if where == "all" else (where,)
         rels: list[str] = []
         for place in places:
             if self._own and place in OWN_FOLDERS:
-                rels.append("/".join((*self._own, *OWN_FOLDERS[place])))
-            rels.append("/".join(SHARED_FOLDERS[place]))
+                rels.append(f"{self._own}/{place}")
+            rels.append(place)
         return rels
 
     def _readable(self, target: Path) -> bool:
         """Whether `target`, a resolved path, is where the file tools could read it: inside
         the workspace, in the agent's own folder or a shared one."""
-        assert self.root is not None
-        try:
-            parts = target.relative_to(self.root).parts
-        except ValueError:
-            return False
-        own = self._own
-        return bool(own and parts[: len(own)] == own) or bool(parts and parts[0] in SHARED_FOLDERS)
+        assert self._reach is not None
+        return self._reach.may_read(target)
 
     def _files(self, rel: str) -> Iterator[tuple[str, Path]]:
         """(the path shown, the resolved file) of every file under `rel`, in name order."""

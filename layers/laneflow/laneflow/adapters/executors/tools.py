@@ -157,6 +157,10 @@ class FileTools:
             raise ToolError(f"{shown}: {why}")
         return target, shown
 
+    def may_read(self, target: Path) -> bool:
+        """Whether this agent may read `target`, a resolved path (as `read_file` would)."""
+        return self._refused(target, write=False) is None
+
     def _refused(self, target: Path, *, write: bool) -> str | None:
         """Why this agent may not reach (or write) `target`, a resolved path; None if it may."""
         try:
