@@ -140,7 +140,7 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
                 file=rel,
                 line=front.lines.get(f"tools[{index}]", front.lines.get("tools")),
                 field=f"tools[{index}]",
-                message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers and ask",
+                message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers, ask, search and history",
             )
         )
     return problems
