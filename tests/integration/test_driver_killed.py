@@ -54,7 +54,7 @@ GROUPS = {0: ("a", "b"), 1: ("c",)}  # the items of each group's steps (a lane o
 
 WARM_PARENT = textwrap.dedent(
     """
-    import json, os, sys
+    import faulthandler, json, os, signal, sys
     from laneflow.adapters.engine.local import install_interpreter_hook
     from laneflow.adapters.store import open_store
     from laneflow.entrypoints.cli import main
@@ -75,6 +75,7 @@ WARM_PARENT = textwrap.dedent(
             os.dup2(log, 1)
             os.dup2(log, 2)
             sys.stdout, sys.stderr = os.fdopen(1, "w"), os.fdopen(2, "w")
+            faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks() asks for them
             code = 1
             try:
                 code = main(ask["argv"])
@@ -133,6 +134,15 @@ class ConsoleScript:
 
     def wait(self, pid: int) -> int:
         return self.procs.pop(pid).wait(180)
+
+
+def stacks(pid: int, log: Path) -> str:
+    """The tail of a forked command's log after it was asked to write every thread's stack
+    there (a command that seems stuck says where it is)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGUSR1)
+        time.sleep(1.0)
+    return log.read_text()[-6000:]
 
 
 def workspace(root: Path) -> Path:
@@ -347,9 +357,9 @@ def test_a_lead_whose_reply_begins_after_its_driver_was_killed_is_interrupted_no
         try:
             assert wait_until(lambda: (tmp_path / "runs.db").exists(), 60)
             db = open_store(url)
-            assert wait_until(lambda: any(a.index == 0 for _, a in db.running_attempts("local")), 60), (
-                tmp_path / "run.log"
-            ).read_text()
+            assert wait_until(lambda: any(a.index == 0 for _, a in db.running_attempts("local")), 60), stacks(
+                driver, tmp_path / "run.log"
+            )
             time.sleep(0.8)  # its reply begins 1.2 s into the attempt
         finally:
             with contextlib.suppress(ProcessLookupError):  # it may have ended already: the body's error says why
