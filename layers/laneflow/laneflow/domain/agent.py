@@ -4,12 +4,14 @@ at once (`load_agent`)."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from laneflow.domain.apis import API_PREFIX, ApiSpec, check_apis
+from laneflow.domain.delegation import DELEGATE
 from laneflow.domain.errors import InvalidInput, Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, type_name
 from laneflow.domain.inbox import ASK
@@ -135,6 +137,8 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
         hint = f" (did you mean {close!r}?)" if close else ""
         if name.startswith(API_PREFIX):  # an API's tool is granted by its apis: entry alone
             hint = f" (an API tool comes from its apis: entry alone; remove {name} from tools:)"
+        if name == DELEGATE:
+            hint = " (the delegate tool comes from delegates: alone; remove delegate from tools:)"
         problems.append(
             Problem(
                 file=rel,
@@ -143,6 +147,34 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
                 message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers, ask, search and history",
             )
         )
+    return problems
+
+
+def _delegate_problems(ws: Workspace, name: str, front: Front, rel: str) -> list[Problem]:
+    """`delegates:` entries that name no agent (with the closest one), the agent itself or a
+    name given twice."""
+    written = front.data.get("delegates")
+    problems: list[Problem] = []
+    if not isinstance(written, list):
+        return problems  # absent, or of the wrong type (the settings' own check says so)
+    agents_dir = ws.root / "agents"
+    known = sorted(p.name for p in agents_dir.iterdir() if (p / "agent.md").is_file()) if agents_dir.is_dir() else []
+    seen: set[str] = set()
+    for index, target in enumerate(written):
+        if not isinstance(target, str):
+            continue
+        why = None
+        if target == name:
+            why = f"{name} cannot delegate to itself"
+        elif target in seen:
+            why = f"{target!r} is named twice"
+        elif not has_agent(ws, target):
+            close = difflib.get_close_matches(target, known, n=1, cutoff=0.5)
+            why = f"no agent {target!r} (agents/{target}/agent.md not found)" + (f"; did you mean {close[0]!r}?" if close else "")
+        seen.add(target)
+        if why:
+            line = front.lines.get(f"delegates[{index}]", front.lines.get("delegates"))
+            problems.append(Problem(file=rel, line=line, field=f"delegates[{index}]", message=why))
     return problems
 
 
@@ -228,6 +260,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         if not refused & {"effort", "model"}:
             warnings.extend(_effort_not_taken(settings, settings.model or ws.settings.model, front, rel))
         errors.extend(_program_settings(settings, front, rel, refused))
+        errors.extend(_delegate_problems(ws, name, front, rel))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)

@@ -16,10 +16,11 @@ import hashlib
 from dataclasses import dataclass
 
 from laneflow.domain.apis import layer_text as apis_layer
+from laneflow.domain.errors import InvalidInput
 from laneflow.domain.inbox import ASK, PEERS, Peer
 from laneflow.domain.records import PromptLayer
 from laneflow.domain.tools import BASH, HISTORY, SEARCH, granted
-from laneflow.domain.workspace import Agent, Doc, Workspace
+from laneflow.domain.workspace import Agent, Doc, Workspace, load_agent
 
 # The order layers are computed in (a fixed order); `dynamic` marks those that change
 # between runs. Layers with nothing to say are left out.
@@ -37,6 +38,7 @@ LAYER_ORDER: tuple[tuple[str, bool], ...] = (
     ("clock", True),
     ("script-tools", False),
     ("web", False),
+    ("delegates", False),
     ("secrets", False),
     ("rules", False),
     ("ask", False),
@@ -153,6 +155,30 @@ def _finding(tools: list[str]) -> str:
     return "\n".join(lines) if len(lines) > 1 else ""
 
 
+def _delegates(ws: Workspace, agent: Agent) -> str:
+    """The `delegates` layer: who the agent may hand a task to, each with its description
+    (stable, so cached)."""
+    if not agent.settings.delegates:
+        return ""
+    lines = [
+        "# Colleagues you can delegate to",
+        '`delegate {"agent": NAME, "task": TEXT}` hands a task to one of them: it works with its own instructions and tools, '
+        "sees only the task you write, and its final reply is the tool's result. Delegate a part that is theirs; do the rest yourself.",
+    ]
+    for name in agent.settings.delegates:
+        description = delegate_description(ws, name)
+        lines.append(f"- {name}" + (f": {description}" if description else ""))
+    return "\n".join(lines)
+
+
+def delegate_description(ws: Workspace, name: str) -> str:
+    """A delegate's agent.md `description:` (empty if it has none or cannot be read)."""
+    try:
+        return (load_agent(ws, name).settings.description or "").strip()
+    except InvalidInput:
+        return ""
+
+
 def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.datetime) -> dict[str, str]:
     folder = agent.path
     layers: dict[str, str] = {}
@@ -190,6 +216,7 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
     if ASK in agent.settings.tools:
         layers["ask"] = _ask(agent.settings.ask_timeout)
     layers["finding"] = _finding(list(agent.settings.tools))
+    layers["delegates"] = _delegates(ws, agent)
     layers["rules"] = (
         "# Rules\n"
         f"- Put working text for later steps in `{folder}/outputs/`, deliverables for people in `storage/`.\n"

@@ -125,6 +125,7 @@ class ModelCall(Record):
     stop: str | None = None
     attempt: int | None = None  # set when it is not the first attempt
     cost_usd: float = 0.0
+    delegate: str | None = None  # the delegate whose turn it was (agent.md `delegates:`), if not the step's own agent
 
 
 class PromptLayer(Record):

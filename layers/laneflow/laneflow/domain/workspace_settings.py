@@ -38,6 +38,7 @@ class AgentSettings(BaseModel):
     size: Literal["small", "medium", "large"] | None = None
     secrets: list[str] = Field(default_factory=list)
     apis: list[Any] = Field(default_factory=list)  # checked into `Agent.apis` (domain/apis.py)
+    delegates: list[str] = Field(default_factory=list)  # the agents its `delegate` tool may call (domain/delegation.py)
     stub: str | list[str] | None = None
     description: str | None = None
 

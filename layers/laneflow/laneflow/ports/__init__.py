@@ -111,6 +111,7 @@ class StepJob:
     network_enforce: bool = False  # AGENTS.md `network_enforce:`: refuse a sandbox without a network fence
     sandboxed: bool = False  # `Agent.sandboxed`: the step runs in a sandbox worker
     apis: tuple[ApiSpec, ...] = ()  # agent `apis:`: its `api_<name>` tools (headers unfilled)
+    delegates: tuple[str, ...] = ()  # agent `delegates:`: the agents its `delegate` tool may call
 
 
 @dataclass
@@ -140,9 +141,20 @@ class StepInbox(Protocol):
         """Put a question to a person and wait (bounded) for the answer: the tool's result."""
 
 
+class Delegator(Protocol):
+    """Runs a delegate (agent.md `delegates:`) inside the calling step's attempt."""
+
+    def delegate(self, agent: str, task: str) -> str:
+        """Run `agent`'s own model loop on `task` and return its final reply.
+        `DelegationRefused` (laneflow.domain.delegation) for a call that cannot run; a stop
+        ends it (`StepStopped`)."""
+
+
 class ExecutionSink(Protocol):
     """Where an executor reports. Every method is a fenced write about this attempt.
-    `inbox` is the step's colleagues and inbox when its agent has `peers` or `ask`, else None."""
+    `inbox` is the step's colleagues and inbox when its agent has `peers` or `ask`, else None.
+    A sink that can run delegates also has `delegator` (a `Delegator`; the `delegate` tool
+    asks for it by name, so a sink without one refuses the call)."""
 
     inbox: StepInbox | None
 

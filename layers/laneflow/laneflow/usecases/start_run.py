@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from laneflow.domain import jsonsafe
+from laneflow.domain.delegation import DELEGATES, reach, reach_options
 from laneflow.domain.flow import Flow, StepSpec, load_flow, validate_input
 from laneflow.domain.lanes import SANDBOXED
 from laneflow.domain.placeholders import fill, lookup_input
@@ -114,7 +115,14 @@ def prepare_run(
     # Which agents run in a sandbox worker is fixed as the run starts, so the planner routes
     # their lanes without reading agents (a step's own worker still reads its agent afresh,
     # and refuses a sandboxed agent outside a sandbox: StepRunner).
-    options[SANDBOXED] = sorted(name for name, agent in agents.items() if agent.sandboxed)
+    # A step is sandboxed when any agent it may delegate to runs programs; what each reaches
+    # is fixed too (those agents' folders join its scratch copy).
+    reaches = reach_options({name: agent.settings.delegates for name, agent in agents.items()})
+    options[SANDBOXED] = sorted(
+        name for name, agent in agents.items() if agent.sandboxed or any(agents[d].sandboxed for d in reaches.get(name, ()))
+    )
+    if reaches:
+        options[DELEGATES] = reaches
     # Every name the flow's agents declare is fixed too: each record of the run is masked with
     # all of their values, whichever step it is (usecases.masking).
     options[RUN_SECRETS] = secret_names(agents)
@@ -137,10 +145,23 @@ def prepare_run(
 
 
 def flow_agents(ws: Workspace, flow: Flow) -> dict[str, Agent]:
-    """The flow's agents (its steps' and their rescues'), each read once, in flow order."""
+    """The flow's agents (its steps' and their rescues'), each read once, in flow order, then
+    the agents they may reach by delegating."""
     names = [spec.agent for entry in flow.entries for spec in entry.steps]
     names += [spec.on_fail for entry in flow.entries for spec in entry.steps if spec.on_fail]
-    return {name: load_agent(ws, name) for name in dict.fromkeys(names)}
+    agents = {name: load_agent(ws, name) for name in dict.fromkeys(names)}
+
+    def delegates_of(name: str) -> list[str]:
+        if name not in agents:
+            agents[name] = load_agent(ws, name)
+        return agents[name].settings.delegates
+
+    done: set[str] = set()
+    while todo := [name for name in agents if name not in done]:  # what each reaches, itself read too
+        for name in todo:
+            reach(name, delegates_of)
+            done.add(name)
+    return agents
 
 
 def run_account(run: Run) -> str | None:

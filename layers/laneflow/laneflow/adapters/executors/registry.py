@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTools
+from laneflow.adapters.executors.delegate_tool import DelegateTool
 from laneflow.adapters.executors.finding import FindingTools
 from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amount, detect, limits_for
 from laneflow.adapters.executors.peers import PeerTools
@@ -30,7 +31,7 @@ from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
 from laneflow.domain.secrets import secret_file_folders
 from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted
-from laneflow.ports import ExecutionSink, StepInbox, StepJob
+from laneflow.ports import Delegator, ExecutionSink, StepInbox, StepJob
 from laneflow.settings import settings
 
 MAX_OUTPUT_CHARS = 30_000
@@ -106,6 +107,7 @@ class StepTools:
         self.colleagues = PeerTools(job, sink)  # peers_list, peers_message, ask (peers.py)
         self.apis = ApiTools(job.apis, job.secret_env)  # api_<name>: HTTP calls, made by this process
         self.finding = FindingTools(job, sink)  # search, history (finding.py)
+        self.delegation = DelegateTool(job, sink)  # delegate (delegate_tool.py)
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
 
@@ -142,6 +144,7 @@ class StepTools:
                 *self.colleagues.names,
                 *self.apis.names,
                 *self.finding.names,
+                *self.delegation.names,
             ]
         )
 
@@ -200,6 +203,7 @@ class StepTools:
         defs.update({d["name"]: d for d in self.colleagues.definitions()})
         defs.update({d["name"]: d for d in self.apis.definitions()})
         defs.update({d["name"]: d for d in self.finding.definitions()})
+        defs.update({d["name"]: d for d in self.delegation.definitions()})
         return [defs[name] for name in sorted(defs)]
 
     # -- one call ------------------------------------------------------------------------
@@ -221,6 +225,8 @@ class StepTools:
             return self.colleagues.run(name, args)
         if name in self.finding.names:
             return self.finding.run(name, args)
+        if name in self.delegation.names:
+            return self.delegation.run(args)
         script = self.scripts.get(name)
         if script is not None:
             argv, stdin = self._script_input(name, args)
@@ -300,6 +306,7 @@ class _Silent:
     """A sink for reading a step's tool definitions: nothing runs, so nothing is reported."""
 
     inbox: StepInbox | None = None  # no colleagues to hear from: its colleague tools are listed, never run
+    delegator: Delegator | None = None  # no delegate runs
 
     def first_event(self) -> None: ...
 

@@ -21,7 +21,7 @@ from laneflow.domain.records import (
 )
 from laneflow.domain.redaction import STEP_CAPTURE_LIMIT, Redactor
 from laneflow.domain.settlement import turn_refused
-from laneflow.ports import Services, StepInbox, Store
+from laneflow.ports import Delegator, Services, StepInbox, Store
 
 HEARTBEAT_S = 60.0
 
@@ -82,6 +82,8 @@ class StepRecorder:
     spans: dict[str, ModelCall] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     inbox: StepInbox | None = None  # the step's colleagues and inbox (peers, ask), when its agent has them
+    delegator: Delegator | None = None  # runs its delegates, when its agent has `delegates:`
+    step_budget: float | None = None  # what is left of the step's `budget:` for this attempt, its delegates' turns included
 
     @property
     def runs(self) -> Store:
@@ -129,8 +131,11 @@ class StepRecorder:
             self.ref.tenant, self.ref.run_id, self.ref.index, Event(type=type, text=text, data=data), attempt=self.ref
         )
 
-    def tool_call(self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False) -> None:
-        """A tool event and, while the step captures, the call's input and output.
+    def tool_call(
+        self, name: str, tool_input: str, tool_output: str, *, ms: int = 0, is_error: bool = False, delegate: str | None = None
+    ) -> None:
+        """A tool event and, while the step captures, the call's input and output (`delegate`:
+        the delegate that made the call, if not the step's own agent).
 
         With `capture: metadata` no input or output text is kept anywhere (the event holds
         the tool's name, the sizes and the time). With `full`, calls are captured until the
@@ -141,6 +146,8 @@ class StepRecorder:
         data: dict[str, Any] = {"tool": name, "input_chars": len(tool_input), "output_chars": len(tool_output), "ms": ms}
         if is_error:
             data["is_error"] = True
+        if delegate:
+            data["delegate"] = delegate
         size = len(tool_input) + len(tool_output)
         with self._lock:
             if self.capture and not self._capture_full and self._captured + size > STEP_CAPTURE_LIMIT:
@@ -163,9 +170,9 @@ class StepRecorder:
                 self.ref.tenant, self.ref.run_id, key, {"tool": name, "input": tool_input, "output": tool_output, "at": utcnow()}
             )
             shown = tool_input if len(tool_input) <= 200 else tool_input[:200] + "…"
-            self.event(EventType.tool, f"{name} {shown}".strip(), data)
+            self.event(EventType.tool, f"{f'[{delegate}] ' if delegate else ''}{name} {shown}".strip(), data)
         else:
-            self.event(EventType.tool, name, data)
+            self.event(EventType.tool, f"[{delegate}] {name}" if delegate else name, data)
 
     def stopped(self) -> bool:
         if self.svc.leaving.is_set():
@@ -187,6 +194,11 @@ class StepRecorder:
         can pass its budget by the turns under way when it was reached (and by those begun
         within WATCH_S of it), never by a step or a turn begun later."""
         self._turns += 1
+        if self.step_budget is not None and self.cost_usd > self.step_budget:
+            raise StepFailed(
+                f"stopped at its budget: this attempt cost ${self.cost_usd:.4f}, ${self.step_budget:.4f} was left",
+                retryable=False,
+            )
         if self.run_budget is None:
             return
         now = time.monotonic()

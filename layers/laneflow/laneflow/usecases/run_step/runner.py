@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from laneflow.domain.delegation import DELEGATES
 from laneflow.domain.errors import (
     AttemptEnded,
     Conflict,
@@ -50,6 +51,7 @@ from laneflow.domain.workers import WorkerRef
 from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
 from laneflow.usecases.run_step.cache_break import find_cache_break, step_prefix
+from laneflow.usecases.run_step.delegation import Delegation
 from laneflow.usecases.run_step.inbox import attempt_inbox, group_peers
 from laneflow.usecases.run_step.judge import JUDGE_SYSTEM, parse_verdict
 from laneflow.usecases.run_step.message import (
@@ -351,7 +353,11 @@ class StepRunner:
             sandboxed=agent.sandboxed,
             secret_env=dict(self.secrets.env),
             apis=tuple(agent.apis),
+            delegates=tuple(agent.settings.delegates),
         )
+        recorder.step_budget = budget
+        if agent.settings.delegates:
+            recorder.delegator = Delegation(svc, run, ws, recorder, job, (agent.name,), tuple(agent.settings.delegates))
         self.prefix, self.cache_break = step_prefix(svc, job), None
         layers = prompt.records()
         recorder.on_cache_write = lambda: self._on_cache_write(layers)
@@ -463,7 +469,9 @@ def prepare(svc: Services, run: Run, step: Step) -> PreparedAttempt:
     """Give the attempt its own working copy of the workspace (`checkout`), read the
     workspace (with the run's account) and the agent from it afresh and build the step's
     system prompt. The copy is the caller's to discard; if reading fails it is discarded here."""
-    copy = svc.folders.checkout(run.workspace_uri, agents=(step.agent or "",))
+    # Its agent's folder, and those of the agents it may delegate to (fixed as the run started).
+    reaches = run.options.get(DELEGATES, {}).get(step.agent or "", [])
+    copy = svc.folders.checkout(run.workspace_uri, agents=(step.agent or "", *reaches))
     try:
         ws = load_workspace(copy.root, run_account(run))
         agent = load_agent(ws, step.agent or "")
