@@ -9,20 +9,29 @@ the step in a sandbox; `laneflow check` refuses a delegate that does not exist."
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import ServicesOn, drive, read_capture, stored_bytes, wait_for, write_workspace
+from pydantic import SecretStr
+from test_claude_tools import KEY, Recording, directives
 
+from laneflow.adapters.executors.anthropic import AnthropicExecutor
+from laneflow.adapters.store import open_store
 from laneflow.domain.flow import check_workspace
 from laneflow.domain.lanes import SANDBOXED
 from laneflow.domain.records import EventType, Run, RunStatus, Step, StepStatus
 from laneflow.ports import Services
+from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.usecases.stop import stop_run
-from laneflow.wiring import local_engine
+from laneflow.wiring import for_store, local_engine
+from laneflow_dev.imitation import MessagesImitation
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 SECRET = "clerk-secret-51d0e2a9c7"
 
@@ -210,3 +219,52 @@ def test_check_refuses_a_delegate_that_is_not_an_agent_and_an_agent_delegating_t
     assert "comes from delegates: alone" in problems[("agents/researcher/agent.md", "tools[0]")]
     lines = {p.field: p.line for p in found}
     assert lines["delegates[0]"] is not None
+
+
+def test_the_claude_tool_loop_delegates_and_the_delegate_runs_its_own_request(tmp_path: Path) -> None:
+    """Against the Messages API imitation: the boss's `delegate` call becomes the delegate's
+    own request (its own system prompt, model and tools); its final reply is the boss's
+    tool result, and both requests' turns are spans of the one step."""
+    ws = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_claude", ws)
+    for name, front in {
+        "boss": "delegates: [researcher]\nmax_turns: 4",
+        "researcher": "model: claude-haiku-4-5\ndescription: finds the tides\ntools: [search]",
+    }.items():
+        (ws / "agents" / name).mkdir()
+        (ws / "agents" / name / "agent.md").write_text(f"---\n{front}\n---\nYou are the {name}.\n")
+    instruction = directives(("delegate", {"agent": "researcher", "task": "Find the spring tide."}), reply="Delegated.")
+    (ws / "flows" / "ask.yaml").write_text(f"steps:\n  - agent: boss\n    instruction: |\n{instruction}")
+    recording = Recording()
+    with MessagesImitation(api_keys={KEY}) as api:
+        api.responder = recording
+        settings = Settings(anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(tmp_path / "captures"))
+        svc = for_store(open_store(f"sqlite:///{tmp_path / 'claude.db'}"), settings)
+        svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url, backoff_s=0.01)
+        run = create_run(svc, ws, "ask")
+        run = local_engine(svc).drive(run.tenant, run.id, tick_s=0.02).run
+    assert run.status == RunStatus.completed, run.error
+    [step] = run.steps
+    assert step.conclusion == "Delegated."
+    boss_first, delegate_request, boss_last = recording.bodies
+    assert boss_first["model"] == "claude-sonnet-4-6" and delegate_request["model"] == "claude-haiku-4-5"
+    assert "delegate" in [t["name"] for t in boss_first["tools"]]
+    assert [t["name"] for t in delegate_request["tools"]] == ["search"]  # its own tools, not the boss's
+    assert "You are the researcher." in delegate_request["system"][0]["text"]
+    assert "- researcher: finds the tides" in boss_first["system"][0]["text"]  # the delegates layer
+    assert delegate_request["messages"][0]["content"] == "Find the spring tide."  # the task, whole, and nothing else
+    results = [
+        b
+        for m in boss_last["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
+    [result] = results
+    assert result["is_error"] is False and result["content"] == "Reply to: Find the spring tide.\nTurn 1."
+    assert [(c.delegate, c.model) for c in step.calls] == [
+        (None, "claude-sonnet-4-6"),
+        ("researcher", "claude-haiku-4-5"),
+        (None, "claude-sonnet-4-6"),
+    ]
+    assert step.cost_usd == pytest.approx(sum(c.cost_usd for c in step.calls), abs=1e-5) and step.cost_usd > 0
