@@ -268,3 +268,24 @@ def test_the_claude_tool_loop_delegates_and_the_delegate_runs_its_own_request(tm
         (None, "claude-sonnet-4-6"),
     ]
     assert step.cost_usd == pytest.approx(sum(c.cost_usd for c in step.calls), abs=1e-5) and step.cost_usd > 0
+
+
+def test_a_lanes_delegations_to_one_agent_write_its_prefix_once(on: ServicesOn, tmp_path: Path) -> None:
+    """Three boss steps in one lane each delegate to the researcher: the siblings start once
+    the lead boss's reply began, and delegate while the lead's delegate has not yet begun its
+    reply. The first delegation leads its prefix's gate; the others wait for its reply to
+    begin, then read the prefix it wrote: one cold prefix for the three."""
+    svc = on()
+    agents: dict[str, dict[str, Any]] = {
+        "boss": {"delegates": ["researcher"], "stub": f"ttft_ms: 100\n{delegate('researcher', 'Look up {item}.')}\n===\nDone."},
+        "researcher": {"stub": "ttft_ms: 600\nLooked up."},
+    }
+    flows = {"fan": {"description": "x", "steps": [{"agent": "boss", "each": ["a", "b", "c"], "parallel": 3}]}}
+    run = drive(svc, write_workspace(tmp_path / "ws", agents, flows), "fan")
+    assert run.status == RunStatus.completed, run.error
+    spans = [call for step in run.steps for call in step.calls if call.delegate == "researcher"]
+    assert len(spans) == 3
+    assert sorted(call.tokens.cache_write > 0 for call in spans) == [False, False, True]
+    assert all(call.tokens.cache_read > 0 for call in spans if not call.tokens.cache_write)
+    waited = [e.text for step in run.steps for e in step.events if e.type == EventType.gate and "delegation's reply" in e.text]
+    assert len(waited) == 2  # the two that came while the first had not begun said so

@@ -145,3 +145,33 @@ def _race_both_openings(store: Store, trial: int) -> None:
     assert sorted(list(passed) + handed_at_reply + handed_at_end) == sorted(f"tok-{n}" for n in range(16))
     assert not any(int(t.split("-")[1]) % 4 == 0 for t in handed_at_reply), "a reserve went with the reply"
     assert all(passed.values()), "a reserve was told to go before the lead ended"
+
+
+def test_a_claimed_gate_has_one_lead_however_many_race_for_it_and_opens_for_the_rest(store: Store) -> None:
+    """`gate_claim`: of callers racing for a new gate exactly one is its lead; the others are
+    told to wait until the lead opens it, then that it is open; a gate of another key or run
+    is its own."""
+    run = new_run(store)
+    other = new_run(store)
+    answers: list[str] = []
+    lock = threading.Lock()
+
+    def claim() -> None:
+        answer = store.gate_claim(TENANT, run.id, "delegate:researcher")
+        with lock:
+            answers.append(answer)
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(answers) == ["lead"] + ["wait"] * 7
+    assert store.gate_claim(TENANT, run.id, "delegate:researcher") == "wait"
+    assert store.gate_claim(TENANT, run.id, "delegate:clerk") == "lead"  # another key
+    assert store.gate_claim(TENANT, other.id, "delegate:researcher") == "lead"  # another run
+    assert store.gate_open(TENANT, run.id, "delegate:researcher") == []  # nobody was kept
+    assert store.gate_claim(TENANT, run.id, "delegate:researcher") == "open"
+    assert store.gate_claim(TENANT, run.id, "delegate:clerk") == "wait"
+    store.gate_open(TENANT, run.id, "delegate:clerk", lead_ended=True)
+    assert store.gate_claim(TENANT, run.id, "delegate:clerk") == "open"

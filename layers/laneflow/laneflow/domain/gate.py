@@ -14,6 +14,7 @@ once. With fewer siblings than `parallel` nobody is held (the whole lane fits).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class GatePass:
     (why they start without waiting for its reply), if anything."""
 
     note: str | None = None
+
+
+GateClaim = Literal["lead", "open", "wait"]  # what `gate_claim` answers (see the store port)
 
 
 @dataclass(frozen=True)

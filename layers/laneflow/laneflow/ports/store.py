@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.gate import GateClaim, GatePass, GateWaiter
 from laneflow.domain.inbox import Note
 from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
@@ -299,6 +299,13 @@ class Store(ABC):
         the reserve too (the lead has ended). A waiter is handed back only once; a second
         call of the same kind returns []. `note` (kept by the first opening that gives one)
         is handed to every later `GatePass`."""
+
+    @abstractmethod
+    def gate_claim(self, tenant: str, run_id: str, key: str) -> GateClaim:
+        """A gate whose lead is whoever comes first (a delegate's prefix: usecases.run_step.
+        delegate_gate): "lead" for the caller that made the gate (it opens it with
+        `gate_open`), then "wait" until it is opened, then "open". Nothing is kept for a
+        caller that waits: it asks again."""
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from laneflow.adapters.store.dynamodb_items import (
 from laneflow.adapters.store.dynamodb_steps import StepItems
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.primitives import Refused
-from laneflow.domain.gate import GatePass, GateWaiter, lets_pass, releases
+from laneflow.domain.gate import GateClaim, GatePass, GateWaiter, lets_pass, releases
 from laneflow.domain.inbox import Note, QuestionStatus
 from laneflow.domain.records import AttemptRef, utcnow
 
@@ -96,6 +96,17 @@ class DynamoGatesAndInboxes:
             if "Attributes" in reply:
                 handed.append(waiter)
         return handed
+
+    def _gate_claim(self, tenant: str, run_id: str, key: str) -> GateClaim:
+        gate_key = key_of(tenant, run_id, f"G#{key}")
+        gate = self._table.get(gate_key)
+        if gate is None:
+            try:
+                self._table.put({**gate_key, **encode({"made": utcnow()})}, "attribute_not_exists(pk)")
+                return "lead"
+            except ConditionFailed:
+                gate = self._table.get(gate_key)
+        return "open" if gate is not None and ("opened_at" in gate or "ended_at" in gate) else "wait"
 
     # Notes and observations sort before `RUN`, so no read of a run's record reads them.
 

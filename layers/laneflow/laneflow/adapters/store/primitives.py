@@ -7,7 +7,7 @@ has the rules they serve).
 Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
 may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
 rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
-sibling cost several times as much). 26 primitives:
+sibling cost several times as much). 27 primitives:
 
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
@@ -36,6 +36,7 @@ sibling cost several times as much). 26 primitives:
 | `_write_handoff`     | write | a handoff block                                         |
 | `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
 | `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
+| `_gate_claim`        | write | a gate made by whoever comes first, else its state      |
 | `_read_notes`        | read  | every note of a run's inboxes, or one                   |
 | `_read_observed`     | read  | what each attempt of a step observed                    |
 | `_open_questions`    | read  | questions open, from what is live only                  |
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from laneflow.domain.errors import RecordDamaged
-from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.gate import GateClaim, GatePass, GateWaiter
 from laneflow.domain.inbox import Note
 from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
@@ -287,6 +288,11 @@ class Primitives(ABC):
         ended too), keep `note` if none is kept yet, and take every waiter kept so far that
         this opening releases (a reserve only with `lead_ended`), each only once (a waiter
         a sibling took back is not handed)."""
+
+    @abstractmethod
+    def _gate_claim(self, tenant: str, run_id: str, key: str) -> GateClaim:
+        """Make the gate `key` if there is none ("lead"); else "open" if it was opened (or
+        its lead ended), "wait" if not. Keeps nothing for a caller that waits."""
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 

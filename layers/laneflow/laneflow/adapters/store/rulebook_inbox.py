@@ -9,7 +9,7 @@ from laneflow.adapters.store.rulebook_base import (
     attempt_ended,
 )
 from laneflow.domain.errors import Conflict, NotFound, RunNotFound
-from laneflow.domain.gate import GatePass, GateWaiter
+from laneflow.domain.gate import GateClaim, GatePass, GateWaiter
 from laneflow.domain.inbox import Note, NoteKind, QuestionStatus
 from laneflow.domain.records import (
     AttemptRef,
@@ -49,6 +49,11 @@ class InboxRules(RuleBase):
     ) -> list[GateWaiter]:
         check_tenant(tenant)
         return self._gate_open(tenant, run_id, key, lead_ended=lead_ended, note=note)
+
+    @_entry()
+    def gate_claim(self, tenant: str, run_id: str, key: str) -> GateClaim:
+        check_tenant(tenant)
+        return self._gate_claim(tenant, run_id, key)
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 

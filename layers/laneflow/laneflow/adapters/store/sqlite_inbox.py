@@ -13,7 +13,7 @@ from typing import Any
 from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import Refused
 from laneflow.adapters.store.sqlite_db import SqliteDatabase
-from laneflow.domain.gate import GatePass, GateWaiter, hand_back, lets_pass
+from laneflow.domain.gate import GateClaim, GatePass, GateWaiter, hand_back, lets_pass
 from laneflow.domain.inbox import Note
 from laneflow.domain.records import AttemptRef, utcnow
 
@@ -68,6 +68,22 @@ class SqliteGatesAndInboxes(SqliteDatabase):
                 (tenant, run_id, key, now, now if lead_ended else None, note, _tokens(left)),
             )
             return handed
+
+    def _gate_claim(self, tenant: str, run_id: str, key: str) -> GateClaim:
+        select = "SELECT opened_at, ended_at FROM gates WHERE tenant = ? AND run_id = ? AND key = ?"
+        with self._read() as db:  # once made, a gate is only read: no write
+            row = db.execute(select, (tenant, run_id, key)).fetchone()
+        if row is None:
+            with self._write() as db:
+                made = db.execute(
+                    "INSERT INTO gates (tenant, run_id, key, opened_at, tokens) VALUES (?, ?, ?, NULL, '[]')"
+                    " ON CONFLICT (tenant, run_id, key) DO NOTHING",
+                    (tenant, run_id, key),
+                ).rowcount
+                if made:
+                    return "lead"
+                row = db.execute(select, (tenant, run_id, key)).fetchone()
+        return "open" if row[0] or row[1] else "wait"
 
     def _read_notes(self, tenant: str, run_id: str, note_id: str | None = None) -> list[Note]:
         one, args = ("", (tenant, run_id)) if note_id is None else (" AND id = ?", (tenant, run_id, note_id))

@@ -24,6 +24,7 @@ from laneflow.domain.prompt import build_system_prompt
 from laneflow.domain.records import EventType, ModelCall, Run
 from laneflow.domain.workspace import Workspace, load_agent
 from laneflow.ports import Services, StepInbox, StepJob
+from laneflow.usecases.run_step.delegate_gate import DelegateGate, delegate_gate_key
 from laneflow.usecases.run_step.recorder import StepRecorder
 from laneflow.usecases.run_step.secrets import load_secrets
 
@@ -41,10 +42,15 @@ class DelegateSink:
     delegator: Delegation | None = None
     inbox: StepInbox | None = None  # a delegate hears no colleagues: the step does
     spent: bool = False  # the run's or the step's budget refused a turn
+    gate: DelegateGate | None = None  # its prefix's gate, opened by its first event if it leads
 
-    def first_event(self) -> None: ...
+    def first_event(self) -> None:
+        if self.gate is not None:
+            self.gate.open()
 
-    def prefix_uncacheable(self, tokens: int, minimum: int) -> None: ...
+    def prefix_uncacheable(self, tokens: int, minimum: int) -> None:
+        if self.gate is not None:  # nothing to wait for: none of it will be cached
+            self.gate.open()
 
     def begin_turn(self) -> None:
         try:
@@ -114,6 +120,9 @@ class Delegation:
                 {"delegate": agent, "depth": len(self.chain), "model": job.model},
             )
             before = self.recorder.cost_usd
+            names = [str(d.get("name", "")) for d in self.svc.tool_definitions(job)] if self.svc.tool_definitions else []
+            sink.gate = DelegateGate(self.svc, job, delegate_gate_key(job, names))
+            sink.gate.enter(sink)
             outcome = self.svc.executor(job.model).execute(job, sink)
         except StepStopped:
             raise
@@ -122,6 +131,8 @@ class Delegation:
                 raise
             raise DelegationRefused(f"{agent} failed: {failed}") from None
         finally:
+            if sink.gate is not None:
+                sink.gate.open(ended=True)
             if secrets is not None:
                 secrets.close()
         spent = round(self.recorder.cost_usd - before, 6)
