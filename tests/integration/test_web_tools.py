@@ -12,16 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ServicesOn, drive, read_capture, stored_bytes, write_workspace
+from helpers import ServicesOn, drive, read_capture, services_on, stored_bytes, write_workspace
 from test_claude_tools import KEY, Recording, directives
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
+from laneflow.domain.flow import check_workspace
 from laneflow.domain.pricing import catalog
 from laneflow.domain.records import EventType, RunStatus, Step
 from laneflow.ports import Services
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import local_engine
-from laneflow_dev.imitation import MessagesImitation
+from laneflow_dev.imitation import MessagesImitation, Reply
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -214,12 +215,36 @@ def test_web_search_alone_goes_without_a_beta_and_a_final_reply_cites_its_page(o
     assert "cites https://example.com/search/1?q=tides" in next(e.text for e in step.events if e.data == event)
 
 
+def test_a_turn_the_api_paused_is_sent_back_as_it_is_and_goes_on(tmp_path: Path) -> None:
+    agent_md = "---\ntools: [web_search]\n---\nYou scout.\n"
+    ws = claude_workspace(tmp_path, agent_md, "      Look it up.\n")
+
+    def paused_once(body: dict[str, Any]) -> Reply:
+        if len(body["messages"]) == 1:  # the API's server loop paused after one search
+            return Reply(
+                text="Searching.", server_uses=[{"name": "web_search", "input": {"query": "tides"}}], stop_reason="pause_turn"
+            )
+        return Reply(text="Done after the pause.")
+
+    recording = Recording(paused_once)
+    with MessagesImitation(api_keys={KEY}) as api, pytest.MonkeyPatch.context() as mp:
+        api.responder = recording
+        with services_on("sqlite", tmp_path, mp, ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=api.url) as svc:
+            run = drive_claude(svc, api, ws)
+            step = run.steps[0]
+            calls = tool_calls(svc, step)
+    assert run.status == RunStatus.completed, run.error
+    assert step.conclusion == "Done after the pause." and len(recording.bodies) == 2
+    paused = recording.bodies[1]["messages"][-1]  # sent back as it came, with no user turn after it
+    assert paused["role"] == "assistant"
+    assert [b["type"] for b in paused["content"]] == ["server_tool_use", "web_search_tool_result", "text"]
+    assert [c["tool"] for c in calls] == ["web_search"] and [len(s.calls) for s in run.steps] == [2]
+
+
 # -- laneflow check --------------------------------------------------------------------------
 
 
 def test_check_takes_the_web_tools_and_refuses_web_max_uses_that_nothing_would_read(tmp_path: Path) -> None:
-    from laneflow.domain.flow import check_workspace
-
     root = tmp_path / "ws"
     shutil.copytree(FIXTURES / "ws_ok", root)
     md = root / "agents" / "writer" / "agent.md"
