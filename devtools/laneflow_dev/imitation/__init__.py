@@ -27,6 +27,12 @@ Approximations (documented, deterministic):
 * Output tokens are counted the same way over the reply's text and tool-use inputs; a
   reply longer than ``max_tokens`` is cut there with ``stop_reason: "max_tokens"``.
 
+Server tools: a request carrying ``web_search_20250305`` or ``web_fetch_20250910`` (checked
+as the API checks a definition: a 400 naming the field) has the uses its script asks for run
+here, in the same response: ``server_tool_use`` and its result block, pretend pages naming the
+query or URL, a text citing them, ``max_uses`` honoured with ``max_uses_exceeded``, and
+``usage.server_tool_use`` counting the requests made (web.py).
+
 Auth: the key comes in ``x-api-key`` or, as SDK 2.x sends ``api_key``, in
 ``Authorization: Bearer``; a missing key (or one not in ``api_keys``) is a 401.
 

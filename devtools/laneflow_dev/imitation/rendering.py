@@ -1,7 +1,9 @@
 """A reply as the Messages API says it: its content blocks, each with the pieces its deltas
 carry (text in chunks of a few words, a tool_use's input JSON in 16-character pieces), cut at
 ``max_tokens``; its stop reason and output tokens; the Message it starts as; and the
-server-sent events of its stream, in the real order."""
+server-sent events of its stream, in the real order. The server tools' blocks (web.py) come
+first: a ``server_tool_use`` streams its input as a tool_use does, a result block comes whole
+at its start; the text's citations stream as ``citations_delta`` before its text."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 from laneflow_dev.imitation.handler import new_id
 from laneflow_dev.imitation.prompt import canonical
 from laneflow_dev.imitation.replies import Reply
+from laneflow_dev.imitation.web import Served
 
 # A content block, with the pieces its deltas carry.
 Blocks = list[tuple[dict[str, Any], list[str]]]
@@ -23,19 +26,22 @@ def count_tokens(text: str, chars_per_token: int) -> int:
     return math.ceil(len(text) / chars_per_token)
 
 
-def render(reply: Reply, max_tokens: int, chars_per_token: int) -> tuple[Blocks, str, int]:
-    """The reply's content blocks, each with its delta pieces; its stop reason; its
-    output tokens (cut at max_tokens)."""
-    blocks: Blocks = []
-    budget = max_tokens
+def render(reply: Reply, max_tokens: int, chars_per_token: int, served: Served | None = None) -> tuple[Blocks, str, int]:
+    """The reply's content blocks, each with its delta pieces (the server tools' `served`
+    first); its stop reason; its output tokens (cut at max_tokens)."""
+    blocks: Blocks = list(served.blocks) if served else []
+    budget = max_tokens - (served.output_tokens if served else 0)
     text = reply.text or ""
     truncated = False
-    if count_tokens(text, chars_per_token) > budget:
-        text = text[: budget * chars_per_token]
+    if count_tokens(text, chars_per_token) > max(budget, 0):
+        text = text[: max(budget, 0) * chars_per_token]
         truncated = True
     used = count_tokens(text, chars_per_token)
     if text or not reply.tool_uses:
-        blocks.append(({"type": "text", "text": text}, word_chunks(text)))
+        block: dict[str, Any] = {"type": "text", "text": text}
+        if served and served.citations and text:
+            block["citations"] = list(served.citations)
+        blocks.append((block, word_chunks(text)))
     if not truncated:
         for call in reply.tool_uses:
             name = str(call.get("name", "tool"))
@@ -53,7 +59,7 @@ def render(reply: Reply, max_tokens: int, chars_per_token: int) -> tuple[Blocks,
         stop_reason = "max_tokens"
     else:
         stop_reason = reply.stop_reason or ("tool_use" if reply.tool_uses else "end_turn")
-    return blocks, stop_reason, max(used, 1)
+    return blocks, stop_reason, max(used + (served.output_tokens if served else 0), 1)
 
 
 def new_message(model: str, usage: dict[str, Any]) -> dict[str, Any]:
@@ -77,17 +83,14 @@ def stream_events(
     / ``content_block_delta`` / ``content_block_stop``, a ``ping`` after the first block start,
     ``message_delta``, ``message_stop``. `pace` is called with each delta's piece before it
     is yielded (the output's time)."""
-    start_usage = dict(message["usage"], output_tokens=1)
-    yield "message_start", {"type": "message_start", "message": dict(message, usage=start_usage)}
+    start_usage = {k: v for k, v in message["usage"].items() if k != "server_tool_use"}  # counted by its end
+    yield "message_start", {"type": "message_start", "message": dict(message, usage=dict(start_usage, output_tokens=1))}
     for index, (block, pieces) in enumerate(blocks):
-        shell: dict[str, Any]
-        if block["type"] == "text":
-            shell = {"type": "text", "text": ""}
-        else:
-            shell = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-        yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": shell}
+        yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": _shell(block)}
         if index == 0:
             yield "ping", {"type": "ping"}
+        for citation in (block.get("citations") or []) if block["type"] == "text" else []:
+            yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": _cited(citation)}
         for piece in pieces:
             if block["type"] == "text":
                 delta = {"type": "text_delta", "text": piece}
@@ -101,10 +104,28 @@ def stream_events(
         {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-            "usage": {"output_tokens": output_tokens},
+            "usage": {"output_tokens": output_tokens, **_server_usage(message["usage"])},
         },
     )
     yield "message_stop", {"type": "message_stop"}
+
+
+def _shell(block: dict[str, Any]) -> dict[str, Any]:
+    """What a block's `content_block_start` carries: a text or a tool use empty (their
+    deltas follow), a server tool's result whole."""
+    if block["type"] == "text":
+        return {"type": "text", "text": ""}
+    if block["type"] in ("tool_use", "server_tool_use"):
+        return {"type": block["type"], "id": block["id"], "name": block["name"], "input": {}}
+    return block
+
+
+def _cited(citation: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "citations_delta", "citation": citation}
+
+
+def _server_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    return {"server_tool_use": usage["server_tool_use"]} if "server_tool_use" in usage else {}
 
 
 def word_chunks(text: str, words: int = 3) -> list[str]:

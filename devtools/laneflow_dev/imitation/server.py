@@ -1,7 +1,8 @@
 """The imitation itself: a Messages API on loopback (its HTTP side: handler.py) that answers
 ``POST /v1/messages`` with a whole Message or its server-sent events (rendering.py), keeping
 the prompt cache (cache.py) and the stats, with the controls tests use: `fail_next`, `reset`,
-a responder, a time to first token and a pace of output, headers held back."""
+a responder, a time to first token and a pace of output, headers held back. The server tools
+a request carries it runs itself (web.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from laneflow_dev.imitation.prompt import (
 )
 from laneflow_dev.imitation.rendering import Blocks, count_tokens, new_message, render, stream_events
 from laneflow_dev.imitation.replies import Responder, default_responder
+from laneflow_dev.imitation.web import serve, validate_tools
 
 HOST = "127.0.0.1"
 
@@ -39,6 +41,8 @@ def _new_counts() -> dict[str, int]:
         "cache_reads": 0,
         "disconnects": 0,  # responses whose client closed the connection before the reply ended
         "held": 0,  # requests whose response headers were held (`hold_headers_ms`)
+        "web_search_requests": 0,  # the server tools' uses made (usage.server_tool_use)
+        "web_fetch_requests": 0,
     }
 
 
@@ -203,6 +207,7 @@ class MessagesImitation:
         try:
             validate_body(body)
             validate_output_config(body, betas)
+            validate_tools(body, betas)
             prompt = analyze_prompt(body, self.chars_per_token)
         except RequestError as e:
             fail(e.status, e.message)
@@ -214,11 +219,12 @@ class MessagesImitation:
             fail(500, f"responder failed: {e!r}")
             return
 
-        blocks, stop_reason, output_tokens = render(reply, body["max_tokens"], self.chars_per_token)
+        served = serve(reply.server_uses, body, self.chars_per_token)
+        blocks, stop_reason, output_tokens = render(reply, body["max_tokens"], self.chars_per_token, served)
         with self._lock:
             now = time.monotonic()
             plan = self._cache.plan(prompt, self.min_cacheable_for(model), self._entry_ttl, now)
-            input_tokens = prompt.tokens - plan.read_tokens - plan.write_tokens
+            input_tokens = prompt.tokens - plan.read_tokens - plan.write_tokens + served.input_tokens
             self._count(
                 model,
                 requests=1,
@@ -228,6 +234,8 @@ class MessagesImitation:
                 cache_read_tokens=plan.read_tokens,
                 cache_writes=1 if plan.write_tokens else 0,
                 cache_reads=1 if plan.read_tokens else 0,
+                web_search_requests=served.searches,
+                web_fetch_requests=served.fetches,
             )
         usage = {
             "input_tokens": input_tokens,
@@ -240,6 +248,8 @@ class MessagesImitation:
             "output_tokens": output_tokens,
             "service_tier": "standard",
         }
+        if reply.server_uses:
+            usage["server_tool_use"] = served.usage()
         message = new_message(model, usage)
         if body.get("stream"):
             self._stream(h, plan, message, blocks, stop_reason, output_tokens)

@@ -17,7 +17,7 @@ from laneflow.domain.frontmatter import Front, read_front, type_name
 from laneflow.domain.inbox import ASK
 from laneflow.domain.pricing import catalog
 from laneflow.domain.secrets import declared_secrets
-from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools
+from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools, web_tools
 from laneflow.domain.workspace_files import Doc, agent_md, read_docs, rel_path, visible_files
 from laneflow.domain.workspace_settings import AgentSettings, read_settings, stub_problems
 
@@ -144,7 +144,7 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
                 file=rel,
                 line=front.lines.get(f"tools[{index}]", front.lines.get("tools")),
                 field=f"tools[{index}]",
-                message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers, ask, search and history",
+                message=f"unknown tool {name!r}{hint}; the tools are the file tools, bash, scripts, script_<name>, peers, ask, search, history, web_search and web_fetch",
             )
         )
     return problems
@@ -198,6 +198,15 @@ def _program_settings(settings: AgentSettings, front: Front, rel: str, refused: 
                 line=front.lines.get("ask_timeout"),
                 field="ask_timeout",
                 message="ask_timeout bounds the ask tool's wait; this agent has no ask tool (tools: [ask]), so it would be ignored",
+            )
+        )
+    if "web_max_uses" in front.data and "web_max_uses" not in refused and not web_tools(settings.tools):
+        problems.append(
+            Problem(
+                file=rel,
+                line=front.lines.get("web_max_uses"),
+                field="web_max_uses",
+                message="web_max_uses bounds the web tools' uses; this agent has no web tool (tools: [web_search, web_fetch]), so it would be ignored",
             )
         )
     if settings.size and not runs_programs(settings.tools):

@@ -7,6 +7,10 @@ The answer's `cost:` is charged on its final turn (with one turn, the attempt's 
 turn after a `===` line may open with a `cost:` line of its own, charged on that turn, so a
 step's spend grows turn by turn as a model's does (the run's budget is checked before each
 turn): the attempt costs the answer's `cost:` and every turn's together.
+
+A `tool: web_search {"query": ...}` or `tool: web_fetch {"url": ...}` line of an agent granted
+that web tool gets a pretend result (`pretend_web`): pages naming the query or the URL, or the
+error code the API would answer (`invalid_tool_input`), whatever follows the name.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from laneflow.domain import jsonsafe
 
 HEADERS = ("cost", "ttft_ms", "delay_ms", "fail")
 
@@ -187,3 +194,51 @@ def header_problems(stub: str | list[str] | None) -> list[tuple[int | None, BadH
             except BadHeader as bad:
                 found.append((index, bad))
     return found
+
+
+# -- the web tools' pretend results ------------------------------------------------------------
+
+PRETEND_SEARCH_RESULTS = 2
+
+MAX_FETCH_URL_CHARS = 250  # a longer URL the API's web fetch refuses (url_too_long)
+
+
+@dataclass(frozen=True)
+class PretendWeb:
+    """What a stub `tool: web_search` / `tool: web_fetch` line is answered: the pages (title,
+    URL) a search found or a fetch read, or the error code the API would answer."""
+
+    pages: tuple[tuple[str, str], ...] = ()
+    error: str | None = None
+
+
+def _web_args(raw: str) -> dict[str, object] | None:
+    try:
+        args = jsonsafe.parse(raw) if raw.strip() else {}
+    except (ValueError, RecursionError):
+        return None
+    return args if isinstance(args, dict) else None
+
+
+def pretend_web(tool: str, raw: str) -> PretendWeb:
+    """The deterministic pretend result of a stub's web line: a search's pages name its query,
+    a fetch's page its URL; input that is not what the tool takes is `invalid_tool_input`
+    (and an over-long URL `url_too_long`), as the API says. Never raises."""
+    args = _web_args(raw)
+    if tool == "web_search":
+        query = args.get("query") if args is not None else None
+        if not isinstance(query, str) or not query.strip():
+            return PretendWeb(error="invalid_tool_input")
+        shown = query.strip()[:200]
+        return PretendWeb(
+            pages=tuple(
+                (f"Pretend result {n} for {shown}", f"https://example.com/web-search/{n}?q={quote(shown, safe='')}")
+                for n in range(1, PRETEND_SEARCH_RESULTS + 1)
+            )
+        )
+    url = args.get("url") if args is not None else None
+    if not isinstance(url, str) or not url.startswith(("https://", "http://")) or any(c.isspace() for c in url):
+        return PretendWeb(error="invalid_tool_input")
+    if len(url) > MAX_FETCH_URL_CHARS:
+        return PretendWeb(error="url_too_long")
+    return PretendWeb(pages=((f"Pretend page at {url}", url),))

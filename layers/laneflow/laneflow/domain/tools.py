@@ -8,6 +8,9 @@ the script tools, one per executable in the agent's and the workspace's `scripts
 - An empty `tools:` grants the file tools only (what a step had before programs existed).
 - `search` and `history` are the finding tools (`adapters/executors/finding.py`): lines of the
   step's workspace copy, and the conclusions of the workspace's earlier runs.
+- `web_search` and `web_fetch` are Anthropic's server tools (`adapters/executors/web.py`):
+  definitions in the request, run by the API, each used at most the agent's `web_max_uses`
+  times a request (a model turn).
 
 This is what `laneflow check`, the prompt and the tool registry all read, so the three
 cannot disagree about which tools a step has.
@@ -38,6 +41,14 @@ SEARCH = "search"  # lines of the step's workspace copy
 HISTORY = "history"  # the conclusions of the workspace's earlier runs
 
 FINDING_TOOLS = (HISTORY, SEARCH)
+
+WEB_SEARCH = "web_search"  # Anthropic's server tools: run by the API, never by laneflow
+
+WEB_FETCH = "web_fetch"
+
+WEB_TOOLS = (WEB_FETCH, WEB_SEARCH)
+
+DEFAULT_WEB_MAX_USES = 5  # agent.md `web_max_uses`: each web tool's uses a request (a model turn)
 
 PROGRAM_TOOLS = (BASH,)  # besides the script tools: what runs a program in the sandbox
 
@@ -113,9 +124,14 @@ def runs_programs(tools: list[str] | tuple[str, ...]) -> bool:
     return any(t == BASH or t == ALL_SCRIPTS or t.startswith(SCRIPT_PREFIX) for t in tools)
 
 
+def web_tools(tools: list[str] | tuple[str, ...]) -> list[str]:
+    """The web tools `tools:` grants, in name order."""
+    return sorted(set(tools) & set(WEB_TOOLS))
+
+
 def unknown_tools(tools: list[str], scripts: list[ScriptTool]) -> list[tuple[int, str, str]]:
     """The names in `tools:` that name no tool: (index, name, a suggestion or "")."""
-    known = [*FILE_TOOLS, BASH, ALL_SCRIPTS, *COLLEAGUE_GRANTS, *FINDING_TOOLS, *(s.name for s in scripts)]
+    known = [*FILE_TOOLS, BASH, ALL_SCRIPTS, *COLLEAGUE_GRANTS, *FINDING_TOOLS, *WEB_TOOLS, *(s.name for s in scripts)]
     found = []
     for index, name in enumerate(tools):
         if name in known:

@@ -16,6 +16,7 @@ from laneflow.domain.errors import Problem
 from laneflow.domain.frontmatter import Front, type_name
 from laneflow.domain.inbox import ASK_TIMEOUT_BOUNDS, DEFAULT_ASK_TIMEOUT_S
 from laneflow.domain.stub_answers import header_problems
+from laneflow.domain.tools import DEFAULT_WEB_MAX_USES
 
 
 class AgentSettings(BaseModel):
@@ -34,6 +35,7 @@ class AgentSettings(BaseModel):
         default=DEFAULT_ASK_TIMEOUT_S, ge=ASK_TIMEOUT_BOUNDS[0], le=ASK_TIMEOUT_BOUNDS[1], description="seconds"
     )
     max_turns: int | None = Field(default=None, ge=1)
+    web_max_uses: int = Field(default=DEFAULT_WEB_MAX_USES, ge=1, description="uses of each web tool a model turn")
     sandbox: bool = False
     size: Literal["small", "medium", "large"] | None = None
     secrets: list[str] = Field(default_factory=list)

@@ -32,6 +32,7 @@ from laneflow.domain.records import (
     ModelCall,
     Run,
 )
+from laneflow.domain.tools import DEFAULT_WEB_MAX_USES
 from laneflow.domain.workers import FargateTask, WorkerRef
 
 
@@ -112,6 +113,7 @@ class StepJob:
     sandboxed: bool = False  # `Agent.sandboxed`: the step runs in a sandbox worker
     apis: tuple[ApiSpec, ...] = ()  # agent `apis:`: its `api_<name>` tools (headers unfilled)
     delegates: tuple[str, ...] = ()  # agent `delegates:`: the agents its `delegate` tool may call
+    web_max_uses: int = DEFAULT_WEB_MAX_USES  # agent `web_max_uses`: each web tool's max_uses a request
 
 
 @dataclass

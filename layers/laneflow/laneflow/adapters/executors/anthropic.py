@@ -15,6 +15,10 @@
   entry lists that level (with the beta header the catalog names, through the SDK's beta
   messages, where the model takes it only in beta); to any other model it is not sent, and
   the trace says so once.
+- The server tools an agent.md grants (`web_search`, `web_fetch`: web.py) go as definitions
+  among the tools; the API runs them. Their blocks stay in the assistant message as they
+  came, each use is recorded as a tool call, their requests priced with the turn; a turn
+  the API paused (`pause_turn`) is sent back as it is, to go on.
 - Every turn is a model-call span with usage (input, output, cache read and write), time to
   first token and cost from the price catalog; a turn is reported when it starts and
   updated when it ends (one span).
@@ -49,6 +53,7 @@ from laneflow.adapters.executors.claude_request import (
     late_notes,
     system_blocks,
     text_blocks,
+    with_betas,
     with_notes,
 )
 from laneflow.adapters.executors.claude_stream import UNREADABLE_INPUT, Turn, TurnReader, over_budget
@@ -56,6 +61,7 @@ from laneflow.adapters.executors.claude_watch import CallSockets, CallWatch, Wat
 from laneflow.adapters.executors.isolation import Isolation
 from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
+from laneflow.adapters.executors.web import record_server_uses
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.pricing import PriceCatalog, catalog
 from laneflow.domain.records import EventType
@@ -116,7 +122,7 @@ class AnthropicExecutor:
         price = self.prices.price(job.model)
         if price is None:
             sink.event(EventType.warning, f"no price for model {job.model} in the catalog: its spend is counted as 0")
-        effort = effort_params(job, price, sink)
+        effort = with_betas(effort_params(job, price, sink), tools.web.betas)
         texts: list[str] = []
         cost = 0.0
         for number in range(1, max_turns + 1):
@@ -134,10 +140,14 @@ class AnthropicExecutor:
             left = job.budget - cost if job.budget is not None else None
             sink.begin_turn()  # the run's budget: no turn begins once it is spent
             turn = self._turn_with_retries(params, sink, job, deadline, price, left)
-            cost += price.cost(turn.tokens) if price else 0.0
+            cost += turn.cost(price) if price else 0.0
+            if tools.web.names:  # what the API's server tools did this turn
+                record_server_uses(sink, turn.blocks, turn.web_searches, turn.web_fetches, price)
             if turn.text:
                 texts.append("".join(turn.text).strip())
             messages.append({"role": "assistant", "content": turn.blocks})
+            if turn.stop == "pause_turn":  # the API paused its server tools' loop: sent back, it goes on
+                continue
             if turn.stop != "tool_use" or not turn.tool_uses:
                 late = late_notes(tools, may_go_on=number < max_turns and turn.stop == "end_turn")
                 if late:  # a colleague's message came while it finished: it hears it before it ends

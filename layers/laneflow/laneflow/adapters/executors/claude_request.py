@@ -1,7 +1,8 @@
 """What a Claude step's requests carry: the stable prompt layers as one cached system block
 (`cache_control` at its end) with the dynamic layers after it, uncached; whether that stable
 prefix (with the tools, sent in a stable order) is long enough to be cached at all; the
-agent's `effort`; and the colleagues' messages that join a turn as text blocks."""
+agent's `effort` and the beta headers (the effort's, the server tools'); and the colleagues'
+messages that join a turn as text blocks."""
 
 from __future__ import annotations
 
@@ -72,3 +73,10 @@ def effort_params(job: StepJob, price: Any, sink: ExecutionSink) -> dict[str, An
     if price.effort_beta:
         params["betas"] = [price.effort_beta]
     return params
+
+
+def with_betas(params: dict[str, Any], betas: list[str]) -> dict[str, Any]:
+    """A request's parameters with these beta headers too (a granted server tool's), each once."""
+    if not betas:
+        return params
+    return {**params, "betas": [*params.get("betas", []), *(b for b in betas if b not in params.get("betas", []))]}

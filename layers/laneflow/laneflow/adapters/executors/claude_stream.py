@@ -1,6 +1,11 @@
 """Reading one Claude turn's stream: its events, one at a time, into a `Turn` (text, tool_use
 blocks, usage, stop reason, time to first token), its model-call span, and the agent's budget
-checked as it goes."""
+checked as it goes.
+
+A server tool's blocks (`server_tool_use`, its input streamed like a tool_use's; a
+`web_search_tool_result` or `web_fetch_tool_result`, whole at its start) and a text block's
+citations are kept as they came, to be sent back in the assistant message; the usage's
+`server_tool_use` requests are priced with the turn."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from laneflow.adapters.executors.web import RESULT_TYPES
 from laneflow.domain.errors import StepFailed
 from laneflow.domain.records import ModelCall, Tokens, utcnow
 from laneflow.ports import ExecutionSink
@@ -24,6 +30,13 @@ class Turn:
     stop: str | None = None
     tokens: Tokens = field(default_factory=Tokens)
     ttft_ms: int | None = None
+    web_searches: int = 0  # usage.server_tool_use: the requests the API made for the turn
+    web_fetches: int = 0
+
+    def cost(self, price: Any, tokens: Tokens | None = None) -> float:
+        """The turn's price: its tokens (or those given) and its server-tool requests."""
+        tokens = self.tokens if tokens is None else tokens
+        return float(price.cost(tokens, web_searches=self.web_searches, web_fetches=self.web_fetches))
 
     @property
     def tool_uses(self) -> list[dict[str, Any]]:
@@ -54,7 +67,7 @@ class TurnReader:
             tokens=turn.tokens,
             tools=len(turn.tool_uses),
             stop=turn.stop,
-            cost_usd=round(self.price.cost(turn.tokens), 8) if self.price else 0.0,
+            cost_usd=round(turn.cost(self.price), 8) if self.price else 0.0,
         )
 
     def read(self, event: Any, sink: ExecutionSink) -> None:
@@ -69,9 +82,9 @@ class TurnReader:
             handler(event, sink)
 
     def _check_budget(self, tokens: Tokens) -> None:
-        if self.left is not None and self.price and self.price.cost(tokens) >= self.left:
+        if self.left is not None and self.price and self.turn.cost(self.price, tokens) >= self.left:
             self.turn.tokens = tokens
-            raise StepFailed(over_budget(self.price.cost(tokens), self.left), retryable=False)
+            raise StepFailed(over_budget(self.turn.cost(self.price), self.left), retryable=False)
 
     def _message_start(self, event: Any, sink: ExecutionSink) -> None:
         sink.first_event()
@@ -83,14 +96,17 @@ class TurnReader:
             cache_read=getattr(usage, "cache_read_input_tokens", 0) or 0,
             cache_write=getattr(usage, "cache_creation_input_tokens", 0) or 0,
         )
+        self._server_usage(usage)
         sink.call(self.span())
         self._check_budget(self.turn.tokens)
 
     def _block_start(self, event: Any, sink: ExecutionSink) -> None:
         block = event.content_block
-        if block.type == "tool_use":
-            self.turn.blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": {}})
+        if block.type in ("tool_use", "server_tool_use"):
+            self.turn.blocks.append({"type": block.type, "id": block.id, "name": block.name, "input": {}})
             self.json_parts[event.index] = []
+        elif block.type in RESULT_TYPES:  # a server tool's result: whole, kept as it came
+            self.turn.blocks.append(block.to_dict())
         else:
             self.turn.blocks.append({"type": "text", "text": ""})
 
@@ -103,6 +119,8 @@ class TurnReader:
             turn.text.append(delta.text)
             turn.blocks[-1]["text"] += delta.text
             self.out_chars += len(delta.text)
+        elif delta.type == "citations_delta" and turn.blocks and turn.blocks[-1]["type"] == "text":
+            turn.blocks[-1].setdefault("citations", []).append(delta.citation.to_dict())
         elif delta.type == "input_json_delta":
             self.json_parts.setdefault(event.index, []).append(delta.partial_json)
             self.out_chars += len(delta.partial_json)
@@ -111,13 +129,22 @@ class TurnReader:
 
     def _block_stop(self, event: Any, sink: ExecutionSink) -> None:
         turn = self.turn
-        if event.index in self.json_parts and turn.blocks and turn.blocks[-1]["type"] == "tool_use":
+        if event.index in self.json_parts and turn.blocks and turn.blocks[-1]["type"] in ("tool_use", "server_tool_use"):
             turn.blocks[-1]["input"] = tool_input("".join(self.json_parts.pop(event.index)))
 
     def _message_delta(self, event: Any, sink: ExecutionSink) -> None:
         self.turn.stop = event.delta.stop_reason
         if event.usage and event.usage.output_tokens is not None:
             self.turn.tokens = self.turn.tokens.model_copy(update={"output": event.usage.output_tokens})
+        if event.usage:
+            self._server_usage(event.usage)
+
+    def _server_usage(self, usage: Any) -> None:
+        """The server tools' requests so far, as the usage counts them (a count only grows)."""
+        server = getattr(usage, "server_tool_use", None)
+        if server is not None:
+            self.turn.web_searches = max(self.turn.web_searches, getattr(server, "web_search_requests", 0) or 0)
+            self.turn.web_fetches = max(self.turn.web_fetches, getattr(server, "web_fetch_requests", 0) or 0)
 
 
 def tool_input(raw: str) -> dict[str, Any]:

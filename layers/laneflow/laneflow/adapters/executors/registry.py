@@ -27,6 +27,7 @@ from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amoun
 from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.programs import Finished, run_program
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
+from laneflow.adapters.executors.web import WebTools
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
 from laneflow.domain.secrets import secret_file_folders
@@ -108,6 +109,7 @@ class StepTools:
         self.apis = ApiTools(job.apis, job.secret_env)  # api_<name>: HTTP calls, made by this process
         self.finding = FindingTools(job, sink)  # search, history (finding.py)
         self.delegation = DelegateTool(job, sink)  # delegate (delegate_tool.py)
+        self.web = WebTools(job)  # web_search, web_fetch: run by the API (web.py)
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
 
@@ -145,6 +147,7 @@ class StepTools:
                 *self.apis.names,
                 *self.finding.names,
                 *self.delegation.names,
+                *self.web.names,
             ]
         )
 
@@ -204,6 +207,7 @@ class StepTools:
         defs.update({d["name"]: d for d in self.apis.definitions()})
         defs.update({d["name"]: d for d in self.finding.definitions()})
         defs.update({d["name"]: d for d in self.delegation.definitions()})
+        defs.update({d["name"]: d for d in self.web.definitions()})
         return [defs[name] for name in sorted(defs)]
 
     # -- one call ------------------------------------------------------------------------
@@ -233,6 +237,8 @@ class StepTools:
             return self._program(name, [str(self.root / script.path), *argv], stdin)  # type: ignore[operator]
         if name in self.apis.apis:
             return self.apis.run(name, args, timeout_s=self._call_timeout(DEFAULT_API_TIMEOUT_S), stopped=self.sink.stopped)
+        if name in self.web.names:
+            raise ToolError(f"{name} is a server tool: the model API runs it, not this step")
         raise ToolError(f"no tool {name!r}; this step's tools are {', '.join(self.names) or 'none'}")
 
     def _call_timeout(self, default: float) -> float:

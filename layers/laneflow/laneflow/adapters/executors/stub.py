@@ -15,7 +15,9 @@ The rest is the reply. In it, `call: TOOL INPUT => OUTPUT` lines are pretend too
 recorded exactly as real ones; `tool: NAME {JSON}` lines make a REAL call of one of the
 step's tools (through the same `StepTools` the Claude executor uses: bash and scripts run in
 the sandbox, `peers_message` sends a real message), recorded exactly like a model's call, a
-tool's own failure included; and a `===` line separates earlier turns from the final one; a turn may open with a `cost:` line of its own
+tool's own failure included (a `tool: web_search` or `tool: web_fetch` line of a granted web
+tool gets a pretend result, recorded as the API's use is and its searches priced from the
+catalog: adapters/executors/web.py); and a `===` line separates earlier turns from the final one; a turn may open with a `cost:` line of its own
 (charged on that turn, so a step's spend grows turn by turn). Before each turn the sink is
 asked whether the run's budget lets one begin (`begin_turn`).
 Colleagues' messages (and answers) not yet given are delivered before each turn.
@@ -129,6 +131,8 @@ class StubExecutor:
         if not call.real:
             sink.tool_call(call.tool, call.input, call.output)
             return call.output
+        if call.tool in tools.web.names:  # a server tool: the API would run it, the stub pretends
+            return tools.web.pretend(call.tool, call.input, sink)
         started = time.monotonic()
         try:
             output, failed = _real_call(call, tools), False
@@ -158,6 +162,7 @@ class StubExecutor:
         prompt_chars = len(job.system_dynamic) + len(job.user)  # beyond the cached prefix
         texts: list[str] = []
         spent = 0.0  # what this attempt has cost so far
+        web_spent = 0.0  # of it, the pretend web searches' price
         for number, turn in enumerate(answer.turns, start=1):
             # Colleagues' messages and answers not yet given join this turn (between `===` turns).
             prompt_chars += sum(len(text) for text in tools.colleagues.pending())
@@ -172,9 +177,11 @@ class StubExecutor:
                 sink.first_event()
             self._wait(max(0, answer.delay_ms - answer.ttft_ms), sink)
             outputs = [self._call(call, tools, sink) for call in turn.calls]
+            web_cost = tools.web.end_request(sink) if tools.web.names else 0.0
+            web_spent += web_cost
             last = number == len(answer.turns)
             out_chars = len(turn.text) + sum(len(c.tool) + len(c.input) for c in turn.calls)
-            cost = round(turn.cost + (answer.cost if last else 0.0), 6)
+            cost = round(turn.cost + (answer.cost if last else 0.0) + web_cost, 6)
             spent = round(spent + cost, 6)
             over_budget = cost > 0 and job.budget is not None and spent > job.budget
             sink.call(
@@ -204,4 +211,9 @@ class StubExecutor:
             if turn.text:
                 texts.append(turn.text)
         conclusion = answer.turns[-1].text if answer.turns else ""
-        return StepOutcome(result="\n\n".join(texts), conclusion=conclusion, cost_usd=answer.total_cost, turns=len(answer.turns))
+        return StepOutcome(
+            result="\n\n".join(texts),
+            conclusion=conclusion,
+            cost_usd=round(answer.total_cost + web_spent, 6),
+            turns=len(answer.turns),
+        )

@@ -354,6 +354,7 @@ class StepRunner:
             secret_env=dict(self.secrets.env),
             apis=tuple(agent.apis),
             delegates=tuple(agent.settings.delegates),
+            web_max_uses=agent.settings.web_max_uses,
         )
         recorder.step_budget = budget
         if agent.settings.delegates:
