@@ -287,5 +287,10 @@ def test_a_lanes_delegations_to_one_agent_write_its_prefix_once(on: ServicesOn, 
     assert len(spans) == 3
     assert sorted(call.tokens.cache_write > 0 for call in spans) == [False, False, True]
     assert all(call.tokens.cache_read > 0 for call in spans if not call.tokens.cache_write)
-    waited = [e.text for step in run.steps for e in step.events if e.type == EventType.gate and "delegation's reply" in e.text]
-    assert len(waited) == 2  # the two that came while the first had not begun said so
+    # Those that came while the first had not begun said so, and were released (how many
+    # came that early is the machine's timing; that none wrote the prefix again is not).
+    for step in run.steps:
+        gate_lines = [e.text for e in step.events if e.type == EventType.gate and "[researcher]" in e.text]
+        if gate_lines:
+            waiting, released = gate_lines
+            assert "waiting for the first researcher delegation's reply" in waiting and "released after" in released
