@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from laneflow.domain.apis import layer_text as apis_layer
 from laneflow.domain.inbox import ASK, PEERS, Peer
+from laneflow.domain.mcp import layer_text as mcp_layer
 from laneflow.domain.records import PromptLayer
 from laneflow.domain.tools import BASH, HISTORY, SEARCH, granted
 from laneflow.domain.workspace import Agent, Doc, Workspace
@@ -41,6 +42,7 @@ LAYER_ORDER: tuple[tuple[str, bool], ...] = (
     ("rules", False),
     ("ask", False),
     ("finding", False),
+    ("mcp", False),
     ("peers", True),
 )
 
@@ -190,6 +192,7 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
     if ASK in agent.settings.tools:
         layers["ask"] = _ask(agent.settings.ask_timeout)
     layers["finding"] = _finding(list(agent.settings.tools))
+    layers["mcp"] = mcp_layer(agent.mcp)
     layers["rules"] = (
         "# Rules\n"
         f"- Put working text for later steps in `{folder}/outputs/`, deliverables for people in `storage/`.\n"

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from laneflow.domain.apis import ApiSpec
 from laneflow.domain.inbox import Note, Peer
+from laneflow.domain.mcp import McpServer
 from laneflow.domain.messages import ExecutionInput
 from laneflow.domain.records import (
     EventType,
@@ -111,6 +112,7 @@ class StepJob:
     network_enforce: bool = False  # AGENTS.md `network_enforce:`: refuse a sandbox without a network fence
     sandboxed: bool = False  # `Agent.sandboxed`: the step runs in a sandbox worker
     apis: tuple[ApiSpec, ...] = ()  # agent `apis:`: its `api_<name>` tools (headers unfilled)
+    mcp: tuple[McpServer, ...] = ()  # agent and AGENTS.md `mcp:`: its `mcp__<name>__*` tools (secrets unfilled)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """One step's tools (`StepTools`): the file tools, `bash`, the script tools and the colleague,
-API and finding tools its agent.md grants, with their definitions in a stable order (they
+API, finding and MCP tools its agent.md grants, with their definitions in a stable order (they
 are part of the cached prompt prefix), run the same way for the Claude executor and the
 stub's `tool:` lines.
 
@@ -17,12 +17,14 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTools
 from laneflow.adapters.executors.finding import FindingTools
 from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amount, detect, limits_for
+from laneflow.adapters.executors.mcp_tools import Launch, McpTools, fenced, plain
 from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.programs import Finished, run_program
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
@@ -108,6 +110,28 @@ class StepTools:
         self.finding = FindingTools(job, sink)  # search, history (finding.py)
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
+        self.mcp = McpTools(job.mcp, job.secret_env, sink, launcher=self._mcp_launch, deadline=self._deadline)  # mcp_tools.py
+
+    def _mcp_launch(self, argv: list[str], env: dict[str, str]) -> Launch:
+        """How a stdio MCP server starts: in the step's sandbox, wrapped as its programs are, or
+        (a step that is not sandboxed) a plain child process."""
+        if not (self.job.sandboxed and self.root is not None):
+            host = settings()
+            return plain(argv, env, folder=self.root, lang=host.host_lang or DEFAULT_LANG, tz=host.host_tz or DEFAULT_TZ)
+        return fenced(
+            argv,
+            env,
+            isolation=self.isolation,
+            scratch=self.root,
+            base_env=program_env(self.job, self.root),
+            limits=self.limits,
+            read_only=_definitions_read_only(self.root),
+            readable=[Path(f) for f in secret_file_folders(self.job.secret_env)],
+        )
+
+    def close(self) -> None:
+        """The attempt is over: its MCP servers' sessions end."""
+        self.mcp.close()
 
     @property
     def runs_programs(self) -> bool:
@@ -142,6 +166,7 @@ class StepTools:
                 *self.colleagues.names,
                 *self.apis.names,
                 *self.finding.names,
+                *self.mcp.names,
             ]
         )
 
@@ -200,6 +225,7 @@ class StepTools:
         defs.update({d["name"]: d for d in self.colleagues.definitions()})
         defs.update({d["name"]: d for d in self.apis.definitions()})
         defs.update({d["name"]: d for d in self.finding.definitions()})
+        defs.update({d["name"]: d for d in self.mcp.definitions()})
         return [defs[name] for name in sorted(defs)]
 
     # -- one call ------------------------------------------------------------------------
@@ -227,6 +253,8 @@ class StepTools:
             return self._program(name, [str(self.root / script.path), *argv], stdin)  # type: ignore[operator]
         if name in self.apis.apis:
             return self.apis.run(name, args, timeout_s=self._call_timeout(DEFAULT_API_TIMEOUT_S), stopped=self.sink.stopped)
+        if self.mcp.owns(name):
+            return self.mcp.run(name, args)
         raise ToolError(f"no tool {name!r}; this step's tools are {', '.join(self.names) or 'none'}")
 
     def _call_timeout(self, default: float) -> float:
@@ -320,5 +348,7 @@ class _Silent:
 
 def tool_definitions(job: StepJob) -> list[dict[str, Any]]:
     """The tool definitions a step's model request carries, in the order they are sent
-    (`Services.tool_definitions`: the prefix's size, before or as the step runs)."""
-    return StepTools(job, _Silent()).definitions()
+    (`Services.tool_definitions`: the prefix's size, before or as the step runs). Its MCP
+    servers' tools are left out: listing them would start the servers, which only an attempt
+    does (in its sandbox)."""
+    return StepTools(replace(job, mcp=()), _Silent()).definitions()
