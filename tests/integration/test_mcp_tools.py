@@ -38,7 +38,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 SERVERS = FIXTURES / "mcp_servers"
 
-ECHO = {"name": "echo", "command": sys.executable, "args": [str(SERVERS / "echo_stdio.py")]}
+ECHO: dict[str, Any] = {"name": "echo", "command": sys.executable, "args": [str(SERVERS / "echo_stdio.py")]}
 
 SECRET = "mcp-secret-5e0b7d21a9"
 
