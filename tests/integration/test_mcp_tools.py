@@ -102,7 +102,7 @@ def test_a_stub_step_calls_a_stdio_servers_tools_recorded_and_masked(on: Service
 
 def test_a_workspace_server_serves_every_agent_and_an_agents_own_entry_replaces_it(svc: Services, tmp_path: Path) -> None:
     shared = yaml.safe_dump({"model": "stub", "mcp": [{**ECHO, "env": {"ECHO_GREETING": "from the workspace"}}]})
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "plain": {"stub": stub("mcp__echo__whoami {}")},
         "own": {"mcp": [{**ECHO, "env": {"ECHO_GREETING": "its own"}}], "stub": stub("mcp__echo__whoami {}")},
     }
@@ -149,7 +149,7 @@ def test_a_sandboxed_steps_stdio_server_runs_inside_its_sandbox_a_plain_steps_ou
     outside = tmp_path / "outside"
     outside.mkdir()
     raw = {"name": "raw", "command": "/usr/bin/python3", "args": ["tools/raw_stdio.py", str(outside)]}
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "fenced": {"sandbox": True, "mcp": [raw], "stub": stub("mcp__raw__where {}")},
         "plain": {"mcp": [raw], "stub": stub("mcp__raw__where {}")},
     }
