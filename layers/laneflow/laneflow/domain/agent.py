@@ -185,7 +185,7 @@ def _program_settings(settings: AgentSettings, front: Front, rel: str, refused: 
 def _mcp_servers(ws: Workspace, front: Front, rel: str, name: str) -> tuple[list[McpServer], list[Problem]]:
     """The agent's MCP servers: AGENTS.md's (checked with AGENTS.md, their secrets here) and
     its own `mcp:`, an own entry replacing the workspace's of the same name."""
-    secrets = front.data.get("secrets")
+    secrets = front.data.get("secrets") or []  # none declared: every ${NAME} is refused
     written = front.data.get("mcp")  # not a list: the settings' own check says so
     own, problems = check_mcp(written if isinstance(written, list) else None, rel=rel, lines=front.lines, secrets=secrets)
     shared, _ = check_mcp(ws.settings.mcp or None, rel="AGENTS.md", lines={}, secrets=None)
