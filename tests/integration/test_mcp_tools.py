@@ -13,9 +13,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -25,10 +26,12 @@ from test_claude_tools import KEY, Recording, directives
 
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.executors.isolation import bubblewrap_available
-from laneflow.adapters.executors.mcp_tools import MAX_RESULT_CHARS
+from laneflow.adapters.executors.mcp_tools import MAX_RESULT_CHARS, McpTools, plain
 from laneflow.adapters.store import open_store
+from laneflow.domain.errors import StepStopped
+from laneflow.domain.mcp import McpServer
 from laneflow.domain.records import EventType, Run, RunStatus, Step
-from laneflow.ports import Services
+from laneflow.ports import ExecutionSink, Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
 from laneflow.wiring import for_store, local_engine
@@ -138,6 +141,44 @@ def test_a_server_that_never_lists_its_tools_in_time_answers_an_error(svc: Servi
     [(tool, failed, output)] = outputs(svc, run.steps[0])
     assert tool == "mcp__sleepy__echo" and failed
     assert "did not start and list its tools within" in output
+
+
+class Stoppable:
+    """What McpTools reports to: its events kept, a stop set by the test."""
+
+    inbox = None
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.events: list[str] = []
+
+    def event(self, type: Any, text: str, data: dict[str, Any] | None = None) -> None:
+        self.events.append(text)
+
+    def stopped(self) -> bool:
+        return self.stop.is_set()
+
+
+def test_a_stop_ends_a_waiting_call_and_close_ends_the_server(tmp_path: Path) -> None:
+    sink = Stoppable()
+    tools = McpTools(
+        (McpServer(**ECHO),),
+        {},
+        cast(ExecutionSink, sink),
+        launcher=lambda argv, env: plain(argv, env, folder=tmp_path, lang="C.UTF-8", tz="UTC"),
+        deadline=None,
+    )
+    try:
+        pid = int(tools.run("mcp__echo__whoami", {}).rsplit("pid: ", 1)[1])
+        os.kill(pid, 0)  # it runs
+        threading.Timer(0.3, sink.stop.set).start()
+        with pytest.raises(StepStopped, match="during its mcp__echo__slow call"):
+            tools.run("mcp__echo__slow", {"seconds": 120})  # no stop heard: a ToolError after 60 s
+    finally:
+        tools.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert sink.events == ["MCP servers: echo (the program " + sys.executable + "): 5 tools"]
 
 
 # -- the sandbox -----------------------------------------------------------------------------
