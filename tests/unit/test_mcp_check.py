@@ -126,3 +126,12 @@ def test_check_reports_agents_md_and_agent_md_entries_with_their_lines(tmp_path:
     assert shared.line == front.count("\n") + 4
     own = problems[("agents/writer/agent.md", "mcp[0].headers.A")]
     assert own.line == 5 and "not in this agent's secrets" in own.message
+
+
+def test_an_mcp_of_the_wrong_type_is_one_problem_naming_the_setting(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_ok", root)
+    (root / "agents" / "writer" / "agent.md").write_text("---\nmcp: 3\n---\nYou write.\n")
+    problems = [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"]
+    assert [(p.field, p.line) for p in problems] == [("mcp", 2)]
+    assert "expected a list" in problems[0].message
