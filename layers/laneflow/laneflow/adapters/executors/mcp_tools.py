@@ -5,7 +5,8 @@ through `StepTools`).
 
 - Sessions live for the attempt. The servers are started, and their tools listed, once,
   when the tool definitions are first needed (so the definitions are the same at every
-  turn: they are part of the cached prefix); `close` ends them with the attempt.
+  turn: they are part of the cached prefix); `close` ends them with the attempt. At most
+  MAX_TOOLS of a server's tools are given (by name), the trace saying how many it has.
 - The SDK is async: one event loop runs on a thread of the attempt's own, and each call is
   submitted to it and waited for here, a stop (`sink.stopped()`) ending the wait at once.
 - A stdio server of a sandboxed step runs inside that step's sandbox, wrapped the way its
@@ -69,9 +70,11 @@ EXIT_GRACE_S = 2.0  # a stdio server's time to end once its stdin closes, before
 
 CLOSE_WAIT_S = 10.0  # the most `close` waits for every session to end
 
-MAX_LINE_BYTES = 64 * 1024 * 1024  # the longest message line a stdio server may write
+MAX_LINE_BYTES = 16 * 1024 * 1024  # the longest message line a stdio server may write
 
 MAX_PAGES = 100  # a server's tool listing, page by page, read no further
+
+MAX_TOOLS = 200  # a server's tools given to the model (by name); the trace says how many more it has
 
 STDERR_TAIL = 1_000  # what a stdio server last wrote on stderr, told when it fails to start
 
@@ -383,7 +386,7 @@ class McpTools:
             session.error = f"did not start and list its tools within {timeout_s:.1f} s"
             session.task.cancel()
         except ToolError as exc:
-            session.error = str(exc)
+            session.error = f"cannot start: {exc}"
         except Exception as exc:
             told = f"; its stderr ends: {session.tail.text.strip()[-STDERR_TAIL:]}" if session.tail.text.strip() else ""
             session.error = f"could not start or list its tools ({_why(exc)}){told}"
@@ -399,16 +402,24 @@ class McpTools:
                 return
             self._listed = True
             self._sessions = [_Session(spec) for spec in self.servers]
-            timeout = self._limit()
-            try:  # each server is bounded by the same limit inside; this wait is the backstop
-                self._wait(self._open_all(timeout), timeout + EXIT_GRACE_S, "starting its MCP servers")
-            except TimeoutError:
+            try:
+                timeout = self._limit()
+            except ToolError as spent:
                 for session in self._sessions:
-                    session.error = session.error or f"did not start and list its tools within {timeout:.1f} s"
+                    session.error = f"was not started: {spent}"
+            else:
+                self._open_every(timeout)
             for session in self._sessions:
-                for tool in sorted(session.tools, key=lambda t: t.name):
+                for tool in sorted(session.tools, key=lambda t: t.name)[:MAX_TOOLS]:
                     self._tools.setdefault(tool_name(session.spec.name, tool.name), (session, tool))
             self._report()
+
+    def _open_every(self, timeout: float) -> None:
+        try:  # each server is bounded by the same limit inside; this wait is the backstop
+            self._wait(self._open_all(timeout), timeout + EXIT_GRACE_S, "starting its MCP servers")
+        except TimeoutError:
+            for session in self._sessions:
+                session.error = session.error or f"did not start and list its tools within {timeout:.1f} s"
 
     def _report(self) -> None:
         parts: list[str] = []
@@ -421,7 +432,8 @@ class McpTools:
                 self.sink.event(EventType.warning, f"MCP server {name} {session.error}; its tools answer an error")
             else:
                 counts[name] = sum(1 for s, _ in self._tools.values() if s is session)
-                parts.append(f"{name} ({session.spec.where()}): {counts[name]} tools")
+                more = f" (of {len(session.tools)}: at most {MAX_TOOLS} are given)" if len(session.tools) > MAX_TOOLS else ""
+                parts.append(f"{name} ({session.spec.where()}): {counts[name]} tools{more}")
         self.sink.event(EventType.info, "MCP servers: " + "; ".join(parts), {"mcp": counts})
 
     # -- the tools -----------------------------------------------------------------------
