@@ -522,6 +522,8 @@ class McpTools:
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=CLOSE_WAIT_S)
+            if not self._thread.is_alive():
+                loop.close()
 
 
 def result_text(result: mcp_types.CallToolResult) -> str:
