@@ -159,8 +159,9 @@ class _Tail:
         self.text = (self.text + chunk.decode("utf-8", "replace"))[-STDERR_TAIL:]
 
 
-async def _stop(proc: asyncio.subprocess.Process, launch: Launch) -> None:
-    """End a stdio server: its stdin closed, a grace period, then its whole group killed."""
+async def _stop(proc: asyncio.subprocess.Process, launch: Launch, tail: _Tail) -> None:
+    """End a stdio server: its stdin closed, a grace period, then its whole group killed; what
+    it last wrote on stderr kept in `tail` (read before its failure is told)."""
     if proc.stdin is not None:
         try:
             proc.stdin.close()
@@ -180,6 +181,11 @@ async def _stop(proc: asyncio.subprocess.Process, launch: Launch) -> None:
         pass
     if launch.after is not None:
         await asyncio.to_thread(launch.after)
+    if proc.stderr is not None:
+        try:
+            tail.add(await asyncio.wait_for(proc.stderr.read(65_536), EXIT_GRACE_S / 4))
+        except (TimeoutError, OSError, ValueError):
+            pass
 
 
 @asynccontextmanager
@@ -250,7 +256,7 @@ async def _stdio(launch: Launch, tail: _Tail) -> AsyncIterator[Any]:
                 tasks.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop(proc, launch)
+            await _stop(proc, launch, tail)
 
 
 @asynccontextmanager
