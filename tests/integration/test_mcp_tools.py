@@ -120,7 +120,8 @@ def test_a_workspace_server_serves_every_agent_and_an_agents_own_entry_replaces_
 def test_a_dead_and_a_slow_server_answer_errors_and_the_run_completes(svc: Services, tmp_path: Path) -> None:
     dead = {**ECHO, "name": "dead", "args": [*ECHO["args"], "--exit-at-start"]}
     lines = ('mcp__dead__echo {"text": "hi"}', 'mcp__echo__slow {"seconds": 60}', 'mcp__echo__echo {"text": "after"}')
-    ws = one_agent(tmp_path, {"timeout": 8, "mcp": [dead, ECHO], "stub": stub(*lines)})
+    # 12 s: time for the servers to start on a busy machine; the slow call waits out what is left.
+    ws = one_agent(tmp_path, {"timeout": 12, "mcp": [dead, ECHO], "stub": stub(*lines)})
     run = drive(svc, ws, "call")
     assert run.status == RunStatus.completed, run.error
     [step] = run.steps
