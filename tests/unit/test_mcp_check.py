@@ -135,3 +135,11 @@ def test_an_mcp_of_the_wrong_type_is_one_problem_naming_the_setting(tmp_path: Pa
     problems = [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"]
     assert [(p.field, p.line) for p in problems] == [("mcp", 2)]
     assert "expected a list" in problems[0].message
+
+
+def test_an_mcp_tool_named_in_tools_is_refused_saying_its_entry_grants_it(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    shutil.copytree(FIXTURES / "ws_ok", root)
+    (root / "agents" / "writer" / "agent.md").write_text("---\ntools: [mcp__echo__echo]\n---\nYou write.\n")
+    [problem] = [p for p in check_workspace(root) if p.file == "agents/writer/agent.md"]
+    assert problem.field == "tools[0]" and "come from its mcp: entry alone" in problem.message

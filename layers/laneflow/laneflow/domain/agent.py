@@ -13,7 +13,7 @@ from laneflow.domain.apis import API_PREFIX, ApiSpec, check_apis
 from laneflow.domain.errors import InvalidInput, Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, type_name
 from laneflow.domain.inbox import ASK
-from laneflow.domain.mcp import McpServer, check_mcp, merged
+from laneflow.domain.mcp import MCP_PREFIX, McpServer, check_mcp, merged
 from laneflow.domain.pricing import catalog
 from laneflow.domain.secrets import declared_secrets
 from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools
@@ -137,6 +137,8 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
         hint = f" (did you mean {close!r}?)" if close else ""
         if name.startswith(API_PREFIX):  # an API's tool is granted by its apis: entry alone
             hint = f" (an API tool comes from its apis: entry alone; remove {name} from tools:)"
+        if name.startswith(MCP_PREFIX):  # a server's tools are granted by its mcp: entry alone
+            hint = f" (an MCP server's tools come from its mcp: entry alone; remove {name} from tools:)"
         problems.append(
             Problem(
                 file=rel,
