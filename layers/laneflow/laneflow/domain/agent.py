@@ -15,6 +15,7 @@ from laneflow.domain.delegation import DELEGATE
 from laneflow.domain.errors import InvalidInput, Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, type_name
 from laneflow.domain.inbox import ASK
+from laneflow.domain.mcp import MCP_PREFIX, McpServer, check_mcp, merged
 from laneflow.domain.pricing import catalog
 from laneflow.domain.secrets import declared_secrets
 from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools, web_tools
@@ -48,6 +49,7 @@ class Agent(BaseModel):
     scripts: list[str] = Field(default_factory=list)  # relative paths
     script_tools: list[ScriptTool] = Field(default_factory=list)  # its own and the workspace's executables
     apis: list[ApiSpec] = Field(default_factory=list)  # its `apis:`, checked: the api_<name> tools
+    mcp: list[McpServer] = Field(default_factory=list)  # AGENTS.md's and its own `mcp:`, checked: mcp__<name>__* tools
     warnings: list[Problem] = Field(default_factory=list)
 
     @property
@@ -139,6 +141,8 @@ def _ignored_settings(front: Front, rel: str, scripts: list[ScriptTool]) -> list
             hint = f" (an API tool comes from its apis: entry alone; remove {name} from tools:)"
         if name == DELEGATE:
             hint = " (the delegate tool comes from delegates: alone; remove delegate from tools:)"
+        if name.startswith(MCP_PREFIX):  # a server's tools are granted by its mcp: entry alone
+            hint = f" (an MCP server's tools come from its mcp: entry alone; remove {name} from tools:)"
         problems.append(
             Problem(
                 file=rel,
@@ -221,6 +225,18 @@ def _program_settings(settings: AgentSettings, front: Front, rel: str, refused: 
     return problems
 
 
+def _mcp_servers(ws: Workspace, front: Front, rel: str, name: str) -> tuple[list[McpServer], list[Problem]]:
+    """The agent's MCP servers: AGENTS.md's (checked with AGENTS.md, their secrets here) and
+    its own `mcp:`, an own entry replacing the workspace's of the same name."""
+    secrets = front.data.get("secrets") or []  # none declared: every ${NAME} is refused
+    written = front.data.get("mcp")  # not a list: the settings' own check says so
+    own, problems = check_mcp(written if isinstance(written, list) else None, rel=rel, lines=front.lines, secrets=secrets)
+    shared, _ = check_mcp(ws.settings.mcp or None, rel="AGENTS.md", lines={}, secrets=None)
+    declared = [s for s in secrets if isinstance(s, str)] if isinstance(secrets, list) else []
+    servers, more = merged(shared, own, secrets=declared, rel="AGENTS.md", agent=name)
+    return servers, problems + more
+
+
 def load_agent(ws: Workspace, name: str) -> Agent:
     """Read `agents/<name>/`: settings and persona from agent.md, skills, memory,
     knowledge and scripts. Parses afresh on every call.
@@ -239,6 +255,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
     settings: AgentSettings | None = None
     persona = ""
     apis: list[ApiSpec] = []
+    mcp: list[McpServer] = []
     script_tools = discover_scripts(root, rel_path(agent_dir, root))
     try:
         front = read_front(md, rel)
@@ -262,6 +279,8 @@ def load_agent(ws: Workspace, name: str) -> Agent:
             secrets=front.data.get("secrets"),
         )
         errors.extend(api_problems)
+        mcp, mcp_problems = _mcp_servers(ws, front, rel, name)
+        errors.extend(mcp_problems)
         # On the settings that validated, also beside one that did not: every problem of
         # the file is listed at once. A check that reads a refused setting is left out (it
         # would judge the default standing in for it).
@@ -286,5 +305,6 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         scripts=scripts,
         script_tools=script_tools,
         apis=apis,
+        mcp=mcp,
         warnings=warnings,
     )

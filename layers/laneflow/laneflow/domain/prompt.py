@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from laneflow.domain.apis import layer_text as apis_layer
 from laneflow.domain.errors import InvalidInput
 from laneflow.domain.inbox import ASK, PEERS, Peer
+from laneflow.domain.mcp import layer_text as mcp_layer
 from laneflow.domain.records import PromptLayer
 from laneflow.domain.tools import BASH, HISTORY, SEARCH, WEB_FETCH, WEB_SEARCH, granted, web_tools
 from laneflow.domain.workspace import Agent, Doc, Workspace, load_agent
@@ -43,6 +44,7 @@ LAYER_ORDER: tuple[tuple[str, bool], ...] = (
     ("rules", False),
     ("ask", False),
     ("finding", False),
+    ("mcp", False),
     ("peers", True),
 )
 
@@ -236,6 +238,7 @@ def _compute(ws: Workspace, agent: Agent, *, secrets: list[str], now: _dt.dateti
     layers["finding"] = _finding(list(agent.settings.tools))
     layers["delegates"] = _delegates(ws, agent)
     layers["web"] = _web(list(agent.settings.tools), agent.settings.web_max_uses)
+    layers["mcp"] = mcp_layer(agent.mcp)
     layers["rules"] = (
         "# Rules\n"
         f"- Put working text for later steps in `{folder}/outputs/`, deliverables for people in `storage/`.\n"

@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 from laneflow.domain.agent import Agent, Skill, has_agent, load_agent
 from laneflow.domain.errors import Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import read_front, read_frontmatter
+from laneflow.domain.mcp import check_mcp
 from laneflow.domain.workspace_files import SKIP_DIRS, Doc, agent_md, read_docs, rel_path, visible_files
 from laneflow.domain.workspace_settings import AgentSettings, WorkspaceSettings, merge_settings, read_settings, stub_problems
 
@@ -105,6 +106,8 @@ def _read_agents_md(
         warnings.extend(warns)
         if settings is not None and settings.judge:
             errors.extend(stub_problems(settings.judge.get("stub"), front, rel, "judge.stub"))
+        listed = front.data.get("mcp")  # not a list: the settings' own check says so
+        errors.extend(check_mcp(listed if isinstance(listed, list) else None, rel=rel, lines=front.lines, secrets=None)[1])
         layers.append(settings)
         if front.body.strip():
             instructions.append(Doc(path=rel, text=front.body))

@@ -41,6 +41,7 @@ class AgentSettings(BaseModel):
     secrets: list[str] = Field(default_factory=list)
     apis: list[Any] = Field(default_factory=list)  # checked into `Agent.apis` (domain/apis.py)
     delegates: list[str] = Field(default_factory=list)  # the agents its `delegate` tool may call (domain/delegation.py)
+    mcp: list[Any] = Field(default_factory=list)  # checked into `Agent.mcp` (domain/mcp.py)
     stub: str | list[str] | None = None
     description: str | None = None
 
@@ -56,6 +57,7 @@ class WorkspaceSettings(BaseModel):
     network_enforce: bool | None = None
     budget: float | None = Field(default=None, gt=0)
     locale: str | None = None
+    mcp: list[Any] = Field(default_factory=list)  # every agent's MCP servers (domain/mcp.py)
 
 
 JUDGE_FIELDS = ("model", "effort", "stub")  # stub: the judge's answers on the stub model

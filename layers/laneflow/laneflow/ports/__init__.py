@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from laneflow.domain.apis import ApiSpec
 from laneflow.domain.inbox import Note, Peer
+from laneflow.domain.mcp import McpServer
 from laneflow.domain.messages import ExecutionInput
 from laneflow.domain.records import (
     EventType,
@@ -114,6 +115,7 @@ class StepJob:
     apis: tuple[ApiSpec, ...] = ()  # agent `apis:`: its `api_<name>` tools (headers unfilled)
     delegates: tuple[str, ...] = ()  # agent `delegates:`: the agents its `delegate` tool may call
     web_max_uses: int = DEFAULT_WEB_MAX_USES  # agent `web_max_uses`: each web tool's max_uses a request
+    mcp: tuple[McpServer, ...] = ()  # agent and AGENTS.md `mcp:`: its `mcp__<name>__*` tools (secrets unfilled)
 
 
 @dataclass

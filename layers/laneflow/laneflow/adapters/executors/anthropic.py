@@ -112,6 +112,12 @@ class AnthropicExecutor:
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
         tools = StepTools(job, sink, isolation=self.isolation)
+        try:
+            return self._attempt(job, sink, tools)
+        finally:
+            tools.close()  # its MCP servers end with the attempt
+
+    def _attempt(self, job: StepJob, sink: ExecutionSink, tools: StepTools) -> StepOutcome:
         tools.prepare()  # before any model call: the isolation named, network_enforce honoured
         tool_defs = tools.definitions()
         system = system_blocks(job)

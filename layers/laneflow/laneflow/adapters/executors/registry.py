@@ -1,5 +1,5 @@
 """One step's tools (`StepTools`): the file tools, `bash`, the script tools and the colleague,
-API and finding tools its agent.md grants, with their definitions in a stable order (they
+API, finding and MCP tools its agent.md grants, with their definitions in a stable order (they
 are part of the cached prompt prefix), run the same way for the Claude executor and the
 stub's `tool:` lines.
 
@@ -17,6 +17,8 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTool
 from laneflow.adapters.executors.delegate_tool import DelegateTool
 from laneflow.adapters.executors.finding import FindingTools
 from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amount, detect, limits_for
+from laneflow.adapters.executors.mcp_tools import Launch, McpTools, fenced, plain
 from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.programs import Finished, run_program
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
@@ -112,6 +115,28 @@ class StepTools:
         self.web = WebTools(job)  # web_search, web_fetch: run by the API (web.py)
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
+        self.mcp = McpTools(job.mcp, job.secret_env, sink, launcher=self._mcp_launch, deadline=self._deadline)  # mcp_tools.py
+
+    def _mcp_launch(self, argv: list[str], env: dict[str, str]) -> Launch:
+        """How a stdio MCP server starts: in the step's sandbox, wrapped as its programs are, or
+        (a step that is not sandboxed) a plain child process."""
+        if not (self.job.sandboxed and self.root is not None):
+            host = settings()
+            return plain(argv, env, folder=self.root, lang=host.host_lang or DEFAULT_LANG, tz=host.host_tz or DEFAULT_TZ)
+        return fenced(
+            argv,
+            env,
+            isolation=self.isolation,
+            scratch=self.root,
+            base_env=program_env(self.job, self.root),
+            limits=self.limits,
+            read_only=_definitions_read_only(self.root),
+            readable=[Path(f) for f in secret_file_folders(self.job.secret_env)],
+        )
+
+    def close(self) -> None:
+        """The attempt is over: its MCP servers' sessions end."""
+        self.mcp.close()
 
     @property
     def runs_programs(self) -> bool:
@@ -148,6 +173,7 @@ class StepTools:
                 *self.finding.names,
                 *self.delegation.names,
                 *self.web.names,
+                *self.mcp.names,
             ]
         )
 
@@ -208,6 +234,7 @@ class StepTools:
         defs.update({d["name"]: d for d in self.finding.definitions()})
         defs.update({d["name"]: d for d in self.delegation.definitions()})
         defs.update({d["name"]: d for d in self.web.definitions()})
+        defs.update({d["name"]: d for d in self.mcp.definitions()})
         return [defs[name] for name in sorted(defs)]
 
     # -- one call ------------------------------------------------------------------------
@@ -219,18 +246,10 @@ class StepTools:
         if name in self.file_names and self.files is not None:
             return self.files.run(name, args)
         if name == BASH and self.bash:
-            command = args.get("command")
-            if not isinstance(command, str) or not command.strip():
-                raise ToolError('bash takes {"command": "..."}: a non-empty string')
-            if "\x00" in command:
-                raise ToolError("bash: a command cannot hold a NUL character")
-            return self._program(name, [shutil.which("bash") or "/bin/bash", "-c", command], "")
-        if name in self.colleagues.names:
-            return self.colleagues.run(name, args)
-        if name in self.finding.names:
-            return self.finding.run(name, args)
-        if name in self.delegation.names:
-            return self.delegation.run(args)
+            return self._bash(args)
+        family = self._family(name)
+        if family is not None:
+            return family(args)
         script = self.scripts.get(name)
         if script is not None:
             argv, stdin = self._script_input(name, args)
@@ -240,6 +259,26 @@ class StepTools:
         if name in self.web.names:
             raise ToolError(f"{name} is a server tool: the model API runs it, not this step")
         raise ToolError(f"no tool {name!r}; this step's tools are {', '.join(self.names) or 'none'}")
+
+    def _family(self, name: str) -> Callable[[dict[str, Any]], str] | None:
+        """The tool family that runs `name` (colleagues, finding, delegation, MCP), if one does."""
+        if name in self.colleagues.names:
+            return lambda args: self.colleagues.run(name, args)
+        if name in self.finding.names:
+            return lambda args: self.finding.run(name, args)
+        if name in self.delegation.names:
+            return self.delegation.run
+        if self.mcp.owns(name):
+            return lambda args: self.mcp.run(name, args)
+        return None
+
+    def _bash(self, args: dict[str, Any]) -> str:
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ToolError('bash takes {"command": "..."}: a non-empty string')
+        if "\x00" in command:
+            raise ToolError("bash: a command cannot hold a NUL character")
+        return self._program(BASH, [shutil.which("bash") or "/bin/bash", "-c", command], "")
 
     def _call_timeout(self, default: float) -> float:
         """A call's time limit: `default`, never past the step's deadline."""
@@ -333,5 +372,7 @@ class _Silent:
 
 def tool_definitions(job: StepJob) -> list[dict[str, Any]]:
     """The tool definitions a step's model request carries, in the order they are sent
-    (`Services.tool_definitions`: the prefix's size, before or as the step runs)."""
-    return StepTools(job, _Silent()).definitions()
+    (`Services.tool_definitions`: the prefix's size, before or as the step runs). Its MCP
+    servers' tools are left out: listing them would start the servers, which only an attempt
+    does (in its sandbox)."""
+    return StepTools(replace(job, mcp=()), _Silent()).definitions()

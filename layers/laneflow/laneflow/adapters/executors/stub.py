@@ -142,6 +142,13 @@ class StubExecutor:
         return output
 
     def execute(self, job: StepJob, sink: ExecutionSink) -> StepOutcome:
+        tools = StepTools(job, sink, isolation=self.isolation)
+        try:
+            return self._attempt(job, sink, tools)
+        finally:
+            tools.close()  # its MCP servers end with the attempt
+
+    def _attempt(self, job: StepJob, sink: ExecutionSink, tools: StepTools) -> StepOutcome:
         default = f"Done: {job.user.splitlines()[0] if job.user else job.agent}"
         raw = pick_answer(job.stub, job.answer_index, default)
         raw = fill(raw, item=job.item, run_input=job.run_input, has_item=job.item is not None)
@@ -150,7 +157,6 @@ class StubExecutor:
         except BadHeader as exc:
             raise StepFailed(f"the stub answer in {_answer_source(job)} is not valid: {exc}", retryable=False) from None
 
-        tools = StepTools(job, sink, isolation=self.isolation)
         tools.prepare()  # before any turn: the isolation named, network_enforce honoured
         if answer.fail:
             sink.begin_turn()  # its one turn fails; refused before it like any other once the budget is spent

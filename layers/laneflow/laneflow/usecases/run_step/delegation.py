@@ -187,4 +187,6 @@ class Delegation:
             secret_env=secret_env,
             apis=tuple(target.apis),
             delegates=tuple(settings.delegates),
+            web_max_uses=settings.web_max_uses,
+            mcp=tuple(target.mcp),
         )

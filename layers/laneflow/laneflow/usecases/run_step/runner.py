@@ -355,6 +355,7 @@ class StepRunner:
             apis=tuple(agent.apis),
             delegates=tuple(agent.settings.delegates),
             web_max_uses=agent.settings.web_max_uses,
+            mcp=tuple(agent.mcp),
         )
         recorder.step_budget = budget
         if agent.settings.delegates:
