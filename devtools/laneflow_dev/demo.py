@@ -33,6 +33,9 @@ DEMOS = {
     "newsroom": Demo(WORKSPACE, FLOW, INPUT),
     # A sandboxed agent runs the harbour's script with its declared secret (examples/tides/.secrets.env).
     "tides": Demo("examples/tides", "tides", {"places": ["Brest", "Saint-Malo", "Dover"]}, writes=True, imitates=False),
+    # An editor delegates each port to a researcher, who searches the knowledge and asks an
+    # MCP server (examples/almanac/agents/researcher/servers/tide_tables.py) for the tides.
+    "almanac": Demo("examples/almanac", "almanac", {"ports": ["Brest", "Saint-Malo", "Dover"]}, imitates=False),
 }
 
 IMITATION_MODEL = "claude-sonnet-4-6"

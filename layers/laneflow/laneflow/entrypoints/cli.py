@@ -151,15 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_store(
         sub.add_parser(
-            "demo", help="run an example flow on the stub model (newsroom, or tides: a sandboxed script with a secret)"
+            "demo",
+            help="run an example flow on the stub model (newsroom; tides: a sandboxed script with a secret;"
+            " almanac: delegation, an MCP server and search)",
         )
     )
     p.add_argument(
         "example",
         nargs="?",
         default="newsroom",
-        choices=["newsroom", "tides"],
-        help="newsroom (default): a fan-out, a brief, a check, a post; tides: a sandboxed agent runs a script with a declared secret",
+        choices=["newsroom", "tides", "almanac"],
+        help="newsroom (default): a fan-out, a brief, a check, a post; tides: a sandboxed agent runs a script with a declared"
+        " secret; almanac: an editor delegates to a researcher who searches the knowledge and asks an MCP server",
     )
     run_flags(p)
     p.add_argument(
