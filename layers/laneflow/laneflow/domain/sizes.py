@@ -1,0 +1,77 @@
+"""A sandboxed step's `size:` (small, medium, large) and how it grows when memory runs out.
+
+An attempt whose programs were killed for memory (or whose sandbox task was stopped for
+memory, or evicted from its host) ends with the kind `FailureKind.memory`. The next attempt
+runs one size up: an attempt's size is the agent's `size:` stepped up once for every earlier
+attempt of the step's pass that ended so (`attempt_size`), so a new worker (a Fargate task
+started after the last one died) finds the same size from the stored attempts as the worker
+that retries in place. `large` has no size above it: a memory kill there fails the attempt
+for good (`memory_failure`).
+
+What each size is in the cloud (`TASK_RESOURCES`): the Fargate task's CPU units and MiB of
+memory that the state machine's RunTask asks for. Each holds its programs' memory (the
+limits.py figure a process) with room for the sandbox worker itself (~200 MiB), and is one
+of Fargate's valid cpu/memory pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from laneflow.domain.errors import StepFailed
+from laneflow.domain.records import FailureKind
+
+ORDER = ("small", "medium", "large")
+
+DEFAULT_SIZE = "medium"
+
+# size -> (task CPU units, task memory in MiB)
+TASK_RESOURCES: dict[str, tuple[int, int]] = {
+    "small": (512, 1024),  # 512 MiB a program
+    "medium": (1024, 4096),  # 2 GiB a program
+    "large": (4096, 16384),  # 8 GiB a program
+}
+
+
+def one_up(size: str | None) -> str | None:
+    """The size above `size` (the default's when it names none), None above `large`."""
+    at = ORDER.index(size) if size in ORDER else ORDER.index(DEFAULT_SIZE)
+    return ORDER[at + 1] if at + 1 < len(ORDER) else None
+
+
+@dataclass(frozen=True)
+class AttemptSize:
+    """The size an attempt runs at, and the size it was stepped up from (None: its agent's own)."""
+
+    size: str
+    up_from: str | None = None
+
+    def line(self) -> str:
+        """The step's trace line for a stepped-up attempt."""
+        return f"size {self.size}, up from {self.up_from} after an out-of-memory kill"
+
+    def as_data(self) -> dict[str, str | None]:
+        return {"size": self.size, "up_from": self.up_from, "why": "out of memory" if self.up_from else None}
+
+
+def attempt_size(size: str | None, kinds: Iterable[FailureKind | str | None]) -> AttemptSize:
+    """The size of the next attempt: the agent's `size:` (the default when it says none),
+    one up for every earlier attempt of this pass whose kind is `memory`, never past `large`."""
+    now = size if size in ORDER else DEFAULT_SIZE
+    before = None
+    for kind in kinds:
+        if kind == FailureKind.memory and (up := one_up(now)) is not None:
+            before, now = now, up
+    return AttemptSize(now, before)
+
+
+def memory_failure(size: str | None, what: str, limit: str | None = None) -> StepFailed:
+    """The failure of an attempt killed for memory at `size` (`what` says what happened,
+    `limit` the memory a program had): retryable one size up, or for good at `large`."""
+    now = size if size in ORDER else DEFAULT_SIZE
+    said = f"{what} at size {now}" + (f" ({limit})" if limit else "")
+    up = one_up(now)
+    if up is None:
+        return StepFailed(f"{said}, the largest size", retryable=False, kind=FailureKind.other)
+    return StepFailed(f"{said}; the next attempt runs at size {up}", kind=FailureKind.memory)
