@@ -16,14 +16,19 @@ from laneflow.domain.sizes import AttemptSize, attempt_size, memory_failure, one
 
 def test_each_memory_kill_steps_the_next_attempt_one_size_up_and_large_stays_large() -> None:
     assert [one_up(s) for s in ("small", "medium", "large", None)] == ["medium", "large", None, "large"]
-    kill, other = FailureKind.memory, FailureKind.model
+    kill, other = (FailureKind.memory, "bash ran out of memory (MemoryError) at size small"), (FailureKind.model, "API down")
     assert attempt_size("small", []) == AttemptSize("small")
     assert attempt_size("small", [other]) == AttemptSize("small")
     assert attempt_size("small", [kill]) == AttemptSize("medium", up_from="small")
     assert attempt_size("small", [kill, other, kill]) == AttemptSize("large", up_from="medium")
     assert attempt_size(None, [kill]) == AttemptSize("large", up_from="medium")  # the default is medium
     assert attempt_size("large", [kill, kill]) == AttemptSize("large")
-    assert attempt_size("small", ["memory"]) == AttemptSize("medium", up_from="small")  # as a store reads it back
+    assert attempt_size("small", [("memory", kill[1])]) == AttemptSize("medium", up_from="small")  # as a store reads it back
+    evicted = attempt_size(
+        "medium", [(FailureKind.memory, "interrupted: its sandbox task was evicted (a Fargate Spot interruption)")]
+    )
+    assert evicted.line() == "size large, up from medium after an eviction of its sandbox task"
+    assert attempt_size("small", [kill]).line() == "size medium, up from small after an out-of-memory kill"
 
 
 def test_a_memory_kill_is_retryable_one_size_up_and_fails_for_good_at_large() -> None:

@@ -46,24 +46,31 @@ class AttemptSize:
 
     size: str
     up_from: str | None = None
+    why: str = "out of memory"  # or "evicted": what ended the attempt that stepped it up
 
     def line(self) -> str:
         """The step's trace line for a stepped-up attempt."""
-        return f"size {self.size}, up from {self.up_from} after an out-of-memory kill"
+        after = "an eviction of its sandbox task" if self.why == EVICTED else "an out-of-memory kill"
+        return f"size {self.size}, up from {self.up_from} after {after}"
 
     def as_data(self) -> dict[str, str | None]:
-        return {"size": self.size, "up_from": self.up_from, "why": "out of memory" if self.up_from else None}
+        return {"size": self.size, "up_from": self.up_from, "why": self.why if self.up_from else None}
 
 
-def attempt_size(size: str | None, kinds: Iterable[FailureKind | str | None]) -> AttemptSize:
+EVICTED = "evicted"
+
+
+def attempt_size(size: str | None, earlier: Iterable[tuple[FailureKind | str | None, str]]) -> AttemptSize:
     """The size of the next attempt: the agent's `size:` (the default when it says none),
-    one up for every earlier attempt of this pass whose kind is `memory`, never past `large`."""
+    one up for every earlier attempt of this pass (its kind and reason) whose kind is
+    `memory`, never past `large`."""
     now = size if size in ORDER else DEFAULT_SIZE
-    before = None
-    for kind in kinds:
+    stepped = AttemptSize(now)
+    for kind, reason in earlier:
         if kind == FailureKind.memory and (up := one_up(now)) is not None:
-            before, now = now, up
-    return AttemptSize(now, before)
+            stepped = AttemptSize(up, now, EVICTED if EVICTED in reason else "out of memory")
+            now = up
+    return stepped
 
 
 def memory_failure(size: str | None, what: str, limit: str | None = None) -> StepFailed:

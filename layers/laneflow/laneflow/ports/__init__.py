@@ -240,6 +240,10 @@ class WorkerLiveness(Protocol):
     def alive(self, worker: WorkerRef | None) -> bool | None:
         """Is that worker still there: True, False, or None (cannot tell)."""
 
+    def gone_for(self, worker: WorkerRef | None) -> str | None:
+        """Why a worker that is gone went, when it was killed for memory or evicted (its
+        attempt's next one runs one `size:` up); None for any other end, or cannot tell."""
+
 
 # Defined in their own modules, named here with the rest.
 from laneflow.ports.services import NoTelemetry as NoTelemetry  # noqa: E402

@@ -325,7 +325,7 @@ class StepRunner:
                 "sandbox worker: the step runs whole here, in a scratch copy of the workspace",
                 {"worker": self.attempt.worker.model_dump(mode="json") if self.attempt.worker else None},
             )
-        sized = attempt_size(agent.settings.size, (a.kind for a in self.history))
+        sized = attempt_size(agent.settings.size, ((a.kind, a.reason) for a in self.history))
         if sized.up_from:  # one size up after an out-of-memory kill: the trace says so
             recorder.event(EventType.info, sized.line(), sized.as_data())
         # After the claim, before the model: a secret not set fails the attempt here.
