@@ -34,6 +34,27 @@ TASK_RESOURCES: dict[str, tuple[int, int]] = {
 }
 
 
+# The run option naming each sandboxed agent's `size:` (fixed as the run starts, as the
+# agents it sandboxes are), for the planner to size their tasks without reading agents.
+SIZES_OPTION = "sizes"
+
+
+def task_overrides(size: str | None) -> dict[str, str]:
+    """RunTask's task-level `cpu` and `memory` overrides of a sandbox task for `size:`."""
+    cpu, memory = TASK_RESOURCES.get(size or DEFAULT_SIZE, TASK_RESOURCES[DEFAULT_SIZE])
+    return {"cpu": str(cpu), "memory": str(memory)}
+
+
+def run_sizes(options: dict[str, object]) -> dict[str, str]:
+    """The `size:` of each sandboxed agent of a run, as its start recorded them."""
+    sizes = options.get(SIZES_OPTION)
+    return {str(k): str(v) for k, v in sizes.items()} if isinstance(sizes, dict) else {}
+
+
+def larger(a: str, b: str) -> str:
+    return a if ORDER.index(a) >= ORDER.index(b) else b
+
+
 def one_up(size: str | None) -> str | None:
     """The size above `size` (the default's when it names none), None above `large`."""
     at = ORDER.index(size) if size in ORDER else ORDER.index(DEFAULT_SIZE)
