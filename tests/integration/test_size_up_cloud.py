@@ -15,12 +15,14 @@ from integration.test_sandbox_cloud import aws, fargate_environment  # noqa: F40
 from laneflow.adapters.aws.ecs import EcsTasks, stopped_for, task_alive, task_gone_for
 from laneflow.adapters.engine.local import LocalEngine
 from laneflow.adapters.workers import Liveness
+from laneflow.domain.messages import DriveRef, LaneStep, StepCrashedRequest
 from laneflow.domain.records import AttemptStatus, FailureKind, RunStatus, StepStatus, utcnow
 from laneflow.domain.sizes import task_overrides
 from laneflow.domain.workers import FargateTask
 from laneflow.entrypoints import sandbox_worker
 from laneflow.usecases.reconcile import Reconciler
 from laneflow.usecases.start_run import create_run
+from laneflow.usecases.step_crashed import step_crashed
 from laneflow.wiring import bound
 
 TENANT = "123456789012"
@@ -108,6 +110,27 @@ def test_a_task_stopped_for_memory_is_interrupted_as_such_and_the_step_runs_agai
     assert up.attempt == 2 and up.text.startswith("size medium, up from small after "), up.text
     [fence] = [e for e in step.events if e.text.startswith("isolation: ")]
     assert "2 GiB of memory" in fence.text, fence.text
+
+
+def test_a_heartbeat_timeout_of_a_task_stopped_for_memory_says_so_in_the_steps_reason(
+    aws: dict[str, Any],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    svc, ecs = aws["svc"], aws["ecs"]
+    svc.tasks = EcsTasks(client=ecs)
+    run = create_run(svc, workspace(tmp_path), "build", {}, tenant=TENANT)
+    task = run_task(aws, "small")
+    svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 32, started_at=utcnow(), worker=FargateTask(task=task))
+    ecs.stop_task(cluster=aws["cluster"], task=task, reason=OOM)
+    request = StepCrashedRequest(
+        run=DriveRef(tenant=run.tenant, run_id=run.id), step=LaneStep(index=0), error={"Error": "States.HeartbeatTimeout"}
+    )
+    assert step_crashed(svc, request).status == StepStatus.failed  # as for any worker that died in its execution
+    (attempt,) = svc.store.list_attempts(run.tenant, run.id)
+    assert attempt.reason_kind == FailureKind.memory
+    assert (
+        attempt.reason == f"the step's worker failed (States.HeartbeatTimeout); its sandbox task was stopped for memory ({OOM})"
+    )
 
 
 def the_task_after(aws: dict[str, Any], earlier: str) -> dict[str, Any]:  # noqa: F811 (the fixture's value)

@@ -208,6 +208,10 @@ class SandboxTasks(Protocol):
     def stop(self, task: FargateTask, reason: str) -> None:
         """Stop a sandbox task (a person stopped its run): its worker is told to end."""
 
+    def why_stopped(self, task_arn: str, cluster: str | None = None) -> str | None:
+        """Why a stopped sandbox task stopped, when it was for memory or an eviction (what
+        its attempt's reason says); None for any other stop, or while it runs."""
+
 
 class SecretSource(Protocol):
     """Where declared secrets' values come from: locally a dotenv file or the environment,
