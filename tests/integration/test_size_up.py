@@ -21,6 +21,7 @@ from helpers import Sink, data_of, step_job
 
 from laneflow.adapters.executors.isolation import NOBODY
 from laneflow.adapters.executors.registry import StepTools
+from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import StepFailed
 from laneflow.domain.records import AttemptStatus, FailureKind, RunStatus, StepStatus
 from laneflow.ports import Services
@@ -106,6 +107,17 @@ def test_a_script_killed_for_memory_at_small_runs_again_at_medium_and_completes_
     # And it was told why it runs again.
     [told] = [e for e in step.events if e.type == "attempt"]
     assert data_of(told)["kinds"] == ["memory"]
+
+
+def test_at_large_a_memory_kill_fails_the_attempt_for_good(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    tools = StepTools(step_job(ws, agent="hog", agent_path="agents/hog", tools=("bash",), size="large"), Sink())
+    with pytest.raises(StepFailed) as raised:  # no larger size: another attempt would be killed the same way
+        tools.run("bash", {"command": "python3 -c 'raise MemoryError'"})
+    assert not raised.value.retryable and raised.value.kind == FailureKind.other
+    assert raised.value.reason == "bash ran out of memory (MemoryError) at size large (8 GiB a process), the largest size"
+    with pytest.raises(ToolError):  # a program's own failure is still the model's to read
+        tools.run("bash", {"command": "echo no such thing >&2; exit 3"})
 
 
 # -- laneflow a plain user ---------------------------------------------------------------------
