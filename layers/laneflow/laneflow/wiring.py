@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from laneflow.adapters.aws.ecs import EcsTasks, task_alive
+from laneflow.adapters.aws.ecs import EcsTasks, task_alive, task_gone_for
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.adapters.aws.s3 import S3Captures, S3Workspaces, SyncedFolders
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets, read_model_key
@@ -251,7 +251,7 @@ def reconcile_cloud(svc: Services) -> ReconcileReport:
         assert drives is not None
         drives.start(run.tenant, run.id)
 
-    liveness = Liveness(execution_alive=execution_alive(), task_alive=task_alive())
+    liveness = Liveness(execution_alive=execution_alive(), task_alive=task_alive(), task_gone_for=task_gone_for())
     return Reconciler(svc, liveness, redrive=redrive if drives else None).run()
 
 

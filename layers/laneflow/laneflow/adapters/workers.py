@@ -88,11 +88,13 @@ class Liveness:
         *,
         execution_alive: Callable[[str], bool | None] | None = None,
         task_alive: Callable[[str], bool | None] | None = None,
+        task_gone_for: Callable[[str], str | None] | None = None,
         now: Callable[[], float] = time.time,
         gone: WorkerRef | None = None,
     ):
         self.execution_alive = execution_alive
         self.task_alive = task_alive
+        self.task_gone_for = task_gone_for  # why a stopped task stopped, when for memory or an eviction
         self.now = now
         self.gone = gone
 
@@ -110,4 +112,11 @@ class Liveness:
                 return self.execution_alive(str(worker.execution))
             case FargateTask() if self.task_alive:
                 return self.task_alive(worker.task)
+        return None
+
+    def gone_for(self, worker: WorkerRef | None) -> str | None:
+        """Why a worker that is gone went, when it was killed for memory or evicted (a sandbox
+        task): its attempt's next one runs one size up. None for any other end."""
+        if isinstance(worker, FargateTask) and self.task_gone_for is not None:
+            return self.task_gone_for(worker.task)
         return None

@@ -4,7 +4,7 @@ siblings, and the gate's key and trace line."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from laneflow.domain.flow import Flow
 from laneflow.domain.messages import (
@@ -14,6 +14,7 @@ from laneflow.domain.messages import (
 from laneflow.domain.records import (
     Step,
 )
+from laneflow.domain.sizes import task_overrides
 
 
 def gate_key(group: int, cycle: int, lane: str | LaneKey) -> str:
@@ -33,6 +34,7 @@ def plan_lanes(
     gate: bool = False,
     sandboxed: Collection[str] = (),
     group: Collection[Step] | None = None,
+    sizes: Mapping[str, str] | None = None,
 ) -> list[Lane]:
     """Group a launching group's steps into lanes keyed by (agent, model), in index order.
 
@@ -81,6 +83,7 @@ def plan_lanes(
                 starter_role="lead" if gated else "solo",
                 sibling_parallel=parallel,
                 sandboxed=lane.agent in sandboxed,
+                task=task_overrides((sizes or {}).get(lane.agent)),
             )
         )
     return planned

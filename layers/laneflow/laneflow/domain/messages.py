@@ -12,6 +12,11 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from laneflow.domain.records import RunStatus, StepStatus
+from laneflow.domain.sizes import DEFAULT_SIZE, task_overrides
+
+
+def _default_task() -> dict[str, str]:
+    return task_overrides(DEFAULT_SIZE)
 
 
 class Contract(BaseModel):
@@ -55,6 +60,8 @@ class LaneStep(Contract):
     # A rescue whose agent runs in a sandbox worker (the definition routes each rescue on it;
     # a lane's steps are routed on `Lane.sandboxed`).
     sandboxed: bool = False
+    # A sandboxed rescue's task CPU and memory for its `size:` (RunTask's overrides; sizes.py).
+    task: dict[str, str] = Field(default_factory=_default_task)
 
 
 class LaneKey(NamedTuple):
@@ -99,6 +106,9 @@ class Lane(Contract):
     # Its agent runs in a sandbox worker: the definition runs the lane's steps through the
     # sandbox state (`ecs:runTask.waitForTaskToken`), not the RunStep function.
     sandboxed: bool = False
+    # The CPU and memory of each of its sandbox tasks (RunTask's task overrides) for its
+    # agent's `size:`, one up for each memory kill of the lane's steps (domain/sizes.py).
+    task: dict[str, str] = Field(default_factory=_default_task)
 
     @property
     def steps(self) -> list[LaneStep]:

@@ -60,6 +60,7 @@ class FailureKind(StrEnum):
     output = "output"  # its own output was refused: not JSON, not its schema, the judge's verdict
     model = "model"  # a model or network error (the API kept failing, a stub `fail:`)
     worker = "worker"  # its worker failed under it (a crash, a Lambda timeout)
+    memory = "memory"  # killed for memory, or its sandbox task evicted: the next attempt runs one size up (sizes.py)
     other = "other"  # anything else: its budget, time limit or turns, a setting, a bug
 
 

@@ -224,6 +224,10 @@ class SandboxTasks(Protocol):
     def stop(self, task: FargateTask, reason: str) -> None:
         """Stop a sandbox task (a person stopped its run): its worker is told to end."""
 
+    def why_stopped(self, task_arn: str, cluster: str | None = None) -> str | None:
+        """Why a stopped sandbox task stopped, when it was for memory or an eviction (what
+        its attempt's reason says); None for any other stop, or while it runs."""
+
 
 class SecretSource(Protocol):
     """Where declared secrets' values come from: locally a dotenv file or the environment,
@@ -255,6 +259,10 @@ class SecretFiles(Protocol):
 class WorkerLiveness(Protocol):
     def alive(self, worker: WorkerRef | None) -> bool | None:
         """Is that worker still there: True, False, or None (cannot tell)."""
+
+    def gone_for(self, worker: WorkerRef | None) -> str | None:
+        """Why a worker that is gone went, when it was killed for memory or evicted (its
+        attempt's next one runs one `size:` up); None for any other end, or cannot tell."""
 
 
 # Defined in their own modules, named here with the rest.

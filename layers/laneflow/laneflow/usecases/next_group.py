@@ -26,6 +26,7 @@ from laneflow.domain.records import (
 from laneflow.domain.settlement import STOPPED, budget_spent
 from laneflow.domain.windows import fits, most_steps, plan_window, window_cost
 from laneflow.ports import Services
+from laneflow.usecases.lane_sizes import lane_sizes
 from laneflow.usecases.run_step.handoff import prepare_handoffs
 
 log = logging.getLogger("laneflow.drive")
@@ -93,6 +94,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
             gate=bool(run.options.get("gate", True)),
             sandboxed=sandboxed_agents(run.options),
             group=leads,
+            sizes=lane_sizes(svc, run, window),
         )
 
     window = plan_window(launching, plan, used=req.used, budget=svc.settings.history_budget, costs=costs, fresh=req.used == 0)

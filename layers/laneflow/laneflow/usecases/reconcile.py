@@ -41,6 +41,7 @@ from laneflow.domain.records import (
     Attempt,
     AttemptRef,
     AttemptStatus,
+    FailureKind,
     ModelCall,
     Run,
     RunChanges,
@@ -185,7 +186,9 @@ class Reconciler:
             if alive is None and worker:
                 self._ack(tenant, attempt, "continued")  # cannot tell (another host): leave it
                 continue
-            self._ack(tenant, attempt, interrupt(self.svc, tenant, run, attempt))
+            why = self.liveness.gone_for(worker)  # killed for memory, or evicted: its next attempt runs one size up
+            reason, kind = (f"interrupted: {why}", FailureKind.memory) if why else (INTERRUPTED, None)
+            self._ack(tenant, attempt, interrupt(self.svc, tenant, run, attempt, reason, kind=kind))
 
     def _ack(self, tenant: str, attempt: Attempt, outcome: str) -> None:
         self.report.attempts.append(AttemptOutcome(tenant, attempt.run_id, attempt.index, attempt.n, outcome))
@@ -276,12 +279,15 @@ def interrupt(
     *,
     calls: list[ModelCall] | None = None,
     cost_usd: float | None = None,
+    kind: FailureKind | None = None,
 ) -> str:
     """End a running attempt as interrupted, by its exact identity. Its step (or rescue) is
     resumed by the next drive and told why; an interruption is not the step's doing, so it
     spends none of its `retries:` (the run's drive limit bounds a worker that keeps dying).
     A stopped run's step ends failed instead. A worker that interrupts its own attempt (it is
-    leaving) also passes what the attempt spent: its spans and the step's cost with them."""
+    leaving) also passes what the attempt spent: its spans and the step's cost with them. A
+    worker killed for memory or evicted gives its `kind` (memory): the next attempt runs one
+    `size:` up (domain/sizes.py)."""
     store = svc.store
     fields: dict[str, Any]
     if run.stop_requested:
@@ -292,7 +298,8 @@ def interrupt(
         fields["cost_usd"] = cost_usd
     changes = StepChanges(**fields)
     try:
-        store.end_attempt(AttemptRef.of(tenant, attempt), AttemptStatus.interrupted, reason=reason, step=changes, calls=calls)
+        ref = AttemptRef.of(tenant, attempt)
+        store.end_attempt(ref, AttemptStatus.interrupted, reason=reason, step=changes, calls=calls, reason_kind=kind)
         expire_questions(svc, tenant, run.id, attempt.index, attempt.n)
         return "interrupted"
     except AttemptEnded:

@@ -52,6 +52,7 @@ from laneflow.domain.settlement import (
     loop_target_group,
     tidy,
 )
+from laneflow.domain.sizes import run_sizes, task_overrides
 from laneflow.domain.windows import rescue_window, within
 from laneflow.domain.workspace import load_agent, load_workspace
 from laneflow.ports import Services
@@ -248,7 +249,9 @@ class Settler:
         keep = self._resume(plan.resume) if plan.resume is not None else self._new_rescue(plan.new)  # type: ignore[arg-type]
         if keep.status != StepStatus.pending:
             return None
-        return LaneStep(index=keep.index, sandboxed=(keep.agent or "") in sandboxed_agents(self.run.options))
+        agent = keep.agent or ""
+        task = task_overrides(run_sizes(self.run.options).get(agent))  # its agent's size: a rescue is a new step
+        return LaneStep(index=keep.index, sandboxed=agent in sandboxed_agents(self.run.options), task=task)
 
     def _resume(self, rescue: Step) -> Step:
         """A leftover rescue still marked running when its group is settled: nothing in this

@@ -19,6 +19,7 @@ from laneflow.domain.flow import Flow, StepSpec, load_flow, validate_input
 from laneflow.domain.lanes import SANDBOXED
 from laneflow.domain.placeholders import fill, lookup_input
 from laneflow.domain.records import Run, Step
+from laneflow.domain.sizes import SIZES_OPTION
 from laneflow.domain.workspace import (
     Agent,
     Workspace,
@@ -123,6 +124,9 @@ def prepare_run(
     )
     if reaches:
         options[DELEGATES] = reaches
+    # And their `size:`, which sizes their sandbox tasks in the cloud (domain/sizes.py).
+    if sizes := {name: agent.settings.size for name, agent in sorted(agents.items()) if agent.sandboxed and agent.settings.size}:
+        options[SIZES_OPTION] = sizes
     # Every name the flow's agents declare is fixed too: each record of the run is masked with
     # all of their values, whichever step it is (usecases.masking).
     options[RUN_SECRETS] = secret_names(agents)

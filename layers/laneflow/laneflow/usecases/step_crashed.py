@@ -9,6 +9,7 @@ from laneflow.domain.messages import (
     StepReport,
 )
 from laneflow.domain.records import (
+    Attempt,
     AttemptRef,
     AttemptStatus,
     Event,
@@ -19,6 +20,7 @@ from laneflow.domain.records import (
     utcnow,
 )
 from laneflow.domain.redaction import scrub_paths
+from laneflow.domain.workers import FargateTask
 from laneflow.ports import Services
 from laneflow.usecases.wait_for_lead import open_gate
 
@@ -35,13 +37,15 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
     if step.status == StepStatus.running:
         for attempt in store.list_attempts(tenant, run_id, index):
             if attempt.status == AttemptStatus.running:
+                if why := _task_stopped_for(svc, attempt):  # its sandbox task was killed for memory, or evicted
+                    reason = f"{reason}; {why}"
                 try:
                     store.end_attempt(
                         AttemptRef.of(tenant, attempt),
                         AttemptStatus.failed,
                         reason=reason,
                         step=StepChanges(status=StepStatus.failed, error=reason, finished_at=utcnow()),
-                        reason_kind=FailureKind.worker,
+                        reason_kind=FailureKind.memory if why else FailureKind.worker,
                     )
                 except AttemptEnded:
                     pass
@@ -71,3 +75,15 @@ def step_crashed(svc: Services, req: StepCrashedRequest) -> StepReport:
             lead_ended=True,
         )
     return StepReport(index=index, status=step.status, attempts=step.attempts)
+
+
+def _task_stopped_for(svc: Services, attempt: Attempt) -> str | None:
+    """Why the attempt's sandbox task stopped, when ECS says it was for memory or an eviction
+    (ecs.stopped_for): the record says so. The step still fails here, as for any worker that
+    died in its execution (docs/CHOICES.md, "The sandbox worker")."""
+    if svc.tasks is None or not isinstance(attempt.worker, FargateTask):
+        return None
+    try:
+        return svc.tasks.why_stopped(attempt.worker.task, attempt.worker.cluster)
+    except Exception:  # cannot tell: the reason stays the error's
+        return None

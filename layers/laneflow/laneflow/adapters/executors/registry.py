@@ -8,7 +8,8 @@ the machine's strongest isolation (`isolation.py`), each call time-limited (what
 the agent's `timeout:` for the step, else DEFAULT_CALL_TIMEOUT_S), each output cut at MAX_OUTPUT_CHARS saying so.
 A program's own failure (a non-zero exit, its time limit, input that is not what the tool
 takes, a script that cannot start) is a `ToolError`: an `is_error` result for the model. A
-stop kills the program's process group and ends the attempt (`StepStopped`).
+stop kills the program's process group and ends the attempt (`StepStopped`); a program killed
+for memory (memory.py) ends it too, to be tried again one size up (domain/sizes.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from laneflow.adapters.executors.delegate_tool import DelegateTool
 from laneflow.adapters.executors.finding import FindingTools
 from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amount, detect, limits_for
 from laneflow.adapters.executors.mcp_tools import Launch, McpTools, fenced, plain
+from laneflow.adapters.executors.memory import memory_kill, oom_kills
 from laneflow.adapters.executors.peers import PeerTools
 from laneflow.adapters.executors.programs import Finished, run_program
 from laneflow.adapters.executors.tools import DEFINITION, FileTools, ToolError
@@ -34,6 +36,7 @@ from laneflow.adapters.executors.web import WebTools
 from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
 from laneflow.domain.secrets import secret_file_folders
+from laneflow.domain.sizes import memory_failure
 from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted
 from laneflow.ports import Delegator, ExecutionSink, StepInbox, StepJob
 from laneflow.settings import settings
@@ -304,6 +307,7 @@ class StepTools:
         assert self.root is not None
         started = time.monotonic()
         timeout = DEFAULT_CALL_TIMEOUT_S if self._deadline is None else max(0.1, self._deadline - started)
+        oom_before = oom_kills()
         try:
             done = run_program(
                 argv,
@@ -329,6 +333,8 @@ class StepTools:
         if done.stopped:
             raise StepStopped(f"stopped by a person (its {name} call was killed after {time.monotonic() - started:.1f} s)")
         report = _report(done)
+        if (how := memory_kill(done, oom_before)) is not None:  # a model cannot make its sandbox larger
+            raise memory_failure(self.job.size, f"{name} {how}", f"{amount(self.limits.memory_bytes)} a process")
         if done.over_scratch:
             raise ToolError(
                 f"{name} was killed: the scratch grew past its {amount(self.limits.scratch_bytes)} "

@@ -33,6 +33,8 @@ class EarlierAttempt:
 
     def told(self) -> str:
         """One line of the retry header: the truth about this attempt, in the step's terms."""
+        if self.kind == FailureKind.memory:
+            return f"attempt {self.n} was killed for memory or evicted, not by its own choice (this one runs a size up): {self.reason}"
         if self.status == AttemptStatus.interrupted:
             return f"attempt {self.n} was interrupted: its worker went away, not by its own choice"
         if self.kind == FailureKind.output:

@@ -47,6 +47,7 @@ from laneflow.domain.records import (
 )
 from laneflow.domain.redaction import scrub_paths
 from laneflow.domain.settlement import BUDGET_SPENT, budget_spent, run_budget
+from laneflow.domain.sizes import attempt_size
 from laneflow.domain.workers import WorkerRef
 from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
@@ -122,8 +123,9 @@ class StepRunner:
         # each new attempt is told the truth about why it runs again.
         self.history = list(briefing.history)
         self.message = briefing.message  # what the current attempt is sent (written with its claim)
-        # `retries:` counts failures; an interruption (the worker went away) is not one.
-        self.failures = sum(1 for a in self.history if a.status == AttemptStatus.failed)
+        # `retries:` counts failures; an interruption (the worker went away) is not one, nor
+        # a memory kill (its next attempt runs one size up, at most twice: sizes.py).
+        self.failures = sum(1 for a in self.history if a.status == AttemptStatus.failed and a.kind != FailureKind.memory)
 
     @property
     def ref(self) -> AttemptRef:
@@ -231,7 +233,7 @@ class StepRunner:
         reason = self.svc.redactor(scrub_paths(reason, self.run.workspace_uri))
         cost = self.recorder.cost_usd if self.recorder else 0.0  # what the failed attempt spent counts
         self.step.cost_usd = round(self.step.cost_usd + cost, 6)
-        retry = retryable and self.failures < self.spec.retries
+        retry = retryable and (kind == FailureKind.memory or self.failures < self.spec.retries)
         try:
             self._note(EventType.error, f"attempt {self.attempt.n} failed: {reason}")
             ends: dict[str, Any] = {} if retry else {"status": StepStatus.failed, "finished_at": utcnow()}
@@ -248,7 +250,7 @@ class StepRunner:
             # Siblings do not wait through the lead's retries: they start and write the prefix themselves.
             self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
         self.history.append(EarlierAttempt(n=self.attempt.n, status=AttemptStatus.failed, reason=reason, kind=kind))
-        self.failures += 1
+        self.failures += kind != FailureKind.memory
         self.message = user_message(self.step, self.spec, self.handoff, self.history)
         try:
             self.attempt = store.claim_attempt(
@@ -325,6 +327,9 @@ class StepRunner:
                 "sandbox worker: the step runs whole here, in a scratch copy of the workspace",
                 {"worker": self.attempt.worker.model_dump(mode="json") if self.attempt.worker else None},
             )
+        sized = attempt_size(agent.settings.size, ((a.kind, a.reason) for a in self.history))
+        if sized.up_from:  # one size up after an out-of-memory kill: the trace says so
+            recorder.event(EventType.info, sized.line(), sized.as_data())
         # After the claim, before the model: a secret not set fails the attempt here.
         self.secrets = load_secrets(svc, run, agent, recorder)
         job = StepJob(
@@ -348,7 +353,7 @@ class StepRunner:
             timeout=agent.settings.timeout,
             budget=budget,
             effort=agent.settings.effort,
-            size=agent.settings.size,
+            size=sized.size if sized.up_from else agent.settings.size,
             network_enforce=bool(ws.settings.network_enforce),
             sandboxed=agent.sandboxed,
             secret_env=dict(self.secrets.env),
