@@ -54,6 +54,7 @@ from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
 from laneflow.usecases.run_step.cache_break import find_cache_break, step_prefix
 from laneflow.usecases.run_step.delegation import Delegation
 from laneflow.usecases.run_step.inbox import attempt_inbox, group_peers
+from laneflow.usecases.run_step.job import attempt_job
 from laneflow.usecases.run_step.judge import JUDGE_SYSTEM, parse_verdict
 from laneflow.usecases.run_step.message import (
     Briefing,
@@ -332,35 +333,16 @@ class StepRunner:
             recorder.event(EventType.info, sized.line(), sized.as_data())
         # After the claim, before the model: a secret not set fails the attempt here.
         self.secrets = load_secrets(svc, run, agent, recorder)
-        job = StepJob(
-            tenant=run.tenant,
-            run_id=run.id,
-            index=step.index,
-            attempt=self.attempt.n,
-            agent=agent.name,
-            model=step.model,
-            item=step.item,
-            run_input=svc.store.get_run_input(run.tenant, run.id),
-            system_stable=prompt.stable,
-            system_dynamic=prompt.dynamic,
+        job = attempt_job(
+            svc,
+            run,
+            step,
+            prepared,
             user=self.message,
-            tools=tuple(agent.settings.tools),
-            workspace_root=str(ws.root),
-            agent_path=agent.path,
-            stub=agent.settings.stub,
-            answer_index=self.attempt.n - 1,
-            max_turns=agent.settings.max_turns,
-            timeout=agent.settings.timeout,
+            attempt=self.attempt.n,
             budget=budget,
-            effort=agent.settings.effort,
             size=sized.size if sized.up_from else agent.settings.size,
-            network_enforce=bool(ws.settings.network_enforce),
-            sandboxed=agent.sandboxed,
             secret_env=dict(self.secrets.env),
-            apis=tuple(agent.apis),
-            delegates=tuple(agent.settings.delegates),
-            web_max_uses=agent.settings.web_max_uses,
-            mcp=tuple(agent.mcp),
         )
         recorder.step_budget = budget
         if agent.settings.delegates:
