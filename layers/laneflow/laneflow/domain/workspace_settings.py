@@ -38,6 +38,7 @@ class AgentSettings(BaseModel):
     size: Literal["small", "medium", "large"] | None = None
     secrets: list[str] = Field(default_factory=list)
     apis: list[Any] = Field(default_factory=list)  # checked into `Agent.apis` (domain/apis.py)
+    network: str | list[Any] | None = None  # `none` or destinations, checked into `Agent.network` (domain/network.py)
     stub: str | list[str] | None = None
     description: str | None = None
 
