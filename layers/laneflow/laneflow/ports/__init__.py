@@ -111,6 +111,7 @@ class StepJob:
     network_enforce: bool = False  # AGENTS.md `network_enforce:`: refuse a sandbox without a network fence
     sandboxed: bool = False  # `Agent.sandboxed`: the step runs in a sandbox worker
     apis: tuple[ApiSpec, ...] = ()  # agent `apis:`: its `api_<name>` tools (headers unfilled)
+    network: tuple[str, ...] = ()  # agent `network:`, checked: what its programs reach through the egress proxy
 
 
 @dataclass

@@ -56,13 +56,16 @@ class Isolation:
     network_enforced: bool
     files_enforced: bool
 
-    def describe(self, limits: Limits | None = None, scratch: ScratchFence | None = None) -> str:
+    def describe(self, limits: Limits | None = None, scratch: ScratchFence | None = None, network: str = "") -> str:
         """The trace's line: what the step's programs got (who they run as, and the limits
-        that bind them, when given)."""
+        that bind them, when given; `network`: its `network:` list, when it has one)."""
         if self.network_enforced:
-            line = f"isolation: {self.name}, no network"
+            line = f"isolation: {self.name}, " + (
+                f"network only to {network} through laneflow's egress proxy" if network else "no network"
+            )
         else:
-            line = f"isolation: {self.name}, network not enforced, file system not enforced"
+            through = f" (its egress proxy to {network} is there for programs that use it)" if network else ""
+            line = f"isolation: {self.name}, network not enforced{through}, file system not enforced"
         if limits is None:
             return line
         uid = sandbox_uid()

@@ -351,6 +351,7 @@ class StepRunner:
             sandboxed=agent.sandboxed,
             secret_env=dict(self.secrets.env),
             apis=tuple(agent.apis),
+            network=tuple(agent.network),
         )
         self.prefix, self.cache_break = step_prefix(svc, job), None
         layers = prompt.records()
