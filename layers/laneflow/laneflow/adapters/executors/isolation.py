@@ -8,7 +8,8 @@ behind a fence that holds when laneflow itself runs as root.
   into laneflow's terminal) and `--die-with-parent`. The system's folders are read-only (the
   host's password hashes, sudo rules and SSH host keys masked), `/tmp` is private, and the
   step's scratch copy of the workspace is the only writable place (its agents' definitions
-  read-only within it). Its arguments: bubblewrap.py.
+  read-only within it). Its arguments: bubblewrap.py. A step whose agent lists `network:`
+  destinations reaches them, and only them, through laneflow's egress proxy (egress_proxy.py).
 - `subprocess`: a plain child process. Neither the network nor the file system is fenced;
   the trace says so, and `network_enforce: true` refuses such a step.
 
