@@ -155,3 +155,8 @@ def test_the_agent_carries_its_checked_destinations(tmp_path: Path) -> None:
     agent = load_agent(load_workspace(tmp_path / "ws"), "a")
     assert agent.network == ["pypi.org", "127.0.0.1:8080"]
     assert load_agent(load_workspace(tmp_path / "ws"), "a").settings.network is not None
+
+
+def test_beside_a_tools_setting_of_the_wrong_type_the_list_is_not_called_ignored(tmp_path: Path) -> None:
+    [problem] = problems_of(tmp_path, {"tools": "bash", "network": ["pypi.org"]})
+    assert problem.field == "tools"

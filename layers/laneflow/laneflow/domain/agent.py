@@ -231,7 +231,7 @@ def load_agent(ws: Workspace, name: str) -> Agent:
             warnings.extend(_effort_not_taken(settings, settings.model or ws.settings.model, front, rel))
         errors.extend(_program_settings(settings, front, rel, refused))
         if "network" not in refused:  # of the wrong type: already a problem
-            sandboxed = settings.sandbox or runs_programs(settings.tools)
+            sandboxed = settings.sandbox or runs_programs(settings.tools) or bool(refused & {"tools", "sandbox"})
             errors.extend(network_problems(front.data.get("network"), sandboxed=sandboxed, rel=rel, lines=front.lines))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
