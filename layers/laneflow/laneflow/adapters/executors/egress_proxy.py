@@ -33,13 +33,14 @@ one request with or without it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import socket
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,20 +152,27 @@ class EgressProxy:
 
     def listen_unix(self, path: str) -> str:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(path)
-        Path(path).chmod(0o600)
-        self._serve_on(server)
+        with self._serving(server):
+            server.bind(path)
+            Path(path).chmod(0o600)
         return path
 
     def listen_tcp(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.bind((host, port))
-        self._serve_on(server)
+        with self._serving(server):
+            server.bind((host, port))
         self.address = server.getsockname()[:2]
         return self.address
 
-    def _serve_on(self, server: socket.socket) -> None:
-        server.listen(64)
+    @contextlib.contextmanager
+    def _serving(self, server: socket.socket) -> Iterator[None]:
+        """Serve on `server` once the block has bound it (closed, when it fails)."""
+        try:
+            yield
+            server.listen(64)
+        except OSError:
+            server.close()
+            raise
         with self._lock:
             self._servers.append(server)
         threading.Thread(target=self._accept, args=(server,), name="laneflow-egress", daemon=True).start()
@@ -301,6 +309,11 @@ def forwarder_python() -> str | None:
     return found if real.startswith(_SYSTEM_DIRS) else None
 
 
+@functools.cache
+def _forwarder_source() -> str:
+    return Path(egress_forward.__file__).read_text(encoding="utf-8")
+
+
 @dataclass
 class Served:
     """What one program run gets of the step's proxy: its variables, the bubblewrap
@@ -354,8 +367,7 @@ class StepNetwork:
             for owned in (self._folder, path):
                 shutil.chown(owned, uid, uid)
         python = forwarder_python() or "python3"
-        source = Path(egress_forward.__file__).read_text()
-        prefix = [python, "-I", "-S", "-c", source, SOCKET_IN_SANDBOX, str(FORWARD_PORT), "--"]
+        prefix = [python, "-I", "-S", "-c", _forwarder_source(), SOCKET_IN_SANDBOX, str(FORWARD_PORT), "--"]
         return Served(
             env=proxy_env(f"http://127.0.0.1:{FORWARD_PORT}"), bwrap_args=["--ro-bind", path, SOCKET_IN_SANDBOX], prefix=prefix
         )

@@ -261,8 +261,8 @@ class StepTools:
         assert self.root is not None
         started = time.monotonic()
         timeout = DEFAULT_CALL_TIMEOUT_S if self._deadline is None else max(0.1, self._deadline - started)
-        served = self.network.start(self.isolation, sandbox_uid())  # None without a network: list
         try:
+            served = self.network.start(self.isolation, sandbox_uid())  # None without a network: list
             done = run_program(
                 argv,
                 isolation=self.isolation,
