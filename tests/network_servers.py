@@ -1,9 +1,11 @@
 """Tiny servers on 127.0.0.1 (a free port each) for the network allowlist's tests: an HTTP
-server that answers `hello from <port> <path>`, and a raw listener that accepts nothing and
-counts what reached its queue."""
+server that answers `hello from <port> <path>` (`/bytes/N`: N bytes of BYTE_PATTERN; a POST:
+the sha256 of its body), and a raw listener that accepts nothing and counts what reached
+its queue."""
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import socket
 import threading
@@ -11,10 +13,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+BYTE_PATTERN = bytes(range(256))
+
+
+def pattern(n: int) -> bytes:
+    return (BYTE_PATTERN * (n // 256 + 1))[:n]
+
 
 class _Hello(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        body = f"hello from {self.server.server_address[1]} {self.path}\n".encode()  # type: ignore[index]
+        if self.path.startswith("/bytes/"):
+            self._send(pattern(int(self.path.removeprefix("/bytes/"))))
+        else:
+            self._send(f"hello from {self.server.server_address[1]} {self.path}\n".encode())  # type: ignore[index]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self._send(f"{hashlib.sha256(body).hexdigest()}\n".encode())
+
+    def _send(self, body: bytes) -> None:
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

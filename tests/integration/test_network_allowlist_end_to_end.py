@@ -9,6 +9,7 @@ loopback only, each bounded in time."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 from contract.store.backends import BACKENDS
 from helpers import Sink, data_of, step_job
-from network_servers import http_server, raw_listener
+from network_servers import http_server, pattern, raw_listener
 
 from laneflow.adapters.executors.egress_proxy import forwarder_python
 from laneflow.adapters.executors.isolation import BUBBLEWRAP, NOBODY, SUBPROCESS, Isolation, bubblewrap_available
@@ -46,6 +47,11 @@ PROBES = {
     "python": "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{one}/py', timeout=10).read().decode())\"",
     "no proxy": "curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{one}/direct",
     "raw socket": "exec 3<>/dev/tcp/127.0.0.1/{raw} && echo connected",
+    # Megabytes each way through the forwarder, the plain way and tunnelled, byte for byte.
+    "download": "curl -sS -f --max-time 30 http://127.0.0.1:{one}/bytes/4000000 | sha256sum | cut -c1-64",
+    "tunnelled download": "curl -sS -f --max-time 30 -p http://127.0.0.1:{one}/bytes/3000000 | sha256sum | cut -c1-64",
+    "upload": "head -c 3000000 /dev/urandom > up.bin && sha256sum up.bin | cut -c1-64 && "
+    "curl -sS -f --max-time 30 -H 'Expect:' --data-binary @up.bin http://127.0.0.1:{one}/up",
 }
 
 
@@ -124,6 +130,10 @@ def assert_only_the_list_passed(seen: dict[str, Any], ports: dict[str, Any], raw
     assert not seen["no proxy"]["ok"] and "hello" not in seen["no proxy"]["said"], seen["no proxy"]
     assert not seen["raw socket"]["ok"] and "connected" not in stdout(seen["raw socket"]["said"]), seen["raw socket"]
     assert raw_waiting == 0  # nothing reached the listed raw listener, which only a direct connection would
+    for name, size in (("download", 4_000_000), ("tunnelled download", 3_000_000)):
+        assert stdout(seen[name]["said"]) == hashlib.sha256(pattern(size)).hexdigest() + "\n", seen[name]
+    sent, echoed = stdout(seen["upload"]["said"]).split()
+    assert sent == echoed, seen["upload"]
     events = seen["_events"]
     trace = events[0][1]
     assert trace.startswith(f"isolation: bubblewrap, network only to 127.0.0.1:{one}, 127.0.0.1:{ports['raw']} through "), trace

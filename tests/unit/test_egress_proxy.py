@@ -6,18 +6,25 @@ proxy ends its tunnels. Every probe targets loopback only."""
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from helpers import Sink
+from helpers import Sink, wait_for
 from network_servers import Listener, http_server, raw_listener
 
-from laneflow.adapters.executors import egress_proxy
+from laneflow.adapters.executors import egress_forward, egress_proxy
 from laneflow.adapters.executors.egress_proxy import EgressProxy, StepNetwork, one_request_s, start_proxy
 from laneflow.adapters.executors.isolation import SUBPROCESS
+from laneflow.domain.network import Allowlist
 
 
 @pytest.fixture
@@ -141,3 +148,41 @@ def test_the_listener_helper_counts_what_reached_it() -> None:
         socket.create_connection(("127.0.0.1", listener.port), timeout=5).close()
         assert listener.waiting() == 1
     assert isinstance(listener, Listener)
+
+
+def _port_is_free(port: int) -> bool:
+    probe = socket.socket()
+    try:
+        probe.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_forwarder_relays_to_the_proxys_socket_then_execs_its_program_and_leaves_after_it(ports: tuple[int, int]) -> None:
+    one, two = ports
+    folder = tempfile.mkdtemp(prefix="laneflow-forward-test-")  # short enough for a socket's path
+    try:
+        with EgressProxy(Allowlist.parse([f"127.0.0.1:{one}"])) as proxy:
+            path = proxy.listen_unix(f"{folder}/egress.sock")
+            probe = socket.socket()
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            probe.close()
+            source = Path(egress_forward.__file__).read_text()
+            curl = ["curl", "-sS", "--max-time", "10", "-x", f"http://127.0.0.1:{port}", "-w", " %{http_code}"]
+            script = (
+                f"{shlex.join([*curl, f'http://127.0.0.1:{one}/via'])}; echo; {shlex.join([*curl, f'http://127.0.0.1:{two}/'])}"
+            )
+            argv = [sys.executable, "-I", "-S", "-c", source, path, str(port), "--", "sh", "-c", script]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout == f"hello from {one} /via\n 200\n127.0.0.1:{two} is not in this step's network: list\n 403"
+            assert proxy.refused() == [("127.0.0.1", two)]
+        # Outside a sandbox's pid namespace the relay leaves by itself once its program is gone.
+        wait_for(lambda: _port_is_free(port), "the relay to leave after its program", timeout_s=15)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

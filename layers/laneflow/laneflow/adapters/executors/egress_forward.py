@@ -8,9 +8,10 @@ It runs under the sandbox's own python3 (the host's /usr/bin one, read-only in t
 sandbox), so it imports nothing but the standard library and keeps to what Python 3.8
 has. It binds before the program starts (no connection is refused for being early), then
 forks twice: the relay is reparented to the sandbox's init and ends with the sandbox's pid
-namespace when the program ends; the program itself is exec'd, so its pipes, exit code and
-signals are its own. The relay is one thread and one selector (the step's process limit
-counts threads), with a bounded buffer per direction.
+namespace when the program ends (and, outside one, leaves within WATCH_S of the program's
+end by itself); the program itself is exec'd, so its pipes, exit code and signals are its
+own. The relay is one thread and one selector (the step's process limit counts threads),
+with a bounded buffer per direction.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import sys
 CHUNK = 65_536
 
 MAX_BUFFER = 1_048_576  # per direction: past it, the relay stops reading that side until it drains
+
+WATCH_S = 0.5  # how often the relay looks whether the program is still there
 
 
 class _Side:
@@ -44,11 +47,11 @@ class _Relay:
         self.sides: dict[socket.socket, _Side] = {}
         self.watched: dict[socket.socket, int] = {}  # what the selector waits for on each (absent: nothing)
 
-    def run(self) -> None:
+    def run(self, program: int) -> None:
         self.server.setblocking(False)
         self.selector.register(self.server, selectors.EVENT_READ)
-        while True:
-            for key, mask in self.selector.select():
+        while _alive(program):
+            for key, mask in self.selector.select(WATCH_S):
                 sock = key.fileobj
                 if sock is self.server:
                     self._accept()
@@ -144,12 +147,23 @@ class _Relay:
                 one.sock.close()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def main(args: list[str]) -> None:
     target, port, argv = args[0], int(args[1]), args[3:]
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
     server.listen(64)
+    program = os.getpid()  # exec'd into the program below
     first = os.fork()
     if first == 0:
         if os.fork() != 0:
@@ -158,7 +172,7 @@ def main(args: list[str]) -> None:
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)  # never holds the program's pipes open
         try:
-            _Relay(server, target).run()
+            _Relay(server, target).run(program)
         finally:
             os._exit(0)
     os.waitpid(first, 0)
