@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
-from helpers import Sink, data_of, step_job
+from helpers import Sink, data_of, error_of, step_job
 from network_servers import http_server, pattern, raw_listener
 
 from laneflow.adapters.executors.egress_proxy import forwarder_python
@@ -220,3 +220,29 @@ def test_a_sandboxed_step_reaches_its_list_and_its_refusals_are_on_the_step_on_b
     allowed, refused, direct = outputs
     assert stdout(allowed) == f"hello from {one} /allowed\n" and stdout(refused) == "403"
     assert direct.startswith("exit code: 7") and "hello" not in direct  # curl: could not connect
+
+
+def test_forced_to_the_fallback_network_enforce_refuses_a_step_with_a_list_before_any_turn_on_both_stores(
+    store_kind: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "ws"
+    (root / "agents" / "fetcher").mkdir(parents=True)
+    (root / "flows").mkdir()
+    (root / "AGENTS.md").write_text("---\nmodel: stub\nnetwork_enforce: true\n---\nRules.\n")
+    stub = 'tool: bash {"command": "curl -sS --max-time 5 http://127.0.0.1:9/"}\n===\nFetched.\n'
+    (root / "agents" / "fetcher" / "agent.md").write_text(
+        f"---\ntools: [bash]\nnetwork: [pypi.org, '*.pythonhosted.org']\nstub: |\n{textwrap.indent(stub, '  ')}---\nYou fetch.\n"
+    )
+    (root / "flows" / "fetch.yaml").write_text("steps:\n  - agent: fetcher\n    instruction: Fetch.\n")
+    # LANEFLOW_ISOLATION=subprocess: the plain subprocess, which has no network namespace.
+    settings = Settings.from_env({"LANEFLOW_ISOLATION": "subprocess", "LANEFLOW_CAPTURE_DIR": str(tmp_path / "captures")})
+    with BACKENDS[store_kind](tmp_path) as store:
+        svc = for_store(store, settings)
+        run = create_run(svc, root, "fetch", {})
+        local_engine(svc).drive(run.tenant, run.id, tick_s=0.02)
+        final = svc.store.get_run(run.tenant, run.id)
+        step = svc.store.get_step(run.tenant, run.id, 0, detail=True)
+    assert final.status == RunStatus.failed and step.status == StepStatus.failed and step.attempts == 1  # not retried
+    said = error_of(step)
+    assert "no network namespace" in said and "its network: list (pypi.org, *.pythonhosted.org) cannot be enforced" in said
+    assert step.calls == [] and not [e for e in step.events if e.type == "tool"]
