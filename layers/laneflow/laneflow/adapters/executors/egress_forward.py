@@ -4,8 +4,8 @@ into the sandbox; then the program runs (exec) with HTTP_PROXY pointing at that 
 
     python3 -I -S -c <this file's source> <socket> <port> -- <program> <args...>
 
-It runs under the sandbox's own python3 (the host's /usr/bin one, read-only in the
-sandbox), so it imports nothing but the standard library and keeps to what Python 3.8
+It runs under the sandbox's own python3 (the host's, from the system folders bound read-only
+into the sandbox), so it imports nothing but the standard library and keeps to what Python 3.8
 has. It binds before the program starts (no connection is refused for being early), then
 forks twice: the relay is reparented to the sandbox's init and ends with the sandbox's pid
 namespace when the program ends (and, outside one, leaves within WATCH_S of the program's
