@@ -151,7 +151,9 @@ def test_the_listener_helper_counts_what_reached_it() -> None:
 
 
 def _port_is_free(port: int) -> bool:
+    """Nothing listens on it (connections of it left in TIME_WAIT do not count)."""
     probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         probe.bind(("127.0.0.1", port))
         return True
