@@ -83,6 +83,7 @@ def test_every_substitution_in_the_definition_is_wired_to_a_template_function_or
         if name.endswith("FunctionArn"):
             assert value["Fn::GetAtt"][0] in functions, name
             continue
+        value = value.get("Fn::If", [None, None, value])[2]  # its else: what the parameters' defaults choose
         refs = value.get("Fn::Join", [None, value])[1]
         refs = refs if isinstance(refs, list) else [refs]
         target = refs[0].get("Ref") or refs[0].get("Fn::GetAtt", [None])[0]

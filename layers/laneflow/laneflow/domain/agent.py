@@ -16,6 +16,7 @@ from laneflow.domain.errors import InvalidInput, Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import Front, read_front, type_name
 from laneflow.domain.inbox import ASK
 from laneflow.domain.mcp import MCP_PREFIX, McpServer, check_mcp, merged
+from laneflow.domain.network import network_problems, parse_network
 from laneflow.domain.pricing import catalog
 from laneflow.domain.secrets import declared_secrets
 from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools, web_tools
@@ -50,6 +51,7 @@ class Agent(BaseModel):
     script_tools: list[ScriptTool] = Field(default_factory=list)  # its own and the workspace's executables
     apis: list[ApiSpec] = Field(default_factory=list)  # its `apis:`, checked: the api_<name> tools
     mcp: list[McpServer] = Field(default_factory=list)  # AGENTS.md's and its own `mcp:`, checked: mcp__<name>__* tools
+    network: list[str] = Field(default_factory=list)  # its `network:`, checked: the destinations its programs reach
     warnings: list[Problem] = Field(default_factory=list)
 
     @property
@@ -289,6 +291,9 @@ def load_agent(ws: Workspace, name: str) -> Agent:
             warnings.extend(_effort_not_taken(settings, settings.model or ws.settings.model, front, rel))
         errors.extend(_program_settings(settings, front, rel, refused))
         errors.extend(_delegate_problems(ws, name, front, rel))
+        if "network" not in refused:  # of the wrong type: already a problem
+            sandboxed = settings.sandbox or runs_programs(settings.tools) or bool(refused & {"tools", "sandbox"})
+            errors.extend(network_problems(front.data.get("network"), sandboxed=sandboxed, rel=rel, lines=front.lines))
     skills = _read_skills(agent_dir, root, errors, warnings)
     if errors or settings is None:
         raise WorkspaceInvalid(f"agent {name!r} cannot be read", errors)
@@ -306,5 +311,6 @@ def load_agent(ws: Workspace, name: str) -> Agent:
         script_tools=script_tools,
         apis=apis,
         mcp=mcp,
+        network=[d.text() for d in parse_network(settings.network)[0]],
         warnings=warnings,
     )

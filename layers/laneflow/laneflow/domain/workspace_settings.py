@@ -42,6 +42,7 @@ class AgentSettings(BaseModel):
     apis: list[Any] = Field(default_factory=list)  # checked into `Agent.apis` (domain/apis.py)
     delegates: list[str] = Field(default_factory=list)  # the agents its `delegate` tool may call (domain/delegation.py)
     mcp: list[Any] = Field(default_factory=list)  # checked into `Agent.mcp` (domain/mcp.py)
+    network: str | list[Any] | None = None  # `none` or destinations, checked into `Agent.network` (domain/network.py)
     stub: str | list[str] | None = None
     description: str | None = None
 

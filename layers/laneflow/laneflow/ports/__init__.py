@@ -116,6 +116,7 @@ class StepJob:
     delegates: tuple[str, ...] = ()  # agent `delegates:`: the agents its `delegate` tool may call
     web_max_uses: int = DEFAULT_WEB_MAX_USES  # agent `web_max_uses`: each web tool's max_uses a request
     mcp: tuple[McpServer, ...] = ()  # agent and AGENTS.md `mcp:`: its `mcp__<name>__*` tools (secrets unfilled)
+    network: tuple[str, ...] = ()  # agent `network:`, checked: what its programs reach through the egress proxy
 
 
 @dataclass

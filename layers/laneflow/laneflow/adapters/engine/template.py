@@ -78,7 +78,10 @@ class Template:
 
     def _resolve(self, value: Any, arn_for: Callable[[str], str]) -> str:
         """A substitution's value: a resource's ARN (`arn_for`), a parameter's default, or a
-        `!Join` of those (a parameter's list joined)."""
+        `!Join` of those (a parameter's list joined), or an `!If` as the defaults decide it."""
+        if isinstance(value, dict) and "Fn::If" in value:
+            condition, then, otherwise = value["Fn::If"]
+            return self._resolve(then if self._holds(condition) else otherwise, arn_for)
         if isinstance(value, dict) and "Fn::GetAtt" in value:
             return arn_for(value["Fn::GetAtt"][0])
         if isinstance(value, dict) and "Ref" in value:
@@ -89,6 +92,22 @@ class Template:
             parts = parts if isinstance(parts, list) else [parts]
             return str(sep).join(self._resolve(p, arn_for) for p in parts)
         return str(value)
+
+    def _holds(self, condition: Any) -> bool:
+        """A condition (its name, or `!Not`, `!And`, `!Or`, `!Equals`) as the parameters'
+        defaults decide it."""
+        if isinstance(condition, str):
+            return self._holds(self.body.get("Conditions", {})[condition])
+        [(op, args)] = condition.items()
+        if op == "Condition":
+            return self._holds(args)
+        if op in ("Fn::And", "Fn::Or"):
+            return (all if op == "Fn::And" else any)(self._holds(a) for a in args)
+        if op == "Fn::Not":
+            return not self._holds(args[0])
+        if op == "Fn::Equals":
+            return self._resolve(args[0], str) == self._resolve(args[1], str)
+        raise ValueError(f"template.yaml: a condition of {op} cannot be read here")
 
     def definition(
         self, arn_for: Callable[[str], str], logical_id: str = "FlowStateMachine", *, values: dict[str, str] | None = None

@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from laneflow.adapters.executors.sandbox_user import NOBODY, PATH, sandbox_uid
@@ -71,7 +72,7 @@ def bwrap_works() -> bool:
     return done.returncode == 0
 
 
-def bwrap_argv(argv: list[str], scratch: Path, read_only: list[Path]) -> list[str]:
+def bwrap_argv(argv: list[str], scratch: Path, read_only: list[Path], extra: Sequence[str] = ()) -> list[str]:
     exe = shutil.which(BWRAP) or BWRAP
     out = [exe, *_FENCE, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for folder in SYSTEM_DIRS:
@@ -88,5 +89,6 @@ def bwrap_argv(argv: list[str], scratch: Path, read_only: list[Path]) -> list[st
     out += ["--bind", str(scratch), str(scratch)]
     for path in read_only:
         out += ["--ro-bind", str(path), str(path)]
+    out += [*extra]  # the egress proxy's socket, for a step with a network: list (egress_proxy.py)
     out += ["--chdir", str(scratch), "--"]
     return out + argv

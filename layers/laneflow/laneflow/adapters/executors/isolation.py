@@ -8,7 +8,8 @@ behind a fence that holds when laneflow itself runs as root.
   into laneflow's terminal) and `--die-with-parent`. The system's folders are read-only (the
   host's password hashes, sudo rules and SSH host keys masked), `/tmp` is private, and the
   step's scratch copy of the workspace is the only writable place (its agents' definitions
-  read-only within it). Its arguments: bubblewrap.py.
+  read-only within it). Its arguments: bubblewrap.py. A step whose agent lists `network:`
+  destinations reaches them, and only them, through laneflow's egress proxy (egress_proxy.py).
 - `subprocess`: a plain child process. Neither the network nor the file system is fenced;
   the trace says so, and `network_enforce: true` refuses such a step.
 
@@ -56,13 +57,16 @@ class Isolation:
     network_enforced: bool
     files_enforced: bool
 
-    def describe(self, limits: Limits | None = None, scratch: ScratchFence | None = None) -> str:
+    def describe(self, limits: Limits | None = None, scratch: ScratchFence | None = None, network: str = "") -> str:
         """The trace's line: what the step's programs got (who they run as, and the limits
-        that bind them, when given)."""
+        that bind them, when given; `network`: its `network:` list, when it has one)."""
         if self.network_enforced:
-            line = f"isolation: {self.name}, no network"
+            line = f"isolation: {self.name}, " + (
+                f"network only to {network} through laneflow's egress proxy" if network else "no network"
+            )
         else:
-            line = f"isolation: {self.name}, network not enforced, file system not enforced"
+            through = f" (its egress proxy to {network} is there for programs that use it)" if network else ""
+            line = f"isolation: {self.name}, network not enforced{through}, file system not enforced"
         if limits is None:
             return line
         uid = sandbox_uid()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from laneflow.adapters.executors.bubblewrap import bwrap_argv
+from laneflow.adapters.executors.egress_proxy import Served
 from laneflow.adapters.executors.isolation import BUBBLEWRAP, Isolation
 from laneflow.adapters.executors.limits import Limits, child_setup
 from laneflow.adapters.executors.sandbox_user import end_leftovers, hand_over, own_processes, sandbox_uid
@@ -127,6 +128,7 @@ def run_program(
     fence: ScratchFence | None = None,
     keep_chars: int = 30_000,
     poll_s: float = 0.05,
+    network: Served | None = None,
 ) -> Finished:
     """Run one program to its end, its time limit, a stop, or (a measured scratch) its
     scratch's size, whichever comes first; any of those kills its whole process group.
@@ -139,7 +141,10 @@ def run_program(
     else:  # RLIMIT_NPROC counts the user's own processes too
         processes = limits.processes + (own_processes(os.geteuid()) if os.geteuid() != 0 else 0)
     binds = (read_only or []) + (readable or [])
-    command = bwrap_argv(argv, scratch, binds) if isolation is BUBBLEWRAP else argv
+    extra: list[str] = []
+    if network is not None:  # the step's egress proxy: its variables, its socket and forwarder (egress_proxy.py)
+        argv, env, extra = network.wrap(argv), {**env, **network.env}, network.bwrap_args
+    command = bwrap_argv(argv, scratch, binds, extra) if isolation is BUBBLEWRAP else argv
     proc = subprocess.Popen(
         command,
         cwd=str(scratch),

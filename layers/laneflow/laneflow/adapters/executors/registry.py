@@ -25,8 +25,9 @@ from typing import Any
 
 from laneflow.adapters.executors.api_tools import DEFAULT_API_TIMEOUT_S, ApiTools
 from laneflow.adapters.executors.delegate_tool import DelegateTool
+from laneflow.adapters.executors.egress_proxy import StepNetwork
 from laneflow.adapters.executors.finding import FindingTools
-from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amount, detect, limits_for
+from laneflow.adapters.executors.isolation import Isolation, ScratchFence, amount, detect, limits_for, sandbox_uid
 from laneflow.adapters.executors.mcp_tools import Launch, McpTools, fenced, plain
 from laneflow.adapters.executors.memory import memory_kill, oom_kills
 from laneflow.adapters.executors.peers import PeerTools
@@ -116,6 +117,7 @@ class StepTools:
         self.finding = FindingTools(job, sink)  # search, history (finding.py)
         self.delegation = DelegateTool(job, sink)  # delegate (delegate_tool.py)
         self.web = WebTools(job)  # web_search, web_fetch: run by the API (web.py)
+        self.network = StepNetwork(job.network, sink)  # its `network:`, through the egress proxy (egress_proxy.py)
         # The step's `timeout:` bounds its programs too: no call outlives the step's deadline.
         self._deadline = time.monotonic() + job.timeout if job.timeout else None
         self.mcp = McpTools(job.mcp, job.secret_env, sink, launcher=self._mcp_launch, deadline=self._deadline)  # mcp_tools.py
@@ -192,20 +194,26 @@ class StepTools:
         fence = self.fence
         self.sink.event(
             EventType.info,
-            isolation.describe(self.limits, fence),
+            isolation.describe(self.limits, fence, network=self.network.allowlist.describe() if self.network.allowlist else ""),
             {
                 "isolation": isolation.name,
                 "network_enforced": isolation.network_enforced,
+                "network": self.network.data(),
                 "limits": self.limits.as_data(),
                 "scratch": "tmpfs" if fence and fence.tmpfs else "measured",
             },
         )
         if self.job.network_enforce and not isolation.network_enforced:
+            listed = (
+                f": its network: list ({self.network.allowlist.describe()}) cannot be enforced" if self.network.allowlist else ""
+            )
             raise StepFailed(
-                f"network_enforce is set (AGENTS.md) but this machine cannot enforce the network ({isolation.name} isolation); "
-                "install bubblewrap or run it where the network can be fenced",
+                f"network_enforce is set (AGENTS.md) but this machine cannot enforce the network ({isolation.name} isolation, "
+                f"no network namespace){listed}; install bubblewrap or run it where the network can be fenced",
                 retryable=False,
             )
+        if (why := self.network.unavailable(isolation)) is not None:
+            raise StepFailed(why, retryable=False)
 
     # -- definitions ---------------------------------------------------------------------
 
@@ -309,6 +317,7 @@ class StepTools:
         timeout = DEFAULT_CALL_TIMEOUT_S if self._deadline is None else max(0.1, self._deadline - started)
         oom_before = oom_kills()
         try:
+            served = self.network.start(self.isolation, sandbox_uid())  # None without a network: list
             done = run_program(
                 argv,
                 isolation=self.isolation,
@@ -324,12 +333,15 @@ class StepTools:
                 readable=[Path(f) for f in secret_file_folders(self.job.secret_env)],
                 fence=self.fence,
                 keep_chars=MAX_OUTPUT_CHARS,
+                network=served,
             )
         except OSError as exc:
             why = exc.strerror if exc.strerror and exc.errno and exc.strerror != os.strerror(exc.errno) else None
             raise ToolError(
                 f"{name} could not start: {why or (os.strerror(exc.errno) if exc.errno else type(exc).__name__)}"
             ) from None
+        finally:
+            self.network.stop()  # the proxy ends with the program; what it refused is recorded
         if done.stopped:
             raise StepStopped(f"stopped by a person (its {name} call was killed after {time.monotonic() - started:.1f} s)")
         report = _report(done)

@@ -189,4 +189,5 @@ class Delegation:
             delegates=tuple(settings.delegates),
             web_max_uses=settings.web_max_uses,
             mcp=tuple(target.mcp),
+            network=tuple(target.network),  # what its own programs reach (agent.md network:)
         )

@@ -54,6 +54,7 @@ def attempt_job(
         sandboxed=agent.sandboxed or svc.sandbox,
         secret_env=secret_env,
         apis=tuple(agent.apis),
+        network=tuple(agent.network),
         delegates=tuple(agent.settings.delegates),
         web_max_uses=agent.settings.web_max_uses,
         mcp=tuple(agent.mcp),
