@@ -246,6 +246,25 @@ def test_the_sandbox_demo_runs_the_tides_script_with_its_secret_on_a_copy_of_the
     assert main(["demo", "tides", "--imitate", "--store", store]) == 2  # its steps are scripted for the stub only
 
 
+def test_the_reach_demo_delegates_searches_and_asks_an_mcp_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`laneflow demo almanac`: each editor step delegates to the researcher (its turns are
+    spans of the step), whose search of the knowledge and MCP tide table answer for real;
+    the researchers' delegations share one warm prefix."""
+    store = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert main(["demo", "almanac", "--json", "--store", store]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["status"] == "completed" and [s["status"] for s in record["steps"]] == ["completed"] * 3
+    researcher_writes = 0
+    for step in record["steps"]:
+        tools = {e["data"]["tool"]: e["data"] for e in step["events"] if e["type"] == "tool"}
+        assert set(tools) == {"delegate", "search", "mcp__tides__high_water"}, tools
+        assert not any(data.get("is_error") for data in tools.values()), tools
+        assert tools["mcp__tides__high_water"]["delegate"] == "researcher"
+        spans = [c for c in step["calls"] if c.get("delegate") == "researcher"]
+        researcher_writes += sum(1 for c in spans if c["tokens"]["cache_write"])
+    assert researcher_writes == 1  # one cold researcher prefix for the three delegations
+
+
 CTRL = FIXTURES / "ws_control"
 
 

@@ -64,7 +64,7 @@ def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Services]
     with mock_aws(), moto_dynamodb_serialized():
         assert "created" in " ".join(init_store(URL))
         s3 = boto3.client("s3", region_name="us-east-1")
-        for example in ("newsroom", "scouts"):
+        for example in ("newsroom", "scouts", "almanac"):
             for path in (EXAMPLES / example).rglob("*"):
                 if path.is_file():
                     s3.upload_file(
@@ -143,6 +143,25 @@ def test_colleagues_talk_through_the_table_on_the_cloud_path(cloud: Services) ->
     assert any(e["type"] == "peer" and e["text"].startswith("delivered to its next turn") for e in south["events"])
     [note] = open_store(URL).get_inbox("123456789012", run_id, 1)
     assert note.from_agent == "north-scout" and "harbours" in note.text
+
+
+@pytest.mark.slow
+def test_the_agents_reach_works_on_the_cloud_path(cloud: Services) -> None:
+    """examples/almanac from S3 through the API handler on DynamoDB: each editor step
+    delegates to the researcher, whose turns are spans of the step, and the researcher's
+    search of the knowledge and its MCP server's tide table reach its reply."""
+    api = handler("api")
+    run_id = start(api, {"workspace": "almanac", "flow": "almanac", "input": {"ports": ["Brest", "Dover"]}})
+    record = record_of(api, run_id)
+    assert record["status"] == "completed", record.get("error")
+    for step, port in zip(record["steps"], ["Brest", "Dover"], strict=True):
+        assert [c.get("delegate") for c in step["calls"]].count("researcher") == 2
+        tools = {e["data"]["tool"]: e for e in step["events"] if e["type"] == "tool"}
+        assert tools["delegate"]["data"].get("delegate") is None  # the editor's own call
+        assert tools["search"]["data"]["delegate"] == "researcher"
+        assert tools["mcp__tides__high_water"]["data"]["delegate"] == "researcher"
+        assert not tools["mcp__tides__high_water"]["data"].get("is_error"), tools["mcp__tides__high_water"]
+        assert step["conclusion"] == f"Wrote the almanac entry for {port} from the researcher's findings."
 
 
 @pytest.mark.slow

@@ -63,6 +63,7 @@ UNMASKED_WRITES = frozenset(
         "set_prompt_layers",
         "gate_wait",
         "gate_open",
+        "gate_claim",
         "close_question",
         "observe",
     }
