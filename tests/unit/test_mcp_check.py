@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from laneflow.domain.entries import fill_secrets
 from laneflow.domain.flow import check_workspace
-from laneflow.domain.mcp import McpServer, check_mcp, fill_secrets, layer_text, merged, tool_name
+from laneflow.domain.mcp import McpServer, check_mcp, layer_text, merged, tool_name
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

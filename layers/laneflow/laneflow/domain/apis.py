@@ -32,6 +32,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from laneflow.domain import jsonsafe
+from laneflow.domain.entries import SECRET_REF, EntryProblems, fill_secrets
 from laneflow.domain.errors import Problem
 from laneflow.domain.frontmatter import StrictLoader, UnfitValue, unreadable
 
@@ -52,8 +53,6 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,60}$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
 
 _PATH_SAFE = "/:@!$&'()*+,;=-._~"
-
-SECRET_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class ApiOperation(BaseModel):
@@ -88,28 +87,16 @@ class ApiSpec(BaseModel):
 
 
 @dataclass
-class _Checker:
-    rel: str  # the agent.md, relative to the workspace
+class _Checker(EntryProblems):
     agent_dir: Path
-    lines: dict[str, int]
     secrets: list[str]  # the agent's `secrets:` as written
-    problems: list[Problem]
-
-    def error(self, index: int, field: str, message: str) -> None:
-        where = f"apis[{index}]" + (f".{field}" if field else "")
-        line = self.lines.get(where, self.lines.get(f"apis[{index}]", self.lines.get("apis")))
-        self.problems.append(Problem(file=self.rel, line=line, field=where, message=message))
 
     def entry(self, index: int, raw: Any, seen: set[str]) -> ApiSpec | None:
         if not isinstance(raw, dict):
             self.error(index, "", "an API is a mapping: {name, base_url, headers, openapi}")
             return None
         before = len(self.problems)
-        for key in raw:
-            if key not in ENTRY_KEYS:
-                close = difflib.get_close_matches(str(key), ENTRY_KEYS, n=1, cutoff=0.6)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                self.error(index, str(key), f"unknown key {key!r}{hint}; an API takes {', '.join(ENTRY_KEYS)}")
+        self.unknown_keys(index, raw, ENTRY_KEYS, "an API")
         name = self.name(index, raw.get("name"), seen)
         base = self.base_url(index, raw.get("base_url"))
         headers = self.headers(index, raw.get("headers"))
@@ -242,9 +229,8 @@ def check_apis(
             )
         )
         return [], problems
-    checker = _Checker(
-        rel=rel, agent_dir=agent_dir, lines=lines, secrets=list(secrets) if isinstance(secrets, list) else [], problems=problems
-    )
+    declared = list(secrets) if isinstance(secrets, list) else []
+    checker = _Checker(setting="apis", rel=rel, lines=lines, problems=problems, agent_dir=agent_dir, secrets=declared)
     seen: set[str] = set()
     specs = [spec for index, entry in enumerate(raw) if (spec := checker.entry(index, entry, seen)) is not None]
     return specs, problems
@@ -493,7 +479,4 @@ def fill_headers(spec: ApiSpec, values: dict[str, str]) -> dict[str, str]:
     """The headers with each `${NAME}` filled from `values` (NAME -> value). Raises `KeyError`
     naming a secret that is not loaded."""
 
-    def fill(match: re.Match[str]) -> str:
-        return values[match.group(1)]
-
-    return {name: SECRET_REF.sub(fill, value) for name, value in spec.headers.items()}
+    return fill_secrets(spec.headers, values)

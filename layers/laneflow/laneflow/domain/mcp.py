@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 
+from laneflow.domain.entries import SECRET_REF, EntryProblems
 from laneflow.domain.errors import Problem
 
 MCP_PREFIX = "mcp__"
@@ -51,7 +52,6 @@ MAX_NAME = 40
 
 MAX_TOOL_NAME = 64  # what the Messages API takes for a tool's name
 
-SECRET_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -102,27 +102,15 @@ class McpServer(BaseModel):
 
 
 @dataclass
-class _Checker:
-    rel: str  # the file, relative to the workspace
-    lines: dict[str, int]
+class _Checker(EntryProblems):
     secrets: list[str] | None  # the agent's `secrets:` as written; None: not checked here (AGENTS.md)
-    problems: list[Problem]
-
-    def error(self, index: int, field: str, message: str) -> None:
-        where = f"mcp[{index}]" + (f".{field}" if field else "")
-        line = self.lines.get(where, self.lines.get(f"mcp[{index}]", self.lines.get("mcp")))
-        self.problems.append(Problem(file=self.rel, line=line, field=where, message=message))
 
     def entry(self, index: int, raw: Any, seen: set[str]) -> McpServer | None:
         if not isinstance(raw, dict):
             self.error(index, "", "an MCP server is a mapping: {name, command, args, env} or {name, url, headers}")
             return None
         before = len(self.problems)
-        for key in raw:
-            if key not in ENTRY_KEYS:
-                close = difflib.get_close_matches(str(key), ENTRY_KEYS, n=1, cutoff=0.6)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                self.error(index, str(key), f"unknown key {key!r}{hint}; an MCP server takes {', '.join(ENTRY_KEYS)}")
+        self.unknown_keys(index, raw, ENTRY_KEYS, "an MCP server")
         name = self.name(index, raw.get("name"), seen)
         kind = self.kind(index, raw)
         command = self.text(index, "command", raw.get("command")) if kind == "stdio" else None
@@ -265,7 +253,7 @@ def check_mcp(raw: Any, *, rel: str, lines: dict[str, int], secrets: Any) -> tup
         message = "mcp is a list of servers: {name, command, args, env} or {name, url, headers}"
         return [], [Problem(file=rel, line=lines.get("mcp"), field="mcp", message=message)]
     declared = None if secrets is None else (list(secrets) if isinstance(secrets, list) else [])
-    checker = _Checker(rel=rel, lines=lines, secrets=declared, problems=problems)
+    checker = _Checker(setting="mcp", rel=rel, lines=lines, problems=problems, secrets=declared)
     seen: set[str] = set()
     servers = [server for index, entry in enumerate(raw) if (server := checker.entry(index, entry, seen)) is not None]
     return servers, problems
@@ -292,16 +280,6 @@ def merged(
                         )
                     )
     return [s for _, s in kept] + list(own), problems
-
-
-def fill_secrets(values: dict[str, str], secrets: dict[str, str]) -> dict[str, str]:
-    """`values` with each `${NAME}` filled from `secrets` (NAME -> value). Raises `KeyError`
-    naming a secret that is not given."""
-
-    def fill(match: re.Match[str]) -> str:
-        return secrets[match.group(1)]
-
-    return {name: SECRET_REF.sub(fill, value) for name, value in values.items()}
 
 
 def layer_text(servers: list[McpServer]) -> str:

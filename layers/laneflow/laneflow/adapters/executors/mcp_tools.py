@@ -54,8 +54,9 @@ from laneflow.adapters.executors.isolation import BUBBLEWRAP, Isolation, Limits
 from laneflow.adapters.executors.limits import child_setup
 from laneflow.adapters.executors.sandbox_user import end_leftovers, hand_over, own_processes, sandbox_uid
 from laneflow.adapters.executors.tools import ToolError
+from laneflow.domain.entries import fill_secrets
 from laneflow.domain.errors import StepStopped
-from laneflow.domain.mcp import McpServer, fill_secrets, tool_name
+from laneflow.domain.mcp import McpServer, tool_name
 from laneflow.domain.records import EventType
 from laneflow.domain.secrets import DeclaredSecret
 from laneflow.ports import ExecutionSink

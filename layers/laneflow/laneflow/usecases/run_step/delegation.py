@@ -25,6 +25,7 @@ from laneflow.domain.records import EventType, ModelCall, Run
 from laneflow.domain.workspace import Workspace, load_agent
 from laneflow.ports import Services, StepInbox, StepJob
 from laneflow.usecases.run_step.delegate_gate import DelegateGate, delegate_gate_key
+from laneflow.usecases.run_step.job import agent_fields
 from laneflow.usecases.run_step.recorder import StepRecorder
 from laneflow.usecases.run_step.secrets import load_secrets
 
@@ -172,22 +173,12 @@ class Delegation:
             system_stable=stable,
             system_dynamic=dynamic,
             user=task,
-            tools=tuple(settings.tools),
             workspace_root=caller.workspace_root,
-            agent_path=target.path,
-            stub=settings.stub,
             answer_index=answer_index,
-            max_turns=settings.max_turns,
-            timeout=settings.timeout,
             budget=budget,
-            effort=settings.effort,
             size=caller.size,  # the step's sandbox is the delegate's too
             network_enforce=caller.network_enforce,
             sandboxed=caller.sandboxed,
             secret_env=secret_env,
-            apis=tuple(target.apis),
-            delegates=tuple(settings.delegates),
-            web_max_uses=settings.web_max_uses,
-            mcp=tuple(target.mcp),
-            network=tuple(target.network),  # what its own programs reach (agent.md network:)
+            **agent_fields(target),  # its own tools, answers, limits, servers and network
         )

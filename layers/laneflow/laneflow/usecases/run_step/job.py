@@ -3,13 +3,33 @@ agent's settings as this attempt reads them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from laneflow.domain.records import Run, Step
+from laneflow.domain.workspace import Agent
 from laneflow.ports import Services, StepJob
 
 if TYPE_CHECKING:
     from laneflow.usecases.run_step.runner import PreparedAttempt
+
+
+def agent_fields(agent: Agent) -> dict[str, Any]:
+    """What a job takes from its agent's settings as read now (a step's agent, or a
+    delegate's): its tools and how they reach, its answers and its limits."""
+    settings = agent.settings
+    return {
+        "tools": tuple(settings.tools),
+        "agent_path": agent.path,
+        "stub": settings.stub,
+        "max_turns": settings.max_turns,
+        "timeout": settings.timeout,
+        "effort": settings.effort,
+        "apis": tuple(agent.apis),
+        "network": tuple(agent.network),
+        "delegates": tuple(settings.delegates),
+        "web_max_uses": settings.web_max_uses,
+        "mcp": tuple(agent.mcp),
+    }
 
 
 def attempt_job(
@@ -39,23 +59,13 @@ def attempt_job(
         system_stable=prompt.stable,
         system_dynamic=prompt.dynamic,
         user=user,
-        tools=tuple(agent.settings.tools),
         workspace_root=str(ws.root),
-        agent_path=agent.path,
-        stub=agent.settings.stub,
         answer_index=attempt - 1,
-        max_turns=agent.settings.max_turns,
-        timeout=agent.settings.timeout,
         budget=budget,
-        effort=agent.settings.effort,
         size=size,
         network_enforce=bool(ws.settings.network_enforce),
         # In a sandbox worker also when only a delegate runs programs: its MCP servers are fenced too.
         sandboxed=agent.sandboxed or svc.sandbox,
         secret_env=secret_env,
-        apis=tuple(agent.apis),
-        network=tuple(agent.network),
-        delegates=tuple(agent.settings.delegates),
-        web_max_uses=agent.settings.web_max_uses,
-        mcp=tuple(agent.mcp),
+        **agent_fields(agent),
     )
