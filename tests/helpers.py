@@ -349,3 +349,32 @@ def spans_of(steps: Iterable[Step]) -> list[tuple[str, str]]:
     found = [(start, end) for start, end in spans if start is not None and end is not None]
     assert len(found) == len(spans), f"a step never started or finished: {spans}"
     return sorted(found)
+
+
+def as_nobody(top: Path, work: Callable[[], Any], what: str = "the plain user's work") -> Any:
+    """`work()` in a laneflow that is nobody (what a root machine has to be a plain user
+    with): this process forked, the child made nobody for good first, `top` its own; what
+    it returns comes back as JSON on a pipe."""
+    from laneflow.adapters.executors.isolation import NOBODY
+
+    os.chown(top, NOBODY, NOBODY)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            with os.fdopen(write_end, "w") as out:
+                out.write(json.dumps(work()))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as answer:
+        said = answer.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and said, f"{what} did not finish"
+    return json.loads(said)

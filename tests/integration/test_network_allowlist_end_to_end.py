@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
-from helpers import Sink, data_of, error_of, step_job
+from helpers import Sink, as_nobody, data_of, error_of, step_job
 from network_servers import http_server, pattern, raw_listener
 
 from laneflow.adapters.executors.egress_proxy import forwarder_python
-from laneflow.adapters.executors.isolation import BUBBLEWRAP, NOBODY, SUBPROCESS, Isolation, bubblewrap_available
+from laneflow.adapters.executors.isolation import BUBBLEWRAP, SUBPROCESS, Isolation, bubblewrap_available
 from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import StepFailed
@@ -86,33 +86,12 @@ def probe_all(top: Path, isolation: Isolation, ports: dict[str, int]) -> dict[st
 
 
 def _as_a_plain_user(isolation: Isolation, ports: dict[str, int]) -> dict[str, Any]:
-    """The probes in a laneflow that is nobody: this process forked, the child made nobody
-    for good, in a folder it owns; its findings come back as JSON on a pipe."""
+    """The probes in a laneflow that is nobody, in a folder it owns."""
     top = Path(tempfile.mkdtemp(prefix="laneflow-network-"))
-    os.chown(top, NOBODY, NOBODY)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            with os.fdopen(write_end, "w") as out:
-                out.write(json.dumps(probe_all(top, isolation, ports)))
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
     try:
-        with os.fdopen(read_end) as answer:
-            said = answer.read()
-        _, status = os.waitpid(pid, 0)
+        seen: dict[str, Any] = as_nobody(top, lambda: probe_all(top, isolation, ports), "the plain user's probes")
     finally:
         shutil.rmtree(top, ignore_errors=True)
-    assert os.waitstatus_to_exitcode(status) == 0 and said, "the plain user's probes did not finish"
-    seen: dict[str, Any] = json.loads(said)
     return seen
 
 

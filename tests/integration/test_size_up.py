@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
-from helpers import Sink, data_of, step_job
+from helpers import Sink, as_nobody, data_of, step_job
 
-from laneflow.adapters.executors.isolation import NOBODY
 from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
 from laneflow.domain.errors import StepFailed
@@ -137,29 +136,8 @@ def hold_both(ws: Path) -> dict[str, Any]:
 
 
 def as_a_plain_user(top: Path) -> dict[str, Any]:
-    """`hold_at` small and medium in a laneflow that is nobody: this process forked, the child
-    made nobody for good first, in a workspace it owns; its findings come back as JSON."""
-    os.chown(top, NOBODY, NOBODY)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            with os.fdopen(write_end, "w") as out:
-                out.write(json.dumps(hold_both(workspace(top))))
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as answer:
-        said = answer.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and said, "the plain user's calls did not finish"
-    seen: dict[str, Any] = json.loads(said)
+    """`hold_at` small and medium in a laneflow that is nobody, in a workspace it owns."""
+    seen: dict[str, Any] = as_nobody(top, lambda: hold_both(workspace(top)), "the plain user's calls")
     return seen
 
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 from contract.store.backends import BACKENDS
-from helpers import data_of
+from helpers import as_nobody, data_of
 
 from laneflow.adapters.executors import isolation
-from laneflow.adapters.executors.isolation import NOBODY, bubblewrap_available
+from laneflow.adapters.executors.isolation import bubblewrap_available
 from laneflow.domain.records import RunStatus
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
@@ -65,32 +65,14 @@ def test_a_root_laneflows_programs_cannot_leave_the_fence(tmp_path: Path, monkey
 
 
 def _as_a_plain_user(top: Path) -> dict[str, dict[str, Any]]:
-    """The probes in a laneflow that is nobody (what a root machine has to be a plain user
-    with): this process forked, the child made nobody for good before it probes, in a
-    workspace it owns; its findings come back as JSON on a pipe."""
-    os.chown(top, NOBODY, NOBODY)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            os.environ["LANEFLOW_CANARY"] = escape_probes.CANARY
-            isolation.SIZES["small"] = escape_probes.SMALL
-            with os.fdopen(write_end, "w") as out:
-                out.write(json.dumps(escape_probes.probe_all(top)))
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as answer:
-        said = answer.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and said, "the plain user's probes did not finish"
-    seen: dict[str, dict[str, Any]] = json.loads(said)
+    """The probes in a laneflow that is nobody, in a workspace it owns."""
+
+    def probes() -> dict[str, dict[str, Any]]:
+        os.environ["LANEFLOW_CANARY"] = escape_probes.CANARY
+        isolation.SIZES["small"] = escape_probes.SMALL
+        return escape_probes.probe_all(top)
+
+    seen: dict[str, dict[str, Any]] = as_nobody(top, probes, "the plain user's probes")
     return seen
 
 
