@@ -11,7 +11,7 @@
 - The egress proxy: one GET of a local HTTP server (127.0.0.1) through laneflow's proxy
   against the same GET made directly. Goal: under 20 ms a request.
 
-    python bench/reach.py [--calls 50] [--steps 20] [--json] [--write]
+    python bench/reach.py [--calls 50] [--steps 50] [--json] [--write]
 """
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def delegation_bench(steps: int) -> dict[str, Any]:
     step_ms = (walls["two"] - walls["alone"]) / steps * 1000
     return {
         "steps": steps,
-        "delegate_turn_ms": round(delegate_ms, 1),
-        "own_step_ms": round(step_ms, 1),
+        "delegate_turn_ms": round(delegate_ms, 2),
+        "own_step_ms": round(step_ms, 2),
         "delegate_goal_met": delegate_ms < step_ms,
     }
 
@@ -226,7 +226,7 @@ def table(figures: dict[str, Any], when: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=50)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
     args = parser.parse_args()
