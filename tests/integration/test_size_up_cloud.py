@@ -189,3 +189,48 @@ def the_task_after(aws: dict[str, Any], earlier: str) -> dict[str, Any]:  # noqa
             return answer
         time.sleep(0.05)
     raise AssertionError("the sandbox state started no task")
+
+
+def test_within_its_execution_a_task_stopped_for_memory_runs_the_step_again_in_a_larger_task(
+    aws: dict[str, Any],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    svc, ecs = aws["svc"], aws["ecs"]
+    svc.tasks = EcsTasks(client=ecs)
+    run = create_run(svc, workspace(tmp_path), "build", {}, tenant=TENANT)
+    engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
+    out: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
+    thread.start()
+    first = the_task_after(aws, "")
+    assert first["overrides"]["memory"] == "1024", first["overrides"]  # small
+
+    def killed(svc: Any, req: Any, worker: Any) -> None:
+        """The first worker claims its attempt, then its task is stopped for memory: its
+        failure reaches the state's Catch (as a heartbeat timeout would), not reconcile."""
+        op_id = req.op.op_id(group=req.group, cycle=req.cycle, index=req.step.index)
+        svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 32, started_at=utcnow(), op_id=op_id, worker=worker)
+        ecs.stop_task(cluster=aws["cluster"], task=first["taskArn"], reason=OOM)
+        raise RuntimeError("the task was stopped")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("laneflow.usecases.run_step.runner.run_step", killed)
+        assert sandbox_worker.run(fargate_environment(first)) == 0
+    again = the_task_after(aws, first["taskArn"])
+    assert again["overrides"]["cpu"] == "1024" and again["overrides"]["memory"] == "4096", again["overrides"]  # medium
+    env = {e["name"]: e["value"] for e in again["overrides"]["containerOverrides"][0]["environment"]}
+    assert env["LANEFLOW_OP_STATE"] == "SandboxStarter@4096"  # another operation than the first turn's
+    assert sandbox_worker.run(fargate_environment(again)) == 0
+    thread.join(60)
+    assert out["result"].execution_status == "SUCCEEDED", (out["result"].error, out["result"].cause)
+    final = svc.store.get_run(run.tenant, run.id)
+    assert final.status == RunStatus.completed and final.steps[0].status == StepStatus.completed
+    attempts = svc.store.list_attempts(run.tenant, run.id)
+    assert [(a.status, a.reason_kind) for a in attempts] == [
+        (AttemptStatus.failed, FailureKind.memory),
+        (AttemptStatus.completed, None),
+    ], attempts
+    step = svc.store.get_step(run.tenant, run.id, 0, detail=True)
+    [up] = [e for e in step.events if e.text.startswith("size ")]
+    assert up.attempt == 2 and up.text.startswith("size medium, up from small after "), up.text
