@@ -109,6 +109,15 @@ def test_a_sandboxed_lane_and_a_sandboxed_rescue_each_cost_one_choice_and_reach_
         assert state["Catch"][0]["ErrorEquals"] == ["States.ALL"]  # a crash ends the attempt like the Lambda path
         crashed = states[state["Catch"][0]["Next"]]
         assert "StepCrashed" in crashed["Parameters"]["FunctionName"]
+        # Stopped for memory or evicted below `large`: the answer is the next size's task, and
+        # its Choice starts the same state again, under another operation id (its memory).
+        where = "$.step.task" if name == "SandboxRescue" else "$.task"
+        assert crashed["Parameters"]["Payload"]["size_up"] is True and crashed["ResultPath"] == where
+        assert set(crashed["ResultSelector"]) == {"cpu.$", "memory.$", "again.$"}
+        again = states[crashed["Next"]]
+        assert again["Choices"] == [{"Variable": f"{where}.again", "BooleanEquals": True, "Next": name}]
+        assert states[again["Default"]]["Type"] == "Succeed"
+        assert env["LANEFLOW_OP_STATE"]["Value.$"] == f"States.Format('{{}}@{{}}', $$.State.Name, {where}.memory)"
 
 
 def test_every_function_has_a_thin_handler_that_imports() -> None:

@@ -133,7 +133,8 @@ def test_the_sandbox_state_starts_a_fargate_task_whose_worker_completes_the_toke
     assert task["launchType"] == "FARGATE" and task["taskDefinitionArn"] == aws["subs"]["SandboxTaskDefinitionArn"]
     env = overrides_environment(task)
     assert env["LANEFLOW_TASK_TOKEN"] and '"index":0' in env["LANEFLOW_STEP_REQUEST"].replace(" ", "")
-    assert env["LANEFLOW_OP_STATE"] == "SandboxStarter"
+    # The state's name and its task's memory: a turn one size up (its Catch's Again) is another operation.
+    assert env["LANEFLOW_OP_STATE"] == "SandboxStarter@4096"
     # The test is the Fargate task: the worker runs in-process with what ECS recorded.
     assert sandbox_worker.run(fargate_environment(task)) == 0
     thread.join(60)

@@ -112,7 +112,16 @@ def test_a_task_stopped_for_memory_is_interrupted_as_such_and_the_step_runs_agai
     assert "2 GiB of memory" in fence.text, fence.text
 
 
-def test_a_heartbeat_timeout_of_a_task_stopped_for_memory_says_so_in_the_steps_reason(
+def crashed(run: Any, *, size_up: bool = True) -> StepCrashedRequest:
+    return StepCrashedRequest(
+        run=DriveRef(tenant=run.tenant, run_id=run.id),
+        step=LaneStep(index=0),
+        error={"Error": "States.HeartbeatTimeout"},
+        size_up=size_up,
+    )
+
+
+def test_a_heartbeat_timeout_of_a_task_stopped_for_memory_runs_the_step_again_one_size_up(
     aws: dict[str, Any],  # noqa: F811 (the fixture)
     tmp_path: Path,
 ) -> None:
@@ -122,15 +131,50 @@ def test_a_heartbeat_timeout_of_a_task_stopped_for_memory_says_so_in_the_steps_r
     task = run_task(aws, "small")
     svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 32, started_at=utcnow(), worker=FargateTask(task=task))
     ecs.stop_task(cluster=aws["cluster"], task=task, reason=OOM)
-    request = StepCrashedRequest(
-        run=DriveRef(tenant=run.tenant, run_id=run.id), step=LaneStep(index=0), error={"Error": "States.HeartbeatTimeout"}
-    )
-    assert step_crashed(svc, request).status == StepStatus.failed  # as for any worker that died in its execution
+    report = step_crashed(svc, crashed(run))
+    # The step is pending again, and the Catch is told to start it in a medium task.
+    assert report.status == StepStatus.pending and report.again and report.task == task_overrides("medium"), report
     (attempt,) = svc.store.list_attempts(run.tenant, run.id)
-    assert attempt.reason_kind == FailureKind.memory
-    assert (
-        attempt.reason == f"the step's worker failed (States.HeartbeatTimeout); its sandbox task was stopped for memory ({OOM})"
+    assert attempt.status == AttemptStatus.failed and attempt.reason_kind == FailureKind.memory
+    assert attempt.reason == (
+        f"the step's worker failed (States.HeartbeatTimeout); its sandbox task was stopped for memory ({OOM});"
+        " the next attempt runs at size medium"
     )
+    assert svc.store.get_step(run.tenant, run.id, 0).status == StepStatus.pending
+    # Its next attempt, stopped for memory at medium, goes to large; stopped at large, the step fails.
+    sizes = []
+    for n in (2, 3):
+        task = run_task(aws, "small")
+        svc.store.claim_attempt(run.tenant, run.id, 0, token=str(n) * 32, started_at=utcnow(), worker=FargateTask(task=task))
+        ecs.stop_task(cluster=aws["cluster"], task=task, reason=OOM)
+        report = step_crashed(svc, crashed(run))
+        sizes.append((report.status, report.again, report.task))
+    assert sizes[0] == (StepStatus.pending, True, task_overrides("large"))
+    assert sizes[1][:2] == (StepStatus.failed, False), sizes
+    last = svc.store.list_attempts(run.tenant, run.id)[-1]
+    assert last.status == AttemptStatus.failed and last.reason_kind == FailureKind.memory
+    assert "the next attempt" not in (last.reason or "")
+
+
+@pytest.mark.parametrize("why", ["a worker that exited", "not a sandbox's catch"])
+def test_a_crash_not_for_memory_or_outside_a_sandbox_state_fails_the_step_as_before(
+    aws: dict[str, Any],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+    why: str,
+) -> None:
+    svc, ecs = aws["svc"], aws["ecs"]
+    svc.tasks = EcsTasks(client=ecs)
+    run = create_run(svc, workspace(tmp_path), "build", {}, tenant=TENANT)
+    task = run_task(aws, "small")
+    svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 32, started_at=utcnow(), worker=FargateTask(task=task))
+    ecs.stop_task(
+        cluster=aws["cluster"], task=task, reason=OOM if why == "not a sandbox's catch" else "Essential container exited"
+    )
+    report = step_crashed(svc, crashed(run, size_up=why != "not a sandbox's catch"))
+    assert report.status == StepStatus.failed and not report.again, report
+    (attempt,) = svc.store.list_attempts(run.tenant, run.id)
+    assert attempt.status == AttemptStatus.failed
+    assert attempt.reason_kind == (FailureKind.worker if why == "a worker that exited" else FailureKind.memory)
 
 
 def the_task_after(aws: dict[str, Any], earlier: str) -> dict[str, Any]:  # noqa: F811 (the fixture's value)
@@ -145,3 +189,48 @@ def the_task_after(aws: dict[str, Any], earlier: str) -> dict[str, Any]:  # noqa
             return answer
         time.sleep(0.05)
     raise AssertionError("the sandbox state started no task")
+
+
+def test_within_its_execution_a_task_stopped_for_memory_runs_the_step_again_in_a_larger_task(
+    aws: dict[str, Any],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    svc, ecs = aws["svc"], aws["ecs"]
+    svc.tasks = EcsTasks(client=ecs)
+    run = create_run(svc, workspace(tmp_path), "build", {}, tenant=TENANT)
+    engine = LocalEngine(svc, bind=bound, local_sandboxes=False, substitutions=aws["subs"])
+    out: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: out.setdefault("result", engine.drive(run.tenant, run.id, tick_s=0.02)), daemon=True)
+    thread.start()
+    first = the_task_after(aws, "")
+    assert first["overrides"]["memory"] == "1024", first["overrides"]  # small
+
+    def killed(svc: Any, req: Any, worker: Any) -> None:
+        """The first worker claims its attempt, then its task is stopped for memory: its
+        failure reaches the state's Catch (as a heartbeat timeout would), not reconcile."""
+        op_id = req.op.op_id(group=req.group, cycle=req.cycle, index=req.step.index)
+        svc.store.claim_attempt(run.tenant, run.id, 0, token="t" * 32, started_at=utcnow(), op_id=op_id, worker=worker)
+        ecs.stop_task(cluster=aws["cluster"], task=first["taskArn"], reason=OOM)
+        raise RuntimeError("the task was stopped")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("laneflow.usecases.run_step.runner.run_step", killed)
+        assert sandbox_worker.run(fargate_environment(first)) == 0
+    again = the_task_after(aws, first["taskArn"])
+    assert again["overrides"]["cpu"] == "1024" and again["overrides"]["memory"] == "4096", again["overrides"]  # medium
+    env = {e["name"]: e["value"] for e in again["overrides"]["containerOverrides"][0]["environment"]}
+    assert env["LANEFLOW_OP_STATE"] == "SandboxStarter@4096"  # another operation than the first turn's
+    assert sandbox_worker.run(fargate_environment(again)) == 0
+    thread.join(60)
+    assert out["result"].execution_status == "SUCCEEDED", (out["result"].error, out["result"].cause)
+    final = svc.store.get_run(run.tenant, run.id)
+    assert final.status == RunStatus.completed and final.steps[0].status == StepStatus.completed
+    attempts = svc.store.list_attempts(run.tenant, run.id)
+    assert [(a.status, a.reason_kind) for a in attempts] == [
+        (AttemptStatus.failed, FailureKind.memory),
+        (AttemptStatus.completed, None),
+    ], attempts
+    step = svc.store.get_step(run.tenant, run.id, 0, detail=True)
+    [up] = [e for e in step.events if e.text.startswith("size ")]
+    assert up.attempt == 2 and up.text.startswith("size medium, up from small after "), up.text

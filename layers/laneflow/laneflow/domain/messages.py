@@ -60,8 +60,9 @@ class LaneStep(Contract):
     # A rescue whose agent runs in a sandbox worker (the definition routes each rescue on it;
     # a lane's steps are routed on `Lane.sandboxed`).
     sandboxed: bool = False
-    # A sandboxed rescue's task CPU and memory for its `size:` (RunTask's overrides; sizes.py).
-    task: dict[str, str] = Field(default_factory=_default_task)
+    # A sandboxed rescue's task CPU and memory for its `size:` (RunTask's overrides; sizes.py),
+    # with `again` once its Catch sized it up (StepCrashedReport).
+    task: dict[str, Any] = Field(default_factory=_default_task)
 
 
 class LaneKey(NamedTuple):
@@ -194,6 +195,17 @@ class StepCrashedRequest(Contract):
     cycle: int = 0
     lane: str = ""
     error: dict[str, Any] = Field(default_factory=dict)  # the Catch's {Error, Cause}
+    # Set by a sandbox state's Catch, which starts the step again when the report says
+    # `again`: a task stopped for memory (or evicted) below `large` leaves the step pending.
+    size_up: bool = False
+
+
+class StepCrashedReport(StepReport):
+    """StepCrashed's answer: with `again`, the step is pending and the Catch runs it again in
+    `task` (RunTask's cpu and memory overrides, one size up: domain/sizes.py)."""
+
+    task: dict[str, str] = Field(default_factory=_default_task)
+    again: bool = False
 
 
 class SettleGroupRequest(Contract):
