@@ -27,6 +27,7 @@ from test_claude_tools import KEY, Recording, directives
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.executors.isolation import bubblewrap_available
 from laneflow.adapters.executors.mcp_tools import MAX_RESULT_CHARS, McpTools, plain
+from laneflow.adapters.executors.sandbox_user import NOBODY, SANDBOX_UID_BASE
 from laneflow.adapters.store import open_store
 from laneflow.domain.errors import StepStopped
 from laneflow.domain.mcp import McpServer
@@ -208,6 +209,34 @@ def test_a_sandboxed_steps_stdio_server_runs_inside_its_sandbox_a_plain_steps_ou
     assert fenced.startswith("uid=65534 sees_host_path=False "), fenced
     assert "LANEFLOW_RUN_ID" in fenced
     assert plain == f"uid={os.getuid()} sees_host_path=True env=HOME,LANG,PATH,TZ"
+
+
+def test_under_the_fallback_isolation_a_sandboxed_steps_server_gets_the_fence_it_has(tmp_path: Path) -> None:
+    """Where bubblewrap cannot run (forced here: LANEFLOW_ISOLATION=subprocess), a sandboxed
+    step's stdio server is started as its programs are under that isolation: the step's
+    program environment and nothing of laneflow's own, and, when laneflow is root, as the
+    unprivileged uid of its own its programs get (laneflow.adapters.executors.sandbox_user)."""
+    settings = Settings.from_env({"LANEFLOW_ISOLATION": "subprocess", "LANEFLOW_CAPTURE_DIR": str(tmp_path / "captures")})
+    svc = for_store(open_store(f"sqlite:///{tmp_path / 'runs.db'}"), settings)
+    raw = {"name": "raw", "command": "/usr/bin/python3", "args": ["tools/raw_stdio.py", "/"]}
+    agents: dict[str, dict[str, Any]] = {"fenced": {"sandbox": True, "mcp": [raw], "stub": stub("mcp__raw__where {}")}}
+    ws = write_workspace(tmp_path / "ws", agents, {"one": {"description": "one", "steps": [{"agent": "fenced"}]}})
+    (ws / "tools").mkdir()
+    shutil.copy(SERVERS / "raw_stdio.py", ws / "tools" / "raw_stdio.py")
+    run = drive(svc, ws, "one")
+    assert run.status == RunStatus.completed, run.error
+    [step] = run.steps
+    assert any(e.text.startswith("isolation: subprocess") for e in step.events), [e.text for e in step.events]
+    [(_, failed, said)] = outputs(svc, step)
+    assert not failed
+    uid = int(said.split()[0].removeprefix("uid="))
+    if os.geteuid() == 0:  # the sandbox worker's own uid, never root's
+        assert uid == NOBODY or uid > SANDBOX_UID_BASE, said
+    else:
+        assert uid == os.geteuid(), said
+    env = said.split("env=", 1)[1].split(",")
+    assert "LANEFLOW_RUN_ID" in env and "PATH" in env
+    assert not {"LANEFLOW_ISOLATION", "LANEFLOW_CAPTURE_DIR", "PYTEST_CURRENT_TEST", "USER", "SHELL"} & set(env), env
 
 
 # -- streamable HTTP -------------------------------------------------------------------------
