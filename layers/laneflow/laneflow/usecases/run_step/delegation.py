@@ -20,9 +20,9 @@ from typing import Any
 
 from laneflow.domain.delegation import DelegationRefused, refusal
 from laneflow.domain.errors import StepFailed, StepStopped, WorkspaceInvalid
-from laneflow.domain.prompt import build_system_prompt
+from laneflow.domain.prompt import SystemPrompt, build_system_prompt
 from laneflow.domain.records import EventType, ModelCall, Run
-from laneflow.domain.workspace import Workspace, load_agent
+from laneflow.domain.workspace import Agent, Workspace, load_agent
 from laneflow.ports import Services, StepInbox, StepJob
 from laneflow.usecases.run_step.delegate_gate import DelegateGate, delegate_gate_key
 from laneflow.usecases.run_step.job import agent_fields
@@ -106,7 +106,7 @@ class Delegation:
         try:
             secrets = load_secrets(self.svc, self.run, target, sink)
             prompt = build_system_prompt(self.ws, target)
-            job = self._job(target.name, task, answer_index, prompt.stable, prompt.dynamic, target, dict(secrets.env))
+            job = self._job(target, task, answer_index, prompt, dict(secrets.env))
             sink.delegator = (
                 Delegation(
                     self.svc, self.run, self.ws, self.recorder, job, (*self.chain, agent), tuple(target.settings.delegates)
@@ -144,16 +144,7 @@ class Delegation:
         )
         return outcome.conclusion or outcome.result
 
-    def _job(
-        self,
-        name: str,
-        task: str,
-        answer_index: int,
-        stable: str,
-        dynamic: str,
-        target: Any,
-        secret_env: dict[str, str],
-    ) -> StepJob:
+    def _job(self, target: Agent, task: str, answer_index: int, prompt: SystemPrompt, secret_env: dict[str, str]) -> StepJob:
         caller, settings = self.caller, target.settings
         model = self.run.model or settings.model or self.ws.settings.model or self.svc.settings.default_model
         budget = caller.budget
@@ -166,12 +157,12 @@ class Delegation:
             run_id=caller.run_id,
             index=caller.index,
             attempt=caller.attempt,
-            agent=name,
+            agent=target.name,
             model=model,
             item=caller.item,
             run_input=caller.run_input,
-            system_stable=stable,
-            system_dynamic=dynamic,
+            system_stable=prompt.stable,
+            system_dynamic=prompt.dynamic,
             user=task,
             workspace_root=caller.workspace_root,
             answer_index=answer_index,
