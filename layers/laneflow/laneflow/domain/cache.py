@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -59,3 +61,39 @@ def min_cacheable(model: str) -> int:
 
     known = catalog().min_cacheable(model)
     return known if known is not None else FALLBACK_MIN_CACHEABLE
+
+
+# The cache clock: what the prefix registry and the TTL choice measure time by. It is the
+# wall clock, unless LANEFLOW_CACHE_CLOCK says "RATE@EPOCH": then it runs RATE times as fast
+# from EPOCH (epoch seconds), the same clock the Messages API imitation can be given, so a
+# benchmark can space runs 15 minutes apart in 15 seconds.
+CACHE_CLOCK = "LANEFLOW_CACHE_CLOCK"
+
+
+def clock_of(spec: str | None) -> tuple[float, float]:
+    """(rate, epoch) of a LANEFLOW_CACHE_CLOCK value; (1, 0) when unset. A value that is not
+    "RATE@EPOCH" with a positive rate is a ValueError naming the variable."""
+    if not spec:
+        return 1.0, 0.0
+    try:
+        rate_text, epoch_text = spec.split("@", 1)
+        rate, epoch = float(rate_text), float(epoch_text)
+    except ValueError:
+        raise ValueError(f"{CACHE_CLOCK}={spec!r}: expected RATE@EPOCH, for example 60@1767225600") from None
+    if not (rate > 0 and math.isfinite(rate) and math.isfinite(epoch)):
+        raise ValueError(f"{CACHE_CLOCK}={spec!r}: RATE must be a positive number")
+    return rate, epoch
+
+
+def cache_now() -> float:
+    """Now on the cache clock, in epoch seconds."""
+    rate, epoch = clock_of(os.environ.get(CACHE_CLOCK))
+    now = time.time()
+    return now if rate == 1.0 else epoch + (now - epoch) * rate
+
+
+def cache_iso(at: float) -> str:
+    """A cache-clock time as the records write times (UTC, seconds)."""
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(at, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

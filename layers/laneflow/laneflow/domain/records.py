@@ -232,6 +232,11 @@ class Step(Record):
     cache_break: dict[str, str] | None = None
     # Its cached prefix as its latest attempt sent it: {"tokens": N, "tools": "<digest>"}.
     prefix: dict[str, Any] | None = None
+    # The TTL its cache writes asked for ("5m" | "1h") and why (laneflow.domain.cache_ttl).
+    cache_ttl: str | None = None
+    cache_ttl_reason: str | None = None
+    # What its cache reads saved against plain input, less what its writes cost beyond it (USD).
+    savings_usd: float = 0.0
     events: list[Event] = Field(default_factory=list)
     calls: list[ModelCall] = Field(default_factory=list)
     prompt_layers: list[PromptLayer] = Field(default_factory=list)
@@ -251,6 +256,7 @@ class Run(Record):
     parked_at: str | None = None
     revision: str | None = None
     cost_usd: float = 0.0
+    savings_usd: float = 0.0  # what the prompt cache saved, the sum of its steps' (USD)
     drives: int = 0
     # Continuations: how many times a drive went on in a fresh execution because its history
     # budget was spent (NextDrive). Not drives: `drives` counts the first drive and re-drives.
@@ -318,6 +324,7 @@ class RunChanges(Changes):
     parked_at: str | None = None
     revision: str | None = None
     cost_usd: float = Field(default=_UNSET)
+    savings_usd: float = Field(default=_UNSET)
     drives: int = Field(default=_UNSET)
     segments: int = Field(default=_UNSET)
     error: str | None = None
@@ -345,6 +352,9 @@ class StepChanges(Changes):
     finished_at: str | None = None
     cache_break: dict[str, str] | None = None
     prefix: dict[str, Any] | None = None
+    cache_ttl: str | None = None
+    cache_ttl_reason: str | None = None
+    savings_usd: float = Field(default=_UNSET)
 
 
 def finished_event(run: Run) -> dict[str, Any]:

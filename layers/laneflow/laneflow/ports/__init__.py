@@ -117,6 +117,7 @@ class StepJob:
     web_max_uses: int = DEFAULT_WEB_MAX_USES  # agent `web_max_uses`: each web tool's max_uses a request
     mcp: tuple[McpServer, ...] = ()  # agent and AGENTS.md `mcp:`: its `mcp__<name>__*` tools (secrets unfilled)
     network: tuple[str, ...] = ()  # agent `network:`, checked: what its programs reach through the egress proxy
+    cache_ttl: str = "5m"  # the TTL its cache writes ask for ("5m" | "1h"): laneflow.domain.cache_ttl
 
 
 @dataclass

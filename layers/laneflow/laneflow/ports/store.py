@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from laneflow.domain.gate import GateClaim, GatePass, GateWaiter
 from laneflow.domain.inbox import Note
+from laneflow.domain.prefixes import PrefixClaim, PrefixRecord, PrefixTTL, PrefixWaiter, PrefixWriter
 from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     Attempt,
@@ -306,6 +307,43 @@ class Store(ABC):
         delegate_gate): "lead" for the caller that made the gate (it opens it with
         `gate_open`), then "wait" until it is opened, then "open". Nothing is kept for a
         caller that waits: it asks again."""
+
+    # -- the prefix registry (the prompt cache across runs: laneflow.domain.prefixes) -------
+
+    @abstractmethod
+    def get_prefix(self, tenant: str, key: str) -> PrefixRecord | None:
+        """The tenant's record of a prefix, or None if none was kept."""
+
+    @abstractmethod
+    def prefix_claim(self, tenant: str, key: str, *, model: str, writer: PrefixWriter, now: float) -> PrefixClaim:
+        """A lead or a lone step is about to send its prefix: "warm" (nothing written), "wait"
+        (another run's attempt is writing it now; nothing written), or "write" (`writer` now
+        holds the claim, taken over from a stale one)."""
+
+    @abstractmethod
+    def prefix_began(
+        self, tenant: str, key: str, *, model: str, run_id: str, writer: PrefixWriter | None, at: float, ttl: PrefixTTL
+    ) -> list[PrefixWaiter]:
+        """A response that wrote the prefix began at `at`; if `writer` held the claim it ends,
+        and the waiters kept are handed back (each once)."""
+
+    @abstractmethod
+    def prefix_read(self, tenant: str, key: str, *, model: str, run_id: str, at: float) -> None:
+        """A response read the prefix at `at` (kept at most every READ_REFRESH_S)."""
+
+    @abstractmethod
+    def prefix_release(self, tenant: str, key: str, writer: PrefixWriter) -> list[PrefixWaiter]:
+        """`writer`'s attempt ended without its reply beginning (or is gone): its claim goes,
+        and the waiters kept are handed back. Nothing if the claim is not its own."""
+
+    @abstractmethod
+    def prefix_wait(self, tenant: str, key: str, waiter: PrefixWaiter, *, now: float) -> PrefixRecord | None:
+        """Keep `waiter`'s token for the prefix's writer and return the record it waits on,
+        if another run's attempt is writing it now; else keep nothing and return None."""
+
+    @abstractmethod
+    def writing_prefixes(self, tenant: str | None = None) -> list[tuple[str, PrefixRecord]]:
+        """(tenant, record) of every prefix an attempt holds the claim of, of one tenant or all."""
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 

@@ -120,6 +120,7 @@ from botocore.config import Config
 from laneflow.adapters.store.dynamodb_blobs import ItemTooLarge
 from laneflow.adapters.store.dynamodb_expr import Expr, Update, step_filter
 from laneflow.adapters.store.dynamodb_inbox import DynamoGatesAndInboxes
+from laneflow.adapters.store.dynamodb_prefixes import DynamoPrefixes
 from laneflow.adapters.store.dynamodb_items import (
     ACTIVE_RUN,
     ATTEMPTS_ON_STEP,
@@ -187,7 +188,7 @@ def _shared_session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-class DynamoStore(DynamoGatesAndInboxes, RuleBookStore):
+class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
     """The DynamoDB store (see the module docstring for the item layout and its reasons).
 
     `table` must exist with template.yaml's RunsTable key schema and indexes. `bucket` (an S3

@@ -150,7 +150,7 @@ def to_attr(field: str, value: Any) -> Any:
         return None
     if isinstance(value, _WORKERS):
         return worker_text(value)
-    if field == "cost_usd":
+    if field in ("cost_usd", "savings_usd"):
         return decimal_cost(value)
     if isinstance(value, Enum):
         return value.value
@@ -285,7 +285,9 @@ NOTE_PREFIX = "N#"  # a note of a step's inbox: N#<note id>
 
 OBSERVED_PREFIX = "O#"  # what an attempt observed: O#<idx>#<n>#<seq>
 
-LIVE_KINDS = {"RUN": RUN_SK, "STEP": "S#", "ASK": NOTE_PREFIX}  # kind -> the sk its items start with
+PREFIX_SK = "PREFIX"  # a prefix registry record's sort key (its pk names the tenant and the key)
+
+LIVE_KINDS = {"RUN": RUN_SK, "STEP": "S#", "ASK": NOTE_PREFIX, "PFX": PREFIX_SK}  # kind -> the sk its items start with
 
 
 class Sequence:

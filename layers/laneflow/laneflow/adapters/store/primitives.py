@@ -7,7 +7,7 @@ has the rules they serve).
 Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
 may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
 rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
-sibling cost several times as much). 27 primitives:
+sibling cost several times as much). 30 primitives:
 
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
@@ -37,6 +37,9 @@ sibling cost several times as much). 27 primitives:
 | `_gate_wait`         | write | the warm gate's rendezvous, a sibling's side            |
 | `_gate_open`         | write | the warm gate's rendezvous, the lead's side             |
 | `_gate_claim`        | write | a gate made by whoever comes first, else its state      |
+| `_read_prefix`       | read  | a tenant's prefix record, or None                       |
+| `_write_prefix`      | write | a prefix record, if its version is still the one read   |
+| `_writing_prefixes`  | read  | prefix records an attempt holds the claim of            |
 | `_read_notes`        | read  | every note of a run's inboxes, or one                   |
 | `_read_observed`     | read  | what each attempt of a step observed                    |
 | `_open_questions`    | read  | questions open, from what is live only                  |
@@ -53,6 +56,7 @@ from typing import Any, Literal
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.gate import GateClaim, GatePass, GateWaiter
 from laneflow.domain.inbox import Note
+from laneflow.domain.prefixes import PrefixRecord
 from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     Attempt,
@@ -293,6 +297,21 @@ class Primitives(ABC):
     def _gate_claim(self, tenant: str, run_id: str, key: str) -> GateClaim:
         """Make the gate `key` if there is none ("lead"); else "open" if it was opened (or
         its lead ended), "wait" if not. Keeps nothing for a caller that waits."""
+
+    # -- the prefix registry ----------------------------------------------------------------
+
+    @abstractmethod
+    def _read_prefix(self, tenant: str, key: str) -> PrefixRecord | None:
+        """The record of prefix `key` (strongly consistent), or None."""
+
+    @abstractmethod
+    def _write_prefix(self, tenant: str, record: PrefixRecord, *, expected: int | None) -> None:
+        """Write `record` whole if the stored one's version is `expected` (None: if there is
+        none), else `Refused`. A record with a writer is live (`_writing_prefixes` finds it)."""
+
+    @abstractmethod
+    def _writing_prefixes(self, tenant: str | None) -> list[tuple[str, PrefixRecord]]:
+        """(tenant, record) of the records with a writer, of one tenant or all, from what is live only."""
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------
 

@@ -16,7 +16,8 @@ read, never guessed, so every store refuses the same things with the same words.
 
 The rules are in parts by what they govern: rulebook_runs.py (runs and steps),
 rulebook_attempts.py (claims, fenced writes, the claim journal, the trace),
-rulebook_inbox.py (handoffs, the warm gate, inboxes); rulebook_base.py has what they share
+rulebook_inbox.py (handoffs, the warm gate, inboxes), rulebook_prefixes.py (the prefix
+registry); rulebook_base.py has what they share
 (the messages, the public methods' wrapper, reading records into models).
 
 The primitives, one read or one conditional write each, are listed (with what they
@@ -33,6 +34,7 @@ from typing import Any
 
 from laneflow.adapters.store.rulebook_attempts import AttemptRules
 from laneflow.adapters.store.rulebook_inbox import InboxRules
+from laneflow.adapters.store.rulebook_prefixes import PrefixRules
 from laneflow.adapters.store.rulebook_runs import RunRules
 from laneflow.ports import Store
 
@@ -64,6 +66,11 @@ UNMASKED_WRITES = frozenset(
         "gate_wait",
         "gate_open",
         "gate_claim",
+        "prefix_claim",
+        "prefix_began",
+        "prefix_read",
+        "prefix_release",
+        "prefix_wait",
         "close_question",
         "observe",
     }
@@ -75,7 +82,7 @@ _PUBLIC = frozenset(name for name, member in vars(Store).items() if getattr(memb
 # -- the rule book ---------------------------------------------------------------------------------
 
 
-class RuleBookStore(RunRules, AttemptRules, InboxRules):
+class RuleBookStore(RunRules, AttemptRules, InboxRules, PrefixRules):
     """Every public method of `Store`, over the primitives a backend implements (in parts:
     laneflow.adapters.store.rulebook_runs, rulebook_attempts, rulebook_inbox; what they share
     in rulebook_base)."""

@@ -152,8 +152,9 @@ def _readable(rows: list[tuple[str, Doc | RecordDamaged]]) -> list[Run]:
 
 def _values(changes: Changes | None) -> dict[str, Any]:
     values = changes.changed() if changes is not None else {}
-    if "cost_usd" in values:
-        values["cost_usd"] = cost(values["cost_usd"])
+    for name in ("cost_usd", "savings_usd"):
+        if name in values:
+            values[name] = cost(values[name])
     return values
 
 

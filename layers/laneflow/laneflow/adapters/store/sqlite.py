@@ -73,6 +73,7 @@ from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused
 from laneflow.adapters.store.rulebook import RuleBookStore
 from laneflow.adapters.store.rulebook_base import ACTIVE
 from laneflow.adapters.store.sqlite_inbox import SqliteGatesAndInboxes
+from laneflow.adapters.store.sqlite_prefixes import SqlitePrefixes
 from laneflow.adapters.store.sqlite_schema import (
     ATTEMPT_JSON,
     RUN_COLUMNS,
@@ -133,7 +134,7 @@ def _event_row(tenant: str, run_id: str, index: int, event: Event) -> tuple[Any,
     )
 
 
-class SqliteStore(SqliteGatesAndInboxes, RuleBookStore):
+class SqliteStore(SqliteGatesAndInboxes, SqlitePrefixes, RuleBookStore):
     """The embedded store (see the module docstring for tables and concurrency).
     `busy_timeout_s`: how long a write waits for another connection's lock before it is a
     `TransientError`."""

@@ -30,6 +30,29 @@ ADDED_COLUMNS = (
     ("runs", "segments", "INTEGER NOT NULL DEFAULT 0"),
 )
 
+# Columns added by migration 10 (the cache across runs), with the prefix registry's table.
+ADDED_IN_10 = (
+    ("steps", "cache_ttl", "TEXT"),
+    ("steps", "cache_ttl_reason", "TEXT"),
+    ("steps", "savings_usd", "REAL NOT NULL DEFAULT 0"),
+    ("runs", "savings_usd", "REAL NOT NULL DEFAULT 0"),
+)
+
+# The prefix registry (laneflow.domain.prefixes): one row per (tenant, prefix key), its
+# record as JSON, its version (every write is conditional on the one read), and whether an
+# attempt is writing it now (reconcile looks at those only).
+PREFIXES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS prefixes (
+    tenant   TEXT NOT NULL,
+    key      TEXT NOT NULL,
+    version  INTEGER NOT NULL,
+    writing  INTEGER NOT NULL DEFAULT 0,
+    record   TEXT NOT NULL,
+    PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS prefixes_writing ON prefixes (writing) WHERE writing = 1
+"""
+
 BUSY_TIMEOUT_S = 10.0
 
 
@@ -48,6 +71,7 @@ CREATE TABLE IF NOT EXISTS runs (
     parked_at      TEXT,
     revision       TEXT,
     cost_usd       REAL NOT NULL DEFAULT 0,
+    savings_usd    REAL NOT NULL DEFAULT 0,
     drives         INTEGER NOT NULL DEFAULT 0,
     segments       INTEGER NOT NULL DEFAULT 0,
     error          TEXT,
@@ -88,6 +112,9 @@ CREATE TABLE IF NOT EXISTS steps (
     finished_at  TEXT,
     cache_break  TEXT,
     prefix       TEXT,
+    cache_ttl    TEXT,
+    cache_ttl_reason TEXT,
+    savings_usd  REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, run_id, idx)
 ) WITHOUT ROWID;
 
@@ -227,6 +254,14 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             *(statement.strip() for statement in SCHEMA.split(";") if statement.strip()),
         ),
     ),
+    (
+        10,
+        "the prefix registry; steps' cache_ttl, cache_ttl_reason and savings_usd; runs' savings_usd",
+        (
+            *(f"ALTER TABLE {table} ADD COLUMN {column} {decl}" for table, column, decl in ADDED_IN_10),
+            *(statement.strip() for statement in PREFIXES_SCHEMA.split(";") if statement.strip()),
+        ),
+    ),
 )
 
 
@@ -278,6 +313,7 @@ RUN_COLUMNS: dict[str, tuple[str, str]] = {
     "parked_at": ("parked_at", "plain"),
     "revision": ("revision", "plain"),
     "cost_usd": ("cost_usd", "cost"),
+    "savings_usd": ("savings_usd", "cost"),
     "drives": ("drives", "plain"),
     "segments": ("segments", "plain"),
     "error": ("error", "plain"),
@@ -315,6 +351,9 @@ STEP_COLUMNS: dict[str, tuple[str, str]] = {
     "finished_at": ("finished_at", "plain"),
     "cache_break": ("cache_break", "json"),
     "prefix": ("prefix", "json"),
+    "cache_ttl": ("cache_ttl", "plain"),
+    "cache_ttl_reason": ("cache_ttl_reason", "plain"),
+    "savings_usd": ("savings_usd", "cost"),
 }
 
 STEP_CHILDREN = ("events", "calls", "prompt_layers")  # kept in tables of their own

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from laneflow.domain.cache import prefix_tokens, tools_digest
+from laneflow.domain.prefixes import prefix_key
 from laneflow.domain.lanes_report import cache_break, earlier_writers, started_before, writes_prefix
 from laneflow.domain.outline import StepFilter
 from laneflow.domain.records import PromptLayer, Run, Step
@@ -23,6 +24,15 @@ def step_prefix(svc: Services, job: StepJob) -> dict[str, Any]:
     """{"tokens": the prefix's size (tools, then the stable system), "tools": their digest}."""
     defs = svc.tool_definitions(job) if svc.tool_definitions else []
     return {"tokens": prefix_tokens(job.system_stable, defs), "tools": tools_digest(str(d.get("name", "")) for d in defs)}
+
+
+def job_prefix_key(job: StepJob) -> str:
+    """The prefix registry's key of a job's cached prefix (laneflow.domain.prefixes): its
+    model, its tools by name (MCP servers and APIs by theirs: their definitions are described
+    in the stable layers too) and its stable system text. The same for the step that writes
+    it, the steps that wait for it and the estimate that looks it up."""
+    names = (*job.tools, *(f"mcp:{m.name}" for m in job.mcp), *(f"api:{a.name}" for a in job.apis))
+    return prefix_key(job.model, job.system_stable, names)
 
 
 def previous_run(svc: Services, run: Run) -> tuple[str, list[Step]] | None:
