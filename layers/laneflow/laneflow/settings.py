@@ -43,6 +43,7 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("secret_source", "LANEFLOW_SECRET_SOURCE"),
     ("log_level", "POWERTOOLS_LOG_LEVEL"),
     ("isolation", "LANEFLOW_ISOLATION"),
+    ("cache_clock", "LANEFLOW_CACHE_CLOCK"),
 )
 
 # Settings read from the environment that are this process's own, never handed to a child
@@ -93,6 +94,9 @@ class Settings(BaseModel):
     # LANEFLOW_ISOLATION: where a step's programs run: `auto` (the strongest the machine offers:
     # bubblewrap where it can run) or `subprocess` (a plain child process, never bubblewrap).
     isolation: Literal["auto", "subprocess"] = "auto"
+    # The prompt cache's clock ("RATE@EPOCH": RATE times as fast from EPOCH), for benchmarks
+    # and tests on the Messages API imitation's fast clock; unset: the wall clock.
+    cache_clock: str | None = None
     secrets_file: str | None = None  # LANEFLOW_SECRETS_FILE (`--secrets FILE`): declared secrets, dotenv (local)
     secret_source: Literal["local", "secretsmanager"] = "local"  # LANEFLOW_SECRET_SOURCE: where declared secrets are read
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL
@@ -114,6 +118,14 @@ class Settings(BaseModel):
     @classmethod
     def _tenant_is_valid(cls, tenant: str) -> str:
         return check_tenant(tenant)  # TenantInvalid (bad input), never a pydantic error
+
+    @field_validator("cache_clock")
+    @classmethod
+    def _clock_is_valid(cls, spec: str | None) -> str | None:
+        from laneflow.domain.cache import clock_of
+
+        clock_of(spec)  # a ValueError naming the variable
+        return spec or None
 
     @property
     def anthropic_api_key_set(self) -> bool:

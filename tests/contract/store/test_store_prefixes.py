@@ -17,30 +17,35 @@ def writer(run: str, index: int = 0, n: int = 1, at: float = T0) -> PrefixWriter
     return PrefixWriter(run_id=run, index=index, n=n, claimed_at=at)
 
 
+def _race(store: Store, key: str) -> dict[str, str]:
+    barrier = threading.Barrier(10)
+    states: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def lead(n: int) -> None:
+        barrier.wait()
+        found = store.prefix_claim(TENANT, key, model=MODEL, writer=writer(f"run-{n}"), now=T0)
+        with lock:
+            states[f"run-{n}"] = found.state
+
+    threads = [threading.Thread(target=lead, args=(n,)) for n in range(10)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return states
+
+
 def test_two_leads_of_two_runs_racing_for_one_prefix_make_exactly_one_writer(store: Store) -> None:
     for trial in range(3):
         key = f"race-{trial}"
-        barrier = threading.Barrier(10)
-        states: dict[str, str] = {}
-        lock = threading.Lock()
-
-        def lead(n: int, key: str = key, barrier: threading.Barrier = barrier) -> None:
-            barrier.wait()
-            found = store.prefix_claim(TENANT, key, model=MODEL, writer=writer(f"run-{n}"), now=T0)
-            with lock:
-                states[f"run-{n}"] = found.state
-
-        threads = [threading.Thread(target=lead, args=(n,)) for n in range(10)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        states = _race(store, key)
         writers = [run for run, state in states.items() if state == "write"]
         assert len(writers) == 1, states
         assert sorted(states.values()).count("wait") == 9
         record = store.get_prefix(TENANT, key)
         assert record is not None and record.writer is not None and record.writer.run_id == writers[0]
-        assert key in {r.key for _, r in store.writing_prefixes(TENANT)}
+        assert key in {r.key for _, r in store.list_writing_prefixes(TENANT)}
 
 
 def test_a_writers_first_event_warms_the_prefix_and_hands_back_each_waiter_once(store: Store) -> None:
@@ -60,7 +65,7 @@ def test_a_writers_first_event_warms_the_prefix_and_hands_back_each_waiter_once(
     later = store.prefix_claim(TENANT, "k", model=MODEL, writer=writer("run-c", at=T0 + 10), now=T0 + 10)
     assert later.state == "warm" and later.record.warmed_by == "run-a"
     assert store.prefix_wait(TENANT, "k", PrefixWaiter(token="t", run_id="run-d", index=0, since=T0), now=T0 + 10) is None
-    assert all(r.key != "k" for _, r in store.writing_prefixes())
+    assert all(r.key != "k" for _, r in store.list_writing_prefixes())
     # A second opening hands nothing back.
     assert store.prefix_began(TENANT, "k", model=MODEL, run_id="run-a", writer=w, at=T0 + 3, ttl="5m") == []
 
@@ -75,7 +80,7 @@ def test_a_writer_that_ends_without_beginning_releases_its_claim_and_its_waiters
     assert [(h.token, h.index) for h in handed] == [("tok-b", 3)]
     record = store.get_prefix(TENANT, "k")
     assert record is not None and record.writer is None and not record.warm(T0 + 1)
-    assert all(r.key != "k" for _, r in store.writing_prefixes(TENANT))
+    assert all(r.key != "k" for _, r in store.list_writing_prefixes(TENANT))
     # The next lead writes it.
     assert store.prefix_claim(TENANT, "k", model=MODEL, writer=writer("run-b"), now=T0 + 2).state == "write"
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -64,9 +63,9 @@ def min_cacheable(model: str) -> int:
 
 
 # The cache clock: what the prefix registry and the TTL choice measure time by. It is the
-# wall clock, unless LANEFLOW_CACHE_CLOCK says "RATE@EPOCH": then it runs RATE times as fast
-# from EPOCH (epoch seconds), the same clock the Messages API imitation can be given, so a
-# benchmark can space runs 15 minutes apart in 15 seconds.
+# wall clock, unless the setting LANEFLOW_CACHE_CLOCK says "RATE@EPOCH": then it runs RATE
+# times as fast from EPOCH (epoch seconds), the same clock the Messages API imitation can be
+# given, so a benchmark can space runs 15 minutes apart in 15 seconds.
 CACHE_CLOCK = "LANEFLOW_CACHE_CLOCK"
 
 
@@ -85,9 +84,9 @@ def clock_of(spec: str | None) -> tuple[float, float]:
     return rate, epoch
 
 
-def cache_now() -> float:
-    """Now on the cache clock, in epoch seconds."""
-    rate, epoch = clock_of(os.environ.get(CACHE_CLOCK))
+def cache_now(spec: str | None = None) -> float:
+    """Now on the cache clock `spec` (a LANEFLOW_CACHE_CLOCK value; None: the wall clock), in epoch seconds."""
+    rate, epoch = clock_of(spec)
     now = time.time()
     return now if rate == 1.0 else epoch + (now - epoch) * rate
 
@@ -96,4 +95,4 @@ def cache_iso(at: float) -> str:
     """A cache-clock time as the records write times (UTC, seconds)."""
     import datetime as _dt
 
-    return _dt.datetime.fromtimestamp(at, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.fromtimestamp(at, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

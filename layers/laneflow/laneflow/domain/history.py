@@ -37,11 +37,11 @@ EXECUTION = 2  # ExecutionStarted, ExecutionSucceeded
 
 # The states each kind of work passes through, by name in the definition (per Map iteration).
 STEP_PATHS: dict[str, tuple[str, ...]] = {
-    "solo": ("RunStarter",),
-    "lead": ("RunStarter",),
+    "solo": ("StarterWaits", "RunStarter"),  # a step of an ungated lane (a lone step costs a lead's)
+    "lead": ("StarterWaits", "WaitForPrefix", "RunStarter"),
     "sibling": ("WaitForLead", "RunSibling"),
-    "sandboxed_solo": ("SandboxStarter",),
-    "sandboxed_lead": ("SandboxStarter",),
+    "sandboxed_solo": ("SandboxStarterWaits", "SandboxStarter"),
+    "sandboxed_lead": ("SandboxStarterWaits", "SandboxWaitForPrefix", "SandboxStarter"),
     "sandboxed_sibling": ("SandboxWaitForLead", "SandboxSibling"),
     "rescue": ("RescueSandboxed", "RunRescue"),
     "sandboxed_rescue": ("RescueSandboxed", "SandboxRescue"),

@@ -11,6 +11,7 @@ from laneflow.domain.messages import (
     Lane,
     LaneKey,
 )
+from laneflow.domain.prefixes import registered
 from laneflow.domain.records import (
     Step,
 )
@@ -44,7 +45,8 @@ def plan_lanes(
     time: the sibling that would pass the cap while the lead runs waits for the lead's end
     (laneflow.domain.gate), so the gate never lowers the lane's concurrency. A lone step, or
     a lane capped at one at a time (whose siblings start only after the lead ends anyway),
-    has no gate. A lane whose agent is in
+    has no gate. A gated lane's lead, and a lone step, first wait for another run's writer
+    of their prefix (`prefix_wait`: the gate across runs). A lane whose agent is in
     `sandboxed` runs its steps in sandbox workers (all steps of a lane share its agent).
 
     `steps` may be a window of the group (`group`, all its flow steps): a lane's lead is its
@@ -82,6 +84,7 @@ def plan_lanes(
                 siblings=siblings,
                 starter_role="lead" if gated else "solo",
                 sibling_parallel=parallel,
+                prefix_wait=gate and bool(starters) and (gated or len(indexes) == 1) and registered(lane.model),
                 sandboxed=lane.agent in sandboxed,
                 task=task_overrides((sizes or {}).get(lane.agent)),
             )

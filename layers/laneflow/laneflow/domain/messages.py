@@ -104,6 +104,9 @@ class Lane(Contract):
     siblings: list[int] = Field(default_factory=list)
     starter_role: Literal["solo", "lead"] = "solo"  # a gated lane's one starter is its lead
     sibling_parallel: int = 1
+    # Its starter first waits for another run's writer of its prefix (WaitForPrefix): a gated
+    # lane's lead, or a lone step; not the steps of an ungated lane (or with the gate off).
+    prefix_wait: bool = False
     # Its agent runs in a sandbox worker: the definition runs the lane's steps through the
     # sandbox state (`ecs:runTask.waitForTaskToken`), not the RunStep function.
     sandboxed: bool = False

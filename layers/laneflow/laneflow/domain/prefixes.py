@@ -47,6 +47,15 @@ READ_REFRESH_S = 60.0
 
 KEY_CHARS = 32
 
+# Models whose cache no store could describe: the stub's pretend cache lives in one process,
+# so a record of it in a shared store would be a claim about a cache another process lacks.
+NOT_REGISTERED = frozenset({"stub"})
+
+
+def registered(model: str) -> bool:
+    """Whether steps on `model` keep the prefix registry (and wait for another run's writer)."""
+    return model not in NOT_REGISTERED
+
 
 def prefix_key(model: str, system_stable: str, tool_names: Iterable[str]) -> str:
     """A prefix's key within its tenant: its model, the tools it carries (in the stable order
@@ -56,7 +65,8 @@ def prefix_key(model: str, system_stable: str, tool_names: Iterable[str]) -> str
 
 
 class PrefixWriter(BaseModel):
-    """The attempt writing a prefix right now, and when it claimed it."""
+    """The attempt writing a prefix right now, and when it claimed it. `n` 0: the step's next
+    attempt (claimed by its WaitForPrefix, before the attempt was)."""
 
     run_id: str
     index: int
@@ -65,6 +75,11 @@ class PrefixWriter(BaseModel):
 
     def same(self, other: PrefixWriter | None) -> bool:
         return other is not None and (self.run_id, self.index, self.n) == (other.run_id, other.index, other.n)
+
+    def succeeds(self, other: PrefixWriter | None) -> bool:
+        """`other` is this step's claim made before its attempt was (n = 0, by WaitForPrefix):
+        this attempt takes it on."""
+        return other is not None and other.n == 0 and (self.run_id, self.index) == (other.run_id, other.index)
 
 
 class PrefixWaiter(BaseModel):
@@ -132,10 +147,13 @@ def claim(record: PrefixRecord | None, key: str, model: str, writer: PrefixWrite
     """A lead or a lone step is about to send its prefix."""
     if record is not None and record.warm(now):
         return PrefixClaim("warm", record), Change()
-    if record is not None and record.writing(now) and not writer.same(record.writer):
-        return PrefixClaim("wait", record), Change()
     if record is not None and writer.same(record.writer):
         return PrefixClaim("write", record), Change()
+    if record is not None and writer.succeeds(record.writer):
+        new = record.bumped(writer=writer)
+        return PrefixClaim("write", new), Change(write=new)
+    if record is not None and record.writing(now):
+        return PrefixClaim("wait", record), Change()
     base = record or PrefixRecord(key=key, model=model)
     # A stale writer is taken over; its waiters stay, handed back when this one begins.
     new = base.bumped(writer=writer)

@@ -24,7 +24,9 @@ def lanes_cost(lanes: list[Lane], costs: HistoryCosts) -> int:
     total = 0
     for lane in lanes:
         total += costs.lane
-        total += len(lane.starters) * costs.of_step(lane.starter_role, sandboxed=lane.sandboxed)
+        # A lead, or a lone step, passes WaitForPrefix first: it costs a lead's path.
+        role = "lead" if lane.prefix_wait else "solo"
+        total += len(lane.starters) * costs.of_step(role, sandboxed=lane.sandboxed)
         total += len(lane.siblings) * costs.of_step("sibling", sandboxed=lane.sandboxed)
     return total
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from pydantic import SecretStr
 
+from laneflow.domain.cache import cache_now
 from laneflow.domain.errors import ModelNotConfigured
 from laneflow.domain.records import (
     ModelCall,
@@ -58,6 +59,12 @@ class NoTelemetry:
         return None
 
 
+class PrefixWatch(Protocol):
+    """Completes a waiting step's token once its prefix is written, released or past the wait's cap."""
+
+    def watch(self, tenant: str, key: str, token: str) -> None: ...
+
+
 class CrashPoints(Protocol):
     """Where the step lifecycle tells it passed a named point (laneflow.usecases.crashpoints):
     nothing happens, except under the crash-injection suite, whose processes die there."""
@@ -98,6 +105,9 @@ class Services:
     # The tool definitions a step's request carries (part of its cached prefix), as the
     # executors build them; None: counted as no tools (the prefix of the stable system alone).
     tool_definitions: Callable[[StepJob], list[dict[str, Any]]] | None = None
+    # Watches prefix records for the steps of this process's engine waiting on another
+    # process's writer (local engines on one store: laneflow.usecases.prefix_gate); None in the cloud.
+    prefix_watch: PrefixWatch | None = None
     # Set when this worker is going away (a local runner got SIGINT or SIGTERM): one-way. No
     # new attempt is claimed, running ones see it as a stop and are marked interrupted.
     leaving: threading.Event = field(default_factory=threading.Event)
@@ -109,6 +119,10 @@ class Services:
     # The model's key as read from the secret store (`_model_key`), held for the life of this
     # process; the settings stay as they were given.
     _key: SecretStr | None = field(default=None, repr=False, compare=False)
+
+    def cache_now(self) -> float:
+        """Now on the prompt cache's clock (the wall clock unless LANEFLOW_CACHE_CLOCK speeds it)."""
+        return cache_now(self.settings.cache_clock)
 
     def __post_init__(self) -> None:
         # What must never be recorded is masked by the store (every write), its captures and

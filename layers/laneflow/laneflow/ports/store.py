@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from laneflow.domain.gate import GateClaim, GatePass, GateWaiter
 from laneflow.domain.inbox import Note
-from laneflow.domain.prefixes import PrefixClaim, PrefixRecord, PrefixTTL, PrefixWaiter, PrefixWriter
 from laneflow.domain.outline import GroupOutline, StepFilter
+from laneflow.domain.prefixes import PrefixClaim, PrefixRecord, PrefixTTL, PrefixWaiter, PrefixWriter
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -342,7 +342,7 @@ class Store(ABC):
         if another run's attempt is writing it now; else keep nothing and return None."""
 
     @abstractmethod
-    def writing_prefixes(self, tenant: str | None = None) -> list[tuple[str, PrefixRecord]]:
+    def list_writing_prefixes(self, tenant: str | None = None) -> list[tuple[str, PrefixRecord]]:
         """(tenant, record) of every prefix an attempt holds the claim of, of one tenant or all."""
 
     # -- inboxes (peers, ask) ----------------------------------------------------------------

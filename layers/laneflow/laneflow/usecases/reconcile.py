@@ -83,6 +83,7 @@ class ReconcileReport:
     closed: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # parked, not answered: left alone
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (run, why): unreadable, passed over
+    prefixes: list[str] = field(default_factory=list)  # prefix claims released: their writer is gone
 
     def lines(self) -> list[str]:
         out = [f"journal: {run} {op} -> {status}" for run, op, status in self.journal]
@@ -92,6 +93,7 @@ class ReconcileReport:
         out += [f"closed: {r}" for r in self.closed]
         out += [f"waiting for a person: {r}" for r in self.waiting]
         out += [f"passed over: {why}" for _, why in self.damaged]
+        out += [f"prefix released: {p}" for p in self.prefixes]
         return out or ["nothing to reconcile"]
 
     def as_dict(self) -> dict[str, Any]:
@@ -103,6 +105,7 @@ class ReconcileReport:
             "closed": self.closed,
             "waiting": self.waiting,
             "damaged": [{"run_id": r, "why": why} for r, why in self.damaged],
+            "prefixes": self.prefixes,
         }
 
 
@@ -138,6 +141,7 @@ class Reconciler:
     def run(self) -> ReconcileReport:
         self.settle_journal()
         self.interrupt_gone_attempts()
+        self.release_gone_writers()
         self.drive_or_close_runs()
         return self.report
 
@@ -189,6 +193,28 @@ class Reconciler:
             why = self.liveness.gone_for(worker)  # killed for memory, or evicted: its next attempt runs one size up
             reason, kind = (f"interrupted: {why}", FailureKind.memory) if why else (INTERRUPTED, None)
             self._ack(tenant, attempt, interrupt(self.svc, tenant, run, attempt, reason, kind=kind))
+
+    def release_gone_writers(self) -> None:
+        """A prefix claimed by an attempt that is no longer running (its worker went away, or
+        it ended without releasing it) is released, and the steps waiting for it start."""
+        from laneflow.usecases.prefix_gate import hand_back  # it builds on the step runner
+
+        for tenant, record in self.store.list_writing_prefixes(self.tenant):
+            writer = record.writer
+            if writer is None or not self._mine(writer.run_id):
+                continue
+            if writer.n == 0 and record.writing(self.svc.cache_now()):
+                continue  # claimed for a step's next attempt, which is about to be claimed
+            try:
+                attempt = self.store.get_attempt(tenant, writer.run_id, writer.index, writer.n)
+                running = attempt.status == AttemptStatus.running
+            except NotFound:
+                running = False
+            if running:
+                continue
+            handed = self.store.prefix_release(tenant, record.key, writer)
+            hand_back(self.svc, handed, f"run {writer.run_id}'s writer is gone")
+            self.report.prefixes.append(f"{record.key} (run {writer.run_id} step {writer.index}, {len(handed)} waiting)")
 
     def _ack(self, tenant: str, attempt: Attempt, outcome: str) -> None:
         self.report.attempts.append(AttemptOutcome(tenant, attempt.run_id, attempt.index, attempt.n, outcome))

@@ -26,6 +26,16 @@ from laneflow.ports import Services
 log = logging.getLogger("laneflow.gate")
 
 
+def wait_at_gate(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport:
+    """The WaitForLead function: a sibling waits for its lead (`wait_for_lead`); a lead or a
+    lone step (WaitForPrefix) for another run's writer of its prefix (usecases.prefix_gate)."""
+    if req.step.role == "sibling":
+        return wait_for_lead(svc, req)
+    from laneflow.usecases.prefix_gate import wait_for_prefix  # it builds the step's prompt
+
+    return wait_for_prefix(svc, req)
+
+
 def wait_for_lead(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport:
     """A sibling arrives: go on at once if its lead's reply has begun (the reserve: if its
     lead has ended), else leave its token for the lead (and say so in its trace). It holds

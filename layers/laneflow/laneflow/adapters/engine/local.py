@@ -61,6 +61,7 @@ from laneflow.adapters.engine.hooks import install_interpreter_hook as install_i
 from laneflow.adapters.engine.hooks import overrides_environment as overrides_environment
 from laneflow.adapters.engine.hooks import registry_of as registry_of
 from laneflow.adapters.engine.hooks import serve_execution as serve_execution
+from laneflow.adapters.engine.prefix_watch import LocalPrefixWatch
 from laneflow.adapters.engine.sandbox import Sandboxes
 from laneflow.adapters.engine.step_workers import StepWorkers
 from laneflow.adapters.engine.template import FunctionSpec, Template
@@ -272,7 +273,13 @@ class LocalEngine:
         # execution of it: the engine's own copy of the services says so (the caller's are
         # left as they are).
         self.continuations = LocalContinuations(self)
-        self.svc = dataclasses.replace(svc, callbacks=LocalCallbacks(), continuations=self.continuations)
+        callbacks = LocalCallbacks()
+        self.svc = dataclasses.replace(
+            svc,
+            callbacks=callbacks,
+            continuations=self.continuations,
+            prefix_watch=LocalPrefixWatch(svc.store, callbacks, svc.cache_now),
+        )
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
         self.registry = HandlerRegistry(self.template, svc.leaving, bind=lambda: bind(self.svc))

@@ -120,7 +120,6 @@ from botocore.config import Config
 from laneflow.adapters.store.dynamodb_blobs import ItemTooLarge
 from laneflow.adapters.store.dynamodb_expr import Expr, Update, step_filter
 from laneflow.adapters.store.dynamodb_inbox import DynamoGatesAndInboxes
-from laneflow.adapters.store.dynamodb_prefixes import DynamoPrefixes
 from laneflow.adapters.store.dynamodb_items import (
     ACTIVE_RUN,
     ATTEMPTS_ON_STEP,
@@ -153,6 +152,7 @@ from laneflow.adapters.store.dynamodb_items import (
     to_attr,
     trace_prefix,
 )
+from laneflow.adapters.store.dynamodb_prefixes import DynamoPrefixes
 from laneflow.adapters.store.dynamodb_steps import StepItems
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps

@@ -56,8 +56,8 @@ from typing import Any, Literal
 from laneflow.domain.errors import RecordDamaged
 from laneflow.domain.gate import GateClaim, GatePass, GateWaiter
 from laneflow.domain.inbox import Note
-from laneflow.domain.prefixes import PrefixRecord
 from laneflow.domain.outline import GroupOutline, StepFilter
+from laneflow.domain.prefixes import PrefixRecord
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,

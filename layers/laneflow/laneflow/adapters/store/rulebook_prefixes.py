@@ -87,7 +87,7 @@ class PrefixRules(RuleBase):
         return waits_on[0]
 
     @_entry()
-    def writing_prefixes(self, tenant: str | None = None) -> list[tuple[str, PrefixRecord]]:
+    def list_writing_prefixes(self, tenant: str | None = None) -> list[tuple[str, PrefixRecord]]:
         if tenant is not None:
             check_tenant(tenant)
         return self._writing_prefixes(tenant)

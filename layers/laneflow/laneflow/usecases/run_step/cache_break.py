@@ -5,14 +5,15 @@ previous run in the same tenant and workspace). The rule is `domain.lanes_report
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from laneflow.domain.cache import prefix_tokens, tools_digest
-from laneflow.domain.prefixes import prefix_key
 from laneflow.domain.lanes_report import cache_break, earlier_writers, started_before, writes_prefix
 from laneflow.domain.outline import StepFilter
+from laneflow.domain.prefixes import prefix_key
 from laneflow.domain.records import PromptLayer, Run, Step
+from laneflow.domain.workspace import Agent
 from laneflow.ports import Services, StepJob
 
 log = logging.getLogger("laneflow.step")
@@ -31,8 +32,17 @@ def job_prefix_key(job: StepJob) -> str:
     model, its tools by name (MCP servers and APIs by theirs: their definitions are described
     in the stable layers too) and its stable system text. The same for the step that writes
     it, the steps that wait for it and the estimate that looks it up."""
-    names = (*job.tools, *(f"mcp:{m.name}" for m in job.mcp), *(f"api:{a.name}" for a in job.apis))
-    return prefix_key(job.model, job.system_stable, names)
+    return _key(job.model, job.system_stable, job.tools, (m.name for m in job.mcp), (a.name for a in job.apis))
+
+
+def agent_prefix_key(model: str, system_stable: str, agent: Agent) -> str:
+    """`job_prefix_key` of a step of `agent` on `model` whose stable system is `system_stable`,
+    before its job is made (a job takes these from the agent as they are here)."""
+    return _key(model, system_stable, agent.settings.tools, (m.name for m in agent.mcp), (a.name for a in agent.apis))
+
+
+def _key(model: str, stable: str, tools: Iterable[str], mcp: Iterable[str], apis: Iterable[str]) -> str:
+    return prefix_key(model, stable, (*tools, *(f"mcp:{m}" for m in mcp), *(f"api:{a}" for a in apis)))
 
 
 def previous_run(svc: Services, run: Run) -> tuple[str, list[Step]] | None:

@@ -65,6 +65,8 @@ class StepRecorder:
     # Called once, with no argument, when the attempt's first call reports a cache write.
     on_cache_write: Any = None
     on_uncacheable: Any = None  # (tokens, minimum): a lead's prefix cannot be cached
+    # Called once with the attempt's first call once it reports a cache read or write.
+    on_first_call: Any = None
     run_budget: float | None = None  # the run's `budget:` (USD), checked before each model turn
     cost_usd: float = 0.0
     began: bool = False
@@ -119,8 +121,14 @@ class StepRecorder:
             wrote = n == self.base_n + 1 and span.tokens.cache_write > 0 and self.on_cache_write is not None
             if wrote:
                 on_write, self.on_cache_write = self.on_cache_write, None
+            cached = span.tokens.cache_read > 0 or span.tokens.cache_write > 0
+            first = n == self.base_n + 1 and cached and self.on_first_call is not None
+            if first:
+                on_first, self.on_first_call = self.on_first_call, None
         if wrote:
             on_write()
+        if first:
+            on_first(span)
         if due:
             self.svc.store.put_call(self.ref, span)
         return span

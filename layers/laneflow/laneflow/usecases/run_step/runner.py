@@ -51,6 +51,7 @@ from laneflow.domain.sizes import attempt_size
 from laneflow.domain.workers import WorkerRef
 from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
 from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
+from laneflow.usecases.prefix_gate import PrefixClaimant, attempt_claimant
 from laneflow.usecases.run_step.cache_break import find_cache_break, step_prefix
 from laneflow.usecases.run_step.delegation import Delegation
 from laneflow.usecases.run_step.inbox import attempt_inbox, group_peers
@@ -108,9 +109,12 @@ class StepRunner:
         briefing: Briefing,
         cycle: int = 0,
         open_gate: GateOpener | None = None,
+        role: str = "solo",
     ):
         self.svc, self.run, self.step, self.attempt, self.cycle = svc, run, step, attempt, cycle
         self.open_gate = open_gate  # set for a lane's lead: releases its waiting siblings
+        self.role = role  # solo, lead or sibling: a lead or a lone step claims its prefix (prefix_gate)
+        self.claimant: PrefixClaimant | None = None  # the current attempt's side of its prefix's record
         self.prepared: PreparedAttempt | None = None  # the first attempt's, built before its claim
         self.copy: WorkingCopy | None = None  # the folder the current attempt works in
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
@@ -318,7 +322,7 @@ class StepRunner:
             _captured=captured(prior),
             _capture_full=capture_full(prior),
             on_first_event=(lambda: self.open_gate("the lead's reply began", at=utcnow())) if self.open_gate else None,
-            on_uncacheable=self._uncacheable if self.open_gate else None,
+            on_uncacheable=self._uncacheable,
             run_budget=run_budget(run),
         )
         recorder.inbox = attempt_inbox(svc, run, step, self.attempt, agent, recorder, capture=ws.settings.capture == "full")
@@ -348,6 +352,7 @@ class StepRunner:
         if agent.settings.delegates:
             recorder.delegator = Delegation(svc, run, ws, recorder, job, (agent.name,), tuple(agent.settings.delegates))
         self.prefix, self.cache_break = step_prefix(svc, job), None
+        self.claimant = attempt_claimant(svc, job, recorder, role=self.role, note=self._note, open_gate=self.open_gate)
         layers = prompt.records()
         recorder.on_cache_write = lambda: self._on_cache_write(layers)
         svc.crashpoints.reached("rescue-running" if step.rescue_of is not None else "executor-started")
@@ -359,9 +364,12 @@ class StepRunner:
         return outcome, data, recorder
 
     def _uncacheable(self, tokens: int, minimum: int) -> None:
-        """The lead's prefix is below its model's minimum cacheable length: nothing it writes
-        could be read, so its siblings start now, and every trace of the lane says why."""
-        if self.open_gate is None:  # only a lead is told (its recorder is the one given this)
+        """The prefix is below its model's minimum cacheable length: nothing it writes could be
+        read, so nobody waits for it (another run's steps, a lead's siblings: every trace of
+        the lane says why)."""
+        if self.claimant is not None:
+            self.claimant.release("its prefix cannot be cached")
+        if self.open_gate is None:  # only a lead's siblings are told
             return
         note = below_minimum_line(self.step.agent or "", tokens, self.step.model, minimum)
         self._note(EventType.gate, note, {"prefix_tokens": tokens, "min_cacheable": minimum})
@@ -385,8 +393,11 @@ class StepRunner:
         recorder.event(EventType.info, f"kept in the workspace: {', '.join(kept)}", {"kept": kept})
 
     def _discard(self) -> None:
-        """Remove the current attempt's secret files and working copy (a local workspace is
-        left as it is)."""
+        """Release the current attempt's claim on its prefix if its reply never began, and
+        remove its secret files and working copy (a local workspace is left as it is)."""
+        if self.claimant is not None:
+            self.claimant.release(f"run {self.run.id}'s attempt ended before its reply began")
+            self.claimant = None
         if self.secrets is not None:
             self.secrets.close()
             self.secrets = None
@@ -582,6 +593,6 @@ def _claim_and_run(
     svc.crashpoints.reached("after-claim")
     running = step.model_copy(update={"status": StepStatus.running})
     lead_opener = (lambda why, at=None, note=None: opener(why=why, at=at, note=note)) if opener else None
-    runner = StepRunner(svc, run, running, attempt, briefing=briefing, cycle=req.cycle, open_gate=lead_opener)
+    runner = StepRunner(svc, run, running, attempt, briefing=briefing, cycle=req.cycle, open_gate=lead_opener, role=req.step.role)
     runner.prepared = prepared
     return runner.run_attempts()
