@@ -44,6 +44,7 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("log_level", "POWERTOOLS_LOG_LEVEL"),
     ("isolation", "LANEFLOW_ISOLATION"),
     ("cache_clock", "LANEFLOW_CACHE_CLOCK"),
+    ("prefix_registry", "LANEFLOW_PREFIX_REGISTRY"),
 )
 
 # Settings read from the environment that are this process's own, never handed to a child
@@ -97,6 +98,9 @@ class Settings(BaseModel):
     # The prompt cache's clock ("RATE@EPOCH": RATE times as fast from EPOCH), for benchmarks
     # and tests on the Messages API imitation's fast clock; unset: the wall clock.
     cache_clock: str | None = None
+    # The prompt cache across runs (the prefix registry, and leads waiting for another run's
+    # writer). On by default; off, runs know nothing of each other's cache, as before it was.
+    prefix_registry: bool = True
     secrets_file: str | None = None  # LANEFLOW_SECRETS_FILE (`--secrets FILE`): declared secrets, dotenv (local)
     secret_source: Literal["local", "secretsmanager"] = "local"  # LANEFLOW_SECRET_SOURCE: where declared secrets are read
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL

@@ -36,6 +36,7 @@ def plan_lanes(
     sandboxed: Collection[str] = (),
     group: Collection[Step] | None = None,
     sizes: Mapping[str, str] | None = None,
+    registry: bool = True,
 ) -> list[Lane]:
     """Group a launching group's steps into lanes keyed by (agent, model), in index order.
 
@@ -84,7 +85,7 @@ def plan_lanes(
                 siblings=siblings,
                 starter_role="lead" if gated else "solo",
                 sibling_parallel=parallel,
-                prefix_wait=gate and bool(starters) and (gated or len(indexes) == 1) and registered(lane.model),
+                prefix_wait=registry and gate and bool(starters) and (gated or len(indexes) == 1) and registered(lane.model),
                 sandboxed=lane.agent in sandboxed,
                 task=task_overrides((sizes or {}).get(lane.agent)),
             )

@@ -95,6 +95,7 @@ def next_group(svc: Services, req: NextGroupRequest) -> Plan:
             sandboxed=sandboxed_agents(run.options),
             group=leads,
             sizes=lane_sizes(svc, run, window),
+            registry=svc.settings.prefix_registry,
         )
 
     window = plan_window(launching, plan, used=req.used, budget=svc.settings.history_budget, costs=costs, fresh=req.used == 0)

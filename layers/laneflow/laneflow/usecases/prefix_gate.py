@@ -58,7 +58,7 @@ def wait_for_prefix(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport
         return WaitForLeadReport(index=index, waiting=False)
 
     step = svc.store.get_step(tenant, run_id, index)
-    if step.status != StepStatus.pending or not registered(step.model):
+    if step.status != StepStatus.pending or not (svc.settings.prefix_registry and registered(step.model)):
         return go("nothing to wait for")
     run = svc.store.get_run(tenant, run_id, steps=False, input=False)
     if run.stop_requested or run.status.ended:
@@ -107,11 +107,15 @@ class PrefixClaimant:
     began: bool = False
     claimed: PrefixClaim | None = field(default=None, repr=False)
 
+    @property
+    def on(self) -> bool:
+        return self.svc.settings.prefix_registry and registered(self.model)
+
     def claim(self) -> PrefixClaim | None:
         """Claim the prefix (a lead or a lone step); None when the model takes no part or the
         store could not say (the step goes on: the registry is a saving, never a gate that
         holds)."""
-        if not registered(self.model):
+        if not self.on:
             return None
         writer = PrefixWriter(run_id=self.run_id, index=self.index, n=self.n, claimed_at=self.svc.cache_now())
         try:
@@ -149,7 +153,7 @@ class PrefixClaimant:
         """What the attempt's first call did to the cache: a read keeps the prefix warm; a
         write by an attempt that held no claim (a sibling whose lead could not open the gate
         in time) marks it written too."""
-        if not registered(self.model) or (cache_write and self.writer is not None):
+        if not self.on or (cache_write and self.writer is not None):
             return
         try:
             if cache_read:
