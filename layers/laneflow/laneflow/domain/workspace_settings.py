@@ -18,6 +18,8 @@ from laneflow.domain.inbox import ASK_TIMEOUT_BOUNDS, DEFAULT_ASK_TIMEOUT_S
 from laneflow.domain.stub_answers import header_problems
 from laneflow.domain.tools import DEFAULT_WEB_MAX_USES
 
+CacheTtlSetting = Literal["5m", "1h", "auto"]
+
 
 class AgentSettings(BaseModel):
     """The frontmatter of `agents/<name>/agent.md`. Every field is optional."""
@@ -45,6 +47,8 @@ class AgentSettings(BaseModel):
     network: str | list[Any] | None = None  # `none` or destinations, checked into `Agent.network` (domain/network.py)
     stub: str | list[str] | None = None
     description: str | None = None
+    # The prompt cache's TTL for its writes (domain/cache_ttl.py); unset: AGENTS.md's.
+    cache_ttl: CacheTtlSetting | None = None
 
 
 class WorkspaceSettings(BaseModel):
@@ -59,6 +63,7 @@ class WorkspaceSettings(BaseModel):
     budget: float | None = Field(default=None, gt=0)
     locale: str | None = None
     mcp: list[Any] = Field(default_factory=list)  # every agent's MCP servers (domain/mcp.py)
+    cache_ttl: CacheTtlSetting = "auto"  # every agent's, unless its agent.md sets one
 
 
 JUDGE_FIELDS = ("model", "effort", "stub")  # stub: the judge's answers on the stub model

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from laneflow.domain import jsonsafe
+from laneflow.domain.cache_ttl import CACHE_TTL_OPTION
 from laneflow.domain.delegation import DELEGATES, reach, reach_options
 from laneflow.domain.flow import Flow, StepSpec, load_flow, validate_input
 from laneflow.domain.lanes import SANDBOXED
@@ -28,6 +29,7 @@ from laneflow.domain.workspace import (
     workspace_revision,
 )
 from laneflow.ports import Services
+from laneflow.usecases.cache_ttl import run_ttl_signals
 from laneflow.usecases.masking import RUN_SECRETS, masking, secret_names
 
 
@@ -133,7 +135,7 @@ def prepare_run(
     budget = flow.budget or ws.settings.budget
     if budget:
         options.setdefault("budget", budget)  # the run's budget is fixed as it starts
-    return Run(
+    run = Run(
         id=new_run_id(),
         tenant=tenant or svc.settings.tenant,
         workspace=ws.name,
@@ -146,6 +148,11 @@ def prepare_run(
         flow_spec=flow.model_dump(mode="json", by_alias=True),
         steps=steps,
     )
+    # Each agent's `cache_ttl` and when its prefix is expected to be read again (its lanes'
+    # later waves, its loop, an approval, the flow's last starts) are fixed as it starts, so a
+    # step chooses its TTL without reading other runs (usecases/cache_ttl.py).
+    run.options[CACHE_TTL_OPTION] = run_ttl_signals(svc, run, flow, ws, agents)
+    return run
 
 
 def flow_agents(ws: Workspace, flow: Flow) -> dict[str, Agent]:
