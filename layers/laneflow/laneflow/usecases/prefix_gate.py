@@ -21,14 +21,16 @@ cache another process does not have.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from laneflow.domain.cache import cache_iso
+from laneflow.domain.cache_ttl import choose_for
 from laneflow.domain.messages import LaneKey, WaitForLeadReport, WaitForLeadRequest
 from laneflow.domain.prefixes import PrefixClaim, PrefixTTL, PrefixWaiter, PrefixWriter, registered, waiting_line, warm_line
-from laneflow.domain.records import Event, EventType, StepStatus
+from laneflow.domain.records import Event, EventType, Run, StepStatus
 from laneflow.ports import Services, StepJob
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ class PrefixClaimant:
     model: str
     key: str
     ttl: PrefixTTL = "5m"
+    ttl_reason: str = ""
     writer: PrefixWriter | None = None
     began: bool = False
     claimed: PrefixClaim | None = field(default=None, repr=False)
@@ -201,21 +204,29 @@ class _Opener(Protocol):
 
 def attempt_claimant(
     svc: Services,
+    run: Run,
     job: StepJob,
     recorder: StepRecorder,
     *,
     role: str,
     note: _Notes,
     open_gate: _Opener | None,
-) -> PrefixClaimant:
-    """The attempt's claimant of its prefix, its recorder's hooks set: a lead or a lone step
-    claims the prefix now (a lead whose prefix is warm opens its gate at once and says so);
-    every attempt's first call keeps the record (a read keeps it warm)."""
+) -> tuple[PrefixClaimant, StepJob]:
+    """The attempt's claimant of its prefix, its recorder's hooks set, and its job with the
+    TTL its writes ask for: a lead or a lone step claims the prefix now (a lead whose prefix
+    is warm opens its gate at once and says so), and its TTL counts how long ago the prefix
+    was last used (laneflow.domain.cache_ttl); every attempt's first call keeps the record
+    (a read keeps it warm). A sibling takes the TTL the run's start chose for its agent."""
     from laneflow.usecases.run_step.cache_break import job_prefix_key
 
-    ttl: PrefixTTL = "1h" if job.cache_ttl == "1h" else "5m"
-    claimant = PrefixClaimant(svc, job.tenant, job.run_id, job.index, job.attempt, job.model, job_prefix_key(job), ttl=ttl)
+    claimant = PrefixClaimant(svc, job.tenant, job.run_id, job.index, job.attempt, job.model, job_prefix_key(job))
     claim = claimant.claim() if role != "sibling" else None
+    gap = None
+    if claim is not None and claim.state != "warm" and (last := claim.record.last_use()) is not None:
+        gap = svc.cache_now() - last
+    ttl, claimant.ttl_reason = choose_for(run.options, job.agent, job.model, last_use_gap_s=gap)
+    claimant.ttl = "1h" if ttl == "1h" else "5m"
+    job = dataclasses.replace(job, cache_ttl=claimant.ttl)
     if claim is not None and claim.state == "warm":
         text, data = warm_note(claim)
         note(EventType.gate, text, data)
@@ -237,4 +248,4 @@ def attempt_claimant(
 
     recorder.on_first_event = first_event
     recorder.on_first_call = lambda span: claimant.first_call(span.tokens.cache_read, span.tokens.cache_write)
-    return claimant
+    return claimant, job

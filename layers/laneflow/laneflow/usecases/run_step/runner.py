@@ -50,13 +50,13 @@ from laneflow.domain.settlement import BUDGET_SPENT, budget_spent, run_budget
 from laneflow.domain.sizes import attempt_size
 from laneflow.domain.workers import WorkerRef
 from laneflow.domain.workspace import Agent, Workspace, load_agent, load_workspace
-from laneflow.ports import Services, StepJob, StepOutcome, WorkingCopy
+from laneflow.ports import Services, StepOutcome, WorkingCopy
 from laneflow.usecases.prefix_gate import PrefixClaimant, attempt_claimant
 from laneflow.usecases.run_step.cache_break import find_cache_break, step_prefix
 from laneflow.usecases.run_step.delegation import Delegation
 from laneflow.usecases.run_step.inbox import attempt_inbox, group_peers
 from laneflow.usecases.run_step.job import attempt_job
-from laneflow.usecases.run_step.judge import JUDGE_SYSTEM, parse_verdict
+from laneflow.usecases.run_step.judge import judge
 from laneflow.usecases.run_step.message import (
     Briefing,
     EarlierAttempt,
@@ -123,6 +123,7 @@ class StepRunner:
         # (written with the attempt's end).
         self.prefix: dict[str, Any] | None = None
         self.cache_break: dict[str, str] | None = None
+        self.cache_ttl: dict[str, str] = {}  # the TTL its writes asked for, and why (prefix_gate)
         self.spec, self.handoff = briefing.spec, briefing.handoff
         # What earlier attempts of this pass ended with (a retry, or a resume after a crash):
         # each new attempt is told the truth about why it runs again.
@@ -284,7 +285,7 @@ class StepRunner:
         """The step's prefix and cache_break, as this attempt found them (nothing if it sent none)."""
         if self.prefix is None:
             return {}
-        return {"prefix": self.prefix, "cache_break": self.cache_break}
+        return {"prefix": self.prefix, "cache_break": self.cache_break, **self.cache_ttl}
 
     def _on_cache_write(self, layers: list[Any]) -> None:
         assert self.prefix is not None
@@ -352,14 +353,15 @@ class StepRunner:
         if agent.settings.delegates:
             recorder.delegator = Delegation(svc, run, ws, recorder, job, (agent.name,), tuple(agent.settings.delegates))
         self.prefix, self.cache_break = step_prefix(svc, job), None
-        self.claimant = attempt_claimant(svc, job, recorder, role=self.role, note=self._note, open_gate=self.open_gate)
+        self.claimant, job = attempt_claimant(svc, run, job, recorder, role=self.role, note=self._note, open_gate=self.open_gate)
+        self.cache_ttl = {"cache_ttl": job.cache_ttl, "cache_ttl_reason": self.claimant.ttl_reason}
         layers = prompt.records()
         recorder.on_cache_write = lambda: self._on_cache_write(layers)
         svc.crashpoints.reached("rescue-running" if step.rescue_of is not None else "executor-started")
         outcome = svc.executor(step.model).execute(job, recorder)
         data = check_output(self.spec, outcome)
         if self.spec.verify_judge:
-            self._judge(ws, job, outcome, recorder)
+            judge(self.svc, self.run, self.step, ws, job, self.spec.verify_judge, outcome, recorder)
         self._keep(agent, recorder)
         return outcome, data, recorder
 
@@ -404,36 +406,6 @@ class StepRunner:
         if self.copy is not None:
             self.copy.discard()
             self.copy = None
-
-    def _judge(self, ws: Workspace, job: StepJob, outcome: StepOutcome, recorder: StepRecorder) -> None:
-        """`verify: judge:` asks the judge model (AGENTS.md `judge:`, workspace over account,
-        field by field; the run's `--model` wins). A failing verdict fails the attempt with the
-        judge's reason, and the next attempt is told it."""
-        settings = ws.settings.judge or {}
-        model = self.run.model or settings.get("model") or self.step.model
-        question = self.spec.verify_judge or ""
-        verdict_job = StepJob(
-            tenant=job.tenant,
-            run_id=job.run_id,
-            index=job.index,
-            attempt=job.attempt,
-            agent="judge",
-            model=model,
-            item=job.item,
-            run_input=job.run_input,
-            system_stable=JUDGE_SYSTEM + (f" Think with {settings['effort']} effort." if settings.get("effort") else ""),
-            system_dynamic="",
-            user=f"Question: {question}\n\nThe step was asked:\n{self.step.instruction}\n\nIts output:\n{outcome.result}",
-            stub=settings.get("stub") or "PASS",
-            answer_index=job.attempt - 1,
-            timeout=job.timeout,
-            effort=settings.get("effort") if isinstance(settings.get("effort"), str) else None,
-        )
-        reply = self.svc.executor(model).execute(verdict_job, recorder)
-        passed, reason = parse_verdict(reply.conclusion or reply.result)
-        recorder.event(EventType.judge, f"judge ({model}): {'PASS' if passed else 'FAIL: ' + reason}")
-        if not passed:
-            raise StepFailed(f"the judge failed it: {reason}", retryable=True, kind=FailureKind.output)
 
     def _interrupted(self) -> StepReport:
         """Mark this attempt interrupted by its exact identity, the way reconcile does for a
