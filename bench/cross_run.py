@@ -214,7 +214,14 @@ def burst_part(root: Path) -> dict[str, Any]:
     ratio, limit = after["cost_usd"] / before["cost_usd"], limit_cost / before["cost_usd"]
     off_by = abs(ratio - limit) / limit
     met = after["cold_prefixes"] == 1 and off_by <= 0.01 and after["completed"] == BURST
-    return {"before": before, "after": after, "ratio": round(ratio, 4), "limit": round(limit, 4), "off_by": round(off_by, 4), "met": met}
+    return {
+        "before": before,
+        "after": after,
+        "ratio": round(ratio, 4),
+        "limit": round(limit, 4),
+        "off_by": round(off_by, 4),
+        "met": met,
+    }
 
 
 def longest_gate_wait_ms(record: dict[str, Any]) -> float:

@@ -49,7 +49,11 @@ class ThreadDrives:
 
 @pytest.fixture
 def cloud(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Services, MessagesImitation]]:
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     with MessagesImitation(ttft_ms=400, token_ms=1, api_keys={KEY}) as api, mock_aws(), moto_dynamodb_serialized():
