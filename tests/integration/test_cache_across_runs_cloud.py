@@ -13,10 +13,10 @@ from typing import Any
 import boto3
 import pytest
 from helpers import FIXTURES, moto_dynamodb_serialized
+from integration.test_cloud_path import URL, handler, record_of, start
 from moto import mock_aws
 from pydantic import SecretStr
 
-from integration.test_cloud_path import URL, handler, record_of, start
 from laneflow.adapters.aws.s3 import S3Workspaces
 from laneflow.adapters.executors.anthropic import AnthropicExecutor
 from laneflow.adapters.store import open_store
