@@ -7,7 +7,11 @@ reconcile and the step waiting on it starts. Counted by the imitation itself."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +33,7 @@ from laneflow.wiring import for_store, local_engine
 from laneflow_dev.imitation import MessagesImitation
 
 KEY = "sk-test-0123456789abcdef"
+EXE = Path(sys.executable).parent / "laneflow"
 
 
 @pytest.fixture
@@ -145,3 +150,32 @@ def test_reconcile_releases_a_writer_whose_attempt_is_gone_and_hands_its_waiters
     assert completed == ["tok-waiting"]
     record = svc.store.get_prefix(run.tenant, key)
     assert record is not None and record.writer is None and record.waiters == []
+
+
+def test_two_laneflow_run_processes_on_one_store_pay_one_cold_prefix(tmp_path: Path, api: MessagesImitation) -> None:
+    """Two engines, one store: a lead waiting in one process for the other's writer is
+    handed back by its own process's watch of the record (a token is its engine's)."""
+    ws = workspace(tmp_path)
+    store = f"sqlite:///{tmp_path / 'shared.db'}"
+    env = {**os.environ, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": api.url, "LANEFLOW_STEP_WORKERS": "0"}
+    procs = [
+        subprocess.Popen(
+            [str(EXE), "run", str(ws), "fanout", "--store", store, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in outs]
+    runs = [json.loads(out)["run"] if "run" in json.loads(out) else json.loads(out) for out, _ in outs]
+    assert [r["status"] for r in runs] == ["completed", "completed"]
+    assert api.stats()["cache_writes"] == 1, api.stats()
+    assert api.stats()["cache_reads"] == 7
+    [writer] = [r["id"] for r in runs if r["steps"][0]["calls"][0]["tokens"]["cache_write"]]
+    [other] = [r for r in runs if r["id"] != writer]
+    named = [e["text"] for e in other["steps"][0]["events"] if e["type"] == "gate" and writer in e["text"]]
+    assert named, "the other run's lead neither waited for the writer nor found its prefix warm from it"
