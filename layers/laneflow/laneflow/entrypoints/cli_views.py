@@ -195,7 +195,6 @@ ESTIMATE_COLUMNS: list[Column] = [
     Column("GATED W/R", lambda r: f"{r['with_gate']['cache_write']:,}/{r['with_gate']['cache_read']:,}", right=True),
     Column("UNGATED W/R", lambda r: f"{r['without_gate']['cache_write']:,}/{r['without_gate']['cache_read']:,}", right=True),
     Column("COST", lambda r: f"${r['with_gate']['cost_usd']:.4f}", right=True),
-    Column("RANGE", lambda r: f"${r['range_usd']['low']:.4f}-${r['range_usd']['high']:.4f}", right=True),
 ]
 
 
