@@ -24,7 +24,8 @@ the `cost:` exactly. On Claude the estimate is a point inside a range (`RANGE_RU
   previous completed run (`Usage`, learned), else one turn of `output_tokens`
   (DEFAULT_OUTPUT_TOKENS unless told), with the gate and the cache as said above;
 - low: one turn a step, each reply SHORT_REPLY_TOKENS long (a one-sentence outcome, which
-  every step is told to open with), the gate and the cache as for the point, and the
+  every step is told to open with), every cacheable prefix already warm (a cache the
+  registry may not know of: the same prompts run elsewhere on the same account), and the
   prefix and inputs counted TOKEN_MARGIN short;
 - high: an agent that can call tools takes its `max_turns` (else the executor's
   DEFAULT_MAX_TURNS) turns, each reply LONG_REPLY_FACTOR times the point's and each tool
@@ -68,13 +69,16 @@ TOKEN_MARGIN = 0.10
 HANDOFF_HEADER_TOKENS = 8  # "## Handoff from the previous group" and each step's "### agent — item (step N)"
 
 RANGE_RULE = (
-    f"low: one turn a step, {SHORT_REPLY_TOKENS}-token replies, the gate, the cache as the registry says, "
+    f"low: one turn a step, {SHORT_REPLY_TOKENS}-token replies, every prefix already warm, "
     f"tokens counted {TOKEN_MARGIN:.0%} short; high: max_turns turns for an agent with tools, replies "
     f"{LONG_REPLY_FACTOR}x the point's, {TOOL_RESULT_TOKENS:,}-token tool results, no gate, no prefix warm "
     f"from before, 1-hour cache writes, tokens {TOKEN_MARGIN:.0%} over"
 )
 
 CaseName = Literal["low", "point", "high"]
+# What a lead finds in the cache: every cacheable prefix warm, what the registry and the
+# run's earlier lanes say, or nothing from before its own lane.
+CacheView = Literal["warm", "known", "cold"]
 
 
 @dataclass(frozen=True)
@@ -83,14 +87,14 @@ class Case:
 
     name: CaseName
     gate: bool  # priced with the gate's cache figures
-    reuse: bool  # a prefix already cached when the lead starts is read (the registry; an earlier lane)
+    cache: CacheView  # what a lead finds in the cache when it starts
     token_scale: float  # the prefix and the inputs as counted, times this
     write_ttl: PrefixTTL  # the price its cache writes pay
 
 
-LOW = Case("low", gate=True, reuse=True, token_scale=1 - TOKEN_MARGIN, write_ttl="5m")
-POINT = Case("point", gate=True, reuse=True, token_scale=1.0, write_ttl="5m")
-HIGH = Case("high", gate=False, reuse=False, token_scale=1 + TOKEN_MARGIN, write_ttl="1h")
+LOW = Case("low", gate=True, cache="warm", token_scale=1 - TOKEN_MARGIN, write_ttl="5m")
+POINT = Case("point", gate=True, cache="known", token_scale=1.0, write_ttl="5m")
+HIGH = Case("high", gate=False, cache="cold", token_scale=1 + TOKEN_MARGIN, write_ttl="1h")
 
 
 @dataclass(frozen=True)
@@ -232,8 +236,10 @@ def case_usage(case: Case, facts: LaneFacts, output_tokens: int) -> Usage:
 
 def _lead_reads(case: Case, facts: LaneFacts, written: dict[str, int], now: float) -> tuple[str | None, bool]:
     """Why the lane's lead reads its prefix in `case`, if it does, and whether without the gate too."""
-    if not case.reuse or not facts.cacheable:
+    if case.cache == "cold" or not facts.cacheable:
         return None, True
+    if case.cache == "warm":
+        return "warm (the low end assumes every prefix is)", True
     record = facts.registry
     if record is not None and facts.stub is None:  # the stub's pretend cache is one run's
         if record.warm(now):
@@ -248,7 +254,7 @@ def _lead_reads(case: Case, facts: LaneFacts, written: dict[str, int], now: floa
 def case_plans(groups: list[list[LaneFacts]], case: Case, *, output_tokens: int, now: float) -> list[LanePlan]:
     """Every lane of the run as `case` counts it, group by group: a group's handoff (what its
     steps said) joins the next group's inputs; a prefix a lane writes is read by a later
-    lane's lead (`case.reuse`)."""
+    lane's lead (unless the case finds the cache cold)."""
     plans: list[LanePlan] = []
     written: dict[str, int] = {}
     handoff = 0
