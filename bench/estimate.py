@@ -60,7 +60,9 @@ def one(size: int, model: str, tmp: Path) -> dict[str, Any]:
         told = estimate_run(svc, ws, "brief", run_input, model=on, output_tokens=per_turn).as_dict()
         learned = estimate_run(svc, ws, "brief", run_input, model=on).as_dict()
         warm = a_run()  # within the cache's lifetime: it reads the prefixes the first run wrote
-    with MessagesImitation(ttft_ms=100, api_keys={"sk-bench"}) as api:  # a cold cache, as the estimate assumes
+    with MessagesImitation(
+        ttft_ms=100, api_keys={"sk-bench"}
+    ) as api:  # a cold cache, as the estimate finds it (the registry holds no warm prefix)
         cfg = cfg.model_copy(update={"anthropic_base_url": api.url})
         svc = for_store(svc.store, cfg)
         later = a_run()
@@ -116,7 +118,8 @@ def report(rows: list[dict[str, Any]]) -> str:
         "",
         f"Worst error with the output told: {worst:.1%}; learned from the flow's previous run (what `laneflow estimate` "
         f"does by default once the flow has run): {learned:.1%} (the goal: within 15 %), against a later run on a cold "
-        "cache, as an estimate assumes. A run within the cache's lifetime of the one before reads what that one wrote and "
+        "cache, as the estimate finds it where the prefix registry holds no warm prefix (a registry that does makes the "
+        "lead read: bench/estimate_first_run.py measures that case). A run within the cache's lifetime of the one before reads what that one wrote and "
         f"pays less (measured: ${rows[0]['warm_cost']:.5f} beside ${rows[0]['later_cost']:.5f} for {rows[0]['size']} "
         f"topics on {rows[0]['model']}). The cache figures are the run's exactly where "
         "the column says yes: the prefix is built as the runner builds it (layers and tool definitions) and counted as the "

@@ -134,7 +134,7 @@ def test_once_the_flow_has_run_the_estimate_learns_its_output_and_is_within_the_
 ) -> None:
     """No --output-tokens: the first estimate assumes the default output (nothing to learn);
     after a run it assumes what each agent's calls wrote in that run, and a later run on a
-    cold cache (as an estimate assumes) costs what it says, within the measured error."""
+    cold cache (as the estimate finds it: the registry holds no warm prefix) costs what it says, within the measured error."""
     ws = Path(shutil.copytree(EXAMPLES / "newsroom", tmp_path / "newsroom"))
 
     def claude_run() -> Any:

@@ -191,11 +191,23 @@ ESTIMATE_COLUMNS: list[Column] = [
     Column("LANE", lambda r: r["lane"]),
     Column("N", lambda r: str(r["steps"]), right=True),
     Column("PREFIX", lambda r: f"{r['prefix_tokens']:,}" + ("" if r["cacheable"] else "*"), right=True),
+    Column("LEAD", lambda r: r["lead"] + ("+" if r["lead_reads"] else "")),
     Column("GATED W/R", lambda r: f"{r['with_gate']['cache_write']:,}/{r['with_gate']['cache_read']:,}", right=True),
     Column("UNGATED W/R", lambda r: f"{r['without_gate']['cache_write']:,}/{r['without_gate']['cache_read']:,}", right=True),
     Column("COST", lambda r: f"${r['with_gate']['cost_usd']:.4f}", right=True),
-    Column("UNGATED", lambda r: f"${r['without_gate']['cost_usd']:.4f}", right=True),
 ]
+
+
+def _lead_lines(lanes: list[dict[str, Any]]) -> list[str]:
+    """Why a lane's lead reads its prefix instead of writing it, one line a lane."""
+    out = []
+    for lane in lanes:
+        if not lane["lead_reads"]:
+            continue
+        warm = lane.get("warm_now")
+        when = f", since {warm['since']}, until {warm['until']}" if warm else ""
+        out.append(f"  + G{lane['group']} {lane['lane']}: {lane['lead_reads']}{when}: its lead reads the prefix, no cold one")
+    return out
 
 
 def estimate_text(data: dict[str, Any]) -> str:
@@ -203,6 +215,7 @@ def estimate_text(data: dict[str, Any]) -> str:
     totals = data["totals"]
     lines = [f"estimate of {data['workspace']}/{data['flow']} (nothing has run; W/R: cache tokens written/read)"]
     lines.extend(table(ESTIMATE_COLUMNS, data["lanes"], indent="  "))
+    lines.extend(_lead_lines(data["lanes"]))
     lines.append(
         f"  cold prefixes: {totals['with_gate']['cold_prefixes']} with the gate, {totals['without_gate']['cold_prefixes']} without"
     )
@@ -210,11 +223,13 @@ def estimate_text(data: dict[str, Any]) -> str:
         f"  expected cost ${cost['expected']:.4f} with the gate (${cost['without_gate']:.4f} without); "
         f"range ${cost['low']:.4f} to ${cost['high']:.4f}"
     )
+    lines.append(f"  range: {data['range_rule']}")
     learned = data.get("output_learned_from")
     assumed = (
-        f"  output: what {learned} wrote per call of each agent on Claude (else {data['output_tokens_per_turn']} a turn)"
+        f"  turns and output: what {learned} measured per step of each agent on Claude (else {data['output_tokens_per_turn']}"
+        " tokens in one turn)"
         if learned
-        else f"  output assumed: {data['output_tokens_per_turn']} tokens a turn on Claude (--output-tokens)"
+        else f"  output assumed: {data['output_tokens_per_turn']} tokens in one turn a step on Claude (--output-tokens)"
     )
     lines.append(assumed + "; the stub's answers are its own")
     if any(not lane["cacheable"] for lane in data["lanes"]):

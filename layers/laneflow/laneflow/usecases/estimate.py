@@ -3,8 +3,10 @@
 The run is prepared exactly as `start_run` prepares it (the workspace, the flow, the input
 checked against its schema, fan-outs expanded, each step's model resolved) and nothing is
 written. Each lane's prefix is built the way the runner builds it: the agent's prompt layers
-(`domain.prompt`) and the tool definitions its requests carry (`Services.tool_definitions`).
-The arithmetic is `domain.estimate`.
+(`domain.prompt`) and the tool definitions its requests carry (`Services.tool_definitions`),
+and looked up in the prefix registry under the key its steps register it by
+(`job_prefix_key`, in the run's tenant). What the flow's previous completed run measured
+(turns, output per call) is learned from the store. The arithmetic is `domain.estimate`.
 """
 
 from __future__ import annotations
@@ -15,24 +17,35 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_in, tokens_of
+from laneflow.domain.cache import cache_now, min_cacheable, prefix_tokens, tokens_in, tokens_of
 from laneflow.domain.errors import Unavailable
-from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS, Estimate, LaneEstimate, LanePlan, cache_figures
+from laneflow.domain.estimate import (
+    DEFAULT_MAX_TURNS,
+    DEFAULT_OUTPUT_TOKENS,
+    RANGE_RULE,
+    Estimate,
+    LaneFacts,
+    StubAnswers,
+    Usage,
+    UsageKey,
+    estimate_of,
+    usage_of,
+)
 from laneflow.domain.flow import Flow, step_spec
+from laneflow.domain.inbox import PEERS, Peer
 from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.placeholders import fill
 from laneflow.domain.pricing import PriceCatalog, catalog
 from laneflow.domain.prompt import SystemPrompt, build_system_prompt
-from laneflow.domain.records import Run, RunStatus, Step, Tokens
+from laneflow.domain.records import Run, RunStatus, Step
 from laneflow.domain.stub_answers import BadHeader, StubAnswer, parse_answer, pick_answer
-from laneflow.domain.workspace import Agent, load_workspace
+from laneflow.domain.workspace import Agent, Workspace, load_workspace
 from laneflow.ports import Services, StepJob
-from laneflow.usecases.run_step.cache_break import PREVIOUS_RUNS_LOOKED_AT
+from laneflow.usecases.run_step.cache_break import PREVIOUS_RUNS_LOOKED_AT, job_prefix_key
+from laneflow.usecases.run_step.job import agent_fields
 from laneflow.usecases.run_step.message import user_message
 from laneflow.usecases.start_run import flow_agents, prepare_run, run_account
 from laneflow.usecases.start_run_idempotent import RunOfAFlow
-
-HANDOFF_HEADER_TOKENS = 8  # "## Handoff from the previous group" and each step's "### agent — item (step N)"
 
 
 def _stub_answer(agent: Agent, step: Step, run: Run) -> StubAnswer | None:
@@ -48,41 +61,46 @@ def _stub_output(answer: StubAnswer) -> int:
     return sum(tokens_in(n) for n in chars)  # as the stub counts its output
 
 
-def learned_output(svc: Services, run: Run) -> tuple[str | None, dict[tuple[str, str], int]]:
-    """The output a call of each (agent, model) wrote in the flow's previous completed run of
-    this tenant and workspace, on average: (that run's id, {(agent, model): tokens}), or
-    (None, {}) when the flow has no such run."""
+def _stub_answers(agent: Agent, members: list[Step], run: Run) -> StubAnswers:
+    """A stub lane's turns, output per turn and `cost:`, from the agent's own answers."""
+    answers = [_stub_answer(agent, s, run) for s in members]
+    turns = max(1, len(answers[0].turns)) if answers and answers[0] else 1
+    output = sum(_stub_output(a) for a in answers if a) // max(1, len(members) * turns)
+    return StubAnswers(turns=turns, output_tokens=output, cost_usd=sum(a.total_cost for a in answers if a))
+
+
+def learned_usage(svc: Services, run: Run) -> tuple[str | None, dict[UsageKey, Usage]]:
+    """What a step of each (agent, model) did in the flow's previous completed run of this
+    tenant and workspace (`domain.estimate.usage_of`): (that run's id, {(entry, agent,
+    model): usage}), or (None, {}) when the flow has no such run."""
     for other in svc.store.list_runs(run.tenant, limit=PREVIOUS_RUNS_LOOKED_AT, status=[RunStatus.completed]):
         if other.workspace != run.workspace or other.flow != run.flow:
             continue
-        outputs: dict[tuple[str, str], list[int]] = {}
-        for step in svc.store.get_run(run.tenant, other.id, detail=True).steps:
-            for call in step.calls:
-                outputs.setdefault((step.agent or "", step.model), []).append(call.tokens.output)
-        return other.id, {key: sum(v) // len(v) for key, v in outputs.items() if v}
+        return other.id, usage_of(svc.store.get_run(run.tenant, other.id, detail=True).steps)
     return None, {}
 
 
 class _Lanes:
-    """The lanes of one prepared run, planned as the planner plans them."""
+    """The lanes of one prepared run, planned as the planner plans them, with what is known
+    of each before it runs (`LaneFacts`)."""
 
     def __init__(
         self,
         svc: Services,
         run: Run,
+        ws: Workspace,
         agents: Mapping[str, Agent],
-        prompts: Mapping[str, SystemPrompt],
-        output_tokens: int,
-        learned: Mapping[tuple[str, str], int] | None = None,
+        learned: Mapping[UsageKey, Usage] | None = None,
     ):
-        self.svc, self.run, self.agents, self.prompts, self.output_tokens = svc, run, agents, prompts, output_tokens
+        self.svc, self.run, self.ws, self.agents = svc, run, ws, agents
+        self.prompts: dict[str, SystemPrompt] = {name: build_system_prompt(ws, agent) for name, agent in agents.items()}
         self.learned = learned or {}
-        self.used_learned = False  # a Claude lane assumed what the earlier run's calls wrote
+        self.used_learned = False  # a Claude lane assumed what the earlier run's calls did
         self.flow = Flow.model_validate(run.flow_spec)
-        self.handoff_tokens = 0  # what the previous group hands on, in tokens
 
-    def _prefix(self, agent: Agent, prompt: SystemPrompt, model: str) -> int:
-        job = StepJob(
+    def _job(self, agent: Agent, prompt: SystemPrompt, model: str) -> StepJob:
+        """A step's job as `attempt_job` makes it, as far as its prefix goes."""
+        return StepJob(
             tenant=self.run.tenant,
             run_id=self.run.id,
             index=0,
@@ -94,65 +112,61 @@ class _Lanes:
             system_stable=prompt.stable,
             system_dynamic=prompt.dynamic,
             user="",
-            tools=tuple(agent.settings.tools),
             workspace_root=self.run.workspace_uri,
-            agent_path=agent.path,
+            **agent_fields(agent),
         )
-        defs = self.svc.tool_definitions(job) if self.svc.tool_definitions else []
-        return prefix_tokens(prompt.stable, defs)
 
-    def group(self, group: int, steps: list[Step]) -> list[LanePlan]:
-        plans: list[LanePlan] = []
-        handed_on = 0
+    def _learned(self, entry: int, agent: str, model: str) -> Usage | None:
+        """What the earlier run measured of this entry's steps of the agent, else of any of its steps."""
+        return self.learned.get((entry, agent, model)) or self.learned.get((None, agent, model))
+
+    def _dynamic(self, agent: Agent, step: Step, group: list[Step]) -> str:
+        """The step's dynamic layers (with its colleagues, for an agent with `peers`)."""
+        if PEERS not in agent.settings.tools:
+            return self.prompts[agent.name].dynamic
+        peers = [
+            Peer(agent=s.agent or "", index=s.index, item=s.item, status=s.status.value)
+            for s in group
+            if s.index != step.index and s.rescue_of is None and s.agent
+        ]
+        return build_system_prompt(self.ws, agent, peers=peers).dynamic
+
+    def group(self, group: int, steps: list[Step]) -> list[LaneFacts]:
+        lanes: list[LaneFacts] = []
         by_index = {s.index: s for s in steps}
         for lane in plan_lanes(steps, self.flow, self.svc.settings.max_lane_parallel, gate=True):
             members = [by_index[i] for i in [*lane.starters, *lane.siblings]]
             agent, prompt = self.agents[lane.agent], self.prompts[lane.agent]
-            stub = lane.model == "stub"
-            answers = [_stub_answer(agent, s, self.run) for s in members] if stub else []
-            turns = max(1, len(answers[0].turns)) if answers and answers[0] else 1
-            if stub:
-                output = sum(_stub_output(a) for a in answers if a) // max(1, len(members) * turns)
-            else:
-                output = self.learned.get((lane.agent, lane.model), self.output_tokens)
-                self.used_learned |= (lane.agent, lane.model) in self.learned
-            inputs = []
-            for s in members:
-                spec = step_spec(self.run, s)
-                message = user_message(s, spec, "", [])
-                handoff = self.handoff_tokens if spec.handoff != "none" else 0
-                inputs.append(tokens_of(prompt.dynamic + message) + handoff)
-            plans.append(
-                LanePlan(
+            job = self._job(agent, prompt, lane.model)
+            defs = self.svc.tool_definitions(job) if self.svc.tool_definitions else []
+            key = job_prefix_key(job)
+            stub = _stub_answers(agent, members, self.run) if lane.model == "stub" else None
+            learned = None if stub else self._learned(members[0].entry, lane.agent, lane.model)
+            self.used_learned |= learned is not None
+            specs = [step_spec(self.run, s) for s in members]
+            lanes.append(
+                LaneFacts(
                     group=group,
                     agent=lane.agent,
                     model=lane.model,
                     steps=len(members),
                     parallel=lane.parallel,
-                    prefix_tokens=self._prefix(agent, prompt, lane.model),
+                    prefix_tokens=prefix_tokens(prompt.stable, defs),
                     min_cacheable=min_cacheable(lane.model),
-                    turns=turns,
-                    input_tokens=sum(inputs) // max(1, len(inputs)),
-                    output_tokens=output,
-                    stub_cost_usd=sum(a.total_cost for a in answers if a) if stub else None,
+                    prefix_key=key,
+                    inputs=tuple(
+                        tokens_of(self._dynamic(agent, s, steps) + user_message(s, spec, "", []))
+                        for s, spec in zip(members, specs, strict=True)
+                    ),
+                    takes_handoff=tuple(spec.handoff != "none" for spec in specs),
+                    max_turns=agent.settings.max_turns or DEFAULT_MAX_TURNS,
+                    has_tools=bool(defs or job.mcp),
+                    stub=stub,
+                    learned=learned,
+                    registry=self.svc.store.get_prefix(self.run.tenant, key),
                 )
             )
-            handed_on += len(members) * (turns * output + HANDOFF_HEADER_TOKENS)
-        self.handoff_tokens = handed_on + HANDOFF_HEADER_TOKENS if handed_on else 0
-        return plans
-
-
-def _priced(plan: LanePlan, prices: PriceCatalog, unpriced: list[str], *, gate: bool, output_scale: float = 1.0) -> float:
-    if plan.stub_cost_usd is not None:
-        return plan.stub_cost_usd
-    price = prices.price(plan.model)
-    if price is None:
-        if plan.model not in unpriced:
-            unpriced.append(plan.model)
-        return 0.0
-    f = cache_figures(plan, gate=gate)
-    tokens = Tokens(input=f.input, output=int(f.output * output_scale), cache_read=f.cache_read, cache_write=f.cache_write)
-    return price.cost(tokens)
+        return lanes
 
 
 def estimate_run(
@@ -166,36 +180,32 @@ def estimate_run(
     output_tokens: int | None = None,
     prices: PriceCatalog | None = None,
     tenant: str | None = None,
+    now: float | None = None,
 ) -> Estimate:
     """The estimate of a run of `flow_name` on `run_input` (`InvalidInput` as a run would
-    refuse it). Each group's first cycle; rescues and loops' later cycles are not counted.
-    The output of a Claude turn is `output_tokens` when given; else what a call of the same
-    agent and model wrote in the flow's previous completed run, else DEFAULT_OUTPUT_TOKENS."""
+    refuse it), at `now` on the cache clock (default: `cache_now()`): a point and a range
+    (`domain.estimate`). Each group's first cycle; rescues, retries and loops' later cycles
+    are not counted. A Claude turn writes `output_tokens` when given; else a step does what a
+    step of the same agent and model did in the flow's previous completed run (its turns, its
+    output per call); else one turn of DEFAULT_OUTPUT_TOKENS."""
     run = prepare_run(svc, workspace, flow_name, run_input, tenant=tenant, model=model, account=account, check_models=False)
     ws = load_workspace(run.workspace_uri, run_account(run))
     agents = flow_agents(ws, Flow.model_validate(run.flow_spec))
-    prompts = {name: build_system_prompt(ws, agent) for name, agent in agents.items()}
-    learned_from, learned = learned_output(svc, run) if output_tokens is None else (None, {})
-    assumed = DEFAULT_OUTPUT_TOKENS if output_tokens is None else output_tokens
-    lanes = _Lanes(svc, run, agents, prompts, assumed, learned)
-    prices = prices or catalog()
-    result = Estimate(workspace=run.workspace, flow=run.flow, output_tokens=assumed)
+    learned_from, learned = learned_usage(svc, run) if output_tokens is None else (None, {})
+    lanes = _Lanes(svc, run, ws, agents, learned)
+    groups = []
     for group in sorted({s.group for s in run.steps}):
         steps = [s for s in run.steps if s.group == group and s.agent]
-        if not steps:  # an approval
-            continue
-        for plan in lanes.group(group, steps):
-            result.lanes.append(
-                LaneEstimate(
-                    plan=plan,
-                    with_gate=cache_figures(plan, gate=True),
-                    without_gate=cache_figures(plan, gate=False),
-                    cost_with_gate=_priced(plan, prices, result.unpriced, gate=True),
-                    cost_without_gate=_priced(plan, prices, result.unpriced, gate=False),
-                )
-            )
-            result.low += _priced(plan, prices, result.unpriced, gate=True, output_scale=0.5)
-            result.high += _priced(plan, prices, result.unpriced, gate=False, output_scale=2.0)
+        if steps:  # an approval has none
+            groups.append(lanes.group(group, steps))
+    result = estimate_of(
+        run.workspace,
+        run.flow,
+        groups,
+        prices or catalog(),
+        output_tokens=DEFAULT_OUTPUT_TOKENS if output_tokens is None else output_tokens,
+        now=cache_now() if now is None else now,
+    )
     result.learned_from = learned_from if lanes.used_learned else None
     return result
 
@@ -207,8 +217,8 @@ class EstimateRequest(RunOfAFlow):
         default=None,
         ge=0,
         le=1_000_000,
-        description="output tokens a Claude turn is assumed to write (default: what the flow's previous completed run wrote"
-        f" per call of the same agent and model, else {DEFAULT_OUTPUT_TOKENS})",
+        description="output tokens a Claude turn is assumed to write (default: what the flow's previous completed run"
+        f" measured per call of the same agent and model, with its turns, else {DEFAULT_OUTPUT_TOKENS} in one turn)",
     )
 
 
@@ -219,14 +229,18 @@ class EstimateAnswer(BaseModel):
     flow: str
     output_tokens_per_turn: int = Field(description="the output a Claude turn was assumed to write where nothing was learned")
     output_learned_from: str | None = Field(
-        description="the earlier run of the flow whose output per call the Claude lanes assume"
+        description="the earlier run of the flow whose turns and output per call the Claude lanes assume (learned: true)"
     )
     lanes: list[dict[str, Any]] = Field(
-        description="per lane: group, lane (agent@model), steps, parallel, turns, prefix_tokens, min_cacheable, cacheable, "
-        "and with_gate / without_gate: cold_prefixes, cache_write, cache_read, input, output, cost_usd"
+        description="per lane: group, lane (agent@model), steps, parallel, turns, output_tokens_per_turn, learned, "
+        "prefix_tokens, prefix_key (the prefix registry's), min_cacheable, cacheable, lead (reads | writes | uncached), "
+        "lead_reads (why: 'warm now (run R)', 'being written now (run R)', 'written in group G of this run'), warm_now "
+        "(the registry's record: run, since, until), with_gate / without_gate: cold_prefixes, cache_write, cache_read, "
+        "input, output, cost_usd; range_usd: low, high"
     )
     totals: dict[str, Any] = Field(description="with_gate / without_gate: cold_prefixes, cache_write, cache_read, cost_usd")
-    cost_usd: dict[str, float] = Field(description="expected (with the gate), without_gate, low, high")
+    cost_usd: dict[str, float] = Field(description="expected (the point, with the gate), without_gate, low, high")
+    range_rule: str = Field(description=f"how low and high are counted: {RANGE_RULE}")
     unpriced_models: list[str] = Field(description="models the price catalog has no price for (counted as $0)")
 
 
