@@ -66,7 +66,9 @@ def test_through_the_imitation_the_cache_figures_equal_the_runs_and_the_cost_is_
     record = svc.store.get_run(run.tenant, run.id, detail=True).public()
     calls = [c for s in record["steps"] for c in s["calls"]]
     per_turn = round(sum(c["tokens"]["output"] for c in calls) / len(calls))
-    estimate = estimate_run(svc, ws, "brief", TOPICS, model="claude-sonnet-4-6", output_tokens=per_turn).as_dict()
+    # As the run found the cache: cold (two hours on, the registry holds nothing warm).
+    later = svc.cache_now() + 7200
+    estimate = estimate_run(svc, ws, "brief", TOPICS, model="claude-sonnet-4-6", output_tokens=per_turn, now=later).as_dict()
     lanes = _lanes_of(record)
     for lane in estimate["lanes"]:
         row = lanes[(lane["group"], lane["lane"])]
@@ -133,21 +135,25 @@ def test_once_the_flow_has_run_the_estimate_learns_its_output_and_is_within_the_
     svc: Services, tmp_path: Path
 ) -> None:
     """No --output-tokens: the first estimate assumes the default output (nothing to learn);
-    after a run it assumes what each agent's calls wrote in that run, and a later run on a
-    cold cache (as the estimate finds it: the registry holds no warm prefix) costs what it says, within the measured error."""
+    after a run it assumes what each agent's calls wrote in that run, and a later run (whose
+    prefixes the registry holds warm, as the estimate finds them) costs what it says, within
+    the measured error."""
     ws = Path(shutil.copytree(EXAMPLES / "newsroom", tmp_path / "newsroom"))
+    api = MessagesImitation(ttft_ms=50, api_keys={"sk-test"}).start()
 
     def claude_run() -> Any:
-        with MessagesImitation(ttft_ms=50, api_keys={"sk-test"}) as api:
-            cfg = svc.settings.model_copy(update={"anthropic_api_key": SecretStr("sk-test"), "anthropic_base_url": api.url})
-            return drive(for_store(svc.store, cfg), ws, "brief", TOPICS, model="claude-sonnet-4-6")
+        cfg = svc.settings.model_copy(update={"anthropic_api_key": SecretStr("sk-test"), "anthropic_base_url": api.url})
+        return drive(for_store(svc.store, cfg), ws, "brief", TOPICS, model="claude-sonnet-4-6")
 
     first = estimate_run(svc, ws, "brief", TOPICS, model="claude-sonnet-4-6").as_dict()
     assert first["output_learned_from"] is None
     earlier = claude_run()
     learned = estimate_run(svc, ws, "brief", TOPICS, model="claude-sonnet-4-6").as_dict()
     assert learned["output_learned_from"] == earlier.id
-    later = claude_run()
+    try:
+        later = claude_run()
+    finally:
+        api.stop()
     assert later.status == RunStatus.completed, later.error
     error = abs(learned["cost_usd"]["expected"] - later.cost_usd) / later.cost_usd
     assert error <= MEASURED_ERROR, (learned["cost_usd"], later.cost_usd)

@@ -8,9 +8,7 @@ import itertools
 
 import pytest
 
-from laneflow.adapters.executors.anthropic import DEFAULT_MAX_TURNS as EXECUTOR_MAX_TURNS
 from laneflow.domain.estimate import (
-    DEFAULT_MAX_TURNS,
     HIGH,
     LONG_REPLY_FACTOR,
     LOW,
@@ -50,10 +48,6 @@ def _facts(**changes: object) -> LaneFacts:
         "has_tools": True,
     }
     return LaneFacts(**{**base, **changes})  # type: ignore[arg-type]
-
-
-def test_the_executors_turn_limit_is_the_one_the_high_end_assumes() -> None:
-    assert DEFAULT_MAX_TURNS == EXECUTOR_MAX_TURNS
 
 
 def test_low_is_one_short_turn_high_is_max_turns_of_long_replies_resending_the_conversation() -> None:

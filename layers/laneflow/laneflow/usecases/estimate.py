@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from laneflow.domain.cache import cache_now, min_cacheable, prefix_tokens, tokens_in, tokens_of
+from laneflow.domain.cache import min_cacheable, prefix_tokens, tokens_in, tokens_of
 from laneflow.domain.errors import Unavailable
 from laneflow.domain.estimate import (
     DEFAULT_MAX_TURNS,
@@ -204,7 +204,7 @@ def estimate_run(
         groups,
         prices or catalog(),
         output_tokens=DEFAULT_OUTPUT_TOKENS if output_tokens is None else output_tokens,
-        now=cache_now() if now is None else now,
+        now=svc.cache_now() if now is None else now,
     )
     result.learned_from = learned_from if lanes.used_learned else None
     return result

@@ -63,11 +63,10 @@ from laneflow.adapters.executors.registry import StepTools
 from laneflow.adapters.executors.tools import ToolError
 from laneflow.adapters.executors.web import record_server_uses
 from laneflow.domain.errors import StepFailed, StepStopped
+from laneflow.domain.estimate import DEFAULT_MAX_TURNS
 from laneflow.domain.pricing import PriceCatalog, catalog
 from laneflow.domain.records import EventType
 from laneflow.ports import ExecutionSink, StepJob, StepOutcome
-
-DEFAULT_MAX_TURNS = 16
 
 STOPPED_BEFORE_REPLY = "stopped by a person (its model call was ended before the reply began)"
 
