@@ -121,8 +121,11 @@ def _step_lines(s: Step, run: Run) -> list[str]:
     if waited:
         lines.append(f"      gate wait: {waited / 1000:.3f}s (for its lane's lead)")
     read, written = sum(c.tokens.cache_read for c in s.calls), sum(c.tokens.cache_write for c in s.calls)
+    hour = sum(c.tokens.cache_write_1h for c in s.calls)
     if read or written:
-        lines.append(f"      prompt cache: {read} tokens read, {written} written")
+        lines.append(
+            f"      prompt cache: {read} tokens read, {written} written" + (f" ({hour} with the 1-hour TTL)" if hour else "")
+        )
     if s.cache_break:
         lines.append(f"      cache break: {s.cache_break.get('layer')} changed since {s.cache_break.get('since')}")
     for c in s.calls:
