@@ -2,8 +2,8 @@
 ``POST /v1/messages`` with a whole Message or its server-sent events (rendering.py), keeping
 the prompt cache (cache.py) and the stats, with the controls tests use: `fail_next`, `reset`,
 a responder, a time to first token and a pace of output, headers held back, a fast cache
-clock (`clock_rate`, `clock_epoch`; read with `now()`). The server tools
-a request carries it runs itself (web.py)."""
+clock (`clock_rate`, `clock_epoch`; read with `now()`). The server tools a request carries
+it runs itself (web.py)."""
 
 from __future__ import annotations
 

@@ -32,8 +32,9 @@ class StepFacts:
 @dataclass(frozen=True)
 class GroupOutline:
     """One group of a run: its flow steps still to run, its required failures, its rescues not
-    finished, its cost and savings (rescues included), its highest cycle and its highest step index; and
-    for a run's end, its flow steps pending or running and its steps (rescues too) waiting."""
+    finished, its cost and savings (rescues included), its highest cycle and its highest step
+    index; and for a run's end, its flow steps pending or running and its steps (rescues too)
+    waiting."""
 
     group: int
     cycle: int = 0

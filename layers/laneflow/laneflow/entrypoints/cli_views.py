@@ -1,6 +1,6 @@
 """What the command line prints on stdout: `show` (a run with its lanes, steps, durations,
-gate waits, cache breaks, what the prompt cache saved and events), `runs` (a table with a header, its columns a list
-others can extend) and `estimate` (a table per lane). Plain text, aligned, no escape codes,
+gate waits, cache breaks, what the prompt cache saved and events), `runs` (a table with a
+header, its columns a list others can extend) and `estimate` (a table per lane). Plain text, aligned, no escape codes,
 so it pipes and greps; the live view is `progress`."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What a Claude step's requests carry: the stable prompt layers as one cached system block
 (`cache_control` at its end, with `ttl: "1h"` when the job's `cache_ttl` is "1h") with the
-dynamic layers after it, uncached; whether that stable
-prefix (with the tools, sent in a stable order) is long enough to be cached at all; the
-agent's `effort` and the beta headers (the effort's, the server tools'); and the colleagues'
-messages that join a turn as text blocks."""
+dynamic layers after it, uncached; whether that stable prefix (with the tools, sent in a
+stable order) is long enough to be cached at all; the agent's `effort` and the beta headers
+(the effort's, the server tools'); and the colleagues' messages that join a turn as text
+blocks."""
 
 from __future__ import annotations
 
