@@ -77,8 +77,13 @@ def test_a_gated_fan_out_shows_its_lane_with_one_cold_prefix_its_gate_waits_and_
     row = page.locator(f'table.lanes tr[data-lane="{LANE}"]')
     expect(row.locator('[data-k="cold"]')).to_have_text("1")
     assert int(row.locator('[data-k="write"]').inner_text().rstrip("k").split(".")[0]) > 0
-    # What the gate saved: three siblings read the prefix instead of writing it again.
+    # What the gate saved: three siblings read the prefix instead of writing it again, in dollars too.
     expect(page.locator('[data-k="gate-saved"]')).to_contain_text("saved 3 cold prefixes")
+    (lane_row,) = run.public()["lanes"]
+    assert lane_row["gate_savings_usd"] > 0
+    expect(row.locator('[data-k="gate-savings"]')).to_have_text(re.compile(r"^\$0\.\d{3,4}$"))
+    expect(page.locator('[data-k="gate-saved"]')).to_contain_text(re.compile(r"worth \$0\.\d+"))
+    expect(page.locator('[data-k="run-savings"]')).to_contain_text("cache saved")
     # Each sibling's wait for its lead is shaded; each step's first token is marked.
     expect(lane.locator('.step[data-step="0"] [data-k="gate-wait"]')).to_have_count(0)
     for sibling in siblings:
@@ -200,8 +205,14 @@ def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_cha
             "cache_read": 111,
             "cache_write": 222,
             "gate_wait_ms": 4321,
+            "savings_usd": 0.0388,
+            "gate_savings_usd": 0.0547,
         }
     ]
+    # what the prompt cache saved: the lead only wrote (below zero), its siblings read
+    for step, saved in zip(record["steps"], [-0.004, 0.0142, 0.0142, 0.0142], strict=True):
+        step["savings_usd"] = saved
+    record["savings_usd"] = 0.0386
     changed = record["steps"][2]
     changed["cache_break"] = {"layer": "skills", "since": f"{run_id}/1"}
     changed["prompt_layers"] = [
@@ -223,6 +234,10 @@ def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_cha
     expect(row.locator('[data-k="cold"]')).to_have_text("2")
     expect(row.locator('[data-k="read"]')).to_have_text("111")
     expect(row.locator('[data-k="wait"]')).to_have_text("4.32 s")
+    expect(row.locator('[data-k="savings"]')).to_have_text("$0.039")
+    expect(row.locator('[data-k="gate-savings"]')).to_have_text("$0.055")
+    expect(page.locator('[data-k="gate-saved"]')).to_contain_text("worth $0.055")
+    expect(page.locator('[data-k="run-savings"]')).to_have_text("cache saved $0.039")  # beside the run's cost
     expect(page.locator('[data-k="cache"]')).not_to_contain_text("from the steps' calls")
     # the step carries its cache break, and its layers name the one that changed.
     step = page.locator('.step[data-step="2"]')
@@ -232,6 +247,9 @@ def test_a_record_with_lanes_rows_and_a_cache_break_shows_them_and_names_the_cha
     expect(detail).to_contain_text(f"layer skills changed (since {run_id}/1)")
     expect(detail.locator('[data-k="breaking"]')).to_contain_text("skills")
     expect(detail.locator("tr.ch-changed")).to_contain_text("was ba9876543210")
+    expect(detail.locator(".fact", has_text="cache saved").locator("dd")).to_have_text("$0.014")
+    page.locator('.step[data-step="0"] > button.row').click()  # the lead: it only wrote, so below zero
+    expect(page.locator('[data-detail="0"] .fact', has_text="cache saved").locator("dd")).to_have_text("−$0.0040")
     expect(page.locator('[data-k="live"]')).to_have_text("polling")  # no stream: it polls
 
 

@@ -171,10 +171,10 @@ def test_flow_starts_3_minutes_or_2_hours_apart_write_for_5_minutes(on: Services
     assert choose_for({CACHE_TTL_OPTION: found}, "writer", "stub")[0] == "5m"
 
 
-def test_durations_count_on_the_cache_clock(on: ServicesOn, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    svc = on()
+def test_durations_count_on_the_cache_clock(on: ServicesOn, ws: Path) -> None:
     # A benchmark's clock 60 times as fast: runs 20 s apart are 20 cache minutes apart.
-    monkeypatch.setenv("LANEFLOW_CACHE_CLOCK", "60@1767225600")
+    svc = on(LANEFLOW_CACHE_CLOCK="60@1767225600")
+    assert svc.settings.cache_clock == "60@1767225600"
     earlier_run(svc, ws, "review", None, started_min_ago=20 / 60, took_min={0: (0, 0.05), 1: (0.05, 0.1)})
     found = signals(svc, ws, "review")
     assert found["writer"]["flow_start_gap_s"] == pytest.approx(20 * MIN, abs=60)

@@ -72,7 +72,7 @@ def test_run_json_prints_only_the_record_and_exits_0(store: str, capsys: pytest.
         "prompt_layers",
     ):
         assert key in step
-    assert set(step["calls"][0]["tokens"]) == {"input", "output", "cache_read", "cache_write"}
+    assert set(step["calls"][0]["tokens"]) == {"input", "output", "cache_read", "cache_write", "cache_write_1h"}
 
 
 def test_a_failed_run_exits_1_with_the_reason_on_stderr(store: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -109,6 +109,9 @@ def test_lane_rows_count_cold_prefixes_cache_tokens_and_gate_waits_per_group_cyc
             "cache_read": 5000,
             "cache_write": 5000,
             "gate_wait_ms": 412,
+            "savings_usd": 0.0,
+            # the sibling read the prefix the lead wrote: 5,000 tokens x ($3.75 - $0.30) / M
+            "gate_savings_usd": 0.01725,
         },
         {
             "group": 0,
@@ -119,6 +122,8 @@ def test_lane_rows_count_cold_prefixes_cache_tokens_and_gate_waits_per_group_cyc
             "cache_read": 0,
             "cache_write": 0,
             "gate_wait_ms": 0,
+            "savings_usd": 0.0,
+            "gate_savings_usd": 0.0,
         },
     ]
 

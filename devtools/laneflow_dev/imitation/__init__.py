@@ -24,6 +24,14 @@ Approximations (documented, deterministic):
   readable, unexpired breakpoint prefix, and writes an entry at every breakpoint longer than
   what it read (billed once: ``cache_creation_input_tokens`` = the longest written prefix's
   tokens minus the read ones), so a shared prefix (tools + system) is cached on its own.
+* A breakpoint's ``cache_control.ttl`` ("5m", the default, or "1h") is its entry's TTL
+  (``ttl_s``, ``ttl_1h_s``); the usage splits the write by TTL in ``cache_creation``
+  (``ephemeral_5m_input_tokens``, ``ephemeral_1h_input_tokens``) as the API does, and the
+  stats count the writes by TTL and the cold prefixes (requests that wrote and read nothing).
+* The cache's clock is the wall clock, or a fast one (``clock_rate`` times as fast from
+  ``clock_epoch``; neither given: ``LANEFLOW_CACHE_CLOCK="RATE@EPOCH"``, the clock laneflow's
+  prefix registry reads), so TTLs of minutes pass in seconds; ``now()`` reads it. The
+  prefill and the output's pace stay in real time.
 * Output tokens are counted the same way over the reply's text and tool-use inputs; a
   reply longer than ``max_tokens`` is cut there with ``stop_reason: "max_tokens"``.
 

@@ -1,16 +1,49 @@
 """The imitation's prompt cache, with the semantics that make laneflow's warm gate matter: an
 entry is created when a request arrives, but it becomes readable only once the response that
 wrote it has begun (`begin`). A request reads the longest readable, unexpired breakpoint
-prefix and writes an entry at every eligible breakpoint longer than what it read (`plan`)."""
+prefix and writes an entry at every eligible breakpoint longer than what it read (`plan`).
+Times are the cache clock's (`CacheClock`: the wall clock, or a fast one)."""
 
 from __future__ import annotations
 
+import math
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from laneflow.domain.cache import CACHE_CLOCK, clock_of
 from laneflow_dev.imitation.prompt import Prompt
 
 SWEEP_EVERY = 256  # requests between two sweeps of the expired entries
+
+
+class CacheClock:
+    """What the cache's entries are timed by, in epoch seconds: the wall clock, or one running
+    `rate` times as fast from `epoch` (epoch seconds), the clock laneflow's prefix registry
+    reads from LANEFLOW_CACHE_CLOCK="RATE@EPOCH" (laneflow.domain.cache.cache_now): given the
+    same spec, both say the same "now", so a benchmark can space runs 15 minutes apart in
+    1.5 s at rate 600. Only the cache's times run fast; the prefill and the output's pace
+    are slept in real time."""
+
+    def __init__(self, rate: float = 1.0, epoch: float = 0.0):
+        if not (rate > 0 and math.isfinite(rate)):
+            raise ValueError(f"clock_rate must be a positive number, not {rate!r}")
+        if not math.isfinite(epoch):
+            raise ValueError(f"clock_epoch must be a finite number, not {epoch!r}")
+        self.rate, self.epoch = float(rate), float(epoch)
+
+    @classmethod
+    def of(cls, rate: float | None, epoch: float | None) -> CacheClock:
+        """The clock given (a missing part: rate 1, epoch 0); neither given: the environment's
+        LANEFLOW_CACHE_CLOCK, if set (a bad value is a ValueError naming it)."""
+        if rate is None and epoch is None:
+            return cls(*clock_of(os.environ.get(CACHE_CLOCK)))
+        return cls(1.0 if rate is None else rate, 0.0 if epoch is None else epoch)
+
+    def now(self) -> float:
+        wall = time.time()
+        return wall if self.rate == 1.0 else self.epoch + (wall - self.epoch) * self.rate
 
 
 @dataclass

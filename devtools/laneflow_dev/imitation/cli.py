@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
+from laneflow_dev.imitation.cache import CacheClock
 from laneflow_dev.imitation.server import HOST, MessagesImitation
 
 
@@ -13,6 +15,14 @@ def milliseconds(text: str) -> int:
     """A whole number of milliseconds, 0 or more (argparse names the option when it is not)."""
     value = int(text)
     if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number above 0 (argparse names the option when it is not)."""
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
         raise ValueError(text)
     return value
 
@@ -32,9 +42,21 @@ def main(argv: list[str] | None = None) -> int:
         help="how long an accepted request waits before its response's headers are sent, ms",
     )
     parser.add_argument("--ttl-s", type=float, default=300.0, help="TTL of 5m cache entries, s")
+    parser.add_argument(
+        "--clock-rate",
+        type=positive,
+        default=None,
+        help="the cache clock runs this many times as fast (from --clock-epoch); "
+        "neither given: LANEFLOW_CACHE_CLOCK=RATE@EPOCH, else the wall clock",
+    )
+    parser.add_argument("--clock-epoch", type=float, default=None, help="where the fast cache clock starts, epoch seconds")
     parser.add_argument("--chars-per-token", type=int, default=4)
     parser.add_argument("--api-key", action="append", default=None, help="accepted x-api-key (repeatable); default any")
     args = parser.parse_args(argv)
+    try:
+        clock = CacheClock.of(args.clock_rate, args.clock_epoch)
+    except ValueError as e:  # LANEFLOW_CACHE_CLOCK is not RATE@EPOCH
+        parser.error(str(e))
     server = MessagesImitation(
         port=args.port,
         ttft_ms=args.ttft_ms,
@@ -43,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         ttl_s=args.ttl_s,
         chars_per_token=args.chars_per_token,
         api_keys=set(args.api_key) if args.api_key else None,
+        clock_rate=clock.rate,
+        clock_epoch=clock.epoch,
     )
     try:
         server.start()

@@ -1,8 +1,9 @@
 """The imitation itself: a Messages API on loopback (its HTTP side: handler.py) that answers
 ``POST /v1/messages`` with a whole Message or its server-sent events (rendering.py), keeping
 the prompt cache (cache.py) and the stats, with the controls tests use: `fail_next`, `reset`,
-a responder, a time to first token and a pace of output, headers held back. The server tools
-a request carries it runs itself (web.py)."""
+a responder, a time to first token and a pace of output, headers held back, a fast cache
+clock (`clock_rate`, `clock_epoch`; read with `now()`). The server tools a request carries
+it runs itself (web.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from laneflow_dev.imitation.cache import Plan, PromptCache
+from laneflow_dev.imitation.cache import CacheClock, Plan, PromptCache
 from laneflow_dev.imitation.handler import Handler, Server, api_key_of, client_stays, new_id
 from laneflow_dev.imitation.prompt import (
     DEFAULT_MIN_CACHEABLE,
@@ -39,6 +40,13 @@ def _new_counts() -> dict[str, int]:
         "cache_read_tokens": 0,
         "cache_writes": 0,
         "cache_reads": 0,
+        # Writes by TTL: the tokens written to 5-minute and to 1-hour entries, and the requests
+        # that wrote each (one request can write both, at two breakpoints).
+        "cache_write_5m_tokens": 0,
+        "cache_write_1h_tokens": 0,
+        "cache_writes_5m": 0,
+        "cache_writes_1h": 0,
+        "cold_prefixes": 0,  # requests that wrote the cache and read none of it: each paid a cold prefix
         "disconnects": 0,  # responses whose client closed the connection before the reply ended
         "held": 0,  # requests whose response headers were held (`hold_headers_ms`)
         "web_search_requests": 0,  # the server tools' uses made (usage.server_tool_use)
@@ -62,6 +70,8 @@ class MessagesImitation:
         min_cacheable: dict[str, int] | None = None,
         chars_per_token: int = 4,
         ttl_1h_s: float = 3600.0,
+        clock_rate: float | None = None,
+        clock_epoch: float | None = None,
     ):
         if chars_per_token < 1:
             raise ValueError("chars_per_token must be >= 1")
@@ -78,6 +88,10 @@ class MessagesImitation:
         self.api_keys = set(api_keys) if api_keys is not None else None
         self.ttl_s = ttl_s
         self.ttl_1h_s = ttl_1h_s
+        # The cache's clock (TTLs and entry times; both TTLs are in its seconds): the wall
+        # clock, or `clock_rate` times as fast from `clock_epoch`; neither given, the one
+        # LANEFLOW_CACHE_CLOCK names, as laneflow reads it.
+        self.clock = CacheClock.of(clock_rate, clock_epoch)
         # The given minimums are merged over the documented defaults ("*" sets the fallback).
         self.min_cacheable = {**DEFAULT_MIN_CACHEABLE, **(min_cacheable or {})}
         self.chars_per_token = chars_per_token
@@ -138,6 +152,10 @@ class MessagesImitation:
             self._totals = _new_counts()
             self._by_model = {}
 
+    def now(self) -> float:
+        """Now on the cache's clock, in epoch seconds."""
+        return self.clock.now()
+
     def fail_next(self, *statuses: int) -> None:
         """The next requests to /v1/messages answer these error statuses, in order."""
         with self._lock:
@@ -168,7 +186,7 @@ class MessagesImitation:
         if not plan.written:
             return
         with self._lock:
-            plan.begin(time.monotonic())
+            plan.begin(self.now())
 
     # -- the endpoint ---------------------------------------------------------------------
 
@@ -222,8 +240,7 @@ class MessagesImitation:
         served = serve(reply.server_uses, body, self.chars_per_token)
         blocks, stop_reason, output_tokens = render(reply, body["max_tokens"], self.chars_per_token, served)
         with self._lock:
-            now = time.monotonic()
-            plan = self._cache.plan(prompt, self.min_cacheable_for(model), self._entry_ttl, now)
+            plan = self._cache.plan(prompt, self.min_cacheable_for(model), self._entry_ttl, self.now())
             input_tokens = prompt.tokens - plan.read_tokens - plan.write_tokens + served.input_tokens
             self._count(
                 model,
@@ -234,6 +251,11 @@ class MessagesImitation:
                 cache_read_tokens=plan.read_tokens,
                 cache_writes=1 if plan.write_tokens else 0,
                 cache_reads=1 if plan.read_tokens else 0,
+                cache_write_5m_tokens=plan.write_5m,
+                cache_write_1h_tokens=plan.write_1h,
+                cache_writes_5m=1 if plan.write_5m else 0,
+                cache_writes_1h=1 if plan.write_1h else 0,
+                cold_prefixes=1 if plan.write_tokens and not plan.read_tokens else 0,
                 web_search_requests=served.searches,
                 web_fetch_requests=served.fetches,
             )

@@ -198,9 +198,11 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
 
     run = new_run(store, steps=7)  # groups 0, 0, 1, 1, 2, 2, 3
     t, r = run.tenant, run.id
-    store.update_step(t, r, 0, StepChanges(status=StepStatus.completed, cost_usd=0.25))
-    store.update_step(t, r, 1, StepChanges(status=StepStatus.failed, cost_usd=0.5))
-    store.add_steps(t, r, [Step(index=7, group=0, rescue_of=1, agent="fixer", instruction="rescue", cost_usd=0.125)])
+    store.update_step(t, r, 0, StepChanges(status=StepStatus.completed, cost_usd=0.25, savings_usd=0.0135))
+    store.update_step(t, r, 1, StepChanges(status=StepStatus.failed, cost_usd=0.5, savings_usd=-0.00375))
+    store.add_steps(
+        t, r, [Step(index=7, group=0, rescue_of=1, agent="fixer", instruction="rescue", cost_usd=0.125, savings_usd=0.001)]
+    )
     store.update_step(t, r, 2, StepChanges(status=StepStatus.failed, cycle=2))
     store.update_step(t, r, 4, StepChanges(status=StepStatus.awaiting_approval))
     store.update_step(t, r, 6, StepChanges(status=StepStatus.skipped, skip_reason="run stopped"))
@@ -220,6 +222,7 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
             last_index=7,
             unfinished=0,
             waiting=1,
+            savings_usd=0.01075,  # its steps' savings, the rescue's too (a write-only step's is below zero)
         ),
         GroupOutline(
             group=1,
@@ -264,6 +267,7 @@ def test_the_group_outline_counts_each_group_as_its_steps_read_whole_say(store: 
             rescue=s.rescue_of is not None,
             optional=s.optional,
             cost_usd=s.cost_usd,
+            savings_usd=s.savings_usd,
         )
         for s in store.get_steps(t, r)
     ]

@@ -4,8 +4,9 @@ the API, the viewer) and both stores give the same figures.
 
 - A lane row is one (group, cycle, agent@model): its steps, its cold prefixes (steps whose
   calls wrote the prompt cache: each paid a cold prefix), the cache tokens its calls read and
-  wrote, and how long its siblings waited at the warm gate (from each waiting sibling's
-  gate line to its start).
+  wrote, how long its siblings waited at the warm gate (from each waiting sibling's gate
+  line to its start), what its steps' cache saved (`savings_usd`) and what the gate saved
+  it (`gate_savings_usd`: laneflow.domain.savings).
 - A step's `cache_break` says why it wrote a prefix that an earlier step of its agent had
   already written: the first stable layer whose hash differs, else "tools" (its tools
   differ), "model" (the earlier step ran on another model), "below-minimum" (its prefix is
@@ -21,6 +22,7 @@ from typing import Any
 
 from laneflow.domain.cache import min_cacheable
 from laneflow.domain.records import EventType, PromptLayer, Step, StepStatus
+from laneflow.domain.savings import lane_gate_savings_usd
 
 WAITING_PREFIX = "prompt cache: waiting"
 
@@ -54,14 +56,18 @@ def wrote_cache(step: Step) -> bool:
 
 
 def lane_rows(steps: Sequence[Step], now: str | None = None) -> list[dict[str, Any]]:
-    """The run's `lanes`: one row per (group, cycle, agent@model), in order of first step."""
+    """The run's `lanes`: one row per (group, cycle, agent@model), in order of first step.
+    `savings_usd` is its steps' (laneflow.domain.savings), `gate_savings_usd` what the warm
+    gate saved it (`lane_gate_savings_usd`)."""
     rows: dict[tuple[int, int, str], dict[str, Any]] = {}
+    members: dict[tuple[int, int, str], list[Step]] = {}
     for step in sorted(steps, key=lambda s: s.index):
         if step.agent is None:  # an approval: no model, no lane
             continue
         lane = f"{step.agent}@{step.model}"
+        key = (step.group, step.cycle, lane)
         row = rows.setdefault(
-            (step.group, step.cycle, lane),
+            key,
             {
                 "group": step.group,
                 "cycle": step.cycle,
@@ -71,13 +77,20 @@ def lane_rows(steps: Sequence[Step], now: str | None = None) -> list[dict[str, A
                 "cache_read": 0,
                 "cache_write": 0,
                 "gate_wait_ms": 0,
+                "savings_usd": 0.0,
+                "gate_savings_usd": 0.0,
             },
         )
+        members.setdefault(key, []).append(step)
         row["steps"] += 1
         row["cold_prefixes"] += 1 if wrote_cache(step) else 0
         row["cache_read"] += sum(c.tokens.cache_read for c in step.calls)
         row["cache_write"] += sum(c.tokens.cache_write for c in step.calls)
         row["gate_wait_ms"] += gate_wait_ms(step, now)
+        row["savings_usd"] += step.savings_usd
+    for key, row in rows.items():
+        row["savings_usd"] = round(row["savings_usd"], 6)
+        row["gate_savings_usd"] = lane_gate_savings_usd(members[key])
     return list(rows.values())
 
 

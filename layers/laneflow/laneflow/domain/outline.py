@@ -26,13 +26,15 @@ class StepFacts:
     rescue: bool
     optional: bool
     cost_usd: float
+    savings_usd: float = 0.0
 
 
 @dataclass(frozen=True)
 class GroupOutline:
     """One group of a run: its flow steps still to run, its required failures, its rescues not
-    finished, its cost (rescues included), its highest cycle and its highest step index; and
-    for a run's end, its flow steps pending or running and its steps (rescues too) waiting."""
+    finished, its cost and savings (rescues included), its highest cycle and its highest step
+    index; and for a run's end, its flow steps pending or running and its steps (rescues too)
+    waiting."""
 
     group: int
     cycle: int = 0
@@ -43,6 +45,7 @@ class GroupOutline:
     last_index: int = -1
     unfinished: int = 0  # flow steps pending or running (not those awaiting approval)
     waiting: int = 0  # steps, rescues included, pending or awaiting approval (what a run's end skips)
+    savings_usd: float = 0.0  # what the prompt cache saved its steps (rescues included)
 
 
 def outline_of(facts: Iterable[StepFacts]) -> list[GroupOutline]:
@@ -60,9 +63,11 @@ def outline_of(facts: Iterable[StepFacts]) -> list[GroupOutline]:
                 "last_index": -1,
                 "unfinished": 0,
                 "waiting": 0,
+                "savings_usd": 0.0,
             },
         )
         g["cost_usd"] += f.cost_usd
+        g["savings_usd"] += f.savings_usd
         g["last_index"] = max(g["last_index"], f.index)
         g["waiting"] += f.status in PENDING
         if f.rescue:
@@ -83,6 +88,7 @@ def outline_of(facts: Iterable[StepFacts]) -> list[GroupOutline]:
             last_index=int(g["last_index"]),
             unfinished=int(g["unfinished"]),
             waiting=int(g["waiting"]),
+            savings_usd=round(g["savings_usd"], 6),
         )
         for n, g in sorted(groups.items())
     ]
@@ -101,6 +107,11 @@ def first_pending(outline: list[GroupOutline]) -> GroupOutline | None:
 
 def spent(outline: list[GroupOutline]) -> float:
     return round(sum(o.cost_usd for o in outline), 6)
+
+
+def saved(outline: list[GroupOutline]) -> float:
+    """What the prompt cache saved the run: its steps' `savings_usd`, summed."""
+    return round(sum(o.savings_usd for o in outline), 6)
 
 
 @dataclass(frozen=True)

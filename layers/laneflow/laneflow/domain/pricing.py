@@ -2,7 +2,8 @@
 input, output, cache writes (5-minute and 1-hour) and cache reads, and the `effort` levels
 the model takes (none: it takes no effort setting) with the beta header it needs them under,
 if it takes them only in beta, and its minimum cacheable prompt length in tokens (a shorter
-prefix is never cached). Spend counts cache writes and reads at their own prices.
+prefix is never cached). Spend counts cache writes and reads at their own prices: a usage's
+1-hour writes (`Tokens.cache_write_1h`) at the 1-hour price, its other writes at the 5-minute.
 
 Anthropic's server tools are priced per request, the same for every model (the catalog's
 `server_tools`, USD per 1,000 requests): a web search at $10 per 1,000 (`usage.server_tool_use
@@ -34,13 +35,24 @@ class Price:
     web_fetch: float = 0.0  # USD per 1,000 web fetches
 
     def cost(self, tokens: Tokens, *, cache_ttl: str = "5m", web_searches: int = 0, web_fetches: int = 0) -> float:
-        write = self.cache_write_1h if cache_ttl == "1h" else self.cache_write_5m
+        """What the tokens cost: a cache write's 1-hour part (`cache_write_1h`) at the 1-hour
+        price, the rest at the 5-minute one; `cache_ttl="1h"` prices every write at the 1-hour
+        price (an estimate that knows only the TTL asked for, not the usage's split)."""
+        hour, five = self.cache_writes(tokens, cache_ttl)
         return (
             tokens.input * self.input
             + tokens.output * self.output
-            + tokens.cache_write * write
+            + five * self.cache_write_5m
+            + hour * self.cache_write_1h
             + tokens.cache_read * self.cache_read
         ) / 1_000_000 + self.server_tools_cost(web_searches, web_fetches)
+
+    @staticmethod
+    def cache_writes(tokens: Tokens, cache_ttl: str = "5m") -> tuple[int, int]:
+        """(1-hour, 5-minute) written tokens of a usage: its `cache_write_1h` part (all of
+        `cache_write` when `cache_ttl` is "1h"), and the rest."""
+        hour = tokens.cache_write if cache_ttl == "1h" else min(max(tokens.cache_write_1h, 0), tokens.cache_write)
+        return hour, tokens.cache_write - hour
 
     def server_tools_cost(self, web_searches: int, web_fetches: int = 0) -> float:
         """What the server tools' requests cost beyond the tokens."""

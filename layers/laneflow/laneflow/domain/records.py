@@ -110,6 +110,7 @@ class Tokens(Record):
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    cache_write_1h: int = 0  # the part of `cache_write` written with the 1-hour TTL (the rest: 5 minutes)
 
 
 class ModelCall(Record):
@@ -368,6 +369,7 @@ def finished_event(run: Run) -> dict[str, Any]:
         "status": str(run.status),
         "error": run.error,
         "cost_usd": run.cost_usd,
+        "savings_usd": run.savings_usd,
         "drives": run.drives,
         "finished_at": run.finished_at,
     }

@@ -1,6 +1,6 @@
 """What the command line prints on stdout: `show` (a run with its lanes, steps, durations,
-gate waits, cache breaks and events), `runs` (a table with a header, its columns a list
-others can extend) and `estimate` (a table per lane). Plain text, aligned, no escape codes,
+gate waits, cache breaks, what the prompt cache saved and events), `runs` (a table with a
+header, its columns a list others can extend) and `estimate` (a table per lane). Plain text, aligned, no escape codes,
 so it pipes and greps; the live view is `progress`."""
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ def _short(text: str, width: int = 80) -> str:
 
 def _at(text: str) -> _dt.datetime:
     return _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def usd(value: float) -> str:
+    """Dollars to four places, the sign before the $ (a saving can be below zero)."""
+    return f"{'-' if value < 0 else ''}${abs(value):.4f}"
 
 
 def duration(start: str | None, end: str | None) -> str:
@@ -88,6 +93,8 @@ LANE_COLUMNS: list[Column] = [
     Column("CACHE READ", lambda r: f"{r['cache_read']:,}", right=True),
     Column("CACHE WRITE", lambda r: f"{r['cache_write']:,}", right=True),
     Column("GATE WAIT", lambda r: f"{r['gate_wait_ms'] / 1000:.3f}s", right=True),
+    Column("SAVED", lambda r: usd(r.get("savings_usd", 0.0)), right=True),
+    Column("GATE SAVED", lambda r: usd(r.get("gate_savings_usd", 0.0)), right=True),
 ]
 
 
@@ -106,14 +113,19 @@ def _step_lines(s: Step, run: Run) -> list[str]:
     took = duration(s.started_at, s.finished_at)
     lines = [
         f"  {MARK[s.status]} {s.index}: {step_label(s)}  [{s.status}] model {s.model}, "
-        f"{s.attempts} attempt(s), {calls} call(s), {tokens} tokens, ${s.cost_usd:.4f}" + (f", {took}" if took else "")
+        f"{s.attempts} attempt(s), {calls} call(s), {tokens} tokens, ${s.cost_usd:.4f}"
+        + (f" (cache saved {usd(s.savings_usd)})" if s.savings_usd else "")
+        + (f", {took}" if took else "")
     ]
     waited = gate_wait_ms(s)
     if waited:
         lines.append(f"      gate wait: {waited / 1000:.3f}s (for its lane's lead)")
     read, written = sum(c.tokens.cache_read for c in s.calls), sum(c.tokens.cache_write for c in s.calls)
+    hour = sum(c.tokens.cache_write_1h for c in s.calls)
     if read or written:
-        lines.append(f"      prompt cache: {read} tokens read, {written} written")
+        lines.append(
+            f"      prompt cache: {read} tokens read, {written} written" + (f" ({hour} with the 1-hour TTL)" if hour else "")
+        )
     if s.cache_break:
         lines.append(f"      cache break: {s.cache_break.get('layer')} changed since {s.cache_break.get('since')}")
     for c in s.calls:
@@ -145,7 +157,7 @@ def describe(run: Run) -> str:
         f"run {run.id}  {run.status}",
         f"  flow {run.workspace}/{run.flow}  revision {run.revision}",
         f"  created {run.created_at}  driven {run.driven_at}  finished {run.finished_at}",
-        f"  drives {run.drives}  cost ${run.cost_usd:.4f}"
+        f"  drives {run.drives}  cost ${run.cost_usd:.4f}  cache saved {usd(run.savings_usd)}"
         + (f"  queued {duration(run.created_at, run.driven_at)}" if run.driven_at else "")
         + (f"  took {duration(run.driven_at or run.created_at, run.finished_at)}" if run.finished_at else ""),
     ]

@@ -43,8 +43,17 @@ class Telemetry(Protocol):
     def bind(self, **keys: Any) -> None:
         """Add keys (run, step, attempt) to every later log line of this invocation."""
 
-    def step_metrics(self, *, cost_usd: float, duration_ms: float, calls: list[ModelCall], gate_wait_ms: float | None) -> None:
-        """Emit one step's metrics."""
+    def step_metrics(
+        self,
+        *,
+        cost_usd: float,
+        duration_ms: float,
+        calls: list[ModelCall],
+        gate_wait_ms: float | None,
+        savings_usd: float | None = None,
+    ) -> None:
+        """Emit one step's metrics; `savings_usd` (what its prompt cache saved, when given)
+        as `CacheSavingsUSD`."""
 
 
 class NoTelemetry:
@@ -55,7 +64,15 @@ class NoTelemetry:
     def bind(self, **keys: Any) -> None:
         return None
 
-    def step_metrics(self, *, cost_usd: float, duration_ms: float, calls: list[ModelCall], gate_wait_ms: float | None) -> None:
+    def step_metrics(
+        self,
+        *,
+        cost_usd: float,
+        duration_ms: float,
+        calls: list[ModelCall],
+        gate_wait_ms: float | None,
+        savings_usd: float | None = None,
+    ) -> None:
         return None
 
 

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
 import statistics
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from laneflow.domain.cache import CACHE_CLOCK, clock_of
+from laneflow.domain.cache import clock_of
 from laneflow.domain.cache_ttl import DEFAULT_SETTING
 from laneflow.domain.flow import Flow
 from laneflow.domain.outline import StepFilter
@@ -52,9 +51,9 @@ def _wall_s(since: str, until: str) -> float:
     return (_at(until) - _at(since)).total_seconds()
 
 
-def cache_seconds(wall_s: float) -> float:
-    """Wall-clock seconds as the cache clock counts them (LANEFLOW_CACHE_CLOCK's rate)."""
-    rate, _ = clock_of(os.environ.get(CACHE_CLOCK))
+def cache_seconds(wall_s: float, clock: str | None) -> float:
+    """Wall-clock seconds as the cache clock `clock` counts them (LANEFLOW_CACHE_CLOCK's rate)."""
+    rate, _ = clock_of(clock)
     return wall_s * rate
 
 
@@ -165,7 +164,11 @@ class _Previous:
         """The gap between the flow's latest earlier start and this one (not between the two
         earlier ones): the latest interval, the one that ends as this run writes its prefixes,
         and known from the flow's second run on."""
-        return cache_seconds(_wall_s(self.found.created_at, self.run.created_at)) if self.found else None
+        return (
+            cache_seconds(_wall_s(self.found.created_at, self.run.created_at), self.svc.settings.cache_clock)
+            if self.found
+            else None
+        )
 
     def steps(self) -> list[Step]:
         if self._steps is None:
@@ -184,7 +187,7 @@ class _Previous:
 
     def wave_s(self, agent: str) -> float | None:
         median = median_step_s(self.steps(), agent)
-        return cache_seconds(median) if median is not None else None
+        return cache_seconds(median, self.svc.settings.cache_clock) if median is not None else None
 
     def cycle_s(self, agent: str) -> float | None:
         flow = self.flow()
@@ -193,7 +196,7 @@ class _Previous:
         groups = set(_groups_of(flow, agent))
         for span in loop_spans(flow):
             if any(span[0] <= g <= span[1] for g in groups) and (took := last_cycle_s(self.steps(), span)) is not None:
-                return cache_seconds(took)
+                return cache_seconds(took, self.svc.settings.cache_clock)
         return None
 
 

@@ -13,6 +13,7 @@ from laneflow.domain.messages import (
     RunEnded,
     StepCrashedRequest,
 )
+from laneflow.domain.outline import saved as saved_of
 from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     Run,
@@ -58,13 +59,14 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
     if any(o.waiting for o in outline):
         skip_unrun_steps(svc, run, store.get_steps(run.tenant, run.id), not_run_because(run, error))
     status = RunStatus.failed if error else RunStatus.completed
-    # Settle the cost: the run's spend is what its steps (and their rescues) spent.
-    spent = spent_of(outline)
+    # Settle the cost: the run's spend is what its steps (and their rescues) spent, its
+    # savings what the prompt cache saved them.
+    spent, saved = spent_of(outline), saved_of(outline)
     try:
         run = store.update_run(
             run.tenant,
             run.id,
-            RunChanges(status=status, error=error, finished_at=utcnow(), cost_usd=spent, driver=None),
+            RunChanges(status=status, error=error, finished_at=utcnow(), cost_usd=spent, savings_usd=saved, driver=None),
             expect_status=(RunStatus.running, RunStatus.queued, RunStatus.awaiting_approval),
         )
     except Conflict:

@@ -28,6 +28,7 @@ from laneflow.domain.messages import (
     StepCrashedRequest,
 )
 from laneflow.domain.outline import UNFINISHED, GroupOutline, StepFilter, statuses
+from laneflow.domain.outline import saved as saved_of
 from laneflow.domain.outline import spent as spent_of
 from laneflow.domain.records import (
     AttemptRef,
@@ -154,14 +155,14 @@ class Settler:
         return list(range(min(targets), self.group)) if targets else []
 
     def settle_cost(self, outline: list[GroupOutline]) -> None:
-        """The run's cost is settled once per group, as the sum of its steps' (each step
-        carries its own as it ends)."""
-        spent = spent_of(outline)
-        if spent == self.run.cost_usd:
+        """The run's cost and savings are settled once per group, as the sums of its steps'
+        (each step carries its own as it ends)."""
+        spent, saved = spent_of(outline), saved_of(outline)
+        if spent == self.run.cost_usd and saved == self.run.savings_usd:
             return
         try:
             self.run = self.store.update_run(
-                self.run.tenant, self.run.id, RunChanges(cost_usd=spent), expect_status=(RunStatus.running,)
+                self.run.tenant, self.run.id, RunChanges(cost_usd=spent, savings_usd=saved), expect_status=(RunStatus.running,)
             )
         except Conflict:
             pass

@@ -76,8 +76,11 @@ def metric(name: str, unit: MetricUnit, value: float) -> None:
         metrics.add_metric(name=name, unit=unit, value=value)
 
 
-def step_metrics(*, cost_usd: float, duration_ms: float, calls: list[Any], gate_wait_ms: float | None) -> None:
-    """What one step attempt cost and how the prompt cache served it."""
+def step_metrics(
+    *, cost_usd: float, duration_ms: float, calls: list[Any], gate_wait_ms: float | None, savings_usd: float | None = None
+) -> None:
+    """What one step attempt cost and how the prompt cache served it (`CacheSavingsUSD`: what
+    it saved, laneflow.domain.savings; below zero when it only wrote)."""
     if not IN_LAMBDA:
         return
     metric("StepCostUSD", MetricUnit.NoUnit, cost_usd)
@@ -87,6 +90,8 @@ def step_metrics(*, cost_usd: float, duration_ms: float, calls: list[Any], gate_
     metric("ColdPrefixesWritten", MetricUnit.Count, sum(1 for c in calls[:1] if c.tokens.cache_write))
     if gate_wait_ms is not None:
         metric("GateWait", MetricUnit.Milliseconds, gate_wait_ms)
+    if savings_usd is not None:
+        metric("CacheSavingsUSD", MetricUnit.NoUnit, savings_usd)
 
 
 class PowertoolsTelemetry:
@@ -97,5 +102,13 @@ class PowertoolsTelemetry:
     def bind(self, **keys: Any) -> None:
         bind(**keys)
 
-    def step_metrics(self, *, cost_usd: float, duration_ms: float, calls: list[Any], gate_wait_ms: float | None) -> None:
-        step_metrics(cost_usd=cost_usd, duration_ms=duration_ms, calls=calls, gate_wait_ms=gate_wait_ms)
+    def step_metrics(
+        self,
+        *,
+        cost_usd: float,
+        duration_ms: float,
+        calls: list[Any],
+        gate_wait_ms: float | None,
+        savings_usd: float | None = None,
+    ) -> None:
+        step_metrics(cost_usd=cost_usd, duration_ms=duration_ms, calls=calls, gate_wait_ms=gate_wait_ms, savings_usd=savings_usd)

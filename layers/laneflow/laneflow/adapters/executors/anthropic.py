@@ -1,8 +1,8 @@
 """The Claude executor: the Messages API through the anthropic SDK, streaming.
 
-- The stable prompt layers are one cached system block (`cache_control` at its end); the
-  dynamic layers follow it, uncached. Tools are sent in a stable order, so they are part of
-  the cached prefix.
+- The stable prompt layers are one cached system block (`cache_control` at its end, with
+  `ttl: "1h"` when the job's `cache_ttl` is "1h"); the dynamic layers follow it, uncached.
+  Tools are sent in a stable order, so they are part of the cached prefix.
 - The stream's first event opens the warm gate (`sink.first_event`); a stable prefix below
   the model's minimum cacheable length (the price catalog's) opens it before the first call
   (`sink.prefix_uncacheable`), since its siblings could read nothing.
@@ -19,9 +19,9 @@
   among the tools; the API runs them. Their blocks stay in the assistant message as they
   came, each use is recorded as a tool call, their requests priced with the turn; a turn
   the API paused (`pause_turn`) is sent back as it is, to go on.
-- Every turn is a model-call span with usage (input, output, cache read and write), time to
-  first token and cost from the price catalog; a turn is reported when it starts and
-  updated when it ends (one span).
+- Every turn is a model-call span with usage (input, output, cache read and write, the
+  write's 1-hour part apart), time to first token and cost from the price catalog; a turn
+  is reported when it starts and updated when it ends (one span).
 - Rate limits, 5xx and overloaded answers are retried with backoff; an authentication
   refusal is a clear step failure that says so; `max_turns` and `timeout` are honoured.
 - A stop ends the HTTP request at once, at any point of it (before its response's headers

@@ -1,8 +1,9 @@
 """What a Claude step's requests carry: the stable prompt layers as one cached system block
-(`cache_control` at its end) with the dynamic layers after it, uncached; whether that stable
-prefix (with the tools, sent in a stable order) is long enough to be cached at all; the
-agent's `effort` and the beta headers (the effort's, the server tools'); and the colleagues'
-messages that join a turn as text blocks."""
+(`cache_control` at its end, with `ttl: "1h"` when the job's `cache_ttl` is "1h") with the
+dynamic layers after it, uncached; whether that stable prefix (with the tools, sent in a
+stable order) is long enough to be cached at all; the agent's `effort` and the beta headers
+(the effort's, the server tools'); and the colleagues' messages that join a turn as text
+blocks."""
 
 from __future__ import annotations
 
@@ -18,9 +19,15 @@ from laneflow.ports import ExecutionSink, StepJob
 DEFAULT_MAX_TOKENS = 4096
 
 
+def cache_control(ttl: str) -> dict[str, str]:
+    """The stable block's breakpoint: a 1-hour entry asks for `ttl: "1h"`; a 5-minute one
+    sends no ttl (the API's default)."""
+    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
+
 def system_blocks(job: StepJob) -> list[dict[str, Any]]:
-    """The system prompt: the stable layers, cached, then the dynamic ones."""
-    system: list[dict[str, Any]] = [{"type": "text", "text": job.system_stable, "cache_control": {"type": "ephemeral"}}]
+    """The system prompt: the stable layers, cached with the job's TTL, then the dynamic ones."""
+    system: list[dict[str, Any]] = [{"type": "text", "text": job.system_stable, "cache_control": cache_control(job.cache_ttl)}]
     if job.system_dynamic:
         system.append({"type": "text", "text": job.system_dynamic})
     return system

@@ -95,6 +95,8 @@ class TurnReader:
             output=usage.output_tokens or 0,
             cache_read=getattr(usage, "cache_read_input_tokens", 0) or 0,
             cache_write=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+            # The 1-hour part of the write (`usage.cache_creation`), priced at the 1-hour price.
+            cache_write_1h=getattr(getattr(usage, "cache_creation", None), "ephemeral_1h_input_tokens", 0) or 0,
         )
         self._server_usage(usage)
         sink.call(self.span())

@@ -349,7 +349,7 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
         reads each item, but only these cross the wire and are decoded)."""
         e = Expr()
         steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
-        names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd")
+        names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd", "savings_usd")
         wanted = ", ".join(e.n(n) for n in names)
         items = self._table.query(KeyConditionExpression=steps, ProjectionExpression=wanted, **e.params())
 
@@ -366,6 +366,7 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
                 rescue=number(i, "rescue_of") is not None,
                 optional=bool((i.get("optional") or {}).get("BOOL", False)),
                 cost_usd=number(i, "cost_usd") or 0.0,
+                savings_usd=number(i, "savings_usd") or 0.0,
             )
             for i in items
         )

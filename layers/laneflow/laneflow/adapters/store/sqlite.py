@@ -191,7 +191,7 @@ class SqliteStore(SqliteGatesAndInboxes, SqlitePrefixes, RuleBookStore):
                 f" SUM({rescue} AND status IN ('pending', 'running')),"
                 " SUM(cost_usd), MAX(idx),"
                 f" SUM({flow} AND status IN ('pending', 'running')),"
-                " SUM(status IN ('pending', 'awaiting-approval'))"
+                " SUM(status IN ('pending', 'awaiting-approval')), SUM(savings_usd)"
                 " FROM steps WHERE tenant = ? AND run_id = ? GROUP BY grp ORDER BY grp",
                 (tenant, run_id),
             ).fetchall()
@@ -206,8 +206,9 @@ class SqliteStore(SqliteGatesAndInboxes, SqlitePrefixes, RuleBookStore):
                 last_index=last,
                 unfinished=n,
                 waiting=w,
+                savings_usd=round(su or 0.0, 6),
             )
-            for g, c, p, f, u, cu, last, n, w in rows
+            for g, c, p, f, u, cu, last, n, w, su in rows
         ]
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:

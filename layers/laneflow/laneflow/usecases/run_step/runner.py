@@ -46,6 +46,7 @@ from laneflow.domain.records import (
     utcnow,
 )
 from laneflow.domain.redaction import scrub_paths
+from laneflow.domain.savings import calls_savings_usd
 from laneflow.domain.settlement import BUDGET_SPENT, budget_spent, run_budget
 from laneflow.domain.sizes import attempt_size
 from laneflow.domain.workers import WorkerRef
@@ -164,7 +165,9 @@ class StepRunner:
         if waited and started:
             gate_wait = (started - _dt.datetime.fromisoformat(waited[0].t.replace("Z", "+00:00"))).total_seconds() * 1000
         spent = sum(c.ms for c in step.calls)
-        self.svc.telemetry.step_metrics(cost_usd=step.cost_usd, duration_ms=spent, calls=step.calls, gate_wait_ms=gate_wait)
+        self.svc.telemetry.step_metrics(
+            cost_usd=step.cost_usd, duration_ms=spent, calls=step.calls, gate_wait_ms=gate_wait, savings_usd=step.savings_usd
+        )
 
     def _run_attempts(self) -> StepReport:
         while True:
@@ -285,7 +288,10 @@ class StepRunner:
         """The step's prefix and cache_break, as this attempt found them (nothing if it sent none)."""
         if self.prefix is None:
             return {}
-        return {"prefix": self.prefix, "cache_break": self.cache_break, **self.cache_ttl}
+        # What the cache saved: the step's earlier attempts' and this one's (domain/savings.py).
+        spans = self.recorder.spans.values() if self.recorder else ()
+        self.step.savings_usd = round(self.step.savings_usd + calls_savings_usd(spans, self.step.model), 6)
+        return {"prefix": self.prefix, "cache_break": self.cache_break, "savings_usd": self.step.savings_usd, **self.cache_ttl}
 
     def _on_cache_write(self, layers: list[Any]) -> None:
         assert self.prefix is not None

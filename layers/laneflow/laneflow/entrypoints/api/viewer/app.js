@@ -204,7 +204,7 @@ function RunPage({ id, live }) {
     return html`<p class=${error ? "err" : "muted"}>${error ? `Cannot show ${id}: ${error.message}` : "Loading " + id + "…"}</p>`;
   }
   const grouped = m.groups(run, now);
-  const cost = m.runCost(run);
+  const cost = m.runCost(run), savings = m.runSavings(run);
   const took = (run.finished_at ? m.at(run.finished_at) : now) - m.at(run.created_at);
   return html`<div class="run" data-run=${run.id} data-status=${run.status}>
     <section class="card head">
@@ -217,7 +217,8 @@ function RunPage({ id, live }) {
           <${Fact} k="drives" v=${run.drives} />
           <${Fact} k="gate" v=${run.options && run.options.gate === false ? "off" : "on"} />
         </dl>
-        <div class="cost" data-k="run-cost"><span class="big">${m.usd(cost)}</span><${Sparkline} series=${m.costSeries(run)} /></div>
+        <div class="cost" data-k="run-cost"><span class="big">${m.usd(cost)}</span><${Sparkline} series=${m.costSeries(run)} />
+          <span class="saved" data-k="run-savings" title="what the prompt cache saved: its reads against plain input, less its writes beyond plain input">cache saved <b>${m.usd(savings)}</b></span></div>
         <${Actions} run=${run} onDone=${refresh} />
       </div>
       ${run.error && html`<p class="err run-error">${run.error}</p>`}
@@ -236,16 +237,18 @@ function CacheCard({ groups, derived }) {
   const lanes = groups.flatMap((g) => g.lanes.filter((l) => l.lane !== "approval").map((l) => ({ ...l, group: g.group, cycle: g.cycle })));
   const saved = lanes.map((l) => m.gateSaving(l.figures)).filter(Boolean);
   const avoided = saved.reduce((a, s) => a + s.avoided, 0), tokensSaved = saved.reduce((a, s) => a + s.tokens, 0);
+  const gateUsd = lanes.reduce((a, l) => a + (Number(l.figures.gate_savings_usd) || 0), 0);
   return html`<section class="card cache" data-k="cache">
     <div class="card-head"><h2>Prompt cache</h2>${derived && html`<span class="muted" title="this record has no lanes rows: figures are summed from the steps' model calls">from the steps' calls</span>`}</div>
     <p class="headline" data-k="gate-saved">${avoided
-      ? html`The warm gate saved <b>${avoided}</b> cold prefix${avoided === 1 ? "" : "es"}: about <b>${m.tokens(tokensSaved)}</b> tokens read from the cache instead of written again.`
+      ? html`The warm gate saved <b>${avoided}</b> cold prefix${avoided === 1 ? "" : "es"}: about <b>${m.tokens(tokensSaved)}</b> tokens read from the cache instead of written again${gateUsd ? html`, worth <b>${m.usd(gateUsd)}</b>` : ""}.`
       : lanes.some((l) => l.figures.steps > 1) ? "No cold prefix avoided on this run (nothing was written to the cache, or every step wrote its own)." : "No lane has more than one step: the gate had nothing to share."}</p>
-    <div class="scroll"><table class="lanes"><thead><tr><th class="grp">group</th><th>lane</th><th class="num">steps</th><th class="num" title="steps that wrote the lane's prompt prefix to the cache">cold</th><th class="num">cache read</th><th class="num">cache write</th><th class="num" title="summed over the lane's steps">gate wait</th></tr></thead>
+    <div class="scroll"><table class="lanes"><thead><tr><th class="grp">group</th><th>lane</th><th class="num">steps</th><th class="num" title="steps that wrote the lane's prompt prefix to the cache">cold</th><th class="num">cache read</th><th class="num">cache write</th><th class="num" title="summed over the lane's steps">gate wait</th><th class="num" title="what the lane's cache reads saved against plain input, less its writes beyond plain input">saved</th><th class="num" title="what the warm gate saved against every step of the lane writing its own prefix">gate saved</th></tr></thead>
     <tbody>${lanes.map((l) => html`<tr key=${l.group + "/" + l.cycle + "/" + l.lane} data-lane=${l.lane}>
       <td class="grp">${l.group}${l.cycle ? "." + l.cycle : ""}</td><td class="lane-name"><b>${l.lane.split("@")[0]}</b> <span class="muted">${l.lane.split("@").slice(1).join("@")}</span></td><td class="num">${l.figures.steps}</td>
       <td class="num" data-k="cold">${l.figures.cold_prefixes}</td><td class="num" data-k="read">${m.tokens(l.figures.cache_read)}</td>
-      <td class="num" data-k="write">${m.tokens(l.figures.cache_write)}</td><td class="num" data-k="wait">${m.duration(l.figures.gate_wait_ms)}</td></tr>`)}</tbody></table></div>
+      <td class="num" data-k="write">${m.tokens(l.figures.cache_write)}</td><td class="num" data-k="wait">${m.duration(l.figures.gate_wait_ms)}</td>
+      <td class="num" data-k="savings">${m.usd(l.figures.savings_usd)}</td><td class="num" data-k="gate-savings">${l.figures.gate_savings_usd == null ? "–" : m.usd(l.figures.gate_savings_usd)}</td></tr>`)}</tbody></table></div>
   </section>`;
 }
 
@@ -322,6 +325,7 @@ function StepDetail({ s, run, now }) {
       <${Fact} k="agent · model" v=${(s.agent || "approval") + " · " + s.model} />
       <${Fact} k="attempts" v=${s.attempts} />
       <${Fact} k="cost" v=${m.usd(m.stepCost(s))} />
+      <${Fact} k="cache saved" v=${m.usd(s.savings_usd)} />
       <${Fact} k="cache read / write" v=${`${cache.read} / ${cache.write}`} />
       <${Fact} k="tokens in / out" v=${`${cache.input} / ${cache.output}`} />
       <${Fact} k="gate wait" v=${wait ? m.duration(wait.to - wait.from) : "none"} />

@@ -12,7 +12,8 @@ const sum = (xs) => xs.reduce((a, b) => a + (Number(b) || 0), 0);
 export function usd(x) {
   const v = Number(x) || 0;
   if (v === 0) return "$0";
-  return v < 0.01 ? "$" + v.toFixed(4) : "$" + v.toFixed(v < 10 ? 3 : 2);
+  const a = Math.abs(v); // a saving can be below zero: a step that only wrote the cache
+  return (v < 0 ? "−$" : "$") + a.toFixed(a < 0.01 ? 4 : a < 10 ? 3 : 2);
 }
 
 export function tokens(n) {
@@ -42,6 +43,9 @@ export const stepCost = (s) => Math.max(Number(s.cost_usd) || 0, sum((s.calls ||
 
 // The run's cost so far: the record's, or its steps' while a group is still running.
 export const runCost = (run) => Math.max(Number(run.cost_usd) || 0, sum((run.steps || []).map(stepCost)));
+
+// What the prompt cache saved the run: its steps' savings (the record's while they are not read).
+export const runSavings = (run) => (run.steps && run.steps.length ? sum(run.steps.map((s) => s.savings_usd)) : Number(run.savings_usd) || 0);
 
 // The run's cost as it grew: [time, cost so far] at the end of every model call.
 export function costSeries(run) {
@@ -135,7 +139,9 @@ export function deriveFigures(steps, now, runEnd = NaN) {
     steps: steps.length,
     cold_prefixes: agentSteps.filter((s) => { const c = (s.calls || [])[0]; return c && c.tokens && c.tokens.cache_write > 0; }).length,
     cache_read: sum(cache.map((c) => c.read)), cache_write: sum(cache.map((c) => c.write)),
-    gate_wait_ms: Math.round(sum(waits.map((w) => w.to - w.from))), derived: true,
+    gate_wait_ms: Math.round(sum(waits.map((w) => w.to - w.from))),
+    // The steps' savings; the gate's needs the price catalog, so only the record's rows have it.
+    savings_usd: sum(agentSteps.map((s) => s.savings_usd)), gate_savings_usd: null, derived: true,
   };
 }
 
