@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,3 +180,34 @@ def test_two_laneflow_run_processes_on_one_store_pay_one_cold_prefix(tmp_path: P
     [other] = [r for r in runs if r["id"] != writer]
     named = [e["text"] for e in other["steps"][0]["events"] if e["type"] == "gate" and writer in e["text"]]
     assert named, "the other run's lead neither waited for the writer nor found its prefix warm from it"
+
+
+def test_runs_fifteen_minutes_apart_write_their_prefix_once_an_hour_with_auto(tmp_path: Path) -> None:
+    """On a clock 300 times as fast (the imitation's and laneflow's the same): the second run,
+    15 cache-minutes after the first, finds its prefix expired, last used 15 minutes ago, so
+    `auto` writes it for an hour; the third, 15 minutes later, reads it."""
+    rate, epoch = 300.0, time.time()
+    clock = f"{rate}@{epoch}"
+    with MessagesImitation(ttft_ms=50, token_ms=0, api_keys={KEY}, clock_rate=rate, clock_epoch=epoch) as api:
+        settings = Settings(
+            anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(tmp_path / "c"), cache_clock=clock
+        )
+        svc = for_store(open_store(f"sqlite:///{tmp_path / 'ttl.db'}"), settings)
+        svc.executors["anthropic"] = AnthropicExecutor(api_key=KEY, base_url=api.url, backoff_s=0.01)
+        ws = workspace(tmp_path)
+        runs = []
+        began = time.monotonic()
+        for n in range(3):
+            time.sleep(max(0.0, began + n * 900 / rate - time.monotonic()))
+            [run] = drive_together(svc, ws, 1)
+            runs.append(run)
+        stats = api.stats()
+    assert all(r.status == RunStatus.completed for r in runs), [r.error for r in runs]
+    first, second, third = (r.steps[0] for r in runs)
+    assert first.cache_ttl == "5m" and first.cache_ttl_reason and first.cache_ttl_reason.startswith("auto:")
+    assert second.cache_ttl == "1h", second.cache_ttl_reason
+    assert "last" in (second.cache_ttl_reason or "")
+    assert second.calls[0].tokens.cache_write_1h > 0
+    assert third.calls[0].tokens.cache_read > 0 and third.calls[0].tokens.cache_write == 0
+    assert (stats["cache_writes_5m"], stats["cache_writes_1h"]) == (1, 1), stats
+    assert second.savings_usd < 0 < third.savings_usd  # a write costs beyond input; a read saves
