@@ -171,7 +171,7 @@ def dollars(stats: dict[str, Any]) -> float:
     assert price is not None
     write_1h = int(stats.get("cache_write_1h_tokens", 0))
     write_5m = int(stats["cache_write_tokens"]) - write_1h
-    return (
+    return float(
         stats["input_tokens"] * price.input
         + stats["output_tokens"] * price.output
         + write_5m * price.cache_write_5m
