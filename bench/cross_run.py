@@ -183,7 +183,9 @@ def dollars(stats: dict[str, Any]) -> float:
 def burst(root: Path, registry: bool) -> dict[str, Any]:
     make_workspace(root, "5m")
     imitation = Imitation()
-    server = Serve(root, imitation, LANEFLOW_PREFIX_REGISTRY="1" if registry else "0")
+    # Every run drives at once (serve's default is 4 drives at a time, which would let later runs
+    # of the burst find what earlier ones wrote whatever the registry did).
+    server = Serve(root, imitation, LANEFLOW_PREFIX_REGISTRY="1" if registry else "0", LANEFLOW_LOCAL_DRIVES=str(BURST))
     try:
         t0 = time.monotonic()
         ids = [server.start("four") for _ in range(BURST)]
