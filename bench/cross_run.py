@@ -171,13 +171,16 @@ def dollars(stats: dict[str, Any]) -> float:
     assert price is not None
     write_1h = int(stats.get("cache_write_1h_tokens", 0))
     write_5m = int(stats["cache_write_tokens"]) - write_1h
-    return float(
-        stats["input_tokens"] * price.input
-        + stats["output_tokens"] * price.output
-        + write_5m * price.cache_write_5m
-        + write_1h * price.cache_write_1h
-        + stats["cache_read_tokens"] * price.cache_read
-    ) / 1_000_000
+    return (
+        float(
+            stats["input_tokens"] * price.input
+            + stats["output_tokens"] * price.output
+            + write_5m * price.cache_write_5m
+            + write_1h * price.cache_write_1h
+            + stats["cache_read_tokens"] * price.cache_read
+        )
+        / 1_000_000
+    )
 
 
 def burst(root: Path, registry: bool) -> dict[str, Any]:

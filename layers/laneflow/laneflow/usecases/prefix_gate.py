@@ -83,7 +83,17 @@ def wait_for_prefix(svc: Services, req: WaitForLeadRequest) -> WaitForLeadReport
         from laneflow.usecases.wait_for_lead import open_gate
 
         text, _ = warm_note(claim)
-        open_gate(svc, tenant, run_id, group=req.group, cycle=req.cycle, lane=req.lane, lead=index, why="the lead's prefix is warm", note=text)
+        open_gate(
+            svc,
+            tenant,
+            run_id,
+            group=req.group,
+            cycle=req.cycle,
+            lane=req.lane,
+            lead=index,
+            why="the lead's prefix is warm",
+            note=text,
+        )
     if claim.state != "wait":
         return go("its prefix is warm" if claim.state == "warm" else "it writes its prefix")
     waits_on = svc.store.prefix_wait(tenant, key, PrefixWaiter(token=req.token, run_id=run_id, index=index, since=now), now=now)
