@@ -54,10 +54,6 @@ SPACED = 8
 FAST = 180.0  # the fast clock's rate: 15 minutes pass in 5 seconds
 
 
-def busy() -> bool:
-    return os.getloadavg()[0] > (os.cpu_count() or 1)
-
-
 class Imitation:
     """The imitation in a process of its own, on a clock `rate` times as fast from `epoch`."""
 
@@ -371,9 +367,10 @@ def main() -> int:
     out: dict[str, Any] = {"benchmark": "cross_run"}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.parts:
-            loaded = busy()
+            # Busy is the load before the part: the part's own processes raise it as it runs.
+            load = os.getloadavg()[0]
             part = estimate_part() if name == "estimate" else PARTS[name](Path(tmp) / name)
-            part["busy"] = loaded or busy()
+            part["load_before"], part["busy"] = round(load, 2), load > (os.cpu_count() or 1)
             out[name] = part
             if not args.json:
                 print(f"{name}: {json.dumps(part)}", file=sys.stderr)

@@ -73,7 +73,7 @@ def test_the_clock_agrees_with_laneflows_cache_clock_given_the_same_spec(monkeyp
     from_env = MessagesImitation()  # neither given: the environment's clock
     given = MessagesImitation(clock_rate=RATE, clock_epoch=epoch)
     for imitation in (from_env, given):
-        assert imitation.now() == pytest.approx(cache_now(), abs=RATE * 0.05)
+        assert imitation.now() == pytest.approx(cache_now(f"{RATE:g}@{epoch}"), abs=RATE * 0.05)
         assert imitation.now() - epoch == pytest.approx(100 * RATE, rel=0.01)
     monkeypatch.delenv(CACHE_CLOCK)
     assert MessagesImitation().now() == pytest.approx(time.time(), abs=1)  # the wall clock

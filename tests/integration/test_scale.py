@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import spans_of, stamped, stderr_of, wait_for_run
+from helpers import data_of, spans_of, stamped, stderr_of, wait_for_run
 from types_boto3_stepfunctions import SFNClient
 
 from laneflow.adapters.store import open_store
@@ -131,8 +131,9 @@ def test_a_lane_larger_than_the_budget_runs_in_windows_with_one_lead_and_sibling
     lead = result.run.steps[0]
     # the lead released its waiting siblings when its reply began (and its reserve when it ended)
     release = [e for e in lead.events if e.type == "gate" and "released" in e.text][0]
+    opened = data_of(release)["opened_at"]  # its reply began: the release, and its trace line, come after
     later = [s for s in result.run.steps if s.index >= 15]
-    assert all(started >= release.t for started in stamped(s.started_at for s in result.run.steps[1:]))
+    assert all(started >= opened for started in stamped(s.started_at for s in result.run.steps[1:]))
     # siblings of later windows found the gate open: they never waited for it
     assert not any(e.type == "gate" for s in later for e in s.events)
     # and `parallel:` still capped the lane in every window
