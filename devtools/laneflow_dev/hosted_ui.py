@@ -102,8 +102,8 @@ class HostedUi:
         form = (
             f'<form method="post" action="/login"><input type="hidden" name="request" value="{request}">'
             f'<label>Username <input name="username" value="{html.escape(self.username)}"></label>'
-            "<label>Password <input name=\"password\" type=\"password\" value=\"imitation\"></label>"
-            "<button type=\"submit\">Sign in</button></form>"
+            '<label>Password <input name="password" type="password" value="imitation"></label>'
+            '<button type="submit">Sign in</button></form>'
         )
         return 200, {}, _page("Sign in", form)
 
@@ -127,7 +127,9 @@ class HostedUi:
             return 400, {}, _page("Sign-in error", "<p>this sign-in has expired; start again</p>")
         code = secrets.token_urlsafe(24)
         with self._lock:
-            self._grants[code] = Grant(query["client_id"], query["redirect_uri"], query["code_challenge"], form.get("username") or "")
+            self._grants[code] = Grant(
+                query["client_id"], query["redirect_uri"], query["code_challenge"], form.get("username") or ""
+            )
         state = self.forged_state if self.forged_state is not None else query.get("state", "")
         return 302, {"Location": query["redirect_uri"] + "?" + urlencode({"code": code, "state": state})}, ""
 
@@ -143,7 +145,11 @@ class HostedUi:
         if grant is None or grant.client_id != form.get("client_id") or grant.redirect_uri != form.get("redirect_uri"):
             return 400, cors, json.dumps({"error": "invalid_grant"})
         if s256(form.get("code_verifier", "")) != grant.challenge:
-            return 400, cors, json.dumps({"error": "invalid_grant", "error_description": "the code_verifier is not the challenge's"})
+            return (
+                400,
+                cors,
+                json.dumps({"error": "invalid_grant", "error_description": "the code_verifier is not the challenge's"}),
+            )
         id_token = self._id_token(grant)
         self.issued.append(id_token)
         answer = {

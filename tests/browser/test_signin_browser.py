@@ -104,6 +104,9 @@ def test_a_person_signs_in_at_the_hosted_ui_with_pkce_and_the_api_gets_their_id_
     stored = person.evaluate("[sessionStorage.getItem('laneflow-id-token'), localStorage.length]")
     assert stored == [token, 0]
     shot(person, "signed-in")
+    person.set_viewport_size({"width": 390, "height": 844})  # a phone: who and the way out still fit
+    assert person.evaluate("document.querySelector('.session').scrollWidth") <= 390
+    expect(person.get_by_role("button", name="Sign out")).to_be_in_viewport()
     assert not person.errors
 
 
@@ -191,7 +194,9 @@ def test_a_fresh_token_the_api_refuses_is_not_sent_round_again_and_the_page_says
     person: Any, signed: harness.Served, hosted: HostedUi
 ) -> None:
     # Given an account the API refuses every time (a token without a tenant claim),
-    person.route(lambda url: url.startswith(signed.url + "/runs?"), lambda route: route.fulfill(status=401, json={"message": REFUSAL}))
+    person.route(
+        lambda url: url.startswith(signed.url + "/runs?"), lambda route: route.fulfill(status=401, json={"message": REFUSAL})
+    )
     person.goto(signed.url + "/")
     sign_in(person, hosted)
 
@@ -208,7 +213,12 @@ def test_a_fresh_token_the_api_refuses_is_not_sent_round_again_and_the_page_says
 
 def test_without_a_sign_in_the_viewer_asks_no_one_and_sends_no_authorization(page: Any, served: harness.Served) -> None:
     calls: list[str | None] = []
-    page.on("request", lambda r: r.url.startswith(served.url + "/runs") and calls.append(r.headers.get("authorization")))
+
+    def keep(request: Any) -> None:
+        if request.url.startswith(served.url + "/runs"):
+            calls.append(request.headers.get("authorization"))
+
+    page.on("request", keep)
     page.goto(served.url + "/")
     expect(page.locator(".empty, tr.run-row").first).to_be_visible()
     assert page.url == served.url + "/"
