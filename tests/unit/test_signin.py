@@ -46,9 +46,9 @@ def test_the_sign_in_is_the_stages_else_the_settings_else_none() -> None:
 
 
 def test_a_stage_variable_that_is_no_hosted_ui_is_refused_not_put_in_the_page() -> None:
-    with pytest.raises(ValueError, match="https, not http"):
+    with pytest.raises(ValueError, match="is https"):
         viewer_assets.sign_in({"stageVariables": {"signinDomain": "http://evil.example", "signinClientId": "a1"}}, Settings())
-    with pytest.raises(ValueError, match="not an app client id"):
+    with pytest.raises(ValueError, match="letters and digits"):
         viewer_assets.sign_in(
             {"stageVariables": {"signinDomain": "auth.example.com", "signinClientId": 'a" onload="x'}}, Settings()
         )
@@ -90,8 +90,8 @@ def test_the_sign_in_settings_are_read_from_the_environment_together_and_checked
     assert read.to_env()["LANEFLOW_SIGNIN_DOMAIN"] == "https://auth.example.com"
     with pytest.raises(InvalidInput, match="LANEFLOW_SIGNIN_DOMAIN and LANEFLOW_SIGNIN_CLIENT_ID are given together"):
         Settings.from_env({"LANEFLOW_SIGNIN_DOMAIN": "auth.example.com"})
-    with pytest.raises(InvalidInput, match="^LANEFLOW_SIGNIN_DOMAIN: .*https, not http"):
+    with pytest.raises(InvalidInput, match="^LANEFLOW_SIGNIN_DOMAIN: .*is https"):
         Settings.from_env({"LANEFLOW_SIGNIN_DOMAIN": "http://auth.example.com", "LANEFLOW_SIGNIN_CLIENT_ID": "abc123"})
-    with pytest.raises(InvalidInput, match="^LANEFLOW_SIGNIN_CLIENT_ID: .*not an app client id"):
+    with pytest.raises(InvalidInput, match="^LANEFLOW_SIGNIN_CLIENT_ID: .*letters and digits"):
         Settings.from_env({"LANEFLOW_SIGNIN_DOMAIN": "auth.example.com", "LANEFLOW_SIGNIN_CLIENT_ID": "abc/123"})
     assert Settings.from_env({}).signin_domain is None

@@ -204,30 +204,32 @@ class Settings(BaseModel):
 _CLIENT_ID = re.compile(r"[A-Za-z0-9]{1,128}")
 _HOST = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
 _LOOPBACK = {"127.0.0.1", "localhost"}
+_NOT_A_DOMAIN = "a sign-in domain is a host name (auth.example.com) or an origin (https://HOST[:PORT])"
 
 
 def signin_origin(domain: str) -> str:
     """The origin of a Cognito hosted UI, from its domain as given: `auth.example.com` or
     `PREFIX.auth.REGION.amazoncognito.com` (https), or a whole origin; plain http only on
-    this machine (a local imitation of the hosted UI). A ValueError says what is wrong."""
+    this machine (a local imitation of the hosted UI). A ValueError says what is wrong (not
+    what was given: the messages are said back by variable name)."""
     given = domain.strip()
     parts = urlsplit(given if "://" in given else "https://" + given)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
     host = parts.hostname or ""
     if parts.scheme != "https" and not (parts.scheme == "http" and host in _LOOPBACK):
-        raise ValueError(f"a sign-in domain is https, not {parts.scheme[:10]} (plain http only on 127.0.0.1 or localhost)")
-    if not _HOST.fullmatch(host) or port == -1 or "@" in parts.netloc or parts.path.strip("/") or parts.query or parts.fragment:
-        raise ValueError(f"{domain[:100]!r} is not a hosted UI domain (auth.example.com, or https://HOST[:PORT])")
+        raise ValueError("a sign-in domain is https (plain http only on 127.0.0.1 or localhost)")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        raise ValueError(_NOT_A_DOMAIN) from None
+    if not _HOST.fullmatch(host) or "@" in parts.netloc or parts.path.strip("/") or parts.query or parts.fragment:
+        raise ValueError(_NOT_A_DOMAIN)
     return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 
 
 def check_client_id(client_id: str) -> str:
-    """A Cognito app client id (letters and digits), or a ValueError."""
+    """A Cognito app client id, or a ValueError."""
     if not _CLIENT_ID.fullmatch(client_id):
-        raise ValueError(f"{client_id[:100]!r} is not an app client id (letters and digits)")
+        raise ValueError("an app client id is letters and digits")
     return client_id
 
 
