@@ -95,17 +95,21 @@ class Served:
 
 
 @contextmanager
-def served(workspaces: dict[str, Path], responder: Responder | None = None) -> Iterator[Served]:
+def served(workspaces: dict[str, Path], responder: Responder | None = None, **more_settings: Any) -> Iterator[Served]:
     """`laneflow serve` on a free port of 127.0.0.1, over copies of `workspaces` (by the name
     runs are started with) and a fresh SQLite store, driving runs on this process's threads;
-    Claude models answer from the Messages API imitation (with `responder`'s replies)."""
+    Claude models answer from the Messages API imitation (with `responder`'s replies).
+    `more_settings` are the server's too (the viewer's sign-in: signin_domain, signin_client_id)."""
     folder = Path(tempfile.mkdtemp(prefix="laneflow-viewer-"))
     try:
         for name, source in workspaces.items():
             shutil.copytree(source, folder / "ws" / name)
         with MessagesImitation(ttft_ms=300, token_ms=2, api_keys={KEY}, responder=responder) as api:
             settings = Settings(
-                anthropic_api_key=SecretStr(KEY), anthropic_base_url=api.url, capture_dir=str(folder / "captures")
+                anthropic_api_key=SecretStr(KEY),
+                anthropic_base_url=api.url,
+                capture_dir=str(folder / "captures"),
+                **more_settings,
             )
             svc = for_store(open_store(f"sqlite:///{folder / 'laneflow.db'}"), settings)
             svc.workspaces = FolderWorkspaces(folder / "ws")

@@ -8,11 +8,13 @@ process's environment is read here and handed on, never looked up where it is us
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from laneflow.domain.errors import InvalidInput
 from laneflow.domain.tenants import check_tenant
@@ -45,6 +47,8 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("isolation", "LANEFLOW_ISOLATION"),
     ("cache_clock", "LANEFLOW_CACHE_CLOCK"),
     ("prefix_registry", "LANEFLOW_PREFIX_REGISTRY"),
+    ("signin_domain", "LANEFLOW_SIGNIN_DOMAIN"),
+    ("signin_client_id", "LANEFLOW_SIGNIN_CLIENT_ID"),
 )
 
 # Settings read from the environment that are this process's own, never handed to a child
@@ -101,6 +105,11 @@ class Settings(BaseModel):
     # The prompt cache across runs (the prefix registry, and leads waiting for another run's
     # writer). On by default; off, runs know nothing of each other's cache, as before it was.
     prefix_registry: bool = True
+    # LANEFLOW_SIGNIN_DOMAIN and LANEFLOW_SIGNIN_CLIENT_ID: the Cognito hosted UI the viewer
+    # of `laneflow serve` signs people in at, and its app client (both or neither; unset: no
+    # sign-in). In the cloud the people API's stage says it instead (viewer_assets.sign_in).
+    signin_domain: str | None = None
+    signin_client_id: str | None = None
     secrets_file: str | None = None  # LANEFLOW_SECRETS_FILE (`--secrets FILE`): declared secrets, dotenv (local)
     secret_source: Literal["local", "secretsmanager"] = "local"  # LANEFLOW_SECRET_SOURCE: where declared secrets are read
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL
@@ -130,6 +139,22 @@ class Settings(BaseModel):
 
         clock_of(spec)  # a ValueError naming the variable
         return spec or None
+
+    @field_validator("signin_domain")
+    @classmethod
+    def _domain_is_an_origin(cls, domain: str | None) -> str | None:
+        return signin_origin(domain) if domain else None
+
+    @field_validator("signin_client_id")
+    @classmethod
+    def _client_is_an_id(cls, client_id: str | None) -> str | None:
+        return check_client_id(client_id) if client_id else None
+
+    @model_validator(mode="after")
+    def _signin_is_whole(self) -> Settings:
+        if bool(self.signin_domain) != bool(self.signin_client_id):
+            raise ValueError("LANEFLOW_SIGNIN_DOMAIN and LANEFLOW_SIGNIN_CLIENT_ID are given together, or neither")
+        return self
 
     @property
     def anthropic_api_key_set(self) -> bool:
@@ -174,6 +199,38 @@ class Settings(BaseModel):
                 continue
             out[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
+
+
+_CLIENT_ID = re.compile(r"[A-Za-z0-9]{1,128}")
+_HOST = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
+_LOOPBACK = {"127.0.0.1", "localhost"}
+_NOT_A_DOMAIN = "a sign-in domain is a host name (auth.example.com) or an origin (https://HOST[:PORT])"
+
+
+def signin_origin(domain: str) -> str:
+    """The origin of a Cognito hosted UI, from its domain as given: `auth.example.com` or
+    `PREFIX.auth.REGION.amazoncognito.com` (https), or a whole origin; plain http only on
+    this machine (a local imitation of the hosted UI). A ValueError says what is wrong (not
+    what was given: the messages are said back by variable name)."""
+    given = domain.strip()
+    parts = urlsplit(given if "://" in given else "https://" + given)
+    host = parts.hostname or ""
+    if parts.scheme != "https" and not (parts.scheme == "http" and host in _LOOPBACK):
+        raise ValueError("a sign-in domain is https (plain http only on 127.0.0.1 or localhost)")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        raise ValueError(_NOT_A_DOMAIN) from None
+    if not _HOST.fullmatch(host) or "@" in parts.netloc or parts.path.strip("/") or parts.query or parts.fragment:
+        raise ValueError(_NOT_A_DOMAIN)
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def check_client_id(client_id: str) -> str:
+    """A Cognito app client id, or a ValueError."""
+    if not _CLIENT_ID.fullmatch(client_id):
+        raise ValueError("an app client id is letters and digits")
+    return client_id
 
 
 def unusable_variables(error: ValidationError) -> str:

@@ -297,10 +297,11 @@ def openapi() -> Response[str]:
     tags=["meta"],
     responses={200: {"description": "the viewer page", "content": {"text/html": {}}}},
 )
-def viewer() -> Response[str]:
+def viewer(svc: Svc) -> Response[str]:
     # Everything a run holds is put in the page as text by its modules (never as HTML), and
     # the policy allows only this origin's scripts and styles, so nothing a run holds can run.
-    page, policy = viewer_assets.page(viewer_assets.base_of(app.current_event.raw_event))
+    event = app.current_event.raw_event
+    page, policy = viewer_assets.page(viewer_assets.base_of(event), viewer_assets.sign_in(event, svc.settings))
     headers = {"Content-Security-Policy": policy, "Cache-Control": "no-store", **viewer_assets.SECURITY_HEADERS}
     return Response(status_code=200, content_type="text/html; charset=utf-8", body=page, headers=headers)
 

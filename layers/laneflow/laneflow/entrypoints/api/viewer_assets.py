@@ -6,6 +6,10 @@ scripts, styles and calls of this origin only, plus the one inline import map (b
 The page names every asset by an absolute path under the API's base: `/` locally, `/STAGE`
 behind API Gateway (whose request path carries the stage), so it works whether the person
 opened `.../v1` or `.../v1/`.
+
+Where the API signs people in (`sign_in`), the page carries the Cognito hosted UI's origin and
+app client, and its policy lets it call that origin (the token endpoint); `viewer/signin.js`
+does the rest. Without one (`laneflow serve` as it comes) the page signs no one in.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from importlib import resources
 from typing import Any
 
 from laneflow.domain.errors import NotFound
+from laneflow.settings import Settings, check_client_id, signin_origin
 
 _VIEWER = resources.files(__package__) / "viewer"
 
@@ -73,14 +78,41 @@ def _csp_hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
+@dataclass(frozen=True)
+class SignIn:
+    """Where the viewer signs a person in: a Cognito hosted UI's origin (`https://DOMAIN`) and
+    the app client (public, the code grant with PKCE) whose callback is the viewer's URL."""
+
+    origin: str
+    client_id: str
+
+
+def sign_in(event: dict[str, Any], settings: Settings) -> SignIn | None:
+    """The sign-in of the API this request came through: its stage's variables `signinDomain`
+    and `signinClientId` (the people API's, template.yaml), else this process's settings
+    (LANEFLOW_SIGNIN_DOMAIN and LANEFLOW_SIGNIN_CLIENT_ID), else None: nobody is asked to sign
+    in. The IAM API's stage has no such variables, so its viewer never sends anyone there."""
+    stage = event.get("stageVariables") or {}
+    domain, client_id = stage.get("signinDomain"), stage.get("signinClientId")
+    if domain and client_id:
+        return SignIn(signin_origin(str(domain)), check_client_id(str(client_id)))
+    if settings.signin_domain and settings.signin_client_id:
+        return SignIn(settings.signin_domain, settings.signin_client_id)
+    return None
+
+
 @functools.lru_cache(maxsize=8)
-def page(base: str) -> tuple[str, str]:
-    """The viewer page for an API at `base` ("" or "/STAGE"), and its Content-Security-Policy."""
+def page(base: str, signin: SignIn | None = None) -> tuple[str, str]:
+    """The viewer page for an API at `base` ("" or "/STAGE") that signs people in at `signin`
+    (or signs no one in), and its Content-Security-Policy."""
     importmap = json.dumps({"imports": {name: f"{base}/assets/{file}" for name, file in IMPORTS.items()}}).replace("<", "\\u003c")
     html = (_VIEWER / "index.html").read_text(encoding="utf-8")
     html = html.replace("{base}", escape(base, quote=True)).replace("{importmap}", importmap)
+    html = html.replace("{signin_url}", escape(signin.origin if signin else "", quote=True))
+    html = html.replace("{signin_client}", escape(signin.client_id if signin else "", quote=True))
+    connect = f"'self' {signin.origin}" if signin else "'self'"  # the token endpoint, called by signin.js
     policy = (
-        f"default-src 'none'; script-src 'self' {_csp_hash(importmap)}; style-src 'self'; connect-src 'self'; "
+        f"default-src 'none'; script-src 'self' {_csp_hash(importmap)}; style-src 'self'; connect-src {connect}; "
         "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     )
     return html, policy

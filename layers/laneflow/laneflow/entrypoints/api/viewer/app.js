@@ -6,6 +6,7 @@ import { h, render } from "preact";
 import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
 import htm from "htm";
 import * as m from "./model.js";
+import * as signin from "./signin.js";
 
 const html = htm.bind(h);
 const BASE = document.getElementById("app").dataset.base || "";
@@ -13,12 +14,12 @@ const POLL_MS = 2000;
 
 // -- talking to the API -------------------------------------------------------------------------
 
-const tokenKey = "laneflow-token";
-const authHeader = () => sessionStorage.getItem(tokenKey);
+const authHeader = signin.idToken; // the signed-in person's ID token, or null (signin.js)
 
 async function api(path, opts = {}) {
   const headers = { Accept: "application/json" };
-  if (authHeader()) headers.Authorization = authHeader();
+  const token = await signin.authorization(); // with none good, the person signs in again
+  if (token) headers.Authorization = token;
   if (opts.body !== undefined) headers["Content-Type"] = "application/json";
   let r;
   try {
@@ -26,6 +27,7 @@ async function api(path, opts = {}) {
   } catch (e) {
     throw Object.assign(new Error("the API cannot be reached (offline?)"), { offline: true });
   }
+  await signin.answered(r.status); // a 401 signs the person in again
   const body = await r.json().catch(() => ({}));
   if (!r.ok) throw Object.assign(new Error(body.message || "HTTP " + r.status), { status: r.status });
   return body;
@@ -145,13 +147,13 @@ function RunList({ live }) {
     </tr>`)}</tbody></table>${!shown.length && html`<p class="muted">No ${filter} run among the last ${runs.length}.</p>`}</section>`;
 }
 
+// A call refused for want of a person the API takes (signin.js signs in again by itself, but
+// not round and round: an account without a tenant would be refused each time).
 function SignIn({ error }) {
-  const [value, setValue] = useState(authHeader() || "");
-  return html`<section class="card signin"><h2>Sign in</h2>
-    <p>${error.message}. This API needs a token: paste your Cognito ID token (people) below; it is kept in this tab only.</p>
-    <form onSubmit=${(e) => { e.preventDefault(); sessionStorage.setItem(tokenKey, value.trim()); location.reload(); }}>
-      <input type="password" autocomplete="off" placeholder="ID token" value=${value} onInput=${(e) => setValue(e.target.value)} />
-      <button>Use this token</button></form></section>`;
+  return html`<section class="card signin" data-k="signin"><h2>Sign in</h2><p>${error.message}.</p>
+    ${signin.enabled ? html`<p class="muted">The API refused this account: it may have no tenant (its custom:tenant attribute).</p>
+      <div class="actions"><button onClick=${() => signin.signIn()}>Sign in again</button><button onClick=${signin.signOut}>Sign out</button></div>`
+    : html`<p class="muted">This API takes signed calls and this viewer signs no one in: people open the viewer at the stack's PeopleUrl.</p>`}</section>`;
 }
 
 // -- a run --------------------------------------------------------------------------------------
