@@ -86,23 +86,11 @@ def test_sam_validate_lint_passes_on_the_template_without_credentials_and_fails_
     assert "E3030" in done.stdout + done.stderr and "BelowZero" in done.stdout + done.stderr
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`sam build` of the template, into a folder of its own (the checkout's .aws-sam untouched)."""
-    here = tmp_path_factory.mktemp("sam")
-    build = here / "build"
-    args = ["build", "--template-file", str(ROOT / "template.yaml"), "--build-dir", str(build)]
-    done = _run(*args, "--cache-dir", str(here / "cache"), "--region", "us-east-1", cwd=ROOT, home=here / "home", timeout=600)
-    assert done.returncode == 0, f"sam build exited {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    assert "Build Succeeded" in done.stdout + done.stderr
-    return build
-
-
 def _functions() -> dict[str, dict[str, Any]]:
     return {k: v["Properties"] for k, v in TEMPLATE.resources.items() if v["Type"] == "AWS::Serverless::Function"}
 
 
-def test_sam_build_builds_each_functions_handler(built: Path) -> None:
+def _has_each_functions_handler(built: Path) -> None:
     globals_ = TEMPLATE.body["Globals"]["Function"]
     out = Template.load(built / "template.yaml").resources
     assert _functions()
@@ -115,24 +103,37 @@ def test_sam_build_builds_each_functions_handler(built: Path) -> None:
         assert out[logical_id]["Properties"]["CodeUri"] == logical_id  # the built template deploys it
 
 
-def test_sam_build_puts_the_layers_laneflow_package_under_python(built: Path) -> None:
-    layer = built / "LaneflowLayer" / "python"
+def _has_the_layers_laneflow_package_under_python(built: Path) -> None:
+    package = built / "LaneflowLayer" / "python" / "laneflow"
     source = ROOT / TEMPLATE.resources["LaneflowLayer"]["Properties"]["ContentUri"] / "laneflow"
     expected = sorted(p.relative_to(source) for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    got = sorted(p.relative_to(layer / "laneflow") for p in (layer / "laneflow").rglob("*") if p.is_file())
+    got = sorted(p.relative_to(package) for p in package.rglob("*") if p.is_file())
     assert got == expected
-    assert (layer / "laneflow" / "entrypoints" / "lambda_handler.py").read_bytes() == (
-        source / "entrypoints" / "lambda_handler.py"
-    ).read_bytes()
+    assert all((package / rel).read_bytes() == (source / rel).read_bytes() for rel in expected)
 
 
-def test_sam_build_gives_the_layer_wheels_for_the_templates_runtime_and_architecture(built: Path) -> None:
+def _has_wheels_for_the_templates_runtime_and_architecture(built: Path) -> None:
     runtime = TEMPLATE.body["Globals"]["Function"]["Runtime"]
     [arch] = TEMPLATE.body["Globals"]["Function"]["Architectures"]
     tag = f"cpython-{runtime.removeprefix('python').replace('.', '')}-{'aarch64' if arch == 'arm64' else 'x86_64'}-linux-gnu"
     layer = built / "LaneflowLayer" / "python"
     extensions = [p.name for p in layer.rglob("*.so") if ".cpython-" in p.name]
     assert any(name.startswith("_pydantic_core.") for name in extensions)  # pydantic's compiled core is there
-    assert extensions and all(tag in name for name in extensions), [n for n in extensions if tag not in n]
+    assert all(tag in name for name in extensions), [n for n in extensions if tag not in n]
     assert (layer / "aws_lambda_powertools").is_dir() and (layer / "anthropic").is_dir()
     assert not [name for name in LEFT_OUT if (layer / name).exists()]
+
+
+def test_sam_build_builds_each_handler_and_the_layer_with_its_laneflow_and_wheels_for_the_runtime(tmp_path: Path) -> None:
+    """One build (it takes a while), checked three ways."""
+    build = tmp_path / "build"
+    args = ["build", "--template-file", str(ROOT / "template.yaml"), "--build-dir", str(build)]
+    # In a folder of its own: the checkout's .aws-sam stays as it was.
+    done = _run(
+        *args, "--cache-dir", str(tmp_path / "cache"), "--region", "us-east-1", cwd=ROOT, home=tmp_path / "home", timeout=600
+    )
+    assert done.returncode == 0, f"sam build exited {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    assert "Build Succeeded" in done.stdout + done.stderr
+    _has_each_functions_handler(build)
+    _has_the_layers_laneflow_package_under_python(build)
+    _has_wheels_for_the_templates_runtime_and_architecture(build)
