@@ -128,9 +128,10 @@ def test_sam_build_builds_each_handler_and_the_layer_with_its_laneflow_and_wheel
     """One build (it takes a while), checked three ways."""
     build = tmp_path / "build"
     args = ["build", "--template-file", str(ROOT / "template.yaml"), "--build-dir", str(build)]
-    # In a folder of its own: the checkout's .aws-sam stays as it was.
+    # From a folder of its own, where SAM leaves its .aws-sam/deps and build.toml: the checkout
+    # stays as it was (samconfig.toml, beside the template, is still read).
     done = _run(
-        *args, "--cache-dir", str(tmp_path / "cache"), "--region", "us-east-1", cwd=ROOT, home=tmp_path / "home", timeout=600
+        *args, "--cache-dir", str(tmp_path / "cache"), "--region", "us-east-1", cwd=tmp_path, home=tmp_path / "home", timeout=600
     )
     assert done.returncode == 0, f"sam build exited {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     assert "Build Succeeded" in done.stdout + done.stderr
