@@ -138,3 +138,55 @@ def test_sam_build_builds_each_handler_and_the_layer_with_its_laneflow_and_wheel
     _has_each_functions_handler(build)
     _has_the_layers_laneflow_package_under_python(build)
     _has_wheels_for_the_templates_runtime_and_architecture(build)
+
+
+# SAM's own translator, in the SAM CLI's Python: the template as CloudFormation gets it, with
+# the people API made (a user pool given) and the code's local paths as S3 ones, as
+# `sam deploy` uploads them. Prints each REST API's name and its definition's title.
+TRANSLATE = """
+import json, sys
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+class NoManagedPolicies:
+    def load(self):
+        return {}
+
+template = yaml_parse(open(sys.argv[1]).read())
+for resource in template["Resources"].values():
+    props = resource.get("Properties", {})
+    for key in ("CodeUri", "ContentUri", "DefinitionUri"):
+        if isinstance(props.get(key), str):
+            props[key] = "s3://bucket/key"
+pool = "arn:aws:cognito-idp:us-east-1:123456789012:userpool/us-east-1_x"
+out = transform(template, {"PeopleUserPoolArn": pool}, NoManagedPolicies())
+print(json.dumps({
+    k: {"name": v["Properties"].get("Name"), "title": v["Properties"]["Body"]["info"]["title"]}
+    for k, v in out["Resources"].items() if v["Type"] == "AWS::ApiGateway::RestApi"
+}))
+"""
+
+
+def test_the_5xx_alarms_name_each_rest_api_by_the_name_sam_gives_it(tmp_path: Path) -> None:
+    """API Gateway publishes a REST API's metrics under its name, which, with no Name given,
+    is its definition's title: SAM's for the IAM API, the template's own for the people API."""
+    shebang = Path(_sam()).read_bytes().split(b"\n", 1)[0]
+    if not shebang.startswith(b"#!") or b"python" not in shebang:
+        pytest.skip(f"{_sam()} is not a Python script: its translator cannot be imported")
+    python = shebang[2:].decode().strip()
+    done = subprocess.run(
+        [python, "-c", TRANSLATE, str(ROOT / "template.yaml")],
+        env={**_env(tmp_path / "home"), "AWS_DEFAULT_REGION": "us-east-1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    apis = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(apis) == {"LaneflowApi", "PeopleApi"}
+    alarms = [v for v in TEMPLATE.resources.values() if v["Type"] == "AWS::CloudWatch::Alarm"]
+    named = [d["Value"] for a in alarms if a["Properties"].get("MetricName") == "5XXError" for d in a["Properties"]["Dimensions"]]
+    for api, deployed in apis.items():
+        assert deployed["name"] is None, api  # no Name: the title is the name
+        assert deployed["title"] in named, f"no 5XX alarm on {api}'s name {deployed['title']}"
