@@ -5,6 +5,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# The SAM CLI, in a venv of its own (requirements-sam.txt says why). SAM_CLI_TELEMETRY=0: it
+# sends nothing about the build anywhere.
+SAM_VENV  := .venv-sam
+SAM       := SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam
+SAM_STAMP := $(SAM_VENV)/.installed
+
 .PHONY: setup demo demo-sandbox test test-fast lint bench screenshots clean
 
 $(STAMP): pyproject.toml
@@ -13,7 +19,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(SAM_STAMP): requirements-sam.txt
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/pip install --quiet -r requirements-sam.txt
+	touch $(SAM_STAMP)
+
+setup: $(STAMP) $(SAM_STAMP)
 	-@sh scripts/system-packages.sh
 
 demo: $(STAMP)
@@ -23,13 +35,16 @@ demo: $(STAMP)
 demo-sandbox: $(STAMP)
 	$(BIN)/laneflow demo tides
 
-lint: $(STAMP)
+# sam validate --lint: the template as SAM transforms it, linted by SAM's own cfn-lint. It
+# needs a region, no credentials and no network.
+lint: $(STAMP) $(SAM_STAMP)
 	$(BIN)/ruff format --check layers devtools functions bench tests scripts setup.py
 	$(BIN)/ruff check layers devtools functions bench tests scripts setup.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/statelint statemachines/*.asl.json
+	$(SAM) validate --lint --region us-east-1 --template-file template.yaml
 
 # The suite runs on every core (pytest-xdist); `pytest` alone runs it in one process.
 test: $(STAMP) lint
@@ -54,4 +69,4 @@ layer-requirements: $(STAMP)
 	$(BIN)/python scripts/layer_requirements.py
 
 clean:
-	rm -rf $(VENV) .laneflow .pytest_cache
+	rm -rf $(VENV) $(SAM_VENV) .laneflow .pytest_cache .aws-sam
