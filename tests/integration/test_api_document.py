@@ -39,6 +39,7 @@ def test_the_openapi_document_lists_every_route(api_svc: Services) -> None:
         ("/runs/{run_id}", "GET"),
         ("/runs/{run_id}/stop", "POST"),
         ("/runs/{run_id}/approval", "POST"),
+        ("/runs/{run_id}/redrive", "POST"),
         ("/runs/{run_id}/steps/{index}/answer", "POST"),
         ("/questions", "GET"),
         ("/estimates", "POST"),
@@ -149,6 +150,7 @@ SAMPLE_TENANT = "123456789012"  # the sample events' caller: an IAM identity, it
         ("api_get_run", 200),
         ("api_stop_run", 200),
         ("api_answer_approval", 409),
+        ("api_redrive_run", 409),
         ("api_answer_question", 409),
         ("api_list_questions", 200),
     ],
@@ -178,6 +180,8 @@ def test_each_sample_event_parses_and_routes_to_its_handler(svc: Services, name:
         assert payload["run"]["stop_requested"] is True
     if name == "api_answer_approval":  # the approval handler's own refusal: the run is queued
         assert "not waiting for an approval" in payload["message"]
+    if name == "api_redrive_run":  # the redrive's own refusal: the run has not failed
+        assert "it has not failed, so there is nothing to redrive" in payload["message"]
     if name == "api_answer_question":  # its step has asked nothing
         assert "waiting on no question" in payload["message"]
     if name == "api_list_questions":

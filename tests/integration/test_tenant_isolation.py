@@ -152,9 +152,12 @@ def call(route: str, tenant: str, *, run_id: str | None = None, body: Any = None
     """One API request of `tenant`'s through the API handler."""
     changes: dict[str, Any] = {}
     if run_id:
-        path = {"get_run": f"/runs/{run_id}", "stop_run": f"/runs/{run_id}/stop", "answer_approval": f"/runs/{run_id}/approval"}[
-            route
-        ]
+        path = {
+            "get_run": f"/runs/{run_id}",
+            "stop_run": f"/runs/{run_id}/stop",
+            "answer_approval": f"/runs/{run_id}/approval",
+            "redrive_run": f"/runs/{run_id}/redrive",
+        }[route]
         changes.update(pathParameters={"run_id": run_id}, path=path)
     if route == "start_run":
         body = {"workspace": "desk", "flow": "notes", **({"idempotency_key": key} if key else {})}
@@ -251,6 +254,7 @@ def test_tenant_b_cannot_see_stop_or_answer_tenant_as_run(cloud: tuple[Services,
     assert call("stop_run", B, run_id=a["id"])[0] == 404
     assert call("answer_approval", B, run_id=a["id"], body={"approve": True})[0] == 404
     assert call("answer_approval", B, run_id=a["id"], body={"approve": False})[0] == 404
+    assert call("redrive_run", B, run_id=a["id"])[0] == 404
     status, listed = call("list_runs", B)
     requests.on = False
     assert status == 200 and [r["id"] for r in listed["runs"]] == [b["id"]]
@@ -291,6 +295,7 @@ def test_a_tenant_name_no_key_can_hold_is_a_400_naming_it_on_every_route(cloud: 
         ("get_run", a["id"], None),
         ("stop_run", a["id"], None),
         ("answer_approval", a["id"], {"approve": True}),
+        ("redrive_run", a["id"], None),
     ):
         status, error = call(route, f"{A}#RUNS", run_id=run_id, body=body)
         assert status == 400, (route, error)

@@ -150,6 +150,7 @@ def paths(draw: st.DrawFn, real_run: str) -> str:
                 f"/runs/{run}",
                 f"/runs/{run}/stop",
                 f"/runs/{run}/approval",
+                f"/runs/{run}/redrive",
                 "/",
                 "/openapi.json",
                 "/runs/",

@@ -262,6 +262,9 @@ class Run(Record):
     # Continuations: how many times a drive went on in a fresh execution because its history
     # budget was spent (NextDrive). Not drives: `drives` counts the first drive and re-drives.
     segments: int = 0
+    # How many times a person redrove it after it failed (`laneflow redrive`): each time its
+    # failed and skipped steps got a new attempt, its completed ones kept (usecases/redrive.py).
+    redrives: int = 0
     error: str | None = None
     model: str | None = None  # a run-wide model override (`--model`)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -328,6 +331,7 @@ class RunChanges(Changes):
     savings_usd: float = Field(default=_UNSET)
     drives: int = Field(default=_UNSET)
     segments: int = Field(default=_UNSET)
+    redrives: int = Field(default=_UNSET)
     error: str | None = None
     execution: str | None = None
     driver: WorkerRef | None = None

@@ -37,7 +37,15 @@ from laneflow.entrypoints.cli_base import (
     summary,
 )
 from laneflow.entrypoints.cli_control import cmd_answer, cmd_init_store, cmd_serve, cmd_stop
-from laneflow.entrypoints.cli_drive import cmd_approve, cmd_demo, cmd_reconcile, cmd_resume, cmd_run, drive_and_report
+from laneflow.entrypoints.cli_drive import (
+    cmd_approve,
+    cmd_demo,
+    cmd_reconcile,
+    cmd_redrive,
+    cmd_resume,
+    cmd_run,
+    drive_and_report,
+)
 from laneflow.entrypoints.cli_inspect import cmd_check, cmd_estimate, cmd_runs, cmd_show
 
 __all__ = [  # what other modules and the tests take from here
@@ -196,6 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
     secrets_flag(p)
     workers_flag(p)
     p.set_defaults(func=cmd_resume, drives=True)
+
+    p = with_store(
+        sub.add_parser("redrive", help="send a failed run on from where it failed: its failed and skipped steps run again")
+    )
+    run_id(p)
+    json_flag(p, "print the run record as JSON, nothing else on stdout")
+    p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+    secrets_flag(p)
+    workers_flag(p)
+    p.set_defaults(func=cmd_redrive, drives=True)
 
     p = with_store(sub.add_parser("reconcile", help="resume or close runs whose worker went away"))
     json_flag(p, "print what was done as JSON, nothing else on stdout")

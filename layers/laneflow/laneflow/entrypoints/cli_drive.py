@@ -1,5 +1,5 @@
 """The `laneflow` commands that drive runs here, on the embedded engine, with progress:
-`run`, `demo`, `approve`, `resume`, `reconcile`."""
+`run`, `demo`, `approve`, `resume`, `redrive`, `reconcile`."""
 
 from __future__ import annotations
 
@@ -178,6 +178,20 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return EXIT_OK if final.status == RunStatus.completed else EXIT_FAILED
     if not args.json and not args.quiet:
         err(f"resuming run {run.id} (drive {run.drives + 1}); completed steps are carried")
+    return drive_and_report(svc, run.tenant, run.id, args)
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    """Send a failed run on from where it failed, driven here with progress as `run` drives
+    one: its failed and skipped steps get a new attempt, its completed steps are kept."""
+    from laneflow.adapters.workers import local_worker
+    from laneflow.usecases.redrive import redrive_run
+
+    svc = command_services(args)
+    redriven = redrive_run(svc, svc.settings.tenant, args.run, driver=local_worker())
+    run = redriven.run
+    if not args.json and not args.quiet:
+        err(f"redriving run {run.id} (redrive {run.redrives}): {redriven.steps} step(s) run again; completed steps are kept")
     return drive_and_report(svc, run.tenant, run.id, args)
 
 

@@ -5,7 +5,8 @@
 2. Mark interrupted the attempts whose worker is gone, each by its exact identity, and
    acknowledge each outcome: interrupted, already interrupted, continued, stale. An
    interrupted step runs again (it counts as a retry) or, out of retries, fails.
-3. Re-drive `running` runs whose drive is gone; past `max_drives`, close them failed.
+3. Re-drive `running` runs whose drive is gone; past `max_drives` (since the run's latest
+   redrive, if a person redrove it), close them failed.
 4. Re-drive queued runs nothing drives (an answered approval, a run never picked up).
 5. Every run it closes goes through `end_run`, which tells the on-end hook, as if the run's
    own worker had ended it. A run it re-drove to completion that started a chained run
@@ -50,6 +51,7 @@ from laneflow.domain.records import (
     StepStatus,
     utcnow,
 )
+from laneflow.domain.redrive import drives_since_redrive
 from laneflow.domain.workers import LocalProcess, WorkerRef
 from laneflow.ports import Services
 from laneflow.ports import WorkerLiveness as Liveness
@@ -242,13 +244,13 @@ class Reconciler:
             return  # its drive is alive (and will see a stop at its next decision)
         if run.stop_requested:
             self._close_stopped(run)
-        elif run.status == RunStatus.running and run.drives >= max_drives:
+        elif run.status == RunStatus.running and (drives := drives_since_redrive(run)) >= max_drives:
             close_run(
                 self.svc,
                 run.tenant,
                 run.id,
                 error="GaveUp",
-                cause=f"its drive went away {run.drives} times (the limit is {max_drives} drives)",
+                cause=f"its drive went away {drives} times (the limit is {max_drives} drives)",
             )
             self.report.closed.append(run.id)
         elif self.redrive is None:

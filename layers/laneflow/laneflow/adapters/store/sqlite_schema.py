@@ -38,6 +38,9 @@ ADDED_IN_10 = (
     ("runs", "savings_usd", "REAL NOT NULL DEFAULT 0"),
 )
 
+# Columns added by migration 11 (redrive): how many times a person redrove a failed run.
+ADDED_IN_11 = (("runs", "redrives", "INTEGER NOT NULL DEFAULT 0"),)
+
 # The prefix registry (laneflow.domain.prefixes): one row per (tenant, prefix key), its
 # record as JSON, its version (every write is conditional on the one read), and whether an
 # attempt is writing it now (reconcile looks at those only).
@@ -262,6 +265,11 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             *(statement.strip() for statement in PREFIXES_SCHEMA.split(";") if statement.strip()),
         ),
     ),
+    (
+        11,
+        "runs' redrives",
+        tuple(f"ALTER TABLE {table} ADD COLUMN {column} {decl}" for table, column, decl in ADDED_IN_11),
+    ),
 )
 
 
@@ -316,6 +324,7 @@ RUN_COLUMNS: dict[str, tuple[str, str]] = {
     "savings_usd": ("savings_usd", "cost"),
     "drives": ("drives", "plain"),
     "segments": ("segments", "plain"),
+    "redrives": ("redrives", "plain"),
     "error": ("error", "plain"),
     "model": ("model", "plain"),
     "options": ("options", "json"),

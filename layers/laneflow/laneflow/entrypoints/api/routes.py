@@ -31,6 +31,7 @@ from aws_lambda_powertools.event_handler.request import Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from laneflow import __version__
+from laneflow.adapters.workers import current_worker
 from laneflow.domain import jsonsafe
 from laneflow.domain.errors import Unavailable
 from laneflow.domain.records import Run
@@ -42,6 +43,7 @@ from laneflow.ports import Services
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.estimate import EstimateAnswer, EstimateRequest, estimate_request
 from laneflow.usecases.list_runs import runs_with_live_cost
+from laneflow.usecases.redrive import redrive_run
 from laneflow.usecases.start_run_idempotent import StartRun, start_run_idempotent
 from laneflow.usecases.stop import stop_run
 
@@ -258,6 +260,35 @@ def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, s
     if body.approve and svc.drives is not None:  # (not None when approving: checked above)
         svc.drives.start(tenant, run.id)
     return _record(run)
+
+
+class Redrive(BaseModel):
+    """A redrive takes no fields: no body, an empty one, or `{}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@app.post(
+    "/runs/<run_id>/redrive",
+    summary="Redrive a failed run from where it failed: its failed and skipped steps run again, its completed steps are kept",
+    tags=["runs"],
+    responses={
+        200: {
+            "description": "the run record, as GET /runs/{run_id} answers it, queued for the new drive that has started"
+            " (its `redrives` grown by one, its failed and skipped steps pending)",
+            "content": {"application/json": {"model": Run}},
+        },
+        **_errors(400, 401, 404, 409, 503),
+    },
+)
+def redrive(run_id: RunId, tenant: Tenant, svc: Svc, body: Annotated[Redrive | None, Body()] = None) -> dict[str, Any]:
+    if svc.drives is None:
+        raise Unavailable("this deployment cannot start drives")
+    # Until the drive's first state takes it, the run is held by this request (a Lambda's, or
+    # `laneflow serve`'s process), so no reconcile starts a second drive of it meanwhile.
+    redrive_run(svc, tenant, run_id, driver=current_worker(app.lambda_context))
+    svc.drives.start(tenant, run_id)
+    return svc.store.get_run(tenant, run_id).public()
 
 
 # -- estimating a run ---------------------------------------------------------------------------

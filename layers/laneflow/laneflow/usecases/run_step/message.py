@@ -1,5 +1,5 @@
 """The user message a step's attempt is sent: its instruction, the handoff, the output
-hint, and the truthful header of a resumed or retried attempt."""
+hint, and the truthful header of a resumed, retried or redriven attempt."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from laneflow.domain.records import (
     Run,
     Step,
 )
+from laneflow.domain.redrive import StepRedrive
 from laneflow.ports import Services
 from laneflow.usecases.run_step.handoff import handoff_for
 
@@ -26,10 +27,22 @@ class EarlierAttempt:
     status: AttemptStatus
     reason: str
     kind: FailureKind | None = None
+    before_redrive: bool = False  # it ended before the run was redriven: told, not counted against `retries:`
 
     @classmethod
-    def of(cls, attempt: Attempt) -> EarlierAttempt:
-        return cls(n=attempt.n, status=attempt.status, reason=attempt.reason or "", kind=attempt.reason_kind)
+    def of(cls, attempt: Attempt, *, redriven_after: int | None = None) -> EarlierAttempt:
+        before = redriven_after is not None and attempt.n <= redriven_after
+        return cls(
+            n=attempt.n, status=attempt.status, reason=attempt.reason or "", kind=attempt.reason_kind, before_redrive=before
+        )
+
+    @property
+    def counts(self) -> bool:
+        """Whether it spends one of the step's `retries:`: a failure of this pass, since the
+        latest redrive (a redrive gives the step its retries anew), that was not a memory kill
+        (its next attempt runs one size up, at most twice: sizes.py). An interruption (the
+        worker went away) is not one."""
+        return self.status == AttemptStatus.failed and self.kind != FailureKind.memory and not self.before_redrive
 
     def told(self) -> str:
         """One line of the retry header: the truth about this attempt, in the step's terms."""
@@ -46,25 +59,30 @@ class EarlierAttempt:
         return f"attempt {self.n} failed: {self.reason}"
 
 
-def earlier_attempts(attempts: list[Attempt], *, since: str | None) -> list[EarlierAttempt]:
+def earlier_attempts(attempts: list[Attempt], *, since: str | None, redriven_after: int | None = None) -> list[EarlierAttempt]:
     """The attempts of this pass of the step that failed or were interrupted. A pass begins
     with the attempt that set the step's `started_at` (`since`; None before its first
     attempt, and again after a loop reset, so a new cycle is not told the last one's tries);
-    later attempts have higher numbers, whatever the clocks of the hosts that ran them."""
+    later attempts have higher numbers, whatever the clocks of the hosts that ran them. A
+    redrive does not begin a pass: the attempts up to `redriven_after` are told as well,
+    marked as before it."""
     if since is None:
         return []
     first = min((a.n for a in attempts if a.started_at == since), default=None)
     ended = (AttemptStatus.failed, AttemptStatus.interrupted)
     return [
-        EarlierAttempt.of(a)
+        EarlierAttempt.of(a, redriven_after=redriven_after)
         for a in attempts
         if a.status in ended and (a.n >= first if first is not None else a.started_at >= since)
     ]
 
 
-def user_message(step: Step, spec: StepSpec, handoff: str, history: list[EarlierAttempt]) -> str:
+def user_message(
+    step: Step, spec: StepSpec, handoff: str, history: list[EarlierAttempt], *, redrive: StepRedrive | None = None
+) -> str:
     """The user message an attempt is sent: its instruction, the handoff, what its output
-    must be, and, when it was tried before, why each earlier attempt did not finish."""
+    must be, that the run was redriven (and why it had failed) when it runs in a redrive,
+    and, when it was tried before, why each earlier attempt did not finish."""
     parts = [step.instruction.strip() or f"Do your part of the flow as {step.agent}."]
     if handoff:
         parts.append(handoff)
@@ -73,6 +91,8 @@ def user_message(step: Step, spec: StepSpec, handoff: str, history: list[Earlier
         if spec.schema_:
             hint += " It must match this JSON Schema:\n" + json.dumps(spec.schema_, indent=2)
         parts.append(hint)
+    if redrive is not None:
+        parts.append(redrive.told())
     if history:
         told = "\n".join(f"- {earlier.told()}." for earlier in history)
         parts.append(
@@ -92,11 +112,29 @@ class Briefing:
     handoff: str
     history: tuple[EarlierAttempt, ...]
     message: str
+    redrive: StepRedrive | None = None  # the redrive it runs in, if it runs again in one
 
 
 def brief(svc: Services, run: Run, step: Step, *, cycle: int) -> Briefing:
     """The briefing of a pending step's next attempt, read before it is claimed."""
     spec = step_spec(run, step)
-    history = earlier_attempts(svc.store.list_attempts(run.tenant, run.id, step.index), since=step.started_at)
+    redrive = step_redrive(svc, run, step)
+    history = earlier_attempts(
+        svc.store.list_attempts(run.tenant, run.id, step.index),
+        since=step.started_at,
+        redriven_after=redrive.attempts if redrive else None,
+    )
     handoff = handoff_for(svc, run, step, spec.handoff, group=step.group, cycle=cycle)
-    return Briefing(spec=spec, handoff=handoff, history=tuple(history), message=user_message(step, spec, handoff, history))
+    message = user_message(step, spec, handoff, history, redrive=redrive)
+    return Briefing(spec=spec, handoff=handoff, history=tuple(history), message=message, redrive=redrive)
+
+
+def step_redrive(svc: Services, run: Run, step: Step) -> StepRedrive | None:
+    """The redrive this step runs again in: the latest its trace records, while the step is
+    in the cycle it was redriven in (a loop's later cycle is a pass of its own). Its trace is
+    read only in a run that was redriven."""
+    if not run.redrives:
+        return None
+    events = svc.store.get_step(run.tenant, run.id, step.index, detail=True).events
+    found = StepRedrive.latest(events)
+    return found if found is not None and found.cycle == step.cycle else None

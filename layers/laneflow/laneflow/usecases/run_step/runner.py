@@ -130,9 +130,9 @@ class StepRunner:
         # each new attempt is told the truth about why it runs again.
         self.history = list(briefing.history)
         self.message = briefing.message  # what the current attempt is sent (written with its claim)
-        # `retries:` counts failures; an interruption (the worker went away) is not one, nor
-        # a memory kill (its next attempt runs one size up, at most twice: sizes.py).
-        self.failures = sum(1 for a in self.history if a.status == AttemptStatus.failed and a.kind != FailureKind.memory)
+        self.redrive = briefing.redrive  # the redrive it runs in: every later attempt is told it too
+        # `retries:` counts failures (`EarlierAttempt.counts` says which).
+        self.failures = sum(1 for a in self.history if a.counts)
 
     @property
     def ref(self) -> AttemptRef:
@@ -260,7 +260,7 @@ class StepRunner:
             self.open_gate(f"the lead's attempt {self.attempt.n} failed before its reply began")
         self.history.append(EarlierAttempt(n=self.attempt.n, status=AttemptStatus.failed, reason=reason, kind=kind))
         self.failures += kind != FailureKind.memory
-        self.message = user_message(self.step, self.spec, self.handoff, self.history)
+        self.message = user_message(self.step, self.spec, self.handoff, self.history, redrive=self.redrive)
         try:
             self.attempt = store.claim_attempt(
                 self.run.tenant,
