@@ -2,7 +2,7 @@
 // `{ reason }` when the person confirms, or null when they cancel (Cancel, Escape, a click
 // outside). It is modal: the rest of the page is inert while it is open, Tab and Shift+Tab
 // stay inside it, and the focus goes back to what opened it.
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 import { html } from "./ui.js";
 
 let show = null;
@@ -25,7 +25,8 @@ export function DialogHost() {
   const [reason, setReason] = useState("");
   const box = useRef(null);
   useEffect(() => { show = (o) => { setReason(""); setOpen(o); }; return () => { show = null; }; }, []);
-  useEffect(() => {
+  // As it is drawn (not after the paint): no moment where it shows but the page is not inert.
+  useLayoutEffect(() => {
     if (!open) return undefined;
     background().forEach((el) => { el.inert = true; });
     const first = box.current.querySelector("textarea") || box.current.querySelector(FOCUSABLE);
@@ -34,11 +35,12 @@ export function DialogHost() {
   }, [open]);
   if (!open) return null;
   const close = (answer) => {
+    background().forEach((el) => { el.inert = false; }); // now: an inert element takes no focus
     setOpen(null);
     open.resolve(answer);
     // back to what opened it, or (if a re-render took it away) the page's heading
     const back = open.opener && open.opener.isConnected ? open.opener : document.querySelector("h1");
-    setTimeout(() => back && back.focus(), 0);
+    back && back.focus();
   };
   const onKeyDown = (e) => {
     if (e.key === "Escape") { e.preventDefault(); e.stopPropagation(); close(null); return; }
@@ -49,7 +51,9 @@ export function DialogHost() {
     else if (!e.shiftKey && i === all.length - 1) { e.preventDefault(); all[0].focus(); }
   };
   const submit = (e) => { e.preventDefault(); close({ reason: reason.trim() }); };
-  return html`<div class="backdrop" onMouseDown=${(e) => e.target === e.currentTarget && close(null)}>
+  // (its default would move the focus to the page, from where close() has just put it)
+  const outside = (e) => { if (e.target === e.currentTarget) { e.preventDefault(); close(null); } };
+  return html`<div class="backdrop" onMouseDown=${outside}>
     <div class="dialog" role="dialog" aria-modal="true" aria-labelledby="dialog-title" aria-describedby="dialog-text" ref=${box} onKeyDown=${onKeyDown} data-k="dialog">
       <h2 id="dialog-title">${open.title}</h2>
       <p id="dialog-text">${open.text}</p>
