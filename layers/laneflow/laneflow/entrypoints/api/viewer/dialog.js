@@ -24,7 +24,11 @@ export function DialogHost() {
   const [open, setOpen] = useState(null);
   const [reason, setReason] = useState("");
   const box = useRef(null);
-  useEffect(() => { show = (o) => { setReason(""); setOpen(o); }; return () => { show = null; }; }, []);
+  useEffect(() => {
+    // a second ask while one is open (two quick presses) answers the first: no
+    show = (o) => { setReason(""); setOpen((was) => { was && was.resolve(null); return o; }); };
+    return () => { show = null; };
+  }, []);
   // As it is drawn (not after the paint): no moment where it shows but the page is not inert.
   useLayoutEffect(() => {
     if (!open) return undefined;
