@@ -234,6 +234,15 @@ def test_the_list_pages_and_searches_with_its_state_in_the_url_and_a_reload_or_b
     expect(page).to_have_url(re.compile(r"q=quota"))
     assert hash_query(page) == {"status": ["failed"], "q": ["quota"]}
     assert all("quota" in rows.nth(i).inner_text() for i in range(5))
+    # (what is typed stays as typed when the URL, which keeps the search trimmed, follows it)
+    page.get_by_label("Search").fill("")
+    page.keyboard.type("  spent")
+    expect(page).to_have_url(re.compile(r"q=spent"))
+    page.wait_for_timeout(200)
+    expect(page.get_by_label("Search")).to_have_value("  spent")
+    expect(rows).to_have_count(5)
+    page.get_by_label("Search").fill("quota")
+    expect(page).to_have_url(re.compile(r"q=quota"))
 
     # A reload restores the filter, the search box and the rows.
     page.reload()

@@ -71,7 +71,8 @@ function summary(page, state) {
 function Search({ q, onSearch }) {
   const [text, setText] = useState(q);
   const timer = useRef(null);
-  useEffect(() => setText(q), [q]);
+  // From the URL (Back, a reload), unless it is what is being typed (the URL keeps it trimmed).
+  useEffect(() => { if (q !== text.trim()) setText(q); }, [q]);
   useEffect(() => () => clearTimeout(timer.current), []);
   const typed = (value) => {
     setText(value);
