@@ -1,7 +1,8 @@
 """The README's screenshots of the run viewer (docs/screenshots/), from real runs: the
 newsroom example on Claude through the local Messages API imitation (a gated fan-out with its
-cache figures), a run parked at an approval and a stopped one, in headless Chromium at 1280 px
-and at a phone's 390 px. `make screenshots`; needs Debian's chromium (`make setup`)."""
+cache figures, and its event history), a run parked at an approval, a rejected one and a
+stopped one (each with a person's reason), in headless Chromium at 1280 px and at a phone's
+390 px. `make screenshots`; needs Debian's chromium (`make setup`)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ def main() -> int:
     with harness.served(workspaces, responder=demo_responder) as served, sync_playwright() as playwright:
         stopped = served.start("ws_gate", "stop")
         served.wait(stopped, "running")
-        served.post(f"/runs/{stopped}/stop")  # through the API, as the viewer's button does
+        served.post(f"/runs/{stopped}/stop", {"reason": "wrong input"})  # through the API, as the viewer's dialog does
+        rejected = served.start("ws_control", "approval")
+        served.wait(rejected, "awaiting-approval")
+        served.post(f"/runs/{rejected}/approval", {"approve": False, "reason": "the draft needs a source"})
         newsroom = served.start("newsroom", "brief", input=INPUT, model=IMITATION_MODEL)
         served.wait(newsroom, "completed", "failed", timeout_s=120)
         parked = served.start("ws_control", "approval")
@@ -49,6 +53,11 @@ def main() -> int:
             page.locator('.step[data-step="1"] > button.row').click()
             page.wait_for_timeout(400)
             page.screenshot(path=str(OUT / f"run-{name}.png"), full_page=True)
+            if name == "desktop":
+                page.goto(f"{served.url}/#/runs/{newsroom}/history")
+                page.wait_for_selector('[data-k="history"]')
+                page.wait_for_timeout(400)
+                page.screenshot(path=str(OUT / "history-desktop.png"), full_page=True)
             page.close()
         browser.close()
     print(f"viewer_screenshots: wrote {', '.join(sorted(p.name for p in OUT.glob('*.png')))} in {OUT.relative_to(ROOT)}")

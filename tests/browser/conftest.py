@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, ROOT
 
 from laneflow_dev import browser as harness
 
@@ -26,6 +27,10 @@ def _without_browser() -> None:
 
 
 WORKSPACES = ("ws_claude", "ws_gate", "ws_control", "ws_ask")
+
+# Where the browser tests leave their screenshots for a person to look at (build/ is not
+# committed; CI may keep it as the run's artefacts). LANEFLOW_ARTEFACTS moves it.
+ARTEFACTS = Path(os.environ.get("LANEFLOW_ARTEFACTS") or ROOT / "build" / "browser")
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +55,21 @@ def served() -> Iterator[harness.Served]:
 
 @pytest.fixture
 def page(chromium: Any, served: harness.Served) -> Iterator[Any]:
-    """A page at 1280 px that records every request it makes and every script error."""
+    """A page at 1280 px that records every request it makes, every answer (status, URL) and
+    every script error."""
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     opened = context.new_page()
-    opened.requests, opened.errors = [], []
+    opened.requests, opened.responses, opened.errors = [], [], []
     opened.on("request", lambda request: opened.requests.append(request.url))
+    opened.on("response", lambda response: opened.responses.append((response.status, response.url)))
     opened.on("pageerror", lambda error: opened.errors.append(str(error)))
     opened.set_default_timeout(20000)
     yield opened
     context.close()
+
+
+@pytest.fixture
+def artefacts() -> Path:
+    """The folder the screenshots go to (made if absent)."""
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTEFACTS

@@ -1,7 +1,8 @@
 """The run viewer, used the way a person uses it, in headless Chromium against a real
 `laneflow serve`: the list, a gated fan-out's lane with its waits and cache figures, live
 updates that keep open details open, Stop, Approve and Reject (checked in the store), a
-phone's width, and no request anywhere but the server."""
+phone's width, and no request anywhere but the server. The console's own (dialogs, reasons,
+paging and search in the URL, the event history, keyboard use): test_console_browser.py."""
 
 from __future__ import annotations
 
@@ -127,9 +128,9 @@ def test_stop_on_a_running_run_ends_it_and_skips_the_siblings_waiting_for_their_
     served.wait(run_id, "running")
     run_page(page, served, run_id)
     expect(page.locator('.step[data-phase="waiting"]').first).to_be_visible()
-    # When the person presses Stop (and confirms),
-    page.once("dialog", lambda dialog: dialog.accept())
+    # When the person presses Stop (and confirms in the page's dialog),
     page.get_by_role("button", name="Stop").click()
+    page.get_by_role("dialog").get_by_role("button", name="Stop the run").click()
     # Then the run ends failed, stopped, with nothing left pending, and the page says so.
     run = served.wait(run_id, "failed", timeout_s=30)
     assert run.stop_requested and run.finished_at
@@ -161,6 +162,7 @@ def test_reject_from_the_list_fails_the_parked_run(page: Any, served: harness.Se
     expect(row.locator('[data-k="status"]')).to_have_text("awaiting-approval")
 
     row.get_by_role("button", name="Reject").click()
+    page.get_by_role("dialog").get_by_role("button", name="Reject the run").click()
 
     run = served.wait(run_id, "failed", timeout_s=15)
     assert run.finished_at and "reject" in (run.error or "").lower()

@@ -181,7 +181,7 @@ def test_another_tenants_run_is_a_404_exactly_like_a_missing_one_for_get_stop_an
         assert seen[0] == absent[0] == 404
         assert seen[1]["message"].replace(theirs, "ID") == absent[1]["message"].replace(missing, "ID")
 
-    assert call(api_svc, "GET", "/runs", tenant="globex")[1] == {"runs": []}
+    assert call(api_svc, "GET", "/runs", tenant="globex")[1] == {"runs": [], "next": None, "searched": 0}
     untouched = api_svc.store.get_run("acme", theirs, steps=False)
     assert not untouched.stop_requested and untouched.status == RunStatus.queued
     assert len(started_drives(api_svc)) == 1

@@ -26,6 +26,17 @@ def test_every_module_style_and_vendored_library_is_served_with_its_type() -> No
     assert viewer_assets.asset("viewer.css").content_type.startswith("text/css")
     assert viewer_assets.asset("preact.mjs").text == (VIEWER / "vendor" / "preact.mjs").read_text(encoding="utf-8")
     assert "index.html" not in viewer_assets.ASSETS and "VENDORED.md" not in viewer_assets.ASSETS
+    assert viewer_assets.asset("favicon.svg").content_type == "image/svg+xml"
+
+
+def test_every_module_a_module_imports_is_served_and_the_page_names_its_favicon() -> None:
+    modules = {name: found.text for name, found in viewer_assets.ASSETS.items() if name.endswith(".js")}
+    assert {"app.js", "api.js", "list.js", "run.js", "history.js", "dialog.js"} <= set(modules)
+    for name, text in modules.items():
+        for imported in re.findall(r"""from\s*["']\./([^"']+)["']""", text):
+            assert imported in viewer_assets.ASSETS, f"{name} imports ./{imported}, which is not served"
+    page, _ = viewer_assets.page("/v1")
+    assert '<link rel="icon" type="image/svg+xml" href="/v1/assets/favicon.svg">' in page
 
 
 def test_vendored_md_names_each_vendored_file_with_its_version_and_sha256() -> None:

@@ -79,8 +79,13 @@ class Store(ABC):
         (read it, never change it). `RunNotFound` if absent (also in another tenant)."""
 
     @abstractmethod
-    def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
-        """The tenant's runs, newest first, without steps."""
+    def list_runs(
+        self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None, before: str | None = None
+    ) -> list[Run]:
+        """The tenant's runs, newest first, without steps. With `before` (a run's id), only
+        the runs that come after that run in this order: the page that follows a page ending
+        with it (runs created since do not shift it). `RunNotFound` if `before` names no run
+        of the tenant."""
 
     @abstractmethod
     def update_run(

@@ -12,13 +12,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from laneflow.domain.errors import Conflict
 from laneflow.domain.messages import DriveRef, EndRunRequest
-from laneflow.domain.records import Run, RunStatus
+from laneflow.domain.records import Run, RunChanges, RunStatus
+from laneflow.domain.settlement import STOPPED
 from laneflow.domain.workers import FargateTask
 from laneflow.ports import Services
 from laneflow.usecases.end_run import end_run
 
 log = logging.getLogger("laneflow.stop")
+
+_NOT_ENDED = tuple(s for s in RunStatus if not s.ended)
 
 
 def _close(svc: Services, run: Run) -> Run:
@@ -32,9 +36,16 @@ class StopOutcome:
     message: str
 
 
-def stop_run(svc: Services, tenant: str, run_id: str) -> StopOutcome:
+def with_reason(what: str, reason: str | None) -> str:
+    """What a person did, with the reason they gave ("stopped by a person: REASON")."""
+    return f"{what}: {reason}" if reason else what
+
+
+def stop_run(svc: Services, tenant: str, run_id: str, *, reason: str | None = None) -> StopOutcome:
     """Ask a run to stop. A run with no drive (parked or queued) is closed at once; a running
-    one ends at its drive's next decision, its running steps at their next check."""
+    one ends at its drive's next decision, its running steps at their next check. The
+    person's `reason`, when given, is the run's error ("stopped by a person: REASON"): the
+    first stop's, and only if nothing had failed it already."""
     store = svc.store
     run = store.get_run(tenant, run_id, steps=False)
     if run.status.ended:
@@ -42,6 +53,11 @@ def stop_run(svc: Services, tenant: str, run_id: str) -> StopOutcome:
         return StopOutcome(run, f"run {run_id} {already} ({run.status})")
     newly = store.request_stop(tenant, run_id)
     run = store.get_run(tenant, run_id, steps=False)
+    if newly and reason and run.error is None and not run.status.ended:
+        try:  # a run's end keeps the error it finds (a stop's own is STOPPED)
+            run = store.update_run(tenant, run_id, RunChanges(error=with_reason(STOPPED, reason)), expect_status=_NOT_ENDED)
+        except Conflict:  # it ended meanwhile: its own record says how
+            run = store.get_run(tenant, run_id, steps=False)
     if run.status in (RunStatus.awaiting_approval, RunStatus.queued):
         run = _close(svc, run)
         return StopOutcome(run, f"run {run_id} stopped")

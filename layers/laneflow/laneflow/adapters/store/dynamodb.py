@@ -377,10 +377,18 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
     def _read_step_state(self, tenant: str, run_id: str, index: int | None, op_id: str | None) -> StepState | None:
         return self._items.state(tenant, run_id, index, op_id)
 
-    def _list_runs(self, tenant: str, limit: int, statuses: list[str] | None) -> list[tuple[str, Doc | RecordDamaged]]:
+    def _list_runs(
+        self, tenant: str, limit: int, statuses: list[str] | None, before: str | None = None
+    ) -> list[tuple[str, Doc | RecordDamaged]] | None:
         e = Expr()
+        key = f"{e.n('lpk')} = {e.v(runs_pk(tenant))}"
+        if before is not None:  # after that run in the index's order: its `lsk` and below
+            head = self._head(tenant, before)
+            if head is None:
+                return None
+            key += f" AND {e.n('lsk')} < {e.v(head['lsk']['S'])}"
         params: dict[str, Any] = {
-            "KeyConditionExpression": f"{e.n('lpk')} = {e.v(runs_pk(tenant))}",
+            "KeyConditionExpression": key,
             "ScanIndexForward": False,
             "Limit": limit,
         }

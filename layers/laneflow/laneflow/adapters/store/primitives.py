@@ -189,10 +189,13 @@ class Primitives(ABC):
         if there is no such step."""
 
     @abstractmethod
-    def _list_runs(self, tenant: str, limit: int, statuses: list[str] | None) -> list[tuple[str, Doc | RecordDamaged]]:
+    def _list_runs(
+        self, tenant: str, limit: int, statuses: list[str] | None, before: str | None = None
+    ) -> list[tuple[str, Doc | RecordDamaged]] | None:
         """(run id, run without steps) of the tenant's runs, newest first (the later of two
-        created in the same millisecond first), at most `limit`, of `statuses` if given;
-        a run that cannot be read is its `RecordDamaged`."""
+        created in the same millisecond first), at most `limit`, of `statuses` if given,
+        after run `before` in that order if given (None when `before` is not a run of the
+        tenant); a run that cannot be read is its `RecordDamaged`."""
 
     @abstractmethod
     def _active_runs(self, tenant: str | None) -> list[tuple[str, Doc | RecordDamaged]]:

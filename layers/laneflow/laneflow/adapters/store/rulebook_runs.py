@@ -101,12 +101,17 @@ class RunRules(RuleBase):
         return found[1], found[2]
 
     @_entry()
-    def list_runs(self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None) -> list[Run]:
+    def list_runs(
+        self, tenant: str, *, limit: int = 50, status: Collection[RunStatus] | None = None, before: str | None = None
+    ) -> list[Run]:
         check_tenant(tenant)
         wanted = statuses(status) if status is not None else None
         if wanted is not None and not wanted:
             return []
-        return _readable(self._list_runs(tenant, limit, wanted))
+        rows = self._list_runs(tenant, limit, wanted, before)
+        if rows is None:
+            raise RunNotFound(str(before))  # (rows are None only when `before` is given)
+        return _readable(rows)
 
     @_entry("changes")
     def update_run(

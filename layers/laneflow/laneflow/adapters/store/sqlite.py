@@ -254,13 +254,20 @@ class SqliteStore(SqliteGatesAndInboxes, SqlitePrefixes, RuleBookStore):
             index=index, status=row[0], attempts=row[1], last_n=last_n or 0, running=running, entry=entry, landed=landed
         )
 
-    def _list_runs(self, tenant: str, limit: int, statuses: list[str] | None) -> list[tuple[str, Doc | RecordDamaged]]:
+    def _list_runs(
+        self, tenant: str, limit: int, statuses: list[str] | None, before: str | None = None
+    ) -> list[tuple[str, Doc | RecordDamaged]] | None:
         sql, args = f"SELECT tenant, id, {RUN_JSON} FROM runs WHERE tenant = ?", [tenant]
         if statuses is not None:
             sql, args = sql + f" AND status IN ({', '.join('?' * len(statuses))})", args + statuses
-        # rowid breaks ties between runs created in the same millisecond: later insert first.
-        sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
         with self._read() as db:
+            if before is not None:  # after that run in the order below: (created_at, rowid) less than its
+                at = db.execute("SELECT created_at, rowid FROM runs WHERE tenant = ? AND id = ?", (tenant, before)).fetchone()
+                if at is None:
+                    return None
+                sql, args = sql + " AND (created_at < ? OR (created_at = ? AND rowid < ?))", [*args, at[0], at[0], at[1]]
+            # rowid breaks ties between runs created in the same millisecond: later insert first.
+            sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
             return self._runs(db, db.execute(sql, [*args, limit]).fetchall())
 
     def _active_runs(self, tenant: str | None) -> list[tuple[str, Doc | RecordDamaged]]:

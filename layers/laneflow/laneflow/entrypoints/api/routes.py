@@ -42,7 +42,7 @@ from laneflow.entrypoints.api.errors import ErrorBody, Unauthenticated
 from laneflow.ports import Services
 from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.estimate import EstimateAnswer, EstimateRequest, estimate_request
-from laneflow.usecases.list_runs import runs_with_live_cost
+from laneflow.usecases.list_runs import SHOWN_STATUSES, page_of_runs
 from laneflow.usecases.redrive import redrive_run
 from laneflow.usecases.start_run_idempotent import StartRun, start_run_idempotent
 from laneflow.usecases.stop import stop_run
@@ -185,23 +185,43 @@ def start_run(body: Annotated[StartRun, Body()], tenant: Tenant, svc: Svc) -> Re
 
 class RunList(BaseModel):
     runs: list[Run] = Field(description="newest first, without their steps")
+    next: str | None = Field(description="pass as `before` for the page after this one; null when no older run is left")
+    searched: int = Field(description="how many runs were read for this page (a search reads at most 500)")
+
+
+_SHOWN = "|".join(SHOWN_STATUSES)
 
 
 @app.get(
     "/runs",
-    summary="List runs, newest first",
+    summary="List runs, newest first, a page at a time; filtered by status and searched",
     tags=["runs"],
     responses={
         200: {"description": "the caller's runs", "content": {"application/json": {"model": RunList}}},
-        **_errors(400, 401),
+        **_errors(400, 401, 404),
     },
 )
 def list_runs(
     tenant: Tenant,
     svc: Svc,
     limit: Annotated[int, Query(ge=1, le=500, description="at most this many runs")] = 50,
+    before: Annotated[
+        str | None, Query(min_length=1, max_length=128, description="the page after this run (a page's `next`)")
+    ] = None,
+    status: Annotated[
+        str,
+        Query(
+            max_length=200,
+            pattern=rf"^(({_SHOWN})(,({_SHOWN}))*)?$",
+            description="only runs of these statuses, comma-separated; `stopped` is a failed run a person stopped",
+        ),
+    ] = "",
+    q: Annotated[
+        str, Query(max_length=200, description="only runs whose id, workspace, flow, status or error holds every word")
+    ] = "",
 ) -> dict[str, Any]:
-    return {"runs": [_record(run) for run in runs_with_live_cost(svc, tenant, limit=limit)]}
+    page = page_of_runs(svc, tenant, limit=limit, before=before, status=[s for s in status.split(",") if s], text=q)
+    return {"runs": [_record(run) for run in page.runs], "next": page.next, "searched": page.searched}
 
 
 @app.get(
@@ -215,6 +235,25 @@ def get_run(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
 
 
 # -- what people do to runs ---------------------------------------------------------------------
+
+
+Reason = Annotated[
+    str | None,
+    Field(max_length=500, description="why, in a person's words: kept in the run's error (a stop, a rejection) and trace"),
+]
+
+
+class StopBody(BaseModel):
+    """A stop, optionally with why (no body at all is a stop without a reason)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Reason = None
+
+
+def _reason(text: str | None) -> str | None:
+    """The reason on one line, as records say it; None for none, or only blanks."""
+    return " ".join((text or "").split()) or None
 
 
 class Stopped(BaseModel):
@@ -231,8 +270,8 @@ class Stopped(BaseModel):
         **_errors(400, 401, 404),
     },
 )
-def stop(run_id: RunId, tenant: Tenant, svc: Svc) -> dict[str, Any]:
-    outcome = stop_run(svc, tenant, run_id)
+def stop(run_id: RunId, tenant: Tenant, svc: Svc, body: Annotated[StopBody | None, Body()] = None) -> dict[str, Any]:
+    outcome = stop_run(svc, tenant, run_id, reason=_reason(body.reason if body else None))
     return {"message": outcome.message, "run": _record(outcome.run)}
 
 
@@ -242,6 +281,7 @@ class Approval(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     approve: StrictBool = Field(description="true continues the run in a new drive; false fails it (rejected by a person)")
+    reason: Reason = None
 
 
 @app.post(
@@ -256,7 +296,7 @@ class Approval(BaseModel):
 def approval(run_id: RunId, body: Annotated[Approval, Body()], tenant: Tenant, svc: Svc) -> dict[str, Any]:
     if body.approve and svc.drives is None:
         raise Unavailable("this deployment cannot start drives")
-    run = answer_approval(svc, tenant, run_id, approve=body.approve)
+    run = answer_approval(svc, tenant, run_id, approve=body.approve, reason=_reason(body.reason))
     if body.approve and svc.drives is not None:  # (not None when approving: checked above)
         svc.drives.start(tenant, run.id)
     return _record(run)

@@ -5,6 +5,67 @@
 
 export const ENDED = new Set(["completed", "failed"]);
 
+// -- what a person can do to a run, and what it shows as ---------------------------------------
+
+// A run a person stopped shows as "stopped", not "failed": it ended failed with `stop_requested`
+// (a run whose stop came after it had completed stays "completed").
+export const shownStatus = (run) => (run.stop_requested && run.status === "failed" ? "stopped" : run.status);
+
+// Queued, running and parked runs can be stopped; once asked, a running one is "stopping".
+export const canStop = (run) => !ENDED.has(run.status) && !run.stop_requested;
+export const stopping = (run) => !ENDED.has(run.status) && !!run.stop_requested;
+
+// A run that failed, not one that was stopped, can be redriven from where it failed.
+export const canRedrive = (run) => run.status === "failed" && !run.stop_requested;
+
+// -- the list's state, kept in the URL: #/?status=failed&q=words&before=ID&before=ID ----------
+
+// Each filter and the statuses it asks the API for (`stopped`: a failed run a person stopped).
+export const FILTERS = [["all", ""], ["active", "queued,running,awaiting-approval"], ["awaiting-approval", "awaiting-approval"],
+  ["failed", "failed"], ["stopped", "stopped"], ["completed", "completed"]];
+
+// `before` is repeated: the cursor of each page from the first, so "newer" is one step back
+// and a reload lands on the same page.
+export function readListState(search) {
+  const p = new URLSearchParams(search || "");
+  const filter = FILTERS.some(([f]) => f === p.get("status")) ? p.get("status") : "all";
+  return { filter, q: p.get("q") || "", trail: p.getAll("before").filter(Boolean) };
+}
+
+export function listHash({ filter, q, trail }) {
+  const p = new URLSearchParams();
+  if (filter && filter !== "all") p.set("status", filter);
+  if (q && q.trim()) p.set("q", q.trim());
+  for (const cursor of trail || []) p.append("before", cursor);
+  const query = p.toString();
+  return "#/" + (query ? "?" + query : "");
+}
+
+export function listRequest({ filter, q, trail }, limit) {
+  const p = new URLSearchParams({ limit: String(limit) });
+  const statuses = (FILTERS.find(([f]) => f === filter) || FILTERS[0])[1];
+  if (statuses) p.set("status", statuses);
+  if (q && q.trim()) p.set("q", q.trim());
+  if (trail && trail.length) p.set("before", trail[trail.length - 1]);
+  return "runs?" + p.toString();
+}
+
+// -- a run's raw history ------------------------------------------------------------------------
+
+export const stepLabel = (s) => (s.agent == null ? "approval" : s.item == null ? s.agent : `${s.agent} · ${typeof s.item === "string" ? s.item : JSON.stringify(s.item)}`);
+
+// The reference of a tool call's capture (its input and output, kept by the capture sink), or null.
+export const captureOf = (e) => (e && e.data && typeof e.data.capture === "string" ? e.data.capture : null);
+
+export const capturesOf = (s) => (s.events || []).filter(captureOf);
+
+// Every event of every step, oldest first (newest last); a step's own order breaks a tie.
+export function historyOf(run) {
+  const rows = [];
+  for (const s of run.steps || []) (s.events || []).forEach((e, n) => rows.push({ ...e, step: s.index, n, at: at(e.t), capture: captureOf(e) }));
+  return rows.sort((a, b) => (a.at - b.at) || (a.step - b.step) || (a.n - b.n));
+}
+
 export const at = (iso) => (iso ? Date.parse(iso) : NaN);
 
 const sum = (xs) => xs.reduce((a, b) => a + (Number(b) || 0), 0);
