@@ -56,16 +56,44 @@ __all__ = [  # what other modules and the tests take from here
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with the closest name suggested for a mistyped command."""
+    """argparse, with the closest name suggested for a mistyped command or choice."""
 
     def error(self, message: str) -> NoReturn:
-        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        match = re.search(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
-            choices = re.findall(r"'([^']*)'", match.group(2))
-            close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
+            choices = re.findall(r"'([^']*)'", match.group(3))
+            close = difflib.get_close_matches(match.group(2), choices, n=1, cutoff=0.5)
+            what = "command" if match.group(1) == "COMMAND" else match.group(1)
             if close:
-                message = f"no command {match.group(1)!r}; did you mean {close[0]!r}?"
+                message = f"no {what} {match.group(2)!r}; did you mean {close[0]!r}?"
         super().error(message)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; one this command does not take is refused by the command's own parser
+    (its usage, exit 2), naming the closest flag it does take."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    command = _subcommand(parser, args)
+    flags = [flag for action in command._actions for flag in action.option_strings]
+    for word in extra:
+        if word.startswith("-"):
+            given = word.split("=", 1)[0]
+            close = difflib.get_close_matches(given, flags, n=1, cutoff=0.5)
+            if close:
+                command.error(f"no flag {given!r}; did you mean {close[0]!r}?")
+    command.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
+def _subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser `args` went through (`laneflow examples copy`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _subcommand(action.choices[chosen], args)
+    return parser
 
 
 def _version() -> str:
@@ -235,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     try:
         with leaving_on_signals() if getattr(args, "drives", False) else contextlib.nullcontext():
             return int(args.func(args))
