@@ -258,7 +258,26 @@ def build_parser() -> argparse.ArgumentParser:
     json_flag(p, "print the run record as JSON, nothing else on stdout")
     p.add_argument("--follow", action="store_true", help="keep printing what happens until the run ends (or parks)")
     p.set_defaults(func=cmd_show)
+
+    _workspace_makers(sub)
     return parser
+
+
+def _workspace_makers(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`init` and `examples`: a workspace to start from."""
+    from laneflow.entrypoints.cli_examples import cmd_examples, cmd_init
+
+    p = sub.add_parser("init", help="make a workspace to start from: agents, a fan-out, an approval and an ask flow")
+    p.add_argument("folder", nargs="?", default=".", help="where (default: this folder); must be new or empty")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("examples", help="list the example workspaces laneflow comes with; `examples copy NAME` copies one")
+    p.add_argument("--json", action="store_true", help="print the examples as JSON, nothing else on stdout")
+    p.set_defaults(func=cmd_examples)
+    copy = p.add_subparsers(dest="examples_command", metavar="COMMAND", parser_class=_Parser)
+    c = copy.add_parser("copy", help="copy an example workspace out, to run and change")
+    c.add_argument("name", help="the example's name (`laneflow examples` lists them)")
+    c.add_argument("folder", nargs="?", default=None, help="where (default: a new folder named after it); must be new or empty")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
