@@ -4,12 +4,12 @@ A table is drawn with rich. Its figures (costs, tokens, counts, times) and the n
 person copies (a run's id) are never cut or folded: their column is as wide as its widest
 cell. Text columns (flows, lanes, statuses, questions) fold to what is left. When the
 terminal is narrow the table tries, in order, headers wrapped at their spaces, the short
-headers some columns have, one space between columns, then leaving out the columns marked
-optional (a run's creation time: its id carries it); past that, it is drawn wider than the
+headers some columns have, one space between columns, no indent, then leaving out the
+columns marked optional (a run's creation time: its id carries it); past that, it is drawn wider than the
 terminal (the terminal wraps it) rather than cut a figure. Lines of text are wrapped at
 spaces, never inside a word.
 
-The width is COLUMNS when set, else the terminal's when stdout is one; piped or redirected,
+On a terminal the width is COLUMNS when set, else the terminal's; piped or redirected,
 nothing is wrapped (one line a row, for grep), and nothing is styled.
 """
 
@@ -53,15 +53,16 @@ class Column:
 
 
 def output_width(stream: TextIO | None = None) -> int | None:
-    """How wide stdout's lines may be: COLUMNS when set, else the terminal's width when
-    `stream` (stdout) is a terminal; None when it is a pipe or a file (nothing is wrapped)."""
+    """How wide stdout's lines may be when `stream` (stdout) is a terminal: COLUMNS when set,
+    else the terminal's width. None when it is a pipe or a file, whatever COLUMNS says (test
+    runners and CI set it): each row stays one line there."""
+    stream = stream or sys.stdout
+    if not getattr(stream, "isatty", lambda: False)():
+        return None
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
-    stream = stream or sys.stdout
-    if getattr(stream, "isatty", lambda: False)():
-        return shutil.get_terminal_size().columns
-    return None
+    return shutil.get_terminal_size().columns
 
 
 def styled(stream: TextIO | None = None) -> bool:
@@ -119,8 +120,15 @@ def fit(columns: Sequence[Column], rows: Sequence[Any], width: int | None, *, in
     without cutting or folding a figure (see the module's docstring)."""
     columns = list(columns)
     cells = {id(c): [c.cell(r) for r in rows] for c in columns}
-    plans = [next(iter(_plans(columns)))] if width is None else list(_plans(columns))
-    plan = next((p for p in plans if _needed(p, cells, len(indent)) <= (width or 0)), plans[-1])
+    plans = list(_plans(columns))
+    if width is None:
+        plan = plans[0]
+    else:
+        found = next((p for p in plans if _needed(p, cells, len(indent)) <= width), None)
+        if found is None:  # the plans again, flush left
+            indent = ""
+            found = next((p for p in plans if _needed(p, cells, 0) <= width), plans[-1])
+        plan = found
     widths = _widths(plan, cells, None if width is None else width - len(indent))
     table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, plan.gap, 0, 0), header_style="bold" if bold else "")
     for col, w in zip(plan.columns, widths, strict=True):

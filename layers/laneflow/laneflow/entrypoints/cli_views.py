@@ -57,7 +57,7 @@ RUN_COLUMNS: list[Column] = [
 
 def asking_column(asking: dict[str, list[int]]) -> Column:
     """Which steps of each run wait on a person's answer (their ask tool): run id -> indexes."""
-    return Column("ASKING", lambda r: ", ".join(f"step {i}" for i in asking.get(r.id, [])), min_width=4)
+    return Column("ASKING", lambda r: ", ".join(f"step {i}" for i in asking.get(r.id, [])), short="ASK", min_width=4)
 
 
 def runs_table(runs: list[Run], extra: list[Column] | None = None, width: int | None = None, *, bold: bool = False) -> str:
@@ -152,9 +152,12 @@ def _times(run: Run) -> str:
 def describe(run: Run, width: int | None = None, *, bold: bool = False) -> str:
     """`laneflow show`: the run, its lanes (a table) and its steps, fitting `width` (None:
     as long as each line is)."""
+    revision = run.revision or ""
+    if width is not None and len(revision) + 11 > width:  # a hash is not a figure: its head names it (--json: all of it)
+        revision = revision[: revision.find(":") + 13] + "…"
     lines = [
         f"run {run.id}  {run.status}",
-        f"  flow {run.workspace}/{run.flow}" + (f"  revision {run.revision}" if run.revision else ""),
+        f"  flow {run.workspace}/{run.flow}" + (f"  revision {revision}" if revision else ""),
         f"  {_times(run)}",
         f"  {plural(run.drives, 'drive')}  cost ${run.cost_usd:.4f}  cache saved {usd(run.savings_usd)}"
         + (f"  queued {duration(run.created_at, run.driven_at)}" if run.driven_at else "")
