@@ -100,6 +100,7 @@ def test_the_workspaces_own_readme_commands_run_from_its_folder(
     )
     monkeypatch.chdir(tmp_path / "desk")
     assert main(shlex.split(check)[1:]) == 0
+    assert capsys.readouterr().out == ".: ok\n"
     assert main([*shlex.split(fanout)[1:], "--json", "--quiet"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "completed"
 
