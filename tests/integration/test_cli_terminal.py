@@ -138,3 +138,14 @@ def test_json_is_the_same_document_whatever_the_width(
         assert main(["runs", "--store", store, "--json"]) == 0
         assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [record["id"]]
     assert said[0] == said[1] == {**record, "lanes": said[0]["lanes"]}
+
+
+def test_following_a_run_that_has_ended_does_not_say_it_goes_on(
+    ran: tuple[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, record = ran
+    assert main(["show", record["id"], "--follow", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "goes on" not in out and "following" not in out and "None" not in out
+    assert out.splitlines()[-1].startswith(f"{record['id']}: completed")
+    assert f"finished {record['finished_at']}" in out

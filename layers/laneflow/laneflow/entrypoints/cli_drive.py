@@ -129,13 +129,15 @@ class _Watch:
 
     def tick(self) -> None:
         now = time.monotonic()
-        if now - self.last < 0.25:
+        if now - self.last < (0.25 if self.progress else 1.0):  # --quiet: only its questions, once a second
             return
         self.last = now
+        if not self.progress:
+            self._questions()
+            return
         run = self.svc.store.get_run(self.tenant, self.run_id, detail=True)  # the gate's waits are events
-        if self.progress:
-            # Until its first state has claimed the run (a new drive counted), the engine is starting the drive.
-            self.progress.phase(None if run.drives > self.drives else "starting its drive", run)
+        # Until its first state has claimed the run (a new drive counted), the engine is starting the drive.
+        self.progress.phase(None if run.drives > self.drives else "starting its drive", run)
         if any(_asking(s) for s in run.steps):
             self._questions()
 

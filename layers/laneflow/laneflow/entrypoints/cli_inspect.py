@@ -73,10 +73,12 @@ def _follow(svc: Services, run: Run, *, quiet: bool) -> Run:
 
     seen: dict[int, tuple[str, int]] = {}
     status = run.status
+    settled = run.status.ended or run.status == RunStatus.awaiting_approval
     if not quiet:
         print(describe(run, output_width(), bold=styled()), flush=True)
         new_lines(run, seen)  # what is already shown
-        print("following; Ctrl-C to stop following (the run goes on)", flush=True)
+        if not settled:  # (one that has ended or parked does not go on: nothing to follow)
+            print("following; Ctrl-C to stop following (the run goes on)", flush=True)
         if run.status == RunStatus.queued:
             print(f"run {run.id}: queued ({_queued(run)})", flush=True)
     try:
