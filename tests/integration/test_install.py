@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -133,3 +134,15 @@ def test_laneflow_run_of_a_copied_example_in_an_empty_folder_completes(fresh: Pa
     assert [s["agent"] for s in run["steps"]] == ["researcher", "researcher", "writer", "editor", "publisher"]
     shown = _sh(fresh / "bin" / "laneflow", "show", run["id"], cwd=empty, env=_env(), timeout=60).stdout
     assert run["id"] in shown and "completed" in shown
+
+
+def test_laneflow_init_and_examples_in_an_empty_folder_find_the_installed_copy(fresh: Path, empty: Path) -> None:
+    listed = json.loads(_sh(fresh / "bin" / "laneflow", "examples", "--json", cwd=empty, env=_env()).stdout)
+    assert {e["name"] for e in listed} >= {"newsroom", "starter"}
+    assert all(Path(e["path"]).is_relative_to(fresh) for e in listed)  # the wheel's examples, not the checkout's
+    _sh(fresh / "bin" / "laneflow", "examples", "copy", "scouts", cwd=empty, env=_env())
+    assert (empty / "scouts" / "flows" / "survey.yaml").is_file()
+    made = _sh(fresh / "bin" / "laneflow", "init", "desk", cwd=empty, env=_env()).stdout
+    [fanout] = [line.strip() for line in made.splitlines() if " run desk fanout " in line]
+    done = _sh(*shlex.split(fanout), "--json", cwd=empty, env=_env(), timeout=180)
+    assert json.loads(done.stdout)["status"] == "completed"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,10 +99,10 @@ def assert_finished_telling_the_truth(db: Store, run_id: str) -> None:
 def test_ctrl_c_leaves_the_run_resumable_and_resume_finishes_it_telling_the_step_it_was_interrupted(tmp_path: Path) -> None:
     code, out, err, _, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGINT)
     assert code == 130, err
-    assert (
-        f"laneflow: interrupted; run {run_id} is resumable: laneflow resume {run_id} "
-        f"(or laneflow reconcile; laneflow stop {run_id} to end it)"
-    ) in err
+    # The commands it names carry the store and this program as invoked (its path, when not on PATH).
+    said = rf"laneflow: interrupted; run {run_id} is resumable: (\S*)laneflow resume {run_id} --store (\S+) "
+    said += rf"\(or \1laneflow reconcile --store \2; \1laneflow stop {run_id} --store \2 to end it\)"
+    assert (found := re.search(said, err)) and found.group(2) == store, err
     # The minute-long attempts did not hold the runner: they ended interrupted, not answered
     assert_resumable(db, run_id)
     assert db.get_run("local", run_id).driver is None  # its drive ended
@@ -120,7 +121,7 @@ def test_sigterm_leaves_the_run_resumable_and_reconcile_re_drives_it_with_its_ac
     (account / "AGENTS.md").write_text(f"---\nbudget: 3.0\n---\n{ACCOUNT_RULE}\n")
     code, out, err, _, store, db, run_id = interrupt_mid_flight(tmp_path, signal.SIGTERM, extra=("--account", str(account)))
     assert code == 143, err
-    assert f"run {run_id} is resumable: laneflow resume {run_id}" in err
+    assert re.search(rf"run {run_id} is resumable: \S*laneflow resume {run_id} --store ", err), err
     assert_resumable(db, run_id)
 
     reconciled = laneflow("reconcile", "--store", store, "--json", cwd=tmp_path)

@@ -8,7 +8,9 @@ import argparse
 import io
 import os
 import re
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -205,3 +207,109 @@ def test_commands_that_drive_get_a_step_worker_per_core_up_to_four_unless_told(m
         step_workers(33, cfg)
     with pytest.raises(InvalidInput, match=r"^LANEFLOW_STEP_WORKERS: Input should be greater than or equal to 0$"):
         Settings.from_env({"LANEFLOW_STEP_WORKERS": "-1"})
+
+
+# -- a mistyped flag, the program as invoked, what the drive says while the run is queued --------
+
+
+@pytest.mark.parametrize(
+    "argv, usage, said",
+    [
+        (["runs", "--jsn"], "usage: laneflow runs ", "no flag '--jsn'; did you mean '--json'?"),
+        (
+            ["run", "ws", "flow", "--stroe", "sqlite:///x.db"],
+            "usage: laneflow run ",
+            "no flag '--stroe'; did you mean '--store'?",
+        ),
+        (["show", "run-x", "--folow"], "usage: laneflow show ", "no flag '--folow'; did you mean '--follow'?"),
+        (["approve", "run-x", "--rejct=yes"], "usage: laneflow approve ", "no flag '--rejct'; did you mean '--reject'?"),
+        (["show", "run-x", "--zzz"], "usage: laneflow show ", "unrecognized arguments: --zzz"),
+        (["demo", "newsrom"], "usage: laneflow demo ", "no example 'newsrom'; did you mean 'newsroom'?"),
+    ],
+)
+def test_a_mistyped_flag_names_the_closest_and_shows_its_commands_usage(
+    argv: list[str], usage: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and err.rstrip().endswith(said), err
+    assert "COMMAND ..." not in err  # not the top level's usage
+
+
+def test_the_program_is_named_as_it_was_invoked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from laneflow.entrypoints.cli_base import hint, program
+
+    script = tmp_path / "venv" / "bin" / "laneflow"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    # not on PATH: its path, absolute, whichever folder it was run from
+    monkeypatch.chdir(tmp_path)
+    assert program("venv/bin/laneflow", "") == str(script)
+    # on PATH as this very script (or a link to it): the bare name
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
+    assert program(str(script), "") == "laneflow"
+    linked = tmp_path / "bin"
+    linked.mkdir()
+    (linked / "laneflow").symlink_to(script)
+    monkeypatch.setenv("PATH", f"{linked}:/usr/bin:/bin")
+    assert program(str(script), "") == "laneflow"
+    # another laneflow first on PATH: this one's path
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "laneflow").write_text("#!/bin/sh\n")
+    (other / "laneflow").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{other}:{script.parent}")
+    assert program(str(script), "") == str(script)
+    # python -m: the interpreter (its path unless PATH gives that very file) and the module
+    assert program("/x/cli.py", "laneflow.entrypoints.cli") == f"{sys.executable} -m laneflow.entrypoints.cli"
+    # called in-process (a test, a program of its own): the console script's name
+    assert program("/usr/lib/python3/pytest", "pytest.__main__") == "laneflow"
+    # a hint: the words quoted for a shell, then the store it was given
+    spaced = argparse.Namespace(store="sqlite:///my runs/a.db")
+    assert hint(spaced, "answer", "run-1", "0", "YOUR ANSWER").endswith(
+        "laneflow answer run-1 0 'YOUR ANSWER' --store 'sqlite:///my runs/a.db'"
+    )
+    assert hint(argparse.Namespace(store=None), "show", "run-1").endswith("laneflow show run-1")
+
+
+def test_a_queued_run_says_what_the_drive_is_doing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    queued = _run([Step(index=0, group=0, agent="writer")], RunStatus.queued)
+    out = io.StringIO()
+    shown = Progress(out, live=False)
+    shown.phase("reconciling runs left behind")  # no run yet: nothing on plain lines
+    shown.phase("starting the engine", queued)
+    shown.phase("starting its drive", queued)
+    shown.phase(None, queued.model_copy(update={"status": RunStatus.running}))
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == [
+        "run run-20261201-000000-abcdef: queued (starting the engine) ($0.0000)",
+        "run run-20261201-000000-abcdef: queued (starting its drive) ($0.0000)",
+        "run run-20261201-000000-abcdef: running ($0.0000)",
+    ]
+    console = Console(width=100, file=io.StringIO(), color_system=None)
+    with console.capture() as captured:
+        console.print(render(queued, 1.0, "starting the engine"))
+    assert captured.get().startswith("queued (starting the engine…) $0.0000")
+
+
+def test_a_line_said_during_the_live_view_is_kept_above_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    shown = Progress(out, width=80)
+    shown.phase("reconciling runs left behind")  # before the run: drawn, then wiped
+    shown.update(_fan_out())
+    shown.say("laneflow: step 0 (asker) asks a person: North or south?")
+    shown.close()
+    text = ESCAPE.sub("", out.getvalue())
+    assert "reconciling runs left behind" in text and "step 0 (asker) asks a person: North or south?" in text

@@ -64,16 +64,44 @@ __all__ = [  # what other modules and the tests take from here
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with the closest name suggested for a mistyped command."""
+    """argparse, with the closest name suggested for a mistyped command or choice."""
 
     def error(self, message: str) -> NoReturn:
-        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        match = re.search(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
-            choices = re.findall(r"'([^']*)'", match.group(2))
-            close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
+            choices = re.findall(r"'([^']*)'", match.group(3))
+            close = difflib.get_close_matches(match.group(2), choices, n=1, cutoff=0.5)
+            what = "command" if match.group(1) == "COMMAND" else match.group(1)
             if close:
-                message = f"no command {match.group(1)!r}; did you mean {close[0]!r}?"
+                message = f"no {what} {match.group(2)!r}; did you mean {close[0]!r}?"
         super().error(message)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; one this command does not take is refused by the command's own parser
+    (its usage, exit 2), naming the closest flag it does take."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    command = _subcommand(parser, args)
+    flags = [flag for action in command._actions for flag in action.option_strings]
+    for word in extra:
+        if word.startswith("-"):
+            given = word.split("=", 1)[0]
+            close = difflib.get_close_matches(given, flags, n=1, cutoff=0.5)
+            if close:
+                command.error(f"no flag {given!r}; did you mean {close[0]!r}?")
+    command.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
+def _subcommand(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser `args` went through (`laneflow examples copy`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _subcommand(action.choices[chosen], args)
+    return parser
 
 
 def _version() -> str:
@@ -248,12 +276,31 @@ def build_parser() -> argparse.ArgumentParser:
     json_flag(p, "print the run record as JSON, nothing else on stdout")
     p.add_argument("--follow", action="store_true", help="keep printing what happens until the run ends (or parks)")
     p.set_defaults(func=cmd_show)
+
+    _workspace_makers(sub)
     return parser
+
+
+def _workspace_makers(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """`init` and `examples`: a workspace to start from."""
+    from laneflow.entrypoints.cli_examples import cmd_examples, cmd_init
+
+    p = sub.add_parser("init", help="make a workspace to start from: agents, a fan-out, an approval and an ask flow")
+    p.add_argument("folder", nargs="?", default=".", help="where (default: this folder); must be new or empty")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("examples", help="list the example workspaces laneflow comes with; `examples copy NAME` copies one")
+    p.add_argument("--json", action="store_true", help="print the examples as JSON, nothing else on stdout")
+    p.set_defaults(func=cmd_examples)
+    copy = p.add_subparsers(dest="examples_command", metavar="COMMAND", parser_class=_Parser)
+    c = copy.add_parser("copy", help="copy an example workspace out, to run and change")
+    c.add_argument("name", help="the example's name (`laneflow examples` lists them)")
+    c.add_argument("folder", nargs="?", default=None, help="where (default: a new folder named after it); must be new or empty")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     try:
         with leaving_on_signals() if getattr(args, "drives", False) else contextlib.nullcontext():
             return int(args.func(args))

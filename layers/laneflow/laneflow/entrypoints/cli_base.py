@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -69,18 +71,57 @@ def leaving_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def went_away(svc: Services, tenant: str, run_id: str, interrupt: KeyboardInterrupt) -> int:
+def program(argv0: str | None = None, main_module: str | None = None) -> str:
+    """This program as a shell would run it again: `laneflow` when that name on PATH is this
+    very script; else the script's absolute path (`.venv/bin/laneflow` from another folder);
+    `PYTHON -m MODULE` when it was run so; `laneflow` when it is called in-process (a test, a
+    program importing `main`), whose argv[0] is not laneflow's."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if main_module is None:
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        main_module = spec.name if spec is not None else ""
+    if main_module.split(".")[0] == "laneflow":
+        return f"{_python()} -m {main_module.removesuffix('.__main__')}"
+    name = Path(argv0).name
+    if not name.startswith("laneflow"):
+        return "laneflow"
+    found = shutil.which(name)
+    if found and os.path.realpath(found) == os.path.realpath(argv0):
+        return name
+    return shlex.quote(os.path.abspath(argv0))
+
+
+def _python() -> str:
+    """This interpreter: its bare name when PATH gives this very file (a venv's python is a
+    link to the system's, so the path is compared, not what it links to)."""
+    name = Path(sys.executable).name
+    found = shutil.which(name)
+    if found and os.path.abspath(found) == os.path.abspath(sys.executable):
+        return name
+    return shlex.quote(sys.executable)
+
+
+def hint(args: argparse.Namespace | None, *words: str) -> str:
+    """A command to print for a person to run next, that works as printed: this program as it
+    was invoked, the words, and the `--store` this command was given."""
+    store = getattr(args, "store", None)
+    return " ".join([program(), *(shlex.quote(w) for w in words), *(["--store", shlex.quote(store)] if store else [])])
+
+
+def went_away(
+    svc: Services, tenant: str, run_id: str, interrupt: KeyboardInterrupt, args: argparse.Namespace | None = None
+) -> int:
     """What a person is told when SIGINT or SIGTERM ended a drive: where the run stands and
     how to go on."""
     run = svc.store.get_run(tenant, run_id, steps=False)
     if run.status.ended:
-        err(f"interrupted; run {run_id} had already ended ({run.status}): laneflow show {run_id}")
+        err(f"interrupted; run {run_id} had already ended ({run.status}): {hint(args, 'show', run_id)}")
     elif run.status == RunStatus.awaiting_approval:
-        err(f"interrupted; run {run_id} is waiting for a person: laneflow approve {run_id} (or --reject)")
+        err(f"interrupted; run {run_id} is waiting for a person: {hint(args, 'approve', run_id)} (or --reject)")
     else:
         err(
-            f"interrupted; run {run_id} is resumable: laneflow resume {run_id} "
-            f"(or laneflow reconcile; laneflow stop {run_id} to end it)"
+            f"interrupted; run {run_id} is resumable: {hint(args, 'resume', run_id)} "
+            f"(or {hint(args, 'reconcile')}; {hint(args, 'stop', run_id)} to end it)"
         )
     return exit_code(interrupt)
 
@@ -152,7 +193,13 @@ def secrets_file(given: str) -> str:
     return str(path)
 
 
-def summary(run: Run) -> str:
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 attempt`, `2 attempts`; `many` where adding an s is wrong (`1 prefix`, `3 prefixes`)."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+def summary(run: Run, args: argparse.Namespace | None = None) -> str:
+    """The run's one line (its status, its steps by status, its cost), then how to see it."""
     counts: dict[str, int] = {}
     for s in run.steps:
         counts[s.status] = counts.get(s.status, 0) + 1
@@ -160,5 +207,5 @@ def summary(run: Run) -> str:
     tokens = sum(c.tokens.cache_read for s in run.steps for c in s.calls)
     line = f"{run.id}: {run.status} ({parts}); cost ${run.cost_usd:.4f}"
     if tokens:
-        line += f"; {tokens} cache-read tokens"
-    return line + f"\n  see it: laneflow show {run.id}"
+        line += f"; {plural(tokens, 'cache-read token')}"
+    return line + f"\n  see it: {hint(args, 'show', run.id)}"

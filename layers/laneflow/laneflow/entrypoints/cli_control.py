@@ -57,5 +57,5 @@ def cmd_answer(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(note.model_dump(mode="json"), ensure_ascii=False))
     else:
-        print(f"answered step {args.step} of run {args.run}: its ask goes on with your answer")
+        print(f"answered step {args.step} of run {args.run}: the step waiting on it reads your answer now")
     return EXIT_OK

@@ -8,23 +8,28 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laneflow.domain.errors import LaneflowError
-from laneflow.domain.records import Run, RunStatus, StepStatus
+from laneflow.domain.records import EventType, Run, RunStatus, Step, StepStatus
 from laneflow.entrypoints.cli_base import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_OK,
     command_services,
     err,
+    hint,
     parse_input,
+    plural,
     summary,
     went_away,
 )
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.wiring import liveness, local_engine, local_folder
+
+if TYPE_CHECKING:  # the live view imports rich: only commands that draw it load it
+    from laneflow.entrypoints.progress import Progress
 
 
 def cmd_run(
@@ -39,57 +44,125 @@ def cmd_run(
     from laneflow.usecases.start_run import create_run
 
     svc = svc or command_services(args, settings)
-    _reconcile_quietly(svc, args)
-    run_input = parse_input(args.input) if run_input is None else run_input
-    options = {"gate": not args.no_gate}
-    run = create_run(
-        svc, workspace or args.workspace, flow or args.flow, run_input, model=args.model, account=args.account, options=options
-    )
-    if not args.json and not args.quiet:
-        err(f"run {run.id} started: {run.workspace}/{run.flow}, {len(run.steps)} steps")
-    return drive_and_report(svc, run.tenant, run.id, args)
+    progress = _progress(args)
+    try:
+        if progress:
+            progress.phase("reconciling runs left behind")
+        _reconcile_quietly(svc, args)
+        run_input = parse_input(args.input) if run_input is None else run_input
+        options = {"gate": not args.no_gate}
+        run = create_run(
+            svc,
+            workspace or args.workspace,
+            flow or args.flow,
+            run_input,
+            model=args.model,
+            account=args.account,
+            options=options,
+        )
+    except BaseException:
+        if progress:
+            progress.close()
+        raise
+    if progress and not args.json:
+        progress.say(f"laneflow: run {run.id} started: {run.workspace}/{run.flow}, {plural(len(run.steps), 'step')}")
+    return drive_and_report(svc, run.tenant, run.id, args, progress=progress)
 
 
-def drive_and_report(svc: Services, tenant: str, run_id: str, args: argparse.Namespace, *, record: bool = True) -> int:
-    """One drive of the run on the embedded engine, with progress; then the record (on
-    stdout unless `record` is False: a chained run's, under --json). A completed run whose
-    flow chains to another (`then:`) drives that run next (`_then`)."""
+def _progress(args: argparse.Namespace) -> Progress | None:
     from laneflow.entrypoints.progress import Progress
 
-    progress = None if args.quiet else Progress()
-    last = [0.0]
+    return None if args.quiet else Progress()
 
-    def tick() -> None:
-        now = time.monotonic()
-        if progress and now - last[0] >= 0.25:
-            last[0] = now
-            progress.update(svc.store.get_run(tenant, run_id, detail=True))  # the gate's waits are events
 
+def drive_and_report(
+    svc: Services, tenant: str, run_id: str, args: argparse.Namespace, *, record: bool = True, progress: Progress | None = None
+) -> int:
+    """One drive of the run on the embedded engine, with progress (`progress`, else a new
+    one unless --quiet): what the drive is doing while the run waits for it, then the run;
+    then the record (on stdout unless `record` is False: a chained run's, under --json). A
+    completed run whose flow chains to another (`then:`) drives that run next (`_then`)."""
+    progress = progress or _progress(args)
+    watch = _Watch(svc, tenant, run_id, args, progress)
     try:
-        result = local_engine(svc).drive(tenant, run_id, on_tick=tick)
+        if progress:
+            progress.phase("starting the engine", watch.before)
+        engine = local_engine(svc)
+        result = engine.drive(tenant, run_id, on_tick=watch.tick)
     except KeyboardInterrupt as interrupt:  # the engine has left the run resumable
         if progress:
             progress.close()
         if args.json and record:
             print(json.dumps(svc.store.get_run(tenant, run_id, detail=True).public(), ensure_ascii=False))
-        return went_away(svc, tenant, run_id, interrupt)
+        return went_away(svc, tenant, run_id, interrupt, args)
     final = svc.store.get_run(tenant, run_id, detail=True)
     if progress:
-        progress.update(final)
+        progress.phase(None, final)
         progress.close()
     if record and args.json:
         print(json.dumps(final.public(), ensure_ascii=False))
     elif record:
-        print(summary(final))
+        print(summary(final, args))
     if final.status == RunStatus.completed:
         return _then(svc, final, args)
     if final.status == RunStatus.awaiting_approval:
         question = next((s.instruction for s in final.steps if s.status == StepStatus.awaiting_approval), "")
         err(f"run {final.id} is waiting for a person: {question}")
-        err(f"  answer it: laneflow approve {final.id}   (or --reject)")
+        err(f"  answer it: {hint(args, 'approve', final.id)}")
+        err(f"  reject it: {hint(args, 'approve', final.id, '--reject')}")
         return EXIT_OK
     err(f"run {final.id} {final.status}: {final.error or result.error or 'no reason recorded'}")
     return EXIT_FAILED
+
+
+class _Watch:
+    """What a drive's ticks do: redraw the progress (every quarter second at most), say what
+    the drive is doing until it has claimed the run, and name each question a step asks a
+    person with the command that answers it."""
+
+    def __init__(self, svc: Services, tenant: str, run_id: str, args: argparse.Namespace, progress: Progress | None):
+        self.svc, self.tenant, self.run_id, self.args, self.progress = svc, tenant, run_id, args, progress
+        self.before = svc.store.get_run(tenant, run_id, detail=True)
+        self.drives = self.before.drives  # before this drive claims it
+        self.last = 0.0
+        self.asked: set[str] = set()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self.last < (0.25 if self.progress else 1.0):  # --quiet: only its questions, once a second
+            return
+        self.last = now
+        if not self.progress:
+            self._questions()
+            return
+        run = self.svc.store.get_run(self.tenant, self.run_id, detail=True)  # the gate's waits are events
+        # Until its first state has claimed the run (a new drive counted), the engine is starting the drive.
+        self.progress.phase(None if run.drives > self.drives else "starting its drive", run)
+        if any(_asking(s) for s in run.steps):
+            self._questions()
+
+    def _questions(self) -> None:
+        from laneflow.usecases.answer import waiting_questions
+
+        for q in waiting_questions(self.svc, self.tenant, run_id=self.run_id):
+            if q.id in self.asked:
+                continue
+            self.asked.add(q.id)
+            line = f"step {q.index} ({q.agent}) asks a person: {q.question}"
+            answer = f"  answer it: {hint(self.args, 'answer', self.run_id, str(q.index), 'YOUR ANSWER')}"
+            for said in (line, answer):
+                if self.progress:
+                    self.progress.say(f"laneflow: {said}")
+                else:
+                    err(said)
+
+
+def _asking(step: Step) -> bool:
+    """A running step whose last ask event asked (not yet answered or given up on)."""
+    if step.status != StepStatus.running:
+        return False
+    asks = [e for e in step.events if e.type == EventType.ask]
+    return bool(asks) and asks[-1].text.startswith("asked a person")
 
 
 def _then(svc: Services, final: Run, args: argparse.Namespace) -> int:
@@ -104,7 +177,9 @@ def _then(svc: Services, final: Run, args: argparse.Namespace) -> int:
     chained = svc.store.get_run(final.tenant, final.then_run, steps=False)
     if chained.status != RunStatus.queued or chained.drives:
         if not args.json and not args.quiet:
-            err(f"run {final.id} chained to run {chained.id} (flow {chained.flow}); follow it: laneflow show {chained.id}")
+            err(
+                f"run {final.id} chained to run {chained.id} (flow {chained.flow}); follow it: {hint(args, 'show', chained.id, '--follow')}"
+            )
         return EXIT_OK
     if not args.json and not args.quiet:
         err(f"run {final.id} chains to flow {chained.flow}: run {chained.id} started")
@@ -121,7 +196,6 @@ def _reconcile_quietly(svc: Services, args: argparse.Namespace) -> None:
     report = reconcile(svc, liveness(), redrive=None)
     if not report.to_redrive or args.json or args.quiet:
         return
-    store = f" --store {args.store}" if getattr(args, "store", None) else ""
     for run_id in report.to_redrive:
         try:
             run = svc.store.get_run(svc.settings.tenant, run_id, steps=False, detail=False)
@@ -131,8 +205,8 @@ def _reconcile_quietly(svc: Services, args: argparse.Namespace) -> None:
         except LaneflowError:  # another tenant's run (reconcile sees every tenant's)
             what = f"run {run_id} was interrupted"
         err(
-            f"{what}: laneflow resume {run_id}{store} re-drives it now "
-            f"(laneflow reconcile{store} re-drives every such run; laneflow stop {run_id}{store} ends it)"
+            f"{what}: {hint(args, 'resume', run_id)} re-drives it now "
+            f"({hint(args, 'reconcile')} re-drives every such run; {hint(args, 'stop', run_id)} ends it)"
         )
 
 
@@ -154,7 +228,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as interrupt:
         if not driving:
             raise
-        return went_away(svc, driving[0].tenant, driving[0].id, interrupt)
+        return went_away(svc, driving[0].tenant, driving[0].id, interrupt, args)
     if args.json:
         print(json.dumps(report.as_dict()))
     else:
@@ -170,15 +244,26 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     svc = command_services(args)
     run = resumable_run(svc, liveness(), svc.settings.tenant, args.run)
-    report = reconcile(svc, liveness(), redrive=None, tenant=run.tenant, run_id=run.id)
+    progress = _progress(args)
+    try:
+        if progress:
+            progress.phase("reconciling what its last drive left", svc.store.get_run(run.tenant, run.id, detail=True))
+        report = reconcile(svc, liveness(), redrive=None, tenant=run.tenant, run_id=run.id)
+    except BaseException:
+        if progress:
+            progress.close()
+        raise
     if run.id not in report.to_redrive:  # closed (stopped, or past the drive limit)
         final = svc.store.get_run(run.tenant, run.id, detail=True)
-        print(json.dumps(final.public(), ensure_ascii=False) if args.json else summary(final))
+        if progress:
+            progress.phase(None, final)
+            progress.close()
+        print(json.dumps(final.public(), ensure_ascii=False) if args.json else summary(final, args))
         err(f"run {final.id} {final.status}: {final.error or 'no reason recorded'}")
         return EXIT_OK if final.status == RunStatus.completed else EXIT_FAILED
-    if not args.json and not args.quiet:
-        err(f"resuming run {run.id} (drive {run.drives + 1}); completed steps are carried")
-    return drive_and_report(svc, run.tenant, run.id, args)
+    if progress and not args.json:
+        progress.say(f"laneflow: resuming run {run.id} (drive {run.drives + 1}); completed steps are carried")
+    return drive_and_report(svc, run.tenant, run.id, args, progress=progress)
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
@@ -206,9 +291,10 @@ def cmd_approve(args: argparse.Namespace) -> int:
         else:
             print(f"run {run.id} rejected: {run.status}")
         return EXIT_OK
-    if not args.json and not args.quiet:
-        err(f"run {run.id} approved: continuing it in a new drive")
-    return drive_and_report(svc, run.tenant, run.id, args)
+    progress = _progress(args)
+    if progress and not args.json:
+        progress.say(f"laneflow: run {run.id} approved: continuing it in a new drive")
+    return drive_and_report(svc, run.tenant, run.id, args, progress=progress)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

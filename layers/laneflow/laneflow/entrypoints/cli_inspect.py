@@ -9,7 +9,8 @@ import time
 
 from laneflow.domain.errors import InvalidInput, Problem
 from laneflow.domain.records import Run, RunStatus
-from laneflow.entrypoints.cli_base import EXIT_INVALID, EXIT_OK, command_services, parse_input, summary
+from laneflow.entrypoints.cli_base import EXIT_INVALID, EXIT_OK, command_services, parse_input, plural, summary
+from laneflow.entrypoints.cli_tables import output_width, styled
 from laneflow.entrypoints.cli_views import asking_column, describe, runs_table
 from laneflow.ports import Services
 
@@ -26,9 +27,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(str(p))
         warnings = len(problems) - len(errors)
         if errors:
-            print(f"{args.workspace}: {len(errors)} error(s), {warnings} warning(s)", file=sys.stderr)
+            print(f"{args.workspace}: {plural(len(errors), 'error')}, {plural(warnings, 'warning')}", file=sys.stderr)
         else:
-            print(f"{args.workspace}: ok" + (f" ({warnings} warning(s))" if warnings else ""))
+            print(f"{args.workspace}: ok" + (f" ({plural(warnings, 'warning')})" if warnings else ""))
     return EXIT_INVALID if errors else EXIT_OK  # a workspace with errors is bad input, as for `run`
 
 
@@ -45,7 +46,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**r.public(), "asking": asking.get(r.id, [])} for r in runs]))
         return EXIT_OK
-    print(runs_table(runs, [asking_column(asking)]))
+    print(runs_table(runs, [asking_column(asking)], output_width(), bold=styled()))
     return EXIT_OK
 
 
@@ -57,7 +58,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run.public(), ensure_ascii=False))
     elif not args.follow:
-        print(describe(run))
+        print(describe(run, output_width(), bold=styled()))
     return EXIT_OK
 
 
@@ -65,20 +66,30 @@ FOLLOW_POLL_S = 0.5
 
 
 def _follow(svc: Services, run: Run, *, quiet: bool) -> Run:
-    """`show --follow`: the run as it stands, then each change as it happens, until the run
-    ends or parks; then its lanes. With `--json`, only the final record (on stdout)."""
+    """`show --follow`: the run as it stands, then each change as it happens (its status,
+    its steps' changes and events), until the run ends or parks. With `--json`, only the
+    final record (on stdout)."""
     from laneflow.entrypoints.cli_views import new_lines
 
     seen: dict[int, tuple[str, int]] = {}
+    status = run.status
+    settled = run.status.ended or run.status == RunStatus.awaiting_approval
     if not quiet:
-        print(describe(run), flush=True)
+        print(describe(run, output_width(), bold=styled()), flush=True)
         new_lines(run, seen)  # what is already shown
-        print("following; Ctrl-C to stop following (the run goes on)", flush=True)
+        if not settled:  # (one that has ended or parked does not go on: nothing to follow)
+            print("following; Ctrl-C to stop following (the run goes on)", flush=True)
+        if run.status == RunStatus.queued:
+            print(f"run {run.id}: queued ({_queued(run)})", flush=True)
     try:
         while not (run.status.ended or run.status == RunStatus.awaiting_approval):
             time.sleep(FOLLOW_POLL_S)
             run = svc.store.get_run(run.tenant, run.id, detail=True)
-            for line in [] if quiet else new_lines(run, seen):
+            lines = new_lines(run, seen)
+            if run.status != status:
+                lines.insert(0, f"run {run.id}: {run.status}" + (f" ({_queued(run)})" if run.status == RunStatus.queued else ""))
+                status = run.status
+            for line in [] if quiet else lines:
                 print(line, flush=True)
     except KeyboardInterrupt:
         return run
@@ -87,8 +98,12 @@ def _follow(svc: Services, run: Run, *, quiet: bool) -> Run:
     return run
 
 
+def _queued(run: Run) -> str:
+    """What a queued run waits for: a drive to take it (first, or after an approval or a crash)."""
+    return "waiting for a drive" if run.driver is None else "its drive is starting"
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from laneflow.entrypoints.progress import plain_wanted
     from laneflow.usecases.estimate import estimate_run
 
     if args.output_tokens is not None and args.output_tokens < 0:
@@ -107,10 +122,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, ensure_ascii=False))
         return EXIT_OK
-    from rich.console import Console
+    from laneflow.entrypoints.cli_views import estimate_text
 
-    from laneflow.entrypoints.cli_views import estimate_table
-
-    console = Console(no_color=plain_wanted(), highlight=False, soft_wrap=False)
-    console.print(estimate_table(data))
+    print(estimate_text(data, output_width(), bold=styled()))
     return EXIT_OK

@@ -1,19 +1,22 @@
 """What the command line prints on stdout: `show` (a run with its lanes, steps, durations,
 gate waits, cache breaks, what the prompt cache saved and events), `runs` (a table with a
-header, its columns a list others can extend) and `estimate` (a table per lane). Plain text, aligned, no escape codes,
-so it pipes and greps; the live view is `progress`."""
+header, its columns a list others can extend) and `estimate` (a table per lane). Each takes
+the width to fit (`cli_tables`: no figure is ever cut; None: as wide as it is, for pipes);
+no escape codes unless asked for bold headers. The live view is `progress`."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from laneflow.domain.lanes_report import gate_wait_ms, lane_rows
-from laneflow.domain.records import Event, Run, Step, StepStatus
+from laneflow.domain.records import Event, Run, RunStatus, Step, StepStatus
+from laneflow.entrypoints.cli_base import plural
+from laneflow.entrypoints.cli_tables import Column, fit, wrap
 from laneflow.entrypoints.progress import MARK, step_label
+
+__all__ = ["Column", "asking_column", "describe", "estimate_text", "new_lines", "runs_table"]
 
 
 def _short(text: str, width: int = 80) -> str:
@@ -38,57 +41,34 @@ def duration(start: str | None, end: str | None) -> str:
     return f"{(_at(end) - _at(start)).total_seconds():.3f}s"
 
 
-# -- tables ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a plain table: its header, how a row gives its cell, and its alignment."""
-
-    header: str
-    cell: Callable[[Any], str]
-    right: bool = False
-
-
-def table(columns: list[Column], rows: list[Any], indent: str = "") -> list[str]:
-    """Rows as aligned lines under a header (the last column is not padded)."""
-    cells = [[c.header for c in columns]] + [[c.cell(r) for c in columns] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    lines = []
-    for row in cells:
-        parts = [
-            (cell.rjust(widths[i]) if col.right else cell.ljust(widths[i])) if i < len(columns) - 1 or col.right else cell
-            for i, (cell, col) in enumerate(zip(row, columns, strict=True))
-        ]
-        lines.append((indent + "  ".join(parts)).rstrip())
-    return lines
+# -- runs -------------------------------------------------------------------------------------
 
 
 # `laneflow runs`: add a column by appending to this list.
 RUN_COLUMNS: list[Column] = [
-    Column("RUN", lambda r: r.id),
-    Column("STATUS", lambda r: str(r.status)),
-    Column("FLOW", lambda r: f"{r.workspace}/{r.flow}"),
+    Column("RUN", lambda r: r.id, whole=True),
+    Column("STATUS", lambda r: str(r.status), min_width=9),  # "awaiting-" over "approval"
+    Column("FLOW", lambda r: f"{r.workspace}/{r.flow}", min_width=5),
     Column("COST", lambda r: f"${r.cost_usd:.4f}", right=True),
-    Column("DRIVES", lambda r: str(r.drives), right=True),
-    Column("CREATED", lambda r: r.created_at),
+    Column("DRIVES", lambda r: str(r.drives), right=True, short="DRV"),
+    Column("CREATED", lambda r: r.created_at, whole=True, optional=True),  # the run's id carries the time too
 ]
 
 
 def asking_column(asking: dict[str, list[int]]) -> Column:
     """Which steps of each run wait on a person's answer (their ask tool): run id -> indexes."""
-    return Column("ASKING", lambda r: ", ".join(f"step {i}" for i in asking.get(r.id, [])))
+    return Column("ASKING", lambda r: ", ".join(f"step {i}" for i in asking.get(r.id, [])), short="ASK", min_width=4)
 
 
-def runs_table(runs: list[Run], extra: list[Column] | None = None) -> str:
-    return "\n".join(table(RUN_COLUMNS + list(extra or []), runs)) if runs else "no runs yet"
+def runs_table(runs: list[Run], extra: list[Column] | None = None, width: int | None = None, *, bold: bool = False) -> str:
+    return "\n".join(fit(RUN_COLUMNS + list(extra or []), runs, width, bold=bold)) if runs else "no runs yet"
 
 
 LANE_COLUMNS: list[Column] = [
-    Column("GROUP", lambda r: str(r["group"]), right=True),
-    Column("CYCLE", lambda r: str(r["cycle"]), right=True),
+    Column("GROUP", lambda r: str(r["group"]), right=True, short="G"),
+    Column("CYCLE", lambda r: str(r["cycle"]), right=True, short="CY"),
     Column("LANE", lambda r: r["lane"]),
-    Column("STEPS", lambda r: str(r["steps"]), right=True),
+    Column("STEPS", lambda r: str(r["steps"]), right=True, short="N"),
     Column("COLD", lambda r: str(r["cold_prefixes"]), right=True),
     Column("CACHE READ", lambda r: f"{r['cache_read']:,}", right=True),
     Column("CACHE WRITE", lambda r: f"{r['cache_write']:,}", right=True),
@@ -113,7 +93,7 @@ def _step_lines(s: Step, run: Run) -> list[str]:
     took = duration(s.started_at, s.finished_at)
     lines = [
         f"  {MARK[s.status]} {s.index}: {step_label(s)}  [{s.status}] model {s.model}, "
-        f"{s.attempts} attempt(s), {calls} call(s), {tokens} tokens, ${s.cost_usd:.4f}"
+        f"{plural(s.attempts, 'attempt')}, {plural(calls, 'call')}, {plural(tokens, 'token')}, ${s.cost_usd:.4f}"
         + (f" (cache saved {usd(s.savings_usd)})" if s.savings_usd else "")
         + (f", {took}" if took else "")
     ]
@@ -124,7 +104,8 @@ def _step_lines(s: Step, run: Run) -> list[str]:
     hour = sum(c.tokens.cache_write_1h for c in s.calls)
     if read or written:
         lines.append(
-            f"      prompt cache: {read} tokens read, {written} written" + (f" ({hour} with the 1-hour TTL)" if hour else "")
+            f"      prompt cache: {plural(read, 'token')} read, {written:,} written"
+            + (f" ({hour:,} with the 1-hour TTL)" if hour else "")
         )
     if s.cache_break:
         lines.append(f"      cache break: {s.cache_break.get('layer')} changed since {s.cache_break.get('since')}")
@@ -132,7 +113,7 @@ def _step_lines(s: Step, run: Run) -> list[str]:
         ttft = f", first token {c.ttft_ms} ms" if c.ttft_ms is not None else ""
         lines.append(
             f"      call {c.n}: {c.ms} ms{ttft}, in {c.tokens.input}, out {c.tokens.output}, "
-            f"cache {c.tokens.cache_read} read / {c.tokens.cache_write} written, {c.tools} tool(s), {c.stop or '-'}"
+            f"cache {c.tokens.cache_read} read / {c.tokens.cache_write} written, {plural(c.tools, 'tool call')}, {c.stop or '-'}"
         )
     if s.error and s.status != StepStatus.completed:
         lines.append(f"      error: {s.error}")
@@ -152,12 +133,33 @@ def _step_lines(s: Step, run: Run) -> list[str]:
     return lines
 
 
-def describe(run: Run) -> str:
+def _times(run: Run) -> str:
+    """When the run was created, driven and finished; what it is doing now when it has not."""
+    said = [f"created {run.created_at}"]
+    if run.driven_at:
+        said.append(f"driven {run.driven_at}")
+    if run.finished_at:
+        said.append(f"finished {run.finished_at}")
+    elif run.status == RunStatus.awaiting_approval:
+        said.append(f"waiting for a person since {run.parked_at}" if run.parked_at else "waiting for a person")
+    elif run.status == RunStatus.queued:
+        said.append("queued: no drive has it yet" if not run.driven_at else "queued for its next drive")
+    else:
+        said.append(f"still {run.status}")
+    return "  ".join(said)
+
+
+def describe(run: Run, width: int | None = None, *, bold: bool = False) -> str:
+    """`laneflow show`: the run, its lanes (a table) and its steps, fitting `width` (None:
+    as long as each line is)."""
+    revision = run.revision or ""
+    if width is not None and len(revision) + 11 > width:  # a hash is not a figure: its head names it (--json: all of it)
+        revision = revision[: revision.find(":") + 13] + "…"
     lines = [
         f"run {run.id}  {run.status}",
-        f"  flow {run.workspace}/{run.flow}  revision {run.revision}",
-        f"  created {run.created_at}  driven {run.driven_at}  finished {run.finished_at}",
-        f"  drives {run.drives}  cost ${run.cost_usd:.4f}  cache saved {usd(run.savings_usd)}"
+        f"  flow {run.workspace}/{run.flow}" + (f"  revision {revision}" if revision else ""),
+        f"  {_times(run)}",
+        f"  {plural(run.drives, 'drive')}  cost ${run.cost_usd:.4f}  cache saved {usd(run.savings_usd)}"
         + (f"  queued {duration(run.created_at, run.driven_at)}" if run.driven_at else "")
         + (f"  took {duration(run.driven_at or run.created_at, run.finished_at)}" if run.finished_at else ""),
     ]
@@ -168,16 +170,17 @@ def describe(run: Run) -> str:
     if chain:
         lines.append(f"  chain: {' '.join(chain)}")
     lines.append(f"  input: {json.dumps(run.input, ensure_ascii=False)[:200]}")
+    lines = wrap(lines, width)
     rows = lane_rows(run.steps)
     if rows:
         lines.append("lanes (what the prompt cache did):")
-        lines.extend(table(LANE_COLUMNS, rows, indent="  "))
+        lines.extend(fit(LANE_COLUMNS, rows, width, indent="  ", bold=bold))
     group = None
     for s in run.steps:
         if s.group != group:
             group = s.group
             lines.append(f"group {group}")
-        lines.extend(_step_lines(s, run))
+        lines.extend(wrap(_step_lines(s, run), width))
     return "\n".join(lines)
 
 
@@ -222,11 +225,13 @@ def _lead_lines(lanes: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def estimate_text(data: dict[str, Any]) -> str:
+def estimate_text(data: dict[str, Any], width: int | None = None, *, bold: bool = False) -> str:
+    """`laneflow estimate`: a table of lanes, then the totals, the cost range and what was
+    assumed, fitting `width` (None: as long as each line is)."""
     cost = data["cost_usd"]
     totals = data["totals"]
+    table = fit(ESTIMATE_COLUMNS, data["lanes"], width, indent="  ", bold=bold)
     lines = [f"estimate of {data['workspace']}/{data['flow']} (nothing has run; W/R: cache tokens written/read)"]
-    lines.extend(table(ESTIMATE_COLUMNS, data["lanes"], indent="  "))
     lines.extend(_lead_lines(data["lanes"]))
     lines.append(
         f"  cold prefixes: {totals['with_gate']['cold_prefixes']} with the gate, {totals['without_gate']['cold_prefixes']} without"
@@ -248,31 +253,5 @@ def estimate_text(data: dict[str, Any]) -> str:
         lines.append("  * below the model's minimum cacheable prefix: nothing is cached")
     if data["unpriced_models"]:
         lines.append(f"  no price in the catalog for: {', '.join(data['unpriced_models'])} (counted as $0)")
-    return "\n".join(lines)
-
-
-def estimate_table(data: dict[str, Any]) -> Any:
-    """The estimate as a rich table (its caption: the totals, the cost range, the assumption)."""
-    from rich import box
-    from rich.table import Table
-
-    t = Table(
-        title=f"estimate: {data['workspace']}/{data['flow']} (nothing has run; W/R: cache tokens written/read)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    for col in ESTIMATE_COLUMNS:
-        # Figures never wrap; the lane's name folds when the terminal is narrow.
-        t.add_column(
-            col.header,
-            justify="right" if col.right else "left",
-            overflow="fold",
-            no_wrap=col.right,
-            min_width=8 if not col.right else None,
-        )
-    for row in data["lanes"]:
-        t.add_row(*(col.cell(row) for col in ESTIMATE_COLUMNS))
-    body = estimate_text(data).splitlines()
-    t.caption = "\n".join(line.strip() for line in body[len(data["lanes"]) + 2 :])
-    t.caption_justify = "left"
-    return t
+    title, *notes = lines
+    return "\n".join([*wrap([title], width), *table, *wrap(notes, width)])
