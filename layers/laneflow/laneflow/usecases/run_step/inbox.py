@@ -209,7 +209,10 @@ class AttemptInbox:
         store.post_note(tenant, run_id, note)
         shown = f": {question}" if self.capture else f" ({len(question):,} characters)"
         how = f"laneflow answer {run_id} {index} TEXT"
-        self._event(f"asked a person{shown} (waiting up to {wait:g} s; answer with `{how}`)", {"note": note.id, "wait_s": wait})
+        self._event(
+            f"asked a person{shown} (waiting up to {wait:g} s; answer with `{how}` on the store the run is on)",
+            {"note": note.id, "wait_s": wait},
+        )
         answered = self._wait(note, wait)
         if answered is None:
             self._event(f"no answer within {wait:g} s; the step goes on", {"note": note.id})

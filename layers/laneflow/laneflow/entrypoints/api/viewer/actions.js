@@ -14,6 +14,9 @@ const DONE = {
   redrive: "redriven: its failed steps get a new attempt",
 };
 
+// "approved: the run goes on" is true until the run ends; then its status says what is true.
+const stale = (said, run) => said.ok && said.what !== "reject" && m.ENDED.has(run.status);
+
 export function Actions({ run, onDone, inRow }) {
   const [busy, setBusy] = useState("");
   const [said, setSaid] = useState(null);
@@ -24,7 +27,7 @@ export function Actions({ run, onDone, inRow }) {
     try {
       const out = await api(path, { method: "POST", body });
       const text = out.message || DONE[what] || "done";
-      setSaid({ ok: true, text });
+      setSaid({ ok: true, text, what });
       announce(`run ${run.id}: ${text}`);
       onDone && onDone();
     } catch (e) {
@@ -62,6 +65,6 @@ export function Actions({ run, onDone, inRow }) {
     ${m.stopping(run) && html`<span class="muted stopping" data-k="stopping">stopping…</span>`}
     ${m.canRedrive(run) && html`<button type="button" class="redrive" disabled=${!!busy} onClick=${() => act("redrive", `runs/${id}/redrive`, {})}
       title="go on from where it failed: its failed and skipped steps get a new attempt, its completed steps are kept">${named("Redrive")}</button>`}
-    ${said && html`<span class=${said.ok ? "said" : "said err"} data-k="said">${said.text}</span>`}
+    ${said && !stale(said, run) && html`<span class=${said.ok ? "said" : "said err"} data-k="said">${said.text}</span>`}
   </div>`;
 }
