@@ -57,13 +57,16 @@ def one(size: int, model: str, tmp: Path) -> dict[str, Any]:
         record = a_run()
         calls = [c for s in record["steps"] for c in s["calls"]]
         per_turn = round(sum(c["tokens"]["output"] for c in calls) / max(1, len(calls)))
-        told = estimate_run(svc, ws, "brief", run_input, model=on, output_tokens=per_turn).as_dict()
-        learned = estimate_run(svc, ws, "brief", run_input, model=on).as_dict()
+        # Both against runs on a cold cache: as the estimate finds the registry two hours on
+        # (the prefixes the first run registered long gone).
+        cold = svc.cache_now() + 7200
+        told = estimate_run(svc, ws, "brief", run_input, model=on, output_tokens=per_turn, now=cold).as_dict()
+        learned = estimate_run(svc, ws, "brief", run_input, model=on, now=cold).as_dict()
         warm = a_run()  # within the cache's lifetime: it reads the prefixes the first run wrote
     with MessagesImitation(
         ttft_ms=100, api_keys={"sk-bench"}
-    ) as api:  # a cold cache, as the estimate finds it (the registry holds no warm prefix)
-        cfg = cfg.model_copy(update={"anthropic_base_url": api.url})
+    ) as api:  # a cold cache, and a tenant whose registry holds nothing: as the estimate found it
+        cfg = cfg.model_copy(update={"anthropic_base_url": api.url, "tenant": "later"})
         svc = for_store(svc.store, cfg)
         later = a_run()
     actual = {k: sum(r[k] for r in record["lanes"]) for k in ("cold_prefixes", "cache_write", "cache_read")}
