@@ -16,7 +16,6 @@ nothing is wrapped (one line a row, for grep), and nothing is styled.
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import sys
 import textwrap
@@ -27,6 +26,8 @@ from typing import Any, TextIO
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+
+from laneflow.settings import environ
 
 TEXT_MIN = 6  # what a text column keeps at least, of its widest cell, before the table gives up fitting
 
@@ -59,7 +60,7 @@ def output_width(stream: TextIO | None = None) -> int | None:
     stream = stream or sys.stdout
     if not getattr(stream, "isatty", lambda: False)():
         return None
-    columns = os.environ.get("COLUMNS", "")
+    columns = environ().get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
     return shutil.get_terminal_size().columns

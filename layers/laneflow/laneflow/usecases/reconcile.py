@@ -380,7 +380,7 @@ def resumable_run(svc: Services, liveness: Liveness, tenant: str, run_id: str) -
         raise RunNotResumable(f"run {run_id} has ended ({run.status}): there is nothing to resume")
     if run.status == RunStatus.awaiting_approval:
         raise RunNotResumable(
-            f"run {run_id} is waiting for a person, not for a drive: answer it with `laneflow approve {run_id}` (or `--reject`; with the --store it runs on)"
+            f"run {run_id} is waiting for a person, not for a drive: answer it with laneflow approve {run_id} (or --reject)"
         )
     if drive_alive(liveness, run):
         driver = run.driver
