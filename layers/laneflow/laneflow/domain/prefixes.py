@@ -118,6 +118,10 @@ class PrefixRecord(BaseModel):
         """Another attempt claimed it and has neither begun nor gone stale."""
         return self.writer is not None and now - self.writer.claimed_at < WRITER_WAIT_S
 
+    def keeps_waiting(self, now: float) -> bool:
+        """A step arriving now would wait for its writer: it is being written and not warm."""
+        return self.writing(now) and not self.warm(now)
+
     def bumped(self, **changes: object) -> PrefixRecord:
         return self.model_copy(update={**changes, "version": self.version + 1})
 
@@ -199,7 +203,7 @@ def wait(record: PrefixRecord | None, waiter: PrefixWaiter, now: float) -> tuple
     """A step arrives to wait for the prefix's writer with its callback token: kept if the
     prefix is being written by another run's attempt (returns the record it waits on), else
     nothing is kept (None: go on at once)."""
-    if record is None or record.warm(now) or not record.writing(now):
+    if record is None or not record.keeps_waiting(now):
         return None, Change()
     assert record.writer is not None
     if record.writer.run_id == waiter.run_id and record.writer.index == waiter.index:

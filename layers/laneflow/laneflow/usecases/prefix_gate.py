@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from laneflow.domain.cache import cache_iso
@@ -124,7 +124,6 @@ class PrefixClaimant:
     ttl_reason: str = ""
     writer: PrefixWriter | None = None
     began: bool = False
-    claimed: PrefixClaim | None = field(default=None, repr=False)
 
     @property
     def on(self) -> bool:
@@ -136,17 +135,16 @@ class PrefixClaimant:
         holds)."""
         if not self.on:
             return None
-        writer = PrefixWriter(run_id=self.run_id, index=self.index, n=self.n, claimed_at=self.svc.cache_now())
+        now = self.svc.cache_now()
+        writer = PrefixWriter(run_id=self.run_id, index=self.index, n=self.n, claimed_at=now)
         try:
-            self.claimed = self.svc.store.prefix_claim(
-                self.tenant, self.key, model=self.model, writer=writer, now=self.svc.cache_now()
-            )
+            claimed = self.svc.store.prefix_claim(self.tenant, self.key, model=self.model, writer=writer, now=now)
         except Exception:
             log.warning("step %s of %s: its prefix could not be claimed", self.index, self.run_id, exc_info=True)
             return None
-        if self.claimed.state == "write":
+        if claimed.state == "write":
             self.writer = writer
-        return self.claimed
+        return claimed
 
     def first_event(self) -> None:
         """The attempt's reply began: if it writes the prefix, the prefix is written now."""

@@ -71,5 +71,4 @@ class LocalPrefixWatch:
         except Exception:
             log.debug("prefix %s: its record could not be read", w.key, exc_info=True)
             return False
-        now = self._now()
-        return record is None or record.warm(now) or not record.writing(now)
+        return record is None or not record.keeps_waiting(self._now())
