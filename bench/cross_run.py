@@ -40,7 +40,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from local_engine import machine, write_section
+from benchlib import machine, write_section
 
 from laneflow.domain.pricing import catalog
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from local_engine import machine, write_section
+from benchlib import machine, write_section
 from pydantic import SecretStr
 
 from laneflow.adapters.store import open_store

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from local_engine import machine, write_section
+from benchlib import machine, write_section
 
 from laneflow.adapters.store import open_store
 from laneflow.domain.cache import cache_now

@@ -20,7 +20,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import resource
 import sys
 import tempfile
@@ -30,6 +29,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from benchlib import cpu_s as _cpu_s
+from benchlib import machine, write_section
 
 from laneflow.adapters.engine import moto_fastcopy
 from laneflow.adapters.engine import step_workers as step_workers_module
@@ -93,29 +95,6 @@ def make_workspace(root: Path, groups: int) -> Path:
         "description: benchmark\ninput:\n  type: object\n  properties:\n    items: {type: array}\nsteps:\n" + entries
     )
     return ws
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (
-        f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()}, "
-        f"load average {load} (1, 5, 15 min) as the figures were taken"
-    )
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_bench(groups: int, fanout: int, gate: bool = False, copies: bool = False, step_workers: int = 0) -> dict[str, Any]:
@@ -213,20 +192,6 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {label} | " + " | ".join(f"{r[key]}{unit}" for r in rows) + " |")
     lines.append(f"| goal: {rows[0]['goal']} | " + " | ".join("met" if r["goal_met"] else "NOT met" for r in rows) + " |")
     return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, name: str, text: str) -> None:
-    """Replace (or add) one benchmark's section of RESULTS.md, keeping the others."""
-    marker_start, marker_end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{marker_start}\n{text}{marker_end}\n"
-    current = path.read_text() if path.exists() else "# Benchmark results\n\nEach section is written by its benchmark script.\n\n"
-    if marker_start in current:
-        head, rest = current.split(marker_start, 1)
-        tail = rest.split(marker_end, 1)[1].lstrip("\n")
-        current = head + block + ("\n" + tail if tail else "")
-    else:
-        current = current.rstrip("\n") + "\n\n" + block
-    path.write_text(current)
 
 
 def main() -> int:

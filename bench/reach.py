@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from local_engine import machine, write_section
+from benchlib import machine, write_section
 
 from laneflow.adapters.executors.egress_proxy import one_request_s, start_proxy
 from laneflow.adapters.executors.registry import StepTools, _Silent

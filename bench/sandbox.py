@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from local_engine import machine, write_section
+from benchlib import machine, write_section
 
 from laneflow.adapters.aws.s3 import checkout
 from laneflow.adapters.engine.local import LocalEngine

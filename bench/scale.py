@@ -232,7 +232,7 @@ def main() -> int:
         print(json.dumps(run_one(args.one)))
         return 0
     os.environ["LANEFLOW_STEP_WORKERS"] = str(args.step_workers)  # the scenarios' children read it
-    from local_engine import machine, write_section
+    from benchlib import machine, write_section
 
     rows = []
     for name in args.only or list(SCENARIOS):

@@ -31,7 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from local_engine import machine, make_workspace, write_section
+from benchlib import machine, write_section
+from local_engine import make_workspace
 
 from laneflow.adapters.engine.local import DriveResult, LocalDrives, LocalEngine
 from laneflow.adapters.store import open_store

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from local_engine import machine, write_section
+from benchlib import machine, write_section
 
 from laneflow.wiring import for_store, local_engine
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import sdk_floor
-from local_engine import machine, write_section
+from benchlib import machine, write_section
 from pydantic import SecretStr
 
 from laneflow.adapters.engine import step_workers as step_workers_module
