@@ -259,6 +259,7 @@ def services(
         anthropic_base_url=api.url,
         capture_dir=str(root / "captures"),
         step_workers=step_workers,
+        prefix_registry=False,  # each run measures its own gate: the imitation forgets its cache between runs, the registry would not
     )
     svc = for_store(open_store(f"sqlite:///{root / 'bench.db'}"), settings)
     svc.executors["anthropic"] = executor(api_key=api.key, base_url=api.url)

@@ -97,5 +97,7 @@ def test_a_prefix_above_the_minimum_keeps_the_gate_and_pays_one_cache_write(tmp_
     released = [e for e in lead.events if e.type == "gate" and "the lead's reply began" in e.text]
     assert released, "the lead released nobody: its siblings did not wait for its reply"
     for sibling in siblings:
-        assert ts(sibling.started_at) >= ts(data_of(released[0])["opened_at"])
+        # Readied while the lead ran (claimed, its request built), its request waited for the reply.
+        first = min(sibling.calls, key=lambda c: c.n)
+        assert ts(first.at) >= ts(data_of(released[0])["opened_at"]), f"step {sibling.index} sent before the lead replied"
     assert any(e.text == waiting_line("analyst") for s in siblings for e in s.events)

@@ -45,6 +45,7 @@ def _registry(tmp_path: Path, leaving: Any = None) -> local.HandlerRegistry:
     registry._idle = threading.Condition()
     registry.step_workers = None
     registry.worker_functions = set()
+    registry.wait_functions, registry.early = set(), None
     return registry
 
 

@@ -47,6 +47,7 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("isolation", "LANEFLOW_ISOLATION"),
     ("cache_clock", "LANEFLOW_CACHE_CLOCK"),
     ("prefix_registry", "LANEFLOW_PREFIX_REGISTRY"),
+    ("ready_siblings", "LANEFLOW_READY_SIBLINGS"),
     ("signin_domain", "LANEFLOW_SIGNIN_DOMAIN"),
     ("signin_client_id", "LANEFLOW_SIGNIN_CLIENT_ID"),
 )
@@ -105,6 +106,10 @@ class Settings(BaseModel):
     # The prompt cache across runs (the prefix registry, and leads waiting for another run's
     # writer). On by default; off, runs know nothing of each other's cache, as before it was.
     prefix_registry: bool = True
+    # LANEFLOW_READY_SIBLINGS: the embedded engine readies a sibling waiting at its gate (its
+    # attempt claimed, its request built), so only its request waits for the lead's reply
+    # (adapters/engine/early.py); 0 starts it only once released, as the cloud does.
+    ready_siblings: bool = True
     # LANEFLOW_SIGNIN_DOMAIN and LANEFLOW_SIGNIN_CLIENT_ID: the Cognito hosted UI the viewer
     # of `laneflow serve` signs people in at, and its app client (both or neither; unset: no
     # sign-in). In the cloud the people API's stage says it instead (viewer_assets.sign_in).
@@ -195,8 +200,10 @@ class Settings(BaseModel):
             value = getattr(self, field)
             if isinstance(value, SecretStr):
                 value = value.get_secret_value()
-            if value is None or value == "" or value is False:
+            if value is None or value == "":
                 continue
+            if isinstance(value, bool) and value == type(self).model_fields[field].default:
+                continue  # a switch at its default needs no variable (one on by default is told when off)
             out[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
 

@@ -39,6 +39,11 @@ class GateWaiter:
     until_lead_ends: bool = False
 
 
+# A sibling the embedded engine readied while its lead is in flight: claimed and built, its
+# request held until the lead's reply begins (adapters/engine/early.py).
+READIED_LINE = "prompt cache: readied while its lead runs; its request is held until the lead's reply begins"
+
+
 def is_reserve(map_index: int | None, parallel: int | None) -> bool:
     """Whether the siblings' Map iteration `map_index` of a lane capped at `parallel` holds
     the lead's pool slot: it waits until the lead has ended (see the module docstring).

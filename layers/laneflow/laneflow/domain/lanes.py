@@ -23,6 +23,11 @@ def gate_key(group: int, cycle: int, lane: str | LaneKey) -> str:
     return f"g{group}c{cycle}:{lane}"
 
 
+def gate_id(tenant: str, run_id: str, key: str) -> str:
+    """A gate's name across processes (one lane of one launching of one run's group)."""
+    return f"{tenant}/{run_id}/{key}"
+
+
 def waiting_line(agent: str) -> str:
     return f"prompt cache: waiting for the first {agent} step's reply before starting, so this one reads its prefix"
 

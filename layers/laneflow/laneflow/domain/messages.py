@@ -163,6 +163,9 @@ class RunStepRequest(Contract):
     lane: str = ""
     step: LaneStep
     op: OpContext = Field(default_factory=OpContext)
+    # The gate a readied sibling's first request waits at (the embedded engine's early start;
+    # laneflow.domain.lanes.gate_id), or None: the step starts as soon as it is called.
+    hold: str | None = None
 
 
 class WaitForLeadRequest(Contract):
@@ -178,6 +181,7 @@ class WaitForLeadRequest(Contract):
     # `parallel - 1` holds the lead's pool slot (laneflow.domain.gate). Absent: not known.
     map_index: int | None = None
     parallel: int | None = None
+    execution: str | None = None  # $$.Execution.Id: the embedded engine readies the sibling as RunSibling would start it
 
 
 class WaitForLeadReport(Contract):

@@ -20,6 +20,7 @@ from typing import Any
 
 
 def main() -> int:
+    from laneflow.adapters.engine import held
     from laneflow.adapters.engine.local import bound_malloc_arenas, release_free_memory
     from laneflow.entrypoints.sandbox_worker import watch_parent
     from laneflow.settings import environ
@@ -70,6 +71,9 @@ def main() -> int:
         call = json.loads(line)
         if call.get("leave"):
             svc.leaving.set()
+            continue
+        if "release" in call:  # a lead's reply began: the siblings readied here send their requests
+            held.release(str(call["release"]), replied=bool(call.get("replied")), tell=False)
             continue
         with count_lock:
             in_flight[0] += 1

@@ -118,6 +118,7 @@ class StepJob:
     mcp: tuple[McpServer, ...] = ()  # agent and AGENTS.md `mcp:`: its `mcp__<name>__*` tools (secrets unfilled)
     network: tuple[str, ...] = ()  # agent `network:`, checked: what its programs reach through the egress proxy
     cache_ttl: str = "5m"  # the TTL its cache writes ask for ("5m" | "1h"): laneflow.domain.cache_ttl
+    hold: str | None = None  # a readied sibling's gate: its first request waits for the lead's reply there
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from laneflow.domain.gate import is_reserve, reserve_line
-from laneflow.domain.lanes import gate_key, waiting_line
+from laneflow.domain.lanes import gate_id, gate_key, waiting_line
 from laneflow.domain.messages import LaneKey, WaitForLeadReport, WaitForLeadRequest
 from laneflow.domain.records import Event, EventType, utcnow
 from laneflow.ports import Services
@@ -73,9 +73,13 @@ def open_gate(
     cannot be cached (`note` says so): release every sibling waiting so far for its reply;
     with `lead_ended`, the reserve waiting for its pool slot too. Later arrivals find the
     gate open. Idempotent. Returns how many waiting siblings this call released."""
-    waiters = svc.store.gate_open(tenant, run_id, gate_key(group, cycle, lane), lead_ended=lead_ended, note=note)
+    key = gate_key(group, cycle, lane)
+    waiters = svc.store.gate_open(tenant, run_id, key, lead_ended=lead_ended, note=note)
     released = 0
-    gone = set(svc.callbacks.succeed_all([w.token for w in waiters], {"released": why})) if waiters else set()
+    # The output names the gate: an engine that readied the waiting siblings (the embedded
+    # one's early starts) lets their held requests go by it.
+    output = {"released": why, "gate": gate_id(tenant, run_id, key), "replied": not lead_ended}
+    gone = set(svc.callbacks.succeed_all([w.token for w in waiters], output)) if waiters else set()
     for waiter in waiters:
         if waiter.token in gone:
             log.info("gate %s: a sibling's token was already gone", lane)

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from laneflow.adapters.engine import moto_fastcopy, moto_inline, moto_patches
+from laneflow.adapters.engine import held, moto_fastcopy, moto_inline, moto_patches
 from laneflow.adapters.engine.sandbox import Sandboxes, gone_of
 from laneflow.ports import TokenGone
 
@@ -184,6 +184,11 @@ class LocalCallbacks:
         self._call("send_task_success", token, json.dumps(output))
 
     def succeed_all(self, tokens: Sequence[str], output: dict[str, Any]) -> list[str]:
+        gate = output.get("gate")
+        if isinstance(gate, str):
+            # A lead's release: its readied siblings' requests go first (held.py), in this
+            # process and in every step worker, before the interpreter resumes their iterations.
+            held.release(gate, replied=bool(output.get("replied")))
         return gone_of(self.succeed, tokens, output)
 
     def fail(self, token: str, error: str, cause: str) -> None:

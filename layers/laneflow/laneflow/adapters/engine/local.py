@@ -47,6 +47,7 @@ from types import ModuleType
 from typing import Any
 
 from laneflow.adapters.engine import moto_patches, step_workers
+from laneflow.adapters.engine.early import EarlyStarts
 from laneflow.adapters.engine.hooks import ACCOUNT as ACCOUNT
 from laneflow.adapters.engine.hooks import REGION as REGION
 from laneflow.adapters.engine.hooks import LocalCallbacks as LocalCallbacks
@@ -126,6 +127,13 @@ class HandlerRegistry:
         # which functions those are: RunStep's (functions/run_step).
         self.step_workers: StepWorkers | None = None
         self.worker_functions = {i for i, spec in self.functions.items() if spec.code_dir.name == "run_step"}
+        # Siblings readied while they wait at their gate (early.py): WaitForLead's answer
+        # starts their RunStep call, which their RunSibling state then takes.
+        waits = {i for i, spec in self.functions.items() if spec.code_dir.name == "wait_for_lead"}
+        self.wait_functions = waits
+        self.early: EarlyStarts | None = (
+            EarlyStarts(self.invoke, next(iter(self.worker_functions))) if self.worker_functions and waits else None
+        )
 
     def load(self, logical_id: str) -> None:
         """Import a function's handler module now, not at its first call."""
@@ -159,12 +167,17 @@ class HandlerRegistry:
                 return _function_error("WorkerLeaving", "this worker is going away")
             self._running += 1
         try:
+            readied = self.early.take(payload) if self.early is not None and logical_id in self.worker_functions else None
+            if readied is not None:
+                return readied.result()  # this sibling was readied at its gate: its call's answer
             workers = self.step_workers if logical_id in self.worker_functions else None
             answered = workers.invoke(logical_id, payload) if workers is not None else None
             if answered is not None:
                 return answered  # already the Invoke API's shape, made by the worker's registry
             with self.bind() if self.bind is not None else nullcontext():
                 result = self._handler(logical_id)(payload, LambdaContext(self.functions[logical_id]))
+            if self.early is not None and logical_id in self.wait_functions:
+                self.early.after_wait(payload, {"Payload": result})
         except Exception as exc:  # every error crosses as a Lambda function error
             logging.getLogger("laneflow.engine").debug("handler %s raised", logical_id, exc_info=True)
             return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc)[-5:])
@@ -283,6 +296,8 @@ class LocalEngine:
         self.project = Path(project) if project else project_root()
         self.template = Template.load(self.project / "template.yaml")
         self.registry = HandlerRegistry(self.template, svc.leaving, bind=lambda: bind(self.svc))
+        if not svc.settings.ready_siblings:
+            self.registry.early = None
         self.sandboxes: Sandboxes | None = None  # the sandbox workers of the drive under way
         # False: the sandbox state goes to moto's own ECS integration (a test of the cloud
         # path under `mock_aws` plays the Fargate task itself).

@@ -51,6 +51,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from laneflow.adapters.engine import held
 from laneflow.adapters.engine.sandbox import CallbackRelay
 from laneflow.adapters.workers import local_worker
 from laneflow.domain.messages import LaneKey
@@ -188,6 +189,7 @@ class StepWorkers:
         self._lock = threading.Lock()
         self._closed = False
         self.workers = [_Worker(self.environ) for _ in range(size)]
+        held.listen(self.release)  # a lead's release, heard in the engine's process, is each worker's too
 
     def _pick(self, run_id: str, spread: bool = False) -> _Worker | None:
         """The worker for a call of this run: the run's own (chosen by its id), or with
@@ -229,12 +231,18 @@ class StepWorkers:
             return None
         return future.result(CALL_TIMEOUT_S)
 
+    def release(self, gate: str, replied: bool) -> None:
+        """A gate's lead replied (or ended): the siblings readied in any worker go on."""
+        for worker in list(self.workers):
+            worker.send({"release": gate, "replied": replied})
+
     def leave(self) -> None:
         """The engine's worker is going away: every worker's running steps see it."""
         for worker in list(self.workers):
             worker.send({"leave": True})
 
     def close(self) -> None:
+        held.unlisten(self.release)
         with self._lock:
             self._closed = True
             workers = list(self.workers)

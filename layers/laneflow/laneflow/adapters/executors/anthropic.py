@@ -46,6 +46,7 @@ from typing import Any
 import anthropic
 
 from laneflow.adapters.executors.claude_errors import REFUSALS, RETRYABLE, TIMEOUTS, describe, refusal, retry_after
+from laneflow.adapters.executors.claude_ready import ReadyRequest, wait_at_gate
 from laneflow.adapters.executors.claude_request import (
     DEFAULT_MAX_TOKENS,
     check_cacheable,
@@ -91,6 +92,7 @@ class AnthropicExecutor:
         self.api_retries, self.backoff_s = api_retries, backoff_s
         self._factory = client_factory
         self._client: anthropic.Anthropic | None = None
+        self._http: Any = None  # the client's HTTP client, when it is this executor's own (claude_ready)
         self._lock = threading.Lock()
         self._watcher = Watcher()  # every call in flight is watched for a stop by one thread
         self._sockets = CallSockets()  # which connection each call's request went out on
@@ -102,8 +104,9 @@ class AnthropicExecutor:
                 if self._factory:
                     self._client = self._factory()
                 else:
+                    self._http = self._sockets.client()
                     self._client = anthropic.Anthropic(
-                        api_key=self._api_key, base_url=self._base_url, max_retries=0, http_client=self._sockets.client()
+                        api_key=self._api_key, base_url=self._base_url, max_retries=0, http_client=self._http
                     )
             return self._client
 
@@ -144,7 +147,9 @@ class AnthropicExecutor:
                 raise StepFailed(over_budget(cost, job.budget), retryable=False)
             left = job.budget - cost if job.budget is not None else None
             sink.begin_turn()  # the run's budget: no turn begins once it is spent
-            turn = self._turn_with_retries(params, sink, job, deadline, price, left)
+            # A readied sibling's first request waits for its lead's reply (claude_ready).
+            hold = job.hold if number == 1 else None
+            turn = self._turn_with_retries(params, sink, job, deadline, price, left, hold)
             cost += turn.cost(price) if price else 0.0
             if tools.web.names:  # what the API's server tools did this turn
                 record_server_uses(sink, turn.blocks, turn.web_searches, turn.web_fetches, price)
@@ -190,11 +195,18 @@ class AnthropicExecutor:
     # -- one turn, with retries of what is not the step's fault ---------------------------
 
     def _turn_with_retries(
-        self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any, left: float | None
+        self,
+        params: dict[str, Any],
+        sink: ExecutionSink,
+        job: StepJob,
+        deadline: float | None,
+        price: Any,
+        left: float | None,
+        hold: str | None = None,
     ) -> Turn:
         for tried in range(self.api_retries + 1):
             try:
-                return self._turn(params, sink, job, deadline, price, left)
+                return self._turn(params, sink, job, deadline, price, left, hold if tried == 0 else None)
             except REFUSALS as exc:
                 raise refusal(exc, job.model) from None
             except RETRYABLE as exc:
@@ -225,16 +237,40 @@ class AnthropicExecutor:
             return self.client.beta.messages.create(**params, stream=True, timeout=timeout)
         return self.client.messages.create(**params, stream=True, timeout=timeout)
 
+    def _held(self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, hold: str) -> Any:
+        """A readied sibling's request: built now, held until its lead's reply, then ready to
+        send (None: the turn goes through the SDK once released)."""
+        ready = ReadyRequest.build(self.client, self._http, params, _time_left(deadline, job))
+        wait_at_gate(hold, sink)
+        if sink.stopped():
+            raise StepStopped(STOPPED_BEFORE_REPLY)
+        if deadline:  # the wait counted against the step's timeout: the request is given what is left
+            ready = ReadyRequest.build(self.client, self._http, params, _time_left(deadline, job))
+        return ready
+
+    def _open(self, ready: ReadyRequest | None, params: dict[str, Any], timeout: float | None) -> Any:
+        """Start one turn's stream: the readied request as it was built, or through the SDK."""
+        stream = ready.send(self.client) if ready is not None else None
+        return stream if stream is not None else self._create(params, timeout)
+
     def _turn(
-        self, params: dict[str, Any], sink: ExecutionSink, job: StepJob, deadline: float | None, price: Any, left: float | None
+        self,
+        params: dict[str, Any],
+        sink: ExecutionSink,
+        job: StepJob,
+        deadline: float | None,
+        price: Any,
+        left: float | None,
+        hold: str | None = None,
     ) -> Turn:
+        ready = self._held(params, sink, job, deadline, hold) if hold else None
         timeout = _time_left(deadline, job)
         reader = TurnReader(model=params["model"], price=price, left=left)
         turn = reader.turn
         watch = CallWatch(sink, self._watcher).start()
         try:
             with self._sockets.calling(watch):
-                stream = self._create(params, timeout)
+                stream = self._open(ready, params, timeout)
             watch.attach(stream.response)
             with stream:
                 for event in stream:

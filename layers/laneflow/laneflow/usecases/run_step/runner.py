@@ -8,6 +8,7 @@ the attempt with its reason, so no step is left `running` with nothing working o
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
 import logging
@@ -25,7 +26,7 @@ from laneflow.domain.errors import (
     StepFailed,
     StepStopped,
 )
-from laneflow.domain.gate import below_minimum_line
+from laneflow.domain.gate import READIED_LINE, below_minimum_line
 from laneflow.domain.inbox import PEERS
 from laneflow.domain.messages import RunStepRequest, StepReport
 from laneflow.domain.prompt import SystemPrompt, build_system_prompt
@@ -117,6 +118,9 @@ class StepRunner:
         self.role = role  # solo, lead or sibling: a lead or a lone step claims its prefix (prefix_gate)
         self.claimant: PrefixClaimant | None = None  # the current attempt's side of its prefix's record
         self.prepared: PreparedAttempt | None = None  # the first attempt's, built before its claim
+        # A readied sibling's gate (the embedded engine's early start): its first attempt's
+        # first request waits for the lead's reply at it.
+        self.hold: str | None = None
         self.copy: WorkingCopy | None = None  # the folder the current attempt works in
         self.recorder: StepRecorder | None = None  # the current attempt's sink (what it spent)
         self.secrets: AttemptSecrets | None = None  # the current attempt's declared secrets
@@ -358,6 +362,9 @@ class StepRunner:
         recorder.step_budget = budget
         if agent.settings.delegates:
             recorder.delegator = Delegation(svc, run, ws, recorder, job, (agent.name,), tuple(agent.settings.delegates))
+        if self.hold:  # the first attempt only: a retry is no longer a sibling waiting for its lead
+            job, self.hold = dataclasses.replace(job, hold=self.hold), None
+            recorder.event(EventType.gate, READIED_LINE)
         self.prefix, self.cache_break = step_prefix(svc, job), None
         self.claimant, job = attempt_claimant(svc, run, job, recorder, role=self.role, note=self._note, open_gate=self.open_gate)
         self.cache_ttl = {"cache_ttl": job.cache_ttl, "cache_ttl_reason": self.claimant.ttl_reason}
@@ -572,5 +579,5 @@ def _claim_and_run(
     running = step.model_copy(update={"status": StepStatus.running})
     lead_opener = (lambda why, at=None, note=None: opener(why=why, at=at, note=note)) if opener else None
     runner = StepRunner(svc, run, running, attempt, briefing=briefing, cycle=req.cycle, open_gate=lead_opener, role=req.step.role)
-    runner.prepared = prepared
+    runner.prepared, runner.hold = prepared, req.hold
     return runner.run_attempts()
