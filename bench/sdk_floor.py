@@ -10,6 +10,10 @@ median and the last request had been written whole (the transport's own trace of
 request body sent), and the CPU the clients spent until their last one was sent (and the imitation's over the
 burst, to the streams' ends).
 What laneflow's sibling starts measure above this floor is the engine's and laneflow's own.
+Beside it, the raw floor: the same requests written as prebuilt HTTP/1.1 bytes on sockets
+opened before the instant (nothing of the SDK). Each client says when it was ready (its
+client built, its warm burst over, its sockets open); a burst whose clients were not all
+ready before the instant is marked so, since it measured their start instead.
 
     python bench/sdk_floor.py --n 99 --processes 2 --repeat 3 [--json]
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -69,10 +74,55 @@ def _traced_client(url: str, key: str, share: int, sent: list[float], cpu: dict[
     )
 
 
-def _child(url: str, key: str, params_file: str, share: int, at: float) -> None:
+def _raw_child(url: str, key: str, params: dict[str, Any], share: int, at: float) -> None:
+    """The raw floor: `share` threads write the same requests as prebuilt HTTP/1.1 bytes on
+    connections opened before `at`, at that instant; nothing of the SDK runs."""
+    host, port = url.removeprefix("http://").split(":")
+    cpu: dict[str, float] = {}
+    sent: list[float] = []
+    lock = threading.Lock()
+
+    def request(i: int) -> bytes:
+        body = json.dumps(dict(params, stream=True, messages=[{"role": "user", "content": f"Analyse item-{i}."}])).encode()
+        head = (
+            f"POST /v1/messages HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"x-api-key: {key}\r\nanthropic-version: 2023-06-01\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
+
+    wires = [request(i) for i in range(share)]
+    socks = [socket.create_connection((host, int(port))) for _ in range(share)]
+    ready_at = time.time()
+
+    def send(sock: socket.socket, wire: bytes) -> None:
+        time.sleep(max(0.0, at - time.time()))
+        sock.sendall(wire)
+        with lock:
+            sent.append(time.time())
+            if len(sent) == share:
+                cpu["last_sent"] = time.process_time()
+        while sock.recv(65536):  # the stream, to its end (the imitation closes it)
+            pass
+        sock.close()
+
+    threads = [threading.Thread(target=send, args=pair) for pair in zip(socks, wires, strict=True)]
+    for t in threads:
+        t.start()
+    cpu["before"] = time.process_time()
+    for t in threads:
+        t.join()
+    print(json.dumps({"sent": sent, "cpu_ms": (cpu["last_sent"] - cpu["before"]) * 1000, "ready_at": ready_at}))
+
+
+def _child(url: str, key: str, params_file: str, share: int, at: float, raw: bool = False) -> None:
     """One client process: `share` threads send the request at `at` (epoch seconds), after a
-    warm burst; prints the epoch times their request bodies were written and its CPU."""
+    warm burst; prints the epoch times their request bodies were written, its CPU, and when
+    it was ready (its clients built and its warm burst over: after `at`, the burst measured
+    its start, not the SDK's requests)."""
     params = json.loads(Path(params_file).read_text())
+    if raw:
+        _raw_child(url, key, params, share, at)
+        return
     sent: list[float] = []
     cpu: dict[str, float] = {}
     client = _traced_client(url, key, share, sent, cpu)
@@ -94,13 +144,16 @@ def _child(url: str, key: str, params_file: str, share: int, at: float) -> None:
             t.join()
         if when != at:
             sent.clear()
-    print(json.dumps({"sent": sent, "cpu_ms": (cpu["last_sent"] - cpu["before"]) * 1000}))
+            cpu["ready_at"] = time.time()
+    print(json.dumps({"sent": sent, "cpu_ms": (cpu["last_sent"] - cpu["before"]) * 1000, "ready_at": cpu["ready_at"]}))
 
 
-def measure(api: Any, params: dict[str, Any], n: int, processes: int, repeat: int = 3) -> dict[str, Any]:
+def measure(api: Any, params: dict[str, Any], n: int, processes: int, repeat: int = 3, raw: bool = False) -> dict[str, Any]:
     """`repeat` bursts of `n` requests to the imitation `api` (warm_gate's `RemoteImitation`)
     from `processes` client processes (see the module's docstring): per burst, the median and
-    last request written, ms after the instant."""
+    last request written, ms after the instant, and whether every client was ready before it
+    (a burst whose clients were not is no floor: `ready` false). With `raw`, prebuilt bytes
+    on open sockets instead of the SDK."""
     processes = max(1, processes)
     bursts = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,7 +164,17 @@ def measure(api: Any, params: dict[str, Any], n: int, processes: int, repeat: in
             shares = [n // processes + (1 if k < n % processes else 0) for k in range(processes)]
             children = [
                 subprocess.Popen(
-                    [sys.executable, __file__, "--child", api.url, api.key, str(params_file), str(share), repr(at)],
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        api.url,
+                        api.key,
+                        str(params_file),
+                        str(share),
+                        repr(at),
+                        "raw" if raw else "sdk",
+                    ],
                     stdout=subprocess.PIPE,
                     text=True,
                 )
@@ -130,9 +193,11 @@ def measure(api: Any, params: dict[str, Any], n: int, processes: int, repeat: in
                     "last_ms": round((sent[-1] - at) * 1000, 1),
                     "client_cpu_ms": round(sum(out["cpu_ms"] for out in outs), 1),
                     "imitation_cpu_ms": round(imitation_ms, 1),
+                    "ready": all(out["ready_at"] <= at for out in outs),
+                    "ready_ms_before": round(min(at - out["ready_at"] for out in outs) * 1000, 1),
                 }
             )
-    return {"n": n, "processes": processes, "bursts": bursts}
+    return {"n": n, "processes": processes, "raw": raw, "bursts": bursts}
 
 
 def warm_gate_request() -> dict[str, Any]:
@@ -160,8 +225,8 @@ def warm_gate_request() -> dict[str, Any]:
 
 def main() -> int:
     if sys.argv[1:2] == ["--child"]:
-        url, key, params_file, share, at = sys.argv[2:7]
-        _child(url, key, params_file, int(share), float(at))
+        url, key, params_file, share, at, mode = sys.argv[2:8]
+        _child(url, key, params_file, int(share), float(at), raw=mode == "raw")
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=99, help="requests in a burst (a fan-out of N has N - 1 siblings)")
@@ -176,9 +241,12 @@ def main() -> int:
     params = json.loads(Path(args.params).read_text()) if args.params else warm_gate_request()
     with wg.RemoteImitation(ttft_ms=wg.TTFT_MS, token_ms=1) as api:
         result = measure(api, params, args.n, args.processes, args.repeat)
+        result["raw_floor"] = measure(api, params, args.n, args.processes, args.repeat, raw=True)
     if args.json:
         print(json.dumps(result))
     else:
+        for k, b in enumerate(result["raw_floor"]["bursts"], 1):
+            print(f"raw burst {k}: last written at {b['last_ms']} ms (ready: {b['ready']})")
         for k, b in enumerate(result["bursts"], 1):
             print(
                 f"burst {k}: {args.n} requests from {args.processes} process(es): median sent at {b['median_ms']} ms, last at {b['last_ms']} ms;"

@@ -25,6 +25,7 @@ definition, the Claude executor and the real anthropic SDK over HTTP:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import statistics
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import sdk_floor
-from benchlib import machine, write_section
+from benchlib import Goal, exit_code, goal_table, load, machine, write_section
 from pydantic import SecretStr
 
 from laneflow.adapters.engine import step_workers as step_workers_module
@@ -210,9 +211,23 @@ def one_run(
             handed = [deliveries.at[(final.id, s.index)] for s in siblings if deliveries and (final.id, s.index) in deliveries.at]
             if len(handed) == len(siblings):
                 out["delivered_ms"] = spread_ms(handed, first_event)
-            requested = [ts(min(s.calls, key=lambda c: c.n).at) for s in siblings if s.calls]
-            if len(requested) == len(siblings):
-                out["requested_ms"] = spread_ms(requested, first_event)
+            firsts = [min(s.calls, key=lambda c: c.n) for s in siblings if s.calls]
+            if len(firsts) == len(siblings):
+                out["requested_ms"] = spread_ms([ts(c.at) for c in firsts], first_event)
+                # Written whole: the transport's own trace of each request's body sent.
+                if all(c.sent_ms is not None for c in firsts):
+                    written = [ts(c.at) + dt.timedelta(milliseconds=cast(int, c.sent_ms)) for c in firsts]
+                    out["written_ms"] = spread_ms(written, first_event)
+        # By the imitation's own clock, apart from what laneflow recorded: when the lead's
+        # first event went out, and when each sibling's request had arrived whole (so was
+        # written by then).
+        if stats.get("first_events") and len(stats.get("arrivals", [])) == n:
+            lead_event = stats["first_events"][0]
+            arrived = sorted(stats["arrivals"])[1:]  # the lead's request came first, alone
+            out["arrived_ms"] = spread_ms(
+                [dt.datetime.fromtimestamp(a, dt.UTC) for a in arrived], dt.datetime.fromtimestamp(lead_event, dt.UTC)
+            )
+            out["requests_before_first_event"] = sum(1 for a in arrived if a < lead_event)
     return out
 
 
@@ -224,6 +239,9 @@ def _starts(r: dict[str, Any]) -> dict[str, Any]:
         "claimed_max": r.get("release_ms_max"),
         "delivered_max": r.get("delivered_ms", {}).get("max"),
         "requested_max": r.get("requested_ms", {}).get("max"),
+        "arrived_max": r.get("arrived_ms", {}).get("max"),
+        "written_max": r.get("written_ms", {}).get("max"),
+        "requests_before_first_event": r.get("requests_before_first_event"),
         "wall_s": r["wall_s"],
     }
 
@@ -266,7 +284,46 @@ def services(
     return svc
 
 
+def written_limit_ms(n: int) -> float:
+    """How soon after the lead's first event the last sibling's request is written: 150 ms at
+    N = 100 (two cores, default workers), 50 ms at N = 20 and below."""
+    return 50.0 if n <= 20 else 150.0
+
+
+def judge(rows: list[dict[str, Any]], loads: tuple[float, float]) -> list[Goal]:
+    """The goals: counts (judged whatever the load) and times (unmeasured on a busy machine)."""
+    goals: list[Goal] = []
+    for r in rows:
+        n, on, runs = r["n"], r["gate_on"], r["gate_on"].get("runs", [])
+        goals.append(Goal(f"N={n}: cold prefixes, gate on (the imitation's count)", on["cache_writes"], 1, timed=False))
+        pct = on["dollars"]["vs_formula_pct"]
+        goals.append(
+            Goal(f"N={n}: gate-on prefix paid vs formula, % off", abs(pct) if pct is not None else 1e9, 1.0, timed=False)
+        )
+        goals.append(Goal(f"N={n}: gate-off / gate-on prefix cost, both measured", r["cost_ratio"], 1.0, timed=False, floor=True))
+        early = max(
+            (x["requests_before_first_event"] for x in runs if x.get("requests_before_first_event") is not None), default=1e9
+        )
+        goals.append(Goal(f"N={n}: sibling requests before the lead's first event", early, 0, timed=False))
+        written = [x["written_max"] for x in runs if x.get("written_max") is not None]
+        goals.append(
+            Goal(
+                f"N={n}: last sibling request written after the lead's first event, worst of {len(written)} runs, ms",
+                max(written) if len(written) == len(runs) and written else 1e9,
+                written_limit_ms(n),
+                loads=loads,
+            )
+        )
+        goals.append(
+            Goal(
+                f"N={n}: tokens released after the lead's first event, ms", on.get("tokens_released_ms", 1e9), 100.0, loads=loads
+            )
+        )
+    return goals
+
+
 def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict[str, Any]:
+    before = load()
     rows = []
     with tempfile.TemporaryDirectory() as tmp, RemoteImitation(ttft_ms=TTFT_MS, token_ms=1) as api, Deliveries() as deliveries:
         root = Path(tmp)
@@ -283,10 +340,6 @@ def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict[
             prefix = on["cache_write_tokens"]  # the gate on writes the prefix exactly once
             theory = 1.25 * n / (1.25 + 0.1 * (n - 1))
             ratio = prefix_cost(off, prefix) / prefix_cost(on, prefix)
-            # What N copies started together pay (N cold prefixes, at the catalog's price) against
-            # what the gate-on steps recorded paying.
-            dollars = on["dollars"]
-            ideal = dollars["cold_usd"] / dollars["prefix_usd"] if dollars["prefix_usd"] else 0.0
             rows.append(
                 {
                     "n": n,
@@ -294,27 +347,16 @@ def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict[
                     "gate_on": on,
                     "gate_off": off,
                     "cost_ratio": round(ratio, 3),
-                    "cold_baseline_ratio": round(ideal, 3),
                     "theoretical_ratio": round(theory, 3),
                     "ratio_vs_limit_pct": round(100 * (ratio - theory) / theory, 2),
-                    "cold_baseline_vs_limit_pct": round(100 * (ideal - theory) / theory, 2),
                 }
             )
         # The floor under the largest fan-out's sibling starts: the same requests, the SDK alone.
-        floor = sdk_floor.measure(api, sdk_floor.warm_gate_request(), max(sizes) - 1, max(1, step_workers), max(3, repeat))
-    goals = {
-        "one_cold_prefix_per_lane": all(r["gate_on"]["cache_writes"] == 1 for r in rows),
-        "gate_on_cost_within_1pct_of_limit": {
-            r["n"]: r["gate_on"]["dollars"]["steps_with_a_call"] == r["n"]
-            and r["gate_on"]["dollars"]["vs_formula_pct"] is not None
-            and abs(r["gate_on"]["dollars"]["vs_formula_pct"]) <= 1.0
-            for r in rows
-        },
-        "measured_off_on_ratio_within_1pct_of_limit": {r["n"]: abs(r["ratio_vs_limit_pct"]) <= 1.0 for r in rows},
-        "tokens_released_within_100ms": all(r["gate_on"].get("tokens_released_ms", 1e9) <= 100 for r in rows),
-        "siblings_started_within_100ms": {r["n"]: r["gate_on"].get("release_ms_max", 1e9) <= 100 for r in rows},
-        "no_sibling_before_the_lead_replied": all(r["gate_on"].get("siblings_before_first_event", 1) == 0 for r in rows),
-    }
+        request = sdk_floor.warm_gate_request()
+        floor = sdk_floor.measure(api, request, max(sizes) - 1, max(1, step_workers), max(3, repeat))
+        floor["raw_floor"] = sdk_floor.measure(api, request, max(sizes) - 1, max(1, step_workers), max(3, repeat), raw=True)
+    after = load()
+    goals = judge(rows, (before, after))
     return {
         "benchmark": "warm_gate",
         "model": MODEL,
@@ -322,7 +364,8 @@ def run_bench(sizes: list[int], step_workers: int = 1, repeat: int = 1) -> dict[
         "step_workers": step_workers,
         "rows": rows,
         "floor": floor,
-        "goals": goals,
+        "goals": [dataclasses.asdict(g) | {"verdict": g.verdict} for g in goals],
+        "exit_code": exit_code(goals),
         "machine": machine(),
     }
 
@@ -351,14 +394,14 @@ def markdown(r: dict[str, Any]) -> str:
         "Where a gated sibling's start goes, per run, in ms after the lead's first event (the last sibling's):"
         " the engine hands its RunStep call to a step worker, the worker claims it, its first model request begins.",
         "",
-        "| N | run | handed to a worker | claimed (median / max) | request begun | wall s |",
-        "|---|---|---|---|---|---|",
+        "| N | run | handed to a worker | claimed (median / max) | request begun | request written whole | request arrived whole (the imitation's clock) | wall s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in r["rows"]:
         for k, one in enumerate(row["gate_on"].get("runs", []), 1):
             lines.append(
                 f"| {row['n']} | {k} | {one['delivered_max'] if one['delivered_max'] is not None else '—'} "
-                f"| {one['claimed_median']} / {one['claimed_max']} | {one['requested_max']} | {one['wall_s']} |"
+                f"| {one['claimed_median']} / {one['claimed_max']} | {one['requested_max']} | {one.get('written_max', '—')} | {one.get('arrived_max', '—')} | {one['wall_s']} |"
             )
     floor = r["floor"]
     lines += [
@@ -367,21 +410,22 @@ def markdown(r: dict[str, Any]) -> str:
         f" through the anthropic SDK alone, from {floor['processes']} process(es) (as many as the step workers), connections"
         " already open, all at one instant, with nothing else running: ms after that instant.",
         "",
-        "| burst | median request sent | last request sent | clients' CPU to their last | imitation's CPU (to the streams' ends) |",
-        "|---|---|---|---|---|",
+        "| burst | how | clients ready before the instant | median request written | last request written | clients' CPU to their last | imitation's CPU (to the streams' ends) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for k, b in enumerate(floor["bursts"], 1):
-        lines.append(f"| {k} | {b['median_ms']} | {b['last_ms']} | {b['client_cpu_ms']} ms | {b['imitation_cpu_ms']} ms |")
+    for how, each in (("prebuilt bytes, raw sockets", floor.get("raw_floor", {"bursts": []})), ("the anthropic SDK", floor)):
+        for k, b in enumerate(each["bursts"], 1):
+            ready = f"yes ({b['ready_ms_before']} ms)" if b.get("ready") else "NO: not a floor"
+            lines.append(
+                f"| {k} | {how} | {ready} | {b['median_ms']} | {b['last_ms']} | {b['client_cpu_ms']} ms | {b['imitation_cpu_ms']} ms |"
+            )
     lines += [
         "",
-        "| N | prefix cost, measured gate off / gate on | N cold prefixes / gate on paid | theoretical limit 1.25N/(1.25+0.1(N-1)) | measured vs limit | cold baseline vs limit |",
-        "|---|---|---|---|---|---|",
+        "| N | prefix cost, measured gate off / gate on | theoretical limit 1.25N/(1.25+0.1(N-1)) | measured vs limit |",
+        "|---|---|---|---|",
     ]
     for row in r["rows"]:
-        lines.append(
-            f"| {row['n']} | {row['cost_ratio']} | {row['cold_baseline_ratio']} | {row['theoretical_ratio']} "
-            f"| {row['ratio_vs_limit_pct']:+.2f}% | {row['cold_baseline_vs_limit_pct']:+.2f}% |"
-        )
+        lines.append(f"| {row['n']} | {row['cost_ratio']} | {row['theoretical_ratio']} | {row['ratio_vs_limit_pct']:+.2f}% |")
     lines += [
         "",
         "| N | prefix tokens sent | gate-on prefix paid (steps' tokens x catalog prices) | formula: input x prefix x (1.25 + 0.1(N-1)) | paid vs formula |",
@@ -391,14 +435,8 @@ def markdown(r: dict[str, Any]) -> str:
         d = row["gate_on"]["dollars"]
         shown = f"{d['vs_formula_pct'] + 0.0:+.2f}%" if d["vs_formula_pct"] is not None else "—"  # no "-0.00"
         lines.append(f"| {row['n']} | {d['prefix_tokens_sent']} | ${d['prefix_usd']:.6f} | ${d['formula_usd']:.6f} | {shown} |")
-    lines += ["", "| goal | met |", "|---|---|"]
-    for name, ok in r["goals"].items():
-        shown = (
-            ", ".join(f"N={n}: {'yes' if v else 'NO'}" for n, v in ok.items())
-            if isinstance(ok, dict)
-            else ("yes" if ok else "NO")
-        )
-        lines.append(f"| {name.replace('_', ' ')} | {shown} |")
+    goals = [Goal(**{k: v for k, v in g.items() if k != "verdict"}) for g in r["goals"]]
+    lines += ["", goal_table(goals).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -412,7 +450,7 @@ def main() -> int:
         help="step worker processes (0: every step in the engine's process; default: the CLI's, one per core up to four)",
     )
     parser.add_argument(
-        "--repeat", type=int, default=1, help="gated runs of each size (their sibling starts are listed one by one)"
+        "--repeat", type=int, default=3, help="gated runs of each size (their sibling starts are listed one by one)"
     )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
@@ -422,7 +460,7 @@ def main() -> int:
     if args.write:
         write_section(HERE / "RESULTS.md", "warm_gate", markdown(result))
     print(json.dumps(result) if args.json else markdown(result))
-    return 0
+    return int(result["exit_code"])
 
 
 if __name__ == "__main__":

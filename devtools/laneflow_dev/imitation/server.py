@@ -105,6 +105,11 @@ class MessagesImitation:
         self._thread: threading.Thread | None = None
         # The requests to /v1/messages as they arrived (the last MAX_KEPT): body and headers.
         self.received: list[dict[str, Any]] = []
+        # When (epoch seconds) each request to /v1/messages arrived whole, and each streamed
+        # response's first event went out (the last MAX_KEPT): what a benchmark times a
+        # released fan-out by, apart from what the client recorded.
+        self._arrivals: list[float] = []
+        self._first_events: list[float] = []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -144,6 +149,7 @@ class MessagesImitation:
         with self._lock:
             out: dict[str, Any] = dict(self._totals)
             out["by_model"] = {m: dict(c) for m, c in self._by_model.items()}
+            out["arrivals"], out["first_events"] = list(self._arrivals), list(self._first_events)
             return out
 
     def reset(self) -> None:
@@ -151,6 +157,7 @@ class MessagesImitation:
             self._cache.clear()
             self._totals = _new_counts()
             self._by_model = {}
+            self._arrivals, self._first_events = [], []
 
     def now(self) -> float:
         """Now on the cache's clock, in epoch seconds."""
@@ -191,6 +198,9 @@ class MessagesImitation:
     # -- the endpoint ---------------------------------------------------------------------
 
     def handle_messages(self, h: Handler, raw: bytes) -> None:
+        with self._lock:
+            self._arrivals.append(time.time())
+            del self._arrivals[:-MAX_KEPT]
         model: str | None = None
         try:
             body = json.loads(raw.decode("utf-8")) if raw else None
@@ -337,6 +347,9 @@ class MessagesImitation:
                 self._count(message["model"], disconnects=1)
             return  # the client went away during the prefill (a stop): nothing is sent
         self._begin(plan)  # the prefill is done: what this request wrote is readable now
+        with self._lock:
+            self._first_events.append(time.time())
+            del self._first_events[:-MAX_KEPT]
 
         spent = 0
         t0 = time.monotonic()

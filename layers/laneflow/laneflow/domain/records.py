@@ -121,6 +121,7 @@ class ModelCall(Record):
     at: str = Field(default_factory=utcnow)
     ms: int = 0
     ttft_ms: int | None = None
+    sent_ms: int | None = None  # from `at` until its request was written whole (the transport's own trace)
     model: str = "stub"
     tokens: Tokens = Field(default_factory=Tokens)
     tools: int = 0

@@ -268,6 +268,7 @@ class AnthropicExecutor:
         reader = TurnReader(model=params["model"], price=price, left=left)
         turn = reader.turn
         watch = CallWatch(sink, self._watcher).start()
+        reader.sent = lambda: watch.sent
         try:
             with self._sockets.calling(watch):
                 stream = self._open(ready, params, timeout)

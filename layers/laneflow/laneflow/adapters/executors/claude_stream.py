@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,7 @@ class TurnReader:
         self.started, self.at = time.monotonic(), utcnow()
         self.json_parts: dict[int, list[str]] = {}
         self.out_chars = 0
+        self.sent: Callable[[], float | None] = lambda: None  # when its request was written whole (monotonic)
 
     def span(self) -> ModelCall:
         turn = self.turn
@@ -63,6 +65,7 @@ class TurnReader:
             at=self.at,
             ms=int((time.monotonic() - self.started) * 1000),
             ttft_ms=turn.ttft_ms,
+            sent_ms=int((sent - self.started) * 1000) if (sent := self.sent()) is not None else None,
             model=self.model,
             tokens=turn.tokens,
             tools=len(turn.tool_uses),

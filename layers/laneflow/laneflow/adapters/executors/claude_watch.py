@@ -83,6 +83,7 @@ class CallWatch:
     def __init__(self, sink: ExecutionSink, watcher: Watcher):
         self.sink, self.watcher = sink, watcher
         self.fired = threading.Event()
+        self.sent: float | None = None  # when (monotonic) its request was written whole
         self._lock = threading.Lock()
         self._response: Any = None
         self._stream: Any = None  # the network stream the request went out on, while it is this call's
@@ -204,6 +205,8 @@ class CallSockets:
             if stream is not None:
                 self._tell_writers(stream)
                 watch.using(stream)
+        elif event == "http11.send_request_body.complete":
+            watch.sent = time.monotonic()
         elif event == "http11.response_closed.started":
             watch.using(None)
 
