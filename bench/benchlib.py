@@ -66,6 +66,7 @@ class Goal:
     timed: bool = True
     floor: bool = False
     loads: tuple[float, ...] = ()
+    unit: str = ""
 
     @property
     def verdict(self) -> Verdict:
@@ -75,14 +76,26 @@ class Goal:
         return "met" if ok else "NOT met"
 
     def row(self, unit: str = "") -> str:
+        unit = unit or self.unit
         sign = ">=" if self.floor else "<="
         seen = " / ".join(f"{x:.2f}" for x in self.loads) or f"{load():.2f}"
-        return f"| {self.name} | {self.measured:g}{unit} | {sign} {self.limit:g}{unit} | {seen} | {self.verdict} |"
+        kind = "time" if self.timed else "count"
+        return f"| {self.name} | {kind} | {self.measured:g}{unit} | {sign} {self.limit:g}{unit} | {seen} | {self.verdict} |"
 
 
 def goal_table(goals: list[Goal], unit: str = "") -> str:
-    lines = ["| goal | measured | limit | load seen | verdict |", "|---|---|---|---|---|"]
+    """The goals as a table: each one's figure, limit, the loads seen while it was measured
+    (before / after) and its verdict; `time` goals are the ones a busy machine leaves unmeasured."""
+    lines = ["| goal | kind | measured | limit | load seen | verdict |", "|---|---|---|---|---|---|"]
     return "\n".join([*lines, *(each.row(unit) for each in goals)]) + "\n"
+
+
+def load_note(*loads: float) -> str:
+    """The loads a benchmark saw, for its text: `load 0.52 before, 1.10 after (2 cores)`, and
+    what a busy machine means for its timed goals."""
+    seen = ", ".join(f"{x:.2f}" for x in loads)
+    busy_note = "busy: its timed goals are unmeasured" if busy(*loads) else "not busy"
+    return f"1-minute load {seen} (before, after) on {cores()} cores: {busy_note}"
 
 
 def exit_code(goals: list[Goal]) -> int:
