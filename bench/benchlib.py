@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,6 +31,14 @@ def load() -> float:
 def busy(*loads: float) -> bool:
     """Whether any of these loads (or, with none, the load now) is above the machine's cores."""
     return any(each > cores() for each in (loads or (load(),)))
+
+
+def span(loads: Sequence[float]) -> tuple[float, ...]:
+    """The loads of a measurement taken in parts (before and after each), as a goal keeps them:
+    the first, the highest between them where it is higher than both ends, and the last."""
+    first, last = loads[0], loads[-1]
+    highest = max(loads)
+    return (first, highest, last) if highest > max(first, last) else (first, last)
 
 
 def machine() -> str:
@@ -91,11 +100,10 @@ def goal_table(goals: list[Goal], unit: str = "") -> str:
 
 
 def load_note(*loads: float) -> str:
-    """The loads a benchmark saw, for its text: `load 0.52 before, 1.10 after (2 cores)`, and
-    what a busy machine means for its timed goals."""
-    seen = ", ".join(f"{x:.2f}" for x in loads)
-    busy_note = "busy: its timed goals are unmeasured" if busy(*loads) else "not busy"
-    return f"1-minute load {seen} (before, after) on {cores()} cores: {busy_note}"
+    """The loads a benchmark saw, for its text: `1-minute load 0.52, 1.10 (before, after) on
+    2 cores: not busy`."""
+    seen = ", ".join(f"{x:.2f}" for x in loads) or f"{load():.2f}"
+    return f"1-minute load {seen} (before, after) on {cores()} cores: {'busy' if busy(*loads) else 'not busy'}"
 
 
 def exit_code(goals: list[Goal]) -> int:

@@ -99,3 +99,10 @@ def test_writing_a_section_keeps_the_others(tmp_path: Path) -> None:
     text = results.read_text()
     assert "second a\n" in text and "first b\n" in text and "first a" not in text
     assert text.index("<!-- a:start -->") < text.index("<!-- b:start -->")
+
+
+def test_a_measurement_in_parts_keeps_its_ends_and_a_busier_moment_between() -> None:
+    assert benchlib.span([QUIET, 1.0, 0.8, 1.2]) == (QUIET, 1.2)
+    assert benchlib.span([QUIET, BUSY, 0.8, 1.2]) == (QUIET, BUSY, 1.2)
+    # Busy only between the ends: a timed goal over it is still unmeasured.
+    assert benchlib.Goal("ratio", 1.0, 1.05, loads=benchlib.span([QUIET, BUSY, QUIET])).verdict == "unmeasured"
