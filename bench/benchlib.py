@@ -88,14 +88,14 @@ class Goal:
         unit = unit or self.unit
         sign = ">=" if self.floor else "<="
         seen = " / ".join(f"{x:.2f}" for x in self.loads) or f"{load():.2f}"
-        kind = "time" if self.timed else "count"
-        return f"| {self.name} | {kind} | {self.measured:g}{unit} | {sign} {self.limit:g}{unit} | {seen} | {self.verdict} |"
+        timed = "yes" if self.timed else "no"
+        return f"| {self.name} | {timed} | {self.measured:g}{unit} | {sign} {self.limit:g}{unit} | {seen} | {self.verdict} |"
 
 
 def goal_table(goals: list[Goal], unit: str = "") -> str:
     """The goals as a table: each one's figure, limit, the loads seen while it was measured
-    (before / after) and its verdict; `time` goals are the ones a busy machine leaves unmeasured."""
-    lines = ["| goal | kind | measured | limit | load seen | verdict |", "|---|---|---|---|---|---|"]
+    (before / after) and its verdict; the timed ones are those a busy machine leaves unmeasured."""
+    lines = ["| goal | timed | measured | limit | load seen | verdict |", "|---|---|---|---|---|---|"]
     return "\n".join([*lines, *(each.row(unit) for each in goals)]) + "\n"
 
 

@@ -87,8 +87,8 @@ def test_the_table_prints_the_loads_seen_and_each_verdict() -> None:
         [benchlib.Goal("ratio", 1.2, 1.05, loads=(QUIET, BUSY)), benchlib.Goal("rows", 31, 40, timed=False, loads=(BUSY,))]
     )
     rows = table.splitlines()[2:]
-    assert rows[0] == "| ratio | time | 1.2 | <= 1.05 | 0.50 / 3.50 | unmeasured |"
-    assert rows[1] == "| rows | count | 31 | <= 40 | 3.50 | met |"
+    assert rows[0] == "| ratio | yes | 1.2 | <= 1.05 | 0.50 / 3.50 | unmeasured |"
+    assert rows[1] == "| rows | no | 31 | <= 40 | 3.50 | met |"
 
 
 def test_writing_a_section_keeps_the_others(tmp_path: Path) -> None:
