@@ -101,9 +101,10 @@ def goal_table(goals: list[Goal], unit: str = "") -> str:
 
 def load_note(*loads: float) -> str:
     """The loads a benchmark saw, for its text: `1-minute load 0.52, 1.10 (before, after) on
-    2 cores: not busy`."""
+    2 cores: not busy`; three are a `span` (before, the highest between, after)."""
     seen = ", ".join(f"{x:.2f}" for x in loads) or f"{load():.2f}"
-    return f"1-minute load {seen} (before, after) on {cores()} cores: {'busy' if busy(*loads) else 'not busy'}"
+    which = {1: "now", 2: "before, after", 3: "before, highest between, after"}.get(len(loads) or 1, "seen")
+    return f"1-minute load {seen} ({which}) on {cores()} cores: {'busy' if busy(*loads) else 'not busy'}"
 
 
 def exit_code(goals: list[Goal]) -> int:

@@ -151,11 +151,7 @@ def report(rows: list[dict[str, Any]], judged: list[Goal]) -> str:
         "|---|---:|---|---:|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
-        source = (
-            f"run {r['learned_from']}"
-            if r["learned_from"]
-            else ("nothing (first run)" if r is _first(rows, r) else "the stub's answers")
-        )
+        source = r["learned_from"] or ("nothing (first run)" if r is _first(rows, r) else "the stub's answers")
         told = f"${r['estimate_told']:.5f} ({r['told_tokens']} a turn)" if r["estimate_told"] is not None else "—"
         lines.append(
             f"| {r['model']} | {r['size']} | {source} | ${r['estimate']:.5f} | ${r['range'][0]:.4f}-${r['range'][1]:.4f} | "

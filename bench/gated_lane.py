@@ -119,7 +119,7 @@ def run_bench(steps: int, parallel: int, delay_ms: int, ttft_ms: int, repeat: in
         "runs": runs,
         "median_on_s": statistics.median(on),
         "median_off_s": statistics.median(off),
-        "on_off_ratio": round(statistics.median(on) / statistics.median(off), 3),
+        "on_off_ratio": round(statistics.median(on) / statistics.median(off), 4),
         "ideal_s": runs[0]["ideal_s"],
         "machine": machine(),
     }
@@ -170,7 +170,7 @@ def markdown(r: dict[str, Any], judged: list[Goal]) -> str:
     lines += [
         "",
         f"Median makespan: {r['median_on_s']} s gated, {r['median_off_s']} s ungated (ratio {r['on_off_ratio']}x); "
-        f"{load_note(*loads)} (the first run's load before it, the highest of any run's where higher, the last's after).",
+        f"over the {len(r['runs'])} runs, {load_note(*loads)}.",
         "",
         goal_table(judged),
     ]

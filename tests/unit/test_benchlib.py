@@ -106,3 +106,8 @@ def test_a_measurement_in_parts_keeps_its_ends_and_a_busier_moment_between() -> 
     assert benchlib.span([QUIET, BUSY, 0.8, 1.2]) == (QUIET, BUSY, 1.2)
     # Busy only between the ends: a timed goal over it is still unmeasured.
     assert benchlib.Goal("ratio", 1.0, 1.05, loads=benchlib.span([QUIET, BUSY, QUIET])).verdict == "unmeasured"
+
+
+def test_the_load_note_says_busy_when_a_load_is_above_the_cores() -> None:
+    assert benchlib.load_note(QUIET, 1.0) == "1-minute load 0.50, 1.00 (before, after) on 2 cores: not busy"
+    assert benchlib.load_note(QUIET, BUSY, 1.0).endswith("(before, highest between, after) on 2 cores: busy")
