@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,6 +31,14 @@ def load() -> float:
 def busy(*loads: float) -> bool:
     """Whether any of these loads (or, with none, the load now) is above the machine's cores."""
     return any(each > cores() for each in (loads or (load(),)))
+
+
+def span(loads: Sequence[float]) -> tuple[float, ...]:
+    """The loads of a measurement taken in parts (before and after each), as a goal keeps them:
+    the first, the highest between them where it is higher than both ends, and the last."""
+    first, last = loads[0], loads[-1]
+    highest = max(loads)
+    return (first, highest, last) if highest > max(first, last) else (first, last)
 
 
 def machine() -> str:
@@ -66,6 +75,7 @@ class Goal:
     timed: bool = True
     floor: bool = False
     loads: tuple[float, ...] = ()
+    unit: str = ""
 
     @property
     def verdict(self) -> Verdict:
@@ -75,14 +85,26 @@ class Goal:
         return "met" if ok else "NOT met"
 
     def row(self, unit: str = "") -> str:
+        unit = unit or self.unit
         sign = ">=" if self.floor else "<="
         seen = " / ".join(f"{x:.2f}" for x in self.loads) or f"{load():.2f}"
-        return f"| {self.name} | {self.measured:g}{unit} | {sign} {self.limit:g}{unit} | {seen} | {self.verdict} |"
+        timed = "yes" if self.timed else "no"
+        return f"| {self.name} | {timed} | {self.measured:g}{unit} | {sign} {self.limit:g}{unit} | {seen} | {self.verdict} |"
 
 
 def goal_table(goals: list[Goal], unit: str = "") -> str:
-    lines = ["| goal | measured | limit | load seen | verdict |", "|---|---|---|---|---|"]
+    """The goals as a table: each one's figure, limit, the loads seen while it was measured
+    (before / after) and its verdict; the timed ones are those a busy machine leaves unmeasured."""
+    lines = ["| goal | timed | measured | limit | load seen | verdict |", "|---|---|---|---|---|---|"]
     return "\n".join([*lines, *(each.row(unit) for each in goals)]) + "\n"
+
+
+def load_note(*loads: float) -> str:
+    """The loads a benchmark saw, for its text: `1-minute load 0.52, 1.10 (before, after) on
+    2 cores: not busy`; three are a `span` (before, the highest between, after)."""
+    seen = ", ".join(f"{x:.2f}" for x in loads) or f"{load():.2f}"
+    which = {1: "now", 2: "before, after", 3: "before, highest between, after"}.get(len(loads) or 1, "seen")
+    return f"1-minute load {seen} ({which}) on {cores()} cores: {'busy' if busy(*loads) else 'not busy'}"
 
 
 def exit_code(goals: list[Goal]) -> int:

@@ -11,6 +11,11 @@ one program started per isolation level (a plain subprocess; bubblewrap with no 
 which each tool call of a sandboxed step pays, and a sandboxed step that makes one real
 `bash` call (a stub `tool:` line) under each isolation level (`LANEFLOW_ISOLATION`).
 
+Goal: the sandboxed (warm worker) median at most 150 ms a step over the unsandboxed median,
+both measured in this run, the modes taking turns in each repeat. A wall time: reported
+unmeasured (neither met nor missed) when the machine was busy, its 1-minute load above its
+cores before or after the drives. Exit 1 when it is measured and missed.
+
     python bench/sandbox.py [--groups 10] [--repeat 3] [--json] [--write]
 """
 
@@ -29,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from benchlib import machine, write_section
+from benchlib import Goal, exit_code, goal_table, load, load_note, machine, write_section
 
 from laneflow.adapters.aws.s3 import checkout
 from laneflow.adapters.engine.local import LocalEngine
@@ -133,6 +138,7 @@ MODES: dict[str, tuple[bool, bool | None, str | None]] = {
 
 def run_bench(groups: int, repeat: int) -> dict[str, Any]:
     per_step: dict[str, list[float]] = {m: [] for m in MODES}
+    before = load()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "warmup").mkdir()
@@ -142,6 +148,7 @@ def run_bench(groups: int, repeat: int) -> dict[str, Any]:
                 where = root / f"{mode}-{i}"
                 where.mkdir()
                 per_step[mode].append(drive_ms(where, groups, sandbox, warm, isolation))
+        loads = [round(before, 2), round(load(), 2)]
         parts = components(root)
     med = {m: round(statistics.median(v), 1) for m, v in per_step.items()}
     return {
@@ -151,11 +158,15 @@ def run_bench(groups: int, repeat: int) -> dict[str, Any]:
         "extra_ms_warm": round(med["sandboxed_warm"] - med["unsandboxed"], 1),
         "extra_ms_fresh_interpreter": round(med["sandboxed_fresh_interpreter"] - med["unsandboxed"], 1),
         "components": parts,
-        "goal_under_150_ms_more": med["sandboxed_warm"] - med["unsandboxed"] < GOAL_MS,
+        "loads": loads,
     }
 
 
-def markdown(out: dict[str, Any]) -> str:
+def goals(out: dict[str, Any]) -> list[Goal]:
+    return [Goal("extra per sandboxed step, warm worker", out["extra_ms_warm"], GOAL_MS, loads=tuple(out["loads"]), unit=" ms")]
+
+
+def markdown(out: dict[str, Any], judged: list[Goal]) -> str:
     m, c = out["ms_per_step"], out["components"]
     bwrap = c.get("program_bubblewrap_ms")
     lines = [
@@ -176,7 +187,9 @@ def markdown(out: dict[str, Any]) -> str:
         f"| a Python that imports laneflow (what the warm worker saves) | {c['python_importing_laneflow_ms']} |",
         f"| one program, plain subprocess (per tool call) | {c['program_subprocess_ms']} |",
         f"| one program, bubblewrap with no network (per tool call) | {bwrap if bwrap is not None else 'not available'} |",
-        f"| goal: under {GOAL_MS:.0f} ms more than unsandboxed | {'met' if out['goal_under_150_ms_more'] else 'NOT met'} |",
+        "",
+        goal_table(judged),
+        f"The drives' {load_note(*out['loads'])}.",
         "",
     ]
     return "\n".join(lines)
@@ -190,10 +203,12 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write the figures into bench/RESULTS.md")
     args = parser.parse_args()
     out = run_bench(args.groups, args.repeat)
-    print(json.dumps(out, indent=2) if args.json else markdown(out))
+    judged = goals(out)
+    out["goals"] = [g.__dict__ | {"verdict": g.verdict} for g in judged]
+    print(json.dumps(out, indent=2) if args.json else markdown(out, judged))
     if args.write:
-        write_section(HERE / "RESULTS.md", "sandbox", markdown(out))
-    return 0 if out["goal_under_150_ms_more"] else 1
+        write_section(HERE / "RESULTS.md", "sandbox", markdown(out, judged))
+    return exit_code(judged)
 
 
 if __name__ == "__main__":
