@@ -32,6 +32,14 @@ from laneflow.ports import Services
 from laneflow.usecases.start_run import prepare_run
 
 
+class ScheduleInvalid(InvalidInput):
+    """A schedule's flow, input or model that a run could not start with: its first problem
+    names the field (and is its message), the others are the run's own problems."""
+
+    def __str__(self) -> str:
+        return "\n".join([str(self.args[0]), *(f"  {p}" for p in self.problems[1:])])
+
+
 class AddSchedule(BaseModel):
     """A flow of a workspace, run on an EventBridge schedule expression in a zone."""
 
@@ -89,8 +97,10 @@ def add_schedule(
         run = prepare_run(svc, svc.folders.open(uri), request.flow, request.input, tenant=tenant, model=request.model)
     except InvalidInput as error:
         field = _field_of(error)
-        head = error.one_line()
-        raise InvalidInput(f"{field}: {head}", [Problem(file="schedule", field=field, message=head), *error.problems]) from None
+        said = str(error.args[0]) if error.args else type(error).__name__
+        raise ScheduleInvalid(
+            f"{field}: {said}", [Problem(file="schedule", field=field, message=said), *error.problems]
+        ) from None
     schedule = schedule.model_copy(update={"workspace": run.workspace, "workspace_uri": uri})
     svc.store.create_schedule(schedule)
     if svc.triggers is not None:
