@@ -30,12 +30,22 @@ import datetime as dt
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from croniter import CroniterBadDateError, CroniterError, croniter
-
 from laneflow.domain.errors import InvalidInput, Problem
+
+if TYPE_CHECKING:
+    from croniter import croniter as Croniter
+
+
+def _croniter(expression: str, start: dt.datetime) -> Croniter[dt.datetime]:
+    """croniter over naive wall-clock times (imported when first needed: it takes ~25 ms,
+    which a command that never reads a schedule should not pay)."""
+    from croniter import croniter
+
+    return croniter(expression, start, max_years_between_matches=SEARCH_YEARS, ret_type=dt.datetime)
+
 
 UTC = dt.UTC
 
@@ -228,8 +238,10 @@ def _weekdays(text: str, dow: str) -> str:
 def _check_field(text: str, field: str, expression: str) -> None:
     """croniter's verdict on `expression` (one field of ours among stars, or the whole),
     as a problem naming the field."""
+    from croniter import CroniterError
+
     try:
-        croniter(expression, dt.datetime(2000, 1, 1), max_years_between_matches=SEARCH_YEARS, ret_type=dt.datetime)
+        _croniter(expression, dt.datetime(2000, 1, 1))
     except (CroniterError, ValueError, KeyError, IndexError) as error:
         where = f"{field} " if field else ""
         reason = str(error).split("]")[-1].replace("is not acceptable", "").strip(" ,") or "not a value it takes"
@@ -287,7 +299,9 @@ def firings_after(expression: Expression, tz: ZoneInfo, after: dt.datetime, *, a
     # A wall time's first occurrence comes no earlier than an earlier wall time's, so the
     # firings after `after` are the wall times after its own (those of a repeated hour that
     # came before it in time are passed over).
-    itr = croniter(expression.cron, _wall(after, tz), max_years_between_matches=SEARCH_YEARS, ret_type=dt.datetime)
+    from croniter import CroniterBadDateError
+
+    itr = _croniter(expression.cron, _wall(after, tz))
     while True:
         try:
             wall = itr.get_next()
@@ -320,7 +334,9 @@ def last_firing(
         return
     # Begin some wall clock late: just after the clocks go back, a repeated wall time later
     # than `until`'s came (its first occurrence) before `until`.
-    itr = croniter(expression.cron, _wall(until, tz) + _SHIFT, max_years_between_matches=SEARCH_YEARS, ret_type=dt.datetime)
+    from croniter import CroniterBadDateError
+
+    itr = _croniter(expression.cron, _wall(until, tz) + _SHIFT)
     while True:
         try:
             wall = itr.get_prev()

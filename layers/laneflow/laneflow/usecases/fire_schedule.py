@@ -28,6 +28,7 @@ from laneflow.domain.schedules import (
     Firing,
     Outcome,
     Schedule,
+    ScheduleNotFound,
     ScheduleState,
     due,
     firing_key,
@@ -125,6 +126,17 @@ def fire(svc: Services, tenant: str, schedule_id: str, scheduled_at: str, *, thr
         return _record(svc, schedule, Firing(scheduled_at=at, outcome=Outcome.failed, reason=reason), through=through)
     firing = Firing(scheduled_at=at, outcome=Outcome.started, run_id=started.run.id)
     return _record(svc, schedule, firing, started.run, started.replayed, through)
+
+
+def delivered(svc: Services, tenant: str, schedule_id: str, scheduled_at: str) -> dict[str, object]:
+    """A firing as EventBridge Scheduler delivers it (the fire function): fired once, and
+    answered. A schedule removed while Scheduler was delivering its firing is answered
+    `gone` (not an error: Scheduler would retry it into the dead-letter queue)."""
+    try:
+        return fire(svc, tenant, schedule_id, scheduled_at).as_dict()
+    except ScheduleNotFound:
+        log.warning("schedule %s of tenant %s is gone; its firing at %s starts nothing", schedule_id, tenant, scheduled_at)
+        return {"tenant": tenant, "schedule_id": schedule_id, "scheduled_at": scheduled_text(scheduled_at), "outcome": "gone"}
 
 
 def _where(svc: Services, schedule: Schedule) -> str:
