@@ -67,7 +67,9 @@ def test_adding_refuses_each_bad_field_by_name_and_keeps_nothing(svc: Services, 
 def test_a_firing_delivered_twice_starts_one_run_and_the_run_says_which_firing(svc: Services) -> None:
     s = add(svc)
     first = fire(svc, TENANT, s.id, "2026-03-01T10:15:00Z")
+    version = svc.store.get_schedule(TENANT, s.id).version
     again = fire(svc, TENANT, s.id, "2026-03-01T10:15:31Z")  # the same minute, delivered again
+    assert svc.store.get_schedule(TENANT, s.id).version == version  # found, and nothing written
     assert first.firing.outcome == Outcome.started and not first.replayed
     assert again.replayed and again.run is not None and first.run is not None and again.run.id == first.run.id
     assert first.run.id == firing_run_id(TENANT, s.id, "2026-03-01T10:15:00Z")
@@ -238,3 +240,13 @@ def test_a_held_run_ends_through_the_engine_and_its_schedule_fires_the_held_firi
     ended = local_engine(svc).drive(TENANT, first.run.id, tick_s=0.02)  # EndRun tells the schedule
     assert svc.store.get_run(TENANT, first.run.id).status == RunStatus.completed, ended
     assert svc.store.get_schedule(TENANT, s.id).last_run == firing_run_id(TENANT, s.id, "2026-03-01T10:30:00Z")
+
+
+def test_a_firing_recorded_before_a_look_is_answered_as_recorded_and_the_look_moves_on(svc: Services) -> None:
+    s = add(svc)
+    fire(svc, TENANT, s.id, "2026-03-01T10:15:00Z")  # delivered by itself (Scheduler, a test)
+    fire(svc, TENANT, s.id, "2026-03-01T10:30:00Z")  # skipped: the 10:15 run is active
+    [looked] = tick(svc, at("2026-03-01T10:30:20Z"))
+    assert looked.replayed and looked.firing.outcome == Outcome.skipped
+    assert svc.store.get_schedule(TENANT, s.id).through == "2026-03-01T10:30:00Z"
+    assert tick(svc, at("2026-03-01T10:30:40Z")) == []

@@ -93,10 +93,14 @@ def fire(svc: Services, tenant: str, schedule_id: str, scheduled_at: str, *, thr
     schedule = svc.store.get_schedule(tenant, schedule_id)
     key = firing_key(schedule.id, at)
     found = _run(svc, tenant, idempotent_run_id(tenant, key))
-    if found is not None:  # a second delivery: the run is there
-        return _record(svc, schedule, Firing(scheduled_at=at, outcome=Outcome.started, run_id=found.id), found, True, through)
     earlier = schedule.firing(at)
+    if found is not None:  # a second delivery: the run is there
+        if earlier is not None and earlier.run_id == found.id and not _moves(schedule, through):
+            return Fired(tenant, schedule.id, earlier, found, replayed=True)  # recorded already: nothing to write
+        return _record(svc, schedule, Firing(scheduled_at=at, outcome=Outcome.started, run_id=found.id), found, True, through)
     if earlier is not None and earlier.outcome not in (Outcome.buffered, Outcome.started):
+        if _moves(schedule, through):  # answered as recorded; how far a tick looked still moves on
+            svc.store.record_firing(tenant, schedule.id, earlier, through=through)
         return Fired(tenant, schedule.id, earlier, replayed=True)
     if schedule.state != ScheduleState.enabled:
         return _record(
@@ -139,6 +143,11 @@ def delivered(svc: Services, tenant: str, schedule_id: str, scheduled_at: str) -
         return {"tenant": tenant, "schedule_id": schedule_id, "scheduled_at": scheduled_text(scheduled_at), "outcome": "gone"}
 
 
+def _moves(schedule: Schedule, through: str | None) -> bool:
+    """Whether recording with `through` would move how far the schedule was looked at."""
+    return through is not None and (schedule.through is None or through > schedule.through)
+
+
 def _where(svc: Services, schedule: Schedule) -> str:
     if schedule.workspace_uri:
         return schedule.workspace_uri
@@ -173,7 +182,7 @@ def tick(svc: Services, now: dt.datetime, *, catchup_s: float = CATCHUP_S, tenan
 def _tick_one(svc: Services, schedule: Schedule, now: dt.datetime, catchup_s: float) -> list[Fired]:
     found = due(schedule, now, catchup_s=catchup_s)
     fired: list[Fired] = []
-    for at in reversed(found.missed):  # oldest first, so the record ends newest first
+    for at in reversed([at for at in found.missed if schedule.firing(at) is None]):  # oldest first; none recorded twice
         why = f"nothing fired it in time (more than {catchup_s:g} s passed before laneflow looked)"
         fired.append(_record(svc, schedule, Firing(scheduled_at=at, outcome=Outcome.missed, reason=why), through=found.through))
     if found.fire is not None:
