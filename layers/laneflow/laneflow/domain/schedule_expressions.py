@@ -27,6 +27,7 @@ or `timezone`.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -134,9 +135,11 @@ def zone_names() -> frozenset[str]:
     return frozenset(available_timezones())
 
 
+@functools.lru_cache(maxsize=1024)
 def parse(text: str) -> Expression:
     """Read and check an EventBridge Scheduler expression; `ExpressionInvalid` naming
-    `expression` (and the cron field) when it cannot be used."""
+    `expression` (and the cron field) when it cannot be used. (Kept per text: each look at a
+    schedule reads its expression again, and checking one asks croniter seven times.)"""
     if not isinstance(text, str) or len(text) > 256:
         raise invalid("expression", "give rate(...), cron(...) or at(...), at most 256 characters")
     given = text.strip()
