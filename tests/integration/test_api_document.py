@@ -46,6 +46,12 @@ def test_the_openapi_document_lists_every_route(api_svc: Services) -> None:
         ("/openapi.json", "GET"),
         ("/", "GET"),
         ("/assets/{name}", "GET"),
+        ("/schedules", "POST"),
+        ("/schedules", "GET"),
+        ("/schedules/{schedule_id}", "GET"),
+        ("/schedules/{schedule_id}", "DELETE"),
+        ("/schedules/{schedule_id}/pause", "POST"),
+        ("/schedules/{schedule_id}/resume", "POST"),
     }
     assert len(listed) == len(app._static_routes + app._dynamic_routes)
     assert set(document["components"]["schemas"]["StartRun"]["properties"]) == {

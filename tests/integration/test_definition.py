@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from laneflow.adapters.engine.template import Template
 from laneflow.domain import messages as contracts
+from laneflow.domain.schedules import FireScheduleRequest
 
 TEMPLATE = Template.load(ROOT / "template.yaml")
 EVENT_MODELS = {
@@ -32,6 +33,7 @@ EVENT_MODELS = {
     "end_run": contracts.EndRunRequest,
     "park_run": contracts.ParkRequest,
     "next_drive": contracts.NextDriveRequest,
+    "fire_schedule": FireScheduleRequest,  # EventBridge Scheduler's target Input, not the state machine's
 }
 
 

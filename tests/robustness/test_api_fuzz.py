@@ -98,6 +98,12 @@ FIELDS = st.fixed_dictionaries(
         "approve": st.booleans() | JSONISH,
         "output_tokens": st.integers(-5, 10**7) | JSONISH,
         "tenant": TEXT,
+        "expression": st.sampled_from(
+            ["rate(5 minutes)", "cron(0 7 ? * MON-FRI *)", "cron(0 7 * * * *)", "at(2020-01-01T00:00:00)"]
+        )
+        | TEXT,
+        "timezone": st.sampled_from(["Europe/Berlin", "UTC", "../../etc/passwd", "Nowhere/Zone"]) | JSONISH,
+        "overlap": st.sampled_from(["skip", "allow", "buffer-one", "sometimes"]) | JSONISH,
     },
 )
 
@@ -163,6 +169,10 @@ def paths(draw: st.DrawFn, real_run: str) -> str:
                 f"/assets/{run}",
                 "/assets/",
                 "/estimates",
+                "/schedules",
+                f"/schedules/{run}",
+                f"/schedules/{run}/pause",
+                f"/schedules/{run}/resume",
             ]
         )
     )
@@ -184,7 +194,9 @@ def test_any_request_on_any_route_is_answered_below_500_and_a_refusal_writes_not
         body = data.draw(st.sampled_from([base64.b64encode(body.encode("utf-8", "surrogatepass")).decode(), body]))
     query = data.draw(
         st.none()
-        | st.dictionaries(st.sampled_from(["limit", "x"]), st.sampled_from(["1", "0", "-1", "abc", "9" * 50, ""]), max_size=2)
+        | st.dictionaries(
+            st.sampled_from(["limit", "x", "schedule"]), st.sampled_from(["1", "0", "-1", "abc", "9" * 50, ""]), max_size=2
+        )
     )
     before = [r.id for r in svc.store.list_runs(TENANT, limit=500)]
 

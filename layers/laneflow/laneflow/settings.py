@@ -50,6 +50,10 @@ ENV_NAMES: tuple[tuple[str, str], ...] = (
     ("ready_siblings", "LANEFLOW_READY_SIBLINGS"),
     ("signin_domain", "LANEFLOW_SIGNIN_DOMAIN"),
     ("signin_client_id", "LANEFLOW_SIGNIN_CLIENT_ID"),
+    ("schedule_group", "LANEFLOW_SCHEDULE_GROUP"),
+    ("schedule_target", "LANEFLOW_SCHEDULE_TARGET"),
+    ("schedule_role", "LANEFLOW_SCHEDULE_ROLE"),
+    ("schedule_dead_letter", "LANEFLOW_SCHEDULE_DEAD_LETTER"),
 )
 
 # Settings read from the environment that are this process's own, never handed to a child
@@ -115,6 +119,13 @@ class Settings(BaseModel):
     # sign-in). In the cloud the people API's stage says it instead (viewer_assets.sign_in).
     signin_domain: str | None = None
     signin_client_id: str | None = None
+    # LANEFLOW_SCHEDULE_GROUP, _TARGET, _ROLE, _DEAD_LETTER (cloud): schedules are EventBridge
+    # Scheduler schedules in this group, invoking this function (the fire function's ARN) with
+    # this role, undeliverable firings kept in this queue. Unset: none (locally `serve` fires).
+    schedule_group: str | None = None
+    schedule_target: str | None = None
+    schedule_role: str | None = None
+    schedule_dead_letter: str | None = None
     secrets_file: str | None = None  # LANEFLOW_SECRETS_FILE (`--secrets FILE`): declared secrets, dotenv (local)
     secret_source: Literal["local", "secretsmanager"] = "local"  # LANEFLOW_SECRET_SOURCE: where declared secrets are read
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None  # POWERTOOLS_LOG_LEVEL

@@ -21,6 +21,7 @@ from pathlib import Path
 from laneflow.adapters.aws.ecs import EcsTasks, task_alive, task_gone_for
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.adapters.aws.s3 import S3Captures, S3Workspaces, SyncedFolders
+from laneflow.adapters.aws.scheduler import SchedulerTriggers
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets, read_model_key
 from laneflow.adapters.aws.stepfunctions import (
     StepFunctionsCallbacks,
@@ -139,11 +140,21 @@ def for_store(store: Store, cfg: Settings | None = None) -> Services:
         secret_files=PrivateSecretFiles(),
         tool_definitions=tool_definitions,
         crashpoints=crash_points(cfg),
+        triggers=schedule_triggers(cfg),
     )
     # This process's log records are masked by the store's redactor from now on (the
     # services made from these, `dataclasses.replace`d, share it).
     redact_logs(svc.redactor)
     return svc
+
+
+def schedule_triggers(cfg: Settings) -> SchedulerTriggers | None:
+    """Schedules' EventBridge Scheduler schedules where the deployment names its group, the
+    fire function and the role (the API's function in the cloud); else none: locally
+    `serve` and `laneflow schedule tick` fire from the store."""
+    if not (cfg.schedule_group and cfg.schedule_target and cfg.schedule_role):
+        return None
+    return SchedulerTriggers(cfg.schedule_group, cfg.schedule_target, cfg.schedule_role, cfg.schedule_dead_letter)
 
 
 def crash_points(cfg: Settings) -> CrashPoints:

@@ -283,6 +283,20 @@ class Run(Record):
         found = self.options.get("then_run")
         return found if isinstance(found, str) else None
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def schedule_id(self) -> str | None:
+        """The schedule whose firing started it (kept in `options`; laneflow.domain.schedules)."""
+        found = self.options.get("schedule_id")
+        return found if isinstance(found, str) else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def scheduled_at(self) -> str | None:
+        """That firing's scheduled time, UTC (kept in `options`)."""
+        found = self.options.get("scheduled_at")
+        return found if isinstance(found, str) else None
+
     def public(self) -> dict[str, Any]:
         """The run record as `--json` and the API show it (snake_case), with its `lanes`
         (what the prompt cache did per lane, derived from the steps)."""

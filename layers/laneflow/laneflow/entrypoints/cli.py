@@ -252,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="the port to listen on (default 8080)")
     p.add_argument("--workspaces", default=None, help="a folder of workspaces (default: the project's examples/)")
+    p.add_argument(
+        "--catchup",
+        default="1h",
+        help="back after being down, fire each schedule's last missed firing at most this old (default 1h)",
+    )
     secrets_flag(p)
     workers_flag(p)
     p.set_defaults(func=cmd_serve, serves=True)
@@ -278,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_show)
 
     _workspace_makers(sub)
+    from laneflow.entrypoints.cli_schedules import register as schedule_commands  # its commands import what they use
+
+    schedule_commands(sub, with_store)
     return parser
 
 

@@ -12,8 +12,11 @@ from laneflow.wiring import init_store, serving
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from laneflow.entrypoints.cli_schedules import duration_s
     from laneflow.entrypoints.serve import make_server, reconcile_runs, serve
     from laneflow.paths import project_root
+
+    catchup_s = duration_s(args.catchup)  # a bad flag is said before anything listens
 
     folder = Path(args.workspaces or project_root() / "examples").resolve()
     svc = serving(command_services(args), folder)
@@ -27,7 +30,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for line in lines:
         err(f"reconcile: {line}")
     err(f"workspaces in {folder}")
-    serve(svc, server=server)
+    serve(svc, server=server, catchup_s=catchup_s)
     return EXIT_OK
 
 

@@ -169,6 +169,8 @@ def describe(run: Run, width: int | None = None, *, bold: bool = False) -> str:
     chain += [f"then {run.then_run}"] if run.then_run else []
     if chain:
         lines.append(f"  chain: {' '.join(chain)}")
+    if run.schedule_id:
+        lines.append(f"  schedule: {run.schedule_id}, its firing at {run.scheduled_at}")
     lines.append(f"  input: {json.dumps(run.input, ensure_ascii=False)[:200]}")
     lines = wrap(lines, width)
     rows = lane_rows(run.steps)

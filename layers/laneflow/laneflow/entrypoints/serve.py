@@ -445,22 +445,30 @@ def make_server(
         raise InvalidInput(f"cannot listen on port {port} on {host}: {exc.strerror or type(exc).__name__}") from None
 
 
-def serve(svc: Services, host: str = "127.0.0.1", port: int = 8080, *, server: ApiServer | None = None) -> None:
+def serve(
+    svc: Services, host: str = "127.0.0.1", port: int = 8080, *, server: ApiServer | None = None, catchup_s: float = 3600.0
+) -> None:
     """Answer the API and the viewer until interrupted, on `server` if given (already bound),
     else on a new one. Runs started here are driven by the embedded engine on threads of this
     process, unless `svc` already has a drive starter. Every `reconcile_interval_s` (60 s
     unless set) a reconcile re-drives the runs whose worker went away meanwhile (`Reconciling`);
-    the one at the start is the caller's (`reconcile_runs`, after the port is bound)."""
+    the one at the start is the caller's (`reconcile_runs`, after the port is bound). Due
+    schedules fire every few seconds (`serve_schedules.Scheduling`; back after being down,
+    each one's last missed firing at most `catchup_s` old)."""
+    from laneflow.entrypoints.serve_schedules import Scheduling
+
     if svc.drives is None:
         svc.drives = local_drives(svc)
     server = server or make_server(svc, host, port, quiet=False)
     print(f"laneflow serve: {server.url}/ (tenant {svc.settings.tenant!r}); Ctrl-C to stop", file=sys.stderr, flush=True)
     reconciling = Reconciling(svc, svc.settings.reconcile_interval_s).start()
+    scheduling = Scheduling(svc, catchup_s=catchup_s).start()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        scheduling.stop()
         reconciling.stop()
         server.server_close()
 

@@ -31,6 +31,7 @@ from laneflow.ports import (
     WorkspaceFolders,
     WorkspaceSource,
 )
+from laneflow.ports.schedules import ScheduleTriggers
 from laneflow.ports.store import Store
 from laneflow.settings import Settings
 
@@ -115,6 +116,7 @@ class Services:
     continuations: DriveContinuer | None = None  # continues a drive in a fresh execution (NextDrive)
     workspaces: WorkspaceSource | None = None  # finds a workspace by name (API)
     tasks: SandboxTasks | None = None  # stops the Fargate tasks of sandboxed steps (cloud)
+    triggers: ScheduleTriggers | None = None  # schedules' EventBridge Scheduler schedules (cloud)
     telemetry: Telemetry = field(default_factory=NoTelemetry)
     crashpoints: CrashPoints = field(default_factory=NoCrashPoints)  # the crash-injection suite's
     secrets: SecretSource | None = None  # declared secrets' values (None: a step declaring one fails)

@@ -29,6 +29,7 @@ from laneflow.domain.records import (
     StepStatus,
 )
 from laneflow.domain.redaction import Redactor
+from laneflow.domain.schedules import Firing, Schedule, ScheduleState
 from laneflow.domain.workers import WorkerRef
 
 log = logging.getLogger("laneflow.ports")
@@ -393,6 +394,51 @@ class Store(ABC):
     def list_open_questions(self, tenant: str | None = None) -> list[tuple[str, Note]]:
         """(tenant, question) of every question still open, of one tenant or all, read from
         what is live only (never by scanning every run), oldest first."""
+
+    # -- schedules (laneflow.domain.schedules) ------------------------------------------------
+
+    @abstractmethod
+    def create_schedule(self, schedule: Schedule) -> None:
+        """Write a new schedule (its input masked). `Conflict` if its id is taken."""
+
+    @abstractmethod
+    def get_schedule(self, tenant: str, schedule_id: str) -> Schedule:
+        """One schedule. `ScheduleNotFound` if absent (also when it is another tenant's)."""
+
+    @abstractmethod
+    def list_schedules(self, tenant: str) -> list[Schedule]:
+        """The tenant's schedules, oldest first."""
+
+    @abstractmethod
+    def list_enabled_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        """The schedules not paused, of one tenant or all (what `serve` fires), read from
+        what is live only, oldest first."""
+
+    @abstractmethod
+    def record_firing(self, tenant: str, schedule_id: str, firing: Firing, *, through: str | None = None) -> Schedule:
+        """Record what one firing did, as `laneflow.domain.schedules.recorded` says (a firing
+        recorded before stays as it was unless it has now started; the schedule's last run,
+        what it holds and how far it was looked at follow), at once, conditional on the
+        record it was decided on. A started firing's run is listed under the schedule
+        (`list_schedule_runs`). Returns the schedule as written. `ScheduleNotFound`."""
+
+    @abstractmethod
+    def set_schedule_state(self, tenant: str, schedule_id: str, state: ScheduleState, *, at: str) -> Schedule:
+        """Pause or resume a schedule at `at` (resumed, only firings after `at` are due).
+        Returns it as written. `ScheduleNotFound`."""
+
+    @abstractmethod
+    def delete_schedule(self, tenant: str, schedule_id: str) -> Schedule:
+        """Remove a schedule; what it was. The runs it started stay, listed under its id.
+        `ScheduleNotFound`."""
+
+    @abstractmethod
+    def list_schedule_runs(
+        self, tenant: str, schedule_id: str, *, limit: int = 50, before: str | None = None
+    ) -> list[tuple[str, Run]]:
+        """(scheduled time, run) of the runs the schedule's firings started, newest firing
+        first, without steps; with `before` (a scheduled time), only older firings'. Runs no
+        longer there are left out; a schedule that never started one has none."""
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from laneflow.domain.redaction import scrub_paths
 from laneflow.domain.settlement import ACTIVE, BUDGET_SPENT, REJECTED, STOPPED
 from laneflow.ports import Services
 from laneflow.usecases.chain import start_chained
+from laneflow.usecases.fire_schedule import after_run_ended
 from laneflow.usecases.next_group import FAILED_BEFORE, FAILED_DURING, RUN_STOPPED
 from laneflow.usecases.step_crashed import step_crashed
 
@@ -82,11 +83,17 @@ def end_run(svc: Services, req: EndRunRequest) -> RunEnded:
 
 
 def _chain(svc: Services, run: Run) -> None:
-    """A completed run whose flow says `then:` starts that flow's run (`usecases.chain`)."""
+    """A completed run whose flow says `then:` starts that flow's run (`usecases.chain`); a
+    run a schedule started lets the firing its schedule held for it start
+    (`usecases.fire_schedule.after_run_ended`)."""
     try:
         start_chained(svc, run)
     except Exception:  # the run has ended; the chain's failure must not undo that
         log.exception("starting the run chained to %s failed", run.id)
+    try:
+        after_run_ended(svc, run)
+    except Exception:  # likewise
+        log.exception("starting the firing held for %s failed", run.id)
 
 
 def not_run_because(run: Run, error: str | None) -> str:

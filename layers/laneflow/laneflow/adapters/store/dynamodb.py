@@ -99,6 +99,7 @@ large items. moto reports no real capacity, so the count is the store's own.
 
 Modules: this one (the store: what each primitive of runs, steps, attempts, the journal
 and the trace reads and writes), dynamodb_inbox.py (handoffs, warm gates, inboxes),
+dynamodb_schedules.py (schedules and the runs their firings started),
 dynamodb_steps.py (the step item's claims, journal entries and fenced writes),
 dynamodb_spans.py (spans, and items written under a fence), dynamodb_table.py (requests,
 the live index, capacity, errors), dynamodb_items.py (keys, values, sizes),
@@ -153,6 +154,7 @@ from laneflow.adapters.store.dynamodb_items import (
     trace_prefix,
 )
 from laneflow.adapters.store.dynamodb_prefixes import DynamoPrefixes
+from laneflow.adapters.store.dynamodb_schedules import DynamoSchedules
 from laneflow.adapters.store.dynamodb_steps import StepItems
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.encoding import dumps
@@ -188,7 +190,7 @@ def _shared_session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
+class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, DynamoSchedules, RuleBookStore):
     """The DynamoDB store (see the module docstring for the item layout and its reasons).
 
     `table` must exist with template.yaml's RunsTable key schema and indexes. `bucket` (an S3

@@ -287,7 +287,10 @@ OBSERVED_PREFIX = "O#"  # what an attempt observed: O#<idx>#<n>#<seq>
 
 PREFIX_SK = "PREFIX"  # a prefix registry record's sort key (its pk names the tenant and the key)
 
-LIVE_KINDS = {"RUN": RUN_SK, "STEP": "S#", "ASK": NOTE_PREFIX, "PFX": PREFIX_SK}  # kind -> the sk its items start with
+SCHEDULE_PREFIX = "SCHEDULE#"  # a schedule's sort key: SCHEDULE#<id> (in its tenant's T#<tenant>#SCHEDULES)
+
+# kind -> the sk its items start with
+LIVE_KINDS = {"RUN": RUN_SK, "STEP": "S#", "ASK": NOTE_PREFIX, "PFX": PREFIX_SK, "SCHED": SCHEDULE_PREFIX}
 
 
 class Sequence:

@@ -7,7 +7,7 @@ has the rules they serve).
 Primitives (`seen`, where taken, is the `StepState` the decision was made on; a backend
 may keep what it needs for its conditions in `StepState.seen`; the warm gate's two are the
 rendezvous itself, a few conditional requests each on DynamoDB, where a transaction per
-sibling cost several times as much). 30 primitives:
+sibling cost several times as much). 36 primitives:
 
 | primitive            | kind  | what                                                    |
 |----------------------|-------|---------------------------------------------------------|
@@ -45,6 +45,13 @@ sibling cost several times as much). 30 primitives:
 | `_open_questions`    | read  | questions open, from what is live only                  |
 | `_write_note`        | write | a note, if its id is free, or a question answered or    |
 |                      |       | expired, if it is still open                            |
+| `_read_schedule`     | read  | a schedule's record, or None                            |
+| `_schedule_docs`     | read  | a tenant's schedules, or those enabled (live only)      |
+| `_write_schedule`    | write | a schedule's record, if its version is the one read     |
+|                      |       | (or, new, if its id is free)                            |
+| `_delete_schedule`   | write | a schedule, if its version is the one read              |
+| `_put_schedule_run`  | write | the run a schedule's firing started, under the schedule |
+| `_schedule_runs`     | read  | the runs a schedule's firings started, newest first     |
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ from laneflow.domain.records import (
     Run,
     Step,
 )
+from laneflow.domain.schedules import Schedule
 
 Doc = str | dict[str, Any]  # a record as a backend read it: its JSON text, or its fields
 
@@ -330,6 +338,35 @@ class Primitives(ABC):
     @abstractmethod
     def _open_questions(self, tenant: str | None) -> list[tuple[str, Note]]:
         """(tenant, question) of the questions open, of one tenant or all, from what is live only."""
+
+    # -- schedules --------------------------------------------------------------------------
+
+    @abstractmethod
+    def _read_schedule(self, tenant: str, schedule_id: str) -> str | None:
+        """A schedule's record as the JSON it was written as (strongly consistent), or None."""
+
+    @abstractmethod
+    def _schedule_docs(self, tenant: str | None, *, enabled_only: bool) -> list[tuple[str, str]]:
+        """(schedule id, record JSON) of one tenant's schedules, or of those enabled (of one
+        tenant or all: from what is live only), in any order."""
+
+    @abstractmethod
+    def _write_schedule(self, schedule: Schedule, *, expected: int | None) -> None:
+        """Write `schedule` whole if the stored one's version is `expected` (None: if there is
+        none), else `Refused`. An enabled schedule is live (`_schedule_docs` finds it)."""
+
+    @abstractmethod
+    def _delete_schedule(self, tenant: str, schedule_id: str, *, expected: int) -> None:
+        """Remove the schedule if its stored version is `expected`, else `Refused`."""
+
+    @abstractmethod
+    def _put_schedule_run(self, tenant: str, schedule_id: str, scheduled_at: str, run_id: str) -> None:
+        """Keep that the firing at `scheduled_at` started `run_id` (the same again: nothing new)."""
+
+    @abstractmethod
+    def _schedule_runs(self, tenant: str, schedule_id: str, limit: int, before: str | None) -> list[tuple[str, str]]:
+        """(scheduled time, run id) of the schedule's started firings, newest first, at most
+        `limit`, only those before `before` when given."""
 
     @abstractmethod
     def _write_note(self, tenant: str, note: Note, *, replaces_open: bool) -> None:

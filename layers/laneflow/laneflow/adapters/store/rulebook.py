@@ -17,7 +17,7 @@ read, never guessed, so every store refuses the same things with the same words.
 The rules are in parts by what they govern: rulebook_runs.py (runs and steps),
 rulebook_attempts.py (claims, fenced writes, the claim journal, the trace),
 rulebook_inbox.py (handoffs, the warm gate, inboxes), rulebook_prefixes.py (the prefix
-registry); rulebook_base.py has what they share
+registry), rulebook_schedules.py (schedules and their firings); rulebook_base.py has what they share
 (the messages, the public methods' wrapper, reading records into models).
 
 The primitives, one read or one conditional write each, are listed (with what they
@@ -36,6 +36,7 @@ from laneflow.adapters.store.rulebook_attempts import AttemptRules
 from laneflow.adapters.store.rulebook_inbox import InboxRules
 from laneflow.adapters.store.rulebook_prefixes import PrefixRules
 from laneflow.adapters.store.rulebook_runs import RunRules
+from laneflow.adapters.store.rulebook_schedules import ScheduleRules
 from laneflow.ports import Store
 
 # Each write, and the arguments of it that carry recorded text (results, instructions,
@@ -52,6 +53,8 @@ REDACTED_WRITES: dict[str, tuple[str, ...]] = {
     "put_handoff": ("text",),
     "post_note": ("note",),
     "answer_question": ("text",),
+    "create_schedule": ("schedule",),
+    "record_firing": ("firing",),
 }
 
 # Writes that carry only keys, identities, times, statuses and hashes: nothing to mask.
@@ -73,6 +76,8 @@ UNMASKED_WRITES = frozenset(
         "prefix_wait",
         "close_question",
         "observe",
+        "set_schedule_state",
+        "delete_schedule",
     }
 )
 
@@ -82,7 +87,7 @@ _PUBLIC = frozenset(name for name, member in vars(Store).items() if getattr(memb
 # -- the rule book ---------------------------------------------------------------------------------
 
 
-class RuleBookStore(RunRules, AttemptRules, InboxRules, PrefixRules):
+class RuleBookStore(RunRules, AttemptRules, InboxRules, PrefixRules, ScheduleRules):
     """Every public method of `Store`, over the primitives a backend implements (in parts:
     laneflow.adapters.store.rulebook_runs, rulebook_attempts, rulebook_inbox; what they share
     in rulebook_base)."""

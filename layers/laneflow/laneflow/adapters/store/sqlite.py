@@ -55,7 +55,7 @@ Floats: costs are rounded to 6 decimals whenever they are stored, so sums of man
 costs do not show binary drift (0.1 + 0.2 is stored as 0.3).
 
 Modules: this one (runs, steps, attempts, the journal and the trace: their primitives),
-sqlite_inbox.py (handoffs, warm gates, inboxes), sqlite_db.py (the connection, transactions,
+sqlite_inbox.py (handoffs, warm gates, inboxes), sqlite_schedules.py (schedules), sqlite_db.py (the connection, transactions,
 rows read as JSON), sqlite_schema.py (tables, columns, migrations, the SQL that renders rows
 as JSON).
 """
@@ -74,6 +74,7 @@ from laneflow.adapters.store.rulebook import RuleBookStore
 from laneflow.adapters.store.rulebook_base import ACTIVE
 from laneflow.adapters.store.sqlite_inbox import SqliteGatesAndInboxes
 from laneflow.adapters.store.sqlite_prefixes import SqlitePrefixes
+from laneflow.adapters.store.sqlite_schedules import SqliteSchedules
 from laneflow.adapters.store.sqlite_schema import (
     ATTEMPT_JSON,
     RUN_COLUMNS,
@@ -134,7 +135,7 @@ def _event_row(tenant: str, run_id: str, index: int, event: Event) -> tuple[Any,
     )
 
 
-class SqliteStore(SqliteGatesAndInboxes, SqlitePrefixes, RuleBookStore):
+class SqliteStore(SqliteGatesAndInboxes, SqlitePrefixes, SqliteSchedules, RuleBookStore):
     """The embedded store (see the module docstring for tables and concurrency).
     `busy_timeout_s`: how long a write waits for another connection's lock before it is a
     `TransientError`."""

@@ -56,6 +56,28 @@ CREATE TABLE IF NOT EXISTS prefixes (
 CREATE INDEX IF NOT EXISTS prefixes_writing ON prefixes (writing) WHERE writing = 1
 """
 
+# Schedules (laneflow.domain.schedules): one row per (tenant, schedule), its record as JSON,
+# its version (every write is conditional on the one read), and whether it is enabled (what
+# `serve` fires; a partial index holds those); and the run each started firing made.
+SCHEDULES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schedules (
+    tenant      TEXT NOT NULL,
+    id          TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    enabled     INTEGER NOT NULL DEFAULT 1,
+    record      TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS schedules_enabled ON schedules (enabled) WHERE enabled = 1;
+CREATE TABLE IF NOT EXISTS schedule_runs (
+    tenant       TEXT NOT NULL,
+    schedule_id  TEXT NOT NULL,
+    scheduled_at TEXT NOT NULL,
+    run_id       TEXT NOT NULL,
+    PRIMARY KEY (tenant, schedule_id, scheduled_at)
+) WITHOUT ROWID
+"""
+
 BUSY_TIMEOUT_S = 10.0
 
 
@@ -269,6 +291,11 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         11,
         "runs' redrives",
         tuple(f"ALTER TABLE {table} ADD COLUMN {column} {decl}" for table, column, decl in ADDED_IN_11),
+    ),
+    (
+        12,
+        "schedules, and the runs their firings started",
+        tuple(statement.strip() for statement in SCHEDULES_SCHEMA.split(";") if statement.strip()),
     ),
 )
 

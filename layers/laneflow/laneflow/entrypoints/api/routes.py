@@ -44,6 +44,7 @@ from laneflow.usecases.approve import answer_approval
 from laneflow.usecases.estimate import EstimateAnswer, EstimateRequest, estimate_request
 from laneflow.usecases.list_runs import SHOWN_STATUSES, page_of_runs
 from laneflow.usecases.redrive import redrive_run
+from laneflow.usecases.schedules import runs_of_schedule
 from laneflow.usecases.start_run_idempotent import StartRun, start_run_idempotent
 from laneflow.usecases.stop import stop_run
 
@@ -219,7 +220,14 @@ def list_runs(
     q: Annotated[
         str, Query(max_length=200, description="only runs whose id, workspace, flow, status or error holds every word")
     ] = "",
+    schedule: Annotated[
+        str | None, Query(min_length=1, max_length=64, description="only the runs this schedule's firings started, newest first")
+    ] = None,
 ) -> dict[str, Any]:
+    if schedule is not None:  # the schedule's own list (status and q are not applied to it)
+        svc.store.get_schedule(tenant, schedule)  # another tenant's, or none: a 404
+        of = runs_of_schedule(svc, tenant, schedule, limit=limit, before=before)
+        return {"runs": [_record(run) for run in of.runs], "next": of.next, "searched": len(of.runs)}
     page = page_of_runs(svc, tenant, limit=limit, before=before, status=[s for s in status.split(",") if s], text=q)
     return {"runs": [_record(run) for run in page.runs], "next": page.next, "searched": page.searched}
 
@@ -411,3 +419,4 @@ def not_found(_: Exception) -> Response[dict[str, Any]]:
 
 # Routes kept in modules of their own, on this resolver.
 from laneflow.entrypoints.api import questions as _questions  # noqa: E402,F401
+from laneflow.entrypoints.api import schedules as _schedules  # noqa: E402,F401

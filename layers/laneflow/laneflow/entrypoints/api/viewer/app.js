@@ -1,6 +1,6 @@
 // The run viewer: the list of runs at `#/` (its page, filter and search in the query:
 // `#/?status=failed&q=words&before=ID`), a run's page at `#/runs/ID`, its raw event history
-// at `#/runs/ID/history`. Preact + htm, vendored (vendor/VENDORED.md), no build step; each
+// at `#/runs/ID/history`; the schedules at `#/schedules` and one at `#/schedules/ID`. Preact + htm, vendored (vendor/VENDORED.md), no build step; each
 // part is a module of its own, served beside this one. Everything a record holds is
 // rendered as text by Preact (never as HTML).
 import { render } from "preact";
@@ -10,9 +10,12 @@ import { HistoryPage } from "./history.js";
 import { RunList } from "./list.js";
 import * as m from "./model.js";
 import { RunPage } from "./run.js";
+import { ScheduleList, SchedulePage } from "./schedules.js";
 import { Announcer, html } from "./ui.js";
 
 function readRoute() {
+  const schedule = /^#\/schedules(?:\/([^/?]+))?\/?$/.exec(location.hash);
+  if (schedule) return schedule[1] ? { page: "schedule", id: decodeURIComponent(schedule[1]) } : { page: "schedules" };
   const hit = /^#\/runs\/([^/?]+)(\/history)?(?:\?(.*))?$/.exec(location.hash);
   if (hit) return { page: hit[2] ? "history" : "run", id: decodeURIComponent(hit[1]), params: new URLSearchParams(hit[3] || "") };
   const query = /^#\/?\?(.*)$/.exec(location.hash);
@@ -37,7 +40,13 @@ function useRoute() {
   return [route, go];
 }
 
-const TITLES = { list: () => "laneflow runs", run: (r) => `${r.id} · laneflow`, history: (r) => `history of ${r.id} · laneflow` };
+const TITLES = {
+  list: () => "laneflow runs",
+  run: (r) => `${r.id} · laneflow`,
+  history: (r) => `history of ${r.id} · laneflow`,
+  schedules: () => "laneflow schedules",
+  schedule: (r) => `${r.id} · laneflow schedules`,
+};
 
 function App() {
   const [route, go] = useRoute();
@@ -50,10 +59,14 @@ function App() {
     return () => { removeEventListener("online", on); removeEventListener("offline", on); };
   }, []);
   useEffect(() => { document.title = TITLES[route.page](route); }, [route.page, route.id]);
-  const where = { list: "runs", run: "run", history: "history" }[route.page];
+  const where = { list: "runs", run: "run", history: "history", schedules: "schedules", schedule: "schedule" }[route.page];
   return html`<header class="top"><a class="brand" href="#/">laneflow</a><span class="muted where">${where}</span>
+      <nav class="sections" aria-label="sections"><a href="#/" aria-current=${route.page === "list" ? "page" : null}>Runs</a>
+        <a href="#/schedules" data-k="schedules-link" aria-current=${route.page.startsWith("schedule") ? "page" : null}>Schedules</a></nav>
       <span class="grow" /><span class=${"live " + (offline ? "offline" : state)} data-k="live">${offline ? "offline" : state}</span></header>
     <main>${route.page === "run" ? html`<${RunPage} key=${route.id} id=${route.id} live=${live} />`
+      : route.page === "schedules" ? html`<${ScheduleList} live=${live} />`
+      : route.page === "schedule" ? html`<${SchedulePage} key=${route.id} id=${route.id} live=${live} />`
       : route.page === "history" ? html`<${HistoryPage} key=${route.id} id=${route.id} live=${live} params=${route.params} go=${go} />`
       : html`<${RunList} live=${live} state=${route.list} go=${go} />`}</main>
     <${DialogHost} /><${Announcer} />`;

@@ -54,6 +54,7 @@ export function RunPage({ id, live }) {
       <div class="head-row">
         <dl class="facts">
           <${Fact} k="flow" v=${run.workspace + " / " + run.flow} />
+          ${run.schedule_id && html`<${Fact} k="schedule" title=${"its firing at " + run.scheduled_at} v=${html`<a data-k="schedule-link" href=${"#/schedules/" + encodeURIComponent(run.schedule_id)}>${run.schedule_id}</a>`} />`}
           <${Fact} k="started" v=${m.age(run.created_at, now)} title=${run.created_at} />
           <${Fact} k=${ended ? "took" : "so far"} v=${m.duration(took)} />
           <${Fact} k="drives" v=${run.drives} />
