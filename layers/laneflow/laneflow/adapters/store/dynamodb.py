@@ -172,6 +172,8 @@ from laneflow.domain.records import (
 )
 
 if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+
     from laneflow.adapters.store.dynamodb_items import Item
 
 log = logging.getLogger("laneflow.store")
@@ -232,6 +234,17 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
 
     def close(self) -> None:
         self._table.close()
+
+    @property
+    def client(self) -> DynamoDBClient:
+        """The DynamoDB client every request of this store goes through (what a meter outside
+        the store watches)."""
+        return self._db
+
+    def operation_now(self) -> str:
+        """The public method this thread is inside now, as `consumed()` counts it ("other"
+        outside one)."""
+        return self._table.current_operation()
 
     def consumed(self, *, reset: bool = False) -> dict[str, dict[str, float]]:
         """Capacity units by operation since the store was opened (or last reset):

@@ -152,8 +152,12 @@ class Table:
         except ClientError as error:
             _reraise(error)
 
+    def current_operation(self) -> str:
+        """The operation this thread's requests count under now ("other" outside one)."""
+        return getattr(self._op, "name", None) or "other"
+
     def count(self, *, read: float = 0.0, write: float = 0.0) -> None:
-        self.meter.count(getattr(self._op, "name", None) or "other", read=read, write=write)
+        self.meter.count(self.current_operation(), read=read, write=write)
 
     def request(self, method: str, **kwargs: Any) -> dict[str, Any]:
         """One DynamoDB request; a refused condition raises `ConditionFailed`, an item too large
