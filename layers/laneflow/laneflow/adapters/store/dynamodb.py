@@ -134,6 +134,7 @@ from laneflow.adapters.store.dynamodb_items import (
     SEQUENCE,
     STEP_ATTRS,
     STEP_ATTRS_WITHOUT_MESSAGE,
+    STEP_SHORT,
     STEPS_END,
     TRANSACTION_BYTES,
     TRANSACTION_ITEMS,
@@ -148,6 +149,9 @@ from laneflow.adapters.store.dynamodb_items import (
     pk_of,
     read_units,
     runs_pk,
+    set_step_field,
+    step_attr,
+    step_name,
     step_sk,
     to_attr,
     trace_prefix,
@@ -271,7 +275,7 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
         return {**fields, "steps": steps or []}
 
     def _step_of(self, item: dict[str, Any]) -> dict[str, Any]:
-        return self._table.fields(item, STEP_ATTRS)
+        return self._table.fields(item, STEP_ATTRS, STEP_SHORT)
 
     def _head(self, tenant: str, run_id: str) -> Item | None:
         head = self._table.get(key_of(tenant, run_id, RUN_SK))
@@ -355,7 +359,7 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
         items = self._table.query(**params, **e.params())
         if where is not None:  # the lanes' first few and the limit are counted here, in index order
             items = first_of(items, where)
-        return [(int(i["index"]["N"]), self._table.fields(i, attrs)) for i in items]
+        return [(int(i["index"]["N"]), self._table.fields(i, attrs, STEP_SHORT)) for i in items]
 
     def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
         """Counted here, of the step items' few small attributes (a projection: DynamoDB still
@@ -523,9 +527,14 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
                 u.add("drives", int(add_drives))
             indexes = 0
             if "status" in values:
-                active = values["status"].value in ACTIVE_RUN
+                status = values["status"].value
+                active = status in ACTIVE_RUN
                 u.set("vpk", live_pk(tenant, "RUN") if active else None)
-                indexes = 2  # the status the by-tenant index projects, and the live entry
+                # The status the by-tenant index projects, and the live entry, each where it may
+                # change from a status expected (a run started, queued to running, stays live).
+                indexes = 2
+                if expected is not None:
+                    indexes = int(any(s != status for s in expected)) + int(any((s in ACTIVE_RUN) != active for s in expected))
             condition = [u.exists("pk"), u.absent("hidden")]
             if expected is not None:
                 condition.append(u.one_of("status", expected))
@@ -553,8 +562,9 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
     def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:
         u = Update()
         with self._table.blobs(tenant, run_id) as blobs:
-            for field, value in blobs.attrs(step_sk(index), {f: to_attr(f, v) for f, v in values.items()}).items():
-                u.set(field, value)
+            changes = blobs.attrs(step_sk(index), {step_name(f): step_attr(f, v) for f, v in values.items()})
+            for field in values:
+                set_step_field(u, field, changes[step_name(field)])
             condition = [u.exists("pk")]
             if expected is not None:
                 condition.append(u.one_of("status", expected))

@@ -20,11 +20,13 @@ from laneflow.adapters.store.dynamodb_items import (
     JSON_FIELDS,
     LIVE_INDEX,
     LIVE_KINDS,
+    TIME_FIELDS,
     from_av,
     item_name,
     item_size,
     live_pk,
     read_units,
+    unpack_time,
     write_units,
 )
 from laneflow.adapters.store.rulebook_base import damaged
@@ -358,19 +360,25 @@ class Table:
             return value
         raise TypeError(f"unexpected attribute {av!r}")
 
-    def fields(self, item: Item, names: Iterable[str]) -> dict[str, Any]:
-        """The named model fields of an item (absent ones left to the model's defaults).
-        `RecordDamaged` naming the item and the field when a JSON field does not parse
-        (strictly: a NaN no entrance lets in now is damage too)."""
+    def fields(self, item: Item, names: Iterable[str], kept_as: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The named model fields of an item (absent ones left to the model's defaults), each
+        under its name in `kept_as` if it has one there (else, or in an item written before,
+        its own). `RecordDamaged` naming the item and the field when a JSON field does not
+        parse (strictly: a NaN no entrance lets in now is damage too)."""
         out: dict[str, Any] = {}
         for name in names:
-            if name in item:
-                value = self.text(item[name])
+            attr = (kept_as or {}).get(name, name)
+            if attr not in item:
+                attr = name
+            if attr in item:
+                value = self.text(item[attr])
                 if name in JSON_FIELDS:
                     try:
                         value = jsonsafe.parse_stored(value)
                     except (TypeError, ValueError):
                         raise damaged(item_name(item), [name]) from None
+                elif name in TIME_FIELDS:
+                    value = unpack_time(value)
                 out[name] = value
         return out
 
