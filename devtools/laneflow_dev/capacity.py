@@ -130,12 +130,14 @@ class Schema:
 @dataclass(frozen=True)
 class Write:
     """What one item of one write request cost: who asked (`label`), the request, the
-    action in it, the item's kind, its table and index units, and whether it was refused."""
+    action in it, the item's kind and key (its key values, " / " between them), its table
+    and index units, and whether it was refused."""
 
     label: str
     request: str
     action: str
     kind: str
+    key: str
     table: int
     index: int
     refused: bool
@@ -320,8 +322,8 @@ class WriteMeter:
             else:
                 table = write_units(max(item_size(before), item_size(after)))
                 index = sum(i.units(before, after, schema.keys) for i in schema.indexes)
-            kind = self._kind(target.key)
-            charged.append(Write(label, request, target.action, kind, factor * table, index, refused))
+            key = " / ".join(str(next(iter(target.key[k].values()))) for k in schema.keys)
+            charged.append(Write(label, request, target.action, self._kind(target.key), key, factor * table, index, refused))
         with self._record_lock:
             self.writes += charged
 

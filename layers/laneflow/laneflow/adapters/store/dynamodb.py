@@ -22,7 +22,13 @@ digits, `n` an attempt number padded to 6, so keys sort in index order):
 | observed        | T#<tenant>#R#<run> | O#<idx>#<n>#<seq>          | ids (JSON): notes attempt n observed    |
 
 What a step's attempts write lives on the step item, so each write of a step's happy path
-is one conditional write of one item:
+is one conditional write of one item, and the item is kept small, since DynamoDB bills every
+write of it by its whole size, names included, per started KB (a completed stub step is
+~960 bytes, one unit a write): fields that no key, condition, filter or projection names are
+kept under short names (STEP_SHORT: `m` message, `r` result, `c` conclusion, `f` finished_at,
+...), fields at their defaults are left out (STEP_DEFAULTS), and the times of attempts, journal
+entries, spans and `finished_at` are epoch milliseconds where they are ours (pack_time). An
+item written before keeps the fields' own names and texts, which reads still accept.
 - `A<n>`: attempt n, a map (t token, s started_at, r resumed_at, st status, e ended_at,
   why reason, k reason_kind, w worker, hb heartbeat_at, op op_id). `live_n` names the running one (a claim
   needs it absent); `last_n` keeps attempt numbers from ever repeating. A step keeps its
@@ -34,10 +40,11 @@ is one conditional write of one item:
   JOURNAL_ON_STEP to `J#` items (`jm` counts them), so the item never grows with time.
   An op_id names one step: `journal_settle`, which is not told which, finds it with a
   filtered Query of the run's steps.
-- `layers`: the step's prompt layers (created with, replaced by a claim's or
-  `set_prompt_layers`).
+- `layers`: the step's prompt layers, `[name, chars, sha256]` each and a 1 when dynamic
+  (created with, replaced by a claim's or `set_prompt_layers`).
 - `calls`: spans by id, a map of at most CALLS_ON_STEP spans of at most CALL_INLINE_MAX
-  bytes each; other spans are items of their own. The map wins over an item of the same id,
+  bytes each, each its fields but the id and those at their defaults (span_text); other
+  spans are items of their own. The map wins over an item of the same id,
   and a write that puts a span's item removes its id from the map in the same write.
 Everything of a run is one partition. Everything at or after `RUN` is what `get_run`
 shows, so a run reads in one Query: `RUN`..`S#~` is the run and its steps (no trace),
@@ -95,7 +102,9 @@ index entry written or removed 1 WCU; a write that leaves an index key as it was
 index entry). An update is counted on the size of the whole item after it (DynamoDB bills
 the larger of before and after) where the store knows it - it asks for the item back, or
 read it just before - else on the size of what it writes: a lower bound for updates of
-large items. moto reports no real capacity, so the count is the store's own.
+large items. moto reports no real capacity, so the count is the store's own; a meter
+outside the store (laneflow_dev.capacity, on `client`) checks it in bench/store_cost.py and
+the tests, from the items before and after each request.
 
 Modules: this one (the store: what each primitive of runs, steps, attempts, the journal
 and the trace reads and writes), dynamodb_inbox.py (handoffs, warm gates, inboxes),
@@ -164,7 +173,7 @@ from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused
 from laneflow.adapters.store.rulebook import RuleBookStore
 from laneflow.adapters.store.rulebook_base import trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
-from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter, outline_of
+from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -362,31 +371,7 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, RuleBookStore):
         return [(int(i["index"]["N"]), self._table.fields(i, attrs, STEP_SHORT)) for i in items]
 
     def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
-        """Counted here, of the step items' few small attributes (a projection: DynamoDB still
-        reads each item, but only these cross the wire and are decoded)."""
-        e = Expr()
-        steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
-        names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd", "savings_usd")
-        wanted = ", ".join(e.n(n) for n in names)
-        items = self._table.query(KeyConditionExpression=steps, ProjectionExpression=wanted, **e.params())
-
-        def number(item: dict[str, Any], name: str) -> float | None:
-            value = item.get(name) or {}
-            return float(value["N"]) if "N" in value else None
-
-        return outline_of(
-            StepFacts(
-                index=int(number(i, "index") or 0),
-                group=int(number(i, "group") or 0),
-                cycle=int(number(i, "cycle") or 0),
-                status=str((i.get("status") or {}).get("S", "")),
-                rescue=number(i, "rescue_of") is not None,
-                optional=bool((i.get("optional") or {}).get("BOOL", False)),
-                cost_usd=number(i, "cost_usd") or 0.0,
-                savings_usd=number(i, "savings_usd") or 0.0,
-            )
-            for i in items
-        )
+        return self._items.outline(tenant, run_id)
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         return self._items.attempts(tenant, run_id, index, n)

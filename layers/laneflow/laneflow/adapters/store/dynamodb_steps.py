@@ -61,6 +61,7 @@ from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Refused, StepState
 from laneflow.adapters.store.rulebook_base import WRITE_TRIES
 from laneflow.domain.errors import Conflict
+from laneflow.domain.outline import GroupOutline, StepFacts, outline_of
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -173,6 +174,33 @@ class StepItems(StepSpans):
                 if JOURNAL_ATTR.fullmatch(name) and av["M"]["s"]["S"] == JournalStatus.pending.value:
                     entries.append(self.entry_on(owner, run_id, av["M"]["op"]["S"], item))
         return [e for e in entries if e is not None]
+
+    def outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        """A run's group outline, counted here, of the step items' few small attributes (a projection: DynamoDB still
+        reads each item, but only these cross the wire and are decoded)."""
+        e = Expr()
+        steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
+        names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd", "savings_usd")
+        wanted = ", ".join(e.n(n) for n in names)
+        items = self.table.query(KeyConditionExpression=steps, ProjectionExpression=wanted, **e.params())
+
+        def number(item: dict[str, Any], name: str) -> float | None:
+            value = item.get(name) or {}
+            return float(value["N"]) if "N" in value else None
+
+        return outline_of(
+            StepFacts(
+                index=int(number(i, "index") or 0),
+                group=int(number(i, "group") or 0),
+                cycle=int(number(i, "cycle") or 0),
+                status=str((i.get("status") or {}).get("S", "")),
+                rescue=number(i, "rescue_of") is not None,
+                optional=bool((i.get("optional") or {}).get("BOOL", False)),
+                cost_usd=number(i, "cost_usd") or 0.0,
+                savings_usd=number(i, "savings_usd") or 0.0,
+            )
+            for i in items
+        )
 
     # -- items of a step and its trace ----------------------------------------------------------
 
@@ -410,7 +438,7 @@ class StepItems(StepSpans):
             op_id=op_id,
             index=index,
             status=m["s"]["S"],
-            created_at=time_of(m["c"]),
+            created_at=time_of(m["c"]) or "",
             expires_at=int(m["x"]["N"]),
         )
         if entry.status == JournalStatus.completed:
