@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any, cast
 from benchlib import Goal, exit_code, goal_table, machine, write_section
 
 from laneflow.wiring import for_store, local_engine
+from laneflow_dev.capacity import WriteMeter
 
 if TYPE_CHECKING:
     from laneflow.adapters.engine.local import LocalEngine
     from laneflow.adapters.store.dynamodb import DynamoStore
     from laneflow.ports import Services
-    from laneflow_dev.capacity import WriteMeter
 
 HERE = Path(__file__).resolve().parent
 URL = "dynamodb://laneflow-bench?bucket=laneflow-bench-blobs&region=us-east-1"
@@ -67,22 +67,26 @@ def make_workspace(root: Path) -> Path:
 
 
 def drive_flow(
-    svc: Services, engine: LocalEngine, meter: WriteMeter, ws: Path, flow: str, steps: int, gate: bool = True
+    svc: Services, engine: LocalEngine, meter: WriteMeter | None, ws: Path, flow: str, steps: int, gate: bool = True
 ) -> dict[str, Any]:
+    """One run of `flow` over `steps` items: its transitions and its units per step, by the
+    store and, with `meter`, metered (then every write is made with the meter's reads around
+    it, which slows writes: how many siblings arrive before their lead's reply depends on it)."""
     from laneflow.usecases.start_run import create_run
 
     store = cast("DynamoStore", svc.store)  # the benchmark's store is DynamoDB's (its consumed capacity)
+    take = meter.take if meter is not None else list
     store.consumed(reset=True)
-    meter.take()
+    take()
     run = create_run(svc, ws, flow, {"items": [f"item-{i}" for i in range(steps)]}, options={"gate": gate})
-    created, created_writes = store.consumed(reset=True), meter.take()
+    created, created_writes = store.consumed(reset=True), take()
     result = engine.drive(run.tenant, run.id)
-    used, writes = store.consumed(reset=True), meter.take()
+    used, writes = store.consumed(reset=True), take()
     history = engine.history(result.execution_arn)
     entered = sum(1 for e in history if e["type"].endswith("StateEntered"))
     by_op = used.get("write", {})
     rows = []
-    for (op, request, kind), row in sorted(meter.breakdown(writes).items()):
+    for (op, request, kind), row in sorted(WriteMeter.breakdown(writes).items()):
         rows.append(
             {
                 "operation": op,
@@ -105,13 +109,13 @@ def drive_flow(
         "state_transitions_per_step": round(entered / steps, 2),
         "history_events_per_step": round(len(history) / steps, 2),
         "write_units_per_step": round(sum(by_op.values()) / steps, 2),
-        "metered_write_units_per_step": round(meter.total(writes) / steps, 2),
+        "metered_write_units_per_step": round(WriteMeter.total(writes) / steps, 2) if meter is not None else None,
         "read_units_per_step": round(sum(used.get("read", {}).values()) / steps, 2),
         "write_units_by_operation_per_step": {op: round(w / steps, 2) for op, w in sorted(by_op.items()) if w},
         "metered_by_operation_per_step": rows,
         "refused_writes": sum(1 for w in writes if w.refused),
         "create_run_write_units": round(sum(created.get("write", {}).values()), 1),
-        "create_run_metered_write_units": meter.total(created_writes),
+        "create_run_metered_write_units": WriteMeter.total(created_writes),
     }
 
 
@@ -193,7 +197,7 @@ def run_bench(steps: int, finished: int) -> dict[str, Any]:
     from laneflow.adapters.store import open_store
     from laneflow.adapters.store.provision import init_store
     from laneflow.settings import Settings
-    from laneflow_dev.capacity import WriteMeter, laneflow_kind
+    from laneflow_dev.capacity import laneflow_kind
     from laneflow_dev.moto_support import serialized_dynamodb
 
     out: dict[str, Any] = {"benchmark": "store_cost", "machine": machine()}
@@ -209,6 +213,7 @@ def run_bench(steps: int, finished: int) -> dict[str, Any]:
         out["happy_path_gated"] = drive_flow(svc, engine, meter, ws, "worker", steps, gate=True)
         out["one_retry"] = drive_flow(svc, engine, meter, ws, "flaky", steps, gate=False)
         meter.close()
+        out["happy_path_gated_unmetered"] = drive_flow(svc, engine, None, ws, "worker", steps, gate=True)
         out["reconcile"] = []
         for finished_runs in (finished // 10, finished):
             url = URL.replace("laneflow-bench", f"laneflow-rec-{finished_runs}")
@@ -242,6 +247,10 @@ def goals_of(r: dict[str, Any]) -> list[Goal]:
             Goal(f"write units a step, {label}, the store's count", r[key]["write_units_per_step"], WRITE_GOAL, timed=False),
             Goal(f"write units a step, {label}, metered", r[key]["metered_write_units_per_step"], WRITE_GOAL, timed=False),
         ]
+    unmetered = r["happy_path_gated_unmetered"]["write_units_per_step"]
+    goals.append(
+        Goal("write units a step, happy path, warm gate on, no meter, the store's count", unmetered, WRITE_GOAL, timed=False)
+    )
     for key, label in FLOWS[:2]:
         gap = abs(r[key]["write_units_per_step"] - r[key]["metered_write_units_per_step"])
         goals.append(Goal(f"the two counts apart, {label} (WCU a step)", round(gap, 2), AGREEMENT, timed=False))
@@ -288,11 +297,11 @@ def markdown(r: dict[str, Any]) -> str:
         "| write units / step, the store's | write units / step, metered | read units / step | attempts |",
         "|---|---|---|---|---|---|---|",
     ]
-    for key, label in FLOWS:
+    for key, label in (*FLOWS, ("happy_path_gated_unmetered", "happy path, warm gate on, no meter on the client")):
         f = r[key]
         lines.append(
             f"| {label} | {f['state_transitions_per_step']} | {f['history_events_per_step']} | {f['write_units_per_step']} "
-            f"| {f['metered_write_units_per_step']} | {f['read_units_per_step']} | {f['attempts']} |"
+            f"| {f['metered_write_units_per_step'] or '—'} | {f['read_units_per_step']} | {f['attempts']} |"
         )
     for key, label in FLOWS:
         f = r[key]
@@ -303,7 +312,15 @@ def markdown(r: dict[str, Any]) -> str:
             "",
             *breakdown(f),
         ]
-    lines.append("")
+    unmetered = r["happy_path_gated_unmetered"]
+    lines += [
+        "",
+        "The warm gate on again with no meter on the store's client (its writes one request each, not three: fewer"
+        " siblings arrive before their lead's reply), by the store's count: "
+        + ", ".join(f"`{op}` {w}" for op, w in unmetered["write_units_by_operation_per_step"].items())
+        + ".",
+        "",
+    ]
     lines += ["| finished runs | active runs | reconcile read units | reconcile write units |", "|---|---|---|---|"]
     for rec in r["reconcile"]:
         lines.append(

@@ -2,9 +2,10 @@
 
 `WriteMeter` hooks a client's events (`before-call.dynamodb` / `after-call.dynamodb`): for
 every write request (PutItem, UpdateItem, DeleteItem, TransactWriteItems, BatchWriteItem,
-refused ones included) it reads each item the request names as the table holds it before and
-after, through a client of its own, and charges the request by the item-size rules of the
-DynamoDB developer guide ("DynamoDB item sizes and formats", "read and write operations"):
+refused ones included) it reads each item the request names as the table holds it before,
+and after (an update that asked for its item back, ALL_NEW, has DynamoDB's answer as that),
+through a client of its own, and charges the request by the item-size rules of the DynamoDB
+developer guide ("DynamoDB item sizes and formats", "read and write operations"):
 
 - an item's size is the sum of its attribute names' UTF-8 bytes and its values' sizes: a
   string its UTF-8 bytes, a number 1 byte per two significant digits (leading and trailing
@@ -21,7 +22,11 @@ DynamoDB developer guide ("DynamoDB item sizes and formats", "read and write ope
 - a secondary index entry written costs by its projected entry (its keys, the table's keys
   and what it projects), as DynamoDB charges it: joining or leaving the index 1 write of the
   entry, a changed entry under the same key the larger of the two, a moved key both, an
-  entry left as it was nothing.
+  entry left as it was nothing (once, in a transaction too).
+
+The guide does not say what a cancelled transaction or a ConditionCheck consumes; the meter
+charges both as transactional writes of the items they name, as found (an upper bound).
+BatchWriteItem's unprocessed items are charged too (moto leaves none).
 
 Nothing here reads the store's own arithmetic: the meter sees only requests and items.
 """
@@ -159,9 +164,10 @@ class WriteMeter:
     """Every write request `client` makes, charged by the items before and after it.
 
     `label` names what asked for a request (called in the requesting thread: a store's
-    current operation); `kind` names an item's kind from its key. Writes are made one at a
-    time while the meter watches (each with its before and after reads), so a concurrent
-    write to the same item never lands between them."""
+    current operation); `kind` names an item's kind from its key. A write holds the items it
+    names from its before read to its after read, so a concurrent write to the same item never
+    lands between them; writes to other items go on meanwhile (the meter's reads slow every
+    write all the same: two or three requests, not one)."""
 
     def __init__(
         self,
@@ -175,8 +181,8 @@ class WriteMeter:
             "dynamodb", region_name=client.meta.region_name, endpoint_url=client.meta.endpoint_url
         )
         self._schemas: dict[str, Schema] = {}
-        self._lock = threading.Lock()  # one write at a time, with its before and after reads
-        self._record_lock = threading.Lock()
+        self._held: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)  # by item
+        self._lock = threading.Lock()  # the meter's own state: its item locks and its writes
         self.writes: list[Write] = []
         events = client.meta.events
         events.register("before-call.dynamodb", self._before, unique_id=f"write-meter-before-{id(self)}")
@@ -194,7 +200,7 @@ class WriteMeter:
 
     def take(self) -> list[Write]:
         """The writes counted since the last take, and start again."""
-        with self._record_lock:
+        with self._lock:
             taken, self.writes = self.writes, []
         return taken
 
@@ -223,33 +229,50 @@ class WriteMeter:
         if model.name not in WRITE_REQUESTS:
             return
         body = json.loads(params.get("body") or b"{}")
-        self._lock.acquire()
+        targets = self._targets(model.name, body)
+        held = self._hold(targets)
         try:
-            targets = self._targets(model.name, body)
-            context[_PENDING] = (model.name, self._label(), targets, [self._read(t) for t in targets])
+            new_image = model.name == "UpdateItem" and body.get("ReturnValues") == "ALL_NEW"
+            context[_PENDING] = (model.name, self._label(), targets, [self._read(t) for t in targets], held, new_image)
         except BaseException:
-            self._lock.release()
+            _release(held)
             raise
 
     def _after(self, model: Any, http_response: Any, parsed: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
         pending = context.pop(_PENDING, None)
         if pending is None:
             return
+        request, label, targets, befores, held, new_image = pending
         try:
-            request, label, targets, befores = pending
             status = getattr(http_response, "status_code", 500)
             code = (parsed.get("Error") or {}).get("Code", "")
             refused = code in ("ConditionalCheckFailedException", "TransactionCanceledException")
             if status >= 300 and not refused:
                 return  # not served (a validation error, a throttle): nothing consumed
-            afters = befores if refused else [self._read(t) for t in targets]
+            if refused:
+                afters = befores
+            elif new_image:  # DynamoDB answered with the item after the update: no read needed
+                afters = [dict(parsed.get("Attributes") or {}) or None]
+            else:
+                afters = [self._read(t) for t in targets]
             self._charge(request, label, targets, befores, afters, refused)
         finally:
-            self._lock.release()
+            _release(held)
 
     def _failed(self, context: dict[str, Any], **_: Any) -> None:
-        if context.pop(_PENDING, None) is not None:
-            self._lock.release()
+        pending = context.pop(_PENDING, None)
+        if pending is not None:
+            _release(pending[4])
+
+    def _hold(self, targets: list[_Target]) -> list[threading.Lock]:
+        """The locks of the items a write names, taken in one order (so two writes never wait
+        on each other's)."""
+        names = sorted({f"{t.table}/{json.dumps(t.key, sort_keys=True)}" for t in targets})
+        with self._lock:
+            locks = [self._held[name] for name in names]
+        for lock in locks:
+            lock.acquire()
+        return locks
 
     # -- reading and charging ----------------------------------------------------------------
 
@@ -324,8 +347,13 @@ class WriteMeter:
                 index = sum(i.units(before, after, schema.keys) for i in schema.indexes)
             key = " / ".join(str(next(iter(target.key[k].values()))) for k in schema.keys)
             charged.append(Write(label, request, target.action, self._kind(target.key), key, factor * table, index, refused))
-        with self._record_lock:
+        with self._lock:
             self.writes += charged
+
+
+def _release(locks: list[threading.Lock]) -> None:
+    for lock in reversed(locks):
+        lock.release()
 
 
 def laneflow_kind(key: Mapping[str, Any]) -> str:

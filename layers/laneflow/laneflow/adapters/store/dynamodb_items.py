@@ -29,6 +29,8 @@ from laneflow.domain.workers import FargateTask, LambdaRequest, LocalProcess, St
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
+    from laneflow.adapters.store.dynamodb_expr import Update
+
     Item = dict[str, AttributeValueTypeDef]  # an item as DynamoDB reads and writes it
 
 _SERIALIZER = TypeSerializer()
@@ -208,7 +210,9 @@ def to_attr(field: str, value: Any) -> Any:
     raise TypeError(f"DynamoStore does not know how to keep field {field!r} ({type(value).__name__}); add it to JSON_FIELDS")
 
 
-# Times a step item keeps as epoch milliseconds (see pack_time); `fields` reads them back.
+# Fields a step item (or an attempt or journal entry moved off it) may keep as epoch
+# milliseconds (pack_time): the times of attempts and journal entries, and a step's
+# finished_at (never its started_at, which a filter compares as text). `fields` reads them.
 TIME_FIELDS = frozenset({"started_at", "resumed_at", "ended_at", "heartbeat_at", "created_at", "finished_at"})
 
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -255,7 +259,7 @@ def attr_field(sk: str, attr: str) -> str:
     return STEP_FIELD.get(attr, attr) if sk.startswith("S#") else attr
 
 
-def set_step_field(u: Any, field: str, value: Any) -> None:
+def set_step_field(u: Update, field: str, value: Any) -> None:
     """Set a step field in an Update (`value` as `step_attr` made it; None removes it, under
     the field's own name too, where an item written before keeps it)."""
     u.set(step_name(field), value)

@@ -176,8 +176,9 @@ class StepItems(StepSpans):
         return [e for e in entries if e is not None]
 
     def outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
-        """A run's group outline, counted here, of the step items' few small attributes (a projection: DynamoDB still
-        reads each item, but only these cross the wire and are decoded)."""
+        """A run's group outline, counted here, of the step items' few small attributes (a
+        projection: DynamoDB still reads each item, but only these cross the wire and are
+        decoded)."""
         e = Expr()
         steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
         names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd", "savings_usd")

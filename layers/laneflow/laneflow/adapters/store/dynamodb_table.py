@@ -171,7 +171,11 @@ class Table:
             code = error.response.get("Error", {}).get("Code", "")
             message = error.response.get("Error", {}).get("Message", "")
             if code == "ConditionalCheckFailedException":
-                raise ConditionFailed([{"Code": "ConditionalCheckFailed", "Item": error.response.get("Item")}]) from None
+                # Refused, it consumed all the same: on the item found (and a put's item).
+                found = cast("Item | None", error.response.get("Item"))
+                put: Item = kwargs.get("Item") or {}
+                self.count(write=write_units(max(item_size(found or {}), item_size(put))))
+                raise ConditionFailed([{"Code": "ConditionalCheckFailed", "Item": found}]) from None
             if code == "ValidationException" and "size" in message.lower():
                 raise too_large(message, self.bucket) from None
             _reraise(error)
@@ -319,6 +323,9 @@ class Table:
                 ):
                     raise TransientError(f"DynamoDB throttled a transaction on {self.name}: {message.strip()}") from error
                 if code == "TransactionCanceledException" and "ConditionalCheckFailed" in codes:
+                    # Cancelled, counted as its writes of the items it found (as a meter would).
+                    found = [item_size(cast("Item", dict(r).get("Item") or {})) for r in reasons] + [0] * len(actions)
+                    self.count(write=2 * sum(write_units(max(f, size)) for f, (_, size) in zip(found, actions, strict=False)))
                     raise ConditionFailed([dict(r) for r in reasons]) from None
                 if (code == "ValidationException" or "ValidationError" in codes) and "size" in message.lower():
                     raise too_large(message, self.bucket) from None
@@ -408,7 +415,8 @@ class Table:
     # -- items ----------------------------------------------------------------------------
 
     def delete(self, key: Item, *, returns: str = "NONE") -> dict[str, Any] | None:
-        """Delete an item if it is there (None if it was not); counted on `returns`' item."""
+        """Delete an item if it is there (None if it was not). The caller counts a deletion (it
+        knows the item's size); `request` counts a refused one."""
         e = Expr()
         try:
             reply = self.request("delete_item", Key=key, ConditionExpression=e.exists("pk"), ReturnValues=returns, **e.params())
