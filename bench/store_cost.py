@@ -114,6 +114,7 @@ def drive_flow(
         "write_units_by_operation_per_step": {op: round(w / steps, 2) for op, w in sorted(by_op.items()) if w},
         "metered_by_operation_per_step": rows,
         "refused_writes": sum(1 for w in writes if w.refused),
+        "siblings_keeping_a_token": sum(1 for w in writes if w.kind == "gate token" and w.action == "Put"),
         "create_run_write_units": round(sum(created.get("write", {}).values()), 1),
         "create_run_metered_write_units": WriteMeter.total(created_writes),
     }
@@ -308,15 +309,17 @@ def markdown(r: dict[str, Any]) -> str:
         lines += [
             "",
             f"Where the write units go, {label} (creating the run, not counted above: {f['create_run_write_units']} WCU "
-            f"by the store, {f['create_run_metered_write_units']} metered):",
+            f"by the store, {f['create_run_metered_write_units']} metered"
+            + (f"; {f['siblings_keeping_a_token']} of {f['steps'] - 1} siblings kept a token" if f["gate"] else "")
+            + "):",
             "",
             *breakdown(f),
         ]
     unmetered = r["happy_path_gated_unmetered"]
     lines += [
         "",
-        "The warm gate on again with no meter on the store's client (its writes one request each, not three: fewer"
-        " siblings arrive before their lead's reply), by the store's count: "
+        "The warm gate on again with no meter on the store's client, by the store's count (how many siblings arrive"
+        " before their lead's reply, and so keep a token, is a race, decided differently from run to run): "
         + ", ".join(f"`{op}` {w}" for op, w in unmetered["write_units_by_operation_per_step"].items())
         + ".",
         "",
