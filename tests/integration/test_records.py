@@ -135,11 +135,11 @@ def test_a_message_larger_than_a_dynamodb_item_is_kept_whole(on: ServicesOn, tmp
     reader = run.steps[1]
     told = message_of(reader)
     assert len(told) > 450_000 and told.startswith("Read it.") and big.strip() in told
-    if on.kind == "dynamodb":  # kept in S3, the step item holds a pointer
+    if on.kind == "dynamodb":  # kept in S3, the step item holds a pointer (under `m`, the message's short name)
         item = boto3.client("dynamodb", region_name=REGION).get_item(
             TableName=TABLE, Key={"pk": {"S": f"T#local#R#{run.id}"}, "sk": {"S": "S#00000001"}}, ConsistentRead=True
         )["Item"]
-        assert item["message"]["M"]["s3"]["S"].startswith(f"s3://{BUCKET}/")
+        assert item["m"]["M"]["s3"]["S"].startswith(f"s3://{BUCKET}/")
 
 
 def test_the_message_is_in_the_json_record_the_api_record_and_show(svc: Services, capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,6 +39,7 @@ from laneflow.domain.records import (
     utcnow,
 )
 from laneflow.domain.workers import LambdaRequest
+from laneflow_dev.capacity import WriteMeter, laneflow_kind
 
 
 def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_400_kb(dynamo: DynamoStore) -> None:
@@ -52,12 +53,13 @@ def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_
         step=StepChanges(status=StepStatus.completed, result=result, conclusion=conclusion, data=data),
     )
 
-    # Then the result is a pointer to its text under the run's own prefix; the others stay
+    # Then the result (kept as `r`) is a pointer to its text under the run's own prefix,
+    # named by its field; the others stay
     (step,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000000"]
-    pointer = step["result"]["M"]["s3"]["S"]
-    assert pointer.startswith(f"s3://{BUCKET}/{TENANT}/{run.id}/")
+    pointer = step["r"]["M"]["s3"]["S"]
+    assert pointer.startswith(f"s3://{BUCKET}/{TENANT}/{run.id}/S/00000000/result-")
     assert blob(pointer) == result
-    assert step["conclusion"]["S"] == conclusion
+    assert step["c"]["S"] == conclusion
     assert dynamo.get_step(TENANT, run.id, 0).result == result
 
     # When values under the threshold would together pass ~350 KB, the largest go to S3 too
@@ -66,7 +68,7 @@ def test_dynamodb_values_over_the_threshold_go_to_s3_and_every_item_stays_under_
     texts = {field: big_text(size, seed=field) for field, size in sizes.items()}
     roomy.update_step(TENANT, run.id, 1, StepChanges(**texts))  # type: ignore[arg-type]
     (fresh,) = [i for i in raw_items() if i["sk"]["S"] == "S#00000001"]
-    assert "M" in fresh["instruction"] and "S" in fresh["conclusion"]
+    assert "M" in fresh["in"] and "S" in fresh["c"]
     # And when what an item already holds would take it past 400 KB, the write moves its own
     # large values to S3 and lands
     roomy.update_step(TENANT, run.id, 0, StepChanges(**texts))  # type: ignore[arg-type]
@@ -173,8 +175,9 @@ def test_dynamodb_a_step_stays_in_the_live_index_while_it_has_a_pending_entry(dy
     dynamo.consumed(reset=True)
     dynamo.end_attempt(ref, AttemptStatus.completed, step=StepChanges(status=StepStatus.completed))
     assert live_index() == ["S#00000000"]  # op-b is still pending
-    # (its cheap form, leaving the index, was refused; the form that stays wrote no index entry)
-    assert dynamo.consumed()["write"]["end_attempt"] == 1
+    # (its cheap form, leaving the index, was refused: a unit all the same; the form that stays
+    # wrote the step item and no index entry)
+    assert dynamo.consumed()["write"]["end_attempt"] == 2
     dynamo.journal_settle(TENANT, run.id, "op-b")
     assert live_index() == []
 
@@ -218,9 +221,9 @@ def test_dynamodb_counts_the_write_units_each_step_operation_consumes(dynamo: Dy
         "claim_attempt": 1,  # the step item alone (with its worker); its live-index entry stays as it is
         "set_prompt_layers": 1,
         "add_event": 4,  # transaction: the step's ConditionCheck + the event
-        "put_call": 2,  # into the step item (now over 1 KB)
-        "heartbeat": 2,
-        "end_attempt": 3,  # the step item (over 1 KB: 2); the step leaves the index (the run's cost is settled per group)
+        "put_call": 1,  # into the step item (still under 1 KB: its short names, lean span, compact layers)
+        "heartbeat": 1,
+        "end_attempt": 2,  # the step item; the step leaves the index (the run's cost is settled per group)
     }
 
 
@@ -279,31 +282,38 @@ def drive_a_small_step(dynamo: DynamoStore, *, retry: bool) -> list[tuple[str, d
     return costs
 
 
-def test_dynamodb_a_small_steps_happy_path_writes_six_units_in_three_single_item_writes(dynamo: DynamoStore) -> None:
+def test_dynamodb_a_small_steps_happy_path_writes_five_units_in_three_single_item_writes(dynamo: DynamoStore) -> None:
     # (Before the step item carried its attempt, journal entry, layers and spans: 2 + 8 + 7 =
-    # 17, the claim and the end each a transaction over the step, attempt, journal or span items.)
-    requests: list[str] = []
-    dynamo._db.meta.events.register("before-parameter-build.dynamodb", lambda model, **_: requests.append(model.name))
+    # 17, the claim and the end each a transaction over the step, attempt, journal or span items;
+    # before its short names, lean spans, compact layers and packed times, 2 + 1 + 3 = 6.)
+    meter = WriteMeter(dynamo.client, label=dynamo.operation_now, kind=laneflow_kind)
     costs = drive_a_small_step(dynamo, retry=False)
     assert [(label, sum(units.values())) for label, units in costs] == [
         ("journal_begin", 2),  # the entry + the step's live-index entry
         ("claim", 1),  # the step item (< 1 KB with worker and layers); the index entry stays
-        ("end", 3),  # the step item (now 1.1 KB: 2) + the step leaves the live index
+        ("end", 2),  # the step item (still < 1 KB with its result and span) + the step leaves the live index
     ]
-    assert sum(sum(units.values()) for _, units in costs) <= 6
-    writes = [
-        name for name in requests if name in ("PutItem", "UpdateItem", "TransactWriteItems", "BatchWriteItem", "DeleteItem")
+    # And DynamoDB's own rules, applied to the items as they were before and after each
+    # request, say the same of the step's three writes: single-item updates, none refused
+    writes = [w for w in meter.take() if w.label != "create_run"]
+    assert [(w.label, w.request, w.table, w.index, w.refused) for w in writes] == [
+        ("journal_begin", "UpdateItem", 1, 1, False),
+        ("claim_attempt", "UpdateItem", 1, 0, False),
+        ("end_attempt", "UpdateItem", 1, 1, False),
     ]
-    assert writes[-3:] == ["UpdateItem"] * 3  # (the first are the run's creation)
 
 
-def test_dynamodb_a_small_step_with_one_retry_writes_twelve_units(dynamo: DynamoStore) -> None:
-    # (Before: 2 + 8 + 7 + 5 + 7 = 29.)
+def test_dynamodb_a_small_step_with_one_retry_writes_ten_units(dynamo: DynamoStore) -> None:
+    # (Before: 2 + 8 + 7 + 5 + 7 = 29; then 2 + 1 + 3 + 3 + 3 = 12.)
+    meter = WriteMeter(dynamo.client, label=dynamo.operation_now, kind=laneflow_kind)
     costs = drive_a_small_step(dynamo, retry=True)
     assert [(label, sum(units.values())) for label, units in costs] == [
         ("journal_begin", 2),
         ("claim", 1),
-        ("end failed", 3),  # the step item (1.1 KB) + it leaves the live index: nothing of it is live
-        ("claim again", 3),  # the step item (1.4 KB) + it enters the index again
-        ("end", 3),
+        ("end failed", 2),  # the step item + it leaves the live index: nothing of it is live
+        ("claim again", 2),  # the step item + it enters the index again
+        ("end", 3),  # the step item (now past 1 KB with two attempts' records and spans: 2) + it leaves the index
     ]
+    # And DynamoDB's rules, applied to the items before and after each request, say the same
+    metered = [w for w in meter.take() if w.label != "create_run"]
+    assert meter.total(metered) == sum(sum(units.values()) for _, units in costs) == 10

@@ -22,7 +22,13 @@ digits, `n` an attempt number padded to 6, so keys sort in index order):
 | observed        | T#<tenant>#R#<run> | O#<idx>#<n>#<seq>          | ids (JSON): notes attempt n observed    |
 
 What a step's attempts write lives on the step item, so each write of a step's happy path
-is one conditional write of one item:
+is one conditional write of one item, and the item is kept small, since DynamoDB bills every
+write of it by its whole size, names included, per started KB (a completed stub step is
+~960 bytes, one unit a write): fields that no key, condition, filter or projection names are
+kept under short names (STEP_SHORT: `m` message, `r` result, `c` conclusion, `f` finished_at,
+...), fields at their defaults are left out (STEP_DEFAULTS), and the times of attempts, journal
+entries, spans and `finished_at` are epoch milliseconds where they are ours (pack_time). An
+item written before keeps the fields' own names and texts, which reads still accept.
 - `A<n>`: attempt n, a map (t token, s started_at, r resumed_at, st status, e ended_at,
   why reason, k reason_kind, w worker, hb heartbeat_at, op op_id). `live_n` names the running one (a claim
   needs it absent); `last_n` keeps attempt numbers from ever repeating. A step keeps its
@@ -34,10 +40,11 @@ is one conditional write of one item:
   JOURNAL_ON_STEP to `J#` items (`jm` counts them), so the item never grows with time.
   An op_id names one step: `journal_settle`, which is not told which, finds it with a
   filtered Query of the run's steps.
-- `layers`: the step's prompt layers (created with, replaced by a claim's or
-  `set_prompt_layers`).
+- `layers`: the step's prompt layers, `[name, chars, sha256]` each and a 1 when dynamic
+  (created with, replaced by a claim's or `set_prompt_layers`).
 - `calls`: spans by id, a map of at most CALLS_ON_STEP spans of at most CALL_INLINE_MAX
-  bytes each; other spans are items of their own. The map wins over an item of the same id,
+  bytes each, each its fields but the id and those at their defaults (span_text); other
+  spans are items of their own. The map wins over an item of the same id,
   and a write that puts a span's item removes its id from the map in the same write.
 Everything of a run is one partition. Everything at or after `RUN` is what `get_run`
 shows, so a run reads in one Query: `RUN`..`S#~` is the run and its steps (no trace),
@@ -95,7 +102,9 @@ index entry written or removed 1 WCU; a write that leaves an index key as it was
 index entry). An update is counted on the size of the whole item after it (DynamoDB bills
 the larger of before and after) where the store knows it - it asks for the item back, or
 read it just before - else on the size of what it writes: a lower bound for updates of
-large items. moto reports no real capacity, so the count is the store's own.
+large items. moto reports no real capacity, so the count is the store's own; a meter
+outside the store (laneflow_dev.capacity, on `client`) checks it in bench/store_cost.py and
+the tests, from the items before and after each request.
 
 Modules: this one (the store: what each primitive of runs, steps, attempts, the journal
 and the trace reads and writes), dynamodb_inbox.py (handoffs, warm gates, inboxes),
@@ -135,6 +144,7 @@ from laneflow.adapters.store.dynamodb_items import (
     SEQUENCE,
     STEP_ATTRS,
     STEP_ATTRS_WITHOUT_MESSAGE,
+    STEP_SHORT,
     STEPS_END,
     TRANSACTION_BYTES,
     TRANSACTION_ITEMS,
@@ -149,6 +159,9 @@ from laneflow.adapters.store.dynamodb_items import (
     pk_of,
     read_units,
     runs_pk,
+    set_step_field,
+    step_attr,
+    step_name,
     step_sk,
     to_attr,
     trace_prefix,
@@ -162,7 +175,7 @@ from laneflow.adapters.store.primitives import AttemptWrite, Claim, Doc, Refused
 from laneflow.adapters.store.rulebook import RuleBookStore
 from laneflow.adapters.store.rulebook_base import trace_damaged
 from laneflow.domain.errors import InvalidInput, RecordDamaged
-from laneflow.domain.outline import GroupOutline, StepFacts, StepFilter, outline_of
+from laneflow.domain.outline import GroupOutline, StepFilter
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -174,6 +187,8 @@ from laneflow.domain.records import (
 )
 
 if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+
     from laneflow.adapters.store.dynamodb_items import Item
 
 log = logging.getLogger("laneflow.store")
@@ -235,6 +250,17 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, DynamoSchedules, RuleBo
     def close(self) -> None:
         self._table.close()
 
+    @property
+    def client(self) -> DynamoDBClient:
+        """The DynamoDB client every request of this store goes through (what a meter outside
+        the store watches)."""
+        return self._db
+
+    def operation_now(self) -> str:
+        """The public method this thread is inside now, as `consumed()` counts it ("other"
+        outside one)."""
+        return self._table.current_operation()
+
     def consumed(self, *, reset: bool = False) -> dict[str, dict[str, float]]:
         """Capacity units by operation since the store was opened (or last reset):
         {"read": {op: RCU}, "write": {op: WCU}, "requests": {op: count}}."""
@@ -260,7 +286,7 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, DynamoSchedules, RuleBo
         return {**fields, "steps": steps or []}
 
     def _step_of(self, item: dict[str, Any]) -> dict[str, Any]:
-        return self._table.fields(item, STEP_ATTRS)
+        return self._table.fields(item, STEP_ATTRS, STEP_SHORT)
 
     def _head(self, tenant: str, run_id: str) -> Item | None:
         head = self._table.get(key_of(tenant, run_id, RUN_SK))
@@ -344,34 +370,10 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, DynamoSchedules, RuleBo
         items = self._table.query(**params, **e.params())
         if where is not None:  # the lanes' first few and the limit are counted here, in index order
             items = first_of(items, where)
-        return [(int(i["index"]["N"]), self._table.fields(i, attrs)) for i in items]
+        return [(int(i["index"]["N"]), self._table.fields(i, attrs, STEP_SHORT)) for i in items]
 
     def _read_outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
-        """Counted here, of the step items' few small attributes (a projection: DynamoDB still
-        reads each item, but only these cross the wire and are decoded)."""
-        e = Expr()
-        steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
-        names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd", "savings_usd")
-        wanted = ", ".join(e.n(n) for n in names)
-        items = self._table.query(KeyConditionExpression=steps, ProjectionExpression=wanted, **e.params())
-
-        def number(item: dict[str, Any], name: str) -> float | None:
-            value = item.get(name) or {}
-            return float(value["N"]) if "N" in value else None
-
-        return outline_of(
-            StepFacts(
-                index=int(number(i, "index") or 0),
-                group=int(number(i, "group") or 0),
-                cycle=int(number(i, "cycle") or 0),
-                status=str((i.get("status") or {}).get("S", "")),
-                rescue=number(i, "rescue_of") is not None,
-                optional=bool((i.get("optional") or {}).get("BOOL", False)),
-                cost_usd=number(i, "cost_usd") or 0.0,
-                savings_usd=number(i, "savings_usd") or 0.0,
-            )
-            for i in items
-        )
+        return self._items.outline(tenant, run_id)
 
     def _read_attempts(self, tenant: str, run_id: str, *, index: int | None = None, n: int | None = None) -> list[Attempt] | None:
         return self._items.attempts(tenant, run_id, index, n)
@@ -512,9 +514,14 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, DynamoSchedules, RuleBo
                 u.add("drives", int(add_drives))
             indexes = 0
             if "status" in values:
-                active = values["status"].value in ACTIVE_RUN
+                status = values["status"].value
+                active = status in ACTIVE_RUN
                 u.set("vpk", live_pk(tenant, "RUN") if active else None)
-                indexes = 2  # the status the by-tenant index projects, and the live entry
+                # The status the by-tenant index projects, and the live entry, each where it may
+                # change from a status expected (a run started, queued to running, stays live).
+                indexes = 2
+                if expected is not None:
+                    indexes = int(any(s != status for s in expected)) + int(any((s in ACTIVE_RUN) != active for s in expected))
             condition = [u.exists("pk"), u.absent("hidden")]
             if expected is not None:
                 condition.append(u.one_of("status", expected))
@@ -542,8 +549,9 @@ class DynamoStore(DynamoGatesAndInboxes, DynamoPrefixes, DynamoSchedules, RuleBo
     def _update_step(self, tenant: str, run_id: str, index: int, values: dict[str, Any], *, expected: list[str] | None) -> Doc:
         u = Update()
         with self._table.blobs(tenant, run_id) as blobs:
-            for field, value in blobs.attrs(step_sk(index), {f: to_attr(f, v) for f, v in values.items()}).items():
-                u.set(field, value)
+            changes = blobs.attrs(step_sk(index), {step_name(f): step_attr(f, v) for f, v in values.items()})
+            for field in values:
+                set_step_field(u, field, changes[step_name(field)])
             condition = [u.exists("pk")]
             if expected is not None:
                 condition.append(u.one_of("status", expected))

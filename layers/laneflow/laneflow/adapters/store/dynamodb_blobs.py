@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from laneflow.adapters.store.dynamodb_expr import Update
-from laneflow.adapters.store.dynamodb_items import BLOBBABLE, ITEM_LIMIT, av_size, to_av
+from laneflow.adapters.store.dynamodb_items import BLOBBABLE, ITEM_LIMIT, attr_field, av_size, to_av
 from laneflow.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -51,7 +51,8 @@ class Blobs:
         if self.bucket is None:
             if total > ITEM_LIMIT:
                 largest = max(sizes, key=sizes.__getitem__) if sizes else "?"
-                raise too_large(f"{largest} of {sk} is {sizes.get(largest, total):,} bytes, and the item {total:,}", None)
+                field = attr_field(sk, largest)
+                raise too_large(f"{field} of {sk} is {sizes.get(largest, total):,} bytes, and the item {total:,}", None)
             return attrs
         remaining = total - sum(sizes[k] for k in moving)
         for k in sorted(sizes, key=sizes.__getitem__, reverse=True):
@@ -80,7 +81,7 @@ class Blobs:
 
     def _upload(self, sk: str, attr: str, text: str) -> str:
         assert self.bucket is not None, "a value moves to S3 only when there is a bucket"
-        key = f"{self.prefix}{sk.replace('#', '/')}/{attr}-{uuid.uuid4().hex}"
+        key = f"{self.prefix}{sk.replace('#', '/')}/{attr_field(sk, attr)}-{uuid.uuid4().hex}"
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=text.encode("utf-8"), ContentType="text/plain; charset=utf-8")
         self.uploaded.append(key)
         return f"s3://{self.bucket}/{key}"

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from laneflow.adapters.store.dynamodb_items import attempt_attr, av_size, record_of, to_av
+from laneflow.adapters.store.dynamodb_items import attempt_attr, av_size, pack_time, record_of, time_of, to_av
 from laneflow.domain.outline import StepFilter
 from laneflow.domain.records import AttemptRef, AttemptStatus
 
@@ -121,8 +121,8 @@ def fence_condition(e: Expr, ref: AttemptRef) -> str:
     return " AND ".join(
         [
             e.eq((record, "t"), ref.token),
-            e.eq((record, "s"), ref.started_at),
-            e.eq((record, "r"), ref.resumed_at),
+            e.eq((record, "s"), pack_time(ref.started_at)),
+            e.eq((record, "r"), pack_time(ref.resumed_at)),
             e.eq((record, "st"), AttemptStatus.running.value),
             e.eq("live_n", ref.n),
         ]
@@ -136,8 +136,8 @@ def fence_holds(item: dict[str, Any] | None, ref: AttemptRef) -> bool:
         return False
     return bool(
         record.get("t", {}).get("S") == ref.token
-        and record.get("s", {}).get("S") == ref.started_at
-        and record.get("r", {}).get("S") == ref.resumed_at
+        and time_of(record.get("s")) == ref.started_at
+        and time_of(record.get("r")) == ref.resumed_at
         and record.get("st", {}).get("S") == AttemptStatus.running.value
         and item.get("live_n", {}).get("N") == str(ref.n)
     )

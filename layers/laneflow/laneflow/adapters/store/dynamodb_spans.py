@@ -20,7 +20,9 @@ from laneflow.adapters.store.dynamodb_items import (
     key_of,
     pk_of,
     record_of,
+    span_text,
     step_sk,
+    time_of,
 )
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
 from laneflow.adapters.store.primitives import Fenced, Refused
@@ -38,12 +40,12 @@ class StepSpans:
         last_n = int(found["last_n"]["N"]) if found is not None and "last_n" in found else 0
         if record is None:
             return Fenced(None, last_n)
-        identity = {"token": record.get("t", {}).get("S", ""), "started_at": record.get("s", {}).get("S", "")}
+        identity = {"token": record.get("t", {}).get("S", ""), "started_at": time_of(record.get("s")) or ""}
         stored = Attempt(
             run_id=ref.run_id,
             index=ref.index,
             n=ref.n,
-            resumed_at=record.get("r", {}).get("S"),
+            resumed_at=time_of(record.get("r")),
             status=record.get("st", {}).get("S", AttemptStatus.running.value),
             **identity,
         )
@@ -87,7 +89,7 @@ class StepSpans:
         large to keep in the step item."""
         spans: dict[str, tuple[str, dict[str, Any] | None]] = {}
         for call in calls:
-            body = call.model_dump_json()
+            body = span_text(call)
             item = None
             if len(body.encode()) > CALL_INLINE_MAX:
                 span = {"pk": pk_of(ref.tenant, ref.run_id), "sk": call_sk(ref.index, call.id), "n": call.n, "body": body}
@@ -166,7 +168,12 @@ class StepSpans:
                 if stored.get(i) == body:
                     continue  # kept as it is already (the spans an attempt wrote as it went, written again with its end)
                 item = encode(
-                    {"pk": pk_of(ref.tenant, ref.run_id), "sk": call_sk(ref.index, i), "n": json.loads(body)["n"], "body": body}
+                    {
+                        "pk": pk_of(ref.tenant, ref.run_id),
+                        "sk": call_sk(ref.index, i),
+                        "n": json.loads(body).get("n", 1),
+                        "body": body,
+                    }
                 )
             items.append(item)
         return items

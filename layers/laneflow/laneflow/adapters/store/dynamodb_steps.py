@@ -4,7 +4,6 @@ happy path is one conditional write of one item (see laneflow.adapters.store.dyn
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -25,6 +24,7 @@ from laneflow.adapters.store.dynamodb_items import (
     SEQUENCE,
     STEP_ATTRS,
     STEPS_END,
+    TIME_FIELDS,
     attempt_attr,
     attempt_sk,
     call_sk,
@@ -34,17 +34,26 @@ from laneflow.adapters.store.dynamodb_items import (
     journal_attr,
     key_of,
     layers_json,
+    layers_of,
     live_pk,
     live_sk,
     moved_journal_sk,
+    pack_time,
     pending_journal,
     pk_of,
     plain,
     record_of,
+    set_step_field,
+    span_of,
+    span_text,
+    step_attr,
+    step_name,
     step_sk,
     tenant_run,
+    time_of,
     to_attr,
     to_number,
+    unpack_time,
 )
 from laneflow.adapters.store.dynamodb_spans import StepSpans
 from laneflow.adapters.store.dynamodb_table import ConditionFailed, Table
@@ -52,6 +61,7 @@ from laneflow.adapters.store.encoding import dumps
 from laneflow.adapters.store.primitives import AttemptWrite, Claim, Refused, StepState
 from laneflow.adapters.store.rulebook_base import WRITE_TRIES
 from laneflow.domain.errors import Conflict
+from laneflow.domain.outline import GroupOutline, StepFacts, outline_of
 from laneflow.domain.records import (
     Attempt,
     AttemptRef,
@@ -165,20 +175,48 @@ class StepItems(StepSpans):
                     entries.append(self.entry_on(owner, run_id, av["M"]["op"]["S"], item))
         return [e for e in entries if e is not None]
 
+    def outline(self, tenant: str, run_id: str) -> list[GroupOutline]:
+        """A run's group outline, counted here, of the step items' few small attributes (a
+        projection: DynamoDB still reads each item, but only these cross the wire and are
+        decoded)."""
+        e = Expr()
+        steps = f"{e.n('pk')} = {e.v(pk_of(tenant, run_id))} AND {e.n('sk')} BETWEEN {e.v('S#')} AND {e.v(STEPS_END)}"
+        names = ("index", "group", "cycle", "status", "rescue_of", "optional", "cost_usd", "savings_usd")
+        wanted = ", ".join(e.n(n) for n in names)
+        items = self.table.query(KeyConditionExpression=steps, ProjectionExpression=wanted, **e.params())
+
+        def number(item: dict[str, Any], name: str) -> float | None:
+            value = item.get(name) or {}
+            return float(value["N"]) if "N" in value else None
+
+        return outline_of(
+            StepFacts(
+                index=int(number(i, "index") or 0),
+                group=int(number(i, "group") or 0),
+                cycle=int(number(i, "cycle") or 0),
+                status=str((i.get("status") or {}).get("S", "")),
+                rescue=number(i, "rescue_of") is not None,
+                optional=bool((i.get("optional") or {}).get("BOOL", False)),
+                cost_usd=number(i, "cost_usd") or 0.0,
+                savings_usd=number(i, "savings_usd") or 0.0,
+            )
+            for i in items
+        )
+
     # -- items of a step and its trace ----------------------------------------------------------
 
     def step_items(self, blobs: Blobs, tenant: str, run_id: str, step: Step) -> list[dict[str, Any]]:
         """A step record with whatever events, calls and layers it carries (the layers and
         the spans that fit in the step item, the rest as items)."""
         pk = {"pk": pk_of(tenant, run_id)}
-        fields = {f: v for f in STEP_ATTRS if (v := to_attr(f, getattr(step, f))) is not None}
+        fields = {step_name(f): v for f in STEP_ATTRS if (v := step_attr(f, getattr(step, f))) is not None}
         head = {**pk, "sk": step_sk(step.index), **fields}
         if step.prompt_layers:
             head["layers"] = layers_json(step.prompt_layers)
         inline: dict[str, str] = {}
         spans: dict[str, dict[str, Any]] = {}
         for call in step.calls:
-            body = call.model_dump_json()
+            body = span_text(call)
             if len(body.encode()) <= CALL_INLINE_MAX and (call.id in inline or len(inline) < CALLS_ON_STEP):
                 inline[call.id] = body
                 spans.pop(call.id, None)
@@ -217,14 +255,14 @@ class StepItems(StepSpans):
                 spans[index].append(item)
         for index, step in steps.items():
             item = raw[index]
-            calls = {call_id: json.loads(self.table.text(av)) for call_id, av in item.get("calls", {}).get("M", {}).items()}
+            calls = {call_id: span_of(call_id, self.table.text(av)) for call_id, av in item.get("calls", {}).get("M", {}).items()}
             for span in spans[index]:
                 call_id = span["sk"]["S"][len(call_sk(index, "")) :]
                 if call_id not in calls:
-                    calls[call_id] = json.loads(self.table.text(span["body"]))
+                    calls[call_id] = span_of(call_id, self.table.text(span["body"]))
             step["events"] = events[index]
             step["calls"] = sorted(calls.values(), key=lambda c: (c.get("n", 1), c["id"]))
-            step["prompt_layers"] = json.loads(self.table.text(item["layers"])) if "layers" in item else []
+            step["prompt_layers"] = layers_of(self.table.text(item["layers"])) if "layers" in item else []
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -237,16 +275,18 @@ class StepItems(StepSpans):
         journal = journal_attr(entry.op_id) if entry is not None else None
         with self.table.blobs(tenant, run_id) as blobs:
             layers = None if claim.layers is None else layers_json(claim.layers)
-            kept = blobs.attrs(sk, {"w": to_attr("worker", attempt.worker), "layers": layers, "message": claim.message})
+            message = step_name("message")
+            kept = blobs.attrs(sk, {"w": to_attr("worker", attempt.worker), "layers": layers, message: claim.message})
             u = Update().set("status", StepStatus.running.value).set("attempts", n).set("last_n", n).set("live_n", n)
             u.set_default("started_at", attempt.started_at)
             running = AttemptStatus.running.value
-            record = plain(t=attempt.token, s=attempt.started_at, r=attempt.resumed_at, st=running, w=kept["w"], op=attempt.op_id)
+            started, resumed = pack_time(attempt.started_at), pack_time(attempt.resumed_at)
+            record = plain(t=attempt.token, s=started, r=resumed, st=running, w=kept["w"], op=attempt.op_id)
             u.set(attempt_attr(n), record)
             if claim.layers is not None:
                 u.set("layers", kept["layers"])
             if claim.message is not None:
-                u.set("message", kept["message"])
+                u.set(message, kept[message])
             # The step's live entry: made by journal_begin (then this leaves it as it is) or here.
             u.set("vpk", live_pk(tenant, "STEP")).set("vsk", live_sk(run_id, attempt.index))
             last_n = to_number(found["last_n"]["N"]) if "last_n" in found else None
@@ -258,7 +298,9 @@ class StepItems(StepSpans):
                 else:  # pending: completed now, no longer counted as pending
                     condition.append(u.eq((journal, "s"), JournalStatus.pending.value))
                     u.add("jp", -1)
-                u.set(journal, {"s": JournalStatus.completed.value, "n": n, "c": entry.created_at, "x": entry.expires_at})
+                u.set(
+                    journal, {"s": JournalStatus.completed.value, "n": n, "c": pack_time(entry.created_at), "x": entry.expires_at}
+                )
             self._keep_step_small(tenant, run_id, attempt.index, found, u, journal)
             try:
                 self.table.update(
@@ -278,7 +320,8 @@ class StepItems(StepSpans):
         many entries as `seen` says: none when not given)."""
         journal = journal_attr(entry.op_id)
         moved = to_number(seen.seen["jm"]["N"]) if seen is not None and "jm" in seen.seen else None
-        u = Update().set(journal, {"s": entry.status.value, "op": entry.op_id, "c": entry.created_at, "x": entry.expires_at})
+        began = {"s": entry.status.value, "op": entry.op_id, "c": pack_time(entry.created_at), "x": entry.expires_at}
+        u = Update().set(journal, began)
         u.add("jp", 1).set("vpk", live_pk(entry.tenant, "STEP")).set("vsk", live_sk(entry.run_id, entry.index))
         condition = " AND ".join([u.exists("pk"), u.absent(journal), u.eq("jm", moved)])
         try:
@@ -298,7 +341,7 @@ class StepItems(StepSpans):
         """A pending entry settled, if it is still pending on the step item as seen."""
         item = seen.seen
         journal = journal_attr(entry.op_id)
-        settled: dict[str, Any] = {"s": entry.status.value, "c": entry.created_at, "x": entry.expires_at}
+        settled: dict[str, Any] = {"s": entry.status.value, "c": pack_time(entry.created_at), "x": entry.expires_at}
         if entry.attempt is not None:
             settled["n"] = entry.attempt
         u = Update().set(journal, settled).add("jp", -1)
@@ -324,7 +367,7 @@ class StepItems(StepSpans):
         """`write` as one fenced write of the step item (a transaction when spans need items)."""
         sk = step_sk(ref.index)
         with self.table.blobs(ref.tenant, ref.run_id) as blobs:
-            changes = blobs.attrs(sk, {f: to_attr(f, v) for f, v in write.step.items()})
+            changes = blobs.attrs(sk, {step_name(f): step_attr(f, v) for f, v in write.step.items()})
             why = blobs.attrs(sk, {"why": write.reason})["why"]
             layers = None if write.layers is None else blobs.attrs(sk, {"layers": layers_json(write.layers)})["layers"]
             kind = None if write.reason_kind is None else write.reason_kind.value
@@ -332,14 +375,14 @@ class StepItems(StepSpans):
             def build(u: Update, condition: list[str], found: dict[str, Any] | None) -> int:
                 record = attempt_attr(ref.n)
                 if write.heartbeat_at is not None:
-                    u.set((record, "hb"), write.heartbeat_at)
+                    u.set((record, "hb"), pack_time(write.heartbeat_at))
                 if layers is not None:
                     u.set("layers", layers)
-                for field, value in changes.items():
-                    u.set(field, value)
+                for field in write.step:
+                    set_step_field(u, field, changes[step_name(field)])
                 if write.status is None:
                     return 0
-                u.set((record, "st"), write.status.value).set((record, "e"), write.ended_at)
+                u.set((record, "st"), write.status.value).set((record, "e"), pack_time(write.ended_at))
                 if why is not None:
                     u.set((record, "why"), why)
                 if kind is not None:
@@ -361,7 +404,8 @@ class StepItems(StepSpans):
         return Attempt.model_validate(self.table.fields(item, ATTEMPT_FIELDS))
 
     def record_attempt(self, run_id: str, index: int, n: int, record: Mapping[str, Any]) -> Attempt:
-        fields = {RECORD_FIELD[short]: self.table.text(av) for short, av in record.items() if short in RECORD_FIELD}
+        fields = {field: self.table.text(av) for short, av in record.items() if (field := RECORD_FIELD.get(short))}
+        fields = {field: unpack_time(value) if field in TIME_FIELDS else value for field, value in fields.items()}
         return Attempt(run_id=run_id, index=index, n=n, **fields)
 
     def records(self, item: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -395,7 +439,7 @@ class StepItems(StepSpans):
             op_id=op_id,
             index=index,
             status=m["s"]["S"],
-            created_at=m["c"]["S"],
+            created_at=time_of(m["c"]) or "",
             expires_at=int(m["x"]["N"]),
         )
         if entry.status == JournalStatus.completed:
@@ -451,7 +495,7 @@ class StepItems(StepSpans):
             if int(av["M"]["x"]["N"]) < now:
                 u.remove(name)
             else:
-                settled.append((av["M"]["c"]["S"], name, av["M"]))
+                settled.append((time_of(av["M"]["c"]) or "", name, av["M"]))
         moving = sorted(settled)[: max(0, len(settled) - (JOURNAL_ON_STEP - (journal is not None)))]
         for _, name, m in moving:
             moved = encode({"pk": pk, "sk": "J#" + name[1:], "index": index})

@@ -20,11 +20,13 @@ from laneflow.adapters.store.dynamodb_items import (
     JSON_FIELDS,
     LIVE_INDEX,
     LIVE_KINDS,
+    TIME_FIELDS,
     from_av,
     item_name,
     item_size,
     live_pk,
     read_units,
+    unpack_time,
     write_units,
 )
 from laneflow.adapters.store.rulebook_base import damaged
@@ -152,8 +154,12 @@ class Table:
         except ClientError as error:
             _reraise(error)
 
+    def current_operation(self) -> str:
+        """The operation this thread's requests count under now ("other" outside one)."""
+        return getattr(self._op, "name", None) or "other"
+
     def count(self, *, read: float = 0.0, write: float = 0.0) -> None:
-        self.meter.count(getattr(self._op, "name", None) or "other", read=read, write=write)
+        self.meter.count(self.current_operation(), read=read, write=write)
 
     def request(self, method: str, **kwargs: Any) -> dict[str, Any]:
         """One DynamoDB request; a refused condition raises `ConditionFailed`, an item too large
@@ -165,7 +171,11 @@ class Table:
             code = error.response.get("Error", {}).get("Code", "")
             message = error.response.get("Error", {}).get("Message", "")
             if code == "ConditionalCheckFailedException":
-                raise ConditionFailed([{"Code": "ConditionalCheckFailed", "Item": error.response.get("Item")}]) from None
+                # Refused, it consumed all the same: on the item found (and a put's item).
+                found = cast("Item | None", error.response.get("Item"))
+                put: Item = kwargs.get("Item") or {}
+                self.count(write=write_units(max(item_size(found or {}), item_size(put))))
+                raise ConditionFailed([{"Code": "ConditionalCheckFailed", "Item": found}]) from None
             if code == "ValidationException" and "size" in message.lower():
                 raise too_large(message, self.bucket) from None
             _reraise(error)
@@ -313,6 +323,9 @@ class Table:
                 ):
                     raise TransientError(f"DynamoDB throttled a transaction on {self.name}: {message.strip()}") from error
                 if code == "TransactionCanceledException" and "ConditionalCheckFailed" in codes:
+                    # Cancelled, counted as its writes of the items it found (as a meter would).
+                    found = [item_size(cast("Item", dict(r).get("Item") or {})) for r in reasons] + [0] * len(actions)
+                    self.count(write=2 * sum(write_units(max(f, size)) for f, (_, size) in zip(found, actions, strict=False)))
                     raise ConditionFailed([dict(r) for r in reasons]) from None
                 if (code == "ValidationException" or "ValidationError" in codes) and "size" in message.lower():
                     raise too_large(message, self.bucket) from None
@@ -354,19 +367,25 @@ class Table:
             return value
         raise TypeError(f"unexpected attribute {av!r}")
 
-    def fields(self, item: Item, names: Iterable[str]) -> dict[str, Any]:
-        """The named model fields of an item (absent ones left to the model's defaults).
-        `RecordDamaged` naming the item and the field when a JSON field does not parse
-        (strictly: a NaN no entrance lets in now is damage too)."""
+    def fields(self, item: Item, names: Iterable[str], kept_as: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The named model fields of an item (absent ones left to the model's defaults), each
+        under its name in `kept_as` if it has one there (else, or in an item written before,
+        its own). `RecordDamaged` naming the item and the field when a JSON field does not
+        parse (strictly: a NaN no entrance lets in now is damage too)."""
         out: dict[str, Any] = {}
         for name in names:
-            if name in item:
-                value = self.text(item[name])
+            attr = (kept_as or {}).get(name, name)
+            if attr not in item:
+                attr = name
+            if attr in item:
+                value = self.text(item[attr])
                 if name in JSON_FIELDS:
                     try:
                         value = jsonsafe.parse_stored(value)
                     except (TypeError, ValueError):
                         raise damaged(item_name(item), [name]) from None
+                elif name in TIME_FIELDS:
+                    value = unpack_time(value)
                 out[name] = value
         return out
 
@@ -396,7 +415,8 @@ class Table:
     # -- items ----------------------------------------------------------------------------
 
     def delete(self, key: Item, *, returns: str = "NONE") -> dict[str, Any] | None:
-        """Delete an item if it is there (None if it was not); counted on `returns`' item."""
+        """Delete an item if it is there (None if it was not). The caller counts a deletion (it
+        knows the item's size); `request` counts a refused one."""
         e = Expr()
         try:
             reply = self.request("delete_item", Key=key, ConditionExpression=e.exists("pk"), ReturnValues=returns, **e.params())

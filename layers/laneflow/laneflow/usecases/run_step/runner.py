@@ -284,8 +284,9 @@ class StepRunner:
         """What the attempt that just ended spent joins the run's cost at once, so the run's
         budget holds inside a group (the next step's start and every running step's next
         turn are checked against it). The group's settlement sets the run's cost to its
-        steps' sum again, so an add lost to a crash in between is made good there."""
-        if usd > 0:
+        steps' sum again, so an add lost to a crash in between is made good there; a run
+        without a budget waits for it (a write a step saved: 1 of its ~5 DynamoDB units)."""
+        if usd > 0 and run_budget(self.run) is not None:
             self.svc.store.add_run_cost(self.run.tenant, self.run.id, usd)
 
     def _cache_changes(self) -> dict[str, Any]:
