@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import gc
 import importlib
 import os
 import re
@@ -306,8 +307,16 @@ def _workspace_makers(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = _parse(parser, argv)
+    """The command `argv` names (None: this program's own arguments), and its exit code."""
+    code = _run(_parse(build_parser(), argv))
+    if argv is None:  # the program's own command: the process ends now
+        # Nothing it made need be collected on the way out: after a drive, the collector's
+        # passes over moto's and pydantic's objects at exit took ~0.3 s of CPU.
+        gc.freeze()
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         with leaving_on_signals() if getattr(args, "drives", False) else contextlib.nullcontext():
             return int(args.func(args))
