@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
             type=int,
             default=None,
             metavar="N",
-            help="run steps in N worker processes beside the engine's (default LANEFLOW_STEP_WORKERS, else one per core up to 4 on 2+ cores; 0: in this process)",
+            help="run steps in N worker processes beside the engine's (default LANEFLOW_STEP_WORKERS, else one per core up to 4 on 2+ cores, one for a run all on the stub, none for a run of under 20 steps; 0: in this process)",
         )
 
     def run_flags(p: argparse.ArgumentParser) -> None:
