@@ -19,9 +19,12 @@ from laneflow.adapters.engine import moto_lazy
 
 
 def _source(module: str) -> ast.Module:
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin, module
-    return ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    """moto's source of one of its integrations' modules, from its file (whether the module
+    is imported, or stood in for, or neither)."""
+    package = importlib.util.find_spec(moto_lazy.SERVICES)
+    assert package is not None and package.submodule_search_locations, moto_lazy.SERVICES
+    path = Path(list(package.submodule_search_locations)[0]) / f"{module.rsplit('.', 1)[1]}.py"
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def test_the_factory_imports_the_batch_integration_by_the_name_the_stand_in_has_and_builds_it_only_for_batch() -> None:

@@ -27,6 +27,7 @@ from typing import NoReturn
 
 from laneflow.adapters.logs import masked
 from laneflow.domain.errors import InvalidInput, LaneflowError
+from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS
 from laneflow.entrypoints.cli_base import (
     EXIT_FAILED,
     EXIT_INVALID,
@@ -117,12 +118,6 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _default_output_tokens() -> int:
-    from laneflow.domain.estimate import DEFAULT_OUTPUT_TOKENS  # a help text's figure: its module is for `estimate`
-
-    return DEFAULT_OUTPUT_TOKENS
-
-
 JSON_HELP = "print the result as JSON and nothing else on stdout"
 
 QUIET_HELP = "no progress on stderr"
@@ -190,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="output tokens a Claude turn is assumed to write (default: what the flow's previous completed run wrote"
-        f" per call of the same agent and model, else {_default_output_tokens()})",
+        f" per call of the same agent and model, else {DEFAULT_OUTPUT_TOKENS})",
     )
     json_flag(p, "print the estimate as JSON, nothing else on stdout")
     p.set_defaults(func=_command("cli_inspect", "cmd_estimate"))
