@@ -79,7 +79,7 @@ class Figures:
     walls: list[float] = field(default_factory=list)
     cpus: list[float] = field(default_factory=list)
     loads: tuple[float, float] = (0.0, 0.0)
-    queued: list[float] = field(default_factory=list)  # the demo's: launch to its run's creation
+    created: list[float] = field(default_factory=list)  # the demo's: launch to its run's creation
     modules: int = 0
     heavy: list[str] = field(default_factory=list)
 
@@ -233,9 +233,9 @@ def stop(process: subprocess.Popen[Any]) -> None:
         process.wait()
 
 
-def demo(root: Path, repeat: int) -> tuple[Figures, list[float]]:
-    """The demo's first-step figures; and its CPU until then, each run."""
-    figures, cpus = Figures("demo"), []
+def demo(root: Path, repeat: int) -> Figures:
+    """The demo's first-step figures (its CPU: its own process's, until then)."""
+    figures = Figures("demo")
     first = load()
     for i in range(repeat + 1):  # the first is the warm-up
         db = root / f"demo-{i}" / "laneflow.db"
@@ -247,16 +247,16 @@ def demo(root: Path, repeat: int) -> tuple[Figures, list[float]]:
             stderr=subprocess.DEVNULL,
         )
         try:
-            queued, started, cpu = first_step(db, launched, process)
+            created, started, cpu = first_step(db, launched, process)
         finally:
             stop(process)
             reap()
         if i:
-            figures.queued.append(round(queued, 3))
+            figures.created.append(round(created, 3))
             figures.walls.append(round(started, 3))
-            cpus.append(round(cpu, 3))
+            figures.cpus.append(round(cpu, 3))
     figures.loads = (first, load())
-    return figures, cpus
+    return figures
 
 
 @contextlib.contextmanager
@@ -275,7 +275,7 @@ def run_bench(repeat: int) -> dict[str, Any]:
         show_args, runs_args = ["show", run_id, *store], ["runs", *store]
         show = repeated("show RUN", [*laneflow(), *show_args], repeat)
         runs = repeated("runs", [*laneflow(), *runs_args], repeat)
-        first, demo_cpus = demo(root, repeat)
+        first = demo(root, repeat)
         workers = {
             n: repeated(f"run --step-workers {n}", [*laneflow(), *run_args, "--step-workers", str(n)], repeat) for n in (0, 1, 2)
         }
@@ -285,7 +285,7 @@ def run_bench(repeat: int) -> dict[str, Any]:
         db = root / "demo-imports" / "laneflow.db"
         modules = imported(["demo", "--store", f"sqlite:///{db}"], until_step=db)
         first.modules, first.heavy = len(set(modules)), heavy_of(modules)
-    return {"repeat": repeat, "commands": [run, show, runs, first], "demo_cpu": demo_cpus, "workers": workers}
+    return {"repeat": repeat, "commands": [run, show, runs, first], "workers": workers}
 
 
 def goals(out: dict[str, Any]) -> list[Goal]:
@@ -312,9 +312,9 @@ def markdown(out: dict[str, Any]) -> str:
         runs.row(),
         first.row().replace("| `demo` |", "| `demo`: launch to its first step's start |", 1),
         "",
-        f"The demo's run was created {statistics.median(first.queued):.3f} s after launch (median) and waited"
-        f" {first.median - statistics.median(first.queued):.3f} s for its drive's first step; the demo's own CPU until"
-        f" then: {statistics.median(out['demo_cpu']):.3f} s (median).",
+        f"The demo's CPU is its own process's until its first step started. Its run was created"
+        f" {statistics.median(first.created):.3f} s after launch (median) and waited"
+        f" {first.median - statistics.median(first.created):.3f} s, queued, for its drive's first step.",
         "",
         "| `run` of one stub step | wall, median | CPU with its step workers, median | load before / after |",
         "|---|---|---|---|",
