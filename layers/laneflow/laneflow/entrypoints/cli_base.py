@@ -165,9 +165,9 @@ def command_services(args: argparse.Namespace, settings: Settings | None = None)
 MAX_DEFAULT_STEP_WORKERS = 4  # what a drive starts unless told: each is a Python of its own with laneflow imported
 
 # A run of fewer steps than this runs them in the engine's process unless told otherwise. A
-# worker takes ~0.35 s of CPU to start and saves ~3 ms of the engine's a step
-# (bench/local_engine.py): a one-step stub run took 1.14 s of CPU with none, 1.45 s with one
-# and 1.89 s with two, for the same wall time with one and 0.4 s more with two (bench/startup.py).
+# worker takes ~0.3 s of CPU to start and saves ~3 ms of the engine's a step
+# (bench/local_engine.py): a one-step stub run took 0.99 s of CPU with none, 1.25 s with one
+# and 1.57 s with two, for the same wall time with one and 0.17 s more with two (bench/startup.py).
 STEPS_FOR_WORKERS = 20
 
 
