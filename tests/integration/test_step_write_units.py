@@ -95,24 +95,29 @@ def test_a_stub_steps_happy_path_writes_at_most_six_units_metered_and_as_the_sto
     writes, counted = meter.take(), store.consumed()["write"]
     assert done.status == RunStatus.completed, done.error
 
-    # Then each step's own item was written three times, one unit each and an index entry in
-    # and out: the pending journal entry, the claim, the end; nothing was refused
+    # Then each step's own item was written three times, with an index entry in and out: the
+    # pending journal entry, the claim, the end; nothing was refused. A completed stub step's
+    # item is about 965 bytes, so a write is one unit, and a step whose item passes 1 KB (a
+    # longer item, worker or operation id) pays one more: at most one such write in three.
     by_step: defaultdict[str, list[tuple[str, str, int, int]]] = defaultdict(list)
     for w in writes:
         if w.kind == "step":
             by_step[w.key].append((w.label, w.request, w.table, w.index))
     assert len(by_step) == STEPS
-    assert {tuple(each) for each in by_step.values()} == {
-        (
-            ("journal_begin", "UpdateItem", 1, 1),
-            ("claim_attempt", "UpdateItem", 1, 0),
-            ("end_attempt", "UpdateItem", 1, 1),
-        )
-    }
+    for each in by_step.values():
+        assert [(label, request, index) for label, request, _, index in each] == [
+            ("journal_begin", "UpdateItem", 1),
+            ("claim_attempt", "UpdateItem", 0),
+            ("end_attempt", "UpdateItem", 1),
+        ]
+        assert sum(table for *_, table, _ in each) <= 4
+    assert sum(1 for each in by_step.values() for *_, table, _ in each if table > 1) <= STEPS // 4
     assert not [w for w in writes if w.refused]
     # And with the run's own writes (its start, its end, the group's handoff), at most 6 a step
     metered = meter.total(writes)
     assert metered / STEPS <= BUDGET
     # And the store's own count, from the sizes it writes, agrees with the meter
-    assert sum(counted.values()) == pytest.approx(metered, abs=0.05 * STEPS)
+    # (the store sizes an update's item by what it read before it, so near 1 KB it may charge
+    # a unit the item, as it stood, did not cost)
+    assert sum(counted.values()) == pytest.approx(metered, abs=0.1 * STEPS)
     meter.close()

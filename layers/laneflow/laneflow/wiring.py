@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from laneflow.adapters.aws.ecs import EcsTasks, task_alive, task_gone_for
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
@@ -29,12 +30,9 @@ from laneflow.adapters.aws.stepfunctions import (
     execution_alive,
 )
 from laneflow.adapters.crash import KillingCrashPoints
-from laneflow.adapters.engine.local import HandlerRegistry, LocalDrives, LocalEngine
 from laneflow.adapters.engine.sandbox import RelayCallbacks
 from laneflow.adapters.engine.template import Template
 from laneflow.adapters.executors.isolation import choose
-from laneflow.adapters.executors.registry import tool_definitions
-from laneflow.adapters.executors.stub import StubExecutor
 from laneflow.adapters.local.captures import FolderCaptures
 from laneflow.adapters.local.on_end import LocalOnEnd
 from laneflow.adapters.local.secrets import LocalSecrets, PrivateSecretFiles
@@ -52,13 +50,17 @@ from laneflow.ports import (
     OnEnd,
     SecretSource,
     Services,
+    StepJob,
     Store,
     Telemetry,
     WorkspaceSource,
 )
 from laneflow.ports.services import CrashPoints, NoCrashPoints
 from laneflow.settings import Settings, environ, settings
-from laneflow.usecases.reconcile import Reconciler, ReconcileReport
+
+if TYPE_CHECKING:  # imported where they are built: a command that only reads the store loads none of them
+    from laneflow.adapters.engine.local import HandlerRegistry, LocalDrives, LocalEngine
+    from laneflow.usecases.reconcile import ReconcileReport
 
 _lock = threading.RLock()
 
@@ -96,6 +98,8 @@ def make_executor(cfg: Settings) -> Callable[[str, str | None], Executor]:
 
     def make(model: str, key: str | None) -> Executor:
         if model == "stub":
+            from laneflow.adapters.executors.stub import StubExecutor
+
             return StubExecutor(isolation=choose(cfg.isolation))
         from laneflow.adapters.executors.anthropic import AnthropicExecutor
 
@@ -105,10 +109,21 @@ def make_executor(cfg: Settings) -> Callable[[str, str | None], Executor]:
 
 
 def telemetry() -> Telemetry:
-    """Powertools in Lambda (the process's own environment says so); nothing locally."""
+    """Powertools in Lambda (the process's own environment says so); nothing locally, where
+    Powertools is not even imported (its Tracer imports the X-Ray SDK and botocore)."""
+    if not settings().in_lambda:
+        return NoTelemetry()
     from laneflow.adapters.aws import powertools
 
-    return powertools.PowertoolsTelemetry() if powertools.IN_LAMBDA else NoTelemetry()
+    return powertools.PowertoolsTelemetry()
+
+
+def tool_definitions(job: StepJob) -> list[dict[str, Any]]:
+    """`Services.tool_definitions`: the step tools' registry, imported at the first call (it
+    imports the MCP SDK, which a command that only reads the store never needs)."""
+    from laneflow.adapters.executors.registry import tool_definitions as definitions
+
+    return definitions(job)
 
 
 def for_store(store: Store, cfg: Settings | None = None) -> Services:
@@ -262,6 +277,8 @@ def reconcile_cloud(svc: Services) -> ReconcileReport:
         assert drives is not None
         drives.start(run.tenant, run.id)
 
+    from laneflow.usecases.reconcile import Reconciler
+
     liveness = Liveness(execution_alive=execution_alive(), task_alive=task_alive(), task_gone_for=task_gone_for())
     return Reconciler(svc, liveness, redrive=redrive if drives else None).run()
 
@@ -294,11 +311,15 @@ def step_worker_services(environ: Mapping[str, str], *, engine_gone: Callable[[]
 def local_engine(svc: Services) -> LocalEngine:
     """The embedded engine over `svc`: its handlers use them (bound per call), whatever else
     the process drives at the same time."""
+    from laneflow.adapters.engine.local import LocalEngine
+
     return LocalEngine(svc, bind=bound)
 
 
 def local_drives(svc: Services) -> LocalDrives:
     """Drives started on threads of this process (`laneflow serve`), on the embedded engine."""
+    from laneflow.adapters.engine.local import LocalDrives
+
     return LocalDrives(lambda: local_engine(svc), pool=svc.settings.local_drives)
 
 
@@ -313,4 +334,6 @@ def serving(svc: Services, workspaces: str | Path) -> Services:
 def step_worker_registry(svc: Services) -> HandlerRegistry:
     """The template's handlers as a step worker of the embedded engine answers calls with:
     each call with `svc` bound, none once its engine's worker is leaving."""
+    from laneflow.adapters.engine.local import HandlerRegistry
+
     return HandlerRegistry(Template.load(project_root() / "template.yaml"), svc.leaving, bind=lambda: bound(svc))

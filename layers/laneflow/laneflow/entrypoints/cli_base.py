@@ -164,14 +164,21 @@ def command_services(args: argparse.Namespace, settings: Settings | None = None)
 
 MAX_DEFAULT_STEP_WORKERS = 4  # what a drive starts unless told: each is a Python of its own with laneflow imported
 
+# A run of fewer steps than this runs them in the engine's process unless told otherwise. A
+# worker takes ~0.3 s of CPU to start and saves ~3 ms of the engine's a step
+# (bench/local_engine.py): a one-step stub run took 0.99 s of CPU with none, 1.25 s with one
+# and 1.57 s with two, for the same wall time with one and 0.17 s more with two (bench/startup.py).
+STEPS_FOR_WORKERS = 20
 
-def step_workers(given: int | None, cfg: Settings) -> int:
+
+def step_workers(given: int | None, cfg: Settings, run: Run | None = None) -> int:
     """How many step worker processes a command that drives runs gives the embedded engine:
     `--step-workers N`, else LANEFLOW_STEP_WORKERS (read into `cfg`), else one per core up
     to four on a machine of two cores or more, none on one core. A stub run's steps all go
     to one of them (its pretend cache is the process's); a Claude lane's released siblings
     spread over all of them, so on two cores two workers start a lane of 100 about a quarter
-    sooner than one (docs/CHOICES.md, "Step workers")."""
+    sooner than one (docs/CHOICES.md, "Step workers"). For a drive of `run`, that default is
+    none for a run of fewer than STEPS_FOR_WORKERS steps, and one for a run all on the stub."""
     if given is not None:
         if not 0 <= given <= 32:
             raise InvalidInput(f"--step-workers {given}: give 0 (every step in this process) to 32")
@@ -179,7 +186,12 @@ def step_workers(given: int | None, cfg: Settings) -> int:
     if cfg.step_workers_given:
         return cfg.step_workers
     cores = os.cpu_count() or 1
-    return min(cores, MAX_DEFAULT_STEP_WORKERS) if cores >= 2 else 0
+    size = min(cores, MAX_DEFAULT_STEP_WORKERS) if cores >= 2 else 0
+    if run is not None and len(run.steps) < STEPS_FOR_WORKERS:
+        return 0
+    if run is not None and all(step.model == "stub" for step in run.steps):
+        return min(size, 1)  # the others would never get a call
+    return size
 
 
 def secrets_file(given: str) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import time
@@ -21,6 +22,7 @@ from laneflow.entrypoints.cli_base import (
     hint,
     parse_input,
     plural,
+    step_workers,
     summary,
     went_away,
 )
@@ -70,9 +72,11 @@ def cmd_run(
 
 
 def _progress(args: argparse.Namespace) -> Progress | None:
+    if args.quiet:
+        return None
     from laneflow.entrypoints.progress import Progress
 
-    return None if args.quiet else Progress()
+    return Progress()
 
 
 def drive_and_report(
@@ -84,11 +88,12 @@ def drive_and_report(
     completed run whose flow chains to another (`then:`) drives that run next (`_then`)."""
     progress = progress or _progress(args)
     watch = _Watch(svc, tenant, run_id, args, progress)
+    svc = _sized(svc, args, watch.before)
     try:
         if progress:
             progress.phase("starting the engine", watch.before)
         engine = local_engine(svc)
-        result = engine.drive(tenant, run_id, on_tick=watch.tick)
+        result = engine.drive(tenant, run_id, on_tick=watch.tick, tick_s=TICK_S)
     except KeyboardInterrupt as interrupt:  # the engine has left the run resumable
         if progress:
             progress.close()
@@ -113,6 +118,22 @@ def drive_and_report(
         return EXIT_OK
     err(f"run {final.id} {final.status}: {final.error or result.error or 'no reason recorded'}")
     return EXIT_FAILED
+
+
+# How often a drive here looks whether its execution has ended: the command's own ending
+# waits up to this long after the run's (the progress view is redrawn at most every 0.25 s).
+TICK_S = 0.02
+
+
+def _sized(svc: Services, args: argparse.Namespace, run: Run) -> Services:
+    """`svc` with as many step workers as a drive of this run is given (`step_workers`: a
+    count given, else the default for its size)."""
+    from laneflow.settings import settings
+
+    size = step_workers(getattr(args, "step_workers", None), settings(), run)
+    if size == svc.settings.step_workers:
+        return svc
+    return dataclasses.replace(svc, settings=svc.settings.model_copy(update={"step_workers": size}))
 
 
 class _Watch:

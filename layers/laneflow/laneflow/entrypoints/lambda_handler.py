@@ -39,6 +39,7 @@ def lambda_handler(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         logger.info("handled", extra={"outcome": result.get("status") if isinstance(result, dict) else None})
         return result
 
+    assert tracer is not None  # made in Lambda
     wrapped = metrics.log_metrics(tracer.capture_lambda_handler(keyed))
     return logger.inject_lambda_context(clear_state=True)(wrapped)
 

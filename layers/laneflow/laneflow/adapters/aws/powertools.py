@@ -57,7 +57,9 @@ logger = Logger(
     logger_handler=_CurrentStream("stdout" if IN_LAMBDA else "stderr"),
 )
 
-tracer = Tracer(service=SERVICE, disabled=True if not IN_LAMBDA else None)  # in Lambda: POWERTOOLS_TRACE_DISABLED decides
+# In Lambda POWERTOOLS_TRACE_DISABLED decides. Locally there is none: it would be disabled,
+# and making one imports the X-Ray SDK (~0.19 s of CPU of every process that runs handlers).
+tracer = Tracer(service=SERVICE) if IN_LAMBDA else None
 
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from laneflow.adapters.engine import held, moto_fastcopy, moto_inline, moto_patches
+from laneflow.adapters.engine import held, moto_fastcopy, moto_inline, moto_lazy, moto_patches
 from laneflow.adapters.engine.sandbox import Sandboxes, gone_of
 from laneflow.ports import TokenGone
 
@@ -113,6 +113,7 @@ def _run_task_locally(original: Callable[..., Any]) -> Callable[..., Any]:
 def install_interpreter_hook() -> None:
     """Point moto's Lambda integration at the in-process handlers, and its ECS integration
     at local sandbox workers (idempotent)."""
+    moto_lazy.install()  # first: moto's Batch model (and EC2's) stays out until a definition names Batch
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
         lambda_eval_utils,
     )
@@ -160,6 +161,7 @@ def execution_arn(state_machine_arn: str, name: str) -> str:
 
 
 def _backend() -> Any:
+    moto_lazy.install()
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
     return stepfunctions_parser_backends[ACCOUNT][REGION]

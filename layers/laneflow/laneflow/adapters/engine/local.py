@@ -331,6 +331,7 @@ class LocalEngine:
             return self._drive(tenant, run_id, on_tick=on_tick, tick_s=tick_s)
 
     def _drive(self, tenant: str, run_id: str, *, on_tick: Callable[[], None] | None, tick_s: float) -> DriveResult:
+        self._start_step_workers()  # first: they import while this process imports moto and parses the definition
         install_interpreter_hook()
         machine = self.state_machine_arn
         name = f"{run_id}-{_secrets.token_hex(4)}"
@@ -338,7 +339,6 @@ class LocalEngine:
         arn = execution_arn(machine, name)
         self.continuations.follow(run_id, arn)
         self.serve(arn)
-        self._start_step_workers()
         try:
             self._start_sandboxes(arn, tenant, run_id)
             try:

@@ -14,8 +14,10 @@ from typing import Any
 import yaml
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """YAML with CloudFormation's short tags (!Ref, !GetAtt, !Sub, ...) read as plain data."""
+class _CfnLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """YAML with CloudFormation's short tags (!Ref, !GetAtt, !Sub, ...) read as plain data;
+    by libyaml where PyYAML has it (the pure-Python loader took ~0.08 s of CPU of every
+    engine and step worker to read template.yaml's 70 KB, libyaml ~0.01 s)."""
 
 
 def _cfn_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:

@@ -39,15 +39,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
-
-import anyio
-import httpx2
-import mcp_types
-from mcp import Client
-from mcp.client import Transport
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.message import SessionMessage
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from laneflow.adapters.executors.bubblewrap import bwrap_argv
 from laneflow.adapters.executors.isolation import BUBBLEWRAP, Isolation, Limits
@@ -60,6 +52,11 @@ from laneflow.domain.mcp import McpServer, tool_name
 from laneflow.domain.records import EventType
 from laneflow.domain.secrets import DeclaredSecret
 from laneflow.ports import ExecutionSink
+
+if TYPE_CHECKING:  # the SDK is imported when a server is started: a step with none never loads it (~0.45 s of CPU)
+    import mcp_types
+    from mcp import Client
+    from mcp.client import Transport
 
 MAX_RESULT_CHARS = 30_000
 
@@ -192,6 +189,10 @@ async def _stop(proc: asyncio.subprocess.Process, launch: Launch, tail: _Tail) -
 @asynccontextmanager
 async def _stdio(launch: Launch, tail: _Tail) -> AsyncIterator[Any]:
     """A stdio server as the SDK's streams: newline-delimited JSON-RPC on its pipes."""
+    import anyio
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
     proc = await asyncio.create_subprocess_exec(
         *launch.argv,
         stdin=asyncio.subprocess.PIPE,
@@ -263,6 +264,9 @@ async def _stdio(launch: Launch, tail: _Tail) -> AsyncIterator[Any]:
 @asynccontextmanager
 async def _http(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
     """An HTTP server as the SDK's streams, its headers sent with every request, no proxy."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
     timeout = httpx2.Timeout(30.0, read=300.0)
     async with httpx2.AsyncClient(headers=headers, timeout=timeout, trust_env=False) as client:
         async with streamable_http_client(url, http_client=client) as streams:
@@ -346,10 +350,10 @@ class McpTools:
         spec = session.spec
         values = self._secret_values(spec)
         if spec.url is not None:
-            return cast(Transport, _http(spec.url, fill_secrets(spec.headers, values)))
+            return cast("Transport", _http(spec.url, fill_secrets(spec.headers, values)))
         assert spec.command is not None
         launch = self.launcher([spec.command, *spec.args], fill_secrets(spec.env, values))
-        return cast(Transport, _stdio(launch, session.tail))
+        return cast("Transport", _stdio(launch, session.tail))
 
     def _secret_values(self, spec: McpServer) -> dict[str, str]:
         values = {}
@@ -362,6 +366,8 @@ class McpTools:
 
     async def _hold(self, session: _Session, ready: asyncio.Future[None]) -> None:
         """Open one session, list its tools, and keep it open until the attempt closes it."""
+        from mcp import Client
+
         session.closing = asyncio.Event()
         try:
             async with Client(self._transport(session), cache=None) as client:
@@ -535,6 +541,8 @@ class McpTools:
 
 def result_text(result: mcp_types.CallToolResult) -> str:
     """A tool result's content as text: each text block, each other block described."""
+    import mcp_types
+
     parts = []
     for block in result.content:
         if isinstance(block, mcp_types.TextContent):
