@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from laneflow.adapters.aws.ecs import EcsTasks, task_alive, task_gone_for
 from laneflow.adapters.aws.eventbridge import EventBridgeOnEnd
 from laneflow.adapters.aws.s3 import S3Captures, S3Workspaces, SyncedFolders
-from laneflow.adapters.aws.scheduler import SchedulerTriggers
 from laneflow.adapters.aws.secrets import SecretsManagerSecrets, read_model_key
 from laneflow.adapters.aws.stepfunctions import (
     StepFunctionsCallbacks,
@@ -59,6 +58,7 @@ from laneflow.ports.services import CrashPoints, NoCrashPoints
 from laneflow.settings import Settings, environ, settings
 
 if TYPE_CHECKING:  # imported where they are built: a command that only reads the store loads none of them
+    from laneflow.adapters.aws.scheduler import SchedulerTriggers
     from laneflow.adapters.engine.local import HandlerRegistry, LocalDrives, LocalEngine
     from laneflow.usecases.reconcile import ReconcileReport
 
@@ -169,6 +169,8 @@ def schedule_triggers(cfg: Settings) -> SchedulerTriggers | None:
     `serve` and `laneflow schedule tick` fire from the store."""
     if not (cfg.schedule_group and cfg.schedule_target and cfg.schedule_role):
         return None
+    from laneflow.adapters.aws.scheduler import SchedulerTriggers  # botocore: only where it is used
+
     return SchedulerTriggers(cfg.schedule_group, cfg.schedule_target, cfg.schedule_role, cfg.schedule_dead_letter)
 
 
