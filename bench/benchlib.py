@@ -64,6 +64,14 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mib(pid: int) -> float:
+    """A live process's peak resident memory (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 @dataclass(frozen=True)
 class Goal:
     """One goal's judgement: `measured` against `limit` (at most, or at least with `floor`),

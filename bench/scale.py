@@ -32,9 +32,14 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from benchlib import Goal, exit_code, goal_table, load_note, machine, write_section  # noqa: E402
+
 MAX_HISTORY_EVENTS = 20_000
 MAX_STATE_BYTES = 200_000
 MAKESPAN_SLACK = 0.10
+COST_RATIO = 1.3  # a step of a 10,000-step fan-out costs at most 1.3x one of a 1,000-step fan-out
+MEMORY_MIB = 1024  # a 100,000-step fan-out's peak memory, engine and step workers
+MEMORY_RATIO = 1.5  # ... and at most 1.5x the 10,000-step one's: bounded by the window
 # The gated lane's steps: 400 ms to the first token, 2 s in all.
 GATED_TTFT_MS, GATED_STEP_MS, GATED_STEPS, GATED_PARALLEL = 400, 2000, 12, 3
 
@@ -104,8 +109,20 @@ def state_bytes(event: dict[str, Any]) -> int:
     return largest
 
 
+def history_figures(history: list[dict[str, Any]]) -> dict[str, int]:
+    """What the benchmark keeps of one execution's history: its events, its largest state
+    input or output, and its states entered."""
+    return {
+        "events": len(history),
+        "state_bytes": max((state_bytes(e) for e in history), default=0),
+        "entered": sum(1 for e in history if e["type"].endswith("StateEntered")),
+    }
+
+
 def run_one(name: str) -> dict[str, Any]:
     """One scenario, in this process: the figures as a dict."""
+    from benchlib import cpu_s, load, peak_rss_mib
+
     from laneflow.adapters.engine.local import _backend
     from laneflow.adapters.store import open_store
     from laneflow.usecases.start_run import create_run
@@ -120,14 +137,28 @@ def run_one(name: str) -> dict[str, Any]:
         warm = create_run(svc, ws, "scale", {"items": ["a", "b"]})  # the interpreter's imports
         engine.drive(warm.tenant, warm.id)
 
+        # Each execution the drive continued from is dropped once the next runs (the drive holds
+        # one execution's state): its figures are taken as it is retired.
+        seen: dict[str, dict[str, int]] = {}
+        engine.on_retire = lambda arn, history: seen.__setitem__(arn, history_figures(history))
+        pool = engine.registry.step_workers
+        workers = [w.process.pid for w in pool.workers] if pool else []
+        cpu_before = sum(cpu_s(pid) for pid in [os.getpid(), *workers])
+        load_before = load()
+
         created = time.perf_counter()
         run = create_run(svc, ws, "scale", {"items": items_of(spec)})
         started = time.perf_counter()
         result = engine.drive(run.tenant, run.id)
         wall = time.perf_counter() - started
+        cpu = sum(cpu_s(pid) for pid in [os.getpid(), *workers]) - cpu_before
+        workers_rss = sum(peak_rss_mib(pid) for pid in workers)
+        # The drive's peak, before this benchmark reads the whole run back (its own reading).
+        drive_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        load_after = load()
         final = svc.store.get_run(run.tenant, run.id)
         arns = list(getattr(result, "executions", None) or executions_of(_backend(), engine.state_machine_arn, run.id))
-        histories = [engine.history(arn) for arn in arns]
+        per_execution = [seen.get(arn) or history_figures(engine.history(arn)) for arn in arns]
         steps = [s for s in final.steps if s.rescue_of is None]
         figures: dict[str, Any] = {
             "scenario": name,
@@ -136,17 +167,20 @@ def run_one(name: str) -> dict[str, Any]:
             "run_status": str(final.status),
             "steps_completed": sum(1 for s in steps if str(s.status) == "completed"),
             "executions": len(arns),
-            "max_history_events": max(len(h) for h in histories),
-            "history_events": sum(len(h) for h in histories),
-            "max_state_bytes": max((state_bytes(e) for h in histories for e in h), default=0),
-            "state_transitions_per_step": round(
-                sum(1 for h in histories for e in h if e["type"].endswith("StateEntered")) / max(1, len(steps)), 2
-            ),
+            "max_history_events": max(f["events"] for f in per_execution),
+            "history_events": sum(f["events"] for f in per_execution),
+            "max_state_bytes": max(f["state_bytes"] for f in per_execution),
+            "state_transitions_per_step": round(sum(f["entered"] for f in per_execution) / max(1, len(steps)), 2),
             "step_workers": svc.settings.step_workers,
             "create_s": round(started - created, 3),
             "wall_s": round(wall, 3),
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "cpu_s": round(cpu, 2),
+            "cpu_ms_per_step": round(cpu * 1000 / max(1, len(steps)), 2),
+            "peak_rss_mib": round(drive_rss, 1),
+            "workers_peak_rss_mib": round(workers_rss, 1),
+            "loads": [load_before, load_after],
         }
+        figures["peak_rss_with_workers_mib"] = round(figures["peak_rss_mib"] + workers_rss, 1)
         if spec["kind"] == "gated":
             from gated_lane import lane_figures
 
@@ -197,21 +231,52 @@ def markdown(rows: list[dict[str, Any]], machine: str) -> str:
         f"Machine: {machine}. Command: `python bench/scale.py --write`; each scenario in a child process of its own, with "
         f"{rows[0].get('step_workers', 0) if rows else 0} step worker(s) beside it (`--step-workers`).",
         "",
-        "| scenario | steps | run | executions | max history events | max state bytes | transitions per step | wall s | peak RSS MiB | makespan / ideal s | goals |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| scenario | steps | run | executions | max history events | max state bytes | transitions per step | wall s | CPU ms a step (engine and workers) | peak RSS MiB (engine + workers) | makespan / ideal s | goals |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['scenario']} | — | {r['error']} | | | | | | | | NOT met |")
+            lines.append(f"| {r['scenario']} | — | {r['error']} | | | | | | | | | NOT met |")
             continue
         span = f"{r['makespan_s']} / {r['ideal_makespan_s']}" if "makespan_s" in r else "—"
         missed = [g for g, ok in r["goals"].items() if not ok]
         verdict = "met" if not missed else "NOT met: " + ", ".join(missed)
         lines.append(
             f"| {r['scenario']} | {r['steps']} | {r['run_status']} | {r['executions']} | {r['max_history_events']} | "
-            f"{r['max_state_bytes']} | {r['state_transitions_per_step']} | {r['wall_s']} | {r['peak_rss_mib']} | {span} | {verdict} |"
+            f"{r['max_state_bytes']} | {r['state_transitions_per_step']} | {r['wall_s']} | {r['cpu_ms_per_step']} | "
+            f"{r['peak_rss_with_workers_mib']} ({r['peak_rss_mib']} + {r['workers_peak_rss_mib']}) | {span} | {verdict} |"
         )
+    between = across(rows)
+    if between:
+        loads = [x for r in rows if "loads" in r for x in r["loads"]]
+        lines += ["", f"Between scenarios ({load_note(loads[0], max(loads), loads[-1])}):", "", goal_table(between)]
     return "\n".join(lines) + "\n"
+
+
+def across(rows: list[dict[str, Any]]) -> list[Goal]:
+    """The goals that compare one scenario's measured figure with another's: the cost of a
+    step as a run grows, and a drive's memory bounded by its window, not by its run."""
+    by = {r["scenario"]: r for r in rows if "error" not in r}
+    small, large, huge = by.get("fanout-1000"), by.get("fanout-10000"), by.get("fanout-100000")
+    memory = "peak_rss_with_workers_mib"
+    goals: list[Goal] = []
+    if small and large:
+        loads = (*small["loads"], *large["loads"])
+        goals.append(_ratio("CPU a step, 10,000-step fan-out : 1,000-step", large, small, "cpu_ms_per_step", COST_RATIO, loads))
+    if huge:
+        goals.append(
+            Goal("peak memory, 100,000-step fan-out (engine + workers)", huge[memory], MEMORY_MIB, timed=False, unit=" MiB")
+        )
+    if huge and large:
+        goals.append(_ratio("peak memory, 100,000-step fan-out : 10,000-step", huge, large, memory, MEMORY_RATIO, None))
+    return goals
+
+
+def _ratio(
+    name: str, over: dict[str, Any], under: dict[str, Any], key: str, limit: float, loads: tuple[float, ...] | None
+) -> Goal:
+    """One scenario's measured figure over another's (timed when `loads` are given)."""
+    return Goal(name, round(over[key] / under[key], 3), limit, timed=loads is not None, loads=loads or (), unit="x")
 
 
 def main() -> int:
@@ -232,7 +297,6 @@ def main() -> int:
         print(json.dumps(run_one(args.one)))
         return 0
     os.environ["LANEFLOW_STEP_WORKERS"] = str(args.step_workers)  # the scenarios' children read it
-    from benchlib import machine, write_section
 
     rows = []
     for name in args.only or list(SCENARIOS):
@@ -245,7 +309,8 @@ def main() -> int:
         print(json.dumps({"benchmark": "scale", "scenarios": rows}))
     else:
         print(markdown(rows, machine()))
-    return 0 if all(all(r["goals"].values()) for r in rows) else 1
+    met = all(all(r["goals"].values()) for r in rows)
+    return 0 if met and exit_code(across(rows)) == 0 else 1
 
 
 if __name__ == "__main__":

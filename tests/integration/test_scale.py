@@ -22,12 +22,14 @@ import pytest
 from helpers import data_of, spans_of, stamped, stderr_of, wait_for_run
 from types_boto3_stepfunctions import SFNClient
 
+from laneflow.adapters.engine.local import LocalEngine, _backend
 from laneflow.adapters.store import open_store
 from laneflow.domain.records import AttemptStatus, Run, RunStatus, StepStatus
 from laneflow.ports import Services
 from laneflow.settings import Settings
 from laneflow.usecases.start_run import create_run
-from laneflow.wiring import for_store, local_engine
+from laneflow.wiring import for_store
+from laneflow.wiring import local_engine as wired_engine
 
 STATE_BYTES = 200_000
 EXE = Path(sys.executable).parent / "laneflow"
@@ -71,10 +73,28 @@ def largest_state_bytes(history: list[dict[str, Any]]) -> int:
     return max(sizes)
 
 
+def local_engine(svc: Services) -> LocalEngine:
+    """The engine as the CLI has it, keeping the history of each execution it retires (an
+    execution its drive continued from is dropped from the interpreter once the next runs)."""
+    engine = wired_engine(svc)
+    retired: dict[str, list[dict[str, Any]]] = {}
+    engine.on_retire = retired.__setitem__
+    RETIRED[id(engine)] = retired
+    return engine
+
+
+RETIRED: dict[int, dict[str, list[dict[str, Any]]]] = {}
+
+
 def assert_within_bounds(engine: Any, result: Any, budget: int) -> list[list[dict[str, Any]]]:
     """Every execution of the drive recorded at most `budget` events, and no state's input or
-    output reached 200 KB; each but the last ended in NextDrive, the last in EndRun."""
-    histories = [engine.history(arn) for arn in result.executions]
+    output reached 200 KB; each but the last ended in NextDrive, the last in EndRun. Each but
+    the last was dropped from the interpreter when the next one ran: a drive holds one."""
+    retired = RETIRED[id(engine)]
+    assert list(retired) == result.executions[:-1], "each execution the drive continued from is retired, in order"
+    held = {e.execution_arn for m in _backend().state_machines for e in m.executions}
+    assert not held & set(retired), "a retired execution is still held by the interpreter"
+    histories = [*(retired[arn] for arn in result.executions[:-1]), engine.history(result.executions[-1])]
     for n, history in enumerate(histories):
         assert len(history) <= budget, f"execution {n} recorded {len(history)} events, over its budget of {budget}"
         assert largest_state_bytes(history) < STATE_BYTES
@@ -464,7 +484,7 @@ def test_colleagues_in_a_lane_larger_than_the_budget_reach_each_other_across_its
     assert {f"message from worker (step {n}): scout i{n} covered i{n}" for n in before} <= set(heard), heard
     first_window = [
         json.loads(e["stateEnteredEventDetails"]["input"])["step"]["index"]
-        for e in engine.history(result.executions[0])
+        for e in RETIRED[id(engine)][result.executions[0]]
         if (e.get("stateEnteredEventDetails") or {}).get("name") == "WaitForLead"
     ]
     assert first_window and 9 not in first_window  # the listener ran in a later execution than these

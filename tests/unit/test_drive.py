@@ -12,6 +12,7 @@ from laneflow.adapters.workers import local_worker
 from laneflow.domain.flow import Entry, Flow, StepSpec
 from laneflow.domain.lanes import plan_lanes
 from laneflow.domain.messages import DriveRef, EndRunRequest, NextGroupRequest, SettleGroupRequest, StartDriveRequest
+from laneflow.domain.outline import StepFilter
 from laneflow.domain.records import Attempt, AttemptStatus, FailureKind, Run, RunStatus, Step, StepChanges, StepStatus
 from laneflow.ports import Services
 from laneflow.usecases.end_run import end_run
@@ -113,10 +114,11 @@ def test_settle_reads_its_group_again_after_tidying_wrote_to_it_and_decides_on_w
     svc.store.update_step(run.tenant, run.id, 0, StepChanges(status=StepStatus.completed))
     reads, get_steps = [], svc.store.get_steps
 
-    def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> Any:
+    def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True, where: Any = None) -> Any:
         assert not messages, "a decision reads no step's message"
+        assert where == StepFilter(settling=True), "a flow without until: is settled on what can fail it"
         reads.append(group)
-        return get_steps(tenant, run_id, group=group, messages=messages)
+        return get_steps(tenant, run_id, group=group, messages=messages, where=where)
 
     monkeypatch.setattr(svc.store, "get_steps", counted)
     settled = settle_group(svc, SettleGroupRequest(run=ref, group=0))  # step 1 never ran: tidying fails it
@@ -244,10 +246,11 @@ def test_settle_reads_its_group_and_the_run_s_outline_never_every_step_and_settl
     reads: list[int | str | None] = []
     get_steps, outline = svc.store.get_steps, svc.store.get_group_outline
 
-    def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True) -> Any:
+    def counted(tenant: str, run_id: str, *, group: int | None = None, messages: bool = True, where: Any = None) -> Any:
         assert not messages, "a decision reads no step's message"
+        assert where == StepFilter(settling=True), "a flow without until: is settled on what can fail it"
         reads.append(group)
-        return get_steps(tenant, run_id, group=group, messages=messages)
+        return get_steps(tenant, run_id, group=group, messages=messages, where=where)
 
     def outlined(tenant: str, run_id: str) -> Any:
         reads.append("outline")

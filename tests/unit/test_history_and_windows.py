@@ -136,8 +136,9 @@ def test_a_windows_decisions_read_the_window_not_the_whole_group(
 ) -> None:
     """NextGroup reads the window's pending steps (one more than fit) and each lane's first
     two; SettleGroup after a window that is not the group's last reads whether a later one
-    is left and the window's unfinished steps. Only the last window's settlement reads the
-    group whole (a fan-out of 10,000 in 8 windows read its 10,000 steps three times a window)."""
+    is left and the window's unfinished steps; the last window's settlement the group's steps
+    its decision can turn on, the rescues and the steps that did not complete, never the whole
+    group (a fan-out of 10,000 in 8 windows read its 10,000 steps three times a window)."""
     run, ref = big
     read: list[int] = []
     get_steps = svc.store.get_steps
@@ -166,7 +167,7 @@ def test_a_windows_decisions_read_the_window_not_the_whole_group(
     read.clear()
     last = settle_group(svc, SettleGroupRequest(run=ref, group=0, through=39, used=0))
     assert last.action == "end" and "failed" in (last.reason or "")  # the step nothing worked on failed, and it is required
-    assert read[0] == 0 and 40 in read  # no later window: the last settlement reads the group whole
+    assert read == [0, 1], read  # no later window; the one step that did not complete, not the 39 that did
 
 
 def test_a_failed_step_in_an_earlier_window_does_not_settle_the_group_before_its_last(

@@ -301,3 +301,17 @@ def test_a_bad_zone_is_refused_naming_the_timezone(name: str) -> None:
     with pytest.raises(se.ExpressionInvalid, match="^timezone: ") as refused:
         se.zone(name)
     assert [p.field for p in refused.value.problems] == ["timezone"]
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("cron(* * ? 12/1 * *)", dt.datetime(2026, 11, 30, 23, 0, tzinfo=UTC)),  # December only, not every month
+        ("cron(58/5 * * * ? *)", dt.datetime(2026, 3, 28, 13, 58, tzinfo=UTC)),  # minute 58 only
+        ("cron(0 5-5/2 * * ? *)", dt.datetime(2026, 3, 29, 3, 0, tzinfo=UTC)),  # 05:00 only (CEST from the 29th)
+    ],
+)
+def test_a_term_that_names_one_value_fires_at_that_value_only(text: str, first: dt.datetime) -> None:
+    # croniter reads a one-value range or step as every value: the translation writes the value.
+    got = se.next_firings(se.parse(text), se.zone("Europe/Berlin"), dt.datetime(2026, 3, 28, 13, 0, tzinfo=UTC), 2, anchor=ANCHOR)
+    assert got[0] == first

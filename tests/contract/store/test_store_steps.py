@@ -37,6 +37,34 @@ def test_get_steps_without_messages_leaves_out_only_each_step_s_message(store: S
     assert [s.index for s in store.get_steps(run.tenant, run.id, messages=False)] == [0, 1, 2, 3, 4]
 
 
+def test_get_steps_for_a_settlement_reads_its_rescues_and_the_flow_steps_that_did_not_complete(store: Store) -> None:
+    """A large group that went well is settled on none of its steps: `settling` admits every
+    rescue, whatever its status, and each flow step neither completed nor skipped."""
+    from laneflow.domain.outline import StepFilter
+
+    run = Run(
+        id=f"run-{uuid.uuid4().hex[:10]}",
+        tenant="acme",
+        workspace="newsroom",
+        flow="brief",
+        steps=[Step(index=i, group=0, agent="scout", item=f"item-{i}") for i in range(6)],
+    )
+    store.create_run(run)
+    t, r = run.tenant, run.id
+    for index, status in ((0, StepStatus.completed), (1, StepStatus.skipped), (2, StepStatus.failed), (4, StepStatus.completed)):
+        store.update_step(t, r, index, StepChanges(status=status))
+    store.update_step(t, r, 5, StepChanges(status=StepStatus.awaiting_approval))
+    store.add_steps(t, r, [Step(index=6, group=0, agent="fixer", rescue_of=2, instruction="rescue")])
+    store.update_step(t, r, 6, StepChanges(status=StepStatus.completed))
+
+    def read(**where: Any) -> list[int]:
+        return [s.index for s in store.get_steps(t, r, group=0, messages=False, where=StepFilter(**where))]
+
+    assert read(settling=True) == [2, 3, 5, 6]
+    assert read(settling=True, high=4) == [2, 3]
+    assert read(settling=True, flow=True) == [2, 3, 5]
+
+
 def test_get_steps_where_reads_only_what_the_filter_admits_in_index_order(store: Store) -> None:
     """A window's decision reads its window, not the whole group: statuses, flow steps only,
     an index range, each lane's first few and a limit, alone and together, on any backend."""

@@ -20,7 +20,7 @@ from laneflow.domain.network import network_problems, parse_network
 from laneflow.domain.pricing import catalog
 from laneflow.domain.secrets import declared_secrets
 from laneflow.domain.tools import ScriptTool, discover_scripts, runs_programs, unknown_tools, web_tools
-from laneflow.domain.workspace_files import Doc, agent_md, read_docs, rel_path, visible_files
+from laneflow.domain.workspace_files import Doc, Readings, agent_md, folder_marks, read_docs, rel_path, visible_files
 from laneflow.domain.workspace_settings import AgentSettings, read_settings, stub_problems
 
 if TYPE_CHECKING:
@@ -239,7 +239,29 @@ def _mcp_servers(ws: Workspace, front: Front, rel: str, name: str) -> tuple[list
     return servers, problems + more
 
 
+_agents: Readings[Agent] = Readings(64)
+
+
+def _agent_signature(ws: Workspace, name: str, reading: tuple[object, ...]) -> tuple[object, ...]:
+    """What reading an agent depends on: its workspace's reading, every file and folder of
+    its own folder, and the workspace's scripts."""
+    root = str(ws.root)
+    return (reading, folder_marks(f"{root}/agents/{name}", below=True), folder_marks(f"{root}/scripts"))
+
+
 def load_agent(ws: Workspace, name: str) -> Agent:
+    """`read_agent`, reusing the last reading of the agent while nothing it read changed (its
+    folder, the workspace's scripts, and the workspace's own reading, `load_workspace`'s: a
+    workspace read otherwise has its agents read afresh). Each caller gets a model of its own."""
+    reading = getattr(ws, "_reading", None)
+    if reading is None or agent_md(ws.root, name) is None:
+        return read_agent(ws, name)
+    return _agents.read(
+        (str(ws.root), name), lambda: _agent_signature(ws, name, reading), lambda _signature: read_agent(ws, name)
+    )
+
+
+def read_agent(ws: Workspace, name: str) -> Agent:
     """Read `agents/<name>/`: settings and persona from agent.md, skills, memory,
     knowledge and scripts. Parses afresh on every call.
 

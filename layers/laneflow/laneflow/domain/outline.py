@@ -123,6 +123,10 @@ class StepFilter:
     filters nothing; the steps still come by index."""
 
     statuses: frozenset[str] | None = None  # only steps in one of these statuses
+    # Only the steps a group's settlement decides on when its flow has no `until:` step:
+    # every rescue, and every flow step that neither completed nor was skipped (a fan-out of
+    # 100,000 that went well is settled on none of its steps, not on all of them).
+    settling: bool = False
     flow: bool = False  # only flow steps (no rescues)
     low: int | None = None  # only indexes from this one
     high: int | None = None  # only indexes up to this one

@@ -88,8 +88,6 @@ _MONTH_NAME = re.compile(_MONTHS)
 
 _DAY_NAME = re.compile(_DAYS)
 
-_SAME_ENDS = re.compile(r"\b(\w+)-\1\b(?!/)")
-
 Kind = Literal["rate", "cron", "at"]
 
 
@@ -196,8 +194,9 @@ def _cron(text: str, body: str) -> Expression:
         "0",
         named["year"],
     ]
-    # croniter reads a range of one value (`2-2`) as every value: it is written as that value.
-    translated = [_SAME_ENDS.sub(r"\1", part) for part in translated]
+    # croniter reads a range of one value (`2-2`, `12/1` in months, `5-5/2`) as every value:
+    # each such term is written as that value.
+    translated = [_single_values(part, *_CRONITER_RANGES[at]) for at, part in enumerate(translated)]
     for index, field in enumerate(_FIELDS):
         position = 6 if field == "year" else index  # croniter's seventh field is the year
         alone = ["*", "*", "*", "*", "*", "0", "*"]
@@ -209,6 +208,28 @@ def _cron(text: str, body: str) -> Expression:
     expression = " ".join(translated)
     _check_field(text, "", expression)
     return Expression(text, "cron", cron=expression)
+
+
+# The range of each of croniter's seven fields as translated (day-of-week 0-6, the year croniter's).
+_CRONITER_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6), (0, 59), (1970, 2099))
+
+_TERM = re.compile(r"(\d+)(?:-(\d+))?(?:/(\d+))?")
+
+
+def _single_values(part: str, low: int, high: int) -> str:
+    """`part` with each comma-separated term that names a single value (`2-2`, `12/1` in
+    months, `5-5/3`, `58/5` in minutes) written as that value; every other term as it is."""
+    terms = []
+    for term in part.split(","):
+        match = _TERM.fullmatch(term)
+        if match and (match.group(2) or match.group(3)):
+            start = int(match.group(1))
+            end = int(match.group(2)) if match.group(2) else high if match.group(3) else start
+            step = int(match.group(3) or 1)
+            if low <= start <= end <= high and step > 0 and start + step > end:
+                term = str(start)
+        terms.append(term)
+    return ",".join(terms)
 
 
 def _weekdays(text: str, dow: str) -> str:

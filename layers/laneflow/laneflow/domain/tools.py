@@ -119,9 +119,14 @@ def granted(tools: list[str] | tuple[str, ...], scripts: list[ScriptTool]) -> tu
     return plain, chosen
 
 
+def grants_scripts(tools: list[str] | tuple[str, ...]) -> bool:
+    """Whether `tools:` could grant a script tool (`scripts`, or a name of one)."""
+    return any(t == ALL_SCRIPTS or t.startswith(SCRIPT_PREFIX) for t in tools)
+
+
 def runs_programs(tools: list[str] | tuple[str, ...]) -> bool:
     """Whether `tools:` grants anything that runs a program (bash or a script tool)."""
-    return any(t == BASH or t == ALL_SCRIPTS or t.startswith(SCRIPT_PREFIX) for t in tools)
+    return BASH in tools or grants_scripts(tools)
 
 
 def web_tools(tools: list[str] | tuple[str, ...]) -> list[str]:

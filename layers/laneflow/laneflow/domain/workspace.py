@@ -5,9 +5,12 @@ its body), `agents/<name>/` folders, `flows/*.yaml`, and shared `knowledge/`, `m
 and `state/`. A tenant may also have an account-level `AGENTS.md` whose settings fill the
 gaps the workspace leaves, field by field.
 
-Everything here reads afresh on every call: every file is read from disk each time, so the
-same bytes always give the same result, and an edited file is seen at once. (Only the parse
-of a file's frontmatter is reused, for the very same bytes: `frontmatter.read_front`.)
+Everything here reads afresh whenever a file changed, so an edited file is seen at once:
+`load_workspace` reuses its last reading of a folder only while every file and folder it
+read is unchanged (the same inode, size, modification and change times: a rewrite moves the
+change time, which no one can set back), found with one listing of each folder; a step's
+attempt reads its workspace this way in a fraction of a full read. (The parse of a file's
+frontmatter is reused too, for the very same bytes: `frontmatter.read_front`.)
 
 Problems are `errors.Problem`s with paths relative to the workspace (the account's
 `AGENTS.md` shows as a relative path such as `../AGENTS.md`). A file that cannot be read
@@ -26,13 +29,23 @@ import hashlib
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from laneflow.domain.agent import Agent, Skill, has_agent, load_agent
 from laneflow.domain.errors import Problem, WorkspaceInvalid
 from laneflow.domain.frontmatter import read_front, read_frontmatter
 from laneflow.domain.mcp import check_mcp
-from laneflow.domain.workspace_files import SKIP_DIRS, Doc, agent_md, read_docs, rel_path, visible_files
+from laneflow.domain.workspace_files import (
+    SKIP_DIRS,
+    Doc,
+    Readings,
+    agent_md,
+    folder_marks,
+    mark,
+    read_docs,
+    rel_path,
+    visible_files,
+)
 from laneflow.domain.workspace_settings import AgentSettings, WorkspaceSettings, merge_settings, read_settings, stub_problems
 
 __all__ = [
@@ -66,6 +79,8 @@ class Workspace(BaseModel):
     agent_names: list[str] = Field(default_factory=list)
     flow_names: list[str] = Field(default_factory=list)
     warnings: list[Problem] = Field(default_factory=list)
+    # What `load_workspace` read it from (`_signature`), None for a reading of its own.
+    _reading: tuple[object, ...] | None = PrivateAttr(default=None)
 
 
 def _account_file(root: Path, account: str | Path | None) -> Path | None:
@@ -185,7 +200,46 @@ def _read_workspace(root: str | Path, account: str | Path | None) -> tuple[Works
     return ws, errors
 
 
+# The folders a reading lists (their entries are what it reads), and how many readings are kept.
+_READ_FOLDERS = ("agents", "flows", "knowledge", "memory", "state")
+_READINGS_KEPT = 16
+_readings: Readings[Workspace] = Readings(_READINGS_KEPT)
+
+
+def _signature(path: Path, account: str | Path | None) -> tuple[object, ...]:
+    """What a reading of the workspace depends on: each AGENTS.md it may read, and every entry
+    of the folders it lists (each agent's agent.md too), as `mark`s."""
+    root = str(path)
+    marks: list[object] = [mark(root + "/AGENTS.md"), mark(str(path.parent / "AGENTS.md"))]
+    if account is not None:
+        given = Path(account).expanduser()
+        marks += [str(given), mark(given), mark(given / "AGENTS.md")]
+    for folder in _READ_FOLDERS:
+        listed = folder_marks(f"{root}/{folder}")
+        marks.append(listed)
+        if folder == "agents":
+            marks += [mark(f"{root}/agents/{entry[0]}/agent.md") for entry in listed[1:] if isinstance(entry, tuple)]
+    return tuple(marks)
+
+
 def load_workspace(root: str | Path, account: str | Path | None = None) -> Workspace:
+    """`read_workspace`, reusing the last reading of the folder while nothing it read changed
+    (the module docstring). Each caller gets a model of its own."""
+    path = Path(root).expanduser()
+    try:
+        path = path.resolve()
+    except OSError:
+        return read_workspace(root, account)
+
+    def reader(signature: tuple[object, ...]) -> Workspace:
+        ws = read_workspace(root, account)
+        ws._reading = signature  # `load_agent` reuses its readings of this reading's agents
+        return ws
+
+    return _readings.read((str(path), str(account)), lambda: _signature(path, account), reader)
+
+
+def read_workspace(root: str | Path, account: str | Path | None = None) -> Workspace:
     """Read a workspace folder: settings (the workspace's over the account's, field by
     field), shared instructions, knowledge, memory and state, and the names of its agents
     and flows.

@@ -94,26 +94,33 @@ class Settler:
         self.through = through  # the window that ran (-1: the whole group)
         self.store = svc.store
         self.flow = Flow.model_validate(run.flow_spec)
+        self.loops = any(spec.until for entry in self.flow.entries for spec in entry.steps)
 
     def settle(self) -> Settlement:
         """Only what the decision needs is read: after a window that is not the group's last,
         the window's steps still pending or running (what tidying records) and whether a later
-        window is left; after the last, the group's steps (again only if tidying wrote to
-        them), the run's group outline (its cost, its last index), and the steps of the groups
-        an `until:` step of this group loops back to. Never every step of the run."""
+        window is left; after the last, the group's steps the decision can turn on (again only
+        if tidying wrote to them: its rescues and the flow steps that did not complete, or,
+        in a flow with `until:` steps, all of them), the run's group outline (its cost, its
+        last index), and the steps of the groups an `until:` step of this group loops back
+        to. Never every step of the run, nor a large group's completed steps."""
         tenant, run_id = self.run.tenant, self.run.id
         if self.run.stop_requested:  # nothing else is read or written for a stopped run
             self.settle_cost(self.store.get_group_outline(tenant, run_id))
             return Settlement(action="end", reason=STOPPED)
         if self.through >= 0 and (later := self._later_window()):
             return later
-        members = self.store.get_steps(tenant, run_id, group=self.group, messages=False)
+        # A flow with no `until:` step is settled on the group's rescues and its flow steps that
+        # did not complete (nothing else can fail it, loop it or be rescued); one with loops
+        # on the whole group, whose steps a loop resets.
+        where = None if self.loops else StepFilter(settling=True)
+        members = self.store.get_steps(tenant, run_id, group=self.group, messages=False, where=where)
         tidying = tidy(self.run, within(members, self.through))
         self.apply_tidying(tidying)
         outline = self.store.get_group_outline(tenant, run_id)
         self.settle_cost(outline)
         if tidying.rescued or tidying.rescue_failed or tidying.abandoned:  # what it recorded is read back
-            members = self.store.get_steps(tenant, run_id, group=self.group, messages=False)
+            members = self.store.get_steps(tenant, run_id, group=self.group, messages=False, where=where)
         steps = [
             s for g in self._looped_to(members) for s in self.store.get_steps(tenant, run_id, group=g, messages=False)
         ] + members

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -208,15 +209,25 @@ def child_environ(svc: Services, inherited: Mapping[str, str] | None = None) -> 
 
 @dataclass
 class DriveResult:
-    run: Run
+    """How a drive ended. Its `run` is read from the store when first asked for (with every
+    step: a run of 100,000 steps is a gigabyte of records, which a drive itself never holds)."""
+
+    store: Any  # the store the run is read from
+    tenant: str
+    run_id: str
     execution_arn: str  # the drive's last execution
     execution_status: str
     error: str | None = None
     cause: str | None = None
     # Every execution of the drive, in order: its first, then each continuation NextDrive
-    # started once the one before had spent its history budget (read each one's history
-    # with `LocalEngine.history`).
+    # started once the one before had spent its history budget (the last one's history is
+    # `LocalEngine.history`; the others' were shown to `LocalEngine.on_retire`).
     executions: list[str] = dataclasses.field(default_factory=list)
+
+    @functools.cached_property
+    def run(self) -> Run:
+        run: Run = self.store.get_run(self.tenant, self.run_id)
+        return run
 
 
 class LocalContinuations:
@@ -306,6 +317,13 @@ class LocalEngine:
         self.definition = self.template.definition(
             lambda logical_id: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}", values=substitutions
         )
+        # An execution the drive has continued from is dropped from the interpreter, its
+        # history too, once the next one runs: a drive holds one execution's state, so its
+        # memory is bounded by its window, not by its run. `keep_histories` keeps them all
+        # (to read every execution's `history` after the drive); `on_retire` is shown each
+        # history just before it is dropped.
+        self.keep_histories = False
+        self.on_retire: Callable[[str, list[dict[str, Any]]], None] | None = None
 
     @property
     def state_machine_arn(self) -> str:
@@ -357,7 +375,9 @@ class LocalEngine:
             if on_tick:
                 on_tick()
             return DriveResult(
-                run=self.svc.store.get_run(tenant, run_id),
+                store=self.svc.store,
+                tenant=tenant,
+                run_id=run_id,
                 execution_arn=execution.execution_arn,
                 execution_status=status,
                 error=execution.error,
@@ -385,7 +405,8 @@ class LocalEngine:
             if following is None or str(execution.status) != "SUCCEEDED":
                 return execution
             serve_execution(execution.execution_arn, None)  # its handlers have all returned
-            execution = self._execution(following)
+            ended, execution = execution.execution_arn, self._execution(following)
+            self._retire(ended)
 
     @staticmethod
     def _execution(arn: str) -> Any:
@@ -421,6 +442,16 @@ class LocalEngine:
         self.sandboxes = Sandboxes(self.svc.callbacks, child_environ(self.svc), warm=warm)
         with _registry_lock:
             _sandboxes[arn] = self.sandboxes
+
+    def _retire(self, arn: str) -> None:
+        """An execution the drive continued from, now that the next one runs: shown to
+        `on_retire`, then forgotten (unless `keep_histories`)."""
+        if self.keep_histories:
+            return
+        if self.on_retire is not None:
+            self.on_retire(arn, self.history(arn))
+        self.forget(arn)
+        release_free_memory()
 
     def forget(self, execution_arn: str) -> None:
         """Drop an ended execution (its history too) from the interpreter: a long-lived
@@ -537,8 +568,10 @@ class LocalDrives:
                 logging.getLogger("laneflow.engine").exception("local drive of %s failed", run_id)
 
     def _forget(self, engine: LocalEngine, result: DriveResult) -> None:
-        """Drop the drive's executions from the interpreter, now that they ended."""
-        for arn in result.executions or [result.execution_arn]:
+        """Drop the drive's executions from the interpreter, now that they ended (those it
+        continued from went as the next ran, unless the engine keeps histories)."""
+        ended = result.executions or [result.execution_arn]
+        for arn in ended if engine.keep_histories else ended[-1:]:
             engine.forget(arn)
 
     def join(self, timeout: float | None = None) -> None:

@@ -147,12 +147,13 @@ class FindingTools:
     """The finding tools one attempt has: `search` over `job.workspace_root`, `history`
     through the store its sink reads runs from (`sink.runs`, when it has one)."""
 
-    def __init__(self, job: StepJob, sink: ExecutionSink):
+    def __init__(self, job: StepJob, sink: ExecutionSink, *, reach: FileTools | None = None):
         self.job = job
-        self.root = Path(job.workspace_root).resolve() if job.workspace_root else None
+        self.root = reach.root if reach else Path(job.workspace_root).resolve() if job.workspace_root else None
         self._own = job.agent_path.strip("/")
-        # Where a file may be read is the file tools' rule, asked of them.
-        self._reach = FileTools(self.root, job.agent_path) if self.root else None
+        # Where a file may be read is the file tools' rule, asked of them (the step's own,
+        # when its tools are built together).
+        self._reach = reach if reach else FileTools(self.root, job.agent_path) if self.root else None
         self.runs: Store | None = getattr(sink, "runs", None)
         # Granted by `tools:`, so listed (a definition is part of the cached prefix) whatever
         # the sink or the workspace: the prefix never depends on where the step runs.

@@ -38,7 +38,7 @@ from laneflow.domain.errors import StepFailed, StepStopped
 from laneflow.domain.records import EventType
 from laneflow.domain.secrets import secret_file_folders
 from laneflow.domain.sizes import memory_failure
-from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted
+from laneflow.domain.tools import BASH, FILE_TOOLS, ScriptTool, discover_scripts, granted, grants_scripts
 from laneflow.ports import Delegator, ExecutionSink, StepInbox, StepJob
 from laneflow.settings import settings
 
@@ -103,7 +103,9 @@ class StepTools:
     def __init__(self, job: StepJob, sink: ExecutionSink, *, isolation: Isolation | None = None):
         self.job, self.sink = job, sink
         self.root = Path(job.workspace_root) if job.workspace_root else None
-        scripts = discover_scripts(self.root, job.agent_path) if self.root else []
+        # Scripts are found only where `tools:` could grant one: the folder walk is most of
+        # what building a step's tools costs, and most steps name no script.
+        scripts = discover_scripts(self.root, job.agent_path) if self.root and grants_scripts(job.tools) else []
         plain, chosen = granted(job.tools, scripts)
         self.files = FileTools(self.root, job.agent_path) if self.root else None
         self.file_names = [n for n in plain if n in FILE_TOOLS] if self.files else []
@@ -114,7 +116,7 @@ class StepTools:
         self._fence: ScratchFence | None = None  # how the scratch's size binds, found by `prepare` (or the first program)
         self.colleagues = PeerTools(job, sink)  # peers_list, peers_message, ask (peers.py)
         self.apis = ApiTools(job.apis, job.secret_env)  # api_<name>: HTTP calls, made by this process
-        self.finding = FindingTools(job, sink)  # search, history (finding.py)
+        self.finding = FindingTools(job, sink, reach=self.files)  # search, history (finding.py)
         self.delegation = DelegateTool(job, sink)  # delegate (delegate_tool.py)
         self.web = WebTools(job)  # web_search, web_fetch: run by the API (web.py)
         self.network = StepNetwork(job.network, sink)  # its `network:`, through the egress proxy (egress_proxy.py)

@@ -153,6 +153,8 @@ def step_filter(e: Expr, group: int | None, where: StepFilter | None) -> list[st
         kept.append(e.one_of("status", sorted(where.statuses)))
     if where.flow:
         kept.append(e.absent("rescue_of"))
+    if where.settling:
+        kept.append(f"({e.exists('rescue_of')} OR NOT ({e.one_of('status', ['completed', 'skipped'])}))")
     if where.agent is not None:
         kept.append(e.eq("agent", where.agent))
     if where.started_by is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,6 +54,8 @@ def _chosen(group: int | None, filtered: StepFilter | None) -> tuple[str, list[s
         sql, args = sql + f" AND status IN ({', '.join('?' * len(picked))})", [*args, *picked]
     if filtered.flow:
         sql += " AND rescue_of IS NULL"
+    if filtered.settling:
+        sql += " AND (rescue_of IS NOT NULL OR status NOT IN ('completed', 'skipped'))"
     if filtered.low is not None:
         sql, args = sql + " AND idx >= ?", [*args, filtered.low]
     if filtered.high is not None:
@@ -62,6 +65,11 @@ def _chosen(group: int | None, filtered: StepFilter | None) -> tuple[str, list[s
     if filtered.started_by is not None:
         sql, args = sql + " AND started_at <= ?", [*args, filtered.started_by]
     return sql, args
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused for another connection's lock (SQLITE_BUSY, SQLITE_LOCKED)."""
+    return "locked" in str(error) or "busy" in str(error)
 
 
 class SqliteDatabase:
@@ -106,7 +114,7 @@ class SqliteDatabase:
             try:
                 yield self._conn
             except sqlite3.OperationalError as error:
-                if "locked" in str(error) or "busy" in str(error):
+                if _busy(error):
                     raise TransientError(
                         f"the store {self.path} stayed locked by another connection past {self.busy_timeout_s:g} s: {error}"
                     ) from error
@@ -117,7 +125,7 @@ class SqliteDatabase:
         """One write transaction: whole or absent. The write lock is taken up front
         (BEGIN IMMEDIATE) so reads inside it are the state the write is conditional on."""
         with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_immediate(conn)
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -125,6 +133,28 @@ class SqliteDatabase:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE, waiting for another connection's write lock in short pauses (0.2 ms,
+        doubling to at most 2 ms) up to the busy timeout. SQLite's own busy handler sleeps 25 to
+        100 ms at a time once a wait grows, and the engine's process and its step workers take
+        turns at the write lock many times a step: a waiting sibling's gate write then stalled
+        its lane's release by hundreds of ms. Only the write lock is waited for this way (reads
+        keep the busy timeout; in WAL mode they rarely wait at all)."""
+        conn.execute("PRAGMA busy_timeout = 0")  # a pragma of the connection: no I/O, about 1 us
+        try:
+            deadline, pause = time.monotonic() + self.busy_timeout_s, 0.0002
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as error:
+                    if not _busy(error) or time.monotonic() > deadline:
+                        raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.002)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
