@@ -72,6 +72,16 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
+def reset_peak(pid: int) -> bool:
+    """Start a process's peak resident memory (VmHWM) again from what it holds now (Linux's
+    `clear_refs`), so a peak read after names what came since; False where it cannot."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Goal:
     """One goal's judgement: `measured` against `limit` (at most, or at least with `floor`),

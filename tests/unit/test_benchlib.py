@@ -111,3 +111,29 @@ def test_a_measurement_in_parts_keeps_its_ends_and_a_busier_moment_between() -> 
 def test_the_load_note_says_busy_when_a_load_is_above_the_cores() -> None:
     assert benchlib.load_note(QUIET, 1.0) == "1-minute load 0.50, 1.00 (before, after) on 2 cores: not busy"
     assert benchlib.load_note(QUIET, BUSY, 1.0).endswith("(before, highest between, after) on 2 cores: busy")
+
+
+def test_a_peak_started_again_names_only_what_came_after() -> None:
+    # A child process allocates 200 MiB and frees it; its peak is started again, then it
+    # allocates 20 MiB: the peak read says 20 MiB and more, far from 200.
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(BENCH)!r})
+        import benchlib
+        big = bytearray(200 * 2**20); big[::4096] = b"x" * len(big[::4096]); del big
+        before = benchlib.peak_rss_mib(os.getpid())
+        assert benchlib.reset_peak(os.getpid())
+        small = bytearray(20 * 2**20); small[::4096] = b"x" * len(small[::4096])
+        print(before, benchlib.peak_rss_mib(os.getpid()))
+        """
+    )
+    before, after = (
+        float(x)
+        for x in subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True).stdout.split()
+    )
+    assert before >= 200
+    assert 20 <= after < 150
